@@ -2,9 +2,26 @@
 //! the scheduler loop and cluster membership, written against a `Store` trait.
 //!
 //! Architecture invariant: this crate does no IO and never names a database
-//! driver. It is handed the database's `now`; it never reads the wall clock to make
-//! a decision that another node must agree with.
+//! driver. It is handed the database's `now` as a [`Timestamp`]; it never reads the
+//! wall clock to make a decision that another node must agree with.
 //!
-//! Status: this crate is being built. The time arithmetic (cron, triggers, misfire
-//! math), the `Store` contract and the engine arrive in that order; until then it
-//! exports nothing.
+//! Today it holds the time arithmetic's first part: [`cron`], Quartz cron
+//! expressions evaluated in IANA time zones.
+//!
+//! ```
+//! use quartz_core::{cron::CronExpression, Timestamp};
+//!
+//! let every_ten_seconds = CronExpression::parse("0/10 * * * * ?")?;
+//! let after = Timestamp::from_millis(1_767_225_605_000); // 2026-01-01T00:00:05Z
+//! let next = every_ten_seconds.next_after(after, chrono_tz::UTC).expect("fires forever");
+//! assert_eq!(next.as_millis(), 1_767_225_610_000);
+//! # Ok::<(), quartz_core::Error>(())
+//! ```
+
+pub mod cron;
+mod error;
+mod time;
+
+pub use chrono_tz::Tz;
+pub use error::{CronField, Error};
+pub use time::Timestamp;

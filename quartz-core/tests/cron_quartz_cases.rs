@@ -2,6 +2,8 @@
 //! cases file: DST edges, leap days, year ends, invalid expressions) must be ours
 //! to the millisecond.
 
+#![allow(clippy::unwrap_used)]
+
 use quartz_core::Timestamp;
 use quartz_core::cron::{CronExpression, parse_time_zone};
 

@@ -229,10 +229,10 @@ fn brute_force(e: &Expr, tz: Tz, after_ms: i64) -> Option<i64> {
             minute += 60 * i64::from(60 - local.minute());
             continue;
         }
-        if minutes.contains(&local.minute()) {
-            if let Some(&s) = seconds.iter().find(|&&s| minute + i64::from(s) >= start) {
-                return Some((minute + i64::from(s)) * 1000);
-            }
+        if minutes.contains(&local.minute())
+            && let Some(&s) = seconds.iter().find(|&&s| minute + i64::from(s) >= start)
+        {
+            return Some((minute + i64::from(s)) * 1000);
         }
         minute += 60;
     }

@@ -52,6 +52,13 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A trigger whose settings contradict each other or are out of range (an end
+    /// before its start, a zero or negative interval, a zero repeat limit).
+    #[error("invalid trigger: {reason}")]
+    InvalidTrigger {
+        /// What is wrong.
+        reason: String,
+    },
     /// A time zone name that is not in the IANA database.
     #[error("unknown time zone {zone:?} (expected an IANA name such as \"Europe/London\")")]
     UnknownTimeZone {

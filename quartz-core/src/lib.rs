@@ -5,8 +5,9 @@
 //! driver. It is handed the database's `now` as a [`Timestamp`]; it never reads the
 //! wall clock to make a decision that another node must agree with.
 //!
-//! Today it holds the time arithmetic's first part: [`cron`], Quartz cron
-//! expressions evaluated in IANA time zones.
+//! Today it holds the time arithmetic: [`cron`], Quartz cron expressions evaluated
+//! in IANA time zones, and [`trigger`], the trigger kinds with their validity
+//! windows, repeat limits and the fire expansion the claim needs.
 //!
 //! ```
 //! use quartz_core::{cron::CronExpression, Timestamp};
@@ -21,6 +22,7 @@
 pub mod cron;
 mod error;
 mod time;
+pub mod trigger;
 
 pub use chrono_tz::Tz;
 pub use error::{CronField, Error};

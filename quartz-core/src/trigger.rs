@@ -1,0 +1,325 @@
+//! Triggers: when an execute fires. Cron (expression + zone), fixed rate (every
+//! interval from the start, like Quartz's simple trigger), fixed delay (an interval
+//! after the previous fire finished) and once, each with a validity window and an
+//! optional limit on how many times it fires.
+//!
+//! The scheduler's claim is a compare-and-set on `(prev_fire_time, next_fire_time)`;
+//! [`Trigger::fires_until`] expands a row's state into the fires due before an
+//! instant, each with the state the row holds before and after it is won.
+//!
+//! ```
+//! use quartz_core::trigger::{Schedule, Trigger, TriggerState};
+//! use quartz_core::Timestamp;
+//!
+//! let start = Timestamp::from_millis(1_767_225_600_000); // 2026-01-01T00:00:00Z
+//! let every_second = Trigger::new(Schedule::fixed_rate_millis(1000)?, start)?;
+//! let state = TriggerState::initial(&every_second);
+//! let fires: Vec<_> = every_second.fires_until(&state, start.checked_add_millis(5000).unwrap()).collect();
+//! assert_eq!(fires.len(), 5); // a row that fires every second appears five times in 5 s
+//! assert_eq!(fires[1].before.prev_fire_time, Some(start));
+//! # Ok::<(), quartz_core::Error>(())
+//! ```
+
+use chrono_tz::Tz;
+
+use crate::cron::CronExpression;
+use crate::error::Error;
+use crate::time::Timestamp;
+
+/// The longest interval a fixed-rate or fixed-delay trigger may have: 100 years.
+pub const MAX_INTERVAL_MILLIS: i64 = 100 * 366 * 86_400_000;
+
+/// How a trigger's fire times are spaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Schedule {
+    /// A Quartz cron expression evaluated in a time zone.
+    Cron {
+        /// The expression.
+        expr: CronExpression,
+        /// The zone its wall times are in.
+        zone: Tz,
+    },
+    /// Every `interval_ms` from the trigger's start: start, start + i, start + 2i, …
+    /// regardless of how long each run takes (Quartz's simple trigger).
+    FixedRate {
+        /// Milliseconds between fire times, 1 to [`MAX_INTERVAL_MILLIS`].
+        interval_ms: i64,
+    },
+    /// First at the trigger's start, then `delay_ms` after the previous fire
+    /// finished; the next fire time is known only once the previous run ends.
+    FixedDelay {
+        /// Milliseconds from a run's finish to the next fire, 1 to [`MAX_INTERVAL_MILLIS`].
+        delay_ms: i64,
+    },
+    /// Exactly once, at the trigger's start.
+    Once,
+}
+
+impl Schedule {
+    /// A fixed-rate schedule.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTrigger`] when the interval is not between 1 ms and
+    /// [`MAX_INTERVAL_MILLIS`].
+    pub fn fixed_rate_millis(interval_ms: i64) -> Result<Schedule, Error> {
+        check_interval("fixed-rate interval", interval_ms)?;
+        Ok(Schedule::FixedRate { interval_ms })
+    }
+
+    /// A fixed-delay schedule.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTrigger`] when the delay is not between 1 ms and
+    /// [`MAX_INTERVAL_MILLIS`].
+    pub fn fixed_delay_millis(delay_ms: i64) -> Result<Schedule, Error> {
+        check_interval("fixed-delay delay", delay_ms)?;
+        Ok(Schedule::FixedDelay { delay_ms })
+    }
+
+    /// A cron schedule.
+    pub fn cron(expr: CronExpression, zone: Tz) -> Schedule {
+        Schedule::Cron { expr, zone }
+    }
+}
+
+fn check_interval(what: &str, ms: i64) -> Result<(), Error> {
+    if (1..=MAX_INTERVAL_MILLIS).contains(&ms) {
+        Ok(())
+    } else {
+        Err(Error::InvalidTrigger {
+            reason: format!("{what} must be between 1 ms and 100 years, got {ms} ms"),
+        })
+    }
+}
+
+/// A schedule with its validity window and repeat limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trigger {
+    schedule: Schedule,
+    start: Timestamp,
+    end: Option<Timestamp>,
+    repeat_limit: Option<u64>,
+}
+
+impl Trigger {
+    /// A trigger that may fire from `start` on (for `Once`, exactly at `start`),
+    /// with no end and no limit.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTrigger`] when a fixed-rate or fixed-delay interval is out
+    /// of range (the [`Schedule`] constructors check this too).
+    pub fn new(schedule: Schedule, start: Timestamp) -> Result<Trigger, Error> {
+        match &schedule {
+            Schedule::FixedRate { interval_ms } => check_interval("fixed-rate interval", *interval_ms)?,
+            Schedule::FixedDelay { delay_ms } => check_interval("fixed-delay delay", *delay_ms)?,
+            Schedule::Cron { .. } | Schedule::Once => {}
+        }
+        Ok(Trigger {
+            schedule,
+            start,
+            end: None,
+            repeat_limit: None,
+        })
+    }
+
+    /// The last instant the trigger may fire at (inclusive, as in Quartz).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTrigger`] when `end` is before the start.
+    pub fn with_end(mut self, end: Timestamp) -> Result<Trigger, Error> {
+        if end < self.start {
+            return Err(Error::InvalidTrigger {
+                reason: format!("end {end} is before start {}", self.start),
+            });
+        }
+        self.end = Some(end);
+        Ok(self)
+    }
+
+    /// The most times the trigger fires in all; a trigger that has fired that many
+    /// times is complete.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTrigger`] when `limit` is 0.
+    pub fn with_repeat_limit(mut self, limit: u64) -> Result<Trigger, Error> {
+        if limit == 0 {
+            return Err(Error::InvalidTrigger {
+                reason: "a repeat limit must be at least 1".to_owned(),
+            });
+        }
+        self.repeat_limit = Some(limit);
+        Ok(self)
+    }
+
+    /// How fire times are spaced.
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// The start of the validity window.
+    pub fn start(&self) -> Timestamp {
+        self.start
+    }
+
+    /// The end of the validity window (inclusive), if any.
+    pub fn end(&self) -> Option<Timestamp> {
+        self.end
+    }
+
+    /// The most times the trigger fires, if limited.
+    pub fn repeat_limit(&self) -> Option<u64> {
+        self.repeat_limit
+    }
+
+    /// The first fire time: the start itself, or for cron the first matching time
+    /// at or after it. `None` when there is none inside the window.
+    pub fn first_fire_time(&self) -> Option<Timestamp> {
+        let first = match &self.schedule {
+            Schedule::Cron { expr, zone } => expr.next_after(self.start.checked_add_millis(-1)?, *zone)?,
+            Schedule::FixedRate { .. } | Schedule::FixedDelay { .. } | Schedule::Once => self.start,
+        };
+        self.within_end(first)
+    }
+
+    /// The first scheduled fire time strictly after `after`, ignoring the repeat
+    /// limit (which depends on the fires counted so far). For a fixed-delay trigger
+    /// this is only the start, if after `after`: later fire times follow finishes,
+    /// see [`next_after_finish`](Self::next_after_finish).
+    pub fn fire_time_after(&self, after: Timestamp) -> Option<Timestamp> {
+        if after < self.start {
+            return self.first_fire_time();
+        }
+        let next = match &self.schedule {
+            Schedule::Cron { expr, zone } => expr.next_after(after, *zone)?,
+            Schedule::FixedRate { interval_ms } => {
+                let elapsed = after.as_millis() - self.start.as_millis();
+                let n = elapsed / interval_ms + 1;
+                self.start.checked_add_millis(n.checked_mul(*interval_ms)?)?
+            }
+            Schedule::FixedDelay { .. } | Schedule::Once => return None,
+        };
+        self.within_end(next)
+    }
+
+    /// For a fixed-delay trigger: the next fire time once a run finished at
+    /// `finished_at`. `None` for other schedules, or past the end.
+    pub fn next_after_finish(&self, finished_at: Timestamp) -> Option<Timestamp> {
+        match &self.schedule {
+            Schedule::FixedDelay { delay_ms } => self.within_end(finished_at.checked_add_millis(*delay_ms)?),
+            _ => None,
+        }
+    }
+
+    fn within_end(&self, t: Timestamp) -> Option<Timestamp> {
+        match self.end {
+            Some(end) if t > end => None,
+            _ => Some(t),
+        }
+    }
+
+    /// The fires due before `until`, in order, starting from the row's
+    /// `next_fire_time`, each with the state the row holds before and after it is
+    /// won. Stops at `until`, when the trigger completes (end or repeat limit), and
+    /// after a fixed-delay fire (whose successor waits for its finish).
+    pub fn fires_until<'a>(&'a self, state: &TriggerState, until: Timestamp) -> impl Iterator<Item = Fire> + 'a {
+        let mut current = state.clone();
+        std::iter::from_fn(move || {
+            let NextFire::At(fire_time) = current.next_fire_time_kind() else {
+                return None;
+            };
+            if fire_time >= until {
+                return None;
+            }
+            let times_triggered = current.times_triggered + 1;
+            let next = if self.repeat_limit.is_some_and(|limit| times_triggered >= limit) {
+                NextFire::Done
+            } else if matches!(self.schedule, Schedule::FixedDelay { .. }) {
+                NextFire::AfterFinish
+            } else {
+                self.fire_time_after(fire_time).map_or(NextFire::Done, NextFire::At)
+            };
+            let after = TriggerState {
+                prev_fire_time: Some(fire_time),
+                next_fire_time: match next {
+                    NextFire::At(t) => Some(t),
+                    NextFire::AfterFinish | NextFire::Done => None,
+                },
+                times_triggered,
+                awaiting_finish: next == NextFire::AfterFinish,
+            };
+            let fire = Fire {
+                fire_time,
+                before: current.clone(),
+                after: after.clone(),
+                next,
+            };
+            current = after;
+            Some(fire)
+        })
+    }
+}
+
+/// The part of an execute row the claim's compare-and-set reads and writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerState {
+    /// The last fire time won, if any.
+    pub prev_fire_time: Option<Timestamp>,
+    /// The next fire time, if one is scheduled.
+    pub next_fire_time: Option<Timestamp>,
+    /// How many times the trigger has fired.
+    pub times_triggered: u64,
+    /// A fixed-delay trigger waiting for its running fire to finish.
+    pub awaiting_finish: bool,
+}
+
+impl TriggerState {
+    /// The state of a trigger that has never fired.
+    pub fn initial(trigger: &Trigger) -> TriggerState {
+        TriggerState {
+            prev_fire_time: None,
+            next_fire_time: trigger.first_fire_time(),
+            times_triggered: 0,
+            awaiting_finish: false,
+        }
+    }
+
+    fn next_fire_time_kind(&self) -> NextFire {
+        match (self.next_fire_time, self.awaiting_finish) {
+            (_, true) => NextFire::AfterFinish,
+            (Some(t), false) => NextFire::At(t),
+            (None, false) => NextFire::Done,
+        }
+    }
+}
+
+/// What follows a fire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextFire {
+    /// The next fire time.
+    At(Timestamp),
+    /// A fixed-delay trigger: the next fire time is the finish time plus the delay.
+    AfterFinish,
+    /// The trigger is complete: past its end, at its repeat limit, or with no
+    /// further cron time.
+    Done,
+}
+
+/// One fire of a trigger, with the row's state before and after it is won: the
+/// compare-and-set matches `before` and writes `after`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fire {
+    /// The scheduled fire time.
+    pub fire_time: Timestamp,
+    /// The state the claim expects.
+    pub before: TriggerState,
+    /// The state the claim writes.
+    pub after: TriggerState,
+    /// What follows this fire.
+    pub next: NextFire,
+}

@@ -1,0 +1,172 @@
+//! Triggers: first fire, fire times after an instant, validity windows, repeat
+//! limits, and the expansion of a row's state into the fires of a window.
+
+#![allow(clippy::unwrap_used)]
+
+use quartz_core::cron::{CronExpression, parse_time_zone};
+use quartz_core::trigger::{Fire, MAX_INTERVAL_MILLIS, NextFire, Schedule, Trigger, TriggerState};
+use quartz_core::{Error, Timestamp};
+
+/// 2026-01-01T00:00:00Z.
+const T0: i64 = 1_767_225_600_000;
+
+fn ts(offset_ms: i64) -> Timestamp {
+    Timestamp::from_millis(T0 + offset_ms)
+}
+
+fn times(fires: &[Fire]) -> Vec<i64> {
+    fires.iter().map(|f| f.fire_time.as_millis() - T0).collect()
+}
+
+fn expand(trigger: &Trigger, state: &TriggerState, until_offset: i64) -> Vec<Fire> {
+    trigger.fires_until(state, ts(until_offset)).collect()
+}
+
+#[test]
+fn a_row_firing_every_second_appears_five_times_in_a_five_second_window_each_chained_to_the_last() {
+    let trigger = Trigger::new(Schedule::fixed_rate_millis(1000).unwrap(), ts(0)).unwrap();
+    let fires = expand(&trigger, &TriggerState::initial(&trigger), 5000);
+    assert_eq!(times(&fires), [0, 1000, 2000, 3000, 4000]);
+    for (i, fire) in fires.iter().enumerate() {
+        // The compare-and-set expects the row to hold this fire as its next...
+        assert_eq!(fire.before.next_fire_time, Some(fire.fire_time));
+        // ...and leaves it as prev, with the following fire as next.
+        assert_eq!(fire.after.prev_fire_time, Some(fire.fire_time));
+        assert_eq!(fire.after.next_fire_time, Some(ts(1000 * (i as i64 + 1))));
+        assert_eq!(fire.after.times_triggered, i as u64 + 1);
+        if let Some(following) = fires.get(i + 1) {
+            assert_eq!(
+                following.before, fire.after,
+                "each fire starts where the last left the row"
+            );
+        }
+    }
+    assert_eq!(fires[0].before.prev_fire_time, None);
+}
+
+#[test]
+fn expanding_in_two_windows_gives_the_same_fires_as_one() {
+    let cron = CronExpression::parse("*/3 * * * * ?").unwrap();
+    let trigger = Trigger::new(Schedule::cron(cron, parse_time_zone("Europe/London").unwrap()), ts(500)).unwrap();
+    let whole = expand(&trigger, &TriggerState::initial(&trigger), 30_000);
+    let first = expand(&trigger, &TriggerState::initial(&trigger), 14_000);
+    let second = expand(&trigger, &first.last().unwrap().after, 30_000);
+    assert_eq!([first, second].concat(), whole);
+    assert_eq!(
+        times(&whole),
+        [3000, 6000, 9000, 12000, 15000, 18000, 21000, 24000, 27000]
+    );
+}
+
+#[test]
+fn a_cron_trigger_fires_at_its_start_when_the_start_matches() {
+    let cron = CronExpression::parse("0 * * * * ?").unwrap();
+    let trigger = Trigger::new(Schedule::cron(cron, chrono_tz::UTC), ts(0)).unwrap();
+    assert_eq!(trigger.first_fire_time(), Some(ts(0)));
+    assert_eq!(trigger.fire_time_after(ts(0)), Some(ts(60_000)));
+}
+
+#[test]
+fn the_end_is_inclusive_and_completes_the_trigger() {
+    let trigger = Trigger::new(Schedule::fixed_rate_millis(1000).unwrap(), ts(0))
+        .unwrap()
+        .with_end(ts(3000))
+        .unwrap();
+    let fires = expand(&trigger, &TriggerState::initial(&trigger), 60_000);
+    assert_eq!(times(&fires), [0, 1000, 2000, 3000]);
+    assert_eq!(fires.last().unwrap().next, NextFire::Done);
+    assert_eq!(fires.last().unwrap().after.next_fire_time, None);
+    assert_eq!(trigger.fire_time_after(ts(3000)), None);
+}
+
+#[test]
+fn a_repeat_limit_counts_every_fire() {
+    let trigger = Trigger::new(Schedule::fixed_rate_millis(250).unwrap(), ts(0))
+        .unwrap()
+        .with_repeat_limit(3)
+        .unwrap();
+    let fires = expand(&trigger, &TriggerState::initial(&trigger), 60_000);
+    assert_eq!(times(&fires), [0, 250, 500]);
+    assert_eq!(fires[2].next, NextFire::Done);
+    // A row that has already fired twice has one fire left.
+    let state = TriggerState {
+        prev_fire_time: Some(ts(250)),
+        next_fire_time: Some(ts(500)),
+        times_triggered: 2,
+        awaiting_finish: false,
+    };
+    assert_eq!(times(&expand(&trigger, &state, 60_000)), [500]);
+}
+
+#[test]
+fn fixed_rate_keeps_its_phase_from_the_start() {
+    let trigger = Trigger::new(Schedule::fixed_rate_millis(1000).unwrap(), ts(0)).unwrap();
+    assert_eq!(trigger.fire_time_after(ts(2500)), Some(ts(3000)));
+    assert_eq!(trigger.fire_time_after(ts(3000)), Some(ts(4000)));
+    assert_eq!(trigger.fire_time_after(ts(-5000)), Some(ts(0)));
+}
+
+#[test]
+fn fixed_delay_waits_for_the_finish_of_each_run() {
+    let trigger = Trigger::new(Schedule::fixed_delay_millis(2000).unwrap(), ts(0)).unwrap();
+    let fires = expand(&trigger, &TriggerState::initial(&trigger), 60_000);
+    assert_eq!(times(&fires), [0], "one fire, then the row waits");
+    assert_eq!(fires[0].next, NextFire::AfterFinish);
+    assert!(fires[0].after.awaiting_finish);
+    assert_eq!(expand(&trigger, &fires[0].after, 60_000), []);
+    // The run finished at 700 ms: next fire 2 s later.
+    let next = trigger.next_after_finish(ts(700)).unwrap();
+    assert_eq!(next, ts(2700));
+    let resumed = TriggerState {
+        next_fire_time: Some(next),
+        awaiting_finish: false,
+        ..fires[0].after.clone()
+    };
+    assert_eq!(times(&expand(&trigger, &resumed, 60_000)), [2700]);
+}
+
+#[test]
+fn a_once_trigger_fires_once() {
+    let trigger = Trigger::new(Schedule::Once, ts(1234)).unwrap();
+    let fires = expand(&trigger, &TriggerState::initial(&trigger), 60_000);
+    assert_eq!(times(&fires), [1234]);
+    assert_eq!(fires[0].next, NextFire::Done);
+    assert_eq!(
+        expand(&trigger, &TriggerState::initial(&trigger), 1234),
+        [],
+        "until is exclusive"
+    );
+}
+
+#[test]
+fn a_cron_trigger_whose_years_are_past_has_no_fire() {
+    let cron = CronExpression::parse("0 0 0 1 1 ? 2020").unwrap();
+    let trigger = Trigger::new(Schedule::cron(cron, chrono_tz::UTC), ts(0)).unwrap();
+    assert_eq!(trigger.first_fire_time(), None);
+    assert_eq!(expand(&trigger, &TriggerState::initial(&trigger), i64::MAX / 2), []);
+}
+
+#[test]
+fn contradictory_or_out_of_range_triggers_are_refused() {
+    for ms in [0, -1, MAX_INTERVAL_MILLIS + 1, i64::MIN] {
+        assert!(
+            matches!(Schedule::fixed_rate_millis(ms), Err(Error::InvalidTrigger { .. })),
+            "{ms}"
+        );
+        assert!(
+            matches!(Schedule::fixed_delay_millis(ms), Err(Error::InvalidTrigger { .. })),
+            "{ms}"
+        );
+        assert!(matches!(
+            Trigger::new(Schedule::FixedRate { interval_ms: ms }, ts(0)),
+            Err(Error::InvalidTrigger { .. })
+        ));
+    }
+    let trigger = Trigger::new(Schedule::Once, ts(1000)).unwrap();
+    let err = trigger.clone().with_end(ts(999)).unwrap_err();
+    assert!(err.to_string().contains("before start"), "{err}");
+    assert!(matches!(
+        trigger.with_repeat_limit(0),
+        Err(Error::InvalidTrigger { .. })
+    ));
+}

@@ -52,6 +52,7 @@ mod parse;
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use chrono_tz::Tz;
 
@@ -60,8 +61,15 @@ use crate::time::Timestamp;
 
 /// A parsed Quartz cron expression. Evaluate it in a zone with
 /// [`next_after`](CronExpression::next_after).
+///
+/// Cloning is cheap: clones share the parsed form.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct CronExpression {
+    inner: Arc<Parsed>,
+}
+
+#[derive(PartialEq, Eq, Hash)]
+struct Parsed {
     text: String,
     fields: parse::Fields,
 }
@@ -79,8 +87,10 @@ impl CronExpression {
     pub fn parse(expr: &str) -> Result<CronExpression, Error> {
         let fields = parse::parse(expr)?;
         Ok(CronExpression {
-            text: expr.trim().to_owned(),
-            fields,
+            inner: Arc::new(Parsed {
+                text: expr.trim().to_owned(),
+                fields,
+            }),
         })
     }
 
@@ -110,7 +120,7 @@ impl CronExpression {
 
     /// The expression as given (trimmed); for a Unix expression, its Quartz form.
     pub fn as_str(&self) -> &str {
-        &self.text
+        &self.inner.text
     }
 
     /// The first fire time strictly after `after`, in `zone`; `None` when the
@@ -120,7 +130,7 @@ impl CronExpression {
     /// Fire times fall on whole seconds, and successive calls are strictly
     /// increasing: `next_after(t) > t`.
     pub fn next_after(&self, after: Timestamp, zone: Tz) -> Option<Timestamp> {
-        eval::next_after(&self.fields, &zone, after.as_millis()).map(Timestamp::from_millis)
+        eval::next_after(&self.inner.fields, &zone, after.as_millis()).map(Timestamp::from_millis)
     }
 
     /// The fire times after `after`, in order, until the expression ends.
@@ -144,13 +154,13 @@ impl FromStr for CronExpression {
 
 impl fmt::Display for CronExpression {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
+        f.write_str(&self.inner.text)
     }
 }
 
 impl fmt::Debug for CronExpression {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("CronExpression").field(&self.text).finish()
+        f.debug_tuple("CronExpression").field(&self.inner.text).finish()
     }
 }
 

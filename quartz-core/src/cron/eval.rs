@@ -22,7 +22,7 @@
 use chrono::{DateTime, Datelike, LocalResult, NaiveDate, NaiveDateTime, Offset, TimeZone, Timelike};
 use chrono_tz::Tz;
 
-use super::parse::{Fields, MAX_YEAR, MIN_YEAR};
+use super::parse::{Fields, MAX_YEAR, MIN_YEAR, Set};
 
 /// Calendar fields, 1-based month as Quartz's code uses them after its `+ 1`.
 #[derive(Debug, Clone, Copy)]
@@ -245,21 +245,11 @@ pub(crate) fn next_after(f: &Fields, tz: &Tz, after_ms: i64) -> Option<i64> {
         // Minute.
         min = cl.get(Field::Minute)?;
         let mut hr = cl.get(Field::Hour)?;
-        let mut t = -1;
-        match f.minutes.first_from(min) {
-            Some(m) => {
-                t = min;
-                min = m;
-            }
-            None => {
-                min = f.minutes.first();
-                hr += 1;
-            }
-        }
-        if min != t {
+        let (next_min, wrapped) = next_in(&f.minutes, min);
+        if wrapped || next_min != min {
             cl.set(Field::Second, 0);
-            cl.set(Field::Minute, min);
-            cl.set_hour(hr)?;
+            cl.set(Field::Minute, next_min);
+            cl.set_hour(hr + i64::from(wrapped))?;
             continue;
         }
         cl.set(Field::Minute, min);
@@ -267,22 +257,12 @@ pub(crate) fn next_after(f: &Fields, tz: &Tz, after_ms: i64) -> Option<i64> {
         // Hour.
         hr = cl.get(Field::Hour)?;
         let mut day = cl.get(Field::Day)?;
-        t = -1;
-        match f.hours.first_from(hr) {
-            Some(h) => {
-                t = hr;
-                hr = h;
-            }
-            None => {
-                hr = f.hours.first();
-                day += 1;
-            }
-        }
-        if hr != t {
+        let (next_hr, wrapped) = next_in(&f.hours, hr);
+        if wrapped || next_hr != hr {
             cl.set(Field::Second, 0);
             cl.set(Field::Minute, 0);
-            cl.set(Field::Day, day);
-            cl.set_hour(hr)?;
+            cl.set(Field::Day, day + i64::from(wrapped));
+            cl.set_hour(next_hr)?;
             continue;
         }
         cl.set(Field::Hour, hr);
@@ -290,7 +270,8 @@ pub(crate) fn next_after(f: &Fields, tz: &Tz, after_ms: i64) -> Option<i64> {
         // Day.
         day = cl.get(Field::Day)?;
         let mut mon = cl.get(Field::Month)?;
-        t = -1;
+        // Quartz's sentinels: the day and month found, to compare with the current.
+        let mut t = -1;
         let mut tmon = mon;
         if !f.dom_unspecified {
             let year = cl.get(Field::Year)?;
@@ -400,23 +381,13 @@ pub(crate) fn next_after(f: &Fields, tz: &Tz, after_ms: i64) -> Option<i64> {
         // Month.
         mon = cl.get(Field::Month)?;
         let mut year = cl.get(Field::Year)?;
-        t = -1;
         if year > MAX_YEAR {
             return None;
         }
-        match f.months.first_from(mon) {
-            Some(m) => {
-                t = mon;
-                mon = m;
-            }
-            None => {
-                mon = f.months.first();
-                year += 1;
-            }
-        }
-        if mon != t {
-            cl.start_of_day(1, mon);
-            cl.set(Field::Year, year);
+        let (next_mon, wrapped) = next_in(&f.months, mon);
+        if wrapped || next_mon != mon {
+            cl.start_of_day(1, next_mon);
+            cl.set(Field::Year, year + i64::from(wrapped));
             continue;
         }
         cl.set(Field::Month, mon);
@@ -433,6 +404,16 @@ pub(crate) fn next_after(f: &Fields, tz: &Tz, after_ms: i64) -> Option<i64> {
         return cl.instant().map(|s| s * 1000);
     }
     None
+}
+
+/// Quartz's `tailSet(current)` step: the field's least value at or after
+/// `current`, or its first value with `true` when it wrapped (and the next larger
+/// field must advance).
+fn next_in(set: &Set, current: i64) -> (i64, bool) {
+    match set.first_from(current) {
+        Some(v) => (v, false),
+        None => (set.first(), true),
+    }
 }
 
 /// Days from weekday `from` forward to weekday `to` (both 1-7), 0 if equal.

@@ -102,6 +102,20 @@ fn last_day_forms_in_day_of_month() {
 }
 
 #[test]
+fn a_weekday_fire_due_within_the_second_after_a_millisecond_instant_is_not_skipped() {
+    // Found by the property test: Quartz's own answer here depends on the wall
+    // clock's milliseconds; Jan 31, 2028 is a Monday, so LW is that day.
+    assert_eq!(
+        next("* 0-41 * LW * ?", "2028-01-31T01:59:59.001Z"),
+        "2028-01-31T02:00:00Z"
+    );
+    assert_eq!(
+        next("0 0 2 31W * ?", "2028-01-31T01:59:59.999Z"),
+        "2028-01-31T02:00:00Z"
+    );
+}
+
+#[test]
 fn nearest_weekday_stays_in_its_month() {
     // Aug 15, 2026 is a Saturday (so the Friday), Nov 15 a Sunday (so the Monday).
     assert_eq!(next("0 0 0 15W * ?", "2026-08-01T00:00:00Z"), "2026-08-14T00:00:00Z");

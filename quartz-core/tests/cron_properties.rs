@@ -245,7 +245,7 @@ fn offset_at(tz: Tz, seconds: i64) -> i32 {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn next_after_agrees_with_a_brute_force_matcher(

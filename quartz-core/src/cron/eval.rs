@@ -220,8 +220,15 @@ const MAX_STEPS: u32 = 100_000;
 /// The next fire time strictly after `after_ms`, in epoch milliseconds.
 pub(crate) fn next_after(f: &Fields, tz: &Tz, after_ms: i64) -> Option<i64> {
     // Quartz moves one second ahead and drops the milliseconds.
-    let after_time = after_ms.checked_add(1000)?;
-    let mut cl = Calendar::at(tz, after_time.div_euclid(1000))?;
+    //
+    // In its `W` branches Quartz compares a candidate with the instant before the
+    // milliseconds were dropped, on a temporary calendar that carries the wall
+    // clock's current milliseconds, so within that one second its answer depends on
+    // when it runs (it may skip a whole month). We compare whole seconds, which is
+    // its answer whenever those milliseconds line up; the property test
+    // `next_after_agrees_with_a_brute_force_matcher` found the case.
+    let after_second = after_ms.checked_add(1000)?.div_euclid(1000);
+    let mut cl = Calendar::at(tz, after_second)?;
     let years = |y: i64| f.years.first_from(y - MIN_YEAR).map(|v| v + MIN_YEAR);
 
     for _ in 0..MAX_STEPS {
@@ -294,7 +301,7 @@ pub(crate) fn next_after(f: &Fields, tz: &Tz, after_ms: i64) -> Option<i64> {
                     let ldom = last_day_of_month(mon, year);
                     day = nearest_weekday(day, day_of_week(year, mon, day)?, ldom);
                     let n_time = instant_of(tz, year, mon, day, hr, min, sec)?;
-                    if n_time * 1000 < after_time {
+                    if n_time < after_second {
                         day = 1;
                         mon += 1;
                     }
@@ -305,7 +312,7 @@ pub(crate) fn next_after(f: &Fields, tz: &Tz, after_ms: i64) -> Option<i64> {
                 let ldom = last_day_of_month(mon, year);
                 day = nearest_weekday(day, day_of_week(year, mon, day)?, ldom);
                 let n_time = instant_of(tz, year, mon, day, hr, min, sec)?;
-                if n_time * 1000 < after_time {
+                if n_time < after_second {
                     day = f.days_of_month.first();
                     mon += 1;
                 }

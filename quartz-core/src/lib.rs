@@ -7,7 +7,8 @@
 //!
 //! Today it holds the time arithmetic: [`cron`], Quartz cron expressions evaluated
 //! in IANA time zones, and [`trigger`], the trigger kinds with their validity
-//! windows, repeat limits and the fire expansion the claim needs.
+//! windows, repeat limits and the fire expansion the claim needs, and [`misfire`],
+//! what an overdue trigger does under Quartz's misfire policies.
 //!
 //! ```
 //! use quartz_core::{cron::CronExpression, Timestamp};
@@ -21,6 +22,7 @@
 
 pub mod cron;
 mod error;
+pub mod misfire;
 mod time;
 pub mod trigger;
 

@@ -24,6 +24,7 @@ use chrono_tz::Tz;
 
 use crate::cron::CronExpression;
 use crate::error::Error;
+use crate::misfire::MisfirePolicy;
 use crate::time::Timestamp;
 
 /// The longest interval a fixed-rate or fixed-delay trigger may have: 100 years.
@@ -102,6 +103,7 @@ pub struct Trigger {
     start: Timestamp,
     end: Option<Timestamp>,
     repeat_limit: Option<u64>,
+    misfire_policy: MisfirePolicy,
 }
 
 impl Trigger {
@@ -123,6 +125,7 @@ impl Trigger {
             start,
             end: None,
             repeat_limit: None,
+            misfire_policy: MisfirePolicy::Smart,
         })
     }
 
@@ -157,6 +160,35 @@ impl Trigger {
         Ok(self)
     }
 
+    /// What happens when the trigger is found overdue (default
+    /// [`MisfirePolicy::Smart`]); see [`crate::misfire`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTrigger`] when the policy does not apply to the schedule,
+    /// as Quartz refuses it: the reschedule variants are for fixed-rate and once
+    /// triggers only, do-nothing is for cron and fixed-delay triggers only.
+    pub fn with_misfire_policy(mut self, policy: MisfirePolicy) -> Result<Trigger, Error> {
+        policy.check_applies_to(&self.schedule)?;
+        self.misfire_policy = policy;
+        Ok(self)
+    }
+
+    /// The misfire policy.
+    pub fn misfire_policy(&self) -> MisfirePolicy {
+        self.misfire_policy
+    }
+
+    /// The same trigger started afresh at `start` with a new repeat limit, as a
+    /// reschedule-now misfire policy leaves it.
+    pub(crate) fn restarted(&self, start: Timestamp, repeat_limit: Option<u64>) -> Trigger {
+        Trigger {
+            start,
+            repeat_limit,
+            ..self.clone()
+        }
+    }
+
     /// How fire times are spaced.
     pub fn schedule(&self) -> &Schedule {
         &self.schedule
@@ -187,8 +219,11 @@ impl Trigger {
         self.within_end(first)
     }
 
-    /// The first scheduled fire time strictly after `after`, ignoring the repeat
-    /// limit (which depends on the fires counted so far). For a fixed-delay trigger
+    /// The first scheduled fire time strictly after `after`. The repeat limit is
+    /// counted against fires for most schedules (see [`fires_until`](Self::fires_until));
+    /// a fixed-rate trigger's limit also ends its grid, as Quartz's simple trigger
+    /// does: with a limit of `n` its last fire time is `start + (n - 1) * interval`,
+    /// whatever was missed. For a fixed-delay trigger
     /// this is only the start, if after `after`: later fire times follow finishes,
     /// see [`next_after_finish`](Self::next_after_finish).
     pub fn fire_time_after(&self, after: Timestamp) -> Option<Timestamp> {
@@ -200,6 +235,12 @@ impl Trigger {
             Schedule::FixedRate { interval_ms } => {
                 let elapsed = after.as_millis() - self.start.as_millis();
                 let n = elapsed / interval_ms + 1;
+                if self
+                    .repeat_limit
+                    .is_some_and(|limit| u64::try_from(n).map_or(true, |n| n >= limit))
+                {
+                    return None;
+                }
                 self.start.checked_add_millis(n.checked_mul(*interval_ms)?)?
             }
             Schedule::FixedDelay { .. } | Schedule::Once => return None,

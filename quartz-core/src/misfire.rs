@@ -1,0 +1,565 @@
+//! Misfires: what a trigger does when it is found overdue.
+//!
+//! A trigger has misfired when its `next_fire_time` is at or before
+//! `now - threshold` (database time): the cluster was down, the node paused, the
+//! pool was full. Its [`MisfirePolicy`] then decides, with the semantics of
+//! Quartz's `CronTrigger` and `SimpleTrigger` (fixed-rate and once triggers are
+//! Quartz's simple trigger; fixed-delay triggers have no Quartz equivalent and
+//! take the cron policies):
+//!
+//! | policy | cron | fixed rate / once | fixed delay |
+//! |---|---|---|---|
+//! | [`Smart`](MisfirePolicy::Smart) (default) | fire now | once or a limit of 1: fire now; no limit: reschedule next with remaining count; otherwise reschedule now with existing count | fire now |
+//! | [`FireNow`](MisfirePolicy::FireNow) | fire once now, then the next time after now | once or a limit of 1: fire now; otherwise reschedule now with remaining count | fire now |
+//! | [`IgnoreMisfires`](MisfirePolicy::IgnoreMisfires) | fire every missed time, oldest first, at most [`MisfireSettings::ignore_cap`] of them (the most recent) | same | fire the missed time |
+//! | [`DoNothing`](MisfirePolicy::DoNothing) | skip to the next time after now | refused | skip; next fire one delay after now |
+//! | [`RescheduleNowWithExistingCount`](MisfirePolicy::RescheduleNowWithExistingCount) | refused | restart the schedule now; the fires left stay as they were | refused |
+//! | [`RescheduleNowWithRemainingCount`](MisfirePolicy::RescheduleNowWithRemainingCount) | refused | restart the schedule now; the missed fires count as fired | refused |
+//! | [`RescheduleNextWithExistingCount`](MisfirePolicy::RescheduleNextWithExistingCount) | refused | the next time after now on the original schedule; times triggered unchanged | refused |
+//! | [`RescheduleNextWithRemainingCount`](MisfirePolicy::RescheduleNextWithRemainingCount) | refused | the next time after now on the original schedule; the missed fires count as fired | refused |
+//!
+//! As in Quartz, the reschedule-now policies restart a fixed-rate trigger at `now`
+//! with the fires it has left as its new repeat limit and its count reset to 0
+//! (the decision carries the rescheduled trigger); the end time still holds, and a
+//! trigger whose end has passed completes instead. "Fire now" fires even when the
+//! end has passed, as Quartz does: it stands in for the missed fires.
+//!
+//! Every missed time that will not run is reported in [`MisfireDecision::skipped`]
+//! as a range with a count, so the ledger can record it; the times that will run
+//! are in [`MisfireDecision::runs`].
+//!
+//! ```
+//! use quartz_core::cron::CronExpression;
+//! use quartz_core::misfire::{MisfirePolicy, MisfireSettings};
+//! use quartz_core::trigger::{Schedule, Trigger, TriggerState};
+//! use quartz_core::{Timestamp, Tz};
+//!
+//! let start = Timestamp::from_millis(1_767_225_600_000); // 2026-01-01T00:00:00Z
+//! let every_minute = Trigger::new(Schedule::cron(CronExpression::parse("0 * * * * ?")?, Tz::UTC), start)?;
+//! let overdue = TriggerState::initial(&every_minute); // due at 00:00, never fired
+//! let now = Timestamp::from_millis(1_767_225_600_000 + 10 * 60_000 + 30_000); // 00:10:30
+//!
+//! // The default for cron: fire once now, and record the 11 missed minutes 00:00-00:10.
+//! let decision = every_minute.on_misfire(&overdue, now, &MisfireSettings::default()).expect("overdue");
+//! assert_eq!(decision.applied, MisfirePolicy::FireNow);
+//! assert_eq!(decision.runs, [now]);
+//! assert_eq!(decision.skipped.as_ref().map(|s| s.count), Some(11));
+//! assert_eq!(decision.state.next_fire_time, Some(now));
+//! # Ok::<(), quartz_core::Error>(())
+//! ```
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::Error;
+use crate::time::Timestamp;
+use crate::trigger::{Schedule, Trigger, TriggerState};
+
+/// The default misfire threshold: 5 seconds.
+pub const DEFAULT_THRESHOLD_MILLIS: i64 = 5_000;
+
+/// The default most missed fires the ignore policy runs.
+pub const DEFAULT_IGNORE_CAP: usize = 1_000;
+
+/// Skipped fires are counted one by one (for cron) up to this many; beyond it
+/// the count is a lower bound and [`SkippedFires::count_exact`] is false.
+pub const MAX_COUNTED_SKIPS: u64 = 100_000;
+
+/// What a trigger does when it has misfired. See the [module docs](self) for
+/// the table of what each policy means for each schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum MisfirePolicy {
+    /// Quartz's smart policy: a choice per schedule, see the module docs.
+    #[default]
+    Smart,
+    /// Fire once now (Quartz's `FIRE_ONCE_NOW` for cron, `FIRE_NOW` for simple
+    /// triggers).
+    FireNow,
+    /// Fire every missed time as soon as possible, oldest first (bounded).
+    IgnoreMisfires,
+    /// Skip the missed times; wait for the next one after now. Cron and fixed
+    /// delay.
+    DoNothing,
+    /// Restart the schedule now, keeping the number of fires left. Fixed rate and
+    /// once.
+    RescheduleNowWithExistingCount,
+    /// Restart the schedule now, counting the missed fires as fired. Fixed rate
+    /// and once.
+    RescheduleNowWithRemainingCount,
+    /// The next time after now on the original schedule, keeping the count of
+    /// times triggered. Fixed rate and once.
+    RescheduleNextWithExistingCount,
+    /// The next time after now on the original schedule, counting the missed
+    /// fires as fired. Fixed rate and once.
+    RescheduleNextWithRemainingCount,
+}
+
+impl MisfirePolicy {
+    /// Every policy, in declaration order.
+    pub const ALL: [MisfirePolicy; 8] = [
+        MisfirePolicy::Smart,
+        MisfirePolicy::FireNow,
+        MisfirePolicy::IgnoreMisfires,
+        MisfirePolicy::DoNothing,
+        MisfirePolicy::RescheduleNowWithExistingCount,
+        MisfirePolicy::RescheduleNowWithRemainingCount,
+        MisfirePolicy::RescheduleNextWithExistingCount,
+        MisfirePolicy::RescheduleNextWithRemainingCount,
+    ];
+
+    /// The policy's name as stored in the database and accepted by the CLI:
+    /// `smart`, `fire_now`, `ignore_misfires`, `do_nothing`,
+    /// `reschedule_now_with_existing_count`, `reschedule_now_with_remaining_count`,
+    /// `reschedule_next_with_existing_count`, `reschedule_next_with_remaining_count`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MisfirePolicy::Smart => "smart",
+            MisfirePolicy::FireNow => "fire_now",
+            MisfirePolicy::IgnoreMisfires => "ignore_misfires",
+            MisfirePolicy::DoNothing => "do_nothing",
+            MisfirePolicy::RescheduleNowWithExistingCount => "reschedule_now_with_existing_count",
+            MisfirePolicy::RescheduleNowWithRemainingCount => "reschedule_now_with_remaining_count",
+            MisfirePolicy::RescheduleNextWithExistingCount => "reschedule_next_with_existing_count",
+            MisfirePolicy::RescheduleNextWithRemainingCount => "reschedule_next_with_remaining_count",
+        }
+    }
+
+    /// Whether the policy applies to a schedule, as Quartz validates its misfire
+    /// instructions per trigger type.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTrigger`] naming the policy and the schedule when it does
+    /// not.
+    pub fn check_applies_to(self, schedule: &Schedule) -> Result<(), Error> {
+        let simple = matches!(schedule, Schedule::FixedRate { .. } | Schedule::Once);
+        let applies = match self {
+            MisfirePolicy::Smart | MisfirePolicy::FireNow | MisfirePolicy::IgnoreMisfires => true,
+            MisfirePolicy::DoNothing => !simple,
+            MisfirePolicy::RescheduleNowWithExistingCount
+            | MisfirePolicy::RescheduleNowWithRemainingCount
+            | MisfirePolicy::RescheduleNextWithExistingCount
+            | MisfirePolicy::RescheduleNextWithRemainingCount => simple,
+        };
+        if applies {
+            return Ok(());
+        }
+        let kind = match schedule {
+            Schedule::Cron { .. } => "cron",
+            Schedule::FixedRate { .. } => "fixed-rate",
+            Schedule::FixedDelay { .. } => "fixed-delay",
+            Schedule::Once => "once",
+        };
+        let allowed = if simple {
+            "smart, fire_now, ignore_misfires or one of the reschedule_* policies"
+        } else {
+            "smart, fire_now, ignore_misfires or do_nothing"
+        };
+        Err(Error::InvalidTrigger {
+            reason: format!("misfire policy {self} does not apply to a {kind} trigger (use {allowed})"),
+        })
+    }
+}
+
+impl fmt::Display for MisfirePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for MisfirePolicy {
+    type Err = Error;
+
+    /// Parses a policy name, case-insensitively, with `-` accepted for `_`.
+    fn from_str(s: &str) -> Result<MisfirePolicy, Error> {
+        let name = s.trim().to_ascii_lowercase().replace('-', "_");
+        MisfirePolicy::ALL
+            .into_iter()
+            .find(|p| p.as_str() == name)
+            .ok_or_else(|| Error::InvalidTrigger {
+                reason: format!(
+                    "unknown misfire policy {s:?} (expected one of: {})",
+                    MisfirePolicy::ALL.map(MisfirePolicy::as_str).join(", ")
+                ),
+            })
+    }
+}
+
+/// The cluster-wide settings misfire decisions depend on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MisfireSettings {
+    /// How late (in milliseconds, database time) a fire may be found before it
+    /// counts as misfired. Default [`DEFAULT_THRESHOLD_MILLIS`].
+    pub threshold_ms: i64,
+    /// The most missed fires [`MisfirePolicy::IgnoreMisfires`] runs: beyond it the
+    /// oldest are skipped and the most recent `ignore_cap` run. At least 1;
+    /// default [`DEFAULT_IGNORE_CAP`].
+    pub ignore_cap: usize,
+}
+
+impl Default for MisfireSettings {
+    fn default() -> MisfireSettings {
+        MisfireSettings {
+            threshold_ms: DEFAULT_THRESHOLD_MILLIS,
+            ignore_cap: DEFAULT_IGNORE_CAP,
+        }
+    }
+}
+
+/// A range of scheduled fire times that will not run: every time `t` of the
+/// trigger with `from <= t < until`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedFires {
+    /// The first skipped time (the overdue `next_fire_time`).
+    pub from: Timestamp,
+    /// The first time after the range: the next time that runs or is scheduled,
+    /// or `now + 1 ms` when the trigger completes.
+    pub until: Timestamp,
+    /// How many scheduled times the range holds (at least 1).
+    pub count: u64,
+    /// False when counting stopped at [`MAX_COUNTED_SKIPS`] and `count` is a
+    /// lower bound.
+    pub count_exact: bool,
+}
+
+/// What a misfired trigger does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MisfireDecision {
+    /// The policy applied: the trigger's own, or what [`MisfirePolicy::Smart`]
+    /// and [`MisfirePolicy::FireNow`] resolve to for its schedule. Never `Smart`.
+    pub applied: MisfirePolicy,
+    /// The state the row moves to, by compare-and-set from the overdue state.
+    /// When [`runs`](Self::runs) is not empty its `next_fire_time` is the first of
+    /// them, and the ordinary fire path fires them.
+    pub state: TriggerState,
+    /// The trigger the row holds from now on, when the policy restarted it (the
+    /// reschedule-now policies on a fixed-rate or once trigger): a new start and
+    /// repeat limit.
+    pub rescheduled: Option<Trigger>,
+    /// The missed times that will not run, for the ledger.
+    pub skipped: Option<SkippedFires>,
+    /// The times that will run now, in order (some may be missed times that run
+    /// late, under the ignore policy).
+    pub runs: Vec<Timestamp>,
+}
+
+impl Trigger {
+    /// Whether a trigger in `state` has misfired at database time `now`: its next
+    /// fire time is at or before `now - threshold` (as in Quartz). A fixed-delay
+    /// trigger waiting for a finish has not.
+    pub fn has_misfired(&self, state: &TriggerState, now: Timestamp, threshold_ms: i64) -> bool {
+        !state.awaiting_finish
+            && state
+                .next_fire_time
+                .is_some_and(|next| next.as_millis() <= now.as_millis().saturating_sub(threshold_ms))
+    }
+
+    /// The misfire policy's decision for a trigger in `state` at database time
+    /// `now`, or `None` when it has not misfired. Pure: the caller applies
+    /// [`MisfireDecision::state`] by compare-and-set and records the skipped fires.
+    pub fn on_misfire(
+        &self,
+        state: &TriggerState,
+        now: Timestamp,
+        settings: &MisfireSettings,
+    ) -> Option<MisfireDecision> {
+        if !self.has_misfired(state, now, settings.threshold_ms) {
+            return None;
+        }
+        let overdue = state.next_fire_time?;
+        let limited_to_one = matches!(self.schedule(), Schedule::Once) || self.repeat_limit() == Some(1);
+        let applied = match (self.misfire_policy(), self.schedule()) {
+            (MisfirePolicy::Smart, Schedule::FixedRate { .. } | Schedule::Once) => {
+                if limited_to_one {
+                    MisfirePolicy::FireNow
+                } else if self.repeat_limit().is_none() {
+                    MisfirePolicy::RescheduleNextWithRemainingCount
+                } else {
+                    MisfirePolicy::RescheduleNowWithExistingCount
+                }
+            }
+            (MisfirePolicy::Smart, _) => MisfirePolicy::FireNow,
+            (MisfirePolicy::FireNow, Schedule::FixedRate { .. }) if !limited_to_one => {
+                MisfirePolicy::RescheduleNowWithRemainingCount
+            }
+            (policy, _) => policy,
+        };
+        let decision = Decider {
+            trigger: self,
+            state,
+            overdue,
+            now,
+        };
+        Some(match applied {
+            MisfirePolicy::Smart | MisfirePolicy::FireNow => decision.fire_now(applied),
+            MisfirePolicy::IgnoreMisfires => decision.ignore(settings.ignore_cap.max(1)),
+            MisfirePolicy::DoNothing => decision.do_nothing(),
+            MisfirePolicy::RescheduleNowWithExistingCount => decision.reschedule_now(applied, 0),
+            MisfirePolicy::RescheduleNowWithRemainingCount => {
+                // Quartz: the fire now stands in for one of the missed times.
+                let missed = self.intervals_between(overdue, now);
+                decision.reschedule_now(applied, missed)
+            }
+            MisfirePolicy::RescheduleNextWithExistingCount => decision.reschedule_next(applied, false),
+            MisfirePolicy::RescheduleNextWithRemainingCount => decision.reschedule_next(applied, true),
+        })
+    }
+
+    /// Quartz's `computeNumTimesFiredBetween`: whole intervals from `from` to
+    /// `to`; 0 for schedules without an interval.
+    fn intervals_between(&self, from: Timestamp, to: Timestamp) -> u64 {
+        match self.schedule() {
+            Schedule::FixedRate { interval_ms } => {
+                u64::try_from((to.as_millis() - from.as_millis()) / interval_ms).unwrap_or(0)
+            }
+            _ => 0,
+        }
+    }
+
+    /// The scheduled times from `from` (itself the first) onwards: `from`, then
+    /// each next fire time.
+    fn times_from(&self, from: Timestamp) -> impl Iterator<Item = Timestamp> + '_ {
+        std::iter::successors(Some(from), move |t| self.fire_time_after(*t))
+    }
+
+    /// How many scheduled times lie in `[from, until)`, `from` being one of them;
+    /// and whether the count is exact.
+    fn count_between(&self, from: Timestamp, until: Timestamp) -> (u64, bool) {
+        if until <= from {
+            return (0, true);
+        }
+        if let Schedule::FixedRate { interval_ms } = self.schedule() {
+            // Arithmetic: the grid after `from`, up to its last valid time.
+            let Some(second) = self.fire_time_after(from) else {
+                return (1, true);
+            };
+            let mut last = until.as_millis() - 1;
+            if let Some(end) = self.end() {
+                last = last.min(end.as_millis());
+            }
+            if let Some(limit) = self.repeat_limit() {
+                let grid_end = i64::try_from(limit - 1)
+                    .ok()
+                    .and_then(|n| n.checked_mul(*interval_ms))
+                    .and_then(|span| self.start().as_millis().checked_add(span));
+                if let Some(grid_end) = grid_end {
+                    last = last.min(grid_end);
+                }
+            }
+            let rest = if last >= second.as_millis() {
+                u64::try_from((last - second.as_millis()) / interval_ms + 1).unwrap_or(0)
+            } else {
+                0
+            };
+            return (1 + rest, true);
+        }
+        let mut count = 0;
+        for t in self.times_from(from) {
+            if t >= until {
+                return (count, true);
+            }
+            if count == MAX_COUNTED_SKIPS {
+                return (count, false);
+            }
+            count += 1;
+        }
+        (count, true)
+    }
+
+    /// The latest `n` scheduled times in `[from, now]`, oldest first, and whether
+    /// they are all the times in the range. Searches backwards from `now` by
+    /// bisection so that a long outage of a frequent schedule costs a bounded
+    /// number of steps, never one per missed time.
+    fn latest_times(&self, from: Timestamp, now: Timestamp, n: usize) -> (Vec<Timestamp>, bool) {
+        let ceiling = n.saturating_mul(4).max(n + 1);
+        // The times in [lo, now], keeping the last n, or None past `ceiling` times.
+        let probe = |lo: Timestamp| -> Option<VecDeque<Timestamp>> {
+            let first = if lo <= from {
+                Some(from)
+            } else {
+                self.fire_time_after(lo.checked_add_millis(-1)?)
+            };
+            let mut kept = VecDeque::with_capacity(n + 1);
+            let mut seen = 0;
+            for t in std::iter::successors(first, |t| self.fire_time_after(*t)) {
+                if t > now {
+                    break;
+                }
+                seen += 1;
+                if seen > ceiling {
+                    return None;
+                }
+                if kept.len() == n {
+                    kept.pop_front();
+                }
+                kept.push_back(t);
+            }
+            Some(kept)
+        };
+        if let Some(all) = probe(from) {
+            return (all.into(), true);
+        }
+        // Invariant: [lo, now] holds more than `ceiling` times, [hi, now] fewer than n.
+        let (mut lo, mut hi) = (from.as_millis(), now.as_millis());
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            match probe(Timestamp::from_millis(mid)) {
+                None => lo = mid,
+                Some(kept) if kept.len() < n => hi = mid,
+                Some(kept) => return (kept.into(), false),
+            }
+        }
+        // Adjacent bounds: one millisecond adds at most one time, so this is
+        // reached only for a pathological n; fall back to the latest times found.
+        (
+            probe(Timestamp::from_millis(hi)).map(Vec::from).unwrap_or_default(),
+            false,
+        )
+    }
+
+    fn skipped(&self, from: Timestamp, until: Timestamp) -> Option<SkippedFires> {
+        let (count, count_exact) = self.count_between(from, until);
+        (count > 0).then_some(SkippedFires {
+            from,
+            until,
+            count,
+            count_exact,
+        })
+    }
+}
+
+/// One decision in the making.
+struct Decider<'a> {
+    trigger: &'a Trigger,
+    state: &'a TriggerState,
+    overdue: Timestamp,
+    now: Timestamp,
+}
+
+impl Decider<'_> {
+    fn after_now(&self) -> Timestamp {
+        self.now.checked_add_millis(1).unwrap_or(self.now)
+    }
+
+    fn with_next(&self, next: Option<Timestamp>, times_triggered: u64) -> TriggerState {
+        TriggerState {
+            prev_fire_time: self.state.prev_fire_time,
+            next_fire_time: next,
+            times_triggered,
+            awaiting_finish: false,
+        }
+    }
+
+    /// Fire once now; the missed times before now are skipped.
+    fn fire_now(&self, applied: MisfirePolicy) -> MisfireDecision {
+        MisfireDecision {
+            applied,
+            state: self.with_next(Some(self.now), self.state.times_triggered),
+            rescheduled: None,
+            skipped: self.trigger.skipped(self.overdue, self.now),
+            runs: vec![self.now],
+        }
+    }
+
+    /// Skip to the next time after now (cron), or one delay after now (fixed delay).
+    fn do_nothing(&self) -> MisfireDecision {
+        let next = match self.trigger.schedule() {
+            Schedule::FixedDelay { .. } => self.trigger.next_after_finish(self.now),
+            _ => self.trigger.fire_time_after(self.now),
+        };
+        MisfireDecision {
+            applied: MisfirePolicy::DoNothing,
+            state: self.with_next(next, self.state.times_triggered),
+            rescheduled: None,
+            skipped: self.trigger.skipped(self.overdue, next.unwrap_or(self.after_now())),
+            runs: Vec::new(),
+        }
+    }
+
+    /// Run the missed times, at most `cap` (the most recent), and no more than the
+    /// repeat limit leaves.
+    fn ignore(&self, cap: usize) -> MisfireDecision {
+        let left = self.trigger.repeat_limit().map_or(usize::MAX, |limit| {
+            usize::try_from(limit.saturating_sub(self.state.times_triggered)).unwrap_or(usize::MAX)
+        });
+        let (latest, complete) = self.trigger.latest_times(self.overdue, self.now, cap.saturating_add(1));
+        let (state, skipped, mut runs) = if complete && latest.len() <= cap {
+            (self.state.clone(), None, latest)
+        } else {
+            // The oldest are skipped; the row resumes at the first kept time, with
+            // the last skipped one as its previous fire time.
+            let split = latest.len().saturating_sub(cap);
+            let kept = latest[split..].to_vec();
+            let (Some(&first_kept), Some(&last_skipped)) =
+                (kept.first(), split.checked_sub(1).and_then(|i| latest.get(i)))
+            else {
+                return self.fire_now(MisfirePolicy::FireNow);
+            };
+            let state = TriggerState {
+                prev_fire_time: Some(last_skipped),
+                next_fire_time: Some(first_kept),
+                times_triggered: self.state.times_triggered,
+                awaiting_finish: false,
+            };
+            (state, self.trigger.skipped(self.overdue, first_kept), kept)
+        };
+        runs.truncate(left);
+        MisfireDecision {
+            applied: MisfirePolicy::IgnoreMisfires,
+            state,
+            rescheduled: None,
+            skipped,
+            runs,
+        }
+    }
+
+    /// Restart the schedule at now, with the fires left (less `missed`, but at
+    /// least one) as its new repeat limit and its count reset, as Quartz does. A
+    /// trigger whose end has passed completes instead.
+    fn reschedule_now(&self, applied: MisfirePolicy, missed: u64) -> MisfireDecision {
+        if self.trigger.end().is_some_and(|end| end < self.now) {
+            return MisfireDecision {
+                applied,
+                state: self.with_next(None, self.state.times_triggered),
+                rescheduled: None,
+                skipped: self.trigger.skipped(self.overdue, self.after_now()),
+                runs: Vec::new(),
+            };
+        }
+        let (limit, times_triggered) = match self.trigger.repeat_limit() {
+            Some(limit) if limit > 1 => {
+                let left = limit.saturating_sub(self.state.times_triggered.saturating_add(missed));
+                (Some(left.max(1)), 0)
+            }
+            other => (other, self.state.times_triggered),
+        };
+        MisfireDecision {
+            applied,
+            state: self.with_next(Some(self.now), times_triggered),
+            rescheduled: Some(self.trigger.restarted(self.now, limit)),
+            skipped: self.trigger.skipped(self.overdue, self.now),
+            runs: vec![self.now],
+        }
+    }
+
+    /// The next time after now on the original schedule; with `count_missed`, the
+    /// times skipped count as fired.
+    fn reschedule_next(&self, applied: MisfirePolicy, count_missed: bool) -> MisfireDecision {
+        let next = self.trigger.fire_time_after(self.now);
+        let times_triggered = match next {
+            Some(next) if count_missed => self
+                .state
+                .times_triggered
+                .saturating_add(self.trigger.intervals_between(self.overdue, next)),
+            _ => self.state.times_triggered,
+        };
+        MisfireDecision {
+            applied,
+            state: self.with_next(next, times_triggered),
+            rescheduled: None,
+            skipped: self.trigger.skipped(self.overdue, next.unwrap_or(self.after_now())),
+            runs: Vec::new(),
+        }
+    }
+}

@@ -59,6 +59,13 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A job whose definition is out of range: an empty or oversized name, a
+    /// payload that is not JSON, a zero timeout.
+    #[error("invalid job: {reason}")]
+    InvalidJob {
+        /// What is wrong.
+        reason: String,
+    },
     /// A time zone name that is not in the IANA database.
     #[error("unknown time zone {zone:?} (expected an IANA name such as \"Europe/London\")")]
     UnknownTimeZone {

@@ -8,7 +8,8 @@
 //! Today it holds the time arithmetic: [`cron`], Quartz cron expressions evaluated
 //! in IANA time zones, and [`trigger`], the trigger kinds with their validity
 //! windows, repeat limits and the fire expansion the claim needs, and [`misfire`],
-//! what an overdue trigger does under Quartz's misfire policies.
+//! what an overdue trigger does under Quartz's misfire policies, and [`store`],
+//! the contract every database backend implements.
 //!
 //! ```
 //! use quartz_core::{cron::CronExpression, Timestamp};
@@ -23,6 +24,7 @@
 pub mod cron;
 mod error;
 pub mod misfire;
+pub mod store;
 mod time;
 pub mod trigger;
 

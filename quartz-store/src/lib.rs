@@ -1,5 +1,33 @@
-//! The `Store` implementations of quartz-rs on sqlx: SQLite (the embedded default),
-//! PostgreSQL and MySQL/MariaDB, each claim a single compare-and-set statement.
+//! The [`Store`](quartz_core::store::Store) on real databases: SQLite (the
+//! embedded default), PostgreSQL and MySQL/MariaDB, through sqlx.
 //!
-//! Status: this crate is being built; it exports nothing yet. The schema lives in
-//! `migrations/<backend>/` at the workspace root.
+//! One implementation, [`SqlStore`], serves all three; the backend is chosen by
+//! the URL and the dialect differences (placeholders, the clock expression,
+//! null-safe equality, how an inserted id comes back) are confined to one
+//! module. The schema lives in `migrations/{sqlite,postgres,mysql}` at the root
+//! of the repository, is embedded in the library and applied on connect (or by
+//! [`SqlStore::migrate`]), recorded in its own table
+//! [`MIGRATIONS_TABLE`] so that an application's sqlx migrations in the same
+//! database are left alone.
+//!
+//! Every claim is one compare-and-set `UPDATE` of the execute row plus the
+//! insert of its ledger row, in one transaction; the ledger's unique key on
+//! `(execute_id, fire_time, attempt)` makes a second claim of a fire impossible.
+//!
+//! ```
+//! use quartz_core::store::{JobSpec, Store};
+//! use quartz_store::SqlStore;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let store = SqlStore::connect("sqlite::memory:").await?;
+//! let job = store.create_job("default", &JobSpec::new("nightly-report", "shell"), &[]).await?;
+//! assert_eq!(store.list_jobs("default").await?, vec![job]);
+//! # Ok::<(), quartz_core::store::StoreError>(())
+//! # }).unwrap();
+//! ```
+
+mod connect;
+mod sql_store;
+
+pub use connect::{Backend, MIGRATIONS_TABLE, StoreOptions};
+pub use sql_store::SqlStore;

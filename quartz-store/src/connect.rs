@@ -1,0 +1,268 @@
+//! Connecting, the SQL dialects, and migrations.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use quartz_core::store::StoreError;
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::{AnyPool, AssertSqlSafe, Executor, SqlSafeStr, SqlStr};
+
+/// The table that records which schema migrations are applied; our own, so
+/// that an application's own sqlx migrations in the same database are never
+/// confused with ours.
+pub const MIGRATIONS_TABLE: &str = "quartz_schema_migrations";
+
+/// The database a store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// SQLite, embedded: a file (WAL mode) or memory.
+    Sqlite,
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL or MariaDB.
+    MySql,
+}
+
+impl Backend {
+    /// The backend a database URL names: `sqlite:`, `postgres://` (or
+    /// `postgresql://`), `mysql://` (or `mariadb://`).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InvalidUrl`] for any other scheme.
+    pub fn of_url(url: &str) -> Result<Backend, StoreError> {
+        let scheme = url.split(':').next().unwrap_or_default().to_ascii_lowercase();
+        match scheme.as_str() {
+            "sqlite" => Ok(Backend::Sqlite),
+            "postgres" | "postgresql" => Ok(Backend::Postgres),
+            "mysql" | "mariadb" => Ok(Backend::MySql),
+            _ => Err(StoreError::InvalidUrl {
+                url: redact(url),
+                reason: "expected a URL starting sqlite:, postgres://, postgresql://, mysql:// or mariadb://"
+                    .to_owned(),
+            }),
+        }
+    }
+
+    /// The expression for the database clock, in epoch milliseconds.
+    pub(crate) fn now_sql(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)",
+            Backend::Postgres => "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)",
+            Backend::MySql => "CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)",
+        }
+    }
+
+    /// The null-safe equality operator.
+    fn null_safe_eq(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "IS",
+            Backend::Postgres => "IS NOT DISTINCT FROM",
+            Backend::MySql => "<=>",
+        }
+    }
+
+    /// The migrations of this backend, embedded in the library.
+    fn migrations(self) -> Vec<Migration> {
+        let schema = match self {
+            Backend::Sqlite => include_str!("../../migrations/sqlite/0001_schema.sql"),
+            Backend::Postgres => include_str!("../../migrations/postgres/0001_schema.sql"),
+            Backend::MySql => include_str!("../../migrations/mysql/0001_schema.sql"),
+        };
+        vec![Migration::new(
+            1,
+            Cow::Borrowed("schema"),
+            MigrationType::Simple,
+            AssertSqlSafe(schema).into_sql_str(),
+            false,
+        )]
+    }
+}
+
+/// Hides a password in a URL before it is shown in an error.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!("{}{}:***{}", &url[..scheme_end + 3], &userinfo[..colon], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// How a store connects.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Most connections in the pool (default 10; an in-memory SQLite database
+    /// always uses 1).
+    pub max_connections: u32,
+    /// How long to wait for a connection before failing (default 10 s).
+    pub acquire_timeout: Duration,
+    /// Create or upgrade the schema on connect (default true).
+    pub migrate: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> StoreOptions {
+        StoreOptions {
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(10),
+            migrate: true,
+        }
+    }
+}
+
+/// The connection pool with its dialect and prepared SQL texts.
+#[derive(Debug, Clone)]
+pub(crate) struct Db {
+    pub(crate) pool: AnyPool,
+    pub(crate) backend: Backend,
+    sql: Arc<Mutex<HashMap<&'static str, SqlStr>>>,
+}
+
+impl Db {
+    pub(crate) async fn connect(url: &str, options: &StoreOptions) -> Result<Db, StoreError> {
+        install_default_drivers();
+        let backend = Backend::of_url(url)?;
+        let mut url = url.to_owned();
+        if let Some(rest) = url.strip_prefix("mariadb:") {
+            url = format!("mysql:{rest}");
+        }
+        let memory = backend == Backend::Sqlite && (url.contains(":memory:") || url.contains("mode=memory"));
+        if backend == Backend::Sqlite && !memory && !url.contains("mode=") {
+            // Create the file when it does not exist.
+            url.push(if url.contains('?') { '&' } else { '?' });
+            url.push_str("mode=rwc");
+        }
+        let mut pool = AnyPoolOptions::new()
+            .max_connections(if memory { 1 } else { options.max_connections.max(1) })
+            .acquire_timeout(options.acquire_timeout);
+        if memory {
+            // The database lives as long as its one connection.
+            pool = pool.min_connections(1).idle_timeout(None).max_lifetime(None);
+        }
+        let pool = pool
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    let setup: &[&'static str] = match backend {
+                        Backend::Sqlite if memory => &["PRAGMA foreign_keys = ON", "PRAGMA busy_timeout = 10000"],
+                        Backend::Sqlite => &[
+                            "PRAGMA journal_mode = WAL",
+                            "PRAGMA synchronous = NORMAL",
+                            "PRAGMA foreign_keys = ON",
+                            "PRAGMA busy_timeout = 10000",
+                        ],
+                        // Epoch conversions must not depend on the server's zone.
+                        Backend::MySql => &["SET time_zone = '+00:00'"],
+                        Backend::Postgres => &[],
+                    };
+                    for statement in setup {
+                        conn.execute(*statement).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await
+            .map_err(|e| StoreError::Unavailable {
+                reason: format!("cannot connect to {}: {e}", redact(&url)),
+            })?;
+        let db = Db {
+            pool,
+            backend,
+            sql: Arc::default(),
+        };
+        if options.migrate {
+            db.migrate().await?;
+        }
+        Ok(db)
+    }
+
+    /// Applies the schema migrations. Safe when several nodes start at once: on
+    /// PostgreSQL and MySQL the migrator holds a database lock; on SQLite a node
+    /// that loses the race finds the work done when it tries again.
+    pub(crate) async fn migrate(&self) -> Result<(), StoreError> {
+        let mut migrator = Migrator::with_migrations(self.backend.migrations());
+        migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+        let mut last = None;
+        for attempt in 0..5u64 {
+            match migrator.run(&self.pool).await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::debug!(attempt, error = %e, "migration attempt failed; retrying");
+                    last = Some(e);
+                    tokio::time::sleep(Duration::from_millis(50 * (attempt + 1))).await;
+                }
+            }
+        }
+        Err(StoreError::Migration {
+            reason: last.map(|e| e.to_string()).unwrap_or_default(),
+        })
+    }
+
+    /// The SQL text of a query written with `?` placeholders and two tokens:
+    /// `{now}` (the database clock in epoch ms) and `{is}` (null-safe equality),
+    /// rendered for this backend once and cached.
+    pub(crate) fn sql(&self, template: &'static str) -> SqlStr {
+        let mut cache = self.sql.lock();
+        cache
+            .entry(template)
+            .or_insert_with(|| AssertSqlSafe(Arc::<str>::from(render(self.backend, template))).into_sql_str())
+            .clone()
+    }
+}
+
+fn render(backend: Backend, template: &str) -> String {
+    let text = template
+        .replace("{now}", backend.now_sql())
+        .replace("{is}", backend.null_safe_eq());
+    if backend != Backend::Postgres {
+        return text;
+    }
+    // PostgreSQL numbers its placeholders. The templates hold no `?` inside
+    // string literals.
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut n = 0;
+    for c in text.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn placeholders_are_numbered_for_postgres_only() {
+        let t = "UPDATE t SET a = ? WHERE b {is} ? AND c < {now}";
+        assert_eq!(
+            render(Backend::MySql, t),
+            format!("UPDATE t SET a = ? WHERE b <=> ? AND c < {}", Backend::MySql.now_sql())
+        );
+        assert!(render(Backend::Postgres, t).starts_with("UPDATE t SET a = $1 WHERE b IS NOT DISTINCT FROM $2"));
+    }
+
+    #[test]
+    fn urls_name_their_backend_and_passwords_are_hidden() {
+        assert_eq!(Backend::of_url("sqlite::memory:").unwrap(), Backend::Sqlite);
+        assert_eq!(Backend::of_url("postgresql://u@h/db").unwrap(), Backend::Postgres);
+        assert_eq!(Backend::of_url("mariadb://root@h/db").unwrap(), Backend::MySql);
+        let err = Backend::of_url("redis://user:secret@host/0").unwrap_err().to_string();
+        assert!(err.contains("user:***@host") && !err.contains("secret"), "{err}");
+    }
+}

@@ -1,0 +1,204 @@
+//! Test databases: a fresh database per test on each backend, dropped after.
+//!
+//! PostgreSQL and MariaDB come from `QUARTZ_PG_URL` and `QUARTZ_MYSQL_URL`
+//! (defaults: the local servers, `postgres://postgres@127.0.0.1:5432/test` and
+//! `mysql://root@127.0.0.1:3306/test`). When a server cannot be reached the test
+//! says so loudly on stderr and skips that backend; with `CI=true` it fails.
+
+#![allow(clippy::unwrap_used, dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use quartz_store::{SqlStore, StoreOptions};
+use sqlx::any::install_default_drivers;
+use sqlx::{AnyConnection, AssertSqlSafe, Connection, Executor};
+
+/// A backend the suite runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    SqliteMemory,
+    SqliteFile,
+    Postgres,
+    MySql,
+}
+
+pub fn pg_url() -> String {
+    std::env::var("QUARTZ_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+pub fn mysql_url() -> String {
+    std::env::var("QUARTZ_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+}
+
+/// A database of its own for one test.
+pub struct TestDb {
+    pub kind: Kind,
+    pub url: String,
+    admin_url: Option<String>,
+    name: String,
+    _dir: Option<TempDir>,
+}
+
+/// A directory removed when dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "{prefix}_{}_{}_{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..].find('/').map_or(base.len(), |i| scheme_end + i);
+    let mut out = format!("{}/{database}", &base[..path_start]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+impl TestDb {
+    /// A fresh database, or `None` (after a loud message) when the server is
+    /// down outside CI.
+    pub async fn new(kind: Kind) -> Option<TestDb> {
+        install_default_drivers();
+        let name = unique("quartz_test");
+        match kind {
+            Kind::SqliteMemory => Some(TestDb {
+                kind,
+                url: "sqlite::memory:".to_owned(),
+                admin_url: None,
+                name,
+                _dir: None,
+            }),
+            Kind::SqliteFile => {
+                let dir = std::env::temp_dir().join(&name);
+                std::fs::create_dir_all(&dir).unwrap();
+                let url = format!("sqlite://{}", dir.join("quartz.db").display());
+                Some(TestDb {
+                    kind,
+                    url,
+                    admin_url: None,
+                    name,
+                    _dir: Some(TempDir(dir)),
+                })
+            }
+            Kind::Postgres | Kind::MySql => {
+                let (admin_url, env) = if kind == Kind::Postgres {
+                    (pg_url(), "QUARTZ_PG_URL")
+                } else {
+                    (mysql_url(), "QUARTZ_MYSQL_URL")
+                };
+                let mut admin = match AnyConnection::connect(&admin_url).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let message = format!(
+                            "\n\n*** {kind:?} IS UNREACHABLE at {admin_url} ({e}).\n*** Set {env} or start the server; \
+                             the {kind:?} tests are SKIPPED.\n"
+                        );
+                        if std::env::var("CI").is_ok_and(|v| v == "true") {
+                            panic!("{message}*** CI=true: failing instead of skipping.");
+                        }
+                        // Straight to the terminal: test output capture would
+                        // hide a message printed with eprintln!.
+                        use std::io::Write as _;
+                        let _ = writeln!(std::io::stderr(), "{message}");
+                        return None;
+                    }
+                };
+                admin
+                    .execute(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    .await
+                    .unwrap();
+                admin.close().await.unwrap();
+                Some(TestDb {
+                    kind,
+                    url: with_database(&admin_url, &name),
+                    admin_url: Some(admin_url),
+                    name,
+                    _dir: None,
+                })
+            }
+        }
+    }
+
+    /// A store on the test database (a new pool).
+    pub async fn store(&self) -> SqlStore {
+        SqlStore::connect(&self.url).await.unwrap()
+    }
+
+    /// A store with options.
+    pub async fn store_with(&self, options: &StoreOptions) -> SqlStore {
+        SqlStore::connect_with(&self.url, options).await.unwrap()
+    }
+
+    /// Runs plain SQL on the test database (as an operator would by hand).
+    pub async fn sql(&self, store: &SqlStore, text: &str) {
+        store.pool().execute(AssertSqlSafe(text.to_owned())).await.unwrap();
+    }
+
+    /// Drops the database.
+    pub async fn drop_db(self) {
+        if let Some(admin_url) = &self.admin_url {
+            let mut admin = AnyConnection::connect(admin_url).await.unwrap();
+            let sql = if self.kind == Kind::Postgres {
+                format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)
+            } else {
+                format!("DROP DATABASE IF EXISTS {}", self.name)
+            };
+            admin.execute(AssertSqlSafe(sql)).await.unwrap();
+            admin.close().await.unwrap();
+        }
+    }
+}
+
+/// Defines one test per backend: `backend_tests!(name => body_fn)` where
+/// `body_fn(db: &TestDb) -> impl Future`.
+#[macro_export]
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite_memory { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::SqliteMemory, |db| Box::pin(super::$name(db))).await } )* }
+        mod sqlite_file { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::SqliteFile, |db| Box::pin(super::$name(db))).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::Postgres, |db| Box::pin(super::$name(db))).await } )* }
+        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::MySql, |db| Box::pin(super::$name(db))).await } )* }
+    };
+}
+
+/// Runs a test body on a fresh database of `kind`, then drops the database,
+/// whether the body passed or panicked.
+pub async fn run(
+    kind: Kind,
+    body: for<'a> fn(&'a TestDb) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>,
+) {
+    let Some(db) = TestDb::new(kind).await else {
+        return;
+    };
+    let db = std::sync::Arc::new(db);
+    let inner = std::sync::Arc::clone(&db);
+    let outcome = tokio::spawn(async move { body(&inner).await }).await;
+    if let Ok(db) = std::sync::Arc::try_unwrap(db) {
+        db.drop_db().await;
+    }
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}

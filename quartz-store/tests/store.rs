@@ -1,0 +1,732 @@
+//! The store suite: every test runs on SQLite (memory and file), PostgreSQL and
+//! MariaDB, each on a database of its own.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use common::{Kind, TestDb};
+use quartz_core::cron::CronExpression;
+use quartz_core::misfire::MisfireSettings;
+use quartz_core::store::{
+    Claim, ExecuteCas, ExecuteSpec, ExecuteState, FireQuery, FireState, JobSpec, NodeRef, NodeRegistration, NodeState,
+    Outcome, SkippedRecord, Store, StoreError,
+};
+use quartz_core::trigger::{Fire, Schedule, Trigger};
+use quartz_core::{Error, Timestamp, Tz};
+use quartz_store::{SqlStore, StoreOptions};
+
+const S: &str = "suite";
+
+backend_tests!(
+    migrations_run_twice_and_concurrently,
+    the_clock_is_the_databases,
+    jobs_are_created_read_updated_paused_and_deleted,
+    bad_input_is_refused_and_nothing_is_stored,
+    due_executes_come_in_time_order_and_bad_rows_are_set_aside,
+    concurrent_claimers_win_each_fire_exactly_once,
+    a_retired_incarnation_is_fenced,
+    a_dead_nodes_fires_are_recovered_by_exactly_one_node,
+    misfire_decisions_are_compare_and_set_and_recorded,
+    history_filters_and_pages,
+);
+
+fn every_second(start: Timestamp) -> ExecuteSpec {
+    ExecuteSpec::new(Trigger::new(Schedule::fixed_rate_millis(1000).unwrap(), start).unwrap())
+}
+
+async fn register(store: &SqlStore, node_id: &str) -> NodeRef {
+    let node = store
+        .register_node(&NodeRegistration {
+            scheduler: S.to_owned(),
+            node_id: node_id.to_owned(),
+            host: "test-host".to_owned(),
+            pid: std::process::id(),
+            weight: 1,
+        })
+        .await
+        .unwrap();
+    NodeRef {
+        node_id: node.node_id,
+        incarnation: node.incarnation,
+    }
+}
+
+fn claim_of(execute_id: i64, fire: &Fire, node: &NodeRef) -> Claim {
+    Claim {
+        cas: ExecuteCas {
+            execute_id,
+            expect_state: ExecuteState::Waiting,
+            expect: fire.before.clone(),
+            expect_owner: None,
+            set_state: ExecuteState::Waiting,
+            set: fire.after.clone(),
+            set_owner: Some(node.clone()),
+            set_trigger: None,
+        },
+        fire_time: fire.fire_time,
+        attempt: 1,
+        node: node.clone(),
+    }
+}
+
+/// A job firing every second from `start`, and its execute's id and trigger.
+async fn ticking_job(store: &SqlStore, name: &str, start: Timestamp) -> (i64, Trigger) {
+    store
+        .create_job(S, &JobSpec::new(name, "noop"), &[every_second(start)])
+        .await
+        .unwrap();
+    let executes = store.get_job(S, name).await.unwrap().unwrap().executes;
+    (executes[0].id, executes[0].trigger.clone())
+}
+
+async fn count_fires(store: &SqlStore) -> i64 {
+    use sqlx::Row;
+    sqlx::query("SELECT COUNT(*) FROM quartz_fire")
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+        .try_get::<i64, _>(0)
+        .unwrap()
+}
+
+async fn migrations_run_twice_and_concurrently(db: &TestDb) {
+    if db.kind == Kind::SqliteMemory {
+        // One connection, one database: nothing runs concurrently.
+        let store = db.store().await;
+        store.migrate().await.unwrap();
+        store.migrate().await.unwrap();
+        return;
+    }
+    let mut starts = Vec::new();
+    for _ in 0..4 {
+        let url = db.url.clone();
+        starts.push(tokio::spawn(async move { SqlStore::connect(&url).await }));
+    }
+    let mut stores = Vec::new();
+    for start in starts {
+        stores.push(start.await.unwrap().expect("every node starts, whoever migrates first"));
+    }
+    stores[0].migrate().await.unwrap();
+    stores[1].migrate().await.unwrap();
+    // The schema works after all that.
+    stores[2]
+        .create_job(S, &JobSpec::new("after-migrations", "noop"), &[])
+        .await
+        .unwrap();
+    assert_eq!(stores[3].list_jobs(S).await.unwrap().len(), 1);
+    let no_migrate = db
+        .store_with(&StoreOptions {
+            migrate: false,
+            ..StoreOptions::default()
+        })
+        .await;
+    assert_eq!(no_migrate.list_jobs(S).await.unwrap().len(), 1);
+}
+
+async fn the_clock_is_the_databases(db: &TestDb) {
+    let store = db.store().await;
+    let a = store.now().await.unwrap();
+    let b = store.now().await.unwrap();
+    assert!(b >= a, "{a} then {b}");
+    // The servers run on this machine: their clock agrees with ours.
+    let ours = Timestamp::from_millis(
+        i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap(),
+    );
+    assert!(
+        (ours.as_millis() - b.as_millis()).abs() < 60_000,
+        "db {b}, local {ours}"
+    );
+}
+
+async fn jobs_are_created_read_updated_paused_and_deleted(db: &TestDb) {
+    let store = db.store().await;
+    let now = store.now().await.unwrap();
+    let cron = Trigger::new(
+        Schedule::cron(
+            CronExpression::parse("0 0 12 ? * MON-FRI").unwrap(),
+            "Europe/London".parse::<Tz>().unwrap(),
+        ),
+        now,
+    )
+    .unwrap();
+    let mut spec = JobSpec::new("report", "shell");
+    spec.payload = r#"{"command": "echo", "args": ["hi"]}"#.to_owned();
+    spec.description = "the daily report".to_owned();
+    spec.requests_recovery = true;
+    spec.allow_concurrent = false;
+    spec.timeout_ms = Some(30_000);
+    let job = store
+        .create_job(S, &spec, &[ExecuteSpec::new(cron.clone()), every_second(now)])
+        .await
+        .unwrap();
+    assert_eq!(job.spec, spec);
+    let detail = store.get_job(S, "report").await.unwrap().unwrap();
+    let (read, executes) = (detail.job, detail.executes);
+    assert_eq!(read, job);
+    assert_eq!(executes.len(), 2);
+    assert_eq!(executes[0].trigger, cron, "the trigger survives the round trip");
+    assert_eq!(executes[0].fire_state.next_fire_time, cron.first_fire_time());
+    assert_eq!(executes[1].fire_state.next_fire_time, Some(now));
+    assert!(executes.iter().all(|e| e.state == ExecuteState::Waiting));
+    assert!(store.get_job(S, "nope").await.unwrap().is_none());
+    assert!(store.get_job("other-scheduler", "report").await.unwrap().is_none());
+
+    let paused = store.set_paused(S, "report", true).await.unwrap();
+    assert_eq!(paused.state, quartz_core::store::JobState::Paused);
+    let far = now.checked_add_millis(86_400_000 * 7).unwrap();
+    assert!(
+        store.due_executes(S, far, 100).await.unwrap().executes.is_empty(),
+        "paused: not due"
+    );
+    store.set_paused(S, "report", false).await.unwrap();
+    assert_eq!(store.due_executes(S, far, 100).await.unwrap().executes.len(), 2);
+
+    let mut renamed = spec.clone();
+    renamed.name = "report-v2".to_owned();
+    let updated = store
+        .update_job(S, "report", &renamed, Some(&[every_second(now)]))
+        .await
+        .unwrap();
+    assert_eq!((updated.id, updated.spec.name.as_str()), (job.id, "report-v2"));
+    assert_eq!(store.get_job(S, "report-v2").await.unwrap().unwrap().executes.len(), 1);
+
+    store.delete_job(S, "report-v2").await.unwrap();
+    assert!(store.list_jobs(S).await.unwrap().is_empty());
+    assert!(store.due_executes(S, far, 100).await.unwrap().executes.is_empty());
+    assert!(matches!(
+        store.delete_job(S, "report-v2").await,
+        Err(StoreError::UnknownJob { .. })
+    ));
+}
+
+async fn bad_input_is_refused_and_nothing_is_stored(db: &TestDb) {
+    let store = db.store().await;
+    let now = store.now().await.unwrap();
+    store
+        .create_job(S, &JobSpec::new("kept", "noop"), &[every_second(now)])
+        .await
+        .unwrap();
+
+    let err = store
+        .create_job(S, &JobSpec::new("kept", "other"), &[every_second(now)])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::DuplicateJob { name, .. } if name == "kept"),
+        "{err}"
+    );
+
+    let mut bad_payload = JobSpec::new("bad-payload", "noop");
+    bad_payload.payload = "{not json".to_owned();
+    let err = store.create_job(S, &bad_payload, &[]).await.unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(Error::InvalidJob { .. })), "{err}");
+
+    let mut huge = JobSpec::new("huge", "noop");
+    huge.payload = format!("\"{}\"", "x".repeat(2 << 20));
+    assert!(matches!(
+        store.create_job(S, &huge, &[]).await,
+        Err(StoreError::Invalid(_))
+    ));
+
+    for name in ["", " padded", "new\nline", &"n".repeat(201)] {
+        let err = store.create_job(S, &JobSpec::new(name, "noop"), &[]).await.unwrap_err();
+        assert!(
+            matches!(err, StoreError::Invalid(Error::InvalidJob { .. })),
+            "{name:?}: {err}"
+        );
+    }
+    let mut orphan = JobSpec::new("orphan", "noop");
+    orphan.parent = Some("no-such-parent".to_owned());
+    assert!(matches!(
+        store.create_job(S, &orphan, &[]).await,
+        Err(StoreError::UnknownJob { .. })
+    ));
+
+    // Odd but valid characters are kept exactly.
+    let odd = JobSpec::new("ünï-😀 'quoted' \"dq\" ; DROP TABLE quartz_job; --", "noop");
+    store.create_job(S, &odd, &[]).await.unwrap();
+    assert!(store.get_job(S, &odd.name).await.unwrap().is_some());
+
+    let names: Vec<String> = store
+        .list_jobs(S)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.spec.name)
+        .collect();
+    assert_eq!(names.len(), 2, "only the valid jobs were stored: {names:?}");
+    let kept = store.get_job(S, "kept").await.unwrap().unwrap();
+    assert_eq!(
+        (kept.job.spec.handler.as_str(), kept.executes.len()),
+        ("noop", 1),
+        "the first job is untouched"
+    );
+}
+
+async fn due_executes_come_in_time_order_and_bad_rows_are_set_aside(db: &TestDb) {
+    let store = db.store().await;
+    let now = store.now().await.unwrap();
+    for (i, name) in ["c", "a", "b"].iter().enumerate() {
+        let start = now.checked_add_millis(100 * (3 - i as i64)).unwrap();
+        store
+            .create_job(S, &JobSpec::new(*name, "noop"), &[every_second(start)])
+            .await
+            .unwrap();
+    }
+    let later = store
+        .create_job(
+            S,
+            &JobSpec::new("later", "noop"),
+            &[every_second(now.checked_add_millis(60_000).unwrap())],
+        )
+        .await
+        .unwrap();
+    let job_id = later.id;
+    // Rows written by hand: one corrupt, one with no next fire time yet.
+    db.sql(
+        &store,
+        &format!(
+            "INSERT INTO quartz_execute (job_id, scheduler, kind, cron_expression, time_zone, start_time, state, \
+             next_fire_time, updated_at) VALUES ({job_id}, '{S}', 'cron', '* * * * * *', 'UTC', 0, 'waiting', 1, 0)"
+        ),
+    )
+    .await;
+    db.sql(
+        &store,
+        &format!(
+            "INSERT INTO quartz_execute (job_id, scheduler, kind, interval_ms, start_time, state, updated_at) \
+             VALUES ({job_id}, '{S}', 'fixed_rate', 5000, 0, 'waiting', 0)"
+        ),
+    )
+    .await;
+    let window = now.checked_add_millis(5_000).unwrap();
+    let batch = store.due_executes(S, window, 100).await.unwrap();
+    assert_eq!(batch.rejected.len(), 1, "{batch:?}");
+    assert!(
+        batch.rejected[0].reason.contains("day-of-month"),
+        "{}",
+        batch.rejected[0].reason
+    );
+    let times: Vec<Option<i64>> = batch
+        .executes
+        .iter()
+        .map(|e| e.fire_state.next_fire_time.map(|t| t.as_millis() - now.as_millis()))
+        .collect();
+    assert_eq!(
+        times,
+        [Some(100), Some(200), Some(300), None],
+        "in time order, then the uninitialised row"
+    );
+
+    // The corrupt row is not served again; the others still are.
+    let again = store.due_executes(S, window, 100).await.unwrap();
+    assert!(again.rejected.is_empty());
+    assert_eq!(again.executes.len(), 4);
+    let later = store.get_job(S, "later").await.unwrap().unwrap();
+    assert_eq!(later.executes.len(), 2, "the valid rows");
+    assert_eq!(later.broken.len(), 1, "the corrupt row, apart, with its reason");
+    assert!(later.broken[0].reason.contains("day-of-month"));
+
+    let limited = store.due_executes(S, window, 2).await.unwrap();
+    assert_eq!(limited.executes.len(), 2, "bounded batches");
+}
+
+async fn concurrent_claimers_win_each_fire_exactly_once(db: &TestDb) {
+    const FIRES: usize = 40;
+    const CLAIMERS: usize = 6;
+    let setup = db.store().await;
+    let start = setup.now().await.unwrap();
+    let (execute_id, trigger) = ticking_job(&setup, "tick", start).await;
+    let initial = quartz_core::trigger::TriggerState::initial(&trigger);
+    let fires: Arc<Vec<Fire>> = Arc::new(
+        trigger
+            .fires_until(&initial, start.checked_add_millis(1000 * FIRES as i64).unwrap())
+            .collect(),
+    );
+    assert_eq!(fires.len(), FIRES);
+    let mut tasks = Vec::new();
+    for c in 0..CLAIMERS {
+        // Separate pools (connections) for all but the in-memory database.
+        let store = if db.kind == Kind::SqliteMemory {
+            setup.clone()
+        } else {
+            db.store().await
+        };
+        let node = register(&store, &format!("claimer-{c}")).await;
+        let fires = Arc::clone(&fires);
+        tasks.push(tokio::spawn(async move {
+            let mut won = Vec::new();
+            if c % 2 == 0 {
+                for fire in fires.iter() {
+                    if let Some(id) = store.claim(&claim_of(execute_id, fire, &node)).await.unwrap() {
+                        won.push((fire.fire_time, id));
+                    }
+                }
+            } else {
+                // Batched: four fires per transaction.
+                for chunk in fires.chunks(4) {
+                    let claims: Vec<Claim> = chunk.iter().map(|f| claim_of(execute_id, f, &node)).collect();
+                    let results = store.claim_batch(&claims).await.unwrap();
+                    for (fire, id) in chunk.iter().zip(results) {
+                        if let Some(id) = id {
+                            won.push((fire.fire_time, id));
+                        }
+                    }
+                }
+            }
+            won
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    let times: HashSet<Timestamp> = all.iter().map(|(t, _)| *t).collect();
+    assert_eq!(all.len(), FIRES, "each fire won exactly once: {} wins", all.len());
+    assert_eq!(times.len(), FIRES);
+    assert_eq!(count_fires(&setup).await, FIRES as i64, "one ledger row per fire");
+    let executes = setup.get_job(S, "tick").await.unwrap().unwrap().executes;
+    assert_eq!(
+        executes[0].fire_state,
+        fires.last().unwrap().after,
+        "the row ends where the last fire left it"
+    );
+
+    // A stale claim (a fire already won) loses, and the unique key holds even
+    // against a row moved back by hand.
+    let node = register(&setup, "late").await;
+    assert_eq!(
+        setup.claim(&claim_of(execute_id, &fires[0], &node)).await.unwrap(),
+        None
+    );
+    db.sql(
+        &setup,
+        &format!(
+            "UPDATE quartz_execute SET prev_fire_time = NULL, next_fire_time = {}, times_triggered = 0 WHERE id = {execute_id}",
+            start.as_millis()
+        ),
+    )
+    .await;
+    assert_eq!(
+        setup.claim(&claim_of(execute_id, &fires[0], &node)).await.unwrap(),
+        None
+    );
+    let batch = setup
+        .claim_batch(&[
+            claim_of(execute_id, &fires[0], &node),
+            claim_of(execute_id, &fires[1], &node),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(batch, [None, None]);
+    assert_eq!(count_fires(&setup).await, FIRES as i64, "no second row for any fire");
+}
+
+async fn a_retired_incarnation_is_fenced(db: &TestDb) {
+    let store = db.store().await;
+    let start = store.now().await.unwrap();
+    let (execute_id, trigger) = ticking_job(&store, "fenced", start).await;
+    let fires: Vec<Fire> = trigger
+        .fires_until(
+            &quartz_core::trigger::TriggerState::initial(&trigger),
+            start.checked_add_millis(3000).unwrap(),
+        )
+        .collect();
+    let old = register(&store, "node-a").await;
+    let fire_id = store
+        .claim(&claim_of(execute_id, &fires[0], &old))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store.heartbeat(S, &old).await.unwrap());
+
+    // Re-registering (a restart) retires the old incarnation.
+    let new = register(&store, "node-a").await;
+    assert!(new.incarnation > old.incarnation);
+    assert!(
+        !store.mark_running(fire_id, &old).await.unwrap(),
+        "stale incarnation refused"
+    );
+    assert!(!store.heartbeat(S, &old).await.unwrap());
+    assert!(
+        !store.mark_running(fire_id, &new).await.unwrap(),
+        "the new incarnation does not own the old claim"
+    );
+
+    // Declared dead: fenced too, and must re-register.
+    let b = register(&store, "node-b").await;
+    let fire_b = store
+        .claim(&claim_of(execute_id, &fires[1], &b))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !store.retire_node(S, &b, 60_000).await.unwrap(),
+        "its heartbeat is fresh"
+    );
+    assert!(store.retire_node(S, &b, -1).await.unwrap());
+    assert!(!store.retire_node(S, &b, -1).await.unwrap(), "retired once");
+    assert!(!store.mark_running(fire_b, &b).await.unwrap());
+    assert!(!store.heartbeat(S, &b).await.unwrap());
+    let nodes = store.list_nodes(S).await.unwrap();
+    let state_of = |id: &str| nodes.iter().find(|n| n.node_id == id).unwrap().state;
+    assert_eq!(
+        (state_of("node-a"), state_of("node-b")),
+        (NodeState::Live, NodeState::Dead)
+    );
+
+    // A live owner runs and finishes its fire.
+    let fire_c = store
+        .claim(&claim_of(execute_id, &fires[2], &new))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store.mark_running(fire_c, &new).await.unwrap());
+    assert!(!store.mark_running(fire_c, &new).await.unwrap(), "once");
+    assert!(store.finish(fire_c, &new, &Outcome::Succeeded).await.unwrap());
+    assert!(store.leave(S, &new).await.unwrap());
+    assert!(
+        !store.heartbeat(S, &new).await.unwrap(),
+        "a node that left must re-register"
+    );
+}
+
+async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
+    let store = db.store().await;
+    let start = store.now().await.unwrap();
+    let (execute_id, trigger) = ticking_job(&store, "recover", start).await;
+    let fires: Vec<Fire> = trigger
+        .fires_until(
+            &quartz_core::trigger::TriggerState::initial(&trigger),
+            start.checked_add_millis(4000).unwrap(),
+        )
+        .collect();
+    let dead = register(&store, "dying").await;
+    let claimed = store
+        .claim(&claim_of(execute_id, &fires[0], &dead))
+        .await
+        .unwrap()
+        .unwrap();
+    let running = store
+        .claim(&claim_of(execute_id, &fires[1], &dead))
+        .await
+        .unwrap()
+        .unwrap();
+    let running_too = store
+        .claim(&claim_of(execute_id, &fires[2], &dead))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store.mark_running(running, &dead).await.unwrap());
+    assert!(store.mark_running(running_too, &dead).await.unwrap());
+    assert!(
+        store.orphaned_fires(S, 100).await.unwrap().is_empty(),
+        "its owner is live"
+    );
+    assert!(store.retire_node(S, &dead, -1).await.unwrap());
+
+    let orphans = store.orphaned_fires(S, 100).await.unwrap();
+    assert_eq!(
+        orphans.iter().map(|f| f.id).collect::<Vec<_>>(),
+        [claimed, running, running_too]
+    );
+    let rescuers = [register(&store, "rescuer-1").await, register(&store, "rescuer-2").await];
+
+    // Claimed, not started: exactly one rescuer takes it over and runs it.
+    let mut took = 0;
+    for r in &rescuers {
+        took += usize::from(store.take_over(&orphans[0], r).await.unwrap());
+    }
+    assert_eq!(took, 1);
+    // Running, recovery requested: re-run once as attempt 2.
+    let mut reruns = Vec::new();
+    for r in &rescuers {
+        reruns.extend(store.rerun(&orphans[1], r).await.unwrap());
+    }
+    assert_eq!(reruns.len(), 1);
+    // Running, no recovery: abandoned once.
+    assert!(store.abandon(&orphans[2]).await.unwrap());
+    assert!(!store.abandon(&orphans[2]).await.unwrap());
+    assert!(store.orphaned_fires(S, 100).await.unwrap().is_empty());
+
+    let history = store.fires(&FireQuery::new(S)).await.unwrap();
+    let by_id = |id: i64| history.iter().find(|f| f.id == id).unwrap();
+    assert_eq!(by_id(running).state, FireState::Failed);
+    assert_eq!(by_id(reruns[0]).attempt, 2);
+    assert_eq!(by_id(reruns[0]).fire_time, fires[1].fire_time);
+    assert_eq!(by_id(running_too).state, FireState::Abandoned);
+
+    // Released at shutdown: open to any node at once.
+    let leaving = &rescuers[0];
+    let fire = store
+        .claim(&claim_of(execute_id, &fires[3], leaving))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store.release_fire(fire, leaving).await.unwrap());
+    let open = store.orphaned_fires(S, 100).await.unwrap();
+    let released = open.iter().find(|f| f.id == fire).expect("a released fire is open");
+    assert!(store.take_over(released, &rescuers[1]).await.unwrap());
+    assert!(store.mark_running(fire, &rescuers[1]).await.unwrap());
+
+    // A retry is a new attempt, once.
+    let failed = by_id(reruns[0]).clone();
+    assert!(store.claim_attempt(&failed, &rescuers[1]).await.unwrap().is_some());
+    assert!(store.claim_attempt(&failed, &rescuers[0]).await.unwrap().is_none());
+
+    // An execute left running by the dead node is found, and released once.
+    db.sql(
+        &store,
+        &format!(
+            "UPDATE quartz_execute SET state = 'running', node_id = 'dying', incarnation = {} WHERE id = {execute_id}",
+            dead.incarnation
+        ),
+    )
+    .await;
+    let stuck = store.orphaned_executes(S, 10).await.unwrap().executes;
+    assert_eq!(stuck.len(), 1);
+    let mut release = ExecuteCas {
+        execute_id,
+        expect_state: ExecuteState::Running,
+        expect: stuck[0].fire_state.clone(),
+        expect_owner: stuck[0].owner.clone(),
+        set_state: ExecuteState::Waiting,
+        set: stuck[0].fire_state.clone(),
+        set_owner: None,
+        set_trigger: None,
+    };
+    assert!(store.update_execute(&release, &[]).await.unwrap());
+    assert!(!store.update_execute(&release, &[]).await.unwrap());
+    release.expect_state = ExecuteState::Waiting;
+    assert!(store.orphaned_executes(S, 10).await.unwrap().executes.is_empty());
+}
+
+async fn misfire_decisions_are_compare_and_set_and_recorded(db: &TestDb) {
+    let store = db.store().await;
+    let now = store.now().await.unwrap();
+    let start = now.checked_add_millis(-60_000).unwrap();
+    let cron = Trigger::new(
+        Schedule::cron(CronExpression::parse("* * * * * ?").unwrap(), Tz::UTC),
+        start,
+    )
+    .unwrap();
+    store
+        .create_job(S, &JobSpec::new("overdue", "noop"), &[ExecuteSpec::new(cron.clone())])
+        .await
+        .unwrap();
+    let executes = store.get_job(S, "overdue").await.unwrap().unwrap().executes;
+    let execute = &executes[0];
+    let decision = execute
+        .trigger
+        .on_misfire(&execute.fire_state, now, &MisfireSettings::default())
+        .expect("a minute late");
+    let skipped = decision.skipped.clone().unwrap();
+    let cas = ExecuteCas {
+        execute_id: execute.id,
+        expect_state: ExecuteState::Waiting,
+        expect: execute.fire_state.clone(),
+        expect_owner: None,
+        set_state: ExecuteState::Waiting,
+        set: decision.state.clone(),
+        set_owner: None,
+        set_trigger: decision.rescheduled.clone(),
+    };
+    let record = SkippedRecord {
+        from: skipped.from,
+        until: skipped.until,
+        count: skipped.count,
+        state: FireState::Misfired,
+        reason: "overdue past the misfire threshold (smart policy: fire once now)".to_owned(),
+    };
+    assert!(store.update_execute(&cas, std::slice::from_ref(&record)).await.unwrap());
+    assert!(
+        !store.update_execute(&cas, std::slice::from_ref(&record)).await.unwrap(),
+        "decided once"
+    );
+    let ledger = store.fires(&FireQuery::new(S)).await.unwrap();
+    assert_eq!(ledger.len(), 1, "one row for the whole skipped range");
+    assert_eq!(ledger[0].state, FireState::Misfired);
+    assert_eq!(
+        (ledger[0].fire_time, ledger[0].skipped_until),
+        (skipped.from, Some(skipped.until))
+    );
+    assert_eq!(ledger[0].fire_count, skipped.count);
+    assert!(skipped.count >= 60);
+    let executes = store.get_job(S, "overdue").await.unwrap().unwrap().executes;
+    assert_eq!(executes[0].fire_state, decision.state);
+}
+
+async fn history_filters_and_pages(db: &TestDb) {
+    let store = db.store().await;
+    let start = store.now().await.unwrap();
+    let node = register(&store, "historian").await;
+    for name in ["h1", "h2"] {
+        let (execute_id, trigger) = ticking_job(&store, name, start).await;
+        let fires: Vec<Fire> = trigger
+            .fires_until(
+                &quartz_core::trigger::TriggerState::initial(&trigger),
+                start.checked_add_millis(5000).unwrap(),
+            )
+            .collect();
+        for (i, fire) in fires.iter().enumerate() {
+            let id = store.claim(&claim_of(execute_id, fire, &node)).await.unwrap().unwrap();
+            assert!(store.mark_running(id, &node).await.unwrap());
+            let outcome = if i % 2 == 0 {
+                Outcome::Succeeded
+            } else {
+                Outcome::Failed {
+                    error: "é".repeat(10_000),
+                }
+            };
+            assert!(store.finish(id, &node, &outcome).await.unwrap());
+        }
+    }
+    let all = store.fires(&FireQuery::new(S)).await.unwrap();
+    assert_eq!(all.len(), 10);
+    assert!(all.windows(2).all(|w| w[0].id > w[1].id), "newest first");
+    assert!(all.iter().all(|f| f.finished_at.is_some() && f.started_at.is_some()));
+    let failed = all.iter().find(|f| f.state == FireState::Failed).unwrap();
+    assert!(
+        failed.error.as_ref().unwrap().len() <= quartz_core::store::MAX_ERROR_BYTES,
+        "error text is cut"
+    );
+
+    let mut q = FireQuery::new(S);
+    q.job = Some("h1".to_owned());
+    q.state = Some(FireState::Succeeded);
+    let h1_ok = store.fires(&q).await.unwrap();
+    assert_eq!(h1_ok.len(), 3);
+    let mut q = FireQuery::new(S);
+    q.since = Some(start.checked_add_millis(1000).unwrap());
+    q.until = Some(start.checked_add_millis(3000).unwrap());
+    assert_eq!(store.fires(&q).await.unwrap().len(), 4);
+    // Pages of 3.
+    let mut q = FireQuery::new(S);
+    q.limit = 3;
+    let mut seen = Vec::new();
+    loop {
+        let page = store.fires(&q).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        q.before_id = page.last().map(|f| f.id);
+        seen.extend(page.into_iter().map(|f| f.id));
+    }
+    assert_eq!(seen, all.iter().map(|f| f.id).collect::<Vec<_>>());
+    let mut unknown = FireQuery::new(S);
+    unknown.job = Some("nope".to_owned());
+    assert!(matches!(
+        store.fires(&unknown).await,
+        Err(StoreError::UnknownJob { .. })
+    ));
+}

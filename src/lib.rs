@@ -5,8 +5,10 @@
 //! embeds a scheduler node, and each fire runs once across the cluster, on time,
 //! through crashes, pauses and clocks that disagree.
 //!
-//! This facade re-exports the parts a user needs. Today that is the elastic worker
-//! pool, [`pool`]; the triggers, stores and engine follow.
+//! This facade re-exports the parts a user needs: [`cron`], [`trigger`] and
+//! [`misfire`] (the time arithmetic), [`store`] (the store contract and its
+//! implementation on SQLite, PostgreSQL and MySQL/MariaDB) and [`pool`] (the
+//! elastic worker pool). The engine follows.
 //!
 //! ```
 //! let pool = quartz::pool::Pool::builder().core(1).max(2).build()?;
@@ -15,7 +17,15 @@
 //! # Ok::<(), quartz::pool::PoolError>(())
 //! ```
 
+pub use quartz_core::{Error, Timestamp, Tz, cron, misfire, trigger};
 pub use quartz_pool as pool;
+
+/// The store: the contract ([`Store`](store::Store)) and [`SqlStore`](store::SqlStore), its implementation on
+/// SQLite, PostgreSQL and MySQL/MariaDB.
+pub mod store {
+    pub use quartz_core::store::*;
+    pub use quartz_store::*;
+}
 
 /// The README's Rust examples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]

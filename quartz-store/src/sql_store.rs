@@ -356,6 +356,9 @@ impl SqlStore {
     }
 
     async fn claim_in(&self, tx: &mut Transaction<'static, Any>, claim: &Claim) -> Result<Claimed, StoreError> {
+        if self.db.backend == Backend::Postgres && claim.cas.expect_owner.is_none() && claim.cas.set_trigger.is_none() {
+            return self.claim_statement(&mut **tx, claim).await;
+        }
         if !self.cas_execute(tx, &claim.cas).await? {
             return Ok(Claimed::Lost);
         }
@@ -372,6 +375,52 @@ impl SqlStore {
             )
             .await?;
         Ok(id.map_or(Claimed::Conflict, Claimed::Won))
+    }
+}
+
+impl SqlStore {
+    /// PostgreSQL: the claim as one statement, the compare-and-set in a
+    /// data-modifying CTE feeding the ledger insert. Atomic on its own, so a
+    /// single claim needs no transaction around it: one round trip, one commit.
+    /// When the ledger already holds the fire (a row moved back by hand) the
+    /// row still advances past it, which loses nothing: that fire is recorded.
+    async fn claim_statement<'e, E>(&self, executor: E, claim: &Claim) -> Result<Claimed, StoreError>
+    where
+        E: sqlx::Executor<'e, Database = Any>,
+    {
+        let cas = &claim.cas;
+        let row = self
+            .query(
+                "WITH won AS (UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, \
+                 state = ?, node_id = ?, incarnation = ?, updated_at = {now} \
+                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? \
+                 RETURNING scheduler, id, job_id) \
+                 INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+                 state, claimed_at, fire_count) \
+                 SELECT scheduler, id, job_id, ?, ?, ?, ?, 'claimed', {now}, 1 FROM won \
+                 ON CONFLICT (execute_id, fire_time, attempt) DO NOTHING RETURNING id",
+            )
+            .bind(cas.set.prev_fire_time.map(Timestamp::as_millis))
+            .bind(cas.set.next_fire_time.map(Timestamp::as_millis))
+            .bind(count_to_i64(cas.set.times_triggered))
+            .bind(cas.set_state.as_str())
+            .bind(cas.set_owner.as_ref().map(|n| n.node_id.clone()))
+            .bind(cas.set_owner.as_ref().map(|n| n.incarnation))
+            .bind(cas.execute_id)
+            .bind(cas.expect_state.as_str())
+            .bind(cas.expect.prev_fire_time.map(Timestamp::as_millis))
+            .bind(cas.expect.next_fire_time.map(Timestamp::as_millis))
+            .bind(claim.fire_time.as_millis())
+            .bind(i64::from(claim.attempt))
+            .bind(claim.node.node_id.clone())
+            .bind(claim.node.incarnation)
+            .fetch_optional(executor)
+            .await
+            .map_err(db_error)?;
+        match row {
+            Some(row) => Ok(Claimed::Won(row.try_get::<i64, _>(0).map_err(db_error)?)),
+            None => Ok(Claimed::Lost),
+        }
     }
 }
 
@@ -760,6 +809,12 @@ impl Store for SqlStore {
     }
 
     async fn claim(&self, claim: &Claim) -> Result<Option<i64>, StoreError> {
+        if self.db.backend == Backend::Postgres && claim.cas.expect_owner.is_none() && claim.cas.set_trigger.is_none() {
+            return match self.claim_statement(&self.db.pool, claim).await? {
+                Claimed::Won(id) => Ok(Some(id)),
+                Claimed::Lost | Claimed::Conflict => Ok(None),
+            };
+        }
         let mut tx = self.begin().await?;
         match self.claim_in(&mut tx, claim).await? {
             Claimed::Won(id) => {

@@ -334,6 +334,15 @@ impl SqlStore {
         }
     }
 
+    /// Runs a statement on the pool; whether it changed exactly one row (a
+    /// compare-and-set won).
+    async fn changed_one(
+        &self,
+        q: sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>,
+    ) -> Result<bool, StoreError> {
+        Ok(q.execute(&self.db.pool).await.map_err(db_error)?.rows_affected() == 1)
+    }
+
     async fn fire_transition(
         &self,
         template: &'static str,
@@ -502,18 +511,16 @@ impl Store for SqlStore {
     }
 
     async fn heartbeat(&self, scheduler: &str, node: &NodeRef) -> Result<bool, StoreError> {
-        let done = self
-            .query(
+        self.changed_one(
+            self.query(
                 "UPDATE quartz_node SET heartbeat_at = {now} \
                  WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live'",
             )
             .bind(scheduler.to_owned())
             .bind(node.node_id.clone())
-            .bind(node.incarnation)
-            .execute(&self.db.pool)
-            .await
-            .map_err(db_error)?;
-        Ok(done.rows_affected() == 1)
+            .bind(node.incarnation),
+        )
+        .await
     }
 
     async fn list_nodes(&self, scheduler: &str) -> Result<Vec<Node>, StoreError> {
@@ -531,34 +538,30 @@ impl Store for SqlStore {
     }
 
     async fn retire_node(&self, scheduler: &str, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError> {
-        let done = self
-            .query(
+        self.changed_one(
+            self.query(
                 "UPDATE quartz_node SET state = 'dead' \
                  WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live' AND heartbeat_at < {now} - ?",
             )
             .bind(scheduler.to_owned())
             .bind(node.node_id.clone())
             .bind(node.incarnation)
-            .bind(dead_after_ms)
-            .execute(&self.db.pool)
-            .await
-            .map_err(db_error)?;
-        Ok(done.rows_affected() == 1)
+            .bind(dead_after_ms),
+        )
+        .await
     }
 
     async fn leave(&self, scheduler: &str, node: &NodeRef) -> Result<bool, StoreError> {
-        let done = self
-            .query(
+        self.changed_one(
+            self.query(
                 "UPDATE quartz_node SET state = 'gone' \
                  WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live'",
             )
             .bind(scheduler.to_owned())
             .bind(node.node_id.clone())
-            .bind(node.incarnation)
-            .execute(&self.db.pool)
-            .await
-            .map_err(db_error)?;
-        Ok(done.rows_affected() == 1)
+            .bind(node.incarnation),
+        )
+        .await
     }
 
     async fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {
@@ -851,8 +854,8 @@ impl Store for SqlStore {
     }
 
     async fn mark_running(&self, fire_id: i64, node: &NodeRef) -> Result<bool, StoreError> {
-        let done = self
-            .query(
+        self.changed_one(
+            self.query(
                 "UPDATE quartz_fire SET state = 'running', started_at = {now} \
                  WHERE id = ? AND state = 'claimed' AND node_id = ? AND incarnation = ? AND EXISTS \
                  (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
@@ -862,11 +865,9 @@ impl Store for SqlStore {
             .bind(node.node_id.clone())
             .bind(node.incarnation)
             .bind(node.node_id.clone())
-            .bind(node.incarnation)
-            .execute(&self.db.pool)
-            .await
-            .map_err(db_error)?;
-        Ok(done.rows_affected() == 1)
+            .bind(node.incarnation),
+        )
+        .await
     }
 
     async fn finish(&self, fire_id: i64, node: &NodeRef, outcome: &Outcome) -> Result<bool, StoreError> {
@@ -874,8 +875,8 @@ impl Store for SqlStore {
             Outcome::Succeeded => (FireState::Succeeded, None),
             Outcome::Failed { error } => (FireState::Failed, Some(truncate(error))),
         };
-        let done = self
-            .query(
+        self.changed_one(
+            self.query(
                 "UPDATE quartz_fire SET state = ?, error = ?, finished_at = {now}, \
                  duration_ms = {now} - started_at \
                  WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?",
@@ -884,11 +885,9 @@ impl Store for SqlStore {
             .bind(error)
             .bind(fire_id)
             .bind(node.node_id.clone())
-            .bind(node.incarnation)
-            .execute(&self.db.pool)
-            .await
-            .map_err(db_error)?;
-        Ok(done.rows_affected() == 1)
+            .bind(node.incarnation),
+        )
+        .await
     }
 
     async fn misfire_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
@@ -931,8 +930,8 @@ impl Store for SqlStore {
     }
 
     async fn take_over(&self, fire: &FireRecord, node: &NodeRef) -> Result<bool, StoreError> {
-        let done = self
-            .query(
+        self.changed_one(
+            self.query(
                 "UPDATE quartz_fire SET node_id = ?, incarnation = ?, claimed_at = {now} \
                  WHERE id = ? AND state = 'claimed' AND node_id {is} ? AND incarnation = ?",
             )
@@ -940,11 +939,9 @@ impl Store for SqlStore {
             .bind(node.incarnation)
             .bind(fire.id)
             .bind(fire.owner.as_ref().map(|o| o.node_id.clone()))
-            .bind(fire.owner.as_ref().map_or(0, |o| o.incarnation))
-            .execute(&self.db.pool)
-            .await
-            .map_err(db_error)?;
-        Ok(done.rows_affected() == 1)
+            .bind(fire.owner.as_ref().map_or(0, |o| o.incarnation)),
+        )
+        .await
     }
 
     async fn rerun(&self, fire: &FireRecord, node: &NodeRef) -> Result<Option<i64>, StoreError> {
@@ -984,19 +981,17 @@ impl Store for SqlStore {
     }
 
     async fn abandon(&self, fire: &FireRecord) -> Result<bool, StoreError> {
-        let done = self
-            .query(
+        self.changed_one(
+            self.query(
                 "UPDATE quartz_fire SET state = 'abandoned', finished_at = {now}, \
                  error = 'node died mid-run; the job does not request recovery' \
                  WHERE id = ? AND state = 'running' AND node_id {is} ? AND incarnation = ?",
             )
             .bind(fire.id)
             .bind(fire.owner.as_ref().map(|o| o.node_id.clone()))
-            .bind(fire.owner.as_ref().map_or(0, |o| o.incarnation))
-            .execute(&self.db.pool)
-            .await
-            .map_err(db_error)?;
-        Ok(done.rows_affected() == 1)
+            .bind(fire.owner.as_ref().map_or(0, |o| o.incarnation)),
+        )
+        .await
     }
 
     async fn claim_attempt(&self, fire: &FireRecord, node: &NodeRef) -> Result<Option<i64>, StoreError> {

@@ -20,7 +20,7 @@ use std::future::Future;
 use crate::error::Error;
 use crate::misfire::MisfirePolicy;
 use crate::time::Timestamp;
-use crate::trigger::{Schedule, Trigger, TriggerState};
+use crate::trigger::{Fire, NextFire, Schedule, Trigger, TriggerState};
 
 /// The longest job name, handler name or scheduler name, in bytes.
 pub const MAX_NAME_BYTES: usize = 200;
@@ -602,6 +602,35 @@ pub struct Claim {
     pub attempt: u32,
     /// The claiming node's incarnation.
     pub node: NodeRef,
+}
+
+impl Claim {
+    /// The claim of one fire of an expansion ([`Trigger::fires_until`]) by
+    /// `node`: the row must be waiting and hold `fire.before`; it takes
+    /// `fire.after`, owned by `node`, and stays waiting, or becomes running (a
+    /// fixed-delay trigger awaiting the finish) or complete (no further fire).
+    pub fn for_fire(execute_id: i64, fire: &Fire, node: &NodeRef) -> Claim {
+        let set_state = match fire.next {
+            NextFire::At(_) => ExecuteState::Waiting,
+            NextFire::AfterFinish => ExecuteState::Running,
+            NextFire::Done => ExecuteState::Complete,
+        };
+        Claim {
+            cas: ExecuteCas {
+                execute_id,
+                expect_state: ExecuteState::Waiting,
+                expect: fire.before.clone(),
+                expect_owner: None,
+                set_state,
+                set: fire.after.clone(),
+                set_owner: Some(node.clone()),
+                set_trigger: None,
+            },
+            fire_time: fire.fire_time,
+            attempt: 1,
+            node: node.clone(),
+        }
+    }
 }
 
 /// The outcome of a finished fire.

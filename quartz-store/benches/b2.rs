@@ -18,7 +18,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use quartz_core::store::{Claim, ExecuteCas, ExecuteSpec, ExecuteState, JobSpec, NodeRef, NodeRegistration, Store};
+use quartz_core::store::{Claim, ExecuteSpec, JobSpec, NodeRef, NodeRegistration, Store};
 use quartz_core::trigger::{Schedule, Trigger, TriggerState};
 use quartz_store::{SqlStore, StoreOptions};
 use sqlx::{AnyConnection, AssertSqlSafe, Connection, Executor, Row};
@@ -226,21 +226,7 @@ async fn claims(url: &str, n: usize, seconds: u64, batched: bool) -> f64 {
                         .fires_until(&before, quartz_core::Timestamp::from_millis(i64::MAX))
                         .next()
                         .unwrap();
-                    claims.push(Claim {
-                        cas: ExecuteCas {
-                            execute_id: *id,
-                            expect_state: ExecuteState::Waiting,
-                            expect: fire.before.clone(),
-                            expect_owner: None,
-                            set_state: ExecuteState::Waiting,
-                            set: fire.after.clone(),
-                            set_owner: Some(node.clone()),
-                            set_trigger: None,
-                        },
-                        fire_time: fire.fire_time,
-                        attempt: 1,
-                        node: node.clone(),
-                    });
+                    claims.push(Claim::for_fire(*id, &fire, &node));
                     advanced.push((k, fire.after));
                 }
                 let won = if batched {

@@ -354,14 +354,8 @@ impl SqlStore {
         if let Some(extra) = extra {
             q = q.bind(extra);
         }
-        let done = q
-            .bind(fire_id)
-            .bind(node.node_id.clone())
-            .bind(node.incarnation)
-            .execute(&self.db.pool)
+        self.changed_one(q.bind(fire_id).bind(node.node_id.clone()).bind(node.incarnation))
             .await
-            .map_err(db_error)?;
-        Ok(done.rows_affected() == 1)
     }
 
     async fn claim_in(&self, tx: &mut Transaction<'static, Any>, claim: &Claim) -> Result<Claimed, StoreError> {

@@ -56,21 +56,7 @@ async fn register(store: &SqlStore, node_id: &str) -> NodeRef {
 }
 
 fn claim_of(execute_id: i64, fire: &Fire, node: &NodeRef) -> Claim {
-    Claim {
-        cas: ExecuteCas {
-            execute_id,
-            expect_state: ExecuteState::Waiting,
-            expect: fire.before.clone(),
-            expect_owner: None,
-            set_state: ExecuteState::Waiting,
-            set: fire.after.clone(),
-            set_owner: Some(node.clone()),
-            set_trigger: None,
-        },
-        fire_time: fire.fire_time,
-        attempt: 1,
-        node: node.clone(),
-    }
+    Claim::for_fire(execute_id, fire, node)
 }
 
 /// A job firing every second from `start`, and its execute's id and trigger.

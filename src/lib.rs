@@ -5,20 +5,70 @@
 //! embeds a scheduler node, and each fire runs once across the cluster, on time,
 //! through crashes, pauses and clocks that disagree.
 //!
-//! This facade re-exports the parts a user needs: [`cron`], [`trigger`] and
-//! [`misfire`] (the time arithmetic), [`store`] (the store contract and its
-//! implementation on SQLite, PostgreSQL and MySQL/MariaDB) and [`pool`] (the
-//! elastic worker pool). The engine follows.
+//! This facade re-exports the parts a user needs: the [`engine`] (a node of the
+//! cluster: [`SchedulerBuilder`], handlers, [`JobContext`]), [`cron`],
+//! [`trigger`] and [`misfire`] (the time arithmetic), [`store`] (the store
+//! contract and its implementation on SQLite, PostgreSQL and MySQL/MariaDB) and
+//! [`pool`] (the elastic worker pool).
 //!
-//! ```
-//! let pool = quartz::pool::Pool::builder().core(1).max(2).build()?;
-//! pool.try_submit(|| println!("runs on a quartz-worker thread")).expect("accepted");
-//! assert!(pool.shutdown(std::time::Duration::from_secs(5)).is_clean());
-//! # Ok::<(), quartz::pool::PoolError>(())
+//! A node in a few lines: a cluster name, handlers by name, a database URL.
+//!
+//! ```no_run
+//! use quartz::prelude::*;
+//!
+//! # async fn service() -> Result<(), Box<dyn std::error::Error>> {
+//! let node = SchedulerBuilder::new("my-service")
+//!     .handler("report", |ctx: JobContext| {
+//!         println!("{} fired for {}", ctx.job_name(), ctx.scheduled_fire_time());
+//!         Ok(())
+//!     })
+//!     .connect("sqlite://quartz.db")
+//!     .await?;
+//! let every_minute = Trigger::new(Schedule::cron(CronExpression::parse("0 * * * * ?")?, Tz::UTC), Timestamp::from_millis(0))?;
+//! node.add_job(&JobSpec::new("nightly-report", "report"), &[ExecuteSpec::new(every_minute)]).await?;
+//! // ... serve ...
+//! node.shutdown().await;
+//! # Ok(()) }
 //! ```
 
-pub use quartz_core::{Error, Timestamp, Tz, cron, misfire, trigger};
+use std::future::Future;
+
+pub use quartz_core::engine::{
+    Cancellation, JobContext, JobError, JobResult, Scheduler, SchedulerBuilder, SchedulerError, Settings, Strategy,
+};
+pub use quartz_core::{Error, Timestamp, Tz, cron, engine, misfire, trigger};
 pub use quartz_pool as pool;
+
+/// Starting a node on a database URL.
+pub trait ConnectExt {
+    /// Connects to `url` (`sqlite://…`, `postgres://…`, `mysql://…`), creating
+    /// or upgrading the schema, and starts the node on it.
+    ///
+    /// # Errors
+    ///
+    /// An invalid URL, an unreachable database, a failed migration, or what
+    /// [`SchedulerBuilder::start`] refuses.
+    fn connect(self, url: &str) -> impl Future<Output = Result<Scheduler<store::SqlStore>, SchedulerError>> + Send;
+}
+
+impl ConnectExt for SchedulerBuilder {
+    async fn connect(self, url: &str) -> Result<Scheduler<store::SqlStore>, SchedulerError> {
+        let store = store::SqlStore::connect(url).await?;
+        self.start(store).await
+    }
+}
+
+/// What most programs import: the builder and its URL start, handler types,
+/// triggers and job definitions.
+pub mod prelude {
+    pub use crate::ConnectExt;
+    pub use quartz_core::cron::CronExpression;
+    pub use quartz_core::engine::{JobContext, JobResult, Scheduler, SchedulerBuilder, Settings};
+    pub use quartz_core::store::{ExecuteSpec, JobSpec, RetryPolicy, Store};
+    pub use quartz_core::trigger::{Schedule, Trigger};
+    pub use quartz_core::{Timestamp, Tz};
+    pub use quartz_store::SqlStore;
+}
 
 /// The store: the contract ([`Store`](store::Store)) and [`SqlStore`](store::SqlStore), its implementation on
 /// SQLite, PostgreSQL and MySQL/MariaDB.

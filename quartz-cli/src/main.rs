@@ -1,6 +1,8 @@
-//! The `quartz` command. Today it answers `quartz cron next`: the next fire times of a
-//! Quartz cron expression in a time zone. The cluster commands (migrate, jobs,
-//! nodes, history, run) arrive with the stores and the engine.
+//! The `quartz` command: `quartz node` runs a scheduler node with the built-in
+//! handlers (`noop`, `sleep`, `shell`); `quartz cron next` prints the next fire
+//! times of a Quartz cron expression in a time zone.
+
+mod node;
 
 use std::process::ExitCode;
 
@@ -20,6 +22,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a scheduler node until SIGINT or SIGTERM, with the built-in handlers:
+    /// noop, sleep (payload: ms) and shell (payload: a command string).
+    Node(node::NodeArgs),
     /// Cron expressions (Quartz syntax).
     #[command(subcommand)]
     Cron(CronCommand),
@@ -74,6 +79,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Cron(CronCommand::Next(args)) => cron_next(&args),
+        Command::Node(args) => run_node(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -82,6 +88,20 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn run_node(args: node::NodeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(node::run(args))
 }
 
 fn cron_next(args: &NextArgs) -> anyhow::Result<()> {

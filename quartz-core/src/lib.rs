@@ -22,6 +22,7 @@
 //! ```
 
 pub mod cron;
+pub mod engine;
 mod error;
 pub mod misfire;
 pub mod store;

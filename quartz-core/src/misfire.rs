@@ -245,6 +245,32 @@ pub struct MisfireDecision {
 }
 
 impl Trigger {
+    /// The policy the trigger's own resolves to for its schedule, as Quartz
+    /// resolves it: never [`MisfirePolicy::Smart`]. Smart is fire now for cron,
+    /// fixed delay, once and a repeat limit of 1; for other fixed-rate triggers it
+    /// is reschedule next with remaining count without a limit and reschedule now
+    /// with existing count with one. Fire now on such a trigger is reschedule now
+    /// with remaining count.
+    pub fn resolved_misfire_policy(&self) -> MisfirePolicy {
+        let limited_to_one = matches!(self.schedule(), Schedule::Once) || self.repeat_limit() == Some(1);
+        match (self.misfire_policy(), self.schedule()) {
+            (MisfirePolicy::Smart, Schedule::FixedRate { .. } | Schedule::Once) => {
+                if limited_to_one {
+                    MisfirePolicy::FireNow
+                } else if self.repeat_limit().is_none() {
+                    MisfirePolicy::RescheduleNextWithRemainingCount
+                } else {
+                    MisfirePolicy::RescheduleNowWithExistingCount
+                }
+            }
+            (MisfirePolicy::Smart, _) => MisfirePolicy::FireNow,
+            (MisfirePolicy::FireNow, Schedule::FixedRate { .. }) if !limited_to_one => {
+                MisfirePolicy::RescheduleNowWithRemainingCount
+            }
+            (policy, _) => policy,
+        }
+    }
+
     /// Whether a trigger in `state` has misfired at database time `now`: its next
     /// fire time is at or before `now - threshold` (as in Quartz). A fixed-delay
     /// trigger waiting for a finish has not.
@@ -268,23 +294,7 @@ impl Trigger {
             return None;
         }
         let overdue = state.next_fire_time?;
-        let limited_to_one = matches!(self.schedule(), Schedule::Once) || self.repeat_limit() == Some(1);
-        let applied = match (self.misfire_policy(), self.schedule()) {
-            (MisfirePolicy::Smart, Schedule::FixedRate { .. } | Schedule::Once) => {
-                if limited_to_one {
-                    MisfirePolicy::FireNow
-                } else if self.repeat_limit().is_none() {
-                    MisfirePolicy::RescheduleNextWithRemainingCount
-                } else {
-                    MisfirePolicy::RescheduleNowWithExistingCount
-                }
-            }
-            (MisfirePolicy::Smart, _) => MisfirePolicy::FireNow,
-            (MisfirePolicy::FireNow, Schedule::FixedRate { .. }) if !limited_to_one => {
-                MisfirePolicy::RescheduleNowWithRemainingCount
-            }
-            (policy, _) => policy,
-        };
+        let applied = self.resolved_misfire_policy();
         let decision = Decider {
             trigger: self,
             state,

@@ -418,6 +418,10 @@ pub struct Execute {
     pub owner: Option<NodeRef>,
     /// Why it is in [`ExecuteState::Error`].
     pub error: Option<String>,
+    /// The schedule columns no longer match the signature its fire times were
+    /// computed from (a row inserted or edited by hand): its next fire time is
+    /// to be recomputed. See [`TriggerColumns::signature`].
+    pub schedule_changed: bool,
 }
 
 /// One incarnation of a node: who owns an execute or a fire.
@@ -506,6 +510,30 @@ impl TriggerColumns {
         }
     }
 
+    /// A stable 64-bit signature of the schedule columns (kind, expression,
+    /// zone, interval, window and repeat limit; not the misfire policy). The
+    /// row keeps the signature its fire times were computed from, so that a
+    /// schedule edited with plain SQL is noticed and recomputed once.
+    pub fn signature(&self) -> i64 {
+        // FNV-1a: stable across builds and platforms, unlike std's hasher.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut feed = |bytes: &[u8]| {
+            for b in bytes.iter().chain([0xff_u8].iter()) {
+                hash ^= u64::from(*b);
+                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        let num = |n: Option<i64>| n.map_or_else(|| "-".to_owned(), |n| n.to_string());
+        feed(self.kind.as_bytes());
+        feed(self.cron_expression.as_deref().unwrap_or("-").as_bytes());
+        feed(self.time_zone.as_deref().unwrap_or("-").as_bytes());
+        feed(num(self.interval_ms).as_bytes());
+        feed(self.start_time.to_string().as_bytes());
+        feed(num(self.end_time).as_bytes());
+        feed(num(self.repeat_limit).as_bytes());
+        i64::from_ne_bytes(hash.to_ne_bytes())
+    }
+
     /// The trigger the columns describe, validated as if it were new.
     ///
     /// # Errors
@@ -572,8 +600,11 @@ pub struct ExecuteCas {
     /// The owner it takes (`None` clears it).
     pub set_owner: Option<NodeRef>,
     /// A restarted trigger (a misfire policy's reschedule): its start and repeat
-    /// limit are written too.
+    /// limit are written too, with its signature.
     pub set_trigger: Option<Trigger>,
+    /// When set, the schedule signature the row takes (a recomputed row);
+    /// otherwise it keeps its own.
+    pub set_signature: Option<i64>,
 }
 
 /// A ledger row recording fires that did not run.
@@ -625,6 +656,7 @@ impl Claim {
                 set: fire.after.clone(),
                 set_owner: Some(node.clone()),
                 set_trigger: None,
+                set_signature: None,
             },
             fire_time: fire.fire_time,
             attempt: 1,
@@ -763,6 +795,9 @@ pub trait Store: Send + Sync + 'static {
         scheduler: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<JobDetail>, StoreError>> + Send;
+
+    /// The jobs with these ids (those that still exist), in any order.
+    fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> impl Future<Output = Result<Vec<Job>, StoreError>> + Send;
 
     /// Every job of the scheduler, by name.
     fn list_jobs(&self, scheduler: &str) -> impl Future<Output = Result<Vec<Job>, StoreError>> + Send;

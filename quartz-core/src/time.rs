@@ -32,6 +32,11 @@ impl Timestamp {
     pub fn checked_add_millis(self, ms: i64) -> Option<Timestamp> {
         self.0.checked_add(ms).map(Timestamp)
     }
+
+    /// `self + ms`, clamped to the representable range.
+    pub const fn saturating_add_millis(self, ms: i64) -> Timestamp {
+        Timestamp(self.0.saturating_add(ms))
+    }
 }
 
 impl From<DateTime<Utc>> for Timestamp {

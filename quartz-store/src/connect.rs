@@ -16,6 +16,9 @@ use sqlx::{AnyPool, AssertSqlSafe, Executor, SqlSafeStr, SqlStr};
 /// confused with ours.
 pub const MIGRATIONS_TABLE: &str = "quartz_schema_migrations";
 
+/// How long a node waits for another node's migration to finish.
+const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(300);
+
 /// The database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {
@@ -68,18 +71,41 @@ impl Backend {
 
     /// The migrations of this backend, embedded in the library.
     fn migrations(self) -> Vec<Migration> {
-        let schema = match self {
-            Backend::Sqlite => include_str!("../../migrations/sqlite/0001_schema.sql"),
-            Backend::Postgres => include_str!("../../migrations/postgres/0001_schema.sql"),
-            Backend::MySql => include_str!("../../migrations/mysql/0001_schema.sql"),
+        let files: [(&str, &'static str); 2] = match self {
+            Backend::Sqlite => [
+                ("schema", include_str!("../../migrations/sqlite/0001_schema.sql")),
+                (
+                    "schedule signature",
+                    include_str!("../../migrations/sqlite/0002_schedule_signature.sql"),
+                ),
+            ],
+            Backend::Postgres => [
+                ("schema", include_str!("../../migrations/postgres/0001_schema.sql")),
+                (
+                    "schedule signature",
+                    include_str!("../../migrations/postgres/0002_schedule_signature.sql"),
+                ),
+            ],
+            Backend::MySql => [
+                ("schema", include_str!("../../migrations/mysql/0001_schema.sql")),
+                (
+                    "schedule signature",
+                    include_str!("../../migrations/mysql/0002_schedule_signature.sql"),
+                ),
+            ],
         };
-        vec![Migration::new(
-            1,
-            Cow::Borrowed("schema"),
-            MigrationType::Simple,
-            AssertSqlSafe(schema).into_sql_str(),
-            false,
-        )]
+        (1..)
+            .zip(files)
+            .map(|(version, (name, sql))| {
+                Migration::new(
+                    version,
+                    Cow::Borrowed(name),
+                    MigrationType::Simple,
+                    AssertSqlSafe(sql).into_sql_str(),
+                    false,
+                )
+            })
+            .collect()
     }
 }
 
@@ -186,11 +212,17 @@ impl Db {
     }
 
     /// Applies the schema migrations. Safe when several nodes start at once: on
-    /// PostgreSQL and MySQL the migrator holds a database lock; on SQLite a node
-    /// that loses the race finds the work done when it tries again.
+    /// PostgreSQL the migrator holds an advisory lock; on MySQL and MariaDB we
+    /// hold a named lock ourselves (MariaDB ignores the infinite wait sqlx asks
+    /// for, so its own lock is no lock there); on SQLite a node that loses the
+    /// race finds the work done when it tries again.
     pub(crate) async fn migrate(&self) -> Result<(), StoreError> {
         let mut migrator = Migrator::with_migrations(self.backend.migrations());
         migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+        if self.backend == Backend::MySql {
+            migrator.set_locking(false);
+            return self.migrate_mysql(&migrator).await;
+        }
         let mut last = None;
         for attempt in 0..5u64 {
             match migrator.run(&self.pool).await {
@@ -205,6 +237,45 @@ impl Db {
         Err(StoreError::Migration {
             reason: last.map(|e| e.to_string()).unwrap_or_default(),
         })
+    }
+
+    /// Runs the migrator on MySQL or MariaDB under a named lock held by the
+    /// connection that migrates, so that one node migrates and the others wait
+    /// and then find nothing left to do.
+    async fn migrate_mysql(&self, migrator: &Migrator) -> Result<(), StoreError> {
+        let failed = |what: &str, e: &dyn std::fmt::Display| StoreError::Migration {
+            reason: format!("{what}: {e}"),
+        };
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| failed("cannot get a connection to migrate", &e))?;
+        let locked: Option<i64> =
+            sqlx::query_scalar("SELECT GET_LOCK(LEFT(CONCAT('quartz_migrate_', DATABASE()), 64), ?)")
+                .bind(MIGRATION_LOCK_WAIT.as_secs() as i64)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(|e| failed("cannot take the migration lock", &e))?;
+        if locked != Some(1) {
+            return Err(StoreError::Migration {
+                reason: format!(
+                    "another node held the migration lock for more than {} s",
+                    MIGRATION_LOCK_WAIT.as_secs()
+                ),
+            });
+        }
+        // `run_direct` on the connection itself: `run` through `Acquire` would
+        // make this future not `Send` (sqlx's documented way around it).
+        let outcome = migrator.run_direct(None, &mut *conn, false).await;
+        let released = sqlx::query("SELECT RELEASE_LOCK(LEFT(CONCAT('quartz_migrate_', DATABASE()), 64))")
+            .execute(&mut *conn)
+            .await;
+        if released.is_err() {
+            // The lock belongs to the session: closing it is the release.
+            conn.detach();
+        }
+        outcome.map_err(|e| failed("migration failed", &e))
     }
 
     /// The SQL text of a query written with `?` placeholders and two tokens:

@@ -18,6 +18,9 @@ macro_rules! node_cols {
         "scheduler, node_id, host, pid, weight, state, incarnation, registered_at, heartbeat_at"
     };
 }
+/// The ids one `jobs_by_id` statement looks up.
+const JOBS_PER_QUERY: usize = 32;
+
 macro_rules! job_cols {
     () => {
         "id, scheduler, name, handler, payload, description, state, requests_recovery, allow_concurrent, \
@@ -28,7 +31,7 @@ macro_rules! execute_cols {
     () => {
         "id, job_id, scheduler, kind, cron_expression, time_zone, interval_ms, start_time, end_time, \
          repeat_limit, times_triggered, misfire_policy, priority, state, prev_fire_time, next_fire_time, \
-         node_id, incarnation, error"
+         node_id, incarnation, error, schedule_sig"
     };
 }
 macro_rules! fire_cols {
@@ -146,6 +149,7 @@ impl SqlStore {
     ) -> Result<(), StoreError> {
         for spec in executes {
             let c = TriggerColumns::from_trigger(&spec.trigger);
+            let signature = c.signature();
             let first = TriggerState::initial(&spec.trigger);
             let state = match (first.next_fire_time, paused) {
                 (None, _) => ExecuteState::Complete,
@@ -155,8 +159,8 @@ impl SqlStore {
             self.query(
                 "INSERT INTO quartz_execute (job_id, scheduler, kind, cron_expression, time_zone, interval_ms, \
                  start_time, end_time, repeat_limit, times_triggered, misfire_policy, priority, state, \
-                 prev_fire_time, next_fire_time, updated_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, ?, {now})",
+                 prev_fire_time, next_fire_time, schedule_sig, updated_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, ?, ?, {now})",
             )
             .bind(job_id)
             .bind(scheduler.to_owned())
@@ -171,6 +175,7 @@ impl SqlStore {
             .bind(i64::from(spec.priority))
             .bind(state.as_str())
             .bind(first.next_fire_time.map(Timestamp::as_millis))
+            .bind(signature)
             .execute(&mut **tx)
             .await
             .map_err(db_error)?;
@@ -233,26 +238,33 @@ impl SqlStore {
             None => (None, None),
         };
         let reschedule = cas.set_trigger.is_some();
+        let signature = cas
+            .set_trigger
+            .as_ref()
+            .map(|t| TriggerColumns::from_trigger(t).signature())
+            .or(cas.set_signature);
         let q = match (reschedule, cas.expect_owner.is_some()) {
             (false, false) => self.query(
                 "UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, state = ?, \
-                 node_id = ?, incarnation = ?, updated_at = {now} \
+                 node_id = ?, incarnation = ?, schedule_sig = COALESCE(?, schedule_sig), updated_at = {now} \
                  WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ?",
             ),
             (false, true) => self.query(
                 "UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, state = ?, \
-                 node_id = ?, incarnation = ?, updated_at = {now} \
+                 node_id = ?, incarnation = ?, schedule_sig = COALESCE(?, schedule_sig), updated_at = {now} \
                  WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? \
                  AND node_id {is} ? AND incarnation {is} ?",
             ),
             (true, false) => self.query(
                 "UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, state = ?, \
-                 node_id = ?, incarnation = ?, updated_at = {now}, start_time = ?, repeat_limit = ? \
+                 node_id = ?, incarnation = ?, schedule_sig = COALESCE(?, schedule_sig), updated_at = {now}, \
+                 start_time = ?, repeat_limit = ? \
                  WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ?",
             ),
             (true, true) => self.query(
                 "UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, state = ?, \
-                 node_id = ?, incarnation = ?, updated_at = {now}, start_time = ?, repeat_limit = ? \
+                 node_id = ?, incarnation = ?, schedule_sig = COALESCE(?, schedule_sig), updated_at = {now}, \
+                 start_time = ?, repeat_limit = ? \
                  WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? \
                  AND node_id {is} ? AND incarnation {is} ?",
             ),
@@ -263,7 +275,8 @@ impl SqlStore {
             .bind(count_to_i64(cas.set.times_triggered))
             .bind(cas.set_state.as_str())
             .bind(cas.set_owner.as_ref().map(|n| n.node_id.clone()))
-            .bind(cas.set_owner.as_ref().map(|n| n.incarnation));
+            .bind(cas.set_owner.as_ref().map(|n| n.incarnation))
+            .bind(signature);
         if reschedule {
             q = q.bind(set_start).bind(set_limit);
         }
@@ -359,7 +372,11 @@ impl SqlStore {
     }
 
     async fn claim_in(&self, tx: &mut Transaction<'static, Any>, claim: &Claim) -> Result<Claimed, StoreError> {
-        if self.db.backend == Backend::Postgres && claim.cas.expect_owner.is_none() && claim.cas.set_trigger.is_none() {
+        if self.db.backend == Backend::Postgres
+            && claim.cas.expect_owner.is_none()
+            && claim.cas.set_trigger.is_none()
+            && claim.cas.set_signature.is_none()
+        {
             return self.claim_statement(&mut **tx, claim).await;
         }
         if !self.cas_execute(tx, &claim.cas).await? {
@@ -618,6 +635,31 @@ impl Store for SqlStore {
         }
     }
 
+    async fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> Result<Vec<Job>, StoreError> {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut jobs = Vec::with_capacity(ids.len());
+        // One prepared text for every chunk: short chunks repeat their last id.
+        for chunk in ids.chunks(JOBS_PER_QUERY) {
+            let mut q = self
+                .query(concat!(
+                    "SELECT ",
+                    job_cols!(),
+                    " FROM quartz_job WHERE scheduler = ? AND id IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ))
+                .bind(scheduler.to_owned());
+            for i in 0..JOBS_PER_QUERY {
+                q = q.bind(chunk.get(i).or(chunk.last()).copied().unwrap_or(0));
+            }
+            let rows = q.fetch_all(&self.db.pool).await.map_err(db_error)?;
+            for row in &rows {
+                jobs.push(decode_job(row)?);
+            }
+        }
+        Ok(jobs)
+    }
+
     async fn list_jobs(&self, scheduler: &str) -> Result<Vec<Job>, StoreError> {
         let rows = self
             .query(concat!(
@@ -806,7 +848,11 @@ impl Store for SqlStore {
     }
 
     async fn claim(&self, claim: &Claim) -> Result<Option<i64>, StoreError> {
-        if self.db.backend == Backend::Postgres && claim.cas.expect_owner.is_none() && claim.cas.set_trigger.is_none() {
+        if self.db.backend == Backend::Postgres
+            && claim.cas.expect_owner.is_none()
+            && claim.cas.set_trigger.is_none()
+            && claim.cas.set_signature.is_none()
+        {
             return match self.claim_statement(&self.db.pool, claim).await? {
                 Claimed::Won(id) => Ok(Some(id)),
                 Claimed::Lost | Claimed::Conflict => Ok(None),
@@ -1068,6 +1114,7 @@ fn decode_execute(row: &AnyRow) -> Result<Execute, RowError> {
         misfire_policy: get_str("misfire_policy")?,
     };
     let trigger = columns.to_trigger().map_err(|e| fail(e.to_string()))?;
+    let schedule_changed = get_opt_i64("schedule_sig")? != Some(columns.signature());
     let state = ExecuteState::parse(&get_str("state")?).map_err(|e| fail(e.to_string()))?;
     let times_triggered =
         u64::try_from(get_i64("times_triggered")?).map_err(|_| fail("negative times_triggered".into()))?;
@@ -1094,6 +1141,7 @@ fn decode_execute(row: &AnyRow) -> Result<Execute, RowError> {
         state,
         owner,
         error: get_opt_str("error")?,
+        schedule_changed,
     })
 }
 

@@ -32,6 +32,7 @@ backend_tests!(
     a_dead_nodes_fires_are_recovered_by_exactly_one_node,
     misfire_decisions_are_compare_and_set_and_recorded,
     history_filters_and_pages,
+    edited_schedules_are_noticed_and_jobs_are_read_by_id,
 );
 
 fn every_second(start: Timestamp) -> ExecuteSpec {
@@ -87,14 +88,23 @@ async fn migrations_run_twice_and_concurrently(db: &TestDb) {
         store.migrate().await.unwrap();
         return;
     }
+    // Eight nodes start at the same instant on an empty database.
+    let gate = std::sync::Arc::new(tokio::sync::Barrier::new(8));
     let mut starts = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..8 {
         let url = db.url.clone();
-        starts.push(tokio::spawn(async move { SqlStore::connect(&url).await }));
+        let gate = gate.clone();
+        starts.push(tokio::spawn(async move {
+            gate.wait().await;
+            SqlStore::connect(&url).await
+        }));
     }
     let mut stores = Vec::new();
     for start in starts {
         stores.push(start.await.unwrap().expect("every node starts, whoever migrates first"));
+    }
+    if db.kind == Kind::MySql {
+        mysql_migration_waits_for_the_lock(db).await;
     }
     stores[0].migrate().await.unwrap();
     stores[1].migrate().await.unwrap();
@@ -111,6 +121,52 @@ async fn migrations_run_twice_and_concurrently(db: &TestDb) {
         })
         .await;
     assert_eq!(no_migrate.list_jobs(S).await.unwrap().len(), 1);
+}
+
+/// On MySQL and MariaDB a migrating node holds a named lock, and a node that
+/// starts meanwhile waits for it (MariaDB returns at once from the infinite
+/// wait sqlx's own migrator asks for, so without our lock it would not).
+async fn mysql_migration_waits_for_the_lock(db: &TestDb) {
+    use sqlx::{Connection as _, Row as _};
+    let mut holder = sqlx::AnyConnection::connect(&db.url).await.unwrap();
+    let got: i64 = sqlx::query("SELECT GET_LOCK(LEFT(CONCAT('quartz_migrate_', DATABASE()), 64), 5)")
+        .fetch_one(&mut holder)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(got, 1);
+    let url = db.url.clone();
+    let start = tokio::spawn(async move { SqlStore::connect(&url).await });
+    let probe = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    common::wait_until(
+        std::time::Duration::from_secs(10),
+        "the node to wait for the lock",
+        || {
+            let probe = probe.clone();
+            let finished = start.is_finished();
+            async move {
+                let waiting: i64 = sqlx::query(
+                    "SELECT COUNT(*) FROM information_schema.processlist \
+                 WHERE db = DATABASE() AND info LIKE 'SELECT GET_LOCK%' AND id <> CONNECTION_ID()",
+                )
+                .fetch_one(&probe)
+                .await
+                .unwrap()
+                .get(0);
+                finished || waiting > 0
+            }
+        },
+    )
+    .await;
+    assert!(
+        !start.is_finished(),
+        "a node started while another held the migration lock"
+    );
+    let _ = sqlx::query("SELECT RELEASE_LOCK(LEFT(CONCAT('quartz_migrate_', DATABASE()), 64))")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    start.await.unwrap().expect("the node starts once the lock is free");
 }
 
 async fn the_clock_is_the_databases(db: &TestDb) {
@@ -590,6 +646,7 @@ async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
         set: stuck[0].fire_state.clone(),
         set_owner: None,
         set_trigger: None,
+        set_signature: None,
     };
     assert!(store.update_execute(&release, &[]).await.unwrap());
     assert!(!store.update_execute(&release, &[]).await.unwrap());
@@ -626,6 +683,7 @@ async fn misfire_decisions_are_compare_and_set_and_recorded(db: &TestDb) {
         set: decision.state.clone(),
         set_owner: None,
         set_trigger: decision.rescheduled.clone(),
+        set_signature: None,
     };
     let record = SkippedRecord {
         from: skipped.from,
@@ -715,4 +773,58 @@ async fn history_filters_and_pages(db: &TestDb) {
         store.fires(&unknown).await,
         Err(StoreError::UnknownJob { .. })
     ));
+}
+
+async fn edited_schedules_are_noticed_and_jobs_are_read_by_id(db: &TestDb) {
+    let store = db.store().await;
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        let job = store
+            .create_job(
+                S,
+                &JobSpec::new(format!("sig-{i}"), "h"),
+                &[every_second(Timestamp::from_millis(0))],
+            )
+            .await
+            .unwrap();
+        ids.push(job.id);
+    }
+    // Read by id, in chunks, unknown ids ignored.
+    let mut wanted = ids.clone();
+    wanted.push(-7);
+    let mut found: Vec<i64> = store
+        .jobs_by_id(S, &wanted)
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| j.id)
+        .collect();
+    found.sort_unstable();
+    assert_eq!(found, ids);
+    assert!(store.jobs_by_id("another-scheduler", &ids).await.unwrap().is_empty());
+
+    let detail = store.get_job(S, "sig-0").await.unwrap().unwrap();
+    let execute = &detail.executes[0];
+    assert!(!execute.schedule_changed, "created by the library: signed");
+    db.sql(
+        &store,
+        &format!("UPDATE quartz_execute SET interval_ms = 2000 WHERE id = {}", execute.id),
+    )
+    .await;
+    let edited = store.get_job(S, "sig-0").await.unwrap().unwrap().executes[0].clone();
+    assert!(edited.schedule_changed, "an edit by hand is noticed");
+    let cas = ExecuteCas {
+        execute_id: edited.id,
+        expect_state: edited.state,
+        expect: edited.fire_state.clone(),
+        expect_owner: None,
+        set_state: ExecuteState::Waiting,
+        set: edited.fire_state.clone(),
+        set_owner: None,
+        set_trigger: None,
+        set_signature: Some(quartz_core::store::TriggerColumns::from_trigger(&edited.trigger).signature()),
+    };
+    assert!(store.update_execute(&cas, &[]).await.unwrap());
+    let signed = store.get_job(S, "sig-0").await.unwrap().unwrap().executes[0].clone();
+    assert!(!signed.schedule_changed, "recomputed once, then signed again");
 }

@@ -202,3 +202,37 @@ pub async fn run(
         std::panic::resume_unwind(e.into_panic());
     }
 }
+
+/// Every ledger row of a scheduler, newest first, through the history pages.
+pub async fn ledger(store: &SqlStore, scheduler: &str) -> Vec<quartz_core::store::FireRecord> {
+    use quartz_core::store::Store as _;
+    let mut all = Vec::new();
+    let mut query = quartz_core::store::FireQuery::new(scheduler);
+    query.limit = 1_000;
+    loop {
+        let page = store.fires(&query).await.unwrap();
+        let Some(last) = page.last() else { break };
+        query.before_id = Some(last.id);
+        all.extend(page);
+    }
+    all
+}
+
+/// Waits until `cond` holds, failing the test with `what` after `limit`.
+pub async fn wait_until<F, Fut>(limit: std::time::Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

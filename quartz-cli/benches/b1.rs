@@ -1,0 +1,207 @@
+//! B1, the fire storm (BENCHMARKS.md): S triggers firing every second on K
+//! `quartz node` processes against one database, for D seconds. Every figure
+//! comes from the fire ledger, not from the nodes' counters.
+//!
+//! ```text
+//! cargo bench -p quartz-cli --bench b1 -- [--url URL] [--triggers 1000] [--nodes 1,2,3] [--seconds 60]
+//! ```
+//!
+//! The URL defaults to `QUARTZ_PG_URL` or the local PostgreSQL. Each run uses
+//! its own scheduler name, so runs do not see each other's rows. CPU seconds
+//! are read from /proc: the node processes, and every process of the database
+//! server (`postgres`, `mariadbd`/`mysqld`) over the run.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use quartz_core::cron::CronExpression;
+use quartz_core::store::{ExecuteSpec, JobSpec, Store};
+use quartz_core::trigger::{Schedule, Trigger};
+use quartz_core::{Timestamp, Tz};
+use quartz_store::{SqlStore, StoreOptions};
+use sqlx::Row;
+
+struct Args {
+    url: String,
+    triggers: usize,
+    nodes: Vec<usize>,
+    seconds: i64,
+}
+
+fn args() -> Args {
+    let mut out = Args {
+        url: std::env::var("QUARTZ_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned()),
+        triggers: 1_000,
+        nodes: vec![1, 2, 3],
+        seconds: 60,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--url" => out.url = it.next().unwrap(),
+            "--triggers" => out.triggers = it.next().unwrap().parse().unwrap(),
+            "--nodes" => out.nodes = it.next().unwrap().split(',').map(|n| n.parse().unwrap()).collect(),
+            "--seconds" => out.seconds = it.next().unwrap().parse().unwrap(),
+            _ => {} // cargo bench passes --bench
+        }
+    }
+    out
+}
+
+/// utime + stime of a process, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    let after = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+/// CPU seconds of every process whose name is one of `names`.
+fn server_cpu(names: &[&str]) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| names.iter().any(|n| c.trim().starts_with(n)))
+        })
+        .map(cpu_seconds)
+        .sum()
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args = args();
+    sqlx::any::install_default_drivers();
+    let store = SqlStore::connect_with(
+        &args.url,
+        &StoreOptions {
+            max_connections: 4,
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let server: &[&str] = if args.url.starts_with("postgres") {
+        &["postgres"]
+    } else if args.url.starts_with("sqlite") {
+        &[]
+    } else {
+        &["mariadbd", "mysqld"]
+    };
+    println!(
+        "| backend | S | K | D s | expected | observed | duplicates | missed | p50 ms | p99 ms | max ms | node CPU s/1k fires | db CPU s/1k fires |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for &k in &args.nodes {
+        let scheduler = format!("b1-{}-{k}-{}", args.triggers, std::process::id());
+        let mut nodes: Vec<Child> = (0..k)
+            .map(|i| {
+                Command::new(env!("CARGO_BIN_EXE_quartz"))
+                    .args(["node", "--url", &args.url, "--scheduler", &scheduler])
+                    .args(["--node-id", &format!("b1-node-{i}"), "--pool-queue", "10000"])
+                    .env("RUST_LOG", "warn")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let now = store.now().await.unwrap().as_millis();
+        let start = Timestamp::from_millis((now / 1000 + 12) * 1000);
+        let end = start.saturating_add_millis(args.seconds * 1000 - 1);
+        let cron = CronExpression::parse("* * * * * ?").unwrap();
+        for i in 0..args.triggers {
+            let trigger = Trigger::new(Schedule::cron(cron.clone(), Tz::UTC), start)
+                .unwrap()
+                .with_end(end)
+                .unwrap();
+            store
+                .create_job(
+                    &scheduler,
+                    &JobSpec::new(format!("storm-{i:05}"), "noop"),
+                    &[ExecuteSpec::new(trigger)],
+                )
+                .await
+                .unwrap();
+        }
+        // Measure CPU over the storm only.
+        let wait_start = u64::try_from(start.as_millis() - store.now().await.unwrap().as_millis()).unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(wait_start)).await;
+        let node_cpu0: f64 = nodes.iter().map(|c| cpu_seconds(c.id())).sum();
+        let db_cpu0 = server_cpu(server);
+        let t0 = Instant::now();
+        tokio::time::sleep(Duration::from_millis(
+            u64::try_from(args.seconds * 1000 + 3_000).unwrap(),
+        ))
+        .await;
+        let node_cpu = nodes.iter().map(|c| cpu_seconds(c.id())).sum::<f64>() - node_cpu0;
+        let db_cpu = server_cpu(server) - db_cpu0;
+        let _elapsed = t0.elapsed();
+        for c in &mut nodes {
+            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+        }
+        for c in &mut nodes {
+            let _ = c.wait();
+        }
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT execute_id, fire_time, state, started_at FROM quartz_fire WHERE scheduler = '{scheduler}'"
+        )))
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+        let expected = i64::try_from(args.triggers).unwrap() * args.seconds;
+        let mut runs: std::collections::HashMap<(i64, i64), usize> = std::collections::HashMap::new();
+        let mut lateness = Vec::new();
+        for row in &rows {
+            let state: String = row.get(2);
+            if state != "succeeded" {
+                continue;
+            }
+            let key = (row.get::<i64, _>(0), row.get::<i64, _>(1));
+            *runs.entry(key).or_default() += 1;
+            let started: Option<i64> = row.get(3);
+            if let Some(s) = started {
+                lateness.push(s - key.1);
+            }
+        }
+        lateness.sort_unstable();
+        let observed: usize = runs.values().sum();
+        let duplicates: usize = runs.values().map(|n| n - 1).sum();
+        let missed = expected - i64::try_from(runs.len()).unwrap();
+        #[allow(clippy::cast_precision_loss)]
+        let per_k = |cpu: f64| cpu / (observed.max(1) as f64 / 1000.0);
+        let backend = args.url.split(':').next().unwrap_or("?");
+        println!(
+            "| {backend} | {} | {k} | {} | {expected} | {observed} | {duplicates} | {missed} | {} | {} | {} | {:.3} | {:.3} |",
+            args.triggers,
+            args.seconds,
+            percentile(&lateness, 0.5),
+            percentile(&lateness, 0.99),
+            lateness.last().copied().unwrap_or(0),
+            per_k(node_cpu),
+            per_k(db_cpu),
+        );
+    }
+}

@@ -1,0 +1,301 @@
+//! Failover with real processes: `quartz node` children killed with SIGKILL
+//! or frozen with SIGSTOP, on SQLite (a file shared by the processes),
+//! PostgreSQL and MariaDB. A node in the test process survives them.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../../quartz-store/tests/common/mod.rs"]
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{TestDb, ledger, wait_until};
+use quartz_core::cron::CronExpression;
+use quartz_core::engine::{Scheduler, SchedulerBuilder, Settings};
+use quartz_core::misfire::MisfireSettings;
+use quartz_core::store::{ExecuteSpec, FireRecord, FireState, JobSpec, NodeState, Store};
+use quartz_core::trigger::{Schedule, Trigger};
+use quartz_core::{Timestamp, Tz};
+use quartz_store::SqlStore;
+
+macro_rules! process_tests {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::SqliteFile, |db| Box::pin(super::$name(db))).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::Postgres, |db| Box::pin(super::$name(db))).await } )* }
+        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::MySql, |db| Box::pin(super::$name(db))).await } )* }
+    };
+}
+
+process_tests!(
+    a_killed_node_s_fires_run_elsewhere_or_are_recorded_abandoned,
+    a_frozen_node_runs_nothing_it_lost_and_rejoins,
+);
+
+const CLUSTER: &str = "process-cluster";
+
+/// A `quartz node` child process, killed when dropped.
+struct NodeProcess(Child);
+
+impl NodeProcess {
+    fn start(db: &TestDb, node_id: &str, claim_lead_ms: u64, window_ms: u64) -> NodeProcess {
+        let child = Command::new(env!("CARGO_BIN_EXE_quartz"))
+            .args(["node", "--url", &db.url, "--scheduler", CLUSTER, "--node-id", node_id])
+            .args(["--poll-ms", "300", "--heartbeat-ms", "200"])
+            .args(["--dead-after-ms", "1500", "--misfire-threshold-ms", "2000"])
+            .args([
+                "--claim-lead-ms",
+                &claim_lead_ms.to_string(),
+                "--window-ms",
+                &window_ms.to_string(),
+            ])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        NodeProcess(child)
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn settings() -> Settings {
+    Settings {
+        poll_interval: Duration::from_millis(300),
+        window: Duration::from_millis(1_000),
+        heartbeat_interval: Duration::from_millis(200),
+        dead_after: Duration::from_millis(1_500),
+        misfire: MisfireSettings {
+            threshold_ms: 2_000,
+            ..MisfireSettings::default()
+        },
+        ..Settings::default()
+    }
+}
+
+/// The survivor: a node in this process with the same handler names.
+async fn survivor(db: &TestDb) -> Scheduler<SqlStore> {
+    SchedulerBuilder::new(CLUSTER)
+        .settings(Settings {
+            node_id: Some("survivor".to_owned()),
+            ..settings()
+        })
+        .handler("noop", |_| Ok(()))
+        .handler("sleep", |_| {
+            std::thread::sleep(Duration::from_millis(100));
+            Ok(())
+        })
+        .start(db.store().await)
+        .await
+        .unwrap()
+}
+
+async fn job_ids(store: &SqlStore) -> HashMap<String, i64> {
+    store
+        .list_jobs(CLUSTER)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| (j.spec.name, j.id))
+        .collect()
+}
+
+async fn a_killed_node_s_fires_run_elsewhere_or_are_recorded_abandoned(db: &TestDb) {
+    let store = db.store().await;
+    // The victim claims 3 s ahead, so it holds claimed fires when it dies.
+    let victim = NodeProcess::start(db, "victim", 3_000, 4_000);
+    wait_until(Duration::from_secs(20), "the victim to join", || async {
+        store
+            .list_nodes(CLUSTER)
+            .await
+            .unwrap()
+            .iter()
+            .any(|n| n.state == NodeState::Live)
+    })
+    .await;
+    let now = store.now().await.unwrap();
+    let soon = Trigger::new(Schedule::Once, now.saturating_add_millis(500)).unwrap();
+    let later = Trigger::new(Schedule::Once, now.saturating_add_millis(3_000)).unwrap();
+    let mut recovering = JobSpec::new("recovering", "sleep");
+    recovering.payload = "60000".to_owned();
+    recovering.requests_recovery = true;
+    let mut abandoned = JobSpec::new("abandoned", "sleep");
+    abandoned.payload = "60000".to_owned();
+    for job in [recovering, abandoned] {
+        store
+            .create_job(CLUSTER, &job, &[ExecuteSpec::new(soon.clone())])
+            .await
+            .unwrap();
+    }
+    store
+        .create_job(CLUSTER, &JobSpec::new("claimed", "noop"), &[ExecuteSpec::new(later)])
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(15), "two running fires and one claimed", || async {
+        let rows = ledger(&store, CLUSTER).await;
+        rows.iter().filter(|f| f.state == FireState::Running).count() == 2
+            && rows.iter().filter(|f| f.state == FireState::Claimed).count() == 1
+    })
+    .await;
+    victim.signal("KILL");
+    drop(victim);
+    let survivor = survivor(db).await;
+    wait_until(Duration::from_secs(20), "recovery of the victim's fires", || async {
+        let rows = ledger(&store, CLUSTER).await;
+        rows.iter().filter(|f| f.state == FireState::Succeeded).count() == 2
+            && rows.iter().any(|f| f.state == FireState::Abandoned)
+    })
+    .await;
+    let ids = job_ids(&store).await;
+    let rows = ledger(&store, CLUSTER).await;
+    let of = |name: &str| -> Vec<&FireRecord> {
+        let mut v: Vec<_> = rows.iter().filter(|f| f.job_id == ids[name]).collect();
+        v.sort_by_key(|f| f.attempt);
+        v
+    };
+    let claimed = of("claimed");
+    assert_eq!(claimed.len(), 1, "the claimed fire ran on its own row");
+    assert_eq!(claimed[0].state, FireState::Succeeded);
+    assert_eq!(claimed[0].owner.as_ref().unwrap().node_id, "survivor");
+    assert!(
+        claimed[0].started_at.unwrap() >= claimed[0].fire_time,
+        "not before its time"
+    );
+    let recovered = of("recovering");
+    assert_eq!(
+        recovered.iter().map(|f| (f.attempt, f.state)).collect::<Vec<_>>(),
+        [(1, FireState::Failed), (2, FireState::Succeeded)],
+        "re-run as attempt 2 (at least once)"
+    );
+    let gone = of("abandoned");
+    assert_eq!(gone.len(), 1, "not re-run (at most once)");
+    assert_eq!(gone[0].state, FireState::Abandoned);
+    let nodes = store.list_nodes(CLUSTER).await.unwrap();
+    assert!(
+        nodes
+            .iter()
+            .any(|n| n.node_id == "victim" && n.state == NodeState::Dead)
+    );
+    survivor.shutdown().await;
+}
+
+async fn a_frozen_node_runs_nothing_it_lost_and_rejoins(db: &TestDb) {
+    let store = db.store().await;
+    let frozen = NodeProcess::start(db, "frozen", 20, 1_000);
+    let survivor = survivor(db).await;
+    wait_until(Duration::from_secs(20), "both nodes live", || async {
+        store
+            .list_nodes(CLUSTER)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|n| n.state == NodeState::Live)
+            .count()
+            == 2
+    })
+    .await;
+    let now = store.now().await.unwrap().as_millis();
+    let start = Timestamp::from_millis((now / 1000 + 1) * 1000);
+    let end = start.saturating_add_millis(9_999);
+    for i in 0..10 {
+        let trigger = Trigger::new(
+            Schedule::cron(CronExpression::parse("* * * * * ?").unwrap(), Tz::UTC),
+            start,
+        )
+        .unwrap()
+        .with_end(end)
+        .unwrap();
+        store
+            .create_job(
+                CLUSTER,
+                &JobSpec::new(format!("tick-{i}"), "noop"),
+                &[ExecuteSpec::new(trigger)],
+            )
+            .await
+            .unwrap();
+    }
+    let old = store
+        .list_nodes(CLUSTER)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|n| n.node_id == "frozen")
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    frozen.signal("STOP");
+    wait_until(Duration::from_secs(10), "the frozen node declared dead", || async {
+        store
+            .list_nodes(CLUSTER)
+            .await
+            .unwrap()
+            .iter()
+            .any(|n| n.node_id == "frozen" && n.state == NodeState::Dead)
+    })
+    .await;
+    let declared_dead = store.now().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    frozen.signal("CONT");
+    wait_until(Duration::from_secs(10), "the frozen node to re-register", || async {
+        store
+            .list_nodes(CLUSTER)
+            .await
+            .unwrap()
+            .iter()
+            .any(|n| n.node_id == "frozen" && n.state == NodeState::Live && n.incarnation > old.incarnation)
+    })
+    .await;
+    // The survivor leaves: the rest of the fires are the rejoined node's.
+    survivor.shutdown().await;
+    wait_until(Duration::from_secs(20), "all 100 fires", || async {
+        ledger(&store, CLUSTER)
+            .await
+            .iter()
+            .filter(|f| f.state == FireState::Succeeded)
+            .count()
+            == 100
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rows = ledger(&store, CLUSTER).await;
+    let mut seen = HashSet::new();
+    for f in &rows {
+        assert!(seen.insert((f.execute_id, f.fire_time, f.attempt)), "twice: {f:?}");
+        assert_eq!(f.state, FireState::Succeeded, "{f:?}");
+        assert!(f.started_at.unwrap() >= f.fire_time);
+        if let Some(owner) = &f.owner
+            && owner.node_id == "frozen"
+            && owner.incarnation == old.incarnation
+        {
+            assert!(
+                f.started_at.unwrap() < declared_dead,
+                "the retired incarnation started a fire after it was declared dead: {f:?}"
+            );
+        }
+    }
+    assert_eq!(rows.len(), 100, "every second of every job, once");
+    let owners: HashSet<(String, i64)> = rows
+        .iter()
+        .filter_map(|f| f.owner.clone().map(|o| (o.node_id, o.incarnation)))
+        .collect();
+    assert!(
+        owners.iter().any(|(id, inc)| id == "frozen" && *inc > old.incarnation),
+        "the frozen node rejoined and fires again: {owners:?}"
+    );
+    drop(frozen);
+}

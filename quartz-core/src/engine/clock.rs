@@ -1,0 +1,76 @@
+//! The node's view of database time.
+//!
+//! The database clock is the only clock. A node reads it at every poll and
+//! heartbeat and keeps the offset between its own clock (the wall clock at
+//! start, advanced by the monotonic clock, so wall-clock jumps do not move it)
+//! and the database's. It uses the offset only to know when to wake; every
+//! decision another node must agree with is taken on a database time.
+//!
+//! Each reading is paired with the local time *after* the query returned, so
+//! the estimate of database time never runs ahead of the real one: a fire
+//! timed with it may start a round trip late, never early.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+
+use crate::time::Timestamp;
+
+#[derive(Debug)]
+pub(crate) struct Clock {
+    /// When the node started, on the monotonic clock.
+    base: Instant,
+    /// The node's own wall clock at `base`, in epoch ms, shifted by the test
+    /// setting that skews it.
+    anchor_ms: i64,
+    /// Database time minus local time, in ms, from the latest reading.
+    offset_ms: AtomicI64,
+}
+
+impl Clock {
+    pub(crate) fn new(skew_ms: i64) -> Clock {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        Clock {
+            base: Instant::now(),
+            anchor_ms: wall.saturating_add(skew_ms),
+            offset_ms: AtomicI64::new(0),
+        }
+    }
+
+    /// The node's own clock, in epoch ms.
+    fn local_ms(&self) -> i64 {
+        self.anchor_ms
+            .saturating_add(i64::try_from(self.base.elapsed().as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// Records a reading of the database clock, taken just now.
+    pub(crate) fn observe(&self, db_now: Timestamp) {
+        // Both readings are truncated to the millisecond, which could put the
+        // estimate up to 1 ms ahead: take 1 ms off so it never is.
+        self.offset_ms
+            .store(db_now.as_millis() - self.local_ms() - 1, Ordering::Relaxed);
+    }
+
+    /// The estimated database time now (never ahead of it).
+    pub(crate) fn db_now(&self) -> Timestamp {
+        Timestamp::from_millis(self.local_ms().saturating_add(self.offset_ms.load(Ordering::Relaxed)))
+    }
+
+    /// Database time minus this node's clock, in ms.
+    pub(crate) fn offset_ms(&self) -> i64 {
+        self.offset_ms.load(Ordering::Relaxed)
+    }
+
+    /// The local instant at which the database clock reads `t`.
+    pub(crate) fn instant_of(&self, t: Timestamp) -> Instant {
+        let local = t.as_millis().saturating_sub(self.offset_ms.load(Ordering::Relaxed));
+        let since_base = local.saturating_sub(self.anchor_ms);
+        match u64::try_from(since_base) {
+            Ok(ms) => self.base + Duration::from_millis(ms),
+            Err(_) => self.base,
+        }
+    }
+}

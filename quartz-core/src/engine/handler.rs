@@ -1,0 +1,203 @@
+//! Handlers: the user code a fire runs, and what it is told about the fire.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use crate::time::Timestamp;
+
+/// The error a handler returns: any error type, boxed.
+pub type JobError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What a handler returns: success, or an error recorded in the ledger.
+pub type JobResult = Result<(), JobError>;
+
+type BlockingFn = dyn Fn(JobContext) -> JobResult + Send + Sync + 'static;
+type AsyncFn = dyn Fn(JobContext) -> Pin<Box<dyn Future<Output = JobResult> + Send + 'static>> + Send + Sync + 'static;
+
+/// A registered handler: a blocking function run on a pool thread, or an async
+/// function driven to completion on a pool thread (so both count against the
+/// pool's bounds).
+#[derive(Clone)]
+pub(crate) enum Handler {
+    Blocking(Arc<BlockingFn>),
+    Async(Arc<AsyncFn>),
+}
+
+impl Handler {
+    pub(crate) fn blocking<F>(f: F) -> Handler
+    where
+        F: Fn(JobContext) -> JobResult + Send + Sync + 'static,
+    {
+        Handler::Blocking(Arc::new(f))
+    }
+
+    pub(crate) fn asynchronous<F, Fut>(f: F) -> Handler
+    where
+        F: Fn(JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = JobResult> + Send + 'static,
+    {
+        Handler::Async(Arc::new(move |ctx| Box::pin(f(ctx))))
+    }
+
+    /// Runs the handler on the calling (pool) thread; a panic becomes an error.
+    pub(crate) fn call(&self, ctx: JobContext, runtime: &tokio::runtime::Handle) -> JobResult {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match self {
+            Handler::Blocking(f) => f(ctx),
+            Handler::Async(f) => runtime.block_on(f(ctx)),
+        }));
+        match outcome {
+            Ok(result) => result,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a non-string panic payload".to_owned());
+                Err(format!("handler panicked: {message}").into())
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Handler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Handler::Blocking(_) => "Handler::Blocking",
+            Handler::Async(_) => "Handler::Async",
+        })
+    }
+}
+
+/// Why a running fire was asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The job's timeout passed; the fire is recorded as failed.
+    TimedOut,
+    /// The node is shutting down and its grace period ran out.
+    Shutdown,
+}
+
+impl fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CancelReason::TimedOut => "timed out",
+            CancelReason::Shutdown => "node shutting down",
+        })
+    }
+}
+
+/// A signal that asks a running handler to stop: its job's timeout passed, or
+/// the node is shutting down. Blocking handlers poll
+/// [`is_cancelled`](Self::is_cancelled); async handlers await
+/// [`cancelled`](Self::cancelled).
+#[derive(Debug, Clone)]
+pub struct Cancellation {
+    rx: watch::Receiver<Option<CancelReason>>,
+}
+
+impl Cancellation {
+    pub(crate) fn new() -> (watch::Sender<Option<CancelReason>>, Cancellation) {
+        let (tx, rx) = watch::channel(None);
+        (tx, Cancellation { rx })
+    }
+
+    /// Whether the fire has been asked to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.rx.borrow().is_some()
+    }
+
+    /// Why, once it has been.
+    pub fn reason(&self) -> Option<CancelReason> {
+        *self.rx.borrow()
+    }
+
+    /// Completes when the fire is asked to stop (never, if it is not).
+    pub async fn cancelled(&self) {
+        let mut rx = self.rx.clone();
+        if rx.wait_for(Option::is_some).await.is_err() {
+            // The node dropped the sender without cancelling: nothing will.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// What a handler is told about the fire it runs.
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    pub(crate) job_id: i64,
+    pub(crate) job_name: Arc<str>,
+    pub(crate) execute_id: i64,
+    pub(crate) fire_time: Timestamp,
+    pub(crate) fire_id: i64,
+    pub(crate) attempt: u32,
+    pub(crate) payload: Arc<str>,
+    pub(crate) node_id: Arc<str>,
+    pub(crate) cancellation: Cancellation,
+}
+
+impl JobContext {
+    /// The job's id.
+    pub fn job_id(&self) -> i64 {
+        self.job_id
+    }
+
+    /// The job's name.
+    pub fn job_name(&self) -> &str {
+        &self.job_name
+    }
+
+    /// The execute (trigger) that fired.
+    pub fn execute_id(&self) -> i64 {
+        self.execute_id
+    }
+
+    /// The scheduled fire time (database time). The handler never starts
+    /// before it.
+    pub fn scheduled_fire_time(&self) -> Timestamp {
+        self.fire_time
+    }
+
+    /// The ledger row of this run.
+    pub fn fire_id(&self) -> i64 {
+        self.fire_id
+    }
+
+    /// The attempt, from 1 (retries and recovery re-runs count up).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The node running the fire.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// The job's payload, as the JSON text stored with it.
+    pub fn payload_json(&self) -> &str {
+        &self.payload
+    }
+
+    /// The job's payload, decoded.
+    ///
+    /// # Errors
+    ///
+    /// The decoding error when the payload does not fit `T`.
+    pub fn payload<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(&self.payload)
+    }
+
+    /// The signal that asks this fire to stop.
+    pub fn cancellation(&self) -> &Cancellation {
+        &self.cancellation
+    }
+
+    /// Whether this fire has been asked to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancellation.is_cancelled()
+    }
+}

@@ -1,0 +1,475 @@
+//! The scheduler engine: a node of a cluster that polls, expands, claims and
+//! runs fires, keeps its membership, recovers dead nodes' work and handles
+//! misfires, all over a [`Store`].
+//!
+//! # The fire path
+//!
+//! 1. **Poll** every [`Settings::poll_interval`]: read the database clock, select
+//!    the waiting executes due before `db_now + window` (in bounded batches, by
+//!    the index), with their jobs. Rows written by hand are initialised or
+//!    recomputed here, once, by compare-and-set; overdue rows go to the misfire
+//!    policy.
+//! 2. **Expand** each execute into its fire times inside the window, in order.
+//! 3. **Claim** each fire at its time (less [`Settings::claim_lead`]), on a
+//!    timer corrected to database time, with one compare-and-set per fire;
+//!    fires due together are claimed in one transaction.
+//! 4. **Submit** the won fire to the pool at its scheduled time (never before).
+//!    A refusal (queue full at max threads) is recorded as a misfire and handed
+//!    to the trigger's policy.
+//! 5. **Run**: the fire is marked running, fenced by this node's incarnation;
+//!    the handler runs with a [`JobContext`]; the outcome goes to the ledger.
+//!    Timeouts, retries, fixed-delay successors and non-concurrent jobs are
+//!    handled here.
+//!
+//! Beside it, a cluster task heart-beats, declares nodes dead after
+//! [`Settings::dead_after`] (database time), and recovers their fires: claimed
+//! ones are fired here, running ones re-run when the job requests recovery and
+//! are recorded abandoned otherwise.
+//!
+//! ```no_run
+//! # async fn demo<S: quartz_core::store::Store>(store: S) -> Result<(), quartz_core::engine::SchedulerError> {
+//! use quartz_core::engine::{SchedulerBuilder, Settings};
+//!
+//! let node = SchedulerBuilder::new("billing")
+//!     .settings(Settings::default())
+//!     .handler("send-invoices", |ctx| {
+//!         println!("fire {} of {} at {}", ctx.fire_id(), ctx.job_name(), ctx.scheduled_fire_time());
+//!         Ok(())
+//!     })
+//!     .start(store)
+//!     .await?;
+//! // ... the service runs ...
+//! node.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod clock;
+mod handler;
+mod node;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quartz_pool::PoolMetrics;
+
+pub use handler::{CancelReason, Cancellation, JobContext, JobError, JobResult};
+
+use crate::error::Error;
+use crate::misfire::MisfireSettings;
+use crate::store::{ExecuteSpec, Job, JobSpec, Node, NodeRef, Store, StoreError};
+use handler::Handler;
+use node::Inner;
+
+/// Which node tries a fire first. Whatever the strategy, every node may claim a
+/// fire once [`Settings::strategy_grace`] has passed after its time, and the
+/// compare-and-set alone decides who wins: the strategy only cuts needless
+/// races.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Every node tries at the fire time; the first claim wins (default).
+    #[default]
+    FirstCome,
+    /// The live nodes share the executes by a hash of the execute id.
+    IdHash,
+    /// As `IdHash`, in proportion to each node's weight (rendezvous hashing).
+    Weighted,
+}
+
+/// A node's settings. The defaults are DESIGN.md's.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How often the node polls for due executes (default 5 s).
+    pub poll_interval: Duration,
+    /// How far ahead of the database's now a poll looks (default 5 s). The
+    /// window is stretched to reach the next poll, so no fire falls between two.
+    pub window: Duration,
+    /// How long before its time a fire is claimed (default 1 s), so that the
+    /// claims of many fires due together are done when their time comes. The
+    /// handler still starts at the scheduled time, never before.
+    pub claim_lead: Duration,
+    /// How often the node heart-beats and looks for dead nodes' work (default
+    /// 2 s).
+    pub heartbeat_interval: Duration,
+    /// A node whose heartbeat is older than this (database time) is dead
+    /// (default 10 s).
+    pub dead_after: Duration,
+    /// The misfire threshold and the cap of the ignore policy (default 5 s and
+    /// 1,000).
+    pub misfire: MisfireSettings,
+    /// The most executes read by one query of a poll (default 5,000); a poll
+    /// reads as many batches as are due.
+    pub batch_size: u32,
+    /// The most claims in one transaction (default 256).
+    pub claim_batch: usize,
+    /// Who tries a fire first (default first come).
+    pub strategy: Strategy,
+    /// How long after a fire's time any node may claim it whatever the strategy
+    /// (default 1 s; keep it below the misfire threshold).
+    pub strategy_grace: Duration,
+    /// How long a graceful shutdown waits for running fires (default 30 s).
+    pub shutdown_grace: Duration,
+    /// Pool threads kept alive (default: the number of cores).
+    pub pool_core: usize,
+    /// Most pool threads (default 4 x cores).
+    pub pool_max: usize,
+    /// Pool queue capacity (default 256).
+    pub pool_queue: usize,
+    /// How long an idle thread above core lives (default 60 s).
+    pub pool_keep_alive: Duration,
+    /// The node's id in the cluster (default `host-pid-n`). A node that restarts
+    /// with the same id re-registers with a new incarnation.
+    pub node_id: Option<String>,
+    /// The node's weight for [`Strategy::Weighted`] (default 1).
+    pub weight: u32,
+    /// Shifts this node's own clock by this many milliseconds. For tests of
+    /// clock skew: the engine takes no decision on the node's clock, so a
+    /// skewed node behaves exactly as the others.
+    pub clock_skew_ms: i64,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);
+        Settings {
+            poll_interval: Duration::from_secs(5),
+            window: Duration::from_secs(5),
+            claim_lead: Duration::from_secs(1),
+            heartbeat_interval: Duration::from_secs(2),
+            dead_after: Duration::from_secs(10),
+            misfire: MisfireSettings::default(),
+            batch_size: 5_000,
+            claim_batch: 256,
+            strategy: Strategy::FirstCome,
+            strategy_grace: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(30),
+            pool_core: cores,
+            pool_max: 4 * cores,
+            pool_queue: 256,
+            pool_keep_alive: Duration::from_secs(60),
+            node_id: None,
+            weight: 1,
+            clock_skew_ms: 0,
+        }
+    }
+}
+
+impl Settings {
+    /// Checks the settings against each other.
+    ///
+    /// # Errors
+    ///
+    /// [`SchedulerError::InvalidSettings`] naming the first setting that is out
+    /// of range.
+    pub fn validate(&self) -> Result<(), SchedulerError> {
+        let bad = |reason: &str| {
+            Err(SchedulerError::InvalidSettings {
+                reason: reason.to_owned(),
+            })
+        };
+        let positive = [
+            ("poll_interval", self.poll_interval),
+            ("window", self.window),
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("dead_after", self.dead_after),
+        ];
+        for (name, value) in positive {
+            if value.is_zero() {
+                return bad(&format!("{name} must be positive"));
+            }
+        }
+        if self.dead_after <= self.heartbeat_interval {
+            return bad("dead_after must be longer than heartbeat_interval");
+        }
+        if self.misfire.threshold_ms < 0 || self.misfire.ignore_cap == 0 {
+            return bad("the misfire threshold must be >= 0 and the ignore cap >= 1");
+        }
+        if self.batch_size == 0 || self.claim_batch == 0 {
+            return bad("batch_size and claim_batch must be at least 1");
+        }
+        if self.pool_max == 0 || self.pool_core > self.pool_max || self.pool_queue == 0 {
+            return bad("the pool needs 0 <= core <= max, max >= 1 and a queue of at least 1");
+        }
+        if let Some(id) = &self.node_id {
+            crate::store::check_name("node id", id).map_err(SchedulerError::Invalid)?;
+        }
+        Ok(())
+    }
+}
+
+/// What can go wrong starting or driving a node.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchedulerError {
+    /// A setting is out of range.
+    #[error("invalid settings: {reason}")]
+    InvalidSettings {
+        /// Which one and why.
+        reason: String,
+    },
+    /// A handler name was registered twice, or is not a valid name.
+    #[error("handler {name:?}: {reason}")]
+    InvalidHandler {
+        /// The handler name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// A job names a handler that this node does not have.
+    #[error("job {job:?} names handler {handler:?}, which this node does not register (known: {known})")]
+    UnknownHandler {
+        /// The job.
+        job: String,
+        /// The handler it names.
+        handler: String,
+        /// The handlers this node has.
+        known: String,
+    },
+    /// Invalid input.
+    #[error(transparent)]
+    Invalid(#[from] Error),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The pool could not be built.
+    #[error("the worker pool could not start: {0}")]
+    Pool(#[from] quartz_pool::PoolError),
+}
+
+/// Builds and starts a node. See the [module docs](self).
+pub struct SchedulerBuilder {
+    scheduler: String,
+    settings: Settings,
+    handlers: HashMap<String, Handler>,
+    duplicate: Option<String>,
+}
+
+impl fmt::Debug for SchedulerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut names: Vec<&String> = self.handlers.keys().collect();
+        names.sort();
+        f.debug_struct("SchedulerBuilder")
+            .field("scheduler", &self.scheduler)
+            .field("settings", &self.settings)
+            .field("handlers", &names)
+            .finish()
+    }
+}
+
+impl SchedulerBuilder {
+    /// Replaces the settings.
+    pub fn settings(mut self, settings: Settings) -> SchedulerBuilder {
+        self.settings = settings;
+        self
+    }
+
+    /// Registers a blocking handler: it runs on a pool thread.
+    pub fn handler<F>(self, name: impl Into<String>, f: F) -> SchedulerBuilder
+    where
+        F: Fn(JobContext) -> JobResult + Send + Sync + 'static,
+    {
+        self.register(name.into(), Handler::blocking(f))
+    }
+
+    /// Registers an async handler: each fire is driven to completion on a pool
+    /// thread, so async fires count against the pool's bounds like blocking
+    /// ones. It may use the runtime's timers and IO.
+    pub fn async_handler<F, Fut>(self, name: impl Into<String>, f: F) -> SchedulerBuilder
+    where
+        F: Fn(JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = JobResult> + Send + 'static,
+    {
+        self.register(name.into(), Handler::asynchronous(f))
+    }
+
+    fn register(mut self, name: String, handler: Handler) -> SchedulerBuilder {
+        if self.handlers.insert(name.clone(), handler).is_some() {
+            self.duplicate.get_or_insert(name);
+        }
+        self
+    }
+
+    /// Starts the node on `store`: registers it (a new incarnation), then
+    /// starts polling, heart-beating and recovering. Must be called within a
+    /// tokio runtime with timers enabled.
+    ///
+    /// # Errors
+    ///
+    /// Invalid settings or handler names, a pool that cannot start, or the
+    /// store failing to register the node.
+    pub async fn start<S: Store>(self, store: S) -> Result<Scheduler<S>, SchedulerError> {
+        self.settings.validate()?;
+        crate::store::check_name("scheduler", &self.scheduler)?;
+        if let Some(name) = self.duplicate {
+            return Err(SchedulerError::InvalidHandler {
+                name,
+                reason: "registered twice".to_owned(),
+            });
+        }
+        for name in self.handlers.keys() {
+            crate::store::check_name("handler", name).map_err(|e| SchedulerError::InvalidHandler {
+                name: name.clone(),
+                reason: e.to_string(),
+            })?;
+        }
+        let inner = Inner::start(store, self.scheduler, self.settings, self.handlers).await?;
+        Ok(Scheduler { inner })
+    }
+}
+
+/// Where a node is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Polling, claiming and running.
+    Running,
+    /// Declared dead by the cluster (a long pause); re-registering.
+    Fenced,
+    /// Shutting down: claiming nothing, finishing running fires.
+    ShuttingDown,
+    /// Gone.
+    Stopped,
+}
+
+/// Counters of what a node did since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Polls made.
+    pub polls: u64,
+    /// Fires this node won.
+    pub claimed: u64,
+    /// Claims lost to another node (or to a changed row).
+    pub lost: u64,
+    /// Fires that ran to success.
+    pub succeeded: u64,
+    /// Fires that failed (error, panic, timeout).
+    pub failed: u64,
+    /// Fires refused by the pool and recorded as misfired.
+    pub rejected: u64,
+    /// Misfire decisions this node applied to overdue executes.
+    pub misfires: u64,
+    /// Fires refused at start because this incarnation had been fenced.
+    pub fenced: u64,
+    /// Dead nodes' fires this node took over, re-ran or recorded abandoned.
+    pub recovered: u64,
+    /// Rows written by hand that this node initialised or recomputed.
+    pub recomputed: u64,
+}
+
+/// A snapshot of a node.
+#[derive(Debug, Clone)]
+pub struct NodeStatus {
+    /// The cluster.
+    pub scheduler: String,
+    /// This node's id and current incarnation.
+    pub node: NodeRef,
+    /// Where it is in its life.
+    pub phase: Phase,
+    /// The nodes it saw at its last heartbeat.
+    pub members: Vec<Node>,
+    /// The worker pool.
+    pub pool: PoolMetrics,
+    /// What it did so far.
+    pub counters: Counters,
+    /// Database time minus this node's clock, in ms.
+    pub db_offset_ms: i64,
+    /// Fires running now.
+    pub running: usize,
+}
+
+/// What a graceful shutdown did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShutdownSummary {
+    /// Claimed fires given back for another node to run at once.
+    pub released: usize,
+    /// Fires still running when the grace period ended (cancelled; their ledger
+    /// rows are left to the cluster's recovery).
+    pub still_running: usize,
+}
+
+/// A running node. Dropping it stops its tasks without the graceful steps; call
+/// [`shutdown`](Self::shutdown) to leave the cluster cleanly.
+pub struct Scheduler<S: Store> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: Store> fmt::Debug for Scheduler<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("scheduler", &self.inner.scheduler)
+            .field("node", &self.inner.node())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SchedulerBuilder {
+    /// A builder for a node of the cluster `scheduler`, with the default
+    /// settings and no handlers.
+    pub fn new(scheduler: impl Into<String>) -> SchedulerBuilder {
+        SchedulerBuilder {
+            scheduler: scheduler.into(),
+            settings: Settings::default(),
+            handlers: HashMap::new(),
+            duplicate: None,
+        }
+    }
+}
+
+impl<S: Store> Scheduler<S> {
+    /// The store the node runs on.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    /// The cluster's name.
+    pub fn scheduler(&self) -> &str {
+        &self.inner.scheduler
+    }
+
+    /// This node's id and current incarnation.
+    pub fn node(&self) -> NodeRef {
+        self.inner.node()
+    }
+
+    /// A snapshot of the node: phase, members, pool and counters.
+    pub fn status(&self) -> NodeStatus {
+        self.inner.status()
+    }
+
+    /// Creates a job with its triggers, after checking that this node has its
+    /// handler. This node polls at once; every other node sees it at its next
+    /// poll.
+    ///
+    /// # Errors
+    ///
+    /// [`SchedulerError::UnknownHandler`] when this node has no such handler,
+    /// and the store's validation errors; on error nothing is stored.
+    pub async fn add_job(&self, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, SchedulerError> {
+        self.inner.check_handler(job)?;
+        Ok(self
+            .inner
+            .store
+            .create_job(&self.inner.scheduler, job, executes)
+            .await?)
+    }
+
+    /// Asks the poller to poll now rather than at its next tick.
+    pub fn poll_now(&self) {
+        self.inner.poll_now.notify_one();
+    }
+
+    /// Leaves the cluster gracefully: stops claiming, gives back the fires
+    /// claimed but not started (another node fires them at once), lets
+    /// running fires finish within [`Settings::shutdown_grace`] (then cancels
+    /// them), and marks the node gone.
+    pub async fn shutdown(self) -> ShutdownSummary {
+        self.inner.shutdown().await
+    }
+}
+
+impl<S: Store> Drop for Scheduler<S> {
+    fn drop(&mut self) {
+        self.inner.stop_tasks();
+    }
+}

@@ -1,0 +1,1411 @@
+//! One node's tasks, in the order a fire travels through them: the poller
+//! (poll, expand), the dispatcher (claim at the fire time), the launcher
+//! (submit, mark running fenced, run, record), and beside them the cluster task
+//! (heartbeat, dead nodes, recovery) and the backlog of misfired fires that
+//! their policy runs late.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use quartz_pool::{Pool, RejectReason};
+use tokio::sync::{Notify, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use super::clock::Clock;
+use super::handler::{CancelReason, Cancellation, Handler, JobContext, JobResult};
+use super::{Counters, NodeStatus, Phase, SchedulerError, Settings, ShutdownSummary, Strategy};
+use crate::misfire::MisfirePolicy;
+use crate::store::{
+    Claim, Execute, ExecuteCas, ExecuteState, FireRecord, FireState, Job, JobSpec, JobState, Node, NodeRef,
+    NodeRegistration, NodeState, Outcome, SkippedRecord, Store, StoreError, TriggerColumns,
+};
+use crate::time::Timestamp;
+use crate::trigger::{Fire, NextFire, Schedule, Trigger, TriggerState};
+
+/// How long the poller waits before the next poll when a batch came back full.
+const FULL_BATCH_REPOLL: Duration = Duration::from_millis(50);
+/// How far past the next poll a poll looks, for the time a poll takes.
+const WINDOW_SLACK_MS: i64 = 500;
+/// The most orphaned fires or executes one recovery pass handles.
+const RECOVERY_BATCH: u32 = 200;
+/// How often the backlog of late runs looks for room in the pool.
+const BACKLOG_TICK: Duration = Duration::from_millis(50);
+/// How many times recording an outcome is tried before it is left to recovery.
+const FINISH_TRIES: u32 = 5;
+
+/// A fire waiting for its claim.
+#[derive(Debug)]
+struct Pending {
+    execute_id: i64,
+    job: Arc<Job>,
+    trigger: Arc<Trigger>,
+    fire: Fire,
+    /// The execute's tracking epoch when this was queued; a mismatch means the
+    /// execute was forgotten (a claim lost, a row changed) and this is stale.
+    epoch: u64,
+    /// A misfire policy's run: claimed however late it is.
+    late_ok: bool,
+}
+
+/// What the node remembers of an execute it has queued fires of.
+#[derive(Debug, Clone, Copy)]
+struct Track {
+    epoch: u64,
+    /// The latest fire time queued.
+    horizon: Timestamp,
+}
+
+/// A won fire, on its way to a handler.
+#[derive(Debug, Clone)]
+struct RunFire {
+    fire_id: i64,
+    execute_id: i64,
+    job: Arc<Job>,
+    trigger: Option<Arc<Trigger>>,
+    fire_time: Timestamp,
+    attempt: u32,
+    node: NodeRef,
+    /// The claim moved the execute to running (a fixed-delay trigger awaiting
+    /// the finish, or a job that disallows concurrency): the state it wrote,
+    /// which the release after the run expects.
+    release: Option<TriggerState>,
+}
+
+pub(crate) struct Inner<S> {
+    pub(crate) store: S,
+    pub(crate) scheduler: String,
+    settings: Settings,
+    handlers: HashMap<String, Handler>,
+    pool: Arc<Pool>,
+    runtime: tokio::runtime::Handle,
+    clock: Clock,
+    registration: NodeRegistration,
+    node: RwLock<NodeRef>,
+    phase: Mutex<Phase>,
+    /// Set once: stop claiming and starting fires.
+    stop: watch::Sender<bool>,
+    pub(crate) poll_now: Notify,
+    /// Fires waiting for their claim, by claim time.
+    queue: Mutex<BTreeMap<(Timestamp, u64), Pending>>,
+    queue_changed: Notify,
+    seq: AtomicU64,
+    tracked: Mutex<HashMap<i64, Track>>,
+    /// Won fires not yet started: given back at shutdown.
+    unstarted: Mutex<HashSet<i64>>,
+    /// Running fires' cancellation senders.
+    running: Mutex<HashMap<i64, watch::Sender<Option<CancelReason>>>>,
+    /// Fires accepted by the pool whose outcome is not yet recorded.
+    inflight: AtomicUsize,
+    members: RwLock<Vec<Node>>,
+    counters: Mutex<Counters>,
+    /// Misfired fires their policy runs as soon as the pool has room.
+    backlog: Mutex<VecDeque<RunFire>>,
+    backlog_changed: Notify,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    warned: Mutex<HashSet<String>>,
+}
+
+impl<S: Store> Inner<S> {
+    pub(crate) async fn start(
+        store: S,
+        scheduler: String,
+        settings: Settings,
+        handlers: HashMap<String, Handler>,
+    ) -> Result<Arc<Inner<S>>, SchedulerError> {
+        let clock = Clock::new(settings.clock_skew_ms);
+        let host = hostname();
+        let node_id = settings.node_id.clone().unwrap_or_else(|| {
+            static N: AtomicU64 = AtomicU64::new(0);
+            format!("{host}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+        });
+        let registration = NodeRegistration {
+            scheduler: scheduler.clone(),
+            node_id,
+            host,
+            pid: std::process::id(),
+            weight: settings.weight,
+        };
+        let pool = Pool::builder()
+            .core(settings.pool_core)
+            .max(settings.pool_max)
+            .queue_capacity(settings.pool_queue)
+            .keep_alive(settings.pool_keep_alive)
+            .thread_name_prefix(format!("quartz-{scheduler}"))
+            .build()?;
+        let db_now = store.now().await?;
+        clock.observe(db_now);
+        let registered = store.register_node(&registration).await?;
+        let node = NodeRef {
+            node_id: registered.node_id.clone(),
+            incarnation: registered.incarnation,
+        };
+        tracing::info!(scheduler, node = %node.node_id, incarnation = node.incarnation, "node registered");
+        let inner = Arc::new(Inner {
+            store,
+            scheduler,
+            settings,
+            handlers,
+            pool: Arc::new(pool),
+            runtime: tokio::runtime::Handle::current(),
+            clock,
+            registration,
+            node: RwLock::new(node),
+            phase: Mutex::new(Phase::Running),
+            stop: watch::channel(false).0,
+            poll_now: Notify::new(),
+            queue: Mutex::new(BTreeMap::new()),
+            queue_changed: Notify::new(),
+            seq: AtomicU64::new(0),
+            tracked: Mutex::new(HashMap::new()),
+            unstarted: Mutex::new(HashSet::new()),
+            running: Mutex::new(HashMap::new()),
+            inflight: AtomicUsize::new(0),
+            members: RwLock::new(vec![registered]),
+            counters: Mutex::new(Counters::default()),
+            backlog: Mutex::new(VecDeque::new()),
+            backlog_changed: Notify::new(),
+            tasks: Mutex::new(Vec::new()),
+            warned: Mutex::new(HashSet::new()),
+        });
+        let tasks = vec![
+            tokio::spawn(Arc::clone(&inner).poller()),
+            tokio::spawn(Arc::clone(&inner).dispatcher()),
+            tokio::spawn(Arc::clone(&inner).cluster()),
+            tokio::spawn(Arc::clone(&inner).backlog_runner()),
+        ];
+        *inner.tasks.lock() = tasks;
+        Ok(inner)
+    }
+
+    pub(crate) fn node(&self) -> NodeRef {
+        self.node.read().clone()
+    }
+
+    fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    fn count(&self, f: impl FnOnce(&mut Counters)) {
+        f(&mut self.counters.lock());
+    }
+
+    pub(crate) fn status(&self) -> NodeStatus {
+        NodeStatus {
+            scheduler: self.scheduler.clone(),
+            node: self.node(),
+            phase: *self.phase.lock(),
+            members: self.members.read().clone(),
+            pool: self.pool.metrics(),
+            counters: *self.counters.lock(),
+            db_offset_ms: self.clock.offset_ms(),
+            running: self.running.lock().len(),
+        }
+    }
+
+    pub(crate) fn check_handler(&self, job: &JobSpec) -> Result<(), SchedulerError> {
+        if self.handlers.contains_key(&job.handler) {
+            return Ok(());
+        }
+        let mut known: Vec<&str> = self.handlers.keys().map(String::as_str).collect();
+        known.sort_unstable();
+        Err(SchedulerError::UnknownHandler {
+            job: job.name.clone(),
+            handler: job.handler.clone(),
+            known: if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            },
+        })
+    }
+
+    /// Reads the database clock and corrects the node's offset to it.
+    async fn db_now(&self) -> Result<Timestamp, StoreError> {
+        let now = self.store.now().await?;
+        self.clock.observe(now);
+        Ok(now)
+    }
+
+    /// The jobs with these ids, by id.
+    async fn jobs(&self, ids: impl Iterator<Item = i64>) -> Result<HashMap<i64, Arc<Job>>, StoreError> {
+        let ids: Vec<i64> = ids.collect();
+        let jobs = self.store.jobs_by_id(&self.scheduler, &ids).await?;
+        Ok(jobs.into_iter().map(|j| (j.id, Arc::new(j))).collect())
+    }
+
+    /// Waits for `d`, or until the node stops; `false` when it stopped.
+    async fn pause(&self, d: Duration) -> bool {
+        let mut stop = self.stop.subscribe();
+        tokio::select! {
+            () = tokio::time::sleep(d) => !self.stopping(),
+            _ = stop.wait_for(|s| *s) => false,
+        }
+    }
+
+    // ---- 1. poll and 2. expand ----
+
+    async fn poller(self: Arc<Self>) {
+        let mut stop = self.stop.subscribe();
+        loop {
+            if self.stopping() {
+                return;
+            }
+            let full = match self.poll().await {
+                Ok(full) => full,
+                Err(e) => {
+                    tracing::warn!(scheduler = self.scheduler, error = %e, "poll failed; retrying at the next tick");
+                    false
+                }
+            };
+            let wait = if full {
+                FULL_BATCH_REPOLL
+            } else {
+                self.settings.poll_interval
+            };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.poll_now.notified() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// One poll; `true` when a batch came back full and more may be due.
+    async fn poll(self: &Arc<Self>) -> Result<bool, StoreError> {
+        if *self.phase.lock() != Phase::Running {
+            return Ok(false);
+        }
+        let db_now = self.db_now().await?;
+        self.count(|c| c.polls += 1);
+        let reach = duration_ms(self.settings.window).max(duration_ms(self.settings.poll_interval) + WINDOW_SLACK_MS);
+        let horizon = db_now.saturating_add_millis(reach);
+        let batch = self
+            .store
+            .due_executes(&self.scheduler, horizon, self.settings.batch_size)
+            .await?;
+        for rejected in &batch.rejected {
+            tracing::error!(
+                scheduler = self.scheduler,
+                execute_id = rejected.execute_id,
+                reason = rejected.reason,
+                "execute row cannot be understood: marked as an error and skipped"
+            );
+        }
+        let full = batch.executes.len() + batch.rejected.len() >= self.settings.batch_size as usize;
+        let jobs = self.jobs(batch.executes.iter().map(|e| e.job_id)).await?;
+        for execute in batch.executes {
+            let Some(job) = jobs.get(&execute.job_id) else {
+                continue; // deleted since
+            };
+            if self.stopping() {
+                break;
+            }
+            self.consider(execute, job, db_now, horizon).await?;
+        }
+        Ok(full)
+    }
+
+    /// What a poll does with one due execute.
+    async fn consider(
+        self: &Arc<Self>,
+        execute: Execute,
+        job: &Arc<Job>,
+        db_now: Timestamp,
+        horizon: Timestamp,
+    ) -> Result<(), StoreError> {
+        if job.state == JobState::Paused {
+            // Paused after this row was read, or written waiting by hand.
+            let cas = cas_from(&execute, ExecuteState::Paused, execute.fire_state.clone());
+            self.store.update_execute(&cas, &[]).await?;
+            self.forget(execute.id);
+            return Ok(());
+        }
+        if !self.handlers.contains_key(&job.spec.handler) {
+            if self.warned.lock().insert(job.spec.name.clone()) {
+                tracing::warn!(
+                    scheduler = self.scheduler,
+                    job = job.spec.name,
+                    handler = job.spec.handler,
+                    "this node has no such handler; leaving the job to nodes that have it"
+                );
+            }
+            return Ok(());
+        }
+        if execute.schedule_changed
+            || (execute.fire_state.next_fire_time.is_none() && !execute.fire_state.awaiting_finish)
+        {
+            return self.recompute(execute, job, db_now, horizon).await;
+        }
+        if let Some(decision) = execute
+            .trigger
+            .on_misfire(&execute.fire_state, db_now, &self.settings.misfire)
+        {
+            let late_ms = execute
+                .fire_state
+                .next_fire_time
+                .map_or(0, |t| db_now.as_millis() - t.as_millis());
+            let records: Vec<SkippedRecord> = decision
+                .skipped
+                .iter()
+                .map(|s| SkippedRecord {
+                    from: s.from,
+                    until: s.until,
+                    count: s.count,
+                    state: FireState::Misfired,
+                    reason: format!(
+                        "misfired: found {late_ms} ms late (threshold {} ms); policy {} ran {} of the missed times, \
+                         skipped {}{}",
+                        self.settings.misfire.threshold_ms,
+                        decision.applied,
+                        decision.runs.len(),
+                        s.count,
+                        if s.count_exact { "" } else { " or more" }
+                    ),
+                })
+                .collect();
+            let set_state = waiting_or_complete(decision.state.next_fire_time);
+            let mut cas = cas_from(&execute, set_state, decision.state.clone());
+            cas.set_trigger.clone_from(&decision.rescheduled);
+            self.forget(execute.id);
+            if self.store.update_execute(&cas, &records).await? {
+                self.count(|c| c.misfires += 1);
+                tracing::info!(
+                    scheduler = self.scheduler,
+                    job = job.spec.name,
+                    execute_id = execute.id,
+                    policy = %decision.applied,
+                    runs = decision.runs.len(),
+                    skipped = decision.skipped.as_ref().map_or(0, |s| s.count),
+                    "misfire handled"
+                );
+                if set_state == ExecuteState::Waiting {
+                    let trigger = decision.rescheduled.unwrap_or(execute.trigger);
+                    self.enqueue(
+                        execute.id,
+                        job,
+                        Arc::new(trigger),
+                        &decision.state,
+                        horizon,
+                        Some(db_now),
+                    );
+                }
+            }
+            return Ok(());
+        }
+        let trigger = Arc::new(execute.trigger);
+        self.enqueue(execute.id, job, trigger, &execute.fire_state, horizon, None);
+        Ok(())
+    }
+
+    /// Initialises a row written without a next fire time, or recomputes one
+    /// whose schedule was edited: the first fire time at or after now.
+    async fn recompute(
+        self: &Arc<Self>,
+        execute: Execute,
+        job: &Arc<Job>,
+        db_now: Timestamp,
+        horizon: Timestamp,
+    ) -> Result<(), StoreError> {
+        let next = first_at_or_after(&execute.trigger, &execute.fire_state, db_now);
+        let state = TriggerState {
+            prev_fire_time: execute.fire_state.prev_fire_time,
+            next_fire_time: next,
+            times_triggered: execute.fire_state.times_triggered,
+            awaiting_finish: false,
+        };
+        let set_state = waiting_or_complete(next);
+        let mut cas = cas_from(&execute, set_state, state.clone());
+        cas.set_signature = Some(TriggerColumns::from_trigger(&execute.trigger).signature());
+        self.forget(execute.id);
+        if self.store.update_execute(&cas, &[]).await? {
+            self.count(|c| c.recomputed += 1);
+            tracing::info!(
+                scheduler = self.scheduler,
+                job = job.spec.name,
+                execute_id = execute.id,
+                next_fire_time = ?next,
+                "execute initialised from its schedule columns"
+            );
+            if next.is_some() {
+                self.enqueue(
+                    execute.id,
+                    job,
+                    Arc::new(execute.trigger),
+                    &state,
+                    horizon,
+                    Some(db_now),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues the fires of an execute before `horizon` that are not queued yet.
+    /// Fires at or before `late_ok_until` are claimed however late they are
+    /// (a misfire policy's runs).
+    fn enqueue(
+        &self,
+        execute_id: i64,
+        job: &Arc<Job>,
+        trigger: Arc<Trigger>,
+        state: &TriggerState,
+        horizon: Timestamp,
+        late_ok_until: Option<Timestamp>,
+    ) {
+        let blocks = !job.spec.allow_concurrent;
+        let fires: Vec<Fire> = trigger
+            .fires_until(state, horizon)
+            // A job that disallows concurrency blocks its execute until the run
+            // finishes: only its next fire can be claimed.
+            .take(if blocks { 1 } else { usize::MAX })
+            .collect();
+        if fires.is_empty() {
+            return;
+        }
+        let mut tracked = self.tracked.lock();
+        let track = tracked.entry(execute_id).or_insert_with(|| Track {
+            epoch: self.seq.fetch_add(1, Ordering::Relaxed),
+            horizon: Timestamp::from_millis(i64::MIN),
+        });
+        let mut queue = self.queue.lock();
+        let mut added = false;
+        for fire in fires {
+            if fire.fire_time <= track.horizon {
+                continue;
+            }
+            track.horizon = fire.fire_time;
+            let claim_at = if self.tries_first(execute_id) {
+                fire.fire_time
+                    .saturating_add_millis(-duration_ms(self.settings.claim_lead))
+            } else {
+                fire.fire_time
+                    .saturating_add_millis(duration_ms(self.settings.strategy_grace))
+            };
+            let late_ok = late_ok_until.is_some_and(|t| fire.fire_time <= t);
+            let key = (claim_at, self.seq.fetch_add(1, Ordering::Relaxed));
+            queue.insert(
+                key,
+                Pending {
+                    execute_id,
+                    job: Arc::clone(job),
+                    trigger: Arc::clone(&trigger),
+                    fire,
+                    epoch: track.epoch,
+                    late_ok,
+                },
+            );
+            added = true;
+        }
+        if added {
+            self.queue_changed.notify_one();
+        }
+    }
+
+    /// Drops what the node remembers of an execute: its queued fires become
+    /// stale, and the next poll expands it afresh from the database.
+    fn forget(&self, execute_id: i64) {
+        self.tracked.lock().remove(&execute_id);
+    }
+
+    /// Whether this node tries an execute's fires at their time (otherwise after
+    /// the strategy's grace period).
+    fn tries_first(&self, execute_id: i64) -> bool {
+        if self.settings.strategy == Strategy::FirstCome {
+            return true;
+        }
+        let members = self.members.read();
+        let me = self.node.read().node_id.clone();
+        let key = mix(u64::from_ne_bytes(execute_id.to_ne_bytes()));
+        let live = members.iter().filter(|n| n.state == NodeState::Live);
+        let chosen = match self.settings.strategy {
+            Strategy::FirstCome => return true,
+            Strategy::IdHash => {
+                let mut ids: Vec<&str> = live.map(|n| n.node_id.as_str()).collect();
+                ids.sort_unstable();
+                let len = u64::try_from(ids.len()).unwrap_or(1).max(1);
+                ids.get(usize::try_from(key % len).unwrap_or(0))
+                    .map(|s| (*s).to_owned())
+            }
+            Strategy::Weighted => live
+                .map(|n| {
+                    // Rendezvous hashing with weights: score = -w / ln(u).
+                    let h = mix(key ^ fnv(n.node_id.as_bytes()));
+                    #[allow(clippy::cast_precision_loss)]
+                    let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+                    (-f64::from(n.weight.max(1)) / u.ln(), n.node_id.clone())
+                })
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(_, id)| id),
+        };
+        chosen.is_none_or(|id| id == me)
+    }
+
+    // ---- 3. claim ----
+
+    async fn dispatcher(self: Arc<Self>) {
+        let mut stop = self.stop.subscribe();
+        loop {
+            if self.stopping() {
+                return;
+            }
+            let first = self.queue.lock().keys().next().map(|k| k.0);
+            let wake = first.map(|t| self.clock.instant_of(t));
+            tokio::select! {
+                () = sleep_until_or_forever(wake) => {}
+                () = self.queue_changed.notified() => continue,
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            let db_now = self.clock.db_now();
+            let due = self.take_due(db_now);
+            if due.is_empty() {
+                continue;
+            }
+            if let Err(e) = self.claim_all(due).await {
+                tracing::warn!(scheduler = self.scheduler, error = %e, "claims failed; the next poll retries them");
+            }
+        }
+    }
+
+    /// Takes the queued fires whose claim time has come, dropping stale ones
+    /// and ones already too late (the misfire handler decides those).
+    fn take_due(&self, db_now: Timestamp) -> Vec<Pending> {
+        let mut queue = self.queue.lock();
+        let tracked = self.tracked.lock();
+        let mut due = Vec::new();
+        let mut late = Vec::new();
+        while due.len() < self.settings.claim_batch {
+            let Some(entry) = queue.first_entry() else { break };
+            if entry.key().0 > db_now {
+                break;
+            }
+            let pending = entry.remove();
+            if tracked
+                .get(&pending.execute_id)
+                .is_none_or(|t| t.epoch != pending.epoch)
+            {
+                continue;
+            }
+            let lateness = db_now.as_millis() - pending.fire.fire_time.as_millis();
+            if !pending.late_ok && lateness > self.settings.misfire.threshold_ms {
+                late.push(pending.execute_id);
+                continue;
+            }
+            due.push(pending);
+        }
+        drop(tracked);
+        drop(queue);
+        // One lock order on every node: by time, then by row. Claims of the same
+        // rows in different orders by two nodes would deadlock.
+        due.sort_by_key(|p| (p.fire.fire_time, p.execute_id));
+        if !late.is_empty() {
+            for id in late {
+                self.forget(id);
+            }
+            self.poll_now.notify_one();
+        }
+        due
+    }
+
+    async fn claim_all(self: &Arc<Self>, due: Vec<Pending>) -> Result<(), StoreError> {
+        let node = self.node();
+        let claims: Vec<Claim> = due
+            .iter()
+            .map(|p| {
+                let mut claim = Claim::for_fire(p.execute_id, &p.fire, &node);
+                if !p.job.spec.allow_concurrent && matches!(p.fire.next, NextFire::At(_)) {
+                    claim.cas.set_state = ExecuteState::Running;
+                }
+                claim
+            })
+            .collect();
+        let won = match self.store.claim_batch(&claims).await {
+            Ok(won) => won,
+            Err(e) => {
+                for p in &due {
+                    self.forget(p.execute_id);
+                }
+                return Err(e);
+            }
+        };
+        let mut starts: BTreeMap<Timestamp, Vec<RunFire>> = BTreeMap::new();
+        let mut lost = 0;
+        for ((pending, claim), fire_id) in due.into_iter().zip(claims).zip(won) {
+            let Some(fire_id) = fire_id else {
+                lost += 1;
+                self.forget(pending.execute_id);
+                continue;
+            };
+            self.unstarted.lock().insert(fire_id);
+            let release = (claim.cas.set_state == ExecuteState::Running).then(|| claim.cas.set.clone());
+            starts.entry(pending.fire.fire_time).or_default().push(RunFire {
+                fire_id,
+                execute_id: pending.execute_id,
+                job: pending.job,
+                trigger: Some(pending.trigger),
+                fire_time: pending.fire.fire_time,
+                attempt: 1,
+                node: node.clone(),
+                release,
+            });
+        }
+        let won_count: u64 = starts.values().map(|v| v.len() as u64).sum();
+        self.count(|c| {
+            c.claimed += won_count;
+            c.lost += lost;
+        });
+        for (fire_time, runs) in starts {
+            self.launch_at(fire_time, runs);
+        }
+        Ok(())
+    }
+
+    /// Launches fires due at `fire_time` when it comes (at once if it has):
+    /// one timer for all of them.
+    fn launch_at(self: &Arc<Self>, fire_time: Timestamp, runs: Vec<RunFire>) {
+        if fire_time <= self.clock.db_now() {
+            for run in runs {
+                self.launch(run);
+            }
+            return;
+        }
+        let inner = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep_until(inner.clock.instant_of(fire_time)).await;
+            for run in runs {
+                inner.launch(run);
+            }
+        });
+    }
+
+    // ---- 4. submit and 5. run ----
+
+    /// Hands a won fire to the pool (at or after its time).
+    fn launch(self: &Arc<Self>, run: RunFire) {
+        if self.stopping() {
+            return; // given back by the shutdown
+        }
+        let Some(handler) = self.handlers.get(&run.job.spec.handler).cloned() else {
+            return;
+        };
+        let (cancel_tx, cancellation) = Cancellation::new();
+        let (started_tx, started_rx) = oneshot::channel::<Result<bool, StoreError>>();
+        let (done_tx, done_rx) = oneshot::channel::<JobResult>();
+        let ctx = JobContext {
+            job_id: run.job.id,
+            job_name: Arc::from(run.job.spec.name.as_str()),
+            execute_id: run.execute_id,
+            fire_time: run.fire_time,
+            fire_id: run.fire_id,
+            attempt: run.attempt,
+            payload: Arc::from(run.job.spec.payload.as_str()),
+            node_id: Arc::from(run.node.node_id.as_str()),
+            cancellation,
+        };
+        let inner = Arc::clone(self);
+        let fire_id = run.fire_id;
+        let node = run.node.clone();
+        let task = move || {
+            inner.unstarted.lock().remove(&fire_id);
+            // Fenced: refused unless this incarnation still owns the fire and
+            // is live.
+            let started = inner.runtime.block_on(inner.store.mark_running(fire_id, &node));
+            let go = matches!(started, Ok(true));
+            let _ = started_tx.send(started);
+            if go {
+                let result = handler.call(ctx, &inner.runtime);
+                let _ = done_tx.send(result);
+            }
+        };
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+        match self.pool.try_submit(task) {
+            Ok(()) => {
+                tokio::spawn(Arc::clone(self).supervise(run, started_rx, done_rx, cancel_tx));
+            }
+            Err(rejected) => {
+                let reason = rejected.reason;
+                drop(rejected);
+                self.inflight.fetch_sub(1, Ordering::SeqCst);
+                tokio::spawn(Arc::clone(self).on_rejected(run, reason));
+            }
+        }
+    }
+
+    /// Follows a fire the pool accepted: its start, timeout and outcome, then
+    /// what comes after (release, retry).
+    async fn supervise(
+        self: Arc<Self>,
+        run: RunFire,
+        started_rx: oneshot::Receiver<Result<bool, StoreError>>,
+        done_rx: oneshot::Receiver<JobResult>,
+        cancel_tx: watch::Sender<Option<CancelReason>>,
+    ) {
+        self.follow(&run, started_rx, done_rx, cancel_tx).await;
+        self.inflight.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    async fn follow(
+        self: &Arc<Self>,
+        run: &RunFire,
+        started_rx: oneshot::Receiver<Result<bool, StoreError>>,
+        done_rx: oneshot::Receiver<JobResult>,
+        cancel_tx: watch::Sender<Option<CancelReason>>,
+    ) {
+        match started_rx.await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => {
+                // Declared dead (or given back at shutdown) since the claim: the
+                // fire is another node's now.
+                self.count(|c| c.fenced += 1);
+                tracing::warn!(
+                    scheduler = self.scheduler,
+                    fire_id = run.fire_id,
+                    "fire not started: this incarnation no longer owns it"
+                );
+                return;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e,
+                    "could not mark the fire running; giving it back");
+                let _ = self.store.release_fire(run.fire_id, &run.node).await;
+                return;
+            }
+            Err(_) => {
+                // The pool dropped the task unrun (shutting down).
+                let _ = self.store.release_fire(run.fire_id, &run.node).await;
+                return;
+            }
+        }
+        self.running.lock().insert(run.fire_id, cancel_tx.clone());
+        let timeout = run
+            .job
+            .spec
+            .timeout_ms
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(Duration::from_millis);
+        let result = match timeout {
+            Some(limit) => {
+                tokio::select! {
+                    r = done_rx => r.ok(),
+                    () = tokio::time::sleep(limit) => {
+                        let _ = cancel_tx.send(Some(CancelReason::TimedOut));
+                        Some(Err(format!("timed out after {} ms; the handler was asked to stop", limit.as_millis()).into()))
+                    }
+                }
+            }
+            None => done_rx.await.ok(),
+        };
+        self.running.lock().remove(&run.fire_id);
+        let outcome = match result {
+            Some(Ok(())) => Outcome::Succeeded,
+            Some(Err(e)) => Outcome::Failed { error: e.to_string() },
+            None => Outcome::Failed {
+                error: "the handler's thread ended without an outcome".to_owned(),
+            },
+        };
+        let succeeded = outcome == Outcome::Succeeded;
+        self.count(|c| {
+            if succeeded {
+                c.succeeded += 1;
+            } else {
+                c.failed += 1;
+            }
+        });
+        if let Outcome::Failed { error } = &outcome {
+            tracing::warn!(
+                scheduler = self.scheduler,
+                job = run.job.spec.name,
+                fire_id = run.fire_id,
+                attempt = run.attempt,
+                error,
+                "fire failed"
+            );
+        }
+        self.record(run, &outcome).await;
+        self.release(run).await;
+        if !succeeded && run.attempt < run.job.spec.retry.max_attempts {
+            self.retry(run).await;
+        }
+    }
+
+    /// Records an outcome, retrying on database errors.
+    async fn record(&self, run: &RunFire, outcome: &Outcome) {
+        for attempt in 1..=FINISH_TRIES {
+            match self.store.finish(run.fire_id, &run.node, outcome).await {
+                Ok(true) => return,
+                Ok(false) => {
+                    tracing::warn!(
+                        scheduler = self.scheduler,
+                        fire_id = run.fire_id,
+                        "outcome not recorded: this incarnation no longer owns the fire (declared dead meanwhile)"
+                    );
+                    return;
+                }
+                Err(e) if attempt < FINISH_TRIES => {
+                    tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e, "recording the outcome failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                }
+                Err(e) => {
+                    tracing::error!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e,
+                        "the outcome could not be recorded; the fire stays running in the ledger");
+                }
+            }
+        }
+    }
+
+    /// After a run of an execute the claim had moved to running: back to
+    /// waiting, with a fixed-delay trigger's next fire computed from the finish.
+    async fn release(self: &Arc<Self>, run: &RunFire) {
+        let (Some(expect), Some(trigger)) = (&run.release, &run.trigger) else {
+            return;
+        };
+        // Only a fixed-delay successor needs the clock: it counts from the finish.
+        let now = if expect.awaiting_finish {
+            match self.db_now().await {
+                Ok(now) => now,
+                Err(e) => {
+                    tracing::warn!(scheduler = self.scheduler, error = %e, "cannot read the clock; the execute is released by recovery");
+                    return;
+                }
+            }
+        } else {
+            self.clock.db_now()
+        };
+        let cas = release_cas(run.execute_id, trigger, expect, Some(run.node.clone()), now);
+        match self.store.update_execute(&cas, &[]).await {
+            // The successor is due soon, perhaps before the next poll.
+            Ok(true) => self.poll_now.notify_one(),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(scheduler = self.scheduler, execute_id = run.execute_id, error = %e,
+                    "releasing the execute failed; recovery releases it if this node dies");
+            }
+        }
+    }
+
+    /// A failed fire's next attempt, after the job's backoff.
+    async fn retry(self: &Arc<Self>, run: &RunFire) {
+        let backoff = Duration::from_millis(u64::try_from(run.job.spec.retry.backoff_ms).unwrap_or(0));
+        if !self.pause(backoff).await {
+            return;
+        }
+        match self.store.claim_attempt(&record_of(run), &run.node).await {
+            Ok(Some(fire_id)) => {
+                self.unstarted.lock().insert(fire_id);
+                self.launch(RunFire {
+                    fire_id,
+                    attempt: run.attempt + 1,
+                    release: None,
+                    ..run.clone()
+                });
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e, "retry not claimed");
+            }
+        }
+    }
+
+    /// The pool refused a won fire: recorded as misfired, then the trigger's
+    /// policy decides whether it runs late.
+    async fn on_rejected(self: Arc<Self>, run: RunFire, reason: RejectReason) {
+        self.unstarted.lock().remove(&run.fire_id);
+        if reason == RejectReason::ShutDown {
+            let _ = self.store.release_fire(run.fire_id, &run.node).await;
+            return;
+        }
+        self.count(|c| c.rejected += 1);
+        self.misfired(run, &format!("the pool refused the fire ({reason})"), false)
+            .await;
+    }
+
+    /// A won fire that will not start on time: recorded as misfired with its
+    /// cause, then its trigger's policy decides whether it runs late. When
+    /// `row_decides` (the fire was found past the threshold after an outage),
+    /// the execute row's own misfire decision stands for the fire-now policies,
+    /// so only the ignore policy runs the fire late.
+    async fn misfired(self: &Arc<Self>, run: RunFire, cause: &str, row_decides: bool) {
+        let policy = run
+            .trigger
+            .as_deref()
+            .map_or(MisfirePolicy::FireNow, Trigger::resolved_misfire_policy);
+        let runs_late = match policy {
+            MisfirePolicy::IgnoreMisfires => true,
+            MisfirePolicy::FireNow
+            | MisfirePolicy::RescheduleNowWithExistingCount
+            | MisfirePolicy::RescheduleNowWithRemainingCount => !row_decides,
+            _ => false,
+        };
+        let text = format!(
+            "misfired: {cause}; policy {policy}: {}",
+            if runs_late {
+                "runs it as soon as the pool has room"
+            } else {
+                "skips it"
+            }
+        );
+        match self.store.misfire_claimed(run.fire_id, &run.node, &text).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e, "recording a refused fire failed");
+                return;
+            }
+        }
+        tracing::warn!(scheduler = self.scheduler, job = run.job.spec.name, fire_id = run.fire_id, %policy, cause, "fire misfired");
+        self.release(&run).await;
+        if runs_late {
+            let mut backlog = self.backlog.lock();
+            if policy != MisfirePolicy::IgnoreMisfires {
+                // Fire once now: one late run per execute stands for them all.
+                backlog.retain(|r| r.execute_id != run.execute_id);
+            }
+            if backlog.len() < self.settings.misfire.ignore_cap {
+                backlog.push_back(RunFire { release: None, ..run });
+            }
+            drop(backlog);
+            self.backlog_changed.notify_one();
+        }
+    }
+
+    /// Runs misfired fires late, oldest first, as the pool makes room.
+    async fn backlog_runner(self: Arc<Self>) {
+        let mut stop = self.stop.subscribe();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(BACKLOG_TICK) => {}
+                () = self.backlog_changed.notified() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            loop {
+                let metrics = self.pool.metrics();
+                // Room: a thread free and nothing queued ahead of the late run.
+                let room = metrics.queued == 0 && metrics.busy < metrics.max;
+                if !room || self.stopping() {
+                    break;
+                }
+                let Some(run) = self.backlog.lock().pop_front() else {
+                    break;
+                };
+                match self.store.claim_attempt(&record_of(&run), &run.node).await {
+                    Ok(Some(fire_id)) => {
+                        self.unstarted.lock().insert(fire_id);
+                        self.launch(RunFire {
+                            fire_id,
+                            attempt: run.attempt + 1,
+                            node: self.node(),
+                            ..run
+                        });
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(scheduler = self.scheduler, error = %e, "late run not claimed");
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- the cluster ----
+
+    async fn cluster(self: Arc<Self>) {
+        loop {
+            if let Err(e) = self.cluster_pass().await {
+                tracing::warn!(scheduler = self.scheduler, error = %e, "heartbeat or recovery failed; retrying");
+            }
+            if !self.pause(self.settings.heartbeat_interval).await {
+                return;
+            }
+        }
+    }
+
+    async fn cluster_pass(self: &Arc<Self>) -> Result<(), StoreError> {
+        let node = self.node();
+        if !self.store.heartbeat(&self.scheduler, &node).await? {
+            self.rejoin(&node).await?;
+        }
+        let db_now = self.db_now().await?;
+        let members = self.store.list_nodes(&self.scheduler).await?;
+        let dead_after = duration_ms(self.settings.dead_after);
+        let me = self.node();
+        for member in &members {
+            let silent = db_now.as_millis() - member.heartbeat_at.as_millis();
+            if member.state == NodeState::Live && member.node_id != me.node_id && silent > dead_after {
+                let theirs = NodeRef {
+                    node_id: member.node_id.clone(),
+                    incarnation: member.incarnation,
+                };
+                if self.store.retire_node(&self.scheduler, &theirs, dead_after).await? {
+                    tracing::warn!(
+                        scheduler = self.scheduler,
+                        node = member.node_id,
+                        incarnation = member.incarnation,
+                        silent_ms = silent,
+                        "node declared dead; its incarnation is retired"
+                    );
+                }
+            }
+        }
+        *self.members.write() = members;
+        self.recover().await
+    }
+
+    /// This incarnation was declared dead (a long pause): forget everything in
+    /// flight (its claims are refused now) and register again.
+    async fn rejoin(self: &Arc<Self>, old: &NodeRef) -> Result<(), StoreError> {
+        *self.phase.lock() = Phase::Fenced;
+        tracing::warn!(
+            scheduler = self.scheduler,
+            node = old.node_id,
+            incarnation = old.incarnation,
+            "this node was declared dead; re-registering"
+        );
+        self.queue.lock().clear();
+        self.tracked.lock().clear();
+        self.backlog.lock().clear();
+        let registered = self.store.register_node(&self.registration).await?;
+        *self.node.write() = NodeRef {
+            node_id: registered.node_id,
+            incarnation: registered.incarnation,
+        };
+        *self.phase.lock() = Phase::Running;
+        self.poll_now.notify_one();
+        Ok(())
+    }
+
+    /// Recovery of dead nodes' work, each item won by compare-and-set.
+    async fn recover(self: &Arc<Self>) -> Result<(), StoreError> {
+        if self.stopping() || *self.phase.lock() != Phase::Running {
+            return Ok(());
+        }
+        let fires = self.store.orphaned_fires(&self.scheduler, RECOVERY_BATCH).await?;
+        if !fires.is_empty() {
+            let jobs = self.jobs(fires.iter().map(|f| f.job_id)).await?;
+            let node = self.node();
+            for fire in fires {
+                let job = jobs.get(&fire.job_id);
+                self.recover_fire(fire, job, &node).await?;
+            }
+        }
+        let executes = self.store.orphaned_executes(&self.scheduler, RECOVERY_BATCH).await?;
+        if !executes.executes.is_empty() {
+            let db_now = self.db_now().await?;
+            for execute in executes.executes {
+                let cas = release_cas(
+                    execute.id,
+                    &execute.trigger,
+                    &execute.fire_state,
+                    execute.owner.clone(),
+                    db_now,
+                );
+                if self.store.update_execute(&cas, &[]).await? {
+                    tracing::info!(
+                        scheduler = self.scheduler,
+                        execute_id = execute.id,
+                        "released an execute a dead node left running"
+                    );
+                    self.poll_now.notify_one();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // A compare-and-set that writes is not a match guard: it stays in the arm.
+    #[allow(clippy::collapsible_match)]
+    async fn recover_fire(
+        self: &Arc<Self>,
+        fire: FireRecord,
+        job: Option<&Arc<Job>>,
+        node: &NodeRef,
+    ) -> Result<(), StoreError> {
+        let Some(job) = job else {
+            // The job was deleted: nothing to run.
+            if fire.state == FireState::Running {
+                self.store.abandon(&fire).await?;
+            } else if self.store.take_over(&fire, node).await? {
+                self.store.misfire_claimed(fire.id, node, "the job was deleted").await?;
+            }
+            return Ok(());
+        };
+        if !self.handlers.contains_key(&job.spec.handler) {
+            return Ok(()); // a node with the handler recovers it
+        }
+        let run = |fire_id: i64, attempt: u32| RunFire {
+            fire_id,
+            execute_id: fire.execute_id,
+            job: Arc::clone(job),
+            trigger: None,
+            fire_time: fire.fire_time,
+            attempt,
+            node: node.clone(),
+            release: None,
+        };
+        match fire.state {
+            FireState::Claimed => {
+                if self.store.take_over(&fire, node).await? {
+                    self.count(|c| c.recovered += 1);
+                    let late_ms = self.clock.db_now().as_millis() - fire.fire_time.as_millis();
+                    if late_ms > self.settings.misfire.threshold_ms {
+                        // Found past the threshold, like any overdue fire: its
+                        // policy decides.
+                        let trigger = self.trigger_of(job, fire.execute_id).await?;
+                        let cause = format!("recovered from a node that is gone, {late_ms} ms after its time");
+                        self.misfired(
+                            RunFire {
+                                trigger,
+                                ..run(fire.id, fire.attempt)
+                            },
+                            &cause,
+                            true,
+                        )
+                        .await;
+                    } else {
+                        tracing::info!(
+                            scheduler = self.scheduler,
+                            job = job.spec.name,
+                            fire_id = fire.id,
+                            "firing a claimed fire its node did not start"
+                        );
+                        self.unstarted.lock().insert(fire.id);
+                        self.launch_at(fire.fire_time, vec![run(fire.id, fire.attempt)]);
+                    }
+                }
+            }
+            FireState::Running if job.spec.requests_recovery => {
+                if let Some(fire_id) = self.store.rerun(&fire, node).await? {
+                    self.count(|c| c.recovered += 1);
+                    tracing::info!(
+                        scheduler = self.scheduler,
+                        job = job.spec.name,
+                        fire_id,
+                        "re-running a fire its node died in (the job requests recovery)"
+                    );
+                    self.unstarted.lock().insert(fire_id);
+                    self.launch(run(fire_id, fire.attempt + 1));
+                }
+            }
+            FireState::Running => {
+                if self.store.abandon(&fire).await? {
+                    self.count(|c| c.recovered += 1);
+                    tracing::warn!(
+                        scheduler = self.scheduler,
+                        job = job.spec.name,
+                        fire_id = fire.id,
+                        "fire abandoned: its node died mid-run and the job does not request recovery"
+                    );
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The trigger of one of a job's executes, if it still exists.
+    async fn trigger_of(&self, job: &Job, execute_id: i64) -> Result<Option<Arc<Trigger>>, StoreError> {
+        let detail = self.store.get_job(&self.scheduler, &job.spec.name).await?;
+        Ok(detail
+            .and_then(|d| d.executes.into_iter().find(|e| e.id == execute_id))
+            .map(|e| Arc::new(e.trigger)))
+    }
+
+    // ---- shutdown ----
+
+    pub(crate) async fn shutdown(&self) -> ShutdownSummary {
+        *self.phase.lock() = Phase::ShuttingDown;
+        let _ = self.stop.send(true);
+        self.queue.lock().clear();
+        self.tracked.lock().clear();
+        self.backlog.lock().clear();
+        let node = self.node();
+        let unstarted: Vec<i64> = self.unstarted.lock().drain().collect();
+        let mut released = 0;
+        for fire_id in unstarted {
+            match self.store.release_fire(fire_id, &node).await {
+                Ok(true) => released += 1,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(scheduler = self.scheduler, fire_id, error = %e, "could not give a fire back"),
+            }
+        }
+        let deadline = tokio::time::Instant::now() + self.settings.shutdown_grace;
+        while self.inflight.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let still_running = self.inflight.load(Ordering::SeqCst);
+        if still_running > 0 {
+            for cancel in self.running.lock().values() {
+                let _ = cancel.send(Some(CancelReason::Shutdown));
+            }
+            tracing::warn!(
+                scheduler = self.scheduler,
+                still_running,
+                "grace period over: running fires cancelled"
+            );
+        }
+        let pool = Arc::clone(&self.pool);
+        let _ = tokio::task::spawn_blocking(move || pool.shutdown(Duration::from_millis(500))).await;
+        match self.store.leave(&self.scheduler, &node).await {
+            Ok(_) => tracing::info!(
+                scheduler = self.scheduler,
+                node = node.node_id,
+                released,
+                "node left the cluster"
+            ),
+            Err(e) => {
+                tracing::warn!(scheduler = self.scheduler, error = %e, "could not mark the node gone; it will be declared dead")
+            }
+        }
+        self.stop_tasks();
+        *self.phase.lock() = Phase::Stopped;
+        ShutdownSummary {
+            released,
+            still_running,
+        }
+    }
+
+    pub(crate) fn stop_tasks(&self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks.lock().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// A compare-and-set from an execute's current row to `set` in `set_state`.
+fn cas_from(execute: &Execute, set_state: ExecuteState, set: TriggerState) -> ExecuteCas {
+    ExecuteCas {
+        execute_id: execute.id,
+        expect_state: execute.state,
+        expect: execute.fire_state.clone(),
+        expect_owner: None,
+        set_state,
+        set,
+        set_owner: None,
+        set_trigger: None,
+        set_signature: None,
+    }
+}
+
+/// The release of an execute a fire held in the running state (a fixed-delay
+/// trigger awaiting its finish, or a job that disallows concurrency): back to
+/// waiting, or complete when nothing follows; a fixed-delay trigger's next fire
+/// is one delay after `now`.
+fn release_cas(
+    execute_id: i64,
+    trigger: &Trigger,
+    held: &TriggerState,
+    owner: Option<NodeRef>,
+    now: Timestamp,
+) -> ExecuteCas {
+    let next = if held.awaiting_finish {
+        trigger.next_after_finish(now)
+    } else {
+        held.next_fire_time
+    };
+    ExecuteCas {
+        execute_id,
+        expect_state: ExecuteState::Running,
+        expect: held.clone(),
+        expect_owner: owner,
+        set_state: waiting_or_complete(next),
+        set: TriggerState {
+            next_fire_time: next,
+            awaiting_finish: false,
+            ..held.clone()
+        },
+        set_owner: None,
+        set_trigger: None,
+        set_signature: None,
+    }
+}
+
+/// Waiting when a fire follows, complete otherwise.
+fn waiting_or_complete(next: Option<Timestamp>) -> ExecuteState {
+    if next.is_some() {
+        ExecuteState::Waiting
+    } else {
+        ExecuteState::Complete
+    }
+}
+
+/// The first fire time at or after `now` of a row whose schedule is new or was
+/// edited (a repeat limit already reached completes it).
+fn first_at_or_after(trigger: &Trigger, state: &TriggerState, now: Timestamp) -> Option<Timestamp> {
+    if trigger
+        .repeat_limit()
+        .is_some_and(|limit| state.times_triggered >= limit)
+    {
+        return None;
+    }
+    let first = trigger.first_fire_time()?;
+    if first >= now {
+        return Some(first);
+    }
+    match trigger.schedule() {
+        Schedule::Cron { .. } | Schedule::FixedRate { .. } => trigger.fire_time_after(now.saturating_add_millis(-1)),
+        // Already due: fire now, unless a once trigger has fired.
+        Schedule::Once if state.times_triggered > 0 => None,
+        Schedule::Once | Schedule::FixedDelay { .. } => match trigger.end() {
+            Some(end) if now > end => None,
+            _ => Some(now),
+        },
+    }
+}
+
+/// The ledger row of a run, as the store's attempt methods take it.
+fn record_of(run: &RunFire) -> FireRecord {
+    FireRecord {
+        id: run.fire_id,
+        execute_id: run.execute_id,
+        job_id: run.job.id,
+        fire_time: run.fire_time,
+        attempt: run.attempt,
+        owner: Some(run.node.clone()),
+        state: FireState::Failed,
+        claimed_at: run.fire_time,
+        started_at: None,
+        finished_at: None,
+        error: None,
+        skipped_until: None,
+        fire_count: 1,
+    }
+}
+
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+async fn sleep_until_or_forever(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// splitmix64's finaliser: spreads ids over the hash space.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}

@@ -42,6 +42,7 @@ engine_tests!(
     graceful_shutdown_gives_claimed_fires_to_another_node,
     rows_written_by_hand_are_initialised_recomputed_or_set_aside,
     bad_input_is_refused_at_the_boundary,
+    children_run_once_after_their_parent_succeeds,
 );
 
 const CLUSTER: &str = "test-cluster";
@@ -136,14 +137,16 @@ async fn rows_in(store: &SqlStore, state: FireState) -> usize {
 }
 
 /// Checks guarantee 1 and "never early" over the whole ledger: at most one
-/// attempt-1 run per (execute, fire time), and no start before the fire time.
+/// row per (execute, job, fire time, attempt) (the job differs only for a
+/// chain's children), and no start before the fire time.
 fn assert_once_and_never_early(rows: &[FireRecord]) {
     let mut seen = HashSet::new();
     for f in rows {
         assert!(
-            seen.insert((f.execute_id, f.fire_time, f.attempt)),
-            "claimed twice: execute {} at {} attempt {}",
+            seen.insert((f.execute_id, f.job_id, f.fire_time, f.attempt)),
+            "claimed twice: execute {} job {} at {} attempt {}",
             f.execute_id,
+            f.job_id,
             f.fire_time,
             f.attempt
         );
@@ -933,4 +936,140 @@ async fn bad_input_is_refused_at_the_boundary(db: &TestDb) {
         .await;
     assert!(matches!(twice, Err(quartz::SchedulerError::InvalidHandler { .. })));
     n.shutdown().await;
+}
+
+/// Chains: a child job runs once per success of its parent's fire, on one
+/// node of the cluster, after the parent finished; never after a failure; a
+/// paused child is recorded skipped; a child's retries are its own; a cycle of
+/// jobs ends where it would repeat.
+async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
+    let build = |store: SqlStore| {
+        SchedulerBuilder::new(CLUSTER)
+            .settings(fast())
+            .handler("ok", |_| Ok(()))
+            .handler("fail", |_| Err("the parent fails".into()))
+            .handler("second-time", |ctx| {
+                if ctx.attempt() == 1 {
+                    return Err("the first attempt fails".into());
+                }
+                Ok(())
+            })
+            .start(store)
+    };
+    let store = db.store().await;
+    let nodes = [
+        build(store.clone()).await.unwrap(),
+        build(db.store().await).await.unwrap(),
+    ];
+    let start = next_second(&store, 1).await;
+    let three = every_second(start)
+        .with_end(start.saturating_add_millis(2_999))
+        .unwrap();
+    let child_of = |name: &str, handler: &str, parent: &str| {
+        let mut job = JobSpec::new(name, handler);
+        job.parent = Some(parent.to_owned());
+        job
+    };
+    let n = &nodes[0];
+    n.add_job(&JobSpec::new("parent", "ok"), &[ExecuteSpec::new(three.clone())])
+        .await
+        .unwrap();
+    n.add_job(&child_of("child", "ok", "parent"), &[]).await.unwrap();
+    let mut grandchild = child_of("grandchild", "second-time", "child");
+    grandchild.retry = RetryPolicy {
+        max_attempts: 2,
+        backoff_ms: 10,
+    };
+    n.add_job(&grandchild, &[]).await.unwrap();
+    n.add_job(&child_of("paused-child", "ok", "parent"), &[]).await.unwrap();
+    store.set_paused(CLUSTER, "paused-child", true).await.unwrap();
+    n.add_job(
+        &JobSpec::new("failing-parent", "fail"),
+        &[ExecuteSpec::new(three.clone())],
+    )
+    .await
+    .unwrap();
+    n.add_job(&child_of("never", "ok", "failing-parent"), &[])
+        .await
+        .unwrap();
+    // ping -> pong -> ping: a cycle.
+    n.add_job(
+        &JobSpec::new("ping", "ok"),
+        &[ExecuteSpec::new(Trigger::new(Schedule::Once, start).unwrap())],
+    )
+    .await
+    .unwrap();
+    n.add_job(&child_of("pong", "ok", "ping"), &[]).await.unwrap();
+    store
+        .update_job(CLUSTER, "ping", &child_of("ping", "ok", "pong"), None)
+        .await
+        .unwrap();
+    let mut ids = HashMap::new();
+    for job in store.list_jobs(CLUSTER).await.unwrap() {
+        ids.insert(job.spec.name.clone(), job.id);
+    }
+    let rows_of = |rows: &[FireRecord], name: &str| -> Vec<FireRecord> {
+        rows.iter().filter(|f| f.job_id == ids[name]).cloned().collect()
+    };
+    wait_until(Duration::from_secs(30), "three chains to finish", || async {
+        let rows = ledger(&store, CLUSTER).await;
+        let done = |name: &str| {
+            rows_of(&rows, name)
+                .iter()
+                .filter(|f| f.state == FireState::Succeeded)
+                .count()
+        };
+        done("grandchild") == 3 && done("pong") == 1 && rows_of(&rows, "failing-parent").len() == 3
+    })
+    .await;
+    for n in nodes {
+        n.shutdown().await;
+    }
+    let rows = ledger(&store, CLUSTER).await;
+    assert_once_and_never_early(&rows);
+    let parents = rows_of(&rows, "parent");
+    assert_eq!(parents.len(), 3, "{parents:?}");
+    for p in &parents {
+        assert_eq!(p.state, FireState::Succeeded);
+        let at = |name: &str| -> Vec<FireRecord> {
+            let mut r: Vec<FireRecord> = rows_of(&rows, name)
+                .into_iter()
+                .filter(|f| f.execute_id == p.execute_id && f.fire_time == p.fire_time)
+                .collect();
+            r.sort_by_key(|f| f.attempt);
+            r
+        };
+        let child = at("child");
+        assert_eq!(child.len(), 1, "one child fire per parent fire: {child:?}");
+        assert_eq!(child[0].state, FireState::Succeeded);
+        assert!(
+            child[0].started_at.unwrap() >= p.finished_at.unwrap(),
+            "the child starts after its parent finished: {child:?} {p:?}"
+        );
+        let grand = at("grandchild");
+        let states: Vec<(u32, FireState)> = grand.iter().map(|f| (f.attempt, f.state)).collect();
+        assert_eq!(
+            states,
+            vec![(1, FireState::Failed), (2, FireState::Succeeded)],
+            "the grandchild retries on its own policy"
+        );
+        assert!(grand[0].started_at.unwrap() >= child[0].finished_at.unwrap());
+        let paused = at("paused-child");
+        assert_eq!(paused.len(), 1);
+        assert_eq!(paused[0].state, FireState::Skipped, "{paused:?}");
+        assert!(paused[0].started_at.is_none());
+    }
+    let failing = rows_of(&rows, "failing-parent");
+    assert!(failing.iter().all(|f| f.state == FireState::Failed), "{failing:?}");
+    assert!(rows_of(&rows, "never").is_empty(), "no child runs after a failure");
+    let (ping, pong) = (rows_of(&rows, "ping"), rows_of(&rows, "pong"));
+    assert_eq!(ping.len(), 1, "the cycle ends where it would repeat: {ping:?}");
+    assert_eq!(pong.len(), 1, "{pong:?}");
+    assert_eq!(pong[0].execute_id, ping[0].execute_id);
+    // Nothing is left open in the ledger.
+    assert!(
+        rows.iter()
+            .all(|f| !matches!(f.state, FireState::Claimed | FireState::Running)),
+        "{rows:?}"
+    );
 }

@@ -709,6 +709,15 @@ pub struct FireRecord {
     pub fire_count: u64,
 }
 
+/// A child job's fire claimed when its parent's fire succeeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainedFire {
+    /// The ledger row's id.
+    pub fire_id: i64,
+    /// The child job.
+    pub job_id: i64,
+}
+
 /// A history query: newest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FireQuery {
@@ -873,6 +882,24 @@ pub trait Store: Send + Sync + 'static {
         node: &NodeRef,
         outcome: &Outcome,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Records the success of a running fire of this node's incarnation and,
+    /// in the same transaction, starts its job's chain: one fire of each child
+    /// job (a job whose parent is this fire's job) under the same execute and
+    /// fire time, attempt 1, claimed by this node, or recorded skipped when
+    /// the child is paused. The unique key holds chains to one fire per child
+    /// and parent fire, so a cycle of jobs ends where it would repeat.
+    ///
+    /// `None` when the fire is not this incarnation's to finish; otherwise
+    /// the children's claimed fires (none when the job has no children).
+    fn succeed_and_chain(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+    ) -> impl Future<Output = Result<Option<Vec<ChainedFire>>, StoreError>> + Send;
+
+    /// The ids of the scheduler's jobs that have at least one child job.
+    fn chain_parents(&self, scheduler: &str) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send;
 
     /// Records a claimed fire as misfired (the pool refused it), with the reason.
     fn misfire_claimed(

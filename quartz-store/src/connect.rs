@@ -71,28 +71,28 @@ impl Backend {
 
     /// The migrations of this backend, embedded in the library.
     fn migrations(self) -> Vec<Migration> {
-        let files: [(&str, &'static str); 2] = match self {
-            Backend::Sqlite => [
-                ("schema", include_str!("../../migrations/sqlite/0001_schema.sql")),
-                (
-                    "schedule signature",
-                    include_str!("../../migrations/sqlite/0002_schedule_signature.sql"),
-                ),
-            ],
-            Backend::Postgres => [
-                ("schema", include_str!("../../migrations/postgres/0001_schema.sql")),
-                (
-                    "schedule signature",
-                    include_str!("../../migrations/postgres/0002_schedule_signature.sql"),
-                ),
-            ],
-            Backend::MySql => [
-                ("schema", include_str!("../../migrations/mysql/0001_schema.sql")),
-                (
-                    "schedule signature",
-                    include_str!("../../migrations/mysql/0002_schedule_signature.sql"),
-                ),
-            ],
+        macro_rules! files {
+            ($dir:literal) => {
+                [
+                    (
+                        "schema",
+                        include_str!(concat!("../../migrations/", $dir, "/0001_schema.sql")),
+                    ),
+                    (
+                        "schedule signature",
+                        include_str!(concat!("../../migrations/", $dir, "/0002_schedule_signature.sql")),
+                    ),
+                    (
+                        "chain fires",
+                        include_str!(concat!("../../migrations/", $dir, "/0003_chain_fires.sql")),
+                    ),
+                ]
+            };
+        }
+        let files: [(&str, &'static str); 3] = match self {
+            Backend::Sqlite => files!("sqlite"),
+            Backend::Postgres => files!("postgres"),
+            Backend::MySql => files!("mysql"),
         };
         (1..)
             .zip(files)

@@ -3,15 +3,31 @@
 
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    Claim, DueBatch, Execute, ExecuteCas, ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireState, Job, JobDetail,
-    JobSpec, JobState, MAX_ERROR_BYTES, Node, NodeRef, NodeRegistration, NodeState, Outcome, RejectedRow, RetryPolicy,
-    SkippedRecord, Store, StoreError, TriggerColumns, check_name,
+    ChainedFire, Claim, DueBatch, Execute, ExecuteCas, ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireState,
+    Job, JobDetail, JobSpec, JobState, MAX_ERROR_BYTES, Node, NodeRef, NodeRegistration, NodeState, Outcome,
+    RejectedRow, RetryPolicy, SkippedRecord, Store, StoreError, TriggerColumns, check_name,
 };
 use quartz_core::trigger::TriggerState;
 use sqlx::any::{AnyQueryResult, AnyRow};
 use sqlx::{Any, Row, Transaction};
 
 use crate::connect::{Backend, Db, StoreOptions};
+
+/// The children's ledger rows of a succeeded fire (binds: node id,
+/// incarnation, the parent's fire id); each backend adds its own "do nothing
+/// on a duplicate".
+macro_rules! chain_insert {
+    () => {
+        "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+         state, claimed_at, error, fire_count) \
+         SELECT f.scheduler, f.execute_id, k.id, f.fire_time, 1, ?, ?, \
+         CASE WHEN k.state = 'enabled' THEN 'claimed' ELSE 'skipped' END, {now}, \
+         CASE WHEN k.state = 'enabled' THEN NULL ELSE 'the child job is paused' END, 1 \
+         FROM quartz_fire f JOIN quartz_job p ON p.id = f.job_id \
+         JOIN quartz_job k ON k.scheduler = p.scheduler AND k.parent_job = p.name \
+         WHERE f.id = ?"
+    };
+}
 
 macro_rules! node_cols {
     () => {
@@ -292,14 +308,16 @@ impl SqlStore {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Inserts a ledger row for an execute, taking its scheduler and job from
-    /// the execute row; returns the new id, or `None` when the unique key says
+    /// Inserts a ledger row for an execute, taking its scheduler from the
+    /// execute row and its job from it too unless `job_id` names one (a chained
+    /// child's fire); returns the new id, or `None` when the unique key says
     /// the fire exists already.
     #[allow(clippy::too_many_arguments)]
     async fn insert_fire(
         &self,
         tx: &mut Transaction<'static, Any>,
         execute_id: i64,
+        job_id: Option<i64>,
         fire_time: Timestamp,
         attempt: i64,
         owner: Option<&NodeRef>,
@@ -311,16 +329,18 @@ impl SqlStore {
             Backend::Postgres | Backend::Sqlite => self.query(
                 "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
                  state, claimed_at, error, skipped_until, fire_count) \
-                 SELECT scheduler, id, job_id, ?, ?, ?, ?, ?, {now}, ?, ?, ? FROM quartz_execute WHERE id = ? \
-                 ON CONFLICT (execute_id, fire_time, attempt) DO NOTHING RETURNING id",
+                 SELECT scheduler, id, COALESCE(?, job_id), ?, ?, ?, ?, ?, {now}, ?, ?, ? FROM quartz_execute \
+                 WHERE id = ? ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING id",
             ),
             Backend::MySql => self.query(
                 "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
                  state, claimed_at, error, skipped_until, fire_count) \
-                 SELECT scheduler, id, job_id, ?, ?, ?, ?, ?, {now}, ?, ?, ? FROM quartz_execute WHERE id = ?",
+                 SELECT scheduler, id, COALESCE(?, job_id), ?, ?, ?, ?, ?, {now}, ?, ?, ? FROM quartz_execute \
+                 WHERE id = ?",
             ),
         };
         let q = sql
+            .bind(job_id)
             .bind(fire_time.as_millis())
             .bind(attempt)
             .bind(owner.map(|n| n.node_id.clone()))
@@ -386,6 +406,7 @@ impl SqlStore {
             .insert_fire(
                 tx,
                 claim.cas.execute_id,
+                None,
                 claim.fire_time,
                 i64::from(claim.attempt),
                 Some(&claim.node),
@@ -418,7 +439,7 @@ impl SqlStore {
                  INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
                  state, claimed_at, fire_count) \
                  SELECT scheduler, id, job_id, ?, ?, ?, ?, 'claimed', {now}, 1 FROM won \
-                 ON CONFLICT (execute_id, fire_time, attempt) DO NOTHING RETURNING id",
+                 ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING id",
             )
             .bind(cas.set.prev_fire_time.map(Timestamp::as_millis))
             .bind(cas.set.next_fire_time.map(Timestamp::as_millis))
@@ -834,6 +855,7 @@ impl Store for SqlStore {
             self.insert_fire(
                 &mut tx,
                 cas.execute_id,
+                None,
                 record.from,
                 1,
                 None,
@@ -930,6 +952,82 @@ impl Store for SqlStore {
         .await
     }
 
+    async fn succeed_and_chain(&self, fire_id: i64, node: &NodeRef) -> Result<Option<Vec<ChainedFire>>, StoreError> {
+        let mut tx = self.begin().await?;
+        let done = self
+            .query(
+                "UPDATE quartz_fire SET state = 'succeeded', error = NULL, finished_at = {now}, \
+                 duration_ms = {now} - started_at \
+                 WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?",
+            )
+            .bind(fire_id)
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        if done.rows_affected() != 1 {
+            return Ok(None);
+        }
+        // One row per child: claimed by this node, or skipped when paused. A
+        // child that has its row already (a cycle coming round) gets nothing.
+        let insert = match self.db.backend {
+            Backend::Postgres | Backend::Sqlite => self.query(concat!(
+                chain_insert!(),
+                " ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING"
+            )),
+            Backend::MySql => self.query(concat!(
+                chain_insert!(),
+                " ON DUPLICATE KEY UPDATE quartz_fire.attempt = quartz_fire.attempt"
+            )),
+        };
+        insert
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .bind(fire_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let rows = self
+            .query(
+                "SELECT c.id, c.job_id FROM quartz_fire f JOIN quartz_fire c \
+                 ON c.execute_id = f.execute_id AND c.fire_time = f.fire_time \
+                 JOIN quartz_job p ON p.id = f.job_id \
+                 JOIN quartz_job k ON k.id = c.job_id AND k.scheduler = p.scheduler AND k.parent_job = p.name \
+                 WHERE f.id = ? AND c.attempt = 1 AND c.state = 'claimed' AND c.node_id = ? AND c.incarnation = ? \
+                 ORDER BY c.id",
+            )
+            .bind(fire_id)
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        rows.iter()
+            .map(|row| {
+                Ok(ChainedFire {
+                    fire_id: row.try_get(0).map_err(db_error)?,
+                    job_id: row.try_get(1).map_err(db_error)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()
+            .map(Some)
+    }
+
+    async fn chain_parents(&self, scheduler: &str) -> Result<Vec<i64>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT DISTINCT p.id FROM quartz_job p JOIN quartz_job k \
+                 ON k.scheduler = p.scheduler AND k.parent_job = p.name WHERE p.scheduler = ?",
+            )
+            .bind(scheduler.to_owned())
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(|row| row.try_get(0).map_err(db_error)).collect()
+    }
+
     async fn misfire_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
         self.fire_transition(
             "UPDATE quartz_fire SET state = 'misfired', error = ?, finished_at = {now} \
@@ -1006,6 +1104,7 @@ impl Store for SqlStore {
             .insert_fire(
                 &mut tx,
                 fire.execute_id,
+                Some(fire.job_id),
                 fire.fire_time,
                 attempt,
                 Some(node),
@@ -1040,6 +1139,7 @@ impl Store for SqlStore {
             .insert_fire(
                 &mut tx,
                 fire.execute_id,
+                Some(fire.job_id),
                 fire.fire_time,
                 i64::from(fire.attempt) + 1,
                 Some(node),

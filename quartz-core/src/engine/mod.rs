@@ -355,6 +355,8 @@ pub struct Counters {
     pub recovered: u64,
     /// Rows written by hand that this node initialised or recomputed.
     pub recomputed: u64,
+    /// Child jobs' fires this node started after their parent succeeded.
+    pub chained: u64,
 }
 
 /// A snapshot of a node.

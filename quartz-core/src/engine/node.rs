@@ -19,8 +19,8 @@ use super::handler::{CancelReason, Cancellation, Handler, JobContext, JobResult}
 use super::{Counters, NodeStatus, Phase, SchedulerError, Settings, ShutdownSummary, Strategy};
 use crate::misfire::MisfirePolicy;
 use crate::store::{
-    Claim, Execute, ExecuteCas, ExecuteState, FireRecord, FireState, Job, JobSpec, JobState, Node, NodeRef,
-    NodeRegistration, NodeState, Outcome, SkippedRecord, Store, StoreError, TriggerColumns,
+    ChainedFire, Claim, Execute, ExecuteCas, ExecuteState, FireRecord, FireState, Job, JobSpec, JobState, Node,
+    NodeRef, NodeRegistration, NodeState, Outcome, SkippedRecord, Store, StoreError, TriggerColumns,
 };
 use crate::time::Timestamp;
 use crate::trigger::{Fire, NextFire, Schedule, Trigger, TriggerState};
@@ -106,6 +106,9 @@ pub(crate) struct Inner<S> {
     backlog_changed: Notify,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     warned: Mutex<HashSet<String>>,
+    /// Jobs that have child jobs, as of the last poll: their successes start
+    /// chains.
+    parents: RwLock<HashSet<i64>>,
 }
 
 impl<S: Store> Inner<S> {
@@ -169,6 +172,7 @@ impl<S: Store> Inner<S> {
             backlog_changed: Notify::new(),
             tasks: Mutex::new(Vec::new()),
             warned: Mutex::new(HashSet::new()),
+            parents: RwLock::new(HashSet::new()),
         });
         let tasks = vec![
             tokio::spawn(Arc::clone(&inner).poller()),
@@ -295,6 +299,8 @@ impl<S: Store> Inner<S> {
             );
         }
         let full = batch.executes.len() + batch.rejected.len() >= self.settings.batch_size as usize;
+        let parents = self.store.chain_parents(&self.scheduler).await?;
+        *self.parents.write() = parents.into_iter().collect();
         let jobs = self.jobs(batch.executes.iter().map(|e| e.job_id)).await?;
         for execute in batch.executes {
             let Some(job) = jobs.get(&execute.job_id) else {
@@ -823,25 +829,39 @@ impl<S: Store> Inner<S> {
                 "fire failed"
             );
         }
-        self.record(run, &outcome).await;
+        let children = self.record(run, &outcome).await;
         self.release(run).await;
+        if !children.is_empty() {
+            self.chain(run, children).await;
+        }
         if !succeeded && run.attempt < run.job.spec.retry.max_attempts {
             self.retry(run).await;
         }
     }
 
-    /// Records an outcome, retrying on database errors.
-    async fn record(&self, run: &RunFire, outcome: &Outcome) {
+    /// Records an outcome, retrying on database errors. A success of a job
+    /// with children claims their fires in the same transaction: those are
+    /// returned, to be run by this node.
+    async fn record(&self, run: &RunFire, outcome: &Outcome) -> Vec<ChainedFire> {
+        let chains = *outcome == Outcome::Succeeded && self.parents.read().contains(&run.job.id);
         for attempt in 1..=FINISH_TRIES {
-            match self.store.finish(run.fire_id, &run.node, outcome).await {
-                Ok(true) => return,
-                Ok(false) => {
+            let recorded = if chains {
+                self.store.succeed_and_chain(run.fire_id, &run.node).await
+            } else {
+                self.store
+                    .finish(run.fire_id, &run.node, outcome)
+                    .await
+                    .map(|done| done.then(Vec::new))
+            };
+            match recorded {
+                Ok(Some(children)) => return children,
+                Ok(None) => {
                     tracing::warn!(
                         scheduler = self.scheduler,
                         fire_id = run.fire_id,
                         "outcome not recorded: this incarnation no longer owns the fire (declared dead meanwhile)"
                     );
-                    return;
+                    return Vec::new();
                 }
                 Err(e) if attempt < FINISH_TRIES => {
                     tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e, "recording the outcome failed; retrying");
@@ -853,6 +873,7 @@ impl<S: Store> Inner<S> {
                 }
             }
         }
+        Vec::new()
     }
 
     /// After a run of an execute the claim had moved to running: back to
@@ -908,6 +929,48 @@ impl<S: Store> Inner<S> {
         }
     }
 
+    /// Runs the children a parent's success claimed for this node, at once. A
+    /// child whose handler this node lacks is given back, for a node that has
+    /// it (recovery takes released fires).
+    async fn chain(self: &Arc<Self>, parent: &RunFire, children: Vec<ChainedFire>) {
+        let jobs = match self.jobs(children.iter().map(|c| c.job_id)).await {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                tracing::warn!(scheduler = self.scheduler, fire_id = parent.fire_id, error = %e,
+                    "cannot read the child jobs; their claimed fires are released by recovery if this node dies");
+                HashMap::new()
+            }
+        };
+        for child in children {
+            let job = jobs
+                .get(&child.job_id)
+                .filter(|job| self.handlers.contains_key(&job.spec.handler));
+            let Some(job) = job else {
+                let _ = self.store.release_fire(child.fire_id, &parent.node).await;
+                continue;
+            };
+            tracing::debug!(
+                scheduler = self.scheduler,
+                parent = parent.job.spec.name,
+                child = job.spec.name,
+                fire_id = child.fire_id,
+                "chained fire"
+            );
+            self.count(|c| c.chained += 1);
+            self.unstarted.lock().insert(child.fire_id);
+            self.launch(RunFire {
+                fire_id: child.fire_id,
+                execute_id: parent.execute_id,
+                job: Arc::clone(job),
+                trigger: None,
+                fire_time: parent.fire_time,
+                attempt: 1,
+                node: parent.node.clone(),
+                release: None,
+            });
+        }
+    }
+
     /// The pool refused a won fire: recorded as misfired, then the trigger's
     /// policy decides whether it runs late.
     async fn on_rejected(self: Arc<Self>, run: RunFire, reason: RejectReason) {
@@ -960,7 +1023,7 @@ impl<S: Store> Inner<S> {
             let mut backlog = self.backlog.lock();
             if policy != MisfirePolicy::IgnoreMisfires {
                 // Fire once now: one late run per execute stands for them all.
-                backlog.retain(|r| r.execute_id != run.execute_id);
+                backlog.retain(|r| (r.execute_id, r.job.id) != (run.execute_id, run.job.id));
             }
             if backlog.len() < self.settings.misfire.ignore_cap {
                 backlog.push_back(RunFire { release: None, ..run });
@@ -1148,10 +1211,17 @@ impl<S: Store> Inner<S> {
                 if self.store.take_over(&fire, node).await? {
                     self.count(|c| c.recovered += 1);
                     let late_ms = self.clock.db_now().as_millis() - fire.fire_time.as_millis();
-                    if late_ms > self.settings.misfire.threshold_ms {
+                    let trigger = if late_ms > self.settings.misfire.threshold_ms {
+                        self.trigger_of(job, fire.execute_id).await?
+                    } else {
+                        None
+                    };
+                    // A child's fire (the execute is its parent's) has no
+                    // trigger of its own: it runs whenever it is found.
+                    let chained = job.spec.parent.is_some() && trigger.is_none();
+                    if late_ms > self.settings.misfire.threshold_ms && !chained {
                         // Found past the threshold, like any overdue fire: its
                         // policy decides.
-                        let trigger = self.trigger_of(job, fire.execute_id).await?;
                         let cause = format!("recovered from a node that is gone, {late_ms} ms after its time");
                         self.misfired(
                             RunFire {

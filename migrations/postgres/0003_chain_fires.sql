@@ -1,0 +1,6 @@
+-- Chains: a child job's fire is a ledger row of its parent's execute and fire
+-- time with the child's job id, so the unique key that makes a duplicate claim
+-- impossible takes the job id too. For a trigger's own job nothing changes:
+-- its job id follows from its execute id.
+ALTER TABLE quartz_fire DROP CONSTRAINT quartz_fire_once;
+ALTER TABLE quartz_fire ADD CONSTRAINT quartz_fire_once UNIQUE (execute_id, job_id, fire_time, attempt);

@@ -43,6 +43,7 @@ engine_tests!(
     rows_written_by_hand_are_initialised_recomputed_or_set_aside,
     bad_input_is_refused_at_the_boundary,
     children_run_once_after_their_parent_succeeds,
+    strategies_offer_executes_by_weight_and_by_load,
 );
 
 const CLUSTER: &str = "test-cluster";
@@ -1072,4 +1073,140 @@ async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
             .all(|f| !matches!(f.state, FireState::Claimed | FireState::Running)),
         "{rows:?}"
     );
+}
+
+/// Share of each node's fires of the jobs named `prefix*`, counted by execute
+/// (every fire of an execute goes first to the same node).
+fn executes_won_by(rows: &[FireRecord], jobs: &HashMap<i64, String>, prefix: &str) -> HashMap<String, usize> {
+    let mut owner_of: HashMap<i64, String> = HashMap::new();
+    for f in rows {
+        if jobs.get(&f.job_id).is_some_and(|name| name.starts_with(prefix)) {
+            owner_of.insert(f.execute_id, f.owner.as_ref().unwrap().node_id.clone());
+        }
+    }
+    let mut won = HashMap::new();
+    for node in owner_of.into_values() {
+        *won.entry(node).or_default() += 1;
+    }
+    won
+}
+
+/// The weighted strategy offers executes in proportion to the nodes' weights;
+/// the least-loaded one steers them away from a busy node. Either way every
+/// fire runs exactly once.
+async fn strategies_offer_executes_by_weight_and_by_load(db: &TestDb) {
+    let named = |id: &str, weight: u32, strategy: Strategy| Settings {
+        node_id: Some(id.to_owned()),
+        weight,
+        strategy,
+        pool_max: 64,
+        ..fast()
+    };
+    let runs = Runs::default();
+    let light = node(db, named("light", 1, Strategy::Weighted), &runs).await;
+    let heavy = node(db, named("heavy", 3, Strategy::Weighted), &runs).await;
+    let store = light.store().clone();
+    let start = next_second(&store, 2).await;
+    let two = every_second(start)
+        .with_end(start.saturating_add_millis(1_999))
+        .unwrap();
+    for i in 0..100 {
+        light
+            .add_job(
+                &JobSpec::new(format!("w-{i:03}"), "noop"),
+                &[ExecuteSpec::new(two.clone())],
+            )
+            .await
+            .unwrap();
+    }
+    wait_until(Duration::from_secs(30), "200 weighted fires", || async {
+        rows_in(&store, FireState::Succeeded).await >= 200
+    })
+    .await;
+    light.shutdown().await;
+    heavy.shutdown().await;
+
+    // Least loaded: "busy" runs twenty long fires of a handler only it has.
+    let busy = SchedulerBuilder::new(CLUSTER)
+        .settings(Settings {
+            // Every hog runs at once; the pool still has room for more.
+            pool_core: 32,
+            shutdown_grace: Duration::from_millis(200),
+            ..named("busy", 1, Strategy::LeastLoaded)
+        })
+        .handler("noop", |_| Ok(()))
+        .handler("hog", |ctx| {
+            while !ctx.is_cancelled() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(())
+        })
+        .start(db.store().await)
+        .await
+        .unwrap();
+    let idle = node(db, named("idle", 1, Strategy::LeastLoaded), &runs).await;
+    let now = store.now().await.unwrap();
+    for i in 0..20 {
+        let mut hog = JobSpec::new(format!("hog-{i:02}"), "hog");
+        hog.timeout_ms = Some(20_000);
+        busy.add_job(&hog, &[ExecuteSpec::new(Trigger::new(Schedule::Once, now).unwrap())])
+            .await
+            .unwrap();
+    }
+    wait_until(
+        Duration::from_secs(10),
+        "the idle node to see the busy one busy",
+        || async {
+            idle.status()
+                .members
+                .iter()
+                .any(|m| m.node_id == "busy" && m.busy >= 20)
+        },
+    )
+    .await;
+    let start = next_second(&store, 2).await;
+    let two = every_second(start)
+        .with_end(start.saturating_add_millis(1_999))
+        .unwrap();
+    for i in 0..100 {
+        idle.add_job(
+            &JobSpec::new(format!("l-{i:03}"), "noop"),
+            &[ExecuteSpec::new(two.clone())],
+        )
+        .await
+        .unwrap();
+    }
+    wait_until(Duration::from_secs(30), "200 least-loaded fires", || async {
+        let rows = ledger(&store, CLUSTER).await;
+        rows.iter().filter(|f| f.state == FireState::Succeeded).count() >= 400
+    })
+    .await;
+    // The hogs are cancelled by the shutdown.
+    idle.shutdown().await;
+    busy.shutdown().await;
+
+    let rows = ledger(&store, CLUSTER).await;
+    assert_once_and_never_early(&rows);
+    let jobs: HashMap<i64, String> = store
+        .list_jobs(CLUSTER)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| (j.id, j.spec.name))
+        .collect();
+    for prefix in ["w-", "l-"] {
+        let fires = rows
+            .iter()
+            .filter(|f| jobs[&f.job_id].starts_with(prefix) && f.state == FireState::Succeeded)
+            .count();
+        assert_eq!(fires, 200, "every {prefix} fire exactly once");
+    }
+    let weighted = executes_won_by(&rows, &jobs, "w-");
+    let heavy_share = weighted.get("heavy").copied().unwrap_or(0);
+    // Expected 75 of 100 (weights 3 : 1); four standard deviations either way.
+    assert!((58..=92).contains(&heavy_share), "weights 3 : 1 gave {weighted:?}");
+    let loaded = executes_won_by(&rows, &jobs, "l-");
+    let busy_share = loaded.get("busy").copied().unwrap_or(0);
+    // Expected about 5 of 100 (weights 1/21 : 1).
+    assert!(busy_share <= 20, "a node running 20 fires was offered {loaded:?}");
 }

@@ -132,6 +132,8 @@ pub struct Node {
     pub registered_at: Timestamp,
     /// Its last heartbeat (database time).
     pub heartbeat_at: Timestamp,
+    /// Fires running or queued on its pool at its last heartbeat.
+    pub busy: u64,
 }
 
 /// How a failed fire is retried: up to `max_attempts` attempts in all, each
@@ -766,9 +768,15 @@ pub trait Store: Send + Sync + 'static {
     /// retires the old one), live, heart-beating now.
     fn register_node(&self, node: &NodeRegistration) -> impl Future<Output = Result<Node, StoreError>> + Send;
 
-    /// Records a heartbeat; `false` when this incarnation is no longer live (it
-    /// was declared dead or replaced) and must re-register.
-    fn heartbeat(&self, scheduler: &str, node: &NodeRef) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Records a heartbeat with how busy the node is (fires running or queued
+    /// on its pool); `false` when this incarnation is no longer live (it was
+    /// declared dead or replaced) and must re-register.
+    fn heartbeat(
+        &self,
+        scheduler: &str,
+        node: &NodeRef,
+        busy: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Every node the scheduler has seen.
     fn list_nodes(&self, scheduler: &str) -> impl Future<Output = Result<Vec<Node>, StoreError>> + Send;

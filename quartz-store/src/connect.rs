@@ -86,10 +86,14 @@ impl Backend {
                         "chain fires",
                         include_str!(concat!("../../migrations/", $dir, "/0003_chain_fires.sql")),
                     ),
+                    (
+                        "node busy",
+                        include_str!(concat!("../../migrations/", $dir, "/0004_node_busy.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 3] = match self {
+        let files: [(&str, &'static str); 4] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

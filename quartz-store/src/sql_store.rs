@@ -31,7 +31,7 @@ macro_rules! chain_insert {
 
 macro_rules! node_cols {
     () => {
-        "scheduler, node_id, host, pid, weight, state, incarnation, registered_at, heartbeat_at"
+        "scheduler, node_id, host, pid, weight, state, incarnation, registered_at, heartbeat_at, busy"
     };
 }
 /// The ids one `jobs_by_id` statement looks up.
@@ -542,12 +542,13 @@ impl Store for SqlStore {
         Ok(registered)
     }
 
-    async fn heartbeat(&self, scheduler: &str, node: &NodeRef) -> Result<bool, StoreError> {
+    async fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
         self.changed_one(
             self.query(
-                "UPDATE quartz_node SET heartbeat_at = {now} \
+                "UPDATE quartz_node SET heartbeat_at = {now}, busy = ? \
                  WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live'",
             )
+            .bind(count_to_i64(busy))
             .bind(scheduler.to_owned())
             .bind(node.node_id.clone())
             .bind(node.incarnation),
@@ -1286,6 +1287,7 @@ fn decode_node(row: &AnyRow) -> Result<Node, StoreError> {
             incarnation: row.try_get("incarnation")?,
             registered_at: Timestamp::from_millis(row.try_get("registered_at")?),
             heartbeat_at: Timestamp::from_millis(row.try_get("heartbeat_at")?),
+            busy: u64::try_from(row.try_get::<i64, _>("busy")?)?,
         })
     })();
     node.map_err(|e| StoreError::Database {

@@ -490,7 +490,7 @@ async fn a_retired_incarnation_is_fenced(db: &TestDb) {
         .await
         .unwrap()
         .unwrap();
-    assert!(store.heartbeat(S, &old).await.unwrap());
+    assert!(store.heartbeat(S, &old, 0).await.unwrap());
 
     // Re-registering (a restart) retires the old incarnation.
     let new = register(&store, "node-a").await;
@@ -499,7 +499,7 @@ async fn a_retired_incarnation_is_fenced(db: &TestDb) {
         !store.mark_running(fire_id, &old).await.unwrap(),
         "stale incarnation refused"
     );
-    assert!(!store.heartbeat(S, &old).await.unwrap());
+    assert!(!store.heartbeat(S, &old, 0).await.unwrap());
     assert!(
         !store.mark_running(fire_id, &new).await.unwrap(),
         "the new incarnation does not own the old claim"
@@ -519,7 +519,7 @@ async fn a_retired_incarnation_is_fenced(db: &TestDb) {
     assert!(store.retire_node(S, &b, -1).await.unwrap());
     assert!(!store.retire_node(S, &b, -1).await.unwrap(), "retired once");
     assert!(!store.mark_running(fire_b, &b).await.unwrap());
-    assert!(!store.heartbeat(S, &b).await.unwrap());
+    assert!(!store.heartbeat(S, &b, 0).await.unwrap());
     let nodes = store.list_nodes(S).await.unwrap();
     let state_of = |id: &str| nodes.iter().find(|n| n.node_id == id).unwrap().state;
     assert_eq!(
@@ -538,7 +538,7 @@ async fn a_retired_incarnation_is_fenced(db: &TestDb) {
     assert!(store.finish(fire_c, &new, &Outcome::Succeeded).await.unwrap());
     assert!(store.leave(S, &new).await.unwrap());
     assert!(
-        !store.heartbeat(S, &new).await.unwrap(),
+        !store.heartbeat(S, &new, 0).await.unwrap(),
         "a node that left must re-register"
     );
 }

@@ -76,6 +76,10 @@ pub enum Strategy {
     IdHash,
     /// As `IdHash`, in proportion to each node's weight (rendezvous hashing).
     Weighted,
+    /// As `Weighted`, with each node's weight divided by one plus how busy it
+    /// was at its last heartbeat (fires running or queued on its pool): idle
+    /// nodes are offered most executes, without every node herding onto one.
+    LeastLoaded,
 }
 
 /// A node's settings. The defaults are DESIGN.md's.

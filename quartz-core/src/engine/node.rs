@@ -535,16 +535,11 @@ impl<S: Store> Inner<S> {
                 ids.get(usize::try_from(key % len).unwrap_or(0))
                     .map(|s| (*s).to_owned())
             }
-            Strategy::Weighted => live
-                .map(|n| {
-                    // Rendezvous hashing with weights: score = -w / ln(u).
-                    let h = mix(key ^ fnv(n.node_id.as_bytes()));
-                    #[allow(clippy::cast_precision_loss)]
-                    let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-                    (-f64::from(n.weight.max(1)) / u.ln(), n.node_id.clone())
-                })
-                .max_by(|a, b| a.0.total_cmp(&b.0))
-                .map(|(_, id)| id),
+            Strategy::Weighted => rendezvous(key, live, |n| f64::from(n.weight.max(1))),
+            // The weight shrinks as the node gets busier: a node running ten
+            // fires is offered a tenth of what an idle one is.
+            #[allow(clippy::cast_precision_loss)]
+            Strategy::LeastLoaded => rendezvous(key, live, |n| f64::from(n.weight.max(1)) / (1.0 + n.busy as f64)),
         };
         chosen.is_none_or(|id| id == me)
     }
@@ -1086,7 +1081,8 @@ impl<S: Store> Inner<S> {
 
     async fn cluster_pass(self: &Arc<Self>) -> Result<(), StoreError> {
         let node = self.node();
-        if !self.store.heartbeat(&self.scheduler, &node).await? {
+        let busy = self.inflight.load(Ordering::SeqCst) + self.backlog.lock().len();
+        if !self.store.heartbeat(&self.scheduler, &node, busy as u64).await? {
             self.rejoin(&node).await?;
         }
         let db_now = self.db_now().await?;
@@ -1455,6 +1451,21 @@ async fn sleep_until_or_forever(at: Option<tokio::time::Instant>) {
 }
 
 /// splitmix64's finaliser: spreads ids over the hash space.
+/// Weighted rendezvous hashing: the node with the highest `-w / ln(u)`, `u` a
+/// hash of the key and the node in (0, 1). Every node computes the same choice
+/// from the same members, and each node gets keys in proportion to its weight.
+fn rendezvous<'a>(key: u64, nodes: impl Iterator<Item = &'a Node>, weight: impl Fn(&Node) -> f64) -> Option<String> {
+    nodes
+        .map(|n| {
+            let h = mix(key ^ fnv(n.node_id.as_bytes()));
+            #[allow(clippy::cast_precision_loss)]
+            let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+            (-weight(n) / u.ln(), n)
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, n)| n.node_id.clone())
+}
+
 fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

@@ -602,44 +602,47 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
     let overlapping = Arc::new(AtomicUsize::new(0));
     let inside = Arc::new(AtomicUsize::new(0));
     let store = db.store().await;
-    let n = SchedulerBuilder::new(CLUSTER)
-        .settings(fast())
-        .handler("flaky", {
-            let attempts = Arc::clone(&attempts);
-            move |ctx| {
-                attempts.fetch_add(1, Ordering::SeqCst);
-                if ctx.attempt() < 3 {
-                    return Err(format!("attempt {} fails", ctx.attempt()).into());
+    // Two nodes: the exclusive job's two triggers may be claimed on either.
+    let build = |store: SqlStore| {
+        SchedulerBuilder::new(CLUSTER)
+            .settings(fast())
+            .handler("flaky", {
+                let attempts = Arc::clone(&attempts);
+                move |ctx| {
+                    attempts.fetch_add(1, Ordering::SeqCst);
+                    if ctx.attempt() < 3 {
+                        return Err(format!("attempt {} fails", ctx.attempt()).into());
+                    }
+                    Ok(())
+                }
+            })
+            .handler("stuck", |ctx| {
+                while !ctx.is_cancelled() {
+                    std::thread::sleep(Duration::from_millis(5));
                 }
                 Ok(())
-            }
-        })
-        .handler("stuck", |ctx| {
-            while !ctx.is_cancelled() {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Ok(())
-        })
-        .handler("panics", |_| panic!("boom"))
-        .handler("work", |_| {
-            std::thread::sleep(Duration::from_millis(200));
-            Ok(())
-        })
-        .handler("exclusive", {
-            let overlapping = Arc::clone(&overlapping);
-            let inside = Arc::clone(&inside);
-            move |_| {
-                if inside.fetch_add(1, Ordering::SeqCst) > 0 {
-                    overlapping.fetch_add(1, Ordering::SeqCst);
-                }
-                std::thread::sleep(Duration::from_millis(1_300));
-                inside.fetch_sub(1, Ordering::SeqCst);
+            })
+            .handler("panics", |_| panic!("boom"))
+            .handler("work", |_| {
+                std::thread::sleep(Duration::from_millis(200));
                 Ok(())
-            }
-        })
-        .start(store.clone())
-        .await
-        .unwrap();
+            })
+            .handler("exclusive", {
+                let overlapping = Arc::clone(&overlapping);
+                let inside = Arc::clone(&inside);
+                move |_| {
+                    if inside.fetch_add(1, Ordering::SeqCst) > 0 {
+                        overlapping.fetch_add(1, Ordering::SeqCst);
+                    }
+                    std::thread::sleep(Duration::from_millis(1_300));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .start(store)
+    };
+    let n = build(store.clone()).await.unwrap();
+    let m = build(db.store().await).await.unwrap();
     let now = store.now().await.unwrap();
     let once = Trigger::new(Schedule::Once, now).unwrap();
     let mut flaky = JobSpec::new("flaky", "flaky");
@@ -669,9 +672,15 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
         .unwrap()
         .with_misfire_policy(MisfirePolicy::DoNothing)
         .unwrap();
-    n.add_job(&exclusive, &[ExecuteSpec::new(exclusive_trigger)])
-        .await
-        .unwrap();
+    n.add_job(
+        &exclusive,
+        &[
+            ExecuteSpec::new(exclusive_trigger.clone()),
+            ExecuteSpec::new(exclusive_trigger),
+        ],
+    )
+    .await
+    .unwrap();
     let job_id = |name: &'static str| {
         let store = store.clone();
         async move { store.get_job(CLUSTER, name).await.unwrap().unwrap().job.id }
@@ -693,7 +702,7 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
             && rows
                 .iter()
                 .filter(|f| f.job_id == exclusive_id)
-                .all(|f| f.finished_at.is_some())
+                .all(|f| !matches!(f.state, FireState::Claimed | FireState::Running))
             && store.now().await.unwrap() > start.saturating_add_millis(5_500)
     })
     .await;
@@ -728,17 +737,20 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
             "fixed delay counts from the finish: {pair:?}"
         );
     }
-    // Not concurrent: runs never overlap; the seconds that came while one ran
-    // were skipped by the do-nothing policy, and recorded.
+    // Not concurrent: runs of the job never overlap, though its two triggers
+    // fire at the same seconds on two nodes; the seconds that came while one
+    // ran were skipped by the do-nothing policy, and recorded.
     assert_eq!(overlapping.load(Ordering::SeqCst), 0);
     let exclusive = of(exclusive_id);
-    let ran: Vec<_> = exclusive.iter().filter(|f| f.state == FireState::Succeeded).collect();
+    let mut ran: Vec<_> = exclusive.iter().filter(|f| f.state == FireState::Succeeded).collect();
+    ran.sort_by_key(|f| f.started_at);
     assert!(ran.len() >= 2, "{exclusive:?}");
     for pair in ran.windows(2) {
         assert!(pair[1].started_at.unwrap() >= pair[0].finished_at.unwrap(), "{pair:?}");
     }
     assert_eq!(n.status().phase, Phase::Running);
     n.shutdown().await;
+    m.shutdown().await;
 }
 
 async fn pause_resume_update_and_delete_while_running(db: &TestDb) {

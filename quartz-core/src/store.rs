@@ -635,6 +635,9 @@ pub struct Claim {
     pub attempt: u32,
     /// The claiming node's incarnation.
     pub node: NodeRef,
+    /// The job disallows concurrency: the claim is lost while another execute
+    /// of the same job is running. Such claims are serialised on the job's row.
+    pub exclusive: bool,
 }
 
 impl Claim {
@@ -663,6 +666,7 @@ impl Claim {
             fire_time: fire.fire_time,
             attempt: 1,
             node: node.clone(),
+            exclusive: false,
         }
     }
 }

@@ -392,7 +392,11 @@ impl SqlStore {
     }
 
     async fn claim_in(&self, tx: &mut Transaction<'static, Any>, claim: &Claim) -> Result<Claimed, StoreError> {
+        if claim.exclusive && self.sibling_running(tx, claim.cas.execute_id).await? {
+            return Ok(Claimed::Lost);
+        }
         if self.db.backend == Backend::Postgres
+            && !claim.exclusive
             && claim.cas.expect_owner.is_none()
             && claim.cas.set_trigger.is_none()
             && claim.cas.set_signature.is_none()
@@ -420,6 +424,65 @@ impl SqlStore {
 }
 
 impl SqlStore {
+    /// Claims in one transaction; a ledger conflict sends them one by one.
+    async fn claim_together(&self, claims: &[Claim]) -> Result<Vec<Option<i64>>, StoreError> {
+        let mut tx = self.begin().await?;
+        let mut won = Vec::with_capacity(claims.len());
+        for claim in claims {
+            match self.claim_in(&mut tx, claim).await? {
+                Claimed::Won(id) => won.push(Some(id)),
+                Claimed::Lost => won.push(None),
+                Claimed::Conflict => {
+                    // A ledger row exists for a fire whose compare-and-set won
+                    // (a row moved back by hand): undo everything and claim one
+                    // by one, so that only that claim is refused.
+                    drop(tx);
+                    let mut one_by_one = Vec::with_capacity(claims.len());
+                    for claim in claims {
+                        one_by_one.push(self.claim(claim).await?);
+                    }
+                    return Ok(one_by_one);
+                }
+            }
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(won)
+    }
+
+    /// For a job that disallows concurrency: locks the job's row (so that two
+    /// claims of its executes are serialised, whichever nodes make them) and
+    /// says whether a fire of the job is claimed or running.
+    async fn sibling_running(&self, tx: &mut Transaction<'static, Any>, execute_id: i64) -> Result<bool, StoreError> {
+        self.query(
+            "UPDATE quartz_job SET updated_at = updated_at \
+             WHERE id = (SELECT job_id FROM quartz_execute WHERE id = ?)",
+        )
+        .bind(execute_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+        // Any open fire of the job counts, whatever its execute's state (the
+        // last fire of a trigger leaves it complete while it runs). The open
+        // fires are few and indexed by (scheduler, state). A locking read sees
+        // the latest committed state on every backend.
+        let check = match self.db.backend {
+            Backend::Sqlite => self.query(
+                "SELECT f.id FROM quartz_fire f JOIN quartz_execute e ON f.scheduler = e.scheduler \
+                 AND f.job_id = e.job_id WHERE e.id = ? AND f.state IN ('claimed', 'running') LIMIT 1",
+            ),
+            Backend::Postgres | Backend::MySql => self.query(
+                "SELECT f.id FROM quartz_fire f JOIN quartz_execute e ON f.scheduler = e.scheduler \
+                 AND f.job_id = e.job_id WHERE e.id = ? AND f.state IN ('claimed', 'running') LIMIT 1 FOR UPDATE",
+            ),
+        };
+        let row = check
+            .bind(execute_id)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        Ok(row.is_some())
+    }
+
     /// PostgreSQL: the claim as one statement, the compare-and-set in a
     /// data-modifying CTE feeding the ledger insert. Atomic on its own, so a
     /// single claim needs no transaction around it: one round trip, one commit.
@@ -872,6 +935,7 @@ impl Store for SqlStore {
 
     async fn claim(&self, claim: &Claim) -> Result<Option<i64>, StoreError> {
         if self.db.backend == Backend::Postgres
+            && !claim.exclusive
             && claim.cas.expect_owner.is_none()
             && claim.cas.set_trigger.is_none()
             && claim.cas.set_signature.is_none()
@@ -893,27 +957,28 @@ impl Store for SqlStore {
     }
 
     async fn claim_batch(&self, claims: &[Claim]) -> Result<Vec<Option<i64>>, StoreError> {
-        let mut tx = self.begin().await?;
-        let mut won = Vec::with_capacity(claims.len());
-        for claim in claims {
-            match self.claim_in(&mut tx, claim).await? {
-                Claimed::Won(id) => won.push(Some(id)),
-                Claimed::Lost => won.push(None),
-                Claimed::Conflict => {
-                    // A ledger row exists for a fire whose compare-and-set won
-                    // (a row moved back by hand): undo everything and claim one
-                    // by one, so that only that claim is refused.
-                    drop(tx);
-                    let mut one_by_one = Vec::with_capacity(claims.len());
-                    for claim in claims {
-                        one_by_one.push(self.claim(claim).await?);
-                    }
-                    return Ok(one_by_one);
-                }
+        // Exclusive claims lock a job row before the execute's: each gets a
+        // transaction of its own, so that a batch never holds execute rows
+        // while it waits for a job row (two nodes would deadlock).
+        if claims.iter().any(|c| c.exclusive) {
+            let shared: Vec<Claim> = claims.iter().filter(|c| !c.exclusive).cloned().collect();
+            let mut shared_won = if shared.is_empty() {
+                Vec::new()
+            } else {
+                self.claim_together(&shared).await?
             }
+            .into_iter();
+            let mut won = Vec::with_capacity(claims.len());
+            for claim in claims {
+                won.push(if claim.exclusive {
+                    self.claim(claim).await?
+                } else {
+                    shared_won.next().flatten()
+                });
+            }
+            return Ok(won);
         }
-        tx.commit().await.map_err(db_error)?;
-        Ok(won)
+        self.claim_together(claims).await
     }
 
     async fn mark_running(&self, fire_id: i64, node: &NodeRef) -> Result<bool, StoreError> {

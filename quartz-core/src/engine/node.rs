@@ -616,8 +616,13 @@ impl<S: Store> Inner<S> {
             .iter()
             .map(|p| {
                 let mut claim = Claim::for_fire(p.execute_id, &p.fire, &node);
-                if !p.job.spec.allow_concurrent && matches!(p.fire.next, NextFire::At(_)) {
-                    claim.cas.set_state = ExecuteState::Running;
+                if !p.job.spec.allow_concurrent {
+                    // Blocked while the fire runs, and refused while another
+                    // execute of the job runs: one fire of the job at a time.
+                    claim.exclusive = true;
+                    if matches!(p.fire.next, NextFire::At(_)) {
+                        claim.cas.set_state = ExecuteState::Running;
+                    }
                 }
                 claim
             })

@@ -635,8 +635,8 @@ pub struct Claim {
     pub attempt: u32,
     /// The claiming node's incarnation.
     pub node: NodeRef,
-    /// The job disallows concurrency: the claim is lost while another execute
-    /// of the same job is running. Such claims are serialised on the job's row.
+    /// The job disallows concurrency: the claim is lost while any fire of the
+    /// job is claimed or running. Such claims are serialised on the job's row.
     pub exclusive: bool,
 }
 

@@ -887,6 +887,15 @@ pub trait Store: Send + Sync + 'static {
     /// still claimed by this node's incarnation and that incarnation is live.
     fn mark_running(&self, fire_id: i64, node: &NodeRef) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// Marks claimed fires running, fenced as [`Store::mark_running`], in a
+    /// few statements for many fires (fires due at the same instant start
+    /// together); returns the ids that were started.
+    fn mark_running_all(
+        &self,
+        fire_ids: &[i64],
+        node: &NodeRef,
+    ) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send;
+
     /// Records the outcome of a running fire of this node's incarnation.
     fn finish(
         &self,

@@ -1,6 +1,8 @@
 //! [`SqlStore`]: the [`Store`] on sqlx, one implementation for the three
 //! backends, their differences confined to [`crate::connect`].
 
+use std::sync::LazyLock;
+
 use quartz_core::Timestamp;
 use quartz_core::store::{
     ChainedFire, Claim, DueBatch, Execute, ExecuteCas, ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireState,
@@ -28,6 +30,38 @@ macro_rules! chain_insert {
          WHERE f.id = ?"
     };
 }
+
+/// How many fires one batched start names.
+const FIRES_PER_STATEMENT: usize = 64;
+
+/// `?, ?, …` for [`FIRES_PER_STATEMENT`] ids.
+fn fire_id_list() -> String {
+    vec!["?"; FIRES_PER_STATEMENT].join(", ")
+}
+
+/// The fenced start of many claimed fires (binds: the ids, then node id and
+/// incarnation twice).
+static MARK_RUNNING: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE quartz_fire SET state = 'running', started_at = {{now}} \
+         WHERE id IN ({}) AND state = 'claimed' AND node_id = ? AND incarnation = ? AND EXISTS \
+         (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
+         AND n.incarnation = ? AND n.state = 'live')",
+        fire_id_list()
+    )
+});
+
+/// [`MARK_RUNNING`], returning the started ids (PostgreSQL, SQLite).
+static MARK_RUNNING_RETURNING: LazyLock<String> = LazyLock::new(|| format!("{} RETURNING id", *MARK_RUNNING));
+
+/// Which of the named fires run under an incarnation (MySQL, after
+/// [`MARK_RUNNING`]; binds: the ids, node id, incarnation).
+static RUNNING_OF: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT id FROM quartz_fire WHERE id IN ({}) AND state = 'running' AND node_id = ? AND incarnation = ?",
+        fire_id_list()
+    )
+});
 
 macro_rules! node_cols {
     () => {
@@ -996,6 +1030,51 @@ impl Store for SqlStore {
             .bind(node.incarnation),
         )
         .await
+    }
+
+    async fn mark_running_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<i64>, StoreError> {
+        let mut started = Vec::with_capacity(fire_ids.len());
+        // One prepared text per statement: short chunks repeat their last id.
+        for chunk in fire_ids.chunks(FIRES_PER_STATEMENT) {
+            let ids = (0..FIRES_PER_STATEMENT).map(|i| chunk.get(i).or(chunk.last()).copied().unwrap_or(0));
+            let returning = self.db.backend != Backend::MySql;
+            let mut q = self.query(if returning {
+                &MARK_RUNNING_RETURNING
+            } else {
+                &MARK_RUNNING
+            });
+            for id in ids.clone() {
+                q = q.bind(id);
+            }
+            q = q
+                .bind(node.node_id.clone())
+                .bind(node.incarnation)
+                .bind(node.node_id.clone())
+                .bind(node.incarnation);
+            if returning {
+                for row in q.fetch_all(&self.db.pool).await.map_err(db_error)? {
+                    started.push(row.try_get::<i64, _>(0).map_err(db_error)?);
+                }
+                continue;
+            }
+            q.execute(&self.db.pool).await.map_err(db_error)?;
+            // Rows of this chunk now running under this incarnation: this
+            // statement started them (nothing else starts a node's claims).
+            let mut check = self.query(&RUNNING_OF);
+            for id in ids {
+                check = check.bind(id);
+            }
+            let rows = check
+                .bind(node.node_id.clone())
+                .bind(node.incarnation)
+                .fetch_all(&self.db.pool)
+                .await
+                .map_err(db_error)?;
+            for row in rows {
+                started.push(row.try_get::<i64, _>(0).map_err(db_error)?);
+            }
+        }
+        Ok(started)
     }
 
     async fn finish(&self, fire_id: i64, node: &NodeRef, outcome: &Outcome) -> Result<bool, StoreError> {

@@ -1,33 +1,87 @@
-//! The `quartz` command: `quartz node` runs a scheduler node with the built-in
-//! handlers (`noop`, `sleep`, `shell`); `quartz cron next` prints the next fire
-//! times of a Quartz cron expression in a time zone.
+//! The `quartz` command: operate a quartz-rs cluster from a terminal. See
+//! `quartz --help`, and `quartz demo` for a first look.
 
-mod node;
+mod admin;
+mod args;
+mod demo;
+mod run;
 
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
-use chrono::{DateTime, SecondsFormat, Utc};
+use anyhow::Context;
+use chrono::{SecondsFormat, Utc};
 use clap::{Parser, Subcommand, ValueEnum};
 use quartz_core::Timestamp;
 use quartz_core::cron::{CronExpression, parse_time_zone};
 
-/// Operate a quartz-rs scheduler from a terminal.
+/// Operate a quartz-rs scheduler from a terminal: its schema, jobs, nodes and
+/// fire ledger, and a node process.
 #[derive(Parser)]
-#[command(name = "quartz", version, about)]
+#[command(
+    name = "quartz",
+    version,
+    about,
+    after_help = "Examples:
+  quartz demo                                  a node with demo jobs on a fresh SQLite file
+  quartz migrate --database-url postgres://postgres@127.0.0.1/test
+  quartz job add hello --handler log --payload '\"hi\"' --cron '0/10 * * * * ?'
+  quartz run --node-id a                       run a node until Ctrl-C
+  quartz history --job hello --limit 5
+  quartz audit --since 2026-01-01T00:00:00Z"
+)]
 struct Cli {
+    /// The database: sqlite://FILE, postgres://USER@HOST/DB or mysql://USER@HOST/DB.
+    #[arg(
+        long,
+        global = true,
+        env = "QUARTZ_DATABASE_URL",
+        default_value = "sqlite://quartz.db",
+        visible_alias = "url"
+    )]
+    database_url: String,
+    /// The scheduler (cluster) name.
+    #[arg(long, global = true, env = "QUARTZ_SCHEDULER", default_value = "default")]
+    scheduler: String,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Create or upgrade the schema.
+    Migrate,
+    /// Add, list, show, pause, resume, trigger, edit and delete jobs.
+    #[command(subcommand)]
+    Job(admin::JobCommand),
+    /// The nodes of the scheduler: live or dead, heartbeat age, incarnation, running fires.
+    Nodes,
+    /// The fire ledger, newest first.
+    ///
+    /// Example:
+    ///   quartz history --job report --state failed --since 2026-01-01T00:00:00Z --limit 20
+    #[command(verbatim_doc_comment)]
+    History(admin::HistoryArgs),
+    /// Check the ledger against the triggers: duplicates, scheduled fire times
+    /// with no ledger row, late starts with no misfire record. Exits 1 when it
+    /// finds any.
+    Audit(admin::AuditArgs),
     /// Run a scheduler node until SIGINT or SIGTERM, with the built-in handlers:
-    /// noop, sleep (payload: ms) and shell (payload: a command string).
-    Node(node::NodeArgs),
+    /// noop, log (logs the payload), sleep ({"ms": N}) and shell ({"command":
+    /// "...", "args": [...]}, run without a shell interpreter).
+    ///
+    /// Example:
+    ///   quartz run --database-url postgres://postgres@127.0.0.1/test --node-id a --pool-max 32
+    #[command(verbatim_doc_comment, alias = "node")]
+    Run(run::RunArgs),
     /// Cron expressions (Quartz syntax).
     #[command(subcommand)]
     Cron(CronCommand),
+    /// A first look: demo jobs on a fresh SQLite file and a node firing them,
+    /// each fire shown as it happens, until Ctrl-C.
+    Demo(demo::DemoArgs),
 }
 
 #[derive(Subcommand)]
@@ -76,13 +130,25 @@ enum Format {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Cron(CronCommand::Next(args)) => cron_next(&args),
-        Command::Node(args) => run_node(args),
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => {
+            // One line, like every other error.
+            let text = e.render().to_string();
+            let line = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            eprintln!("quartz: {} (see --help)", line.trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
+    match dispatch(cli) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
         Err(error) => {
             eprintln!("quartz: {error:#}");
             ExitCode::from(2)
@@ -90,18 +156,44 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_node(args: node::NodeArgs) -> anyhow::Result<()> {
+/// Runs a command; `Ok(false)` when it ran and found a problem (an audit's
+/// violations).
+fn dispatch(cli: Cli) -> anyhow::Result<bool> {
+    let Cli {
+        database_url: url,
+        scheduler,
+        json,
+        command,
+    } = cli;
+    let out = admin::Out { json };
+    let log_level = match command {
+        Command::Run(_) => "info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_level)),
         )
         .with_writer(std::io::stderr)
         .init();
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(node::run(args))
+    if let Command::Cron(CronCommand::Next(args)) = &command {
+        cron_next(args)?;
+        return Ok(true);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        match command {
+            Command::Migrate => admin::migrate(&url, out).await.map(|()| true),
+            Command::Job(job) => admin::job(&url, &scheduler, out, job).await.map(|()| true),
+            Command::Nodes => admin::nodes(&url, &scheduler, out).await.map(|()| true),
+            Command::History(args) => admin::history(&url, &scheduler, out, args).await.map(|()| true),
+            Command::Audit(args) => admin::audit(&url, &scheduler, out, args).await,
+            Command::Run(args) => run::run(&url, &scheduler, &args).await.map(|()| true),
+            Command::Demo(args) => demo::run(&args).await.map(|()| true),
+            Command::Cron(_) => Ok(true),
+        }
+    })
 }
 
 fn cron_next(args: &NextArgs) -> anyhow::Result<()> {
@@ -112,7 +204,7 @@ fn cron_next(args: &NextArgs) -> anyhow::Result<()> {
     };
     let zone = parse_time_zone(&args.tz)?;
     let after = match &args.after {
-        Some(text) => parse_instant(text)?,
+        Some(text) => args::parse_instant(text).context("--after")?,
         None => Timestamp::from(Utc::now()),
     };
     let mut out = String::new();
@@ -128,15 +220,4 @@ fn cron_next(args: &NextArgs) -> anyhow::Result<()> {
     }
     print!("{out}");
     Ok(())
-}
-
-/// Epoch milliseconds (`1767225600000`) or RFC 3339 (`2026-01-01T00:00:00Z`).
-fn parse_instant(text: &str) -> anyhow::Result<Timestamp> {
-    if let Ok(ms) = text.parse::<i64>() {
-        return Ok(Timestamp::from_millis(ms));
-    }
-    match DateTime::parse_from_rfc3339(text) {
-        Ok(t) => Ok(Timestamp::from(t.to_utc())),
-        Err(_) => bail!("--after {text:?} is neither epoch milliseconds nor an RFC 3339 instant"),
-    }
 }

@@ -1,4 +1,4 @@
-//! Failover with real processes: `quartz node` children killed with SIGKILL
+//! Failover with real processes: `quartz run` children killed with SIGKILL
 //! or frozen with SIGSTOP, on SQLite (a file shared by the processes),
 //! PostgreSQL and MariaDB. A node in the test process survives them.
 
@@ -35,20 +35,28 @@ process_tests!(
 
 const CLUSTER: &str = "process-cluster";
 
-/// A `quartz node` child process, killed when dropped.
+/// A `quartz run` child process, killed when dropped.
 struct NodeProcess(Child);
 
 impl NodeProcess {
     fn start(db: &TestDb, node_id: &str, claim_lead_ms: u64, window_ms: u64) -> NodeProcess {
         let child = Command::new(env!("CARGO_BIN_EXE_quartz"))
-            .args(["node", "--url", &db.url, "--scheduler", CLUSTER, "--node-id", node_id])
-            .args(["--poll-ms", "300", "--heartbeat-ms", "200"])
-            .args(["--dead-after-ms", "1500", "--misfire-threshold-ms", "2000"])
             .args([
-                "--claim-lead-ms",
-                &claim_lead_ms.to_string(),
-                "--window-ms",
-                &window_ms.to_string(),
+                "run",
+                "--database-url",
+                &db.url,
+                "--scheduler",
+                CLUSTER,
+                "--node-id",
+                node_id,
+            ])
+            .args(["--poll-interval", "300ms", "--heartbeat", "200ms"])
+            .args(["--dead-after", "1500ms", "--misfire-threshold", "2s"])
+            .args([
+                "--claim-lead",
+                &format!("{claim_lead_ms}ms"),
+                "--window",
+                &format!("{window_ms}ms"),
             ])
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())

@@ -841,6 +841,16 @@ pub trait Store: Send + Sync + 'static {
         paused: bool,
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
 
+    /// Adds executes to a job, leaving its others as they are (a one-off
+    /// "fire now" is a [`Schedule::Once`](crate::trigger::Schedule::Once)
+    /// execute at the database's now). A paused job's new executes are paused.
+    fn add_executes(
+        &self,
+        scheduler: &str,
+        name: &str,
+        executes: &[ExecuteSpec],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// Deletes a job and its executes; its ledger rows stay as history.
     fn delete_job(&self, scheduler: &str, name: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 

@@ -694,6 +694,14 @@ impl Store for SqlStore {
         .await
     }
 
+    async fn add_executes(&self, scheduler: &str, name: &str, executes: &[ExecuteSpec]) -> Result<(), StoreError> {
+        let job = self.require_job(scheduler, name).await?;
+        let mut tx = self.begin().await?;
+        self.insert_executes(&mut tx, scheduler, job.id, executes, job.state == JobState::Paused)
+            .await?;
+        tx.commit().await.map_err(db_error)
+    }
+
     async fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {
         check_name("scheduler name", scheduler)?;
         job.validate()?;

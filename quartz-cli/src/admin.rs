@@ -1,0 +1,736 @@
+//! The commands that read and change a cluster's rows: `migrate`, `job …`,
+//! `nodes`, `history` and `audit`. Each prints a table for people, or JSON
+//! with `--json`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use anyhow::Context;
+use quartz_core::Timestamp;
+use quartz_core::store::{
+    ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireState, Job, JobDetail, JobSpec, NodeState, Store,
+    TriggerColumns,
+};
+use quartz_core::trigger::{Schedule, Trigger};
+use quartz_store::SqlStore;
+use serde_json::{Value, json};
+
+use crate::args::{JobArgs, TriggerArgs, millis, show_instant};
+use crate::run::BUILT_IN_HANDLERS;
+
+/// Where output goes and in which form.
+#[derive(Clone, Copy)]
+pub struct Out {
+    /// JSON instead of tables.
+    pub json: bool,
+}
+
+impl Out {
+    fn print(self, value: &Value, table: impl FnOnce() -> String) {
+        if self.json {
+            println!("{value}");
+        } else {
+            print!("{}", table());
+        }
+    }
+}
+
+/// Columns padded to their widest cell.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut out = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        out.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+fn opt_instant(t: Option<Timestamp>) -> String {
+    t.map_or_else(|| "-".to_owned(), show_instant)
+}
+
+fn opt_json(t: Option<Timestamp>) -> Value {
+    t.map_or(Value::Null, |t| json!(t.as_millis()))
+}
+
+/// How a trigger reads in a table: `cron 0/2 * * * * ? UTC`, `every 5000ms`, …
+pub fn describe(trigger: &Trigger) -> String {
+    match trigger.schedule() {
+        Schedule::Cron { expr, zone } => format!("cron {expr} {zone}"),
+        Schedule::FixedRate { interval_ms } => format!("every {interval_ms}ms"),
+        Schedule::FixedDelay { delay_ms } => format!("delay {delay_ms}ms"),
+        Schedule::Once => format!("once at {}", show_instant(trigger.start())),
+        _ => TriggerColumns::from_trigger(trigger).kind.to_string(),
+    }
+}
+
+// ---- migrate ----
+
+/// `quartz migrate`.
+pub async fn migrate(url: &str, out: Out) -> anyhow::Result<()> {
+    // Connecting applies the migrations (under a lock on PostgreSQL and MySQL).
+    let store = SqlStore::connect(url).await?;
+    let now = store.now().await?;
+    out.print(&json!({"migrated": true, "database_now": now.as_millis()}), || {
+        format!("schema up to date; database time {}\n", show_instant(now))
+    });
+    Ok(())
+}
+
+// ---- jobs ----
+
+/// The `job` subcommands.
+#[derive(clap::Subcommand)]
+pub enum JobCommand {
+    /// Add a job with one trigger.
+    ///
+    /// Examples:
+    ///   quartz job add report --handler log --payload '"daily report"' --cron "0 0 6 * * ?" --tz Europe/Paris
+    ///   quartz job add poll --handler sleep --payload '{"ms": 200}' --every 10s --no-concurrent
+    ///   quartz job add cleanup --handler shell --payload '{"command": "rm", "args": ["-f", "/tmp/x"]}' --delay 1m
+    ///   quartz job add once --handler noop --at 2026-12-24T18:00:00Z
+    ///   quartz job add notify --handler log --parent report   (runs after each success of report)
+    #[command(verbatim_doc_comment)]
+    Add {
+        /// The job's name, unique in the scheduler.
+        name: String,
+        #[command(flatten)]
+        job: JobArgs,
+        #[command(flatten)]
+        trigger: TriggerArgs,
+    },
+    /// List the jobs.
+    List,
+    /// Show a job, its triggers and its last fires.
+    Show {
+        /// The job.
+        name: String,
+    },
+    /// Pause a job: its triggers stop firing until it is resumed.
+    Pause {
+        /// The job.
+        name: String,
+    },
+    /// Resume a paused job; missed fire times follow each trigger's misfire policy.
+    Resume {
+        /// The job.
+        name: String,
+    },
+    /// Fire a job now, once (a one-off trigger beside its others).
+    Trigger {
+        /// The job.
+        name: String,
+    },
+    /// Change a job; with a trigger option, its triggers are replaced by that one.
+    ///
+    /// Example:
+    ///   quartz job edit report --cron "0 30 6 * * ?" --timeout 5m
+    #[command(verbatim_doc_comment)]
+    Edit {
+        /// The job.
+        name: String,
+        #[command(flatten)]
+        job: JobArgs,
+        #[command(flatten)]
+        trigger: TriggerArgs,
+    },
+    /// Delete a job and its triggers; its ledger rows stay as history.
+    Delete {
+        /// The job.
+        name: String,
+    },
+}
+
+/// Runs a `job` subcommand.
+pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> anyhow::Result<()> {
+    let store = SqlStore::connect(url).await?;
+    match command {
+        JobCommand::Add { name, job, trigger } => {
+            let Some(handler) = &job.handler else {
+                anyhow::bail!("a job needs --handler (built in: {})", BUILT_IN_HANDLERS.join(", "));
+            };
+            if !BUILT_IN_HANDLERS.contains(&handler.as_str()) {
+                anyhow::bail!(
+                    "unknown handler {handler:?}: `quartz run` has {}",
+                    BUILT_IN_HANDLERS.join(", ")
+                );
+            }
+            let spec = job.apply(JobSpec::new(name, handler.clone()))?;
+            let executes = if trigger.given() {
+                vec![trigger.to_execute(store.now().await?)?]
+            } else if spec.parent.is_some() {
+                Vec::new()
+            } else {
+                anyhow::bail!("a job needs a trigger (--cron, --every, --delay or --at) or a --parent");
+            };
+            store.create_job(scheduler, &spec, &executes).await?;
+            show(&store, scheduler, &spec.name, out).await
+        }
+        JobCommand::List => list(&store, scheduler, out).await,
+        JobCommand::Show { name } => show(&store, scheduler, &name, out).await,
+        JobCommand::Pause { name } => {
+            store.set_paused(scheduler, &name, true).await?;
+            out.print(&json!({"job": name, "state": "paused"}), || format!("paused {name}\n"));
+            Ok(())
+        }
+        JobCommand::Resume { name } => {
+            store.set_paused(scheduler, &name, false).await?;
+            out.print(&json!({"job": name, "state": "enabled"}), || {
+                format!("resumed {name}\n")
+            });
+            Ok(())
+        }
+        JobCommand::Trigger { name } => {
+            let now = store.now().await?;
+            let once = ExecuteSpec::new(Trigger::new(Schedule::Once, now)?);
+            store.add_executes(scheduler, &name, &[once]).await?;
+            out.print(&json!({"job": name, "fire_time": now.as_millis()}), || {
+                format!("{name} fires now ({}), once\n", show_instant(now))
+            });
+            Ok(())
+        }
+        JobCommand::Edit { name, job, trigger } => {
+            let current = store
+                .get_job(scheduler, &name)
+                .await?
+                .with_context(|| format!("no job {name:?} in scheduler {scheduler:?}"))?;
+            if let Some(handler) = &job.handler
+                && !BUILT_IN_HANDLERS.contains(&handler.as_str())
+            {
+                anyhow::bail!(
+                    "unknown handler {handler:?}: `quartz run` has {}",
+                    BUILT_IN_HANDLERS.join(", ")
+                );
+            }
+            let spec = job.apply(current.job.spec)?;
+            let executes = if trigger.given() {
+                Some(vec![trigger.to_execute(store.now().await?)?])
+            } else {
+                None
+            };
+            store.update_job(scheduler, &name, &spec, executes.as_deref()).await?;
+            show(&store, scheduler, &name, out).await
+        }
+        JobCommand::Delete { name } => {
+            store.delete_job(scheduler, &name).await?;
+            out.print(&json!({"job": name, "deleted": true}), || format!("deleted {name}\n"));
+            Ok(())
+        }
+    }
+}
+
+fn job_json(detail: &JobDetail) -> Value {
+    let job = &detail.job;
+    json!({
+        "id": job.id,
+        "name": job.spec.name,
+        "handler": job.spec.handler,
+        "payload": serde_json::from_str::<Value>(&job.spec.payload).unwrap_or(Value::Null),
+        "description": job.spec.description,
+        "state": job.state.as_str(),
+        "requests_recovery": job.spec.requests_recovery,
+        "allow_concurrent": job.spec.allow_concurrent,
+        "timeout_ms": job.spec.timeout_ms,
+        "max_attempts": job.spec.retry.max_attempts,
+        "backoff_ms": job.spec.retry.backoff_ms,
+        "parent": job.spec.parent,
+        "triggers": detail.executes.iter().map(|e| {
+            let c = TriggerColumns::from_trigger(&e.trigger);
+            json!({
+                "id": e.id,
+                "kind": c.kind,
+                "cron": c.cron_expression,
+                "time_zone": c.time_zone,
+                "interval_ms": c.interval_ms,
+                "start": e.trigger.start().as_millis(),
+                "end": opt_json(e.trigger.end()),
+                "repeat": e.trigger.repeat_limit(),
+                "misfire": e.trigger.misfire_policy().as_str(),
+                "state": e.state.as_str(),
+                "prev_fire_time": opt_json(e.fire_state.prev_fire_time),
+                "next_fire_time": opt_json(e.fire_state.next_fire_time),
+                "times_triggered": e.fire_state.times_triggered,
+                "error": e.error,
+            })
+        }).collect::<Vec<_>>(),
+        "broken_triggers": detail.broken.iter().map(|b| json!({"id": b.execute_id, "reason": b.reason})).collect::<Vec<_>>(),
+    })
+}
+
+async fn list(store: &SqlStore, scheduler: &str, out: Out) -> anyhow::Result<()> {
+    let mut details = Vec::new();
+    for job in store.list_jobs(scheduler).await? {
+        if let Some(detail) = store.get_job(scheduler, &job.spec.name).await? {
+            details.push(detail);
+        }
+    }
+    let value = Value::Array(details.iter().map(job_json).collect());
+    out.print(&value, || {
+        if details.is_empty() {
+            return format!("no jobs in scheduler {scheduler:?}\n");
+        }
+        let rows: Vec<Vec<String>> = details
+            .iter()
+            .map(|d| {
+                let next = d.executes.iter().filter_map(|e| e.fire_state.next_fire_time).min();
+                let schedule = match (d.executes.as_slice(), &d.job.spec.parent) {
+                    ([], Some(parent)) => format!("after {parent}"),
+                    ([one], _) => describe(&one.trigger),
+                    (many, _) => format!("{} triggers", many.len()),
+                };
+                vec![
+                    d.job.spec.name.clone(),
+                    d.job.spec.handler.clone(),
+                    d.job.state.as_str().to_owned(),
+                    schedule,
+                    opt_instant(next),
+                ]
+            })
+            .collect();
+        table(&["NAME", "HANDLER", "STATE", "SCHEDULE", "NEXT FIRE"], &rows)
+    });
+    Ok(())
+}
+
+async fn show(store: &SqlStore, scheduler: &str, name: &str, out: Out) -> anyhow::Result<()> {
+    let detail = store
+        .get_job(scheduler, name)
+        .await?
+        .with_context(|| format!("no job {name:?} in scheduler {scheduler:?}"))?;
+    let mut query = FireQuery::new(scheduler);
+    query.job = Some(name.to_owned());
+    query.limit = 5;
+    let recent = store.fires(&query).await?;
+    let mut value = job_json(&detail);
+    value["recent_fires"] = Value::Array(recent.iter().map(fire_json).collect());
+    out.print(&value, || {
+        let job = &detail.job;
+        let mut s = format!(
+            "job {} (id {}), handler {}, {}\n",
+            job.spec.name,
+            job.id,
+            job.spec.handler,
+            job.state.as_str()
+        );
+        s.push_str(&format!("  payload: {}\n", job.spec.payload));
+        if !job.spec.description.is_empty() {
+            s.push_str(&format!("  description: {}\n", job.spec.description));
+        }
+        s.push_str(&format!(
+            "  concurrent: {}, recovery: {}, timeout: {}, attempts: {} (backoff {} ms)\n",
+            if job.spec.allow_concurrent { "yes" } else { "no" },
+            if job.spec.requests_recovery {
+                "re-run"
+            } else {
+                "abandon"
+            },
+            job.spec
+                .timeout_ms
+                .map_or_else(|| "none".to_owned(), |ms| format!("{ms} ms")),
+            job.spec.retry.max_attempts,
+            job.spec.retry.backoff_ms
+        ));
+        if let Some(parent) = &job.spec.parent {
+            s.push_str(&format!("  runs after each success of {parent}\n"));
+        }
+        for e in &detail.executes {
+            s.push_str(&format!(
+                "  trigger {}: {} [{}], misfire {}, next {}, fired {} times{}\n",
+                e.id,
+                describe(&e.trigger),
+                e.state.as_str(),
+                e.trigger.misfire_policy(),
+                opt_instant(e.fire_state.next_fire_time),
+                e.fire_state.times_triggered,
+                e.error.as_ref().map_or_else(String::new, |r| format!(" (error: {r})"))
+            ));
+        }
+        for b in &detail.broken {
+            s.push_str(&format!("  trigger {}: cannot be read: {}\n", b.execute_id, b.reason));
+        }
+        if !recent.is_empty() {
+            s.push_str("  last fires:\n");
+            for f in &recent {
+                s.push_str(&format!(
+                    "    {} {} attempt {}{}\n",
+                    show_instant(f.fire_time),
+                    f.state.as_str(),
+                    f.attempt,
+                    f.error.as_ref().map_or_else(String::new, |e| format!(": {e}"))
+                ));
+            }
+        }
+        s
+    });
+    Ok(())
+}
+
+// ---- nodes ----
+
+/// `quartz nodes`.
+pub async fn nodes(url: &str, scheduler: &str, out: Out) -> anyhow::Result<()> {
+    let store = SqlStore::connect(url).await?;
+    let now = store.now().await?;
+    let members = store.list_nodes(scheduler).await?;
+    let mut running: HashMap<(String, i64), usize> = HashMap::new();
+    let mut query = FireQuery::new(scheduler);
+    query.state = Some(FireState::Running);
+    for f in all_fires(&store, query).await? {
+        if let Some(owner) = f.owner {
+            *running.entry((owner.node_id, owner.incarnation)).or_default() += 1;
+        }
+    }
+    let running_of =
+        |n: &quartz_core::store::Node| running.get(&(n.node_id.clone(), n.incarnation)).copied().unwrap_or(0);
+    let value = Value::Array(
+        members
+            .iter()
+            .map(|n| {
+                json!({
+                    "node_id": n.node_id,
+                    "host": n.host,
+                    "pid": n.pid,
+                    "state": n.state.as_str(),
+                    "incarnation": n.incarnation,
+                    "weight": n.weight,
+                    "heartbeat_age_ms": now.as_millis() - n.heartbeat_at.as_millis(),
+                    "registered_at": n.registered_at.as_millis(),
+                    "busy": n.busy,
+                    "running_fires": running_of(n),
+                })
+            })
+            .collect(),
+    );
+    out.print(&value, || {
+        if members.is_empty() {
+            return format!("no nodes have joined scheduler {scheduler:?}\n");
+        }
+        let rows: Vec<Vec<String>> = members
+            .iter()
+            .map(|n| {
+                vec![
+                    n.node_id.clone(),
+                    n.state.as_str().to_owned(),
+                    format!("{} ms", now.as_millis() - n.heartbeat_at.as_millis()),
+                    n.incarnation.to_string(),
+                    running_of(n).to_string(),
+                    format!("{}:{}", n.host, n.pid),
+                ]
+            })
+            .collect();
+        let live = members.iter().filter(|n| n.state == NodeState::Live).count();
+        table(
+            &["NODE", "STATE", "HEARTBEAT AGE", "INCARNATION", "RUNNING", "HOST:PID"],
+            &rows,
+        ) + &format!("{live} live of {}\n", members.len())
+    });
+    Ok(())
+}
+
+// ---- history ----
+
+/// Options of `quartz history`.
+#[derive(clap::Args)]
+pub struct HistoryArgs {
+    /// Only this job's fires.
+    #[arg(long)]
+    job: Option<String>,
+    /// Only fires in this state: claimed, running, succeeded, failed, misfired, skipped, abandoned.
+    #[arg(long)]
+    state: Option<String>,
+    /// Only fires scheduled at or after this instant (RFC 3339 or epoch ms).
+    #[arg(long, value_parser = crate::args::instant_arg)]
+    since: Option<Timestamp>,
+    /// Only fires scheduled before this instant.
+    #[arg(long, value_parser = crate::args::instant_arg)]
+    until: Option<Timestamp>,
+    /// The most rows.
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+}
+
+fn fire_json(f: &FireRecord) -> Value {
+    json!({
+        "id": f.id,
+        "execute_id": f.execute_id,
+        "job_id": f.job_id,
+        "fire_time": f.fire_time.as_millis(),
+        "attempt": f.attempt,
+        "node_id": f.owner.as_ref().map(|o| o.node_id.clone()),
+        "state": f.state.as_str(),
+        "claimed_at": f.claimed_at.as_millis(),
+        "started_at": opt_json(f.started_at),
+        "finished_at": opt_json(f.finished_at),
+        "error": f.error,
+        "skipped_until": opt_json(f.skipped_until),
+        "fire_count": f.fire_count,
+    })
+}
+
+/// `quartz history`.
+pub async fn history(url: &str, scheduler: &str, out: Out, args: HistoryArgs) -> anyhow::Result<()> {
+    let store = SqlStore::connect(url).await?;
+    let mut query = FireQuery::new(scheduler);
+    query.job = args.job;
+    query.state = args.state.as_deref().map(FireState::parse).transpose()?;
+    query.since = args.since;
+    query.until = args.until;
+    query.limit = args.limit;
+    let fires = store.fires(&query).await?;
+    let names = job_names(&store, scheduler).await?;
+    let value = Value::Array(
+        fires
+            .iter()
+            .map(|f| {
+                let mut v = fire_json(f);
+                v["job"] = json!(names.get(&f.job_id));
+                v
+            })
+            .collect(),
+    );
+    out.print(&value, || {
+        if fires.is_empty() {
+            return "no fires\n".to_owned();
+        }
+        let rows: Vec<Vec<String>> = fires
+            .iter()
+            .map(|f| {
+                let late = f.started_at.map_or_else(String::new, |s| {
+                    format!("{} ms", s.as_millis() - f.fire_time.as_millis())
+                });
+                vec![
+                    f.id.to_string(),
+                    names
+                        .get(&f.job_id)
+                        .cloned()
+                        .unwrap_or_else(|| format!("#{}", f.job_id)),
+                    show_instant(f.fire_time),
+                    f.attempt.to_string(),
+                    f.state.as_str().to_owned(),
+                    f.owner.as_ref().map_or_else(|| "-".to_owned(), |o| o.node_id.clone()),
+                    late,
+                    f.error.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        table(
+            &["ID", "JOB", "FIRE TIME", "ATTEMPT", "STATE", "NODE", "LATE", "ERROR"],
+            &rows,
+        )
+    });
+    Ok(())
+}
+
+async fn job_names(store: &SqlStore, scheduler: &str) -> anyhow::Result<HashMap<i64, String>> {
+    Ok(store
+        .list_jobs(scheduler)
+        .await?
+        .into_iter()
+        .map(|j: Job| (j.id, j.spec.name))
+        .collect())
+}
+
+/// Every ledger row a query matches, through its pages.
+async fn all_fires(store: &SqlStore, mut query: FireQuery) -> anyhow::Result<Vec<FireRecord>> {
+    query.limit = 1_000;
+    let mut all = Vec::new();
+    loop {
+        let page = store.fires(&query).await?;
+        let Some(last) = page.last() else { break };
+        query.before_id = Some(last.id);
+        all.extend(page);
+    }
+    Ok(all)
+}
+
+// ---- audit ----
+
+/// Options of `quartz audit`.
+#[derive(clap::Args)]
+pub struct AuditArgs {
+    /// Check fire times from this instant [default: an hour ago].
+    #[arg(long, value_parser = crate::args::instant_arg)]
+    since: Option<Timestamp>,
+    /// Check fire times before this instant [default: now].
+    #[arg(long, value_parser = crate::args::instant_arg)]
+    until: Option<Timestamp>,
+    /// The cluster's misfire threshold: a start later than this needs a misfire record.
+    #[arg(long, default_value = "5s", value_parser = crate::args::duration_arg)]
+    misfire_threshold: Duration,
+}
+
+/// One thing the ledger and the triggers disagree on.
+struct Violation {
+    kind: &'static str,
+    job: String,
+    execute_id: i64,
+    fire_time: Timestamp,
+    detail: String,
+}
+
+/// `quartz audit`: `Ok(true)` when the ledger is clean.
+pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> anyhow::Result<bool> {
+    let store = SqlStore::connect(url).await?;
+    let now = store.now().await?;
+    let until = args.until.unwrap_or(now).min(now);
+    let since = args
+        .since
+        .unwrap_or_else(|| Timestamp::from_millis(until.as_millis() - 3_600_000));
+    let threshold = millis(args.misfire_threshold);
+    let mut query = FireQuery::new(scheduler);
+    query.since = Some(since);
+    query.until = Some(until);
+    let fires = all_fires(&store, query).await?;
+    let mut details = Vec::new();
+    for job in store.list_jobs(scheduler).await? {
+        if let Some(d) = store.get_job(scheduler, &job.spec.name).await? {
+            details.push(d);
+        }
+    }
+    let names: HashMap<i64, String> = details.iter().map(|d| (d.job.id, d.job.spec.name.clone())).collect();
+    let name_of = |id: i64| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}"));
+    let mut violations = Vec::new();
+
+    // Duplicates: a fire run again after one of its attempts succeeded.
+    let mut by_fire: BTreeMap<(i64, i64, Timestamp), Vec<&FireRecord>> = BTreeMap::new();
+    for f in &fires {
+        by_fire
+            .entry((f.execute_id, f.job_id, f.fire_time))
+            .or_default()
+            .push(f);
+    }
+    for ((execute_id, job_id, fire_time), rows) in &mut by_fire {
+        rows.sort_by_key(|f| f.attempt);
+        let mut succeeded: Option<u32> = None;
+        for f in rows.iter() {
+            if let Some(first) = succeeded
+                && f.started_at.is_some()
+            {
+                violations.push(Violation {
+                    kind: "duplicate",
+                    job: name_of(*job_id),
+                    execute_id: *execute_id,
+                    fire_time: *fire_time,
+                    detail: format!("attempt {} ran after attempt {first} had succeeded", f.attempt),
+                });
+            }
+            if f.state == FireState::Succeeded && succeeded.is_none() {
+                succeeded = Some(f.attempt);
+            }
+        }
+    }
+
+    // Late starts with no misfire record (a trigger's own first attempts).
+    let job_of_execute: HashMap<i64, i64> = details
+        .iter()
+        .flat_map(|d| d.executes.iter().map(|e| (e.id, e.job_id)))
+        .collect();
+    for ((execute_id, job_id, fire_time), rows) in &by_fire {
+        let own = job_of_execute.get(execute_id) == Some(job_id);
+        let misfired = rows.iter().any(|f| f.state == FireState::Misfired);
+        for f in rows {
+            let Some(started) = f.started_at else { continue };
+            let late = started.as_millis() - f.fire_time.as_millis();
+            if own && f.attempt == 1 && late > threshold && !misfired {
+                violations.push(Violation {
+                    kind: "late",
+                    job: name_of(*job_id),
+                    execute_id: *execute_id,
+                    fire_time: *fire_time,
+                    detail: format!("fire {} started {late} ms late with no misfire record", f.id),
+                });
+            }
+        }
+    }
+
+    // Gaps: a fire time a trigger has passed with no ledger row for it.
+    let mut skipped: HashMap<i64, Vec<(Timestamp, Timestamp)>> = HashMap::new();
+    for f in &fires {
+        skipped
+            .entry(f.execute_id)
+            .or_default()
+            .push((f.fire_time, f.skipped_until.unwrap_or(f.fire_time)));
+    }
+    let mut checked = 0u64;
+    for d in &details {
+        for e in &d.executes {
+            if matches!(e.trigger.schedule(), Schedule::FixedDelay { .. }) || e.state == ExecuteState::Error {
+                continue; // no fixed grid to check against
+            }
+            // Only times the trigger has moved past (its last claimed fire):
+            // each of those was claimed or recorded skipped in the same
+            // transaction that moved the row.
+            let Some(last) = e.fire_state.prev_fire_time else {
+                continue;
+            };
+            let upto = last.min(until);
+            let covered = skipped.get(&e.id).map_or(&[][..], Vec::as_slice);
+            let mut t = e.trigger.fire_time_after(Timestamp::from_millis(since.as_millis() - 1));
+            while let Some(at) = t {
+                if at > upto || checked >= 10_000_000 {
+                    break;
+                }
+                checked += 1;
+                if at >= e.trigger.start() && !covered.iter().any(|(from, to)| *from <= at && at <= *to) {
+                    violations.push(Violation {
+                        kind: "missing",
+                        job: d.job.spec.name.clone(),
+                        execute_id: e.id,
+                        fire_time: at,
+                        detail: "a scheduled fire time with no ledger row".to_owned(),
+                    });
+                }
+                t = e.trigger.fire_time_after(at);
+            }
+        }
+    }
+
+    let value = json!({
+        "since": since.as_millis(),
+        "until": until.as_millis(),
+        "fires": fires.len(),
+        "fire_times_checked": checked,
+        "violations": violations.iter().map(|v| json!({
+            "kind": v.kind, "job": v.job, "execute_id": v.execute_id,
+            "fire_time": v.fire_time.as_millis(), "detail": v.detail,
+        })).collect::<Vec<_>>(),
+    });
+    out.print(&value, || {
+        let mut s = String::new();
+        for v in &violations {
+            s.push_str(&format!(
+                "{}: job {} trigger {} at {}: {}\n",
+                v.kind,
+                v.job,
+                v.execute_id,
+                show_instant(v.fire_time),
+                v.detail
+            ));
+        }
+        s.push_str(&format!(
+            "{} violation(s) in {} ledger rows and {checked} scheduled fire times from {} to {}\n",
+            violations.len(),
+            fires.len(),
+            show_instant(since),
+            show_instant(until)
+        ));
+        s
+    });
+    Ok(violations.is_empty())
+}

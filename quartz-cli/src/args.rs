@@ -1,0 +1,242 @@
+//! What the commands read from their options: durations, instants, a job's
+//! definition and its trigger. Every check on the values themselves is the
+//! library's (`JobSpec::validate`, `Trigger::new`, the cron parser); this only
+//! turns text into those types.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, SecondsFormat};
+use quartz_core::Timestamp;
+use quartz_core::cron::{CronExpression, parse_time_zone};
+use quartz_core::misfire::MisfirePolicy;
+use quartz_core::store::{ExecuteSpec, JobSpec, RetryPolicy};
+use quartz_core::trigger::{Schedule, Trigger};
+
+/// A duration: `500ms`, `5s`, `2m`, `1h`, `1d`, or a bare number of
+/// milliseconds.
+pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .with_context(|| format!("{text:?} is not a duration (examples: 500ms, 5s, 2m, 1h)"))?;
+    let ms = match unit.trim() {
+        "" | "ms" => n,
+        "s" => n.saturating_mul(1_000),
+        "m" | "min" => n.saturating_mul(60_000),
+        "h" => n.saturating_mul(3_600_000),
+        "d" => n.saturating_mul(86_400_000),
+        other => bail!("{text:?}: unknown unit {other:?} (use ms, s, m, h or d)"),
+    };
+    Ok(Duration::from_millis(ms))
+}
+
+/// A duration for clap.
+pub fn duration_arg(text: &str) -> Result<Duration, String> {
+    parse_duration(text).map_err(|e| e.to_string())
+}
+
+/// An instant: RFC 3339 (`2026-01-01T09:00:00Z`) or epoch milliseconds.
+pub fn parse_instant(text: &str) -> anyhow::Result<Timestamp> {
+    if let Ok(ms) = text.parse::<i64>() {
+        return Ok(Timestamp::from_millis(ms));
+    }
+    match DateTime::parse_from_rfc3339(text) {
+        Ok(t) => Ok(Timestamp::from(t.to_utc())),
+        Err(_) => bail!("{text:?} is neither an RFC 3339 instant (2026-01-01T09:00:00Z) nor epoch milliseconds"),
+    }
+}
+
+/// An instant for clap.
+pub fn instant_arg(text: &str) -> Result<Timestamp, String> {
+    parse_instant(text).map_err(|e| e.to_string())
+}
+
+/// An instant for people: RFC 3339 in UTC, to the millisecond.
+pub fn show_instant(t: Timestamp) -> String {
+    t.to_datetime().map_or_else(
+        || t.as_millis().to_string(),
+        |d| d.to_rfc3339_opts(SecondsFormat::Millis, true),
+    )
+}
+
+/// Milliseconds of a duration, for the store's `i64` fields.
+pub fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The one trigger of `job add` and `job edit`.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct TriggerArgs {
+    /// A Quartz cron expression (seconds first), e.g. "0/2 * * * * ?".
+    #[arg(long, group = "schedule")]
+    pub cron: Option<String>,
+    /// The time zone of --cron [default: UTC].
+    #[arg(long)]
+    pub tz: Option<String>,
+    /// Fixed rate: every DURATION from the start (e.g. 30s).
+    #[arg(long, group = "schedule", value_parser = duration_arg)]
+    pub every: Option<Duration>,
+    /// Fixed delay: DURATION after the previous run finished.
+    #[arg(long, group = "schedule", value_parser = duration_arg)]
+    pub delay: Option<Duration>,
+    /// Once, at this instant (RFC 3339 or epoch ms).
+    #[arg(long, group = "schedule", value_parser = instant_arg)]
+    pub at: Option<Timestamp>,
+    /// Not before this instant [default: now].
+    #[arg(long, value_parser = instant_arg)]
+    pub start: Option<Timestamp>,
+    /// Not after this instant.
+    #[arg(long, value_parser = instant_arg)]
+    pub end: Option<Timestamp>,
+    /// At most N fires.
+    #[arg(long)]
+    pub repeat: Option<u64>,
+    /// What to do with fire times missed by more than the misfire threshold:
+    /// smart, fire_now, ignore_misfires, do_nothing, reschedule_now_with_existing_count, …
+    #[arg(long)]
+    pub misfire: Option<String>,
+}
+
+impl TriggerArgs {
+    /// Whether any trigger option was given.
+    pub fn given(&self) -> bool {
+        self.cron.is_some() || self.every.is_some() || self.delay.is_some() || self.at.is_some()
+    }
+
+    /// The execute these options describe; `now` is the default start.
+    pub fn to_execute(&self, now: Timestamp) -> anyhow::Result<ExecuteSpec> {
+        if self.tz.is_some() && self.cron.is_none() {
+            bail!("--tz is the time zone of a --cron expression");
+        }
+        let (schedule, start) = if let Some(expr) = &self.cron {
+            let zone = parse_time_zone(self.tz.as_deref().unwrap_or("UTC"))?;
+            (Schedule::cron(CronExpression::parse(expr)?, zone), self.start)
+        } else if let Some(every) = self.every {
+            (Schedule::fixed_rate_millis(millis(every))?, self.start)
+        } else if let Some(delay) = self.delay {
+            (Schedule::fixed_delay_millis(millis(delay))?, self.start)
+        } else if let Some(at) = self.at {
+            if self.start.is_some() {
+                bail!("--at is the start of a one-off trigger: give --at or --start, not both");
+            }
+            (Schedule::Once, Some(at))
+        } else {
+            bail!("a trigger needs one of --cron, --every, --delay or --at");
+        };
+        let mut trigger = Trigger::new(schedule, start.unwrap_or(now))?;
+        if let Some(end) = self.end {
+            trigger = trigger.with_end(end)?;
+        }
+        if let Some(n) = self.repeat {
+            trigger = trigger.with_repeat_limit(n)?;
+        }
+        if let Some(policy) = &self.misfire {
+            let policy: MisfirePolicy = policy.parse()?;
+            trigger = trigger.with_misfire_policy(policy)?;
+        }
+        Ok(ExecuteSpec::new(trigger))
+    }
+}
+
+/// A job's options, for `job add` (everything) and `job edit` (what changes).
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct JobArgs {
+    /// The handler that runs it (built in: noop, log, sleep, shell).
+    #[arg(long)]
+    pub handler: Option<String>,
+    /// The handler's input, JSON (e.g. '{"ms": 500}' for sleep).
+    #[arg(long)]
+    pub payload: Option<String>,
+    /// Free text.
+    #[arg(long)]
+    pub description: Option<String>,
+    /// Re-run a fire whose node died mid-run (at-least-once).
+    #[arg(long)]
+    pub recover: bool,
+    /// One fire of the job at a time, across all nodes.
+    #[arg(long)]
+    pub no_concurrent: bool,
+    /// Cancel a run after this long and record it failed.
+    #[arg(long, value_parser = duration_arg)]
+    pub timeout: Option<Duration>,
+    /// Attempts in all, retries included [default: 1].
+    #[arg(long)]
+    pub attempts: Option<u32>,
+    /// Wait between attempts.
+    #[arg(long, value_parser = duration_arg)]
+    pub backoff: Option<Duration>,
+    /// Run after this job succeeds (a chain).
+    #[arg(long)]
+    pub parent: Option<String>,
+}
+
+impl JobArgs {
+    /// These options applied over `base` (a new job's defaults, or the job
+    /// being edited).
+    pub fn apply(&self, mut job: JobSpec) -> anyhow::Result<JobSpec> {
+        if let Some(handler) = &self.handler {
+            job.handler.clone_from(handler);
+        }
+        if let Some(payload) = &self.payload {
+            serde_json::from_str::<serde_json::Value>(payload)
+                .with_context(|| format!("--payload is not JSON: {payload}"))?;
+            job.payload.clone_from(payload);
+        }
+        if let Some(description) = &self.description {
+            job.description.clone_from(description);
+        }
+        if self.recover {
+            job.requests_recovery = true;
+        }
+        if self.no_concurrent {
+            job.allow_concurrent = false;
+        }
+        if let Some(timeout) = self.timeout {
+            job.timeout_ms = Some(millis(timeout));
+        }
+        if let Some(attempts) = self.attempts {
+            job.retry.max_attempts = attempts;
+        }
+        if let Some(backoff) = self.backoff {
+            job.retry = RetryPolicy {
+                backoff_ms: millis(backoff),
+                ..job.retry
+            };
+        }
+        if let Some(parent) = &self.parent {
+            job.parent = Some(parent.clone());
+        }
+        job.validate()?;
+        Ok(job)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3_600));
+        assert_eq!(parse_duration("250").unwrap(), Duration::from_millis(250));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn instants() {
+        assert_eq!(parse_instant("1000").unwrap(), Timestamp::from_millis(1_000));
+        assert_eq!(
+            parse_instant("1970-01-01T00:00:01.5Z").unwrap(),
+            Timestamp::from_millis(1_500)
+        );
+        assert!(parse_instant("tomorrow").is_err());
+        assert_eq!(show_instant(Timestamp::from_millis(1_500)), "1970-01-01T00:00:01.500Z");
+    }
+}

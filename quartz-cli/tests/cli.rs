@@ -1,0 +1,505 @@
+//! The `quartz` command as a user runs it: the built binary, its output (the
+//! JSON parsed), its exit codes and its one-line errors. Jobs are managed on
+//! an SQLite file; several `quartz run` processes share the work on
+//! PostgreSQL.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../../quartz-store/tests/common/mod.rs"]
+mod common;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{Kind, TempDir, TestDb, wait_until};
+use serde_json::Value;
+
+/// A scratch directory with an SQLite file in it.
+fn scratch(name: &str) -> (TempDir, String) {
+    let dir = std::env::temp_dir().join(format!(
+        "quartz-cli-{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("quartz.db").display());
+    (TempDir(dir), url)
+}
+
+/// Runs `quartz ARGS` against a database and scheduler.
+fn quartz(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quartz"))
+        .args(["--database-url", url, "--scheduler", "cli"])
+        .args(args)
+        .env_remove("QUARTZ_DATABASE_URL")
+        .env_remove("QUARTZ_SCHEDULER")
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs a command that must succeed and prints JSON; returns it.
+fn json(url: &str, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let out = quartz(url, &all);
+    assert!(out.status.success(), "quartz {args:?} failed: {}", stderr(&out));
+    serde_json::from_str(stdout(&out).trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(&out)))
+}
+
+/// A command that must fail with status 2 and one clear line on stderr.
+fn refused(url: &str, args: &[&str], says: &str) {
+    let out = quartz(url, args);
+    assert_eq!(out.status.code(), Some(2), "quartz {args:?}: {}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains(says), "quartz {args:?} said {err:?}, not {says:?}");
+    assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.starts_with("quartz: "), "{err}");
+}
+
+#[test]
+fn jobs_are_added_listed_shown_paused_triggered_edited_and_deleted() {
+    let (_dir, url) = scratch("jobs");
+    let migrated = json(&url, &["migrate"]);
+    assert_eq!(migrated["migrated"], true);
+    let added = json(
+        &url,
+        &[
+            "job",
+            "add",
+            "report",
+            "--handler",
+            "log",
+            "--payload",
+            r#""daily""#,
+            "--cron",
+            "0 0 6 * * ?",
+            "--tz",
+            "Europe/Paris",
+            "--misfire",
+            "do_nothing",
+            "--timeout",
+            "5m",
+            "--no-concurrent",
+            "--recover",
+            "--description",
+            "the morning report",
+        ],
+    );
+    assert_eq!(added["name"], "report");
+    assert_eq!(added["allow_concurrent"], false);
+    assert_eq!(added["requests_recovery"], true);
+    assert_eq!(added["timeout_ms"], 300_000);
+    assert_eq!(added["triggers"][0]["kind"], "cron");
+    assert_eq!(added["triggers"][0]["time_zone"], "Europe/Paris");
+    assert_eq!(added["triggers"][0]["misfire"], "do_nothing");
+    json(
+        &url,
+        &["job", "add", "notify", "--handler", "noop", "--parent", "report"],
+    );
+    json(
+        &url,
+        &[
+            "job",
+            "add",
+            "poll",
+            "--handler",
+            "sleep",
+            "--payload",
+            r#"{"ms": 10}"#,
+            "--every",
+            "30s",
+            "--repeat",
+            "3",
+        ],
+    );
+    json(
+        &url,
+        &[
+            "job",
+            "add",
+            "once",
+            "--handler",
+            "noop",
+            "--at",
+            "2030-01-01T00:00:00Z",
+        ],
+    );
+    let listed = json(&url, &["job", "list"]);
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["notify", "once", "poll", "report"]);
+    assert_eq!(listed[0]["parent"], "report");
+    assert_eq!(listed[2]["triggers"][0]["interval_ms"], 30_000);
+    assert_eq!(listed[2]["triggers"][0]["repeat"], 3);
+    // The table for people.
+    let table = stdout(&quartz(&url, &["job", "list"]));
+    assert!(table.starts_with("NAME"), "{table}");
+    assert!(table.contains("after report"), "{table}");
+
+    json(&url, &["job", "pause", "report"]);
+    assert_eq!(json(&url, &["job", "show", "report"])["state"], "paused");
+    json(&url, &["job", "resume", "report"]);
+    assert_eq!(json(&url, &["job", "show", "report"])["state"], "enabled");
+    let fired = json(&url, &["job", "trigger", "poll"]);
+    assert!(fired["fire_time"].as_i64().unwrap() > 0);
+    let poll = json(&url, &["job", "show", "poll"]);
+    assert_eq!(
+        poll["triggers"].as_array().unwrap().len(),
+        2,
+        "a one-off trigger beside the other"
+    );
+    assert_eq!(poll["triggers"][1]["kind"], "once");
+
+    let edited = json(&url, &["job", "edit", "poll", "--delay", "2s", "--timeout", "1s"]);
+    assert_eq!(edited["timeout_ms"], 1_000);
+    assert_eq!(
+        edited["triggers"].as_array().unwrap().len(),
+        1,
+        "replaced by the new trigger"
+    );
+    assert_eq!(edited["triggers"][0]["kind"], "fixed_delay");
+    assert_eq!(edited["handler"], "sleep", "what was not named stays");
+
+    json(&url, &["job", "delete", "once"]);
+    assert_eq!(json(&url, &["job", "list"]).as_array().unwrap().len(), 3);
+    assert_eq!(json(&url, &["history"]).as_array().unwrap().len(), 0);
+    assert_eq!(json(&url, &["nodes"]).as_array().unwrap().len(), 0);
+
+    // Errors: one line, status 2, and nothing stored is lost.
+    refused(
+        &url,
+        &["job", "add", "bad", "--handler", "noop", "--cron", "0 0 25 * * ?"],
+        "hour",
+    );
+    refused(
+        &url,
+        &["job", "add", "report", "--handler", "noop", "--every", "1s"],
+        "report",
+    );
+    refused(
+        &url,
+        &["job", "add", "x", "--handler", "teleport", "--every", "1s"],
+        "unknown handler",
+    );
+    refused(&url, &["job", "add", "x", "--handler", "noop"], "needs a trigger");
+    refused(
+        &url,
+        &["job", "add", "x", "--handler", "noop", "--every", "soon"],
+        "duration",
+    );
+    refused(
+        &url,
+        &[
+            "job",
+            "add",
+            "x",
+            "--handler",
+            "noop",
+            "--every",
+            "1s",
+            "--payload",
+            "{",
+        ],
+        "JSON",
+    );
+    refused(
+        &url,
+        &[
+            "job",
+            "add",
+            "x",
+            "--handler",
+            "noop",
+            "--every",
+            "1s",
+            "--tz",
+            "Mars/Olympus",
+        ],
+        "",
+    );
+    refused(&url, &["job", "show", "nobody"], "nobody");
+    refused(&url, &["job", "pause", "nobody"], "nobody");
+    refused(&url, &["history", "--state", "sleeping"], "sleeping");
+    assert_eq!(json(&url, &["job", "list"]).as_array().unwrap().len(), 3);
+    refused("ftp://example.com/db", &["job", "list"], "ftp");
+    refused(
+        "postgres://postgres@127.0.0.1:1/none",
+        &["job", "list"],
+        "cannot connect",
+    );
+}
+
+#[test]
+fn help_on_every_command_has_examples() {
+    for args in [
+        &["--help"][..],
+        &["job", "add", "--help"],
+        &["history", "--help"],
+        &["run", "--help"],
+        &["cron", "next", "--help"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_quartz")).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        let text = stdout(&out);
+        assert!(
+            text.contains("Example"),
+            "quartz {args:?} --help has no example:\n{text}"
+        );
+    }
+    for args in [
+        &["migrate", "--help"][..],
+        &["nodes", "--help"],
+        &["audit", "--help"],
+        &["demo", "--help"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_quartz")).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+    }
+}
+
+#[test]
+fn demo_shows_fires_within_seconds() {
+    let (dir, _) = scratch("demo");
+    let file = dir.0.join("demo.db");
+    let out = Command::new(env!("CARGO_BIN_EXE_quartz"))
+        .args(["demo", "--file", file.to_str().unwrap(), "--seconds", "7"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    let succeeded = |job: &str| {
+        text.lines()
+            .filter(|l| l.contains(&format!(" {job} ")) && l.contains("succeeded"))
+            .count()
+    };
+    assert!(succeeded("heartbeat") >= 2, "{text}");
+    assert!(succeeded("shell-echo") >= 1, "{text}");
+    assert!(succeeded("extract") >= 1, "{text}");
+    assert!(succeeded("load") >= 1, "the child after its parent:\n{text}");
+    assert!(succeeded("slow-report") >= 1, "{text}");
+    // Run again: a fresh file each time.
+    let again = Command::new(env!("CARGO_BIN_EXE_quartz"))
+        .args(["demo", "--file", file.to_str().unwrap(), "--seconds", "1"])
+        .output()
+        .unwrap();
+    assert!(again.status.success(), "{}", stderr(&again));
+}
+
+/// A `quartz run` child, stopped with SIGTERM (or killed) when dropped.
+struct RunProcess(Child);
+
+impl RunProcess {
+    fn start(url: &str, node_id: &str, strategy: &str) -> RunProcess {
+        RunProcess(
+            Command::new(env!("CARGO_BIN_EXE_quartz"))
+                .args(["--database-url", url, "--scheduler", "cli", "run", "--node-id", node_id])
+                .args(["--strategy", strategy])
+                .args(["--poll-interval", "300ms", "--window", "1s", "--heartbeat", "200ms"])
+                .args(["--dead-after", "2s", "--misfire-threshold", "2s"])
+                .env("RUST_LOG", "warn")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    /// SIGTERM, then the graceful exit.
+    fn stop(mut self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let exit = self.0.wait().unwrap();
+        assert!(exit.success(), "a node stopped by SIGTERM exits 0: {exit}");
+    }
+}
+
+impl Drop for RunProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sqlite_path(url: &str) -> PathBuf {
+    Path::new(url.strip_prefix("sqlite://").unwrap()).to_path_buf()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_finds_a_duplicate_and_a_gap_written_by_hand() {
+    let (_dir, url) = scratch("audit");
+    json(&url, &["migrate"]);
+    let now = chrono::Utc::now().timestamp_millis();
+    let start = ((now / 1000) + 2) * 1000;
+    let end = start + 4_999;
+    json(
+        &url,
+        &[
+            "job",
+            "add",
+            "tick",
+            "--handler",
+            "noop",
+            "--every",
+            "1s",
+            "--start",
+            &start.to_string(),
+            "--end",
+            &end.to_string(),
+        ],
+    );
+    let node = RunProcess::start(&url, "auditee", "first-come");
+    let url2 = url.clone();
+    wait_until(Duration::from_secs(20), "five ticks", move || {
+        let url = url2.clone();
+        async move {
+            let fires = json(&url, &["history", "--job", "tick", "--state", "succeeded"]);
+            fires.as_array().unwrap().len() >= 5
+        }
+    })
+    .await;
+    node.stop();
+    let since = (start - 1_000).to_string();
+    let clean = quartz(&url, &["audit", "--since", &since]);
+    assert_eq!(clean.status.code(), Some(0), "{}", stdout(&clean));
+    assert!(stdout(&clean).contains("0 violation(s)"), "{}", stdout(&clean));
+
+    // By hand: the second fire runs again as attempt 2, and the fourth's row
+    // disappears.
+    let db = format!("sqlite://{}", sqlite_path(&url).display());
+    let pool = sqlx::SqlitePool::connect(&db).await.unwrap();
+    sqlx::query(
+        "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, state, \
+         claimed_at, started_at, finished_at) SELECT scheduler, execute_id, job_id, fire_time, 2, node_id, \
+         incarnation, 'succeeded', claimed_at, started_at + 5, finished_at + 5 FROM quartz_fire WHERE fire_time = ?",
+    )
+    .bind(start + 1_000)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("DELETE FROM quartz_fire WHERE fire_time = ?")
+        .bind(start + 3_000)
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let found = quartz(&url, &["--json", "audit", "--since", &since]);
+    assert_eq!(found.status.code(), Some(1), "{}", stdout(&found));
+    let report: Value = serde_json::from_str(stdout(&found).trim()).unwrap();
+    let kinds: Vec<(String, i64)> = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["kind"].as_str().unwrap().to_owned(), v["fire_time"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("duplicate".to_owned(), start + 1_000),
+            ("missing".to_owned(), start + 3_000)
+        ],
+        "{report}"
+    );
+    let text = stdout(&quartz(&url, &["audit", "--since", &since]));
+    assert!(
+        text.contains("duplicate: job tick") && text.contains("missing: job tick"),
+        "{text}"
+    );
+}
+
+/// Three `quartz run` processes on PostgreSQL share the jobs added with
+/// `quartz job add`; `quartz nodes` sees them; the audit finds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_processes_share_the_work_on_postgres() {
+    let Some(db) = TestDb::new(Kind::Postgres).await else {
+        return;
+    };
+    let url = db.url.clone();
+    let nodes: Vec<RunProcess> = ["a", "b", "c"]
+        .iter()
+        .map(|id| RunProcess::start(&url, id, "id-hash"))
+        .collect();
+    let u = url.clone();
+    wait_until(Duration::from_secs(20), "three live nodes", move || {
+        let url = u.clone();
+        async move {
+            let nodes = json(&url, &["nodes"]);
+            nodes
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|n| n["state"] == "live")
+                .count()
+                == 3
+        }
+    })
+    .await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let start = ((now / 1000) + 2) * 1000;
+    let end = (start + 5_999).to_string();
+    for i in 0..12 {
+        json(
+            &url,
+            &[
+                "job",
+                "add",
+                &format!("share-{i:02}"),
+                "--handler",
+                "sleep",
+                "--payload",
+                r#"{"ms": 50}"#,
+                "--every",
+                "1s",
+                "--start",
+                &start.to_string(),
+                "--end",
+                &end,
+            ],
+        );
+    }
+    let u = url.clone();
+    wait_until(Duration::from_secs(30), "72 fires", move || {
+        let url = u.clone();
+        async move {
+            let fires = json(&url, &["history", "--state", "succeeded", "--limit", "1000"]);
+            fires.as_array().unwrap().len() >= 72
+        }
+    })
+    .await;
+    let fires = json(&url, &["history", "--limit", "1000"]);
+    let fires = fires.as_array().unwrap();
+    assert_eq!(fires.len(), 72, "each fire once, nothing else");
+    let owners: HashSet<&str> = fires.iter().map(|f| f["node_id"].as_str().unwrap()).collect();
+    assert!(owners.len() >= 2, "the work is shared: {owners:?}");
+    let audit = quartz(&url, &["audit", "--since", &(start - 1_000).to_string()]);
+    assert_eq!(audit.status.code(), Some(0), "{}", stdout(&audit));
+    for node in nodes {
+        node.stop();
+    }
+    let left = json(&url, &["nodes"]);
+    assert!(left.as_array().unwrap().iter().all(|n| n["state"] != "live"), "{left}");
+    db.drop_db().await;
+}

@@ -44,6 +44,7 @@ engine_tests!(
     bad_input_is_refused_at_the_boundary,
     children_run_once_after_their_parent_succeeds,
     strategies_offer_executes_by_weight_and_by_load,
+    a_handler_no_live_node_has_is_recorded_failed,
 );
 
 const CLUSTER: &str = "test-cluster";
@@ -1221,4 +1222,63 @@ async fn strategies_offer_executes_by_weight_and_by_load(db: &TestDb) {
     let busy_share = loaded.get("busy").copied().unwrap_or(0);
     // Expected about 5 of 100 (weights 1/21 : 1).
     assert!(busy_share <= 20, "a node running 20 fires was offered {loaded:?}");
+}
+
+/// A job whose handler only some nodes have runs on those; once none of them
+/// is live, its fires are recorded failed (past the misfire threshold) by a
+/// node that lacks it, with an error that says so.
+async fn a_handler_no_live_node_has_is_recorded_failed(db: &TestDb) {
+    let runs = Runs::default();
+    let plain = node(db, fast(), &runs).await;
+    let special_runs = Arc::new(AtomicUsize::new(0));
+    let special = SchedulerBuilder::new(CLUSTER)
+        .settings(fast())
+        .handler("special", {
+            let special_runs = Arc::clone(&special_runs);
+            move |_| {
+                special_runs.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+        .start(db.store().await)
+        .await
+        .unwrap();
+    let store = plain.store().clone();
+    let start = next_second(&store, 1).await;
+    special
+        .add_job(
+            &JobSpec::new("special", "special"),
+            &[ExecuteSpec::new(every_second(start))],
+        )
+        .await
+        .unwrap();
+    wait_until(
+        Duration::from_secs(15),
+        "three runs on the node with the handler",
+        || async { special_runs.load(Ordering::SeqCst) >= 3 },
+    )
+    .await;
+    special.shutdown().await;
+    wait_until(Duration::from_secs(20), "fires recorded failed", || async {
+        rows_in(&store, FireState::Failed).await >= 2
+    })
+    .await;
+    let plain_id = plain.node().node_id.clone();
+    plain.shutdown().await;
+    let rows = ledger(&store, CLUSTER).await;
+    assert_once_and_never_early(&rows);
+    for f in &rows {
+        match f.state {
+            FireState::Succeeded => assert_ne!(f.owner.as_ref().unwrap().node_id, plain_id),
+            FireState::Failed => {
+                assert_eq!(f.owner.as_ref().unwrap().node_id, plain_id);
+                let error = f.error.as_deref().unwrap();
+                assert!(error.contains("no live node ran handler \"special\""), "{error}");
+                let late = f.started_at.unwrap().as_millis() - f.fire_time.as_millis();
+                assert!(late > 2_000, "recorded only past the threshold: {late} ms");
+            }
+            _ => {}
+        }
+    }
+    assert!(rows.iter().any(|f| f.state == FireState::Succeeded));
 }

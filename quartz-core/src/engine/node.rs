@@ -314,6 +314,46 @@ impl<S: Store> Inner<S> {
         Ok(full)
     }
 
+    /// An execute whose job's handler this node lacks: left to the nodes that
+    /// have it; but a fire still unclaimed past the misfire threshold (no live
+    /// node has the handler) is claimed and recorded failed, saying so.
+    async fn unhandled(&self, execute: &Execute, job: &Arc<Job>, db_now: Timestamp) -> Result<(), StoreError> {
+        if self.warned.lock().insert(job.spec.name.clone()) {
+            tracing::warn!(
+                scheduler = self.scheduler,
+                job = job.spec.name,
+                handler = job.spec.handler,
+                "this node has no such handler; leaving the job to nodes that have it"
+            );
+        }
+        let cutoff = Timestamp::from_millis(db_now.as_millis() - self.settings.misfire.threshold_ms);
+        let node = self.node();
+        let mut known: Vec<&str> = self.handlers.keys().map(String::as_str).collect();
+        known.sort_unstable();
+        let error = format!(
+            "no live node ran handler {:?} within the misfire threshold (this node has: {})",
+            job.spec.handler,
+            known.join(", ")
+        );
+        // A fixed-delay fire waits for a finish that never comes: left alone.
+        let fires = execute
+            .trigger
+            .fires_until(&execute.fire_state, cutoff)
+            .filter(|f| !matches!(f.next, NextFire::AfterFinish))
+            .take(RECOVERY_BATCH as usize);
+        for fire in fires {
+            let Some(fire_id) = self.store.claim(&Claim::for_fire(execute.id, &fire, &node)).await? else {
+                break; // another node moved the row
+            };
+            if self.store.mark_running_all(&[fire_id], &node).await?.contains(&fire_id) {
+                let failed = Outcome::Failed { error: error.clone() };
+                self.store.finish(fire_id, &node, &failed).await?;
+                self.count(|c| c.failed += 1);
+            }
+        }
+        Ok(())
+    }
+
     /// What a poll does with one due execute.
     async fn consider(
         self: &Arc<Self>,
@@ -330,15 +370,7 @@ impl<S: Store> Inner<S> {
             return Ok(());
         }
         if !self.handlers.contains_key(&job.spec.handler) {
-            if self.warned.lock().insert(job.spec.name.clone()) {
-                tracing::warn!(
-                    scheduler = self.scheduler,
-                    job = job.spec.name,
-                    handler = job.spec.handler,
-                    "this node has no such handler; leaving the job to nodes that have it"
-                );
-            }
-            return Ok(());
+            return self.unhandled(&execute, job, db_now).await;
         }
         if execute.schedule_changed
             || (execute.fire_state.next_fire_time.is_none() && !execute.fire_state.awaiting_finish)

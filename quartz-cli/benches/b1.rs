@@ -1,5 +1,5 @@
 //! B1, the fire storm (BENCHMARKS.md): S triggers firing every second on K
-//! `quartz node` processes against one database, for D seconds. Every figure
+//! `quartz run` processes against one database, for D seconds. Every figure
 //! comes from the fire ledger, not from the nodes' counters.
 //!
 //! ```text
@@ -119,7 +119,7 @@ async fn main() {
         let mut nodes: Vec<Child> = (0..k)
             .map(|i| {
                 Command::new(env!("CARGO_BIN_EXE_quartz"))
-                    .args(["node", "--url", &args.url, "--scheduler", &scheduler])
+                    .args(["run", "--database-url", &args.url, "--scheduler", &scheduler])
                     .args(["--node-id", &format!("b1-node-{i}"), "--pool-queue", "10000"])
                     .env("RUST_LOG", "warn")
                     .stdin(Stdio::null())

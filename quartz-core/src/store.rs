@@ -906,6 +906,15 @@ pub trait Store: Send + Sync + 'static {
         node: &NodeRef,
     ) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send;
 
+    /// Records the success of many running fires of this node's incarnation
+    /// in a few statements; returns the ids recorded (a fire no longer this
+    /// incarnation's is left out).
+    fn succeed_all(
+        &self,
+        fire_ids: &[i64],
+        node: &NodeRef,
+    ) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send;
+
     /// Records the outcome of a running fire of this node's incarnation.
     fn finish(
         &self,

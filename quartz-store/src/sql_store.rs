@@ -1,6 +1,7 @@
 //! [`SqlStore`]: the [`Store`] on sqlx, one implementation for the three
 //! backends, their differences confined to [`crate::connect`].
 
+use std::collections::HashSet;
 use std::sync::LazyLock;
 
 use quartz_core::Timestamp;
@@ -54,11 +55,25 @@ static MARK_RUNNING: LazyLock<String> = LazyLock::new(|| {
 /// [`MARK_RUNNING`], returning the started ids (PostgreSQL, SQLite).
 static MARK_RUNNING_RETURNING: LazyLock<String> = LazyLock::new(|| format!("{} RETURNING id", *MARK_RUNNING));
 
-/// Which of the named fires run under an incarnation (MySQL, after
-/// [`MARK_RUNNING`]; binds: the ids, node id, incarnation).
-static RUNNING_OF: LazyLock<String> = LazyLock::new(|| {
+/// The success of many running fires (binds: the ids, node id, incarnation).
+static SUCCEED: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT id FROM quartz_fire WHERE id IN ({}) AND state = 'running' AND node_id = ? AND incarnation = ?",
+        "UPDATE quartz_fire SET state = 'succeeded', error = NULL, finished_at = {{now}}, \
+         duration_ms = {{now}} - started_at \
+         WHERE id IN ({}) AND state = 'running' AND node_id = ? AND incarnation = ?",
+        fire_id_list()
+    )
+});
+
+/// [`SUCCEED`], returning the recorded ids (PostgreSQL, SQLite).
+static SUCCEED_RETURNING: LazyLock<String> = LazyLock::new(|| format!("{} RETURNING id", *SUCCEED));
+
+/// Which of the named fires are in a state under an incarnation, locked
+/// (MySQL, around a batched transition; binds: the ids, state, node id,
+/// incarnation).
+static IN_STATE_OF: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT id FROM quartz_fire WHERE id IN ({}) AND state = ? AND node_id = ? AND incarnation = ? FOR UPDATE",
         fire_id_list()
     )
 });
@@ -481,6 +496,69 @@ impl SqlStore {
         }
         tx.commit().await.map_err(db_error)?;
         Ok(won)
+    }
+
+    /// One fenced transition of many fires, [`FIRES_PER_STATEMENT`] per
+    /// statement (binds: the ids, node id and incarnation, and again when
+    /// `node_twice`), from the first state of the pair to the second; returns
+    /// the ids it moved, read from `RETURNING` or, on MySQL, from which were
+    /// in the first state before and are in the second after.
+    async fn transition_all(
+        &self,
+        fire_ids: &[i64],
+        node: &NodeRef,
+        plain: &'static str,
+        returning: &'static str,
+        node_twice: bool,
+        (from_state, to_state): (&'static str, &'static str),
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut moved = Vec::with_capacity(fire_ids.len());
+        // One prepared text per statement: short chunks repeat their last id.
+        for chunk in fire_ids.chunks(FIRES_PER_STATEMENT) {
+            let ids = (0..FIRES_PER_STATEMENT).map(|i| chunk.get(i).or(chunk.last()).copied().unwrap_or(0));
+            let has_returning = self.db.backend != Backend::MySql;
+            let mut q = self.query(if has_returning { returning } else { plain });
+            for id in ids.clone() {
+                q = q.bind(id);
+            }
+            q = q.bind(node.node_id.clone()).bind(node.incarnation);
+            if node_twice {
+                q = q.bind(node.node_id.clone()).bind(node.incarnation);
+            }
+            if has_returning {
+                for row in q.fetch_all(&self.db.pool).await.map_err(db_error)? {
+                    moved.push(row.try_get::<i64, _>(0).map_err(db_error)?);
+                }
+                continue;
+            }
+            // MySQL: in one transaction, lock which are in the state they
+            // move from, move them, and read which moved.
+            let mut tx = self.begin().await?;
+            let in_state = |state: &'static str| {
+                let mut check = self.query(&IN_STATE_OF);
+                for id in ids.clone() {
+                    check = check.bind(id);
+                }
+                check.bind(state).bind(node.node_id.clone()).bind(node.incarnation)
+            };
+            let before: HashSet<i64> = in_state(from_state)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error)?
+                .iter()
+                .map(|row| row.try_get::<i64, _>(0))
+                .collect::<Result<_, _>>()
+                .map_err(db_error)?;
+            q.execute(&mut *tx).await.map_err(db_error)?;
+            for row in in_state(to_state).fetch_all(&mut *tx).await.map_err(db_error)? {
+                let id = row.try_get::<i64, _>(0).map_err(db_error)?;
+                if before.contains(&id) {
+                    moved.push(id);
+                }
+            }
+            tx.commit().await.map_err(db_error)?;
+        }
+        Ok(moved)
     }
 
     /// For a job that disallows concurrency: locks the job's row (so that two
@@ -1041,48 +1119,27 @@ impl Store for SqlStore {
     }
 
     async fn mark_running_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<i64>, StoreError> {
-        let mut started = Vec::with_capacity(fire_ids.len());
-        // One prepared text per statement: short chunks repeat their last id.
-        for chunk in fire_ids.chunks(FIRES_PER_STATEMENT) {
-            let ids = (0..FIRES_PER_STATEMENT).map(|i| chunk.get(i).or(chunk.last()).copied().unwrap_or(0));
-            let returning = self.db.backend != Backend::MySql;
-            let mut q = self.query(if returning {
-                &MARK_RUNNING_RETURNING
-            } else {
-                &MARK_RUNNING
-            });
-            for id in ids.clone() {
-                q = q.bind(id);
-            }
-            q = q
-                .bind(node.node_id.clone())
-                .bind(node.incarnation)
-                .bind(node.node_id.clone())
-                .bind(node.incarnation);
-            if returning {
-                for row in q.fetch_all(&self.db.pool).await.map_err(db_error)? {
-                    started.push(row.try_get::<i64, _>(0).map_err(db_error)?);
-                }
-                continue;
-            }
-            q.execute(&self.db.pool).await.map_err(db_error)?;
-            // Rows of this chunk now running under this incarnation: this
-            // statement started them (nothing else starts a node's claims).
-            let mut check = self.query(&RUNNING_OF);
-            for id in ids {
-                check = check.bind(id);
-            }
-            let rows = check
-                .bind(node.node_id.clone())
-                .bind(node.incarnation)
-                .fetch_all(&self.db.pool)
-                .await
-                .map_err(db_error)?;
-            for row in rows {
-                started.push(row.try_get::<i64, _>(0).map_err(db_error)?);
-            }
-        }
-        Ok(started)
+        self.transition_all(
+            fire_ids,
+            node,
+            &MARK_RUNNING,
+            &MARK_RUNNING_RETURNING,
+            true,
+            ("claimed", "running"),
+        )
+        .await
+    }
+
+    async fn succeed_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<i64>, StoreError> {
+        self.transition_all(
+            fire_ids,
+            node,
+            &SUCCEED,
+            &SUCCEED_RETURNING,
+            false,
+            ("running", "succeeded"),
+        )
+        .await
     }
 
     async fn finish(&self, fire_id: i64, node: &NodeRef, outcome: &Outcome) -> Result<bool, StoreError> {

@@ -33,6 +33,7 @@ backend_tests!(
     misfire_decisions_are_compare_and_set_and_recorded,
     history_filters_and_pages,
     edited_schedules_are_noticed_and_jobs_are_read_by_id,
+    fires_start_and_succeed_in_batches_fenced,
 );
 
 fn every_second(start: Timestamp) -> ExecuteSpec {
@@ -827,4 +828,47 @@ async fn edited_schedules_are_noticed_and_jobs_are_read_by_id(db: &TestDb) {
     assert!(store.update_execute(&cas, &[]).await.unwrap());
     let signed = store.get_job(S, "sig-0").await.unwrap().unwrap().executes[0].clone();
     assert!(!signed.schedule_changed, "recomputed once, then signed again");
+}
+
+/// Batched starts and successes: fenced like their one-fire forms, and the ids
+/// they return are exactly the fires they moved (more than one statement's
+/// worth included).
+async fn fires_start_and_succeed_in_batches_fenced(db: &TestDb) {
+    let store = db.store().await;
+    let start = store.now().await.unwrap();
+    let node = register(&store, "batcher").await;
+    let other = register(&store, "other").await;
+    let mut ids = Vec::new();
+    for i in 0..70 {
+        let (execute_id, trigger) = ticking_job(&store, &format!("batch-{i}"), start).await;
+        let fire = trigger
+            .fires_until(
+                &quartz_core::trigger::TriggerState::initial(&trigger),
+                start.checked_add_millis(1).unwrap(),
+            )
+            .next()
+            .unwrap();
+        ids.push(store.claim(&claim_of(execute_id, &fire, &node)).await.unwrap().unwrap());
+    }
+    // Another incarnation starts none of them.
+    assert!(store.mark_running_all(&ids, &other).await.unwrap().is_empty());
+    let mut started = store.mark_running_all(&ids[..69], &node).await.unwrap();
+    started.sort_unstable();
+    assert_eq!(started, ids[..69].to_vec());
+    assert!(
+        store.mark_running_all(&ids[..3], &node).await.unwrap().is_empty(),
+        "once"
+    );
+    // Success only for running fires of this incarnation.
+    assert!(store.succeed_all(&ids, &other).await.unwrap().is_empty());
+    let mut done = store.succeed_all(&ids, &node).await.unwrap();
+    done.sort_unstable();
+    assert_eq!(done, ids[..69].to_vec(), "the unstarted one is not recorded");
+    let rows = common::ledger(&store, S).await;
+    let succeeded = rows.iter().filter(|f| f.state == FireState::Succeeded).count();
+    assert_eq!(succeeded, 69);
+    assert!(
+        rows.iter()
+            .all(|f| f.state != FireState::Succeeded || f.finished_at.is_some())
+    );
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use quartz_pool::{Pool, RejectReason};
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::clock::Clock;
@@ -35,6 +35,8 @@ const RECOVERY_BATCH: u32 = 200;
 const BACKLOG_TICK: Duration = Duration::from_millis(50);
 /// How many times recording an outcome is tried before it is left to recovery.
 const FINISH_TRIES: u32 = 5;
+/// The most successes recorded by one statement batch.
+const SUCCESS_BATCH: usize = 256;
 
 /// A fire waiting for its claim.
 #[derive(Debug)]
@@ -109,6 +111,42 @@ pub(crate) struct Inner<S> {
     /// Jobs that have child jobs, as of the last poll: their successes start
     /// chains.
     parents: RwLock<HashSet<i64>>,
+    /// Successes on their way to the ledger, recorded together.
+    successes: mpsc::UnboundedSender<Success>,
+}
+
+/// A success to record: the fire, its owner, and where the answer goes
+/// (`true` when recorded, `false` when the fire is no longer this
+/// incarnation's).
+type Success = (i64, NodeRef, oneshot::Sender<Result<bool, StoreError>>);
+
+/// Records successes as they come, many per statement: whatever arrived while
+/// the previous statement ran goes in the next. Ends with the node.
+async fn record_successes<S: Store>(inner: std::sync::Weak<Inner<S>>, mut rx: mpsc::UnboundedReceiver<Success>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < SUCCESS_BATCH {
+            match rx.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        while !batch.is_empty() {
+            let node = batch[0].1.clone();
+            let (mine, rest): (Vec<Success>, Vec<Success>) = batch.into_iter().partition(|s| s.1 == node);
+            batch = rest;
+            let ids: Vec<i64> = mine.iter().map(|s| s.0).collect();
+            let recorded = inner.store.succeed_all(&ids, &node).await;
+            for (id, _, reply) in mine {
+                let answer = match &recorded {
+                    Ok(done) => Ok(done.contains(&id)),
+                    Err(e) => Err(StoreError::Database { reason: e.to_string() }),
+                };
+                let _ = reply.send(answer);
+            }
+        }
+    }
 }
 
 impl<S: Store> Inner<S> {
@@ -146,6 +184,7 @@ impl<S: Store> Inner<S> {
             incarnation: registered.incarnation,
         };
         tracing::info!(scheduler, node = %node.node_id, incarnation = node.incarnation, "node registered");
+        let (successes, successes_rx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             store,
             scheduler,
@@ -173,7 +212,9 @@ impl<S: Store> Inner<S> {
             tasks: Mutex::new(Vec::new()),
             warned: Mutex::new(HashSet::new()),
             parents: RwLock::new(HashSet::new()),
+            successes,
         });
+        tokio::spawn(record_successes(Arc::downgrade(&inner), successes_rx));
         let tasks = vec![
             tokio::spawn(Arc::clone(&inner).poller()),
             tokio::spawn(Arc::clone(&inner).dispatcher()),
@@ -905,6 +946,17 @@ impl<S: Store> Inner<S> {
         for attempt in 1..=FINISH_TRIES {
             let recorded = if chains {
                 self.store.succeed_and_chain(run.fire_id, &run.node).await
+            } else if *outcome == Outcome::Succeeded {
+                let (reply, answer) = oneshot::channel();
+                let _ = self.successes.send((run.fire_id, run.node.clone(), reply));
+                answer
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(StoreError::Database {
+                            reason: "the success recorder stopped".to_owned(),
+                        })
+                    })
+                    .map(|done| done.then(Vec::new))
             } else {
                 self.store
                     .finish(run.fire_id, &run.node, outcome)

@@ -116,23 +116,43 @@ pub enum JobCommand {
         trigger: TriggerArgs,
     },
     /// List the jobs.
+    ///
+    /// Example:
+    ///   quartz job list --json
+    #[command(verbatim_doc_comment)]
     List,
     /// Show a job, its triggers and its last fires.
+    ///
+    /// Example:
+    ///   quartz job show report
+    #[command(verbatim_doc_comment)]
     Show {
         /// The job.
         name: String,
     },
     /// Pause a job: its triggers stop firing until it is resumed.
+    ///
+    /// Example:
+    ///   quartz job pause report
+    #[command(verbatim_doc_comment)]
     Pause {
         /// The job.
         name: String,
     },
     /// Resume a paused job; missed fire times follow each trigger's misfire policy.
+    ///
+    /// Example:
+    ///   quartz job resume report
+    #[command(verbatim_doc_comment)]
     Resume {
         /// The job.
         name: String,
     },
     /// Fire a job now, once (a one-off trigger beside its others).
+    ///
+    /// Example:
+    ///   quartz job trigger report
+    #[command(verbatim_doc_comment)]
     Trigger {
         /// The job.
         name: String,
@@ -151,6 +171,10 @@ pub enum JobCommand {
         trigger: TriggerArgs,
     },
     /// Delete a job and its triggers; its ledger rows stay as history.
+    ///
+    /// Example:
+    ///   quartz job delete report
+    #[command(verbatim_doc_comment)]
     Delete {
         /// The job.
         name: String,

@@ -51,12 +51,21 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Create or upgrade the schema.
+    /// Create or upgrade the schema (every command does it on connect; this
+    /// does only that).
+    ///
+    /// Example:
+    ///   quartz migrate --database-url mysql://root@127.0.0.1:3306/test
+    #[command(verbatim_doc_comment)]
     Migrate,
     /// Add, list, show, pause, resume, trigger, edit and delete jobs.
     #[command(subcommand)]
     Job(admin::JobCommand),
     /// The nodes of the scheduler: live or dead, heartbeat age, incarnation, running fires.
+    ///
+    /// Example:
+    ///   quartz nodes --scheduler billing --json
+    #[command(verbatim_doc_comment)]
     Nodes,
     /// The fire ledger, newest first.
     ///
@@ -67,6 +76,10 @@ enum Command {
     /// Check the ledger against the triggers: duplicates, scheduled fire times
     /// with no ledger row, late starts with no misfire record. Exits 1 when it
     /// finds any.
+    ///
+    /// Example:
+    ///   quartz audit --since 2026-01-01T00:00:00Z --until 2026-01-02T00:00:00Z --misfire-threshold 5s
+    #[command(verbatim_doc_comment)]
     Audit(admin::AuditArgs),
     /// Run a scheduler node until SIGINT or SIGTERM, with the built-in handlers:
     /// noop, log (logs the payload), sleep ({"ms": N}) and shell ({"command":
@@ -81,6 +94,10 @@ enum Command {
     Cron(CronCommand),
     /// A first look: demo jobs on a fresh SQLite file and a node firing them,
     /// each fire shown as it happens, until Ctrl-C.
+    ///
+    /// Example:
+    ///   quartz demo --file /tmp/demo.db --seconds 30
+    #[command(verbatim_doc_comment)]
     Demo(demo::DemoArgs),
 }
 

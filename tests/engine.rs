@@ -138,6 +138,17 @@ async fn rows_in(store: &SqlStore, state: FireState) -> usize {
     ledger(store, CLUSTER).await.iter().filter(|f| f.state == state).count()
 }
 
+/// Job names by id.
+async fn job_names(store: &SqlStore) -> HashMap<i64, String> {
+    store
+        .list_jobs(CLUSTER)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| (j.id, j.spec.name))
+        .collect()
+}
+
 /// Checks guarantee 1 and "never early" over the whole ledger: at most one
 /// row per (execute, job, fire time, attempt) (the job differs only for a
 /// chain's children), and no start before the fire time.
@@ -291,13 +302,7 @@ async fn a_saturated_pool_records_refused_fires_and_applies_their_policy(db: &Te
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rows = ledger(&store, CLUSTER).await;
     assert_once_and_never_early(&rows);
-    let jobs: HashMap<i64, String> = store
-        .list_jobs(CLUSTER)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|j| (j.id, j.spec.name))
-        .collect();
+    let jobs = job_names(&store).await;
     let refused: Vec<&FireRecord> = rows.iter().filter(|f| f.state == FireState::Misfired).collect();
     assert!(!refused.is_empty(), "the pool refused some fires");
     assert!(n.status().counters.rejected as usize >= refused.len());
@@ -386,12 +391,10 @@ async fn a_cluster_stopped_past_the_threshold_applies_each_misfire_policy(db: &T
     third.shutdown().await;
     let rows = ledger(&store, CLUSTER).await;
     assert_once_and_never_early(&rows);
-    let ids: HashMap<String, i64> = store
-        .list_jobs(CLUSTER)
+    let ids: HashMap<String, i64> = job_names(&store)
         .await
-        .unwrap()
         .into_iter()
-        .map(|j| (j.spec.name, j.id))
+        .map(|(id, name)| (name, id))
         .collect();
     let of = |name: &str| -> Vec<&FireRecord> { rows.iter().filter(|f| f.job_id == ids[name]).collect() };
     let missed = |name: &str| -> Vec<&FireRecord> {
@@ -1200,13 +1203,7 @@ async fn strategies_offer_executes_by_weight_and_by_load(db: &TestDb) {
 
     let rows = ledger(&store, CLUSTER).await;
     assert_once_and_never_early(&rows);
-    let jobs: HashMap<i64, String> = store
-        .list_jobs(CLUSTER)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|j| (j.id, j.spec.name))
-        .collect();
+    let jobs = job_names(&store).await;
     for prefix in ["w-", "l-"] {
         let fires = rows
             .iter()

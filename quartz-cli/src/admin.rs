@@ -181,6 +181,17 @@ pub enum JobCommand {
     },
 }
 
+/// Refuses a handler `quartz run` does not have.
+fn known_handler(handler: &str) -> anyhow::Result<()> {
+    if BUILT_IN_HANDLERS.contains(&handler) {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "unknown handler {handler:?}: `quartz run` has {}",
+        BUILT_IN_HANDLERS.join(", ")
+    )
+}
+
 /// Runs a `job` subcommand.
 pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> anyhow::Result<()> {
     let store = SqlStore::connect(url).await?;
@@ -189,12 +200,7 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
             let Some(handler) = &job.handler else {
                 anyhow::bail!("a job needs --handler (built in: {})", BUILT_IN_HANDLERS.join(", "));
             };
-            if !BUILT_IN_HANDLERS.contains(&handler.as_str()) {
-                anyhow::bail!(
-                    "unknown handler {handler:?}: `quartz run` has {}",
-                    BUILT_IN_HANDLERS.join(", ")
-                );
-            }
+            known_handler(handler)?;
             let spec = job.apply(JobSpec::new(name, handler.clone()))?;
             let executes = if trigger.given() {
                 vec![trigger.to_execute(store.now().await?)?]
@@ -234,13 +240,8 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
                 .get_job(scheduler, &name)
                 .await?
                 .with_context(|| format!("no job {name:?} in scheduler {scheduler:?}"))?;
-            if let Some(handler) = &job.handler
-                && !BUILT_IN_HANDLERS.contains(&handler.as_str())
-            {
-                anyhow::bail!(
-                    "unknown handler {handler:?}: `quartz run` has {}",
-                    BUILT_IN_HANDLERS.join(", ")
-                );
+            if let Some(handler) = &job.handler {
+                known_handler(handler)?;
             }
             let spec = job.apply(current.job.spec)?;
             let executes = if trigger.given() {

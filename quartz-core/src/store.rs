@@ -842,7 +842,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
 
     /// Adds executes to a job, leaving its others as they are (a one-off
-    /// "fire now" is a [`Schedule::Once`](crate::trigger::Schedule::Once)
+    /// "fire now" is a [`Schedule::Once`]
     /// execute at the database's now). A paused job's new executes are paused.
     fn add_executes(
         &self,

@@ -45,6 +45,7 @@ engine_tests!(
     children_run_once_after_their_parent_succeeds,
     strategies_offer_executes_by_weight_and_by_load,
     a_handler_no_live_node_has_is_recorded_failed,
+    a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead,
 );
 
 const CLUSTER: &str = "test-cluster";
@@ -1278,4 +1279,75 @@ async fn a_handler_no_live_node_has_is_recorded_failed(db: &TestDb) {
         }
     }
     assert!(rows.iter().any(|f| f.state == FireState::Succeeded));
+}
+
+/// Fires due together are marked running together, then wait for a pool
+/// thread. One that waited while its node was declared dead (a long pause, a
+/// partition) is not run when the thread comes: its ownership is confirmed
+/// first, and the new incarnation's recovery records it abandoned.
+async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &TestDb) {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let n = SchedulerBuilder::new(CLUSTER)
+        .settings(Settings {
+            pool_core: 1,
+            pool_max: 1,
+            pool_queue: 100,
+            ..fast()
+        })
+        .handler("block", |_| {
+            std::thread::sleep(Duration::from_millis(1_500));
+            Ok(())
+        })
+        .handler("count", {
+            let ran = Arc::clone(&ran);
+            move |_| {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+        .start(db.store().await)
+        .await
+        .unwrap();
+    let store = n.store().clone();
+    let at = next_second(&store, 1).await;
+    let once = |t: Timestamp| ExecuteSpec::new(Trigger::new(Schedule::Once, t).unwrap());
+    n.add_job(&JobSpec::new("block", "block"), &[once(at)]).await.unwrap();
+    n.add_job(&JobSpec::new("count", "count"), &[once(at.saturating_add_millis(100))])
+        .await
+        .unwrap();
+    let count_id = store.get_job(CLUSTER, "count").await.unwrap().unwrap().job.id;
+    let first = n.node();
+    wait_until(
+        Duration::from_secs(10),
+        "the count fire marked running behind the blocker",
+        || async {
+            ledger(&store, CLUSTER)
+                .await
+                .iter()
+                .any(|f| f.job_id == count_id && f.state == FireState::Running)
+        },
+    )
+    .await;
+    // Declared dead while its fire waits for the only thread.
+    assert!(store.retire_node(CLUSTER, &first, 0).await.unwrap());
+    wait_until(
+        Duration::from_secs(15),
+        "the waiting fire recorded abandoned",
+        || async {
+            ledger(&store, CLUSTER)
+                .await
+                .iter()
+                .any(|f| f.job_id == count_id && f.state == FireState::Abandoned)
+        },
+    )
+    .await;
+    // The pool has taken both tasks off its queue: the blocker, then the
+    // waiting fire.
+    wait_until(Duration::from_secs(10), "the pool to finish both tasks", || async {
+        n.status().pool.completed >= 2
+    })
+    .await;
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "a fire the node lost was run");
+    assert!(n.node().incarnation > first.incarnation, "the node rejoined");
+    n.shutdown().await;
 }

@@ -906,6 +906,12 @@ pub trait Store: Send + Sync + 'static {
         node: &NodeRef,
     ) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send;
 
+    /// For a fire marked running that waited for a thread: confirms, fenced
+    /// as [`Store::mark_running`], that it is still running under this live
+    /// incarnation, and sets its start time to now. `false`: not this
+    /// node's any more; it must not run.
+    fn confirm_start(&self, fire_id: i64, node: &NodeRef) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Records the success of many running fires of this node's incarnation
     /// in a few statements; returns the ids recorded (a fire no longer this
     /// incarnation's is left out).

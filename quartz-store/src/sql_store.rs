@@ -1130,6 +1130,23 @@ impl Store for SqlStore {
         .await
     }
 
+    async fn confirm_start(&self, fire_id: i64, node: &NodeRef) -> Result<bool, StoreError> {
+        self.changed_one(
+            self.query(
+                "UPDATE quartz_fire SET started_at = {now} \
+                 WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ? AND EXISTS \
+                 (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
+                 AND n.incarnation = ? AND n.state = 'live')",
+            )
+            .bind(fire_id)
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .bind(node.node_id.clone())
+            .bind(node.incarnation),
+        )
+        .await
+    }
+
     async fn succeed_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<i64>, StoreError> {
         self.transition_all(
             fire_ids,

@@ -35,6 +35,9 @@ const RECOVERY_BATCH: u32 = 200;
 const BACKLOG_TICK: Duration = Duration::from_millis(50);
 /// How many times recording an outcome is tried before it is left to recovery.
 const FINISH_TRIES: u32 = 5;
+/// A fire marked running that waits longer than this for a pool thread has
+/// its ownership confirmed again before it runs.
+const START_RECHECK: Duration = Duration::from_millis(100);
 /// The most successes recorded by one statement batch.
 const SUCCESS_BATCH: usize = 256;
 
@@ -776,7 +779,7 @@ impl<S: Store> Inner<S> {
             };
             let (cancel_tx, cancellation) = Cancellation::new();
             let (started_tx, started_rx) = oneshot::channel::<Result<bool, StoreError>>();
-            let (go_tx, go_rx) = std::sync::mpsc::sync_channel::<bool>(1);
+            let (go_tx, go_rx) = std::sync::mpsc::sync_channel::<Option<std::time::Instant>>(1);
             let (done_tx, done_rx) = oneshot::channel::<JobResult>();
             let ctx = JobContext {
                 job_id: run.job.id,
@@ -790,12 +793,24 @@ impl<S: Store> Inner<S> {
                 cancellation,
             };
             let runtime = self.runtime.clone();
+            let inner = Arc::clone(self);
+            let owner = run.node.clone();
+            let fire_id = run.fire_id;
             let task = move || {
                 // Started (fenced) by the launcher, or refused: only then run.
-                if go_rx.recv() == Ok(true) {
-                    let result = handler.call(ctx, &runtime);
-                    let _ = done_tx.send(result);
+                let Ok(Some(marked)) = go_rx.recv() else { return };
+                // Waited on the pool past the bound (a busy pool, or this
+                // process paused): its ownership is confirmed again, and its
+                // start time set to now, before it runs. A node declared dead
+                // meanwhile runs nothing it lost.
+                if marked.elapsed() > START_RECHECK
+                    && !matches!(runtime.block_on(inner.store.confirm_start(fire_id, &owner)), Ok(true))
+                {
+                    tracing::warn!(fire_id, "fire not run: this incarnation no longer owns it");
+                    return;
                 }
+                let result = handler.call(ctx, &runtime);
+                let _ = done_tx.send(result);
             };
             self.inflight.fetch_add(1, Ordering::SeqCst);
             match self.pool.try_submit(task) {
@@ -832,7 +847,7 @@ impl<S: Store> Inner<S> {
                     Ok(started) => Ok(started.contains(&id)),
                     Err(e) => Err(StoreError::Database { reason: e.to_string() }),
                 };
-                let _ = go_tx.send(matches!(outcome, Ok(true)));
+                let _ = go_tx.send(matches!(outcome, Ok(true)).then(std::time::Instant::now));
                 let _ = started_tx.send(outcome);
             }
         });

@@ -3,7 +3,7 @@
 //! `spawn_blocking`, all in one run.
 //!
 //! ```text
-//! cargo bench -p quartz-pool --bench b4 [-- --tiny N --repeat N --bursts N --burst-size N --keep-alive-ms N]
+//! cargo run --release -p quartz-bench -- b4 [--tiny N --repeat N --bursts N --burst-size N --keep-alive-ms N]
 //! ```
 //!
 //! 1. Tiny tasks: N tasks (default 1,000,000) that each increment a counter; figure:
@@ -16,8 +16,6 @@
 //!    `try_submit`; figures: accepted, rejected (returned, handled, counted) and
 //!    completed. Nothing may be lost: accepted + rejected = submitted, and every
 //!    accepted task runs.
-
-#![allow(clippy::unwrap_used, missing_docs)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -43,7 +41,7 @@ fn options() -> Options {
         keep_alive: Duration::from_millis(500),
         repeat: 5,
     };
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(2);
     while let Some(arg) = args.next() {
         let mut value = || {
             args.next()
@@ -322,7 +320,8 @@ fn queue_full(cores: usize, max: usize) {
     assert!(report.is_clean());
 }
 
-fn main() {
+/// Runs B4 with the options on the command line.
+pub fn run() {
     let o = options();
     let cores = thread::available_parallelism().map_or(1, |n| n.get());
     let max = cores * quartz_pool::DEFAULT_MAX_PER_CORE;

@@ -10,10 +10,8 @@
 //! figure is ledger rows per second, counted in the database.
 //!
 //! ```sh
-//! cargo bench -p quartz-store --bench b2 -- [--seconds 5] [--clients 1,2,4,8]
+//! cargo run --release -p quartz-bench -- b2 [--seconds 5] [--clients 1,2,4,8]
 //! ```
-
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -33,7 +31,8 @@ fn arg(name: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
 }
 
-fn main() {
+/// Runs B2 with the options on the command line.
+pub fn run() {
     let seconds: u64 = arg("--seconds").map_or(5, |s| s.parse().expect("--seconds N"));
     let clients: Vec<usize> = arg("--clients").map_or(vec![1, 2, 4, 8], |s| {
         s.split(',')

@@ -3,7 +3,7 @@
 //! comes from the fire ledger, not from the nodes' counters.
 //!
 //! ```text
-//! cargo bench -p quartz-cli --bench b1 -- [--url URL] [--triggers 1000] [--nodes 1,2,3] [--seconds 60]
+//! cargo run --release -p quartz-bench -- b1 [--url URL] [--triggers 1000] [--nodes 1,2,3] [--seconds 60]
 //! ```
 //!
 //! The URL defaults to `QUARTZ_PG_URL` or the local PostgreSQL. Each run uses
@@ -11,9 +11,9 @@
 //! are read from /proc: the node processes, and every process of the database
 //! server (`postgres`, `mariadbd`/`mysqld`) over the run.
 
-#![allow(clippy::unwrap_used)]
+use std::process::{Child, Command};
 
-use std::process::{Child, Command, Stdio};
+use crate::os::{cpu_seconds, percentile, server_cpu};
 use std::time::{Duration, Instant};
 
 use quartz_core::cron::CronExpression;
@@ -37,7 +37,7 @@ fn args() -> Args {
         nodes: vec![1, 2, 3],
         seconds: 60,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = std::env::args().skip(2);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--url" => out.url = it.next().unwrap(),
@@ -50,48 +50,17 @@ fn args() -> Args {
     out
 }
 
-/// utime + stime of a process, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    let after = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
-        + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
-    ticks / 100.0
+/// Runs B1 with the options on the command line.
+pub fn run() {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(storm());
 }
 
-/// CPU seconds of every process whose name is one of `names`.
-fn server_cpu(names: &[&str]) -> f64 {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0.0;
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| names.iter().any(|n| c.trim().starts_with(n)))
-        })
-        .map(cpu_seconds)
-        .sum()
-}
-
-fn percentile(sorted: &[i64], p: f64) -> i64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[i]
-}
-
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+async fn storm() {
     let args = args();
     sqlx::any::install_default_drivers();
     let store = SqlStore::connect_with(
@@ -117,16 +86,7 @@ async fn main() {
     for &k in &args.nodes {
         let scheduler = format!("b1-{}-{k}-{}", args.triggers, std::process::id());
         let mut nodes: Vec<Child> = (0..k)
-            .map(|i| {
-                Command::new(env!("CARGO_BIN_EXE_quartz"))
-                    .args(["run", "--database-url", &args.url, "--scheduler", &scheduler])
-                    .args(["--node-id", &format!("b1-node-{i}"), "--pool-queue", "10000"])
-                    .env("RUST_LOG", "warn")
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .spawn()
-                    .unwrap()
-            })
+            .map(|i| crate::node::spawn(&args.url, &scheduler, &format!("b1-node-{i}"), &[]))
             .collect();
         let now = store.now().await.unwrap().as_millis();
         let start = Timestamp::from_millis((now / 1000 + 12) * 1000);

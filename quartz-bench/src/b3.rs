@@ -1,0 +1,234 @@
+//! B3, idle scale (BENCHMARKS.md): N stored triggers of which only a few are
+//! due. Figures: the time of one poll (the due-executes query a node runs,
+//! p50/p99 over many), the rows the database read per poll, and the RSS of a
+//! node process polling that scheduler. The cost must follow the due triggers,
+//! not N.
+//!
+//! ```text
+//! cargo run --release -p quartz-bench -- b3 [--n 10000,100000] [--polls 200] [--backends postgres,mysql,sqlite]
+//! ```
+
+use std::time::{Duration, Instant};
+
+use quartz_core::Timestamp;
+use quartz_core::store::{ExecuteSpec, JobSpec, Store};
+use quartz_core::trigger::{Schedule, Trigger};
+use quartz_store::SqlStore;
+use sqlx::{AssertSqlSafe, Row};
+
+use crate::os::{percentile, rss_kib};
+
+/// Triggers due every second among the N.
+const DUE: usize = 10;
+
+struct Args {
+    sizes: Vec<usize>,
+    polls: usize,
+    backends: Vec<String>,
+}
+
+fn args() -> Args {
+    let mut out = Args {
+        sizes: vec![10_000, 100_000],
+        polls: 200,
+        backends: vec!["postgres".into(), "mysql".into(), "sqlite".into()],
+    };
+    let mut it = std::env::args().skip(2);
+    while let Some(a) = it.next() {
+        let value = it.next().expect("a value after the option");
+        match a.as_str() {
+            "--n" => out.sizes = value.split(',').map(|n| n.parse().expect("--n 10000,100000")).collect(),
+            "--polls" => out.polls = value.parse().expect("--polls N"),
+            "--backends" => out.backends = value.split(',').map(str::to_owned).collect(),
+            other => panic!("unknown option {other}"),
+        }
+    }
+    out
+}
+
+/// A database URL for a backend, on a fresh database (or file).
+pub async fn fresh_url(backend: &str, name: &str) -> String {
+    match backend {
+        "sqlite" => {
+            let path = std::env::temp_dir().join(format!("{name}.db"));
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+            }
+            format!("sqlite://{}", path.display())
+        }
+        "postgres" | "mysql" => {
+            let base = if backend == "postgres" {
+                std::env::var("QUARTZ_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+            } else {
+                std::env::var("QUARTZ_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+            };
+            sqlx::any::install_default_drivers();
+            let pool = sqlx::AnyPool::connect(&base).await.expect("the database server");
+            let drop = if backend == "postgres" {
+                format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            } else {
+                format!("DROP DATABASE IF EXISTS {name}")
+            };
+            sqlx::query(AssertSqlSafe(drop)).execute(&pool).await.unwrap();
+            sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+            let cut = base.rfind('/').expect("a URL with a database");
+            format!("{}/{name}", &base[..cut])
+        }
+        other => panic!("unknown backend {other}"),
+    }
+}
+
+/// Rows the server has read so far: MariaDB/MySQL's `Rows_read`, server-wide
+/// (nothing else runs during the polls). Other backends: none.
+async fn rows_read(store: &SqlStore, backend: &str) -> Option<i64> {
+    if backend != "mysql" {
+        return None;
+    }
+    let row = sqlx::query(
+        "SELECT CAST(VARIABLE_VALUE AS SIGNED) FROM information_schema.GLOBAL_STATUS \
+         WHERE VARIABLE_NAME = 'ROWS_READ'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .ok()?;
+    row.try_get::<i64, _>(0).ok()
+}
+
+/// PostgreSQL: the rows the poll's query reads, from its plan as executed
+/// (rows out of each scan plus rows its filters removed).
+async fn rows_read_pg(store: &SqlStore, scheduler: &str, before: i64) -> Option<i64> {
+    let plan = sqlx::query(AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, FORMAT TEXT) SELECT id FROM quartz_execute WHERE scheduler = '{scheduler}' \
+         AND state = 'waiting' AND next_fire_time < {before} ORDER BY next_fire_time, priority DESC LIMIT 5000"
+    )))
+    .fetch_all(store.pool())
+    .await
+    .ok()?;
+    let mut read = 0;
+    for row in plan {
+        let line: String = row.try_get(0).ok()?;
+        if line.contains("Scan") && line.contains("actual") {
+            let rows = line.rsplit("rows=").next()?.split_whitespace().next()?;
+            read += rows.parse::<i64>().ok()?;
+        } else if let Some(removed) = line.split("Rows Removed by Filter: ").nth(1) {
+            read += removed.trim().parse::<i64>().ok()?;
+        }
+    }
+    Some(read)
+}
+
+/// Stores `n` idle triggers (once, a year ahead) with plain multi-row inserts,
+/// and `DUE` that fire every second.
+async fn fill(store: &SqlStore, scheduler: &str, n: usize) {
+    let now = store.now().await.unwrap();
+    let far = now.as_millis() + 365 * 86_400_000;
+    let chunk = 1_000;
+    for first in (0..n).step_by(chunk) {
+        let last = (first + chunk).min(n);
+        let jobs: Vec<String> = (first..last)
+            .map(|i| format!("('{scheduler}', 'idle-{i:07}', 'noop', 'null', '', 0, 0)"))
+            .collect();
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO quartz_job (scheduler, name, handler, payload, description, created_at, updated_at) VALUES {}",
+            jobs.join(", ")
+        )))
+        .execute(store.pool())
+        .await
+        .unwrap();
+    }
+    // One execute per idle job, in one statement per chunk of jobs.
+    let signature = quartz_core::store::TriggerColumns::from_trigger(
+        &Trigger::new(Schedule::Once, Timestamp::from_millis(far)).unwrap(),
+    )
+    .signature();
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO quartz_execute (job_id, scheduler, kind, start_time, state, next_fire_time, schedule_sig, updated_at) \
+         SELECT id, scheduler, 'once', {far}, 'waiting', {far}, {signature}, 0 FROM quartz_job \
+         WHERE scheduler = '{scheduler}' AND name LIKE 'idle-%'"
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    for i in 0..DUE {
+        let trigger = Trigger::new(Schedule::fixed_rate_millis(1_000).unwrap(), now).unwrap();
+        store
+            .create_job(
+                scheduler,
+                &JobSpec::new(format!("due-{i}"), "noop"),
+                &[ExecuteSpec::new(trigger)],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// Runs B3.
+pub fn run() {
+    let args = args();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    println!("| backend | N stored | due | poll p50 ms | poll p99 ms | rows read per poll | node RSS MiB |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for backend in &args.backends {
+        for &n in &args.sizes {
+            rt.block_on(one(backend, n, args.polls));
+        }
+    }
+}
+
+async fn one(backend: &str, n: usize, polls: usize) {
+    let url = fresh_url(backend, &format!("quartz_bench_b3_{n}")).await;
+    let store = SqlStore::connect(&url).await.unwrap();
+    let scheduler = "b3";
+    fill(&store, scheduler, n).await;
+    if backend == "postgres" {
+        sqlx::query("ANALYZE quartz_execute")
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+    let mut times = Vec::with_capacity(polls);
+    let read0 = rows_read(&store, backend).await;
+    let mut due = 0;
+    for _ in 0..polls {
+        let now = store.now().await.unwrap();
+        let t = Instant::now();
+        let batch = store
+            .due_executes(scheduler, now.saturating_add_millis(5_000), 5_000)
+            .await
+            .unwrap();
+        times.push(i64::try_from(t.elapsed().as_micros()).unwrap_or(i64::MAX));
+        due = batch.executes.len();
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let read = match (read0, rows_read(&store, backend).await) {
+        (Some(a), Some(b)) => format!("{:.0}", (b - a) as f64 / polls as f64),
+        _ if backend == "postgres" => {
+            let before = store.now().await.unwrap().as_millis() + 5_000;
+            rows_read_pg(&store, scheduler, before)
+                .await
+                .map_or_else(|| "n/a".to_owned(), |r| r.to_string())
+        }
+        _ => "n/a".to_owned(),
+    };
+    times.sort_unstable();
+    // A node polling this scheduler once a second, for its memory.
+    let mut node = crate::node::spawn(&url, scheduler, "b3-node", &["poll_ms=1000"]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let rss = rss_kib(node.id());
+    crate::node::stop(&mut node);
+    #[allow(clippy::cast_precision_loss)]
+    let ms = |us: i64| us as f64 / 1000.0;
+    println!(
+        "| {backend} | {n} | {due} | {:.2} | {:.2} | {read} | {:.1} |",
+        ms(percentile(&times, 0.5)),
+        ms(percentile(&times, 0.99)),
+        rss as f64 / 1024.0
+    );
+}

@@ -1,0 +1,93 @@
+//! The scheduler node the workloads start as separate processes: this same
+//! program, `quartz-bench node URL SCHEDULER NODE_ID [SETTING=VALUE ...]`,
+//! with a `noop` handler and a `sleep` handler (payload: milliseconds), until
+//! SIGTERM.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use quartz_core::engine::{SchedulerBuilder, Settings};
+use quartz_store::SqlStore;
+
+/// Starts a node process; `settings` are `name=value` pairs (`poll_ms`,
+/// `window_ms`, `heartbeat_ms`, `dead_after_ms`, `misfire_ms`, `pool_queue`,
+/// `pool_core`).
+pub fn spawn(url: &str, scheduler: &str, node_id: &str, settings: &[&str]) -> Child {
+    let exe = std::env::current_exe().expect("the bench program's own path");
+    Command::new(exe)
+        .args(["node", url, scheduler, node_id])
+        .args(settings)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("a node process")
+}
+
+/// Sends SIGTERM (a graceful exit) and waits.
+pub fn stop(child: &mut Child) {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
+}
+
+/// Sends a signal (`KILL`, `STOP`, `CONT`).
+pub fn signal(child: &Child, signal: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status();
+}
+
+/// The `node` subcommand.
+pub fn run(args: &[String]) {
+    let [url, scheduler, node_id, rest @ ..] = args else {
+        eprintln!("usage: quartz-bench node URL SCHEDULER NODE_ID [name=value ...]");
+        std::process::exit(2);
+    };
+    let mut settings = Settings {
+        node_id: Some(node_id.clone()),
+        pool_queue: 10_000,
+        ..Settings::default()
+    };
+    for pair in rest {
+        let (name, value) = pair.split_once('=').expect("name=value");
+        let n: u64 = value.parse().expect("a number");
+        let ms = Duration::from_millis(n);
+        match name {
+            "poll_ms" => settings.poll_interval = ms,
+            "window_ms" => settings.window = ms,
+            "heartbeat_ms" => settings.heartbeat_interval = ms,
+            "dead_after_ms" => settings.dead_after = ms,
+            "misfire_ms" => settings.misfire.threshold_ms = i64::try_from(n).unwrap_or(i64::MAX),
+            "pool_queue" => settings.pool_queue = usize::try_from(n).unwrap_or(usize::MAX),
+            "pool_core" => {
+                settings.pool_core = usize::try_from(n).unwrap_or(1);
+                settings.pool_max = settings.pool_max.max(settings.pool_core);
+            }
+            other => panic!("unknown setting {other}"),
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async move {
+        let store = SqlStore::connect(url).await.expect("the database");
+        let node = SchedulerBuilder::new(scheduler.clone())
+            .settings(settings)
+            .handler("noop", |_| Ok(()))
+            .handler("sleep", |ctx| {
+                let ms: u64 = ctx.payload().unwrap_or(100);
+                let until = std::time::Instant::now() + Duration::from_millis(ms);
+                while std::time::Instant::now() < until && !ctx.is_cancelled() {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Ok(())
+            })
+            .start(store)
+            .await
+            .expect("a node");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM");
+        term.recv().await;
+        node.shutdown().await;
+    });
+}

@@ -28,6 +28,7 @@ struct Args {
     triggers: usize,
     nodes: Vec<usize>,
     seconds: i64,
+    plot: Option<std::path::PathBuf>,
 }
 
 fn args() -> Args {
@@ -36,6 +37,7 @@ fn args() -> Args {
         triggers: 1_000,
         nodes: vec![1, 2, 3],
         seconds: 60,
+        plot: None,
     };
     let mut it = std::env::args().skip(2);
     while let Some(a) = it.next() {
@@ -44,6 +46,7 @@ fn args() -> Args {
             "--triggers" => out.triggers = it.next().unwrap().parse().unwrap(),
             "--nodes" => out.nodes = it.next().unwrap().split(',').map(|n| n.parse().unwrap()).collect(),
             "--seconds" => out.seconds = it.next().unwrap().parse().unwrap(),
+            "--plot" => out.plot = it.next().map(std::path::PathBuf::from),
             _ => {} // cargo bench passes --bench
         }
     }
@@ -83,6 +86,7 @@ async fn storm() {
         "| backend | S | K | D s | expected | observed | duplicates | missed | p50 ms | p99 ms | max ms | node CPU s/1k fires | db CPU s/1k fires |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut curves = Vec::new();
     for &k in &args.nodes {
         let scheduler = format!("b1-{}-{k}-{}", args.triggers, std::process::id());
         let mut nodes: Vec<Child> = (0..k)
@@ -147,6 +151,18 @@ async fn storm() {
             }
         }
         lateness.sort_unstable();
+        // The lateness distribution: the share of fires started within x ms.
+        #[allow(clippy::cast_precision_loss)]
+        let cdf: Vec<(f64, f64)> = (0..=100)
+            .map(|q| {
+                let p = f64::from(q) / 100.0;
+                (percentile(&lateness, p) as f64, p * 100.0)
+            })
+            .collect();
+        curves.push(crate::plot::Series {
+            label: format!("K = {k}"),
+            points: cdf,
+        });
         let observed: usize = runs.values().sum();
         let duplicates: usize = runs.values().map(|n| n - 1).sum();
         let missed = expected - i64::try_from(runs.len()).unwrap();
@@ -162,6 +178,16 @@ async fn storm() {
             lateness.last().copied().unwrap_or(0),
             per_k(node_cpu),
             per_k(db_cpu),
+        );
+    }
+    if let Some(dir) = &args.plot {
+        let backend = args.url.split(':').next().unwrap_or("db");
+        crate::plot::lines(
+            &dir.join(format!("b1-lateness-{backend}.svg")),
+            &format!("B1 on {backend}: S = {} triggers every second, {} s", args.triggers, args.seconds),
+            "lateness (started_at - fire_time), ms",
+            "fires started within it, %",
+            &curves,
         );
     }
 }

@@ -55,6 +55,13 @@ pub fn run() {
         "| claimers | pgbench 1-row UPDATE tx/s | single claims/s | ratio | pgbench 100-row UPDATE rows/s | batched claims/s | ratio |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
+    let mut series: Vec<crate::plot::Series> = ["pgbench 1-row UPDATE tx/s", "single claims/s", "batched claims/s"]
+        .iter()
+        .map(|l| crate::plot::Series {
+            label: (*l).to_owned(),
+            points: Vec::new(),
+        })
+        .collect();
     for &n in &clients {
         let pg_single = pgbench(&url, n, seconds, "UPDATE b2_ref SET v = v + 1 WHERE id = :id;");
         let pg_batch = pgbench(
@@ -65,6 +72,11 @@ pub fn run() {
         ) * 100.0;
         let single = rt.block_on(claims(&url, n, seconds, false));
         let batched = rt.block_on(claims(&url, n, seconds, true));
+        #[allow(clippy::cast_precision_loss)]
+        let x = n as f64;
+        series[0].points.push((x, pg_single));
+        series[1].points.push((x, single));
+        series[2].points.push((x, batched));
         println!(
             "| {n} | {pg_single:.0} | {single:.0} | {:.2} | {pg_batch:.0} | {batched:.0} | {:.2} |",
             single / pg_single,
@@ -73,6 +85,15 @@ pub fn run() {
     }
     println!();
     println!("ratio: claims per second over pgbench's single-row UPDATE tx/s (targets: single >= 0.5, batched > 1).");
+    if let Some(dir) = arg("--plot") {
+        crate::plot::lines(
+            &std::path::Path::new(&dir).join("b2-claims.svg"),
+            "B2 on PostgreSQL: claims per second against claimers",
+            "claimers (connections)",
+            "per second",
+            &series,
+        );
+    }
     rt.block_on(async {
         let mut admin = AnyConnection::connect(&base).await.unwrap();
         admin

@@ -3,7 +3,7 @@
 //! release mode:
 //!
 //! ```text
-//! cargo run --release -p quartz-bench -- all           # every workload, short defaults
+//! cargo run --release -p quartz-bench -- all           # every workload; plots to benches/
 //! cargo run --release -p quartz-bench -- b1 --triggers 1000 --nodes 1,2,3 --seconds 60
 //! ```
 //!
@@ -18,8 +18,38 @@ mod b2;
 mod b3;
 mod b4;
 mod b5;
+mod b6;
 mod node;
 mod os;
+mod plot;
+
+/// Every workload as BENCHMARKS.md describes it, with defaults that finish in
+/// about a quarter of an hour; plots go to `plots`.
+fn all(plots: &str) {
+    let pg = std::env::var("QUARTZ_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let mysql = std::env::var("QUARTZ_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
+    let sqlite = format!("sqlite://{}", std::env::temp_dir().join("quartz-bench-b1.db").display());
+    let runs: Vec<(&str, Vec<&str>)> = vec![
+        ("B1 on PostgreSQL", vec!["b1", "--url", &pg, "--nodes", "1,2,3", "--seconds", "30", "--plot", plots]),
+        ("B1 on MariaDB", vec!["b1", "--url", &mysql, "--nodes", "1,2,3", "--seconds", "30", "--plot", plots]),
+        ("B1 on SQLite", vec!["b1", "--url", &sqlite, "--nodes", "1", "--seconds", "30", "--plot", plots]),
+        ("B2 on PostgreSQL", vec!["b2", "--seconds", "4", "--plot", plots]),
+        ("B3", vec!["b3"]),
+        ("B4", vec!["b4"]),
+        ("B5 on PostgreSQL", vec!["b5", "--url", &pg, "--seconds", "40"]),
+        ("B5 on MariaDB", vec!["b5", "--url", &mysql, "--seconds", "40"]),
+        ("B6 on PostgreSQL", vec!["b6", "--url", &pg]),
+    ];
+    std::fs::create_dir_all(plots).expect("the plots directory");
+    for (title, args) in runs {
+        println!("\n### {title}\n\n`quartz-bench {}`\n", args.join(" "));
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(&args)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{title} failed");
+    }
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -29,16 +59,9 @@ fn main() {
         Some("b3") => b3::run(),
         Some("b4") => b4::run(),
         Some("b5") => b5::run(),
+        Some("b6") => b6::run(),
         Some("node") => node::run(&args[2..]),
-        Some("all") => {
-            for workload in ["b1", "b2", "b3", "b4", "b5"] {
-                let status = std::process::Command::new(std::env::current_exe().unwrap())
-                    .arg(workload)
-                    .status()
-                    .unwrap();
-                assert!(status.success(), "{workload} failed");
-            }
-        }
+        Some("all") => all(args.get(2).map_or("benches", String::as_str)),
         _ => {
             eprintln!("usage: quartz-bench b1|b2|b3|b4|b5|b6|all [options]   (see the crate docs)");
             std::process::exit(2);

@@ -6,12 +6,12 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use quartz_core::engine::{SchedulerBuilder, Settings};
+use quartz_core::engine::{SchedulerBuilder, Settings, Strategy};
 use quartz_store::SqlStore;
 
 /// Starts a node process; `settings` are `name=value` pairs (`poll_ms`,
 /// `window_ms`, `heartbeat_ms`, `dead_after_ms`, `misfire_ms`, `pool_queue`,
-/// `pool_core`).
+/// `pool_core`) and `strategy=first-come|id-hash|weighted|least-loaded`.
 pub fn spawn(url: &str, scheduler: &str, node_id: &str, settings: &[&str]) -> Child {
     let exe = std::env::current_exe().expect("the bench program's own path");
     Command::new(exe)
@@ -50,6 +50,16 @@ pub fn run(args: &[String]) {
     };
     for pair in rest {
         let (name, value) = pair.split_once('=').expect("name=value");
+        if name == "strategy" {
+            settings.strategy = match value {
+                "first-come" => Strategy::FirstCome,
+                "id-hash" => Strategy::IdHash,
+                "weighted" => Strategy::Weighted,
+                "least-loaded" => Strategy::LeastLoaded,
+                other => panic!("unknown strategy {other}"),
+            };
+            continue;
+        }
         let n: u64 = value.parse().expect("a number");
         let ms = Duration::from_millis(n);
         match name {

@@ -184,7 +184,10 @@ async fn storm() {
         let backend = args.url.split(':').next().unwrap_or("db");
         crate::plot::lines(
             &dir.join(format!("b1-lateness-{backend}.svg")),
-            &format!("B1 on {backend}: S = {} triggers every second, {} s", args.triggers, args.seconds),
+            &format!(
+                "B1 on {backend}: S = {} triggers every second, {} s",
+                args.triggers, args.seconds
+            ),
             "lateness (started_at - fire_time), ms",
             "fires started within it, %",
             &curves,

@@ -186,7 +186,7 @@ fn os_threads() -> usize {
 
 fn tiny(o: &Options, cores: usize, max: usize) {
     println!(
-        "\n## B4.1 tiny tasks: {} counter increments, median of {} runs\n",
+        "\n#### B4.1 tiny tasks: {} counter increments, median of {} runs\n",
         o.tiny, o.repeat
     );
     println!("| contender | tasks | tasks/s | time | slower than fastest by |");
@@ -235,7 +235,7 @@ fn tiny(o: &Options, cores: usize, max: usize) {
 fn bursts(o: &Options, cores: usize, max: usize) {
     let gap = o.keep_alive * 3;
     println!(
-        "\n## B4.2 bursts: {} bursts of {} tasks blocking 1 ms, idle gaps of {} ms (keep-alive {} ms)\n",
+        "\n#### B4.2 bursts: {} bursts of {} tasks blocking 1 ms, idle gaps of {} ms (keep-alive {} ms)\n",
         o.bursts,
         o.burst_size,
         gap.as_millis(),
@@ -281,7 +281,7 @@ fn bursts(o: &Options, cores: usize, max: usize) {
 
 fn queue_full(cores: usize, max: usize) {
     let submitted = 20_000usize;
-    println!("\n## B4.3 queue full at max: {submitted} tasks blocking 1 ms, try_submit, no retry\n");
+    println!("\n#### B4.3 queue full at max: {submitted} tasks blocking 1 ms, try_submit, no retry\n");
     let handled = Arc::new(AtomicU64::new(0));
     let handled_in_handler = Arc::clone(&handled);
     let pool = Pool::builder()
@@ -325,7 +325,7 @@ pub fn run() {
     let o = options();
     let cores = thread::available_parallelism().map_or(1, |n| n.get());
     let max = cores * quartz_pool::DEFAULT_MAX_PER_CORE;
-    println!("# B4: the pool ({cores} cores; thread budget {max} for every contender)");
+    println!("#### B4: the pool ({cores} cores; thread budget {max} for every contender)");
     tiny(&o, cores, max);
     bursts(&o, cores, max);
     queue_full(cores, max);

@@ -46,9 +46,24 @@ fn args() -> Args {
 /// promises for an outage of `n` missed times.
 fn cases() -> Vec<(&'static str, MisfirePolicy, bool, &'static str)> {
     vec![
-        ("cron", MisfirePolicy::FireNow, true, "1 late run; the missed times recorded skipped"),
-        ("cron", MisfirePolicy::DoNothing, true, "no late run; all missed times recorded skipped"),
-        ("cron", MisfirePolicy::IgnoreMisfires, true, "every missed time runs late"),
+        (
+            "cron",
+            MisfirePolicy::FireNow,
+            true,
+            "1 late run; the missed times recorded skipped",
+        ),
+        (
+            "cron",
+            MisfirePolicy::DoNothing,
+            true,
+            "no late run; all missed times recorded skipped",
+        ),
+        (
+            "cron",
+            MisfirePolicy::IgnoreMisfires,
+            true,
+            "every missed time runs late",
+        ),
         (
             "fixed rate",
             MisfirePolicy::RescheduleNowWithExistingCount,
@@ -98,7 +113,11 @@ async fn outage(args: Args) {
             .with_misfire_policy(*policy)
             .unwrap();
         store
-            .create_job(&scheduler, &JobSpec::new(format!("policy-{i}"), "noop"), &[ExecuteSpec::new(trigger)])
+            .create_job(
+                &scheduler,
+                &JobSpec::new(format!("policy-{i}"), "noop"),
+                &[ExecuteSpec::new(trigger)],
+            )
             .await
             .unwrap();
     }

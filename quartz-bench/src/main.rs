@@ -30,9 +30,48 @@ fn all(plots: &str) {
     let mysql = std::env::var("QUARTZ_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
     let sqlite = format!("sqlite://{}", std::env::temp_dir().join("quartz-bench-b1.db").display());
     let runs: Vec<(&str, Vec<&str>)> = vec![
-        ("B1 on PostgreSQL", vec!["b1", "--url", &pg, "--nodes", "1,2,3", "--seconds", "30", "--plot", plots]),
-        ("B1 on MariaDB", vec!["b1", "--url", &mysql, "--nodes", "1,2,3", "--seconds", "30", "--plot", plots]),
-        ("B1 on SQLite", vec!["b1", "--url", &sqlite, "--nodes", "1", "--seconds", "30", "--plot", plots]),
+        (
+            "B1 on PostgreSQL",
+            vec![
+                "b1",
+                "--url",
+                &pg,
+                "--nodes",
+                "1,2,3",
+                "--seconds",
+                "30",
+                "--plot",
+                plots,
+            ],
+        ),
+        (
+            "B1 on MariaDB",
+            vec![
+                "b1",
+                "--url",
+                &mysql,
+                "--nodes",
+                "1,2,3",
+                "--seconds",
+                "30",
+                "--plot",
+                plots,
+            ],
+        ),
+        (
+            "B1 on SQLite",
+            vec![
+                "b1",
+                "--url",
+                &sqlite,
+                "--nodes",
+                "1",
+                "--seconds",
+                "30",
+                "--plot",
+                plots,
+            ],
+        ),
         ("B2 on PostgreSQL", vec!["b2", "--seconds", "4", "--plot", plots]),
         ("B3", vec!["b3"]),
         ("B4", vec!["b4"]),

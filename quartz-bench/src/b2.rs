@@ -39,7 +39,7 @@ pub fn run() {
             .map(|c| c.trim().parse().expect("--clients 1,2,4"))
             .collect()
     });
-    let base = std::env::var("QUARTZ_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let base = crate::pg_url();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -58,9 +58,9 @@ pub async fn fresh_url(backend: &str, name: &str) -> String {
         }
         "postgres" | "mysql" => {
             let base = if backend == "postgres" {
-                std::env::var("QUARTZ_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+                crate::pg_url()
             } else {
-                std::env::var("QUARTZ_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+                crate::mysql_url()
             };
             sqlx::any::install_default_drivers();
             let pool = sqlx::AnyPool::connect(&base).await.expect("the database server");

@@ -29,7 +29,7 @@ struct Args {
 
 fn args() -> Args {
     let mut out = Args {
-        url: std::env::var("QUARTZ_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned()),
+        url: crate::pg_url(),
         triggers: 1_000,
         seconds: 40,
     };

@@ -23,11 +23,21 @@ mod node;
 mod os;
 mod plot;
 
+/// PostgreSQL: `QUARTZ_PG_URL`, or the local server.
+fn pg_url() -> String {
+    std::env::var("QUARTZ_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// MariaDB/MySQL: `QUARTZ_MYSQL_URL`, or the local server.
+fn mysql_url() -> String {
+    std::env::var("QUARTZ_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+}
+
 /// Every workload as BENCHMARKS.md describes it, with defaults that finish in
 /// about a quarter of an hour; plots go to `plots`.
 fn all(plots: &str) {
-    let pg = std::env::var("QUARTZ_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let mysql = std::env::var("QUARTZ_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
+    let pg = pg_url();
+    let mysql = mysql_url();
     let sqlite = format!("sqlite://{}", std::env::temp_dir().join("quartz-bench-b1.db").display());
     let runs: Vec<(&str, Vec<&str>)> = vec![
         (

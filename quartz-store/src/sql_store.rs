@@ -425,6 +425,25 @@ impl SqlStore {
         Ok(q.execute(&self.db.pool).await.map_err(db_error)?.rows_affected() == 1)
     }
 
+    /// A single-fire statement fenced by the owner and its live incarnation
+    /// (binds: the fire, then node id and incarnation twice); whether it won.
+    async fn fenced_while_live(
+        &self,
+        template: &'static str,
+        fire_id: i64,
+        node: &NodeRef,
+    ) -> Result<bool, StoreError> {
+        self.changed_one(
+            self.query(template)
+                .bind(fire_id)
+                .bind(node.node_id.clone())
+                .bind(node.incarnation)
+                .bind(node.node_id.clone())
+                .bind(node.incarnation),
+        )
+        .await
+    }
+
     async fn fire_transition(
         &self,
         template: &'static str,
@@ -1102,18 +1121,13 @@ impl Store for SqlStore {
     }
 
     async fn mark_running(&self, fire_id: i64, node: &NodeRef) -> Result<bool, StoreError> {
-        self.changed_one(
-            self.query(
-                "UPDATE quartz_fire SET state = 'running', started_at = {now} \
-                 WHERE id = ? AND state = 'claimed' AND node_id = ? AND incarnation = ? AND EXISTS \
-                 (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
-                 AND n.incarnation = ? AND n.state = 'live')",
-            )
-            .bind(fire_id)
-            .bind(node.node_id.clone())
-            .bind(node.incarnation)
-            .bind(node.node_id.clone())
-            .bind(node.incarnation),
+        self.fenced_while_live(
+            "UPDATE quartz_fire SET state = 'running', started_at = {now} \
+             WHERE id = ? AND state = 'claimed' AND node_id = ? AND incarnation = ? AND EXISTS \
+             (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
+             AND n.incarnation = ? AND n.state = 'live')",
+            fire_id,
+            node,
         )
         .await
     }
@@ -1131,18 +1145,13 @@ impl Store for SqlStore {
     }
 
     async fn confirm_start(&self, fire_id: i64, node: &NodeRef) -> Result<bool, StoreError> {
-        self.changed_one(
-            self.query(
-                "UPDATE quartz_fire SET started_at = {now} \
-                 WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ? AND EXISTS \
-                 (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
-                 AND n.incarnation = ? AND n.state = 'live')",
-            )
-            .bind(fire_id)
-            .bind(node.node_id.clone())
-            .bind(node.incarnation)
-            .bind(node.node_id.clone())
-            .bind(node.incarnation),
+        self.fenced_while_live(
+            "UPDATE quartz_fire SET started_at = {now} \
+             WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ? AND EXISTS \
+             (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
+             AND n.incarnation = ? AND n.state = 'live')",
+            fire_id,
+            node,
         )
         .await
     }

@@ -649,8 +649,9 @@ impl<S: Store> Inner<S> {
     /// Takes the queued fires whose claim time has come, dropping stale ones
     /// and ones already too late (the misfire handler decides those).
     fn take_due(&self, db_now: Timestamp) -> Vec<Pending> {
-        let mut queue = self.queue.lock();
+        // The same lock order as `enqueue`: tracked, then queue.
         let tracked = self.tracked.lock();
+        let mut queue = self.queue.lock();
         let mut due = Vec::new();
         let mut late = Vec::new();
         while due.len() < self.settings.claim_batch {
@@ -672,8 +673,8 @@ impl<S: Store> Inner<S> {
             }
             due.push(pending);
         }
-        drop(tracked);
         drop(queue);
+        drop(tracked);
         // One lock order on every node: by time, then by row. Claims of the same
         // rows in different orders by two nodes would deadlock.
         due.sort_by_key(|p| (p.fire.fire_time, p.execute_id));

@@ -45,7 +45,7 @@ pub fn run() {
         .build()
         .unwrap();
     let db = "quartz_bench_b2";
-    let url = rt.block_on(fresh_database(&base, db));
+    let url = rt.block_on(fresh_database(db));
     println!(
         "B2 on PostgreSQL ({}), {seconds} s per figure, 2 cores",
         redact_path(&base)
@@ -107,20 +107,9 @@ fn redact_path(url: &str) -> String {
     url.rsplit('@').next().unwrap_or(url).to_owned()
 }
 
-async fn fresh_database(base: &str, name: &str) -> String {
-    sqlx::any::install_default_drivers();
-    let mut admin = AnyConnection::connect(base)
-        .await
-        .expect("PostgreSQL reachable at QUARTZ_PG_URL");
-    admin
-        .execute(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-        .await
-        .unwrap();
-    admin
-        .execute(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .await
-        .unwrap();
-    let url = format!("{}/{name}", &base[..base.rfind('/').unwrap()]);
+/// A fresh database with pgbench's reference table: 100,000 rows.
+async fn fresh_database(name: &str) -> String {
+    let url = crate::fresh_url("postgres", name).await;
     let mut conn = AnyConnection::connect(&url).await.unwrap();
     conn.execute("CREATE TABLE b2_ref (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)")
         .await

@@ -46,42 +46,6 @@ fn args() -> Args {
     out
 }
 
-/// A database URL for a backend, on a fresh database (or file).
-pub async fn fresh_url(backend: &str, name: &str) -> String {
-    match backend {
-        "sqlite" => {
-            let path = std::env::temp_dir().join(format!("{name}.db"));
-            for suffix in ["", "-wal", "-shm"] {
-                let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-            }
-            format!("sqlite://{}", path.display())
-        }
-        "postgres" | "mysql" => {
-            let base = if backend == "postgres" {
-                crate::pg_url()
-            } else {
-                crate::mysql_url()
-            };
-            sqlx::any::install_default_drivers();
-            let pool = sqlx::AnyPool::connect(&base).await.expect("the database server");
-            let drop = if backend == "postgres" {
-                format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            } else {
-                format!("DROP DATABASE IF EXISTS {name}")
-            };
-            sqlx::query(AssertSqlSafe(drop)).execute(&pool).await.unwrap();
-            sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                .execute(&pool)
-                .await
-                .unwrap();
-            pool.close().await;
-            let cut = base.rfind('/').expect("a URL with a database");
-            format!("{}/{name}", &base[..cut])
-        }
-        other => panic!("unknown backend {other}"),
-    }
-}
-
 /// Rows the server has read so far: MariaDB/MySQL's `Rows_read`, server-wide
 /// (nothing else runs during the polls). Other backends: none.
 async fn rows_read(store: &SqlStore, backend: &str) -> Option<i64> {
@@ -183,7 +147,7 @@ pub fn run() {
 }
 
 async fn one(backend: &str, n: usize, polls: usize) {
-    let url = fresh_url(backend, &format!("quartz_bench_b3_{n}")).await;
+    let url = crate::fresh_url(backend, &format!("quartz_bench_b3_{n}")).await;
     let store = SqlStore::connect(&url).await.unwrap();
     let scheduler = "b3";
     fill(&store, scheduler, n).await;

@@ -13,6 +13,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+use sqlx::AssertSqlSafe;
+
 mod b1;
 mod b2;
 mod b3;
@@ -31,6 +33,38 @@ fn pg_url() -> String {
 /// MariaDB/MySQL: `QUARTZ_MYSQL_URL`, or the local server.
 fn mysql_url() -> String {
     std::env::var("QUARTZ_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+}
+
+/// A database URL for a backend, on a fresh database (or file).
+async fn fresh_url(backend: &str, name: &str) -> String {
+    match backend {
+        "sqlite" => {
+            let path = std::env::temp_dir().join(format!("{name}.db"));
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+            }
+            format!("sqlite://{}", path.display())
+        }
+        "postgres" | "mysql" => {
+            let base = if backend == "postgres" { pg_url() } else { mysql_url() };
+            sqlx::any::install_default_drivers();
+            let pool = sqlx::AnyPool::connect(&base).await.expect("the database server");
+            let drop = if backend == "postgres" {
+                format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            } else {
+                format!("DROP DATABASE IF EXISTS {name}")
+            };
+            sqlx::query(AssertSqlSafe(drop)).execute(&pool).await.unwrap();
+            sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+            let cut = base.rfind('/').expect("a URL with a database");
+            format!("{}/{name}", &base[..cut])
+        }
+        other => panic!("unknown backend {other}"),
+    }
 }
 
 /// Every workload as BENCHMARKS.md describes it, with defaults that finish in

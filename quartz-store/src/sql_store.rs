@@ -460,7 +460,7 @@ impl SqlStore {
     }
 
     async fn claim_in(&self, tx: &mut Transaction<'static, Any>, claim: &Claim) -> Result<Claimed, StoreError> {
-        if claim.exclusive && self.sibling_running(tx, claim.cas.execute_id).await? {
+        if claim.exclusive && self.job_has_open_fire(tx, claim.cas.execute_id).await? {
             return Ok(Claimed::Lost);
         }
         if self.db.backend == Backend::Postgres
@@ -583,7 +583,7 @@ impl SqlStore {
     /// For a job that disallows concurrency: locks the job's row (so that two
     /// claims of its executes are serialised, whichever nodes make them) and
     /// says whether a fire of the job is claimed or running.
-    async fn sibling_running(&self, tx: &mut Transaction<'static, Any>, execute_id: i64) -> Result<bool, StoreError> {
+    async fn job_has_open_fire(&self, tx: &mut Transaction<'static, Any>, execute_id: i64) -> Result<bool, StoreError> {
         self.query(
             "UPDATE quartz_job SET updated_at = updated_at \
              WHERE id = (SELECT job_id FROM quartz_execute WHERE id = ?)",

@@ -371,6 +371,16 @@ impl<S: Store> Inner<S> {
             );
         }
         let cutoff = Timestamp::from_millis(db_now.as_millis() - self.settings.misfire.threshold_ms);
+        // A fixed-delay fire waits for a finish that never comes: left alone.
+        let fires: Vec<Fire> = execute
+            .trigger
+            .fires_until(&execute.fire_state, cutoff)
+            .filter(|f| !matches!(f.next, NextFire::AfterFinish))
+            .take(RECOVERY_BATCH as usize)
+            .collect();
+        if fires.is_empty() {
+            return Ok(()); // the usual case: not overdue, others may have it
+        }
         let node = self.node();
         let mut known: Vec<&str> = self.handlers.keys().map(String::as_str).collect();
         known.sort_unstable();
@@ -379,12 +389,6 @@ impl<S: Store> Inner<S> {
             job.spec.handler,
             known.join(", ")
         );
-        // A fixed-delay fire waits for a finish that never comes: left alone.
-        let fires = execute
-            .trigger
-            .fires_until(&execute.fire_state, cutoff)
-            .filter(|f| !matches!(f.next, NextFire::AfterFinish))
-            .take(RECOVERY_BATCH as usize);
         for fire in fires {
             let Some(fire_id) = self.store.claim(&Claim::for_fire(execute.id, &fire, &node)).await? else {
                 break; // another node moved the row

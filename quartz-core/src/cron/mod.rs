@@ -50,6 +50,10 @@
 mod eval;
 mod parse;
 
+/// The longest cron expression accepted, in bytes (the stores' column holds
+/// 512 characters).
+pub const MAX_CRON_BYTES: usize = 512;
+
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;

@@ -83,8 +83,24 @@ const MONTHS: [&str; 12] = [
 ];
 const DAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 
+/// Refuses an expression longer than [`super::MAX_CRON_BYTES`] before anything
+/// else, without repeating it whole in the error.
+fn check_length(expr: &str) -> Result<(), Error> {
+    if expr.len() <= super::MAX_CRON_BYTES {
+        return Ok(());
+    }
+    let head: String = expr.chars().take(40).collect();
+    Err(Error::InvalidCron {
+        expr: format!("{head}…"),
+        field: None,
+        text: format!("{head}…"),
+        reason: format!("is {} bytes long; the most is {}", expr.len(), super::MAX_CRON_BYTES),
+    })
+}
+
 /// Parses a 6- or 7-field Quartz expression.
 pub(crate) fn parse(expr: &str) -> Result<Fields, Error> {
+    check_length(expr)?;
     let whole = |reason: String| Error::InvalidCron {
         expr: expr.to_owned(),
         field: None,
@@ -475,6 +491,7 @@ fn parse_item(f: &mut Fields, field: CronField, text: &str, set: &mut Set) -> Re
 /// Translates a standard 5-field Unix expression (minute hour day-of-month month
 /// day-of-week, with 0 or 7 = Sunday) into Quartz syntax.
 pub(crate) fn unix_to_quartz(expr: &str) -> Result<String, Error> {
+    check_length(expr)?;
     let whole = |reason: &str| Error::InvalidCron {
         expr: expr.to_owned(),
         field: None,
@@ -517,7 +534,8 @@ fn unix_weekdays(field: &str) -> Option<String> {
         if c.is_ascii_digit() {
             let mut n = c.to_digit(10)?;
             while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
-                n = n * 10 + d;
+                // A number too long for any weekday is refused, not wrapped.
+                n = n.checked_mul(10)?.checked_add(d)?;
                 chars.next();
             }
             if after_slash {

@@ -1272,7 +1272,8 @@ async fn a_handler_no_live_node_has_is_recorded_failed(db: &TestDb) {
                 assert_eq!(f.owner.as_ref().unwrap().node_id, plain_id);
                 let error = f.error.as_deref().unwrap();
                 assert!(error.contains("no live node ran handler \"special\""), "{error}");
-                let late = f.started_at.unwrap().as_millis() - f.fire_time.as_millis();
+                assert_eq!(f.started_at, None, "recorded failed without running");
+                let late = f.finished_at.unwrap().as_millis() - f.fire_time.as_millis();
                 assert!(late > 2_000, "recorded only past the threshold: {late} ms");
             }
             _ => {}

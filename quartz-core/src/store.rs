@@ -217,7 +217,12 @@ impl JobSpec {
                 self.payload.len()
             ));
         }
-        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&self.payload) {
+        // Decoded whole, as handlers and tools will: this also bounds its
+        // nesting (128 levels), which a skimming parser would not.
+        if let Err(e) = serde_json::from_str::<serde_json::Value>(&self.payload) {
+            if e.to_string().contains("recursion limit") {
+                return invalid("payload is nested deeper than 128 levels".to_owned());
+            }
             return invalid(format!("payload is not valid JSON: {e}"));
         }
         if self.description.len() > MAX_DESCRIPTION_BYTES {
@@ -947,8 +952,20 @@ pub trait Store: Send + Sync + 'static {
     /// The ids of the scheduler's jobs that have at least one child job.
     fn chain_parents(&self, scheduler: &str) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send;
 
-    /// Records a claimed fire as misfired (the pool refused it), with the reason.
+    /// Records a fire of this incarnation whose handler did not start as
+    /// misfired, with the reason: claimed (the pool refused it), or marked
+    /// running but found past the threshold when a thread took it. Its start
+    /// time is cleared.
     fn misfire_claimed(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        reason: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Records a claimed fire as failed without running it (no live node has
+    /// its handler), with the reason.
+    fn fail_claimed(
         &self,
         fire_id: i64,
         node: &NodeRef,

@@ -1266,7 +1266,18 @@ impl Store for SqlStore {
 
     async fn misfire_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
         self.fire_transition(
-            "UPDATE quartz_fire SET state = 'misfired', error = ?, finished_at = {now} \
+            "UPDATE quartz_fire SET state = 'misfired', error = ?, started_at = NULL, finished_at = {now} \
+             WHERE id = ? AND state IN ('claimed', 'running') AND node_id = ? AND incarnation = ?",
+            fire_id,
+            node,
+            Some(truncate(reason)),
+        )
+        .await
+    }
+
+    async fn fail_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
+        self.fire_transition(
+            "UPDATE quartz_fire SET state = 'failed', error = ?, finished_at = {now} \
              WHERE id = ? AND state = 'claimed' AND node_id = ? AND incarnation = ?",
             fire_id,
             node,

@@ -34,6 +34,7 @@ backend_tests!(
     history_filters_and_pages,
     edited_schedules_are_noticed_and_jobs_are_read_by_id,
     fires_start_and_succeed_in_batches_fenced,
+    fires_that_never_ran_are_recorded_without_a_start,
 );
 
 fn every_second(start: Timestamp) -> ExecuteSpec {
@@ -871,4 +872,48 @@ async fn fires_start_and_succeed_in_batches_fenced(db: &TestDb) {
         rows.iter()
             .all(|f| f.state != FireState::Succeeded || f.finished_at.is_some())
     );
+}
+
+/// A fire whose handler never ran: misfired when claimed or marked running
+/// (a thread took it past the threshold), failed when claimed (no node has
+/// its handler); fenced by incarnation, and with no start time either way.
+async fn fires_that_never_ran_are_recorded_without_a_start(db: &TestDb) {
+    let store = db.store().await;
+    let start = store.now().await.unwrap();
+    let node = register(&store, "recorder").await;
+    let other = register(&store, "stranger").await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let (execute_id, trigger) = ticking_job(&store, &format!("unrun-{i}"), start).await;
+        let fire = trigger
+            .fires_until(
+                &quartz_core::trigger::TriggerState::initial(&trigger),
+                start.checked_add_millis(1).unwrap(),
+            )
+            .next()
+            .unwrap();
+        ids.push(store.claim(&claim_of(execute_id, &fire, &node)).await.unwrap().unwrap());
+    }
+    // Marked running, then found late: misfired, its start cleared.
+    assert_eq!(store.mark_running_all(&ids[..1], &node).await.unwrap(), vec![ids[0]]);
+    assert!(!store.misfire_claimed(ids[0], &other, "late").await.unwrap(), "fenced");
+    assert!(store.misfire_claimed(ids[0], &node, "late").await.unwrap());
+    // Claimed: misfired (refused by the pool) or failed (no handler).
+    assert!(store.misfire_claimed(ids[1], &node, "refused").await.unwrap());
+    assert!(
+        !store.fail_claimed(ids[2], &other, "no handler").await.unwrap(),
+        "fenced"
+    );
+    assert!(store.fail_claimed(ids[2], &node, "no handler").await.unwrap());
+    assert!(!store.fail_claimed(ids[2], &node, "again").await.unwrap(), "once");
+    let rows = common::ledger(&store, S).await;
+    let state = |id: i64| rows.iter().find(|f| f.id == id).unwrap();
+    assert_eq!(state(ids[0]).state, FireState::Misfired);
+    assert_eq!(state(ids[1]).state, FireState::Misfired);
+    assert_eq!(state(ids[2]).state, FireState::Failed);
+    assert_eq!(state(ids[2]).error.as_deref(), Some("no handler"));
+    for id in ids {
+        assert_eq!(state(id).started_at, None);
+        assert!(state(id).finished_at.is_some());
+    }
 }

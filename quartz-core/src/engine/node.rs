@@ -63,6 +63,15 @@ struct Track {
     horizon: Timestamp,
 }
 
+/// What a fire's pool task reports.
+enum Ran {
+    /// The handler ran, with this outcome.
+    Done(JobResult),
+    /// A thread took the fire this many milliseconds after its time, past the
+    /// misfire threshold: the handler did not run.
+    Late(i64),
+}
+
 /// A won fire, on its way to a handler.
 #[derive(Debug, Clone)]
 struct RunFire {
@@ -109,6 +118,12 @@ pub(crate) struct Inner<S> {
     /// Misfired fires their policy runs as soon as the pool has room.
     backlog: Mutex<VecDeque<RunFire>>,
     backlog_changed: Notify,
+    /// This node's own heartbeats: (last written, written without a gap
+    /// since). A node judges others dead only after it has itself been
+    /// heart-beating without a gap for `dead_after`: after an outage of the
+    /// database every heartbeat is stale, and the living need time to write
+    /// theirs again.
+    heartbeats: Mutex<Option<(std::time::Instant, std::time::Instant)>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     warned: Mutex<HashSet<String>>,
     /// Jobs that have child jobs, as of the last poll: their successes start
@@ -212,6 +227,7 @@ impl<S: Store> Inner<S> {
             counters: Mutex::new(Counters::default()),
             backlog: Mutex::new(VecDeque::new()),
             backlog_changed: Notify::new(),
+            heartbeats: Mutex::new(None),
             tasks: Mutex::new(Vec::new()),
             warned: Mutex::new(HashSet::new()),
             parents: RwLock::new(HashSet::new()),
@@ -393,9 +409,7 @@ impl<S: Store> Inner<S> {
             let Some(fire_id) = self.store.claim(&Claim::for_fire(execute.id, &fire, &node)).await? else {
                 break; // another node moved the row
             };
-            if self.store.mark_running_all(&[fire_id], &node).await?.contains(&fire_id) {
-                let failed = Outcome::Failed { error: error.clone() };
-                self.store.finish(fire_id, &node, &failed).await?;
+            if self.store.fail_claimed(fire_id, &node, &error).await? {
                 self.count(|c| c.failed += 1);
             }
         }
@@ -785,7 +799,13 @@ impl<S: Store> Inner<S> {
             let (cancel_tx, cancellation) = Cancellation::new();
             let (started_tx, started_rx) = oneshot::channel::<Result<bool, StoreError>>();
             let (go_tx, go_rx) = std::sync::mpsc::sync_channel::<Option<std::time::Instant>>(1);
-            let (done_tx, done_rx) = oneshot::channel::<JobResult>();
+            let (done_tx, done_rx) = oneshot::channel::<Ran>();
+            // A fire won by a poll, on its first attempt, is misfired when a
+            // thread takes it past the threshold (late runs, retries,
+            // recoveries and children are late by design).
+            let fire_time = run.fire_time;
+            let threshold_ms =
+                (run.attempt == 1 && run.trigger.is_some()).then_some(self.settings.misfire.threshold_ms);
             let ctx = JobContext {
                 job_id: run.job.id,
                 job_name: Arc::from(run.job.spec.name.as_str()),
@@ -804,18 +824,34 @@ impl<S: Store> Inner<S> {
             let task = move || {
                 // Started (fenced) by the launcher, or refused: only then run.
                 let Ok(Some(marked)) = go_rx.recv() else { return };
+                // Past the threshold (it waited for a thread, or for the
+                // database to mark it running): its policy decides.
+                let past_threshold = || {
+                    let late_ms = inner.clock.db_now().as_millis() - fire_time.as_millis();
+                    threshold_ms.is_some_and(|limit| late_ms > limit).then_some(late_ms)
+                };
+                if let Some(late_ms) = past_threshold() {
+                    let _ = done_tx.send(Ran::Late(late_ms));
+                    return;
+                }
                 // Waited on the pool past the bound (a busy pool, or this
                 // process paused): its ownership is confirmed again, and its
                 // start time set to now, before it runs. A node declared dead
                 // meanwhile runs nothing it lost.
-                if marked.elapsed() > START_RECHECK
-                    && !matches!(runtime.block_on(inner.store.confirm_start(fire_id, &owner)), Ok(true))
-                {
-                    tracing::warn!(fire_id, "fire not run: this incarnation no longer owns it");
-                    return;
+                if marked.elapsed() > START_RECHECK {
+                    if !matches!(runtime.block_on(inner.store.confirm_start(fire_id, &owner)), Ok(true)) {
+                        tracing::warn!(fire_id, "fire not run: this incarnation no longer owns it");
+                        return;
+                    }
+                    // The confirmation itself may have waited for the
+                    // database (connections killed, the server restarting).
+                    if let Some(late_ms) = past_threshold() {
+                        let _ = done_tx.send(Ran::Late(late_ms));
+                        return;
+                    }
                 }
                 let result = handler.call(ctx, &runtime);
-                let _ = done_tx.send(result);
+                let _ = done_tx.send(Ran::Done(result));
             };
             self.inflight.fetch_add(1, Ordering::SeqCst);
             match self.pool.try_submit(task) {
@@ -864,7 +900,7 @@ impl<S: Store> Inner<S> {
         self: Arc<Self>,
         run: RunFire,
         started_rx: oneshot::Receiver<Result<bool, StoreError>>,
-        done_rx: oneshot::Receiver<JobResult>,
+        done_rx: oneshot::Receiver<Ran>,
         cancel_tx: watch::Sender<Option<CancelReason>>,
     ) {
         self.follow(&run, started_rx, done_rx, cancel_tx).await;
@@ -875,7 +911,7 @@ impl<S: Store> Inner<S> {
         self: &Arc<Self>,
         run: &RunFire,
         started_rx: oneshot::Receiver<Result<bool, StoreError>>,
-        done_rx: oneshot::Receiver<JobResult>,
+        done_rx: oneshot::Receiver<Ran>,
         cancel_tx: watch::Sender<Option<CancelReason>>,
     ) {
         match started_rx.await {
@@ -916,11 +952,21 @@ impl<S: Store> Inner<S> {
                     r = done_rx => r.ok(),
                     () = tokio::time::sleep(limit) => {
                         let _ = cancel_tx.send(Some(CancelReason::TimedOut));
-                        Some(Err(format!("timed out after {} ms; the handler was asked to stop", limit.as_millis()).into()))
+                        Some(Ran::Done(Err(format!("timed out after {} ms; the handler was asked to stop", limit.as_millis()).into())))
                     }
                 }
             }
             None => done_rx.await.ok(),
+        };
+        let result = match result {
+            Some(Ran::Late(late_ms)) => {
+                self.running.lock().remove(&run.fire_id);
+                let cause = format!("a thread took it {late_ms} ms after its time");
+                self.misfired(run.clone(), &cause, false).await;
+                return;
+            }
+            Some(Ran::Done(result)) => Some(result),
+            None => None,
         };
         self.running.lock().remove(&run.fire_id);
         let outcome = match result {
@@ -1220,13 +1266,23 @@ impl<S: Store> Inner<S> {
         if !self.store.heartbeat(&self.scheduler, &node, busy as u64).await? {
             self.rejoin(&node).await?;
         }
+        let steady = {
+            let now = std::time::Instant::now();
+            let mut heartbeats = self.heartbeats.lock();
+            let since = match *heartbeats {
+                Some((last, since)) if now.duration_since(last) <= self.settings.dead_after / 2 => since,
+                _ => now, // the first, or after a gap: this node was cut off too
+            };
+            *heartbeats = Some((now, since));
+            now.duration_since(since) >= self.settings.dead_after
+        };
         let db_now = self.db_now().await?;
         let members = self.store.list_nodes(&self.scheduler).await?;
         let dead_after = duration_ms(self.settings.dead_after);
         let me = self.node();
         for member in &members {
             let silent = db_now.as_millis() - member.heartbeat_at.as_millis();
-            if member.state == NodeState::Live && member.node_id != me.node_id && silent > dead_after {
+            if steady && member.state == NodeState::Live && member.node_id != me.node_id && silent > dead_after {
                 let theirs = NodeRef {
                     node_id: member.node_id.clone(),
                     incarnation: member.incarnation,
@@ -1342,11 +1398,9 @@ impl<S: Store> Inner<S> {
                 if self.store.take_over(&fire, node).await? {
                     self.count(|c| c.recovered += 1);
                     let late_ms = self.clock.db_now().as_millis() - fire.fire_time.as_millis();
-                    let trigger = if late_ms > self.settings.misfire.threshold_ms {
-                        self.trigger_of(job, fire.execute_id).await?
-                    } else {
-                        None
-                    };
+                    // Its trigger's policy decides if it is past the
+                    // threshold now, or when a thread takes it.
+                    let trigger = self.trigger_of(job, fire.execute_id).await?;
                     // A child's fire (the execute is its parent's) has no
                     // trigger of its own: it runs whenever it is found.
                     let chained = job.spec.parent.is_some() && trigger.is_none();
@@ -1371,7 +1425,13 @@ impl<S: Store> Inner<S> {
                             "firing a claimed fire its node did not start"
                         );
                         self.unstarted.lock().insert(fire.id);
-                        self.launch_at(fire.fire_time, vec![run(fire.id, fire.attempt)]);
+                        self.launch_at(
+                            fire.fire_time,
+                            vec![RunFire {
+                                trigger,
+                                ..run(fire.id, fire.attempt)
+                            }],
+                        );
                     }
                 }
             }

@@ -130,8 +130,11 @@ pub(crate) fn redact(url: &str) -> String {
 /// How a store connects.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
-    /// Most connections in the pool (default 10; an in-memory SQLite database
-    /// always uses 1).
+    /// Most connections in the pool to a server (default 10). SQLite always
+    /// uses one per process: it has a single writer, which one connection
+    /// feeds in order, where several would wait for it in the busy handler's
+    /// sleeps (up to 100 ms each); an in-memory database lives in its one
+    /// connection.
     pub max_connections: u32,
     /// How long to wait for a connection before failing (default 10 s).
     pub acquire_timeout: Duration,
@@ -172,7 +175,11 @@ impl Db {
             url.push_str("mode=rwc");
         }
         let mut pool = AnyPoolOptions::new()
-            .max_connections(if memory { 1 } else { options.max_connections.max(1) })
+            .max_connections(if backend == Backend::Sqlite {
+                1
+            } else {
+                options.max_connections.max(1)
+            })
             .acquire_timeout(options.acquire_timeout);
         if memory {
             // The database lives as long as its one connection.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{TestDb, ledger, wait_until};
+use common::{TestDb, ledger, wait_for, wait_until};
 use quartz::engine::{Phase, Strategy};
 use quartz::misfire::{MisfirePolicy, MisfireSettings};
 use quartz::prelude::*;
@@ -24,9 +24,9 @@ use quartz::store::{FireRecord, FireState, NodeRef, NodeRegistration};
 /// One test per backend the engine supports: SQLite (file), PostgreSQL, MariaDB.
 macro_rules! engine_tests {
     ($($name:ident),* $(,)?) => {
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::SqliteFile, |db| Box::pin(super::$name(db))).await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::Postgres, |db| Box::pin(super::$name(db))).await } )* }
-        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::MySql, |db| Box::pin(super::$name(db))).await } )* }
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::log_if_asked(); $crate::common::run($crate::common::Kind::SqliteFile, |db| Box::pin(super::$name(db))).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::log_if_asked(); $crate::common::run($crate::common::Kind::Postgres, |db| Box::pin(super::$name(db))).await } )* }
+        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::log_if_asked(); $crate::common::run($crate::common::Kind::MySql, |db| Box::pin(super::$name(db))).await } )* }
     };
 }
 
@@ -49,6 +49,16 @@ engine_tests!(
 );
 
 const CLUSTER: &str = "test-cluster";
+
+/// The nodes' logs on the test's output, when `RUST_LOG` asks for them.
+fn log_if_asked() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
 
 /// Settings for tests: short intervals, the same guarantees.
 fn fast() -> Settings {
@@ -697,10 +707,10 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
         job_id("delayed").await,
         job_id("exclusive").await,
     );
-    wait_until(Duration::from_secs(20), "every job to finish its fires", || async {
+    wait_for(Duration::from_secs(20), "every job to finish its fires", || async {
         let rows = ledger(&store, CLUSTER).await;
         let done = |id: i64, state: FireState| rows.iter().filter(|f| f.job_id == id && f.state == state).count();
-        done(flaky_id, FireState::Succeeded) == 1
+        let finished = done(flaky_id, FireState::Succeeded) == 1
             && done(stuck_id, FireState::Failed) == 1
             && done(panics_id, FireState::Failed) == 1
             && done(delayed_id, FireState::Succeeded) == 4
@@ -708,7 +718,8 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
                 .iter()
                 .filter(|f| f.job_id == exclusive_id)
                 .all(|f| !matches!(f.state, FireState::Claimed | FireState::Running))
-            && store.now().await.unwrap() > start.saturating_add_millis(5_500)
+            && store.now().await.unwrap() > start.saturating_add_millis(5_500);
+        if finished { Ok(()) } else { Err(format!("{rows:#?}")) }
     })
     .await;
     let rows = ledger(&store, CLUSTER).await;

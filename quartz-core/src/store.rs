@@ -33,6 +33,11 @@ pub const MAX_ERROR_BYTES: usize = 8_000;
 /// The most attempts a retry policy may ask for.
 pub const MAX_ATTEMPTS: u32 = 100;
 
+/// The most fires one call of [`Store::mark_running_all`] or
+/// [`Store::succeed_all`] changes atomically. Callers that must know, after
+/// an error, that none of the fires changed pass at most this many.
+pub const FIRES_PER_BATCH: usize = 64;
+
 /// What a store call can fail with.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -75,6 +80,14 @@ pub enum StoreError {
     #[error("migration failed: {reason}")]
     Migration {
         /// What went wrong.
+        reason: String,
+    },
+    /// The database rolled the transaction back to break a deadlock or a
+    /// serialization conflict with another transaction; nothing of it was
+    /// stored and the call may be retried.
+    #[error("database conflict (the transaction was rolled back): {reason}")]
+    Conflict {
+        /// What the driver said.
         reason: String,
     },
     /// Any other database error.
@@ -892,8 +905,11 @@ pub trait Store: Send + Sync + 'static {
     /// row, in one transaction. `Some(fire id)` when this caller won.
     fn claim(&self, claim: &Claim) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
 
-    /// Many claims in one transaction, with the same guarantee for each; the
-    /// result says, claim by claim, which were won.
+    /// Many claims, with the same guarantee for each; the result says, claim
+    /// by claim, which were won. The claims share one transaction, except
+    /// those of jobs that disallow concurrency, which take one each: such a
+    /// claim that fails after others were stored counts as not won, so that
+    /// an `Err` always means that no claim was stored.
     fn claim_batch(&self, claims: &[Claim]) -> impl Future<Output = Result<Vec<Option<i64>>, StoreError>> + Send;
 
     // ---- the fire lifecycle ----
@@ -904,7 +920,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Marks claimed fires running, fenced as [`Store::mark_running`], in a
     /// few statements for many fires (fires due at the same instant start
-    /// together); returns the ids that were started.
+    /// together); returns the ids that were started. Up to
+    /// [`FIRES_PER_BATCH`] fires change atomically: an error then means none
+    /// was started.
     fn mark_running_all(
         &self,
         fire_ids: &[i64],
@@ -919,7 +937,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Records the success of many running fires of this node's incarnation
     /// in a few statements; returns the ids recorded (a fire no longer this
-    /// incarnation's is left out).
+    /// incarnation's is left out). Up to [`FIRES_PER_BATCH`] fires change
+    /// atomically.
     fn succeed_all(
         &self,
         fire_ids: &[i64],

@@ -32,8 +32,8 @@ macro_rules! chain_insert {
     };
 }
 
-/// How many fires one batched start names.
-const FIRES_PER_STATEMENT: usize = 64;
+/// How many fires one batched start names: the store's atomic batch.
+const FIRES_PER_STATEMENT: usize = quartz_core::store::FIRES_PER_BATCH;
 
 /// `?, ?, …` for [`FIRES_PER_STATEMENT`] ids.
 fn fire_id_list() -> String {
@@ -584,14 +584,25 @@ impl SqlStore {
     /// claims of its executes are serialised, whichever nodes make them) and
     /// says whether a fire of the job is claimed or running.
     async fn job_has_open_fire(&self, tx: &mut Transaction<'static, Any>, execute_id: i64) -> Result<bool, StoreError> {
-        self.query(
-            "UPDATE quartz_job SET updated_at = updated_at \
-             WHERE id = (SELECT job_id FROM quartz_execute WHERE id = ?)",
-        )
-        .bind(execute_id)
-        .execute(&mut **tx)
-        .await
-        .map_err(db_error)?;
+        // The job's id by a plain read first (an execute never changes job):
+        // a subquery in the UPDATE would lock the execute row before the
+        // job's on MySQL, where another claim of the job takes the job's row
+        // first, then its own execute's, and the two would deadlock.
+        let Some(job) = self
+            .query("SELECT job_id FROM quartz_execute WHERE id = ?")
+            .bind(execute_id)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?
+        else {
+            return Ok(false);
+        };
+        let job_id: i64 = job.try_get(0).map_err(db_error)?;
+        self.query("UPDATE quartz_job SET updated_at = updated_at WHERE id = ?")
+            .bind(job_id)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
         // Any open fire of the job counts, whatever its execute's state (the
         // last fire of a trigger leaves it complete while it runs). The open
         // fires are few and indexed by (scheduler, state). A locking read sees
@@ -612,6 +623,18 @@ impl SqlStore {
             .await
             .map_err(db_error)?;
         Ok(row.is_some())
+    }
+
+    /// One claim in a transaction of its own, tried again (up to three
+    /// times) when the database rolls it back to break a deadlock.
+    async fn claim_retrying_conflicts(&self, claim: &Claim) -> Result<Option<i64>, StoreError> {
+        let mut tries = 0;
+        loop {
+            match self.claim(claim).await {
+                Err(StoreError::Conflict { .. }) if tries < 2 => tries += 1,
+                other => return other,
+            }
+        }
     }
 
     /// PostgreSQL: the claim as one statement, the compare-and-set in a
@@ -1107,10 +1130,20 @@ impl Store for SqlStore {
                 self.claim_together(&shared).await?
             }
             .into_iter();
+            // The shared claims are committed: from here no error may hide
+            // them from the caller. An exclusive claim that fails was rolled
+            // back; it counts as not won, and the next poll offers it again.
             let mut won = Vec::with_capacity(claims.len());
             for claim in claims {
                 won.push(if claim.exclusive {
-                    self.claim(claim).await?
+                    match self.claim_retrying_conflicts(claim).await {
+                        Ok(won) => won,
+                        Err(e) => {
+                            tracing::warn!(execute_id = claim.cas.execute_id, error = %e,
+                                "exclusive claim failed; the next poll offers it again");
+                            None
+                        }
+                    }
                 } else {
                     shared_won.next().flatten()
                 });
@@ -1577,7 +1610,8 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
 }
 
 /// Maps a driver error: connection trouble is [`StoreError::Unavailable`] (the
-/// caller may retry), the rest [`StoreError::Database`].
+/// caller may retry), a deadlock or serialization failure is
+/// [`StoreError::Conflict`], the rest [`StoreError::Database`].
 pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
     match e {
         sqlx::Error::Io(_)
@@ -1586,10 +1620,19 @@ pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::Protocol(_) => StoreError::Unavailable { reason: e.to_string() },
+        sqlx::Error::Database(ref db) if is_conflict(db.code().as_deref()) => {
+            StoreError::Conflict { reason: e.to_string() }
+        }
         other => StoreError::Database {
             reason: other.to_string(),
         },
     }
+}
+
+/// SQLSTATE 40001 (serialization failure; MySQL's deadlock 1213 carries it)
+/// and 40P01 (PostgreSQL's deadlock): the server rolled the transaction back.
+fn is_conflict(code: Option<&str>) -> bool {
+    matches!(code, Some("40001" | "40P01"))
 }
 
 fn count_to_i64(n: u64) -> i64 {

@@ -19,8 +19,8 @@ use super::handler::{CancelReason, Cancellation, Handler, JobContext, JobResult}
 use super::{Counters, NodeStatus, Phase, SchedulerError, Settings, ShutdownSummary, Strategy};
 use crate::misfire::MisfirePolicy;
 use crate::store::{
-    ChainedFire, Claim, Execute, ExecuteCas, ExecuteState, FireRecord, FireState, Job, JobSpec, JobState, Node,
-    NodeRef, NodeRegistration, NodeState, Outcome, SkippedRecord, Store, StoreError, TriggerColumns,
+    ChainedFire, Claim, Execute, ExecuteCas, ExecuteState, FIRES_PER_BATCH, FireRecord, FireState, Job, JobSpec,
+    JobState, Node, NodeRef, NodeRegistration, NodeState, Outcome, SkippedRecord, Store, StoreError, TriggerColumns,
 };
 use crate::time::Timestamp;
 use crate::trigger::{Fire, NextFire, Schedule, Trigger, TriggerState};
@@ -39,7 +39,7 @@ const FINISH_TRIES: u32 = 5;
 /// its ownership confirmed again before it runs.
 const START_RECHECK: Duration = Duration::from_millis(100);
 /// The most successes recorded by one statement batch.
-const SUCCESS_BATCH: usize = 256;
+const SUCCESS_BATCH: usize = FIRES_PER_BATCH;
 
 /// A fire waiting for its claim.
 #[derive(Debug)]
@@ -881,15 +881,19 @@ impl<S: Store> Inner<S> {
                 }
             }
             // Fenced: refused unless this incarnation still owns each fire
-            // and is live.
-            let started = inner.store.mark_running_all(&ids, &node).await;
-            for (id, go_tx, started_tx) in accepted {
-                let outcome = match &started {
-                    Ok(started) => Ok(started.contains(&id)),
-                    Err(e) => Err(StoreError::Database { reason: e.to_string() }),
-                };
-                let _ = go_tx.send(matches!(outcome, Ok(true)).then(std::time::Instant::now));
-                let _ = started_tx.send(outcome);
+            // and is live. Each call is all-or-nothing: an error says of
+            // every fire it names that it did not start.
+            let mut accepted = accepted.into_iter();
+            for chunk in ids.chunks(FIRES_PER_BATCH) {
+                let started = inner.store.mark_running_all(chunk, &node).await;
+                for (id, go_tx, started_tx) in accepted.by_ref().take(chunk.len()) {
+                    let outcome = match &started {
+                        Ok(started) => Ok(started.contains(&id)),
+                        Err(e) => Err(StoreError::Database { reason: e.to_string() }),
+                    };
+                    let _ = go_tx.send(matches!(outcome, Ok(true)).then(std::time::Instant::now));
+                    let _ = started_tx.send(outcome);
+                }
             }
         });
     }

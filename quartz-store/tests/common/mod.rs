@@ -236,3 +236,25 @@ where
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// Waits until `check` returns `Ok`, failing the test with `what` and the
+/// last state `check` described after `limit`.
+#[allow(dead_code)]
+pub async fn wait_for<F, Fut>(limit: std::time::Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let state = match check().await {
+            Ok(()) => return,
+            Err(state) => state,
+        };
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}; last seen: {state}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -46,6 +46,7 @@ engine_tests!(
     strategies_offer_executes_by_weight_and_by_load,
     a_handler_no_live_node_has_is_recorded_failed,
     a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead,
+    a_claim_its_live_node_lost_track_of_is_recovered,
 );
 
 const CLUSTER: &str = "test-cluster";
@@ -1361,5 +1362,50 @@ async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &Tes
     .await;
     assert_eq!(ran.load(Ordering::SeqCst), 0, "a fire the node lost was run");
     assert!(n.node().incarnation > first.incarnation, "the node rejoined");
+    n.shutdown().await;
+}
+
+/// A claim stored by a commit whose answer never came back (the connection
+/// cut at that moment) leaves a fire claimed by a live node that does not
+/// know of it: the node finds it and recovers it, as it would a dead node's.
+async fn a_claim_its_live_node_lost_track_of_is_recovered(db: &TestDb) {
+    let runs = Runs::default();
+    let n = node(db, fast(), &runs).await;
+    let store = n.store().clone();
+    let now = store.now().await.unwrap();
+    // A job whose one trigger fires in an hour: the node claims nothing of it.
+    let later = Trigger::new(Schedule::Once, now.saturating_add_millis(3_600_000)).unwrap();
+    n.add_job(&JobSpec::new("lost", "count"), &[ExecuteSpec::new(later)])
+        .await
+        .unwrap();
+    let me = n.node();
+    // The row the node's own claim wrote a second ago, its answer lost.
+    let t = now.as_millis() - 1_000;
+    db.sql(
+        &store,
+        &format!(
+            "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+             state, claimed_at, fire_count) SELECT e.scheduler, e.id, e.job_id, {t}, 1, '{}', {}, 'claimed', {t}, 1 \
+             FROM quartz_execute e JOIN quartz_job j ON j.id = e.job_id WHERE j.name = 'lost'",
+            me.node_id, me.incarnation
+        ),
+    )
+    .await;
+    let lost = |rows: &[FireRecord]| rows.iter().find(|f| f.fire_time.as_millis() == t).cloned();
+    wait_for(Duration::from_secs(15), "the lost claim to be recovered", || async {
+        match lost(&ledger(&store, CLUSTER).await) {
+            Some(f) if f.state != FireState::Claimed => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // Found past the misfire threshold: its trigger's policy decided.
+    let f = lost(&ledger(&store, CLUSTER).await).unwrap();
+    assert!(
+        matches!(f.state, FireState::Running | FireState::Succeeded | FireState::Misfired),
+        "{f:?}"
+    );
+    assert_eq!(n.node(), me, "the node was never declared dead");
+    assert_eq!(n.status().phase, Phase::Running);
     n.shutdown().await;
 }

@@ -227,7 +227,20 @@ fn cannot_inject(what: &str) -> Option<String> {
 }
 
 /// libfaketime's library, installing Debian's package when it is missing.
+/// Once per process: the backends' suites run side by side and would
+/// otherwise both take dpkg's lock.
 fn faketime_library() -> Option<PathBuf> {
+    static FOUND: std::sync::Mutex<Option<Option<PathBuf>>> = std::sync::Mutex::new(None);
+    let mut found = FOUND.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(lib) = found.as_ref() {
+        return lib.clone();
+    }
+    let lib = find_or_install_faketime();
+    *found = Some(lib.clone());
+    lib
+}
+
+fn find_or_install_faketime() -> Option<PathBuf> {
     let find = || {
         [
             "/usr/lib/x86_64-linux-gnu/faketime",
@@ -242,7 +255,9 @@ fn faketime_library() -> Option<PathBuf> {
         return Some(lib);
     }
     eprintln!("libfaketime is missing: installing Debian's package libfaketime");
-    let install = "apt-get install -y libfaketime || (apt-get update && apt-get install -y libfaketime)";
+    // Waits for dpkg's lock when another installation holds it.
+    let install = "apt-get -o DPkg::Lock::Timeout=300 install -y libfaketime || \
+         (apt-get -o DPkg::Lock::Timeout=300 update && apt-get -o DPkg::Lock::Timeout=300 install -y libfaketime)";
     let status = Command::new("sh").args(["-c", install]).stdout(Stdio::null()).status();
     find().or_else(|| {
         cannot_inject(&format!(

@@ -19,8 +19,9 @@ use super::handler::{CancelReason, Cancellation, Handler, JobContext, JobResult}
 use super::{Counters, NodeStatus, Phase, SchedulerError, Settings, ShutdownSummary, Strategy};
 use crate::misfire::MisfirePolicy;
 use crate::store::{
-    ChainedFire, Claim, Execute, ExecuteCas, ExecuteState, FIRES_PER_BATCH, FireRecord, FireState, Job, JobSpec,
-    JobState, Node, NodeRef, NodeRegistration, NodeState, Outcome, SkippedRecord, Store, StoreError, TriggerColumns,
+    ChainedFire, Claim, Execute, ExecuteCas, ExecuteState, FIRES_PER_BATCH, FireQuery, FireRecord, FireState, Job,
+    JobSpec, JobState, Node, NodeRef, NodeRegistration, NodeState, Outcome, SkippedRecord, Store, StoreError,
+    TriggerColumns,
 };
 use crate::time::Timestamp;
 use crate::trigger::{Fire, NextFire, Schedule, Trigger, TriggerState};
@@ -124,6 +125,8 @@ pub(crate) struct Inner<S> {
     /// database every heartbeat is stale, and the living need time to write
     /// theirs again.
     heartbeats: Mutex<Option<(std::time::Instant, std::time::Instant)>>,
+    /// When this node last looked for fires it claimed without knowing it.
+    swept: Mutex<Option<std::time::Instant>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     warned: Mutex<HashSet<String>>,
     /// Jobs that have child jobs, as of the last poll: their successes start
@@ -228,6 +231,7 @@ impl<S: Store> Inner<S> {
             backlog: Mutex::new(VecDeque::new()),
             backlog_changed: Notify::new(),
             heartbeats: Mutex::new(None),
+            swept: Mutex::new(None),
             tasks: Mutex::new(Vec::new()),
             warned: Mutex::new(HashSet::new()),
             parents: RwLock::new(HashSet::new()),
@@ -1334,15 +1338,17 @@ impl<S: Store> Inner<S> {
         if self.stopping() || *self.phase.lock() != Phase::Running {
             return Ok(());
         }
+        let node = self.node();
         let fires = self.store.orphaned_fires(&self.scheduler, RECOVERY_BATCH).await?;
         if !fires.is_empty() {
             let jobs = self.jobs(fires.iter().map(|f| f.job_id)).await?;
-            let node = self.node();
             for fire in fires {
                 let job = jobs.get(&fire.job_id);
-                self.recover_fire(fire, job, &node).await?;
+                self.recover_fire(fire, job, &node, "recovered from a node that is gone")
+                    .await?;
             }
         }
+        self.sweep_own_claims(&node).await?;
         let executes = self.store.orphaned_executes(&self.scheduler, RECOVERY_BATCH).await?;
         if !executes.executes.is_empty() {
             let db_now = self.db_now().await?;
@@ -1367,6 +1373,57 @@ impl<S: Store> Inner<S> {
         Ok(())
     }
 
+    /// Fires this incarnation claimed but does not know of: a claim stored
+    /// by a commit whose answer was lost (the connection cut at that
+    /// moment). Once past their time by the misfire threshold and
+    /// `dead_after`, they are recovered as a dead node's are; the
+    /// compare-and-set on their state keeps a start still on its way from
+    /// running one twice. At most once per `dead_after`.
+    async fn sweep_own_claims(self: &Arc<Self>, node: &NodeRef) -> Result<(), StoreError> {
+        {
+            let now = std::time::Instant::now();
+            let mut swept = self.swept.lock();
+            if swept.is_some_and(|at| now.duration_since(at) < self.settings.dead_after) {
+                return Ok(());
+            }
+            *swept = Some(now);
+        }
+        let margin = self
+            .settings
+            .misfire
+            .threshold_ms
+            .saturating_add(duration_ms(self.settings.dead_after));
+        let mut query = FireQuery::new(self.scheduler.as_str());
+        query.state = Some(FireState::Claimed);
+        query.until = Some(Timestamp::from_millis(
+            self.clock.db_now().as_millis().saturating_sub(margin),
+        ));
+        query.limit = RECOVERY_BATCH;
+        let unknown: Vec<FireRecord> = {
+            let fires = self.store.fires(&query).await?;
+            let unstarted = self.unstarted.lock();
+            fires
+                .into_iter()
+                .filter(|f| f.owner.as_ref() == Some(node) && !unstarted.contains(&f.id))
+                .collect()
+        };
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let jobs = self.jobs(unknown.iter().map(|f| f.job_id)).await?;
+        for fire in unknown {
+            tracing::warn!(
+                scheduler = self.scheduler,
+                fire_id = fire.id,
+                "found a fire this node claimed without knowing it; recovering it"
+            );
+            let job = jobs.get(&fire.job_id);
+            self.recover_fire(fire, job, node, "claimed by this node, which lost track of it")
+                .await?;
+        }
+        Ok(())
+    }
+
     // A compare-and-set that writes is not a match guard: it stays in the arm.
     #[allow(clippy::collapsible_match)]
     async fn recover_fire(
@@ -1374,6 +1431,7 @@ impl<S: Store> Inner<S> {
         fire: FireRecord,
         job: Option<&Arc<Job>>,
         node: &NodeRef,
+        whence: &str,
     ) -> Result<(), StoreError> {
         let Some(job) = job else {
             // The job was deleted: nothing to run.
@@ -1411,7 +1469,7 @@ impl<S: Store> Inner<S> {
                     if late_ms > self.settings.misfire.threshold_ms && !chained {
                         // Found past the threshold, like any overdue fire: its
                         // policy decides.
-                        let cause = format!("recovered from a node that is gone, {late_ms} ms after its time");
+                        let cause = format!("{whence}, {late_ms} ms after its time");
                         self.misfired(
                             RunFire {
                                 trigger,

@@ -524,19 +524,24 @@ impl Run {
         .await
     }
 
-    async fn sql_i64(&self, text: String) -> Vec<i64> {
+    /// The rows a query returns, retried while the database is away.
+    async fn rows(&self, what: &str, text: String) -> Vec<sqlx::any::AnyRow> {
         let pool = self.store.pool().clone();
-        self.retry(&text.clone(), || {
+        self.retry(what, || {
             let (pool, text) = (pool.clone(), text.clone());
             async move {
-                let rows = sqlx::query(AssertSqlSafe(text))
+                sqlx::query(AssertSqlSafe(text))
                     .fetch_all(&pool)
                     .await
-                    .map_err(|e| e.to_string())?;
-                Ok(rows.iter().map(|r| r.get::<i64, _>(0)).collect())
+                    .map_err(|e| e.to_string())
             }
         })
         .await
+    }
+
+    async fn sql_i64(&self, text: String) -> Vec<i64> {
+        let rows = self.rows(&text.clone(), text).await;
+        rows.iter().map(|r| r.get::<i64, _>(0)).collect()
     }
 
     /// The steady load: one-second triggers and sub-minute ones (cron every 5
@@ -659,22 +664,19 @@ impl Run {
     }
 
     async fn node_incarnation(&self, node: &str) -> (i64, String) {
-        let pool = self.store.pool().clone();
         let sql = format!(
             "SELECT incarnation, state FROM quartz_node WHERE scheduler = '{}' AND node_id = '{node}'",
             self.scheduler
         );
-        self.retry("reading a node", || {
-            let (pool, sql) = (pool.clone(), sql.clone());
-            async move {
-                let row = sqlx::query(AssertSqlSafe(sql))
-                    .fetch_one(&pool)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok((row.get::<i64, _>(0), row.get::<String, _>(1)))
+        // Its row may not be written yet (a node just started).
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(row) = self.rows("reading a node", sql.clone()).await.first() {
+                return (row.get::<i64, _>(0), row.get::<String, _>(1));
             }
-        })
-        .await
+            assert!(std::time::Instant::now() < deadline, "no row for node {node}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// SIGKILL of a random node at a random moment; restarted a second later.
@@ -912,25 +914,14 @@ impl Run {
 
     /// Each node's incarnation.
     async fn incarnations(&self) -> HashMap<String, i64> {
-        let pool = self.store.pool().clone();
         let sql = format!(
             "SELECT node_id, incarnation FROM quartz_node WHERE scheduler = '{}'",
             self.scheduler
         );
-        self.retry("reading the nodes", || {
-            let (pool, sql) = (pool.clone(), sql.clone());
-            async move {
-                let rows = sqlx::query(AssertSqlSafe(sql))
-                    .fetch_all(&pool)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(rows
-                    .iter()
-                    .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
-                    .collect())
-            }
-        })
-        .await
+        let rows = self.rows("reading the nodes", sql).await;
+        rows.iter()
+            .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
+            .collect()
     }
 
     /// The whole cluster down (SIGKILL) past the misfire threshold, then

@@ -831,6 +831,23 @@ async fn edited_schedules_are_noticed_and_jobs_are_read_by_id(db: &TestDb) {
     assert!(!signed.schedule_changed, "recomputed once, then signed again");
 }
 
+/// `n` ticking jobs named `prefix-i`, the first fire of each claimed by `node`.
+async fn claimed_fires(store: &SqlStore, prefix: &str, n: usize, start: Timestamp, node: &NodeRef) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let (execute_id, trigger) = ticking_job(store, &format!("{prefix}-{i}"), start).await;
+        let fire = trigger
+            .fires_until(
+                &quartz_core::trigger::TriggerState::initial(&trigger),
+                start.checked_add_millis(1).unwrap(),
+            )
+            .next()
+            .unwrap();
+        ids.push(store.claim(&claim_of(execute_id, &fire, node)).await.unwrap().unwrap());
+    }
+    ids
+}
+
 /// Batched starts and successes: fenced like their one-fire forms, and the ids
 /// they return are exactly the fires they moved (more than one statement's
 /// worth included).
@@ -839,18 +856,7 @@ async fn fires_start_and_succeed_in_batches_fenced(db: &TestDb) {
     let start = store.now().await.unwrap();
     let node = register(&store, "batcher").await;
     let other = register(&store, "other").await;
-    let mut ids = Vec::new();
-    for i in 0..70 {
-        let (execute_id, trigger) = ticking_job(&store, &format!("batch-{i}"), start).await;
-        let fire = trigger
-            .fires_until(
-                &quartz_core::trigger::TriggerState::initial(&trigger),
-                start.checked_add_millis(1).unwrap(),
-            )
-            .next()
-            .unwrap();
-        ids.push(store.claim(&claim_of(execute_id, &fire, &node)).await.unwrap().unwrap());
-    }
+    let ids = claimed_fires(&store, "batch", 70, start, &node).await;
     // Another incarnation starts none of them.
     assert!(store.mark_running_all(&ids, &other).await.unwrap().is_empty());
     let mut started = store.mark_running_all(&ids[..69], &node).await.unwrap();
@@ -882,18 +888,7 @@ async fn fires_that_never_ran_are_recorded_without_a_start(db: &TestDb) {
     let start = store.now().await.unwrap();
     let node = register(&store, "recorder").await;
     let other = register(&store, "stranger").await;
-    let mut ids = Vec::new();
-    for i in 0..3 {
-        let (execute_id, trigger) = ticking_job(&store, &format!("unrun-{i}"), start).await;
-        let fire = trigger
-            .fires_until(
-                &quartz_core::trigger::TriggerState::initial(&trigger),
-                start.checked_add_millis(1).unwrap(),
-            )
-            .next()
-            .unwrap();
-        ids.push(store.claim(&claim_of(execute_id, &fire, &node)).await.unwrap().unwrap());
-    }
+    let ids = claimed_fires(&store, "unrun", 3, start, &node).await;
     // Marked running, then found late: misfired, its start cleared.
     assert_eq!(store.mark_running_all(&ids[..1], &node).await.unwrap(), vec![ids[0]]);
     assert!(!store.misfire_claimed(ids[0], &other, "late").await.unwrap(), "fenced");

@@ -1003,6 +1003,17 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> impl Future<Output = Result<Vec<FireRecord>, StoreError>> + Send;
 
+    /// Fires claimed by this incarnation and scheduled before `before`,
+    /// oldest first, at most `limit` (read through the index of open fires:
+    /// the ledger's size does not count).
+    fn claimed_by(
+        &self,
+        scheduler: &str,
+        node: &NodeRef,
+        before: Timestamp,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<FireRecord>, StoreError>> + Send;
+
     /// Takes over an orphaned claimed fire, by compare-and-set on its owner.
     fn take_over(&self, fire: &FireRecord, node: &NodeRef) -> impl Future<Output = Result<bool, StoreError>> + Send;
 

@@ -625,16 +625,55 @@ impl SqlStore {
         Ok(row.is_some())
     }
 
-    /// One claim in a transaction of its own, tried again (up to three
-    /// times) when the database rolls it back to break a deadlock.
-    async fn claim_retrying_conflicts(&self, claim: &Claim) -> Result<Option<i64>, StoreError> {
-        let mut tries = 0;
-        loop {
-            match self.claim(claim).await {
-                Err(StoreError::Conflict { .. }) if tries < 2 => tries += 1,
-                other => return other,
+    /// [`Store::register_node`]'s transaction: one upsert (a new node's row,
+    /// or a returning node's next incarnation), then the row as stored.
+    async fn register_node_once(&self, node: &NodeRegistration) -> Result<Node, StoreError> {
+        let mut tx = self.begin().await?;
+        let upsert = match self.db.backend {
+            Backend::MySql => {
+                "INSERT INTO quartz_node (scheduler, node_id, host, pid, weight, state, incarnation, \
+                 registered_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, 'live', 1, {now}, {now}) \
+                 ON DUPLICATE KEY UPDATE host = VALUES(host), pid = VALUES(pid), weight = VALUES(weight), \
+                 state = 'live', incarnation = incarnation + 1, registered_at = VALUES(registered_at), \
+                 heartbeat_at = VALUES(heartbeat_at)"
             }
-        }
+            Backend::Postgres | Backend::Sqlite => {
+                "INSERT INTO quartz_node (scheduler, node_id, host, pid, weight, state, incarnation, \
+                 registered_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, 'live', 1, {now}, {now}) \
+                 ON CONFLICT (scheduler, node_id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
+                 weight = excluded.weight, state = 'live', incarnation = quartz_node.incarnation + 1, \
+                 registered_at = excluded.registered_at, heartbeat_at = excluded.heartbeat_at"
+            }
+        };
+        self.query(upsert)
+            .bind(node.scheduler.clone())
+            .bind(node.node_id.clone())
+            .bind(node.host.clone())
+            .bind(i64::from(node.pid))
+            .bind(i64::from(node.weight.max(1)))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let row = self
+            .query(concat!(
+                "SELECT ",
+                node_cols!(),
+                " FROM quartz_node WHERE scheduler = ? AND node_id = ?"
+            ))
+            .bind(node.scheduler.clone())
+            .bind(node.node_id.clone())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let registered = decode_node(&row)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(registered)
+    }
+
+    /// One claim in a transaction of its own, tried again when the database
+    /// rolls it back to break a deadlock.
+    async fn claim_retrying_conflicts(&self, claim: &Claim) -> Result<Option<i64>, StoreError> {
+        retry_conflicts(|| self.claim(claim)).await
     }
 
     /// PostgreSQL: the claim as one statement, the compare-and-set in a
@@ -705,58 +744,9 @@ impl Store for SqlStore {
     async fn register_node(&self, node: &NodeRegistration) -> Result<Node, StoreError> {
         check_name("scheduler name", &node.scheduler)?;
         check_name("node id", &node.node_id)?;
-        let mut tx = self.begin().await?;
-        for _ in 0..2 {
-            let updated = self
-                .query(
-                    "UPDATE quartz_node SET host = ?, pid = ?, weight = ?, state = 'live', \
-                     incarnation = incarnation + 1, registered_at = {now}, heartbeat_at = {now} \
-                     WHERE scheduler = ? AND node_id = ?",
-                )
-                .bind(node.host.clone())
-                .bind(i64::from(node.pid))
-                .bind(i64::from(node.weight.max(1)))
-                .bind(node.scheduler.clone())
-                .bind(node.node_id.clone())
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            if updated.rows_affected() == 1 {
-                break;
-            }
-            let inserted = self
-                .query(
-                    "INSERT INTO quartz_node (scheduler, node_id, host, pid, weight, state, incarnation, \
-                     registered_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, 'live', 1, {now}, {now})",
-                )
-                .bind(node.scheduler.clone())
-                .bind(node.node_id.clone())
-                .bind(node.host.clone())
-                .bind(i64::from(node.pid))
-                .bind(i64::from(node.weight.max(1)))
-                .execute(&mut *tx)
-                .await;
-            match inserted {
-                Ok(_) => break,
-                // Registered by someone else meanwhile: update instead.
-                Err(e) if is_unique_violation(&e) => continue,
-                Err(e) => return Err(db_error(e)),
-            }
-        }
-        let row = self
-            .query(concat!(
-                "SELECT ",
-                node_cols!(),
-                " FROM quartz_node WHERE scheduler = ? AND node_id = ?"
-            ))
-            .bind(node.scheduler.clone())
-            .bind(node.node_id.clone())
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        let registered = decode_node(&row)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(registered)
+        // Nodes starting together take gap locks on MySQL (the UPDATE of a
+        // row not there yet) before they insert, and deadlock: again.
+        retry_conflicts(|| self.register_node_once(node)).await
     }
 
     async fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
@@ -1347,6 +1337,31 @@ impl Store for SqlStore {
         rows.iter().map(decode_fire).collect()
     }
 
+    async fn claimed_by(
+        &self,
+        scheduler: &str,
+        node: &NodeRef,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<FireRecord>, StoreError> {
+        let rows = self
+            .query(concat!(
+                "SELECT ",
+                fire_cols!(),
+                " FROM quartz_fire WHERE scheduler = ? AND state = 'claimed' AND node_id = ? AND incarnation = ? \
+                 AND fire_time < ? ORDER BY fire_time, id LIMIT ?"
+            ))
+            .bind(scheduler.to_owned())
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .bind(before.as_millis())
+            .bind(i64::from(limit))
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(decode_fire).collect()
+    }
+
     async fn take_over(&self, fire: &FireRecord, node: &NodeRef) -> Result<bool, StoreError> {
         self.changed_one(
             self.query(
@@ -1626,6 +1641,22 @@ pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
         other => StoreError::Database {
             reason: other.to_string(),
         },
+    }
+}
+
+/// Runs a transaction again, up to three times in all, when the database
+/// rolled it back to break a deadlock.
+async fn retry_conflicts<T, F, Fut>(mut attempt: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut tries = 1;
+    loop {
+        match attempt().await {
+            Err(StoreError::Conflict { .. }) if tries < 3 => tries += 1,
+            other => return other,
+        }
     }
 }
 

@@ -35,6 +35,7 @@ backend_tests!(
     edited_schedules_are_noticed_and_jobs_are_read_by_id,
     fires_start_and_succeed_in_batches_fenced,
     fires_that_never_ran_are_recorded_without_a_start,
+    nodes_registering_together_all_register,
 );
 
 fn every_second(start: Timestamp) -> ExecuteSpec {
@@ -911,4 +912,39 @@ async fn fires_that_never_ran_are_recorded_without_a_start(db: &TestDb) {
         assert_eq!(state(id).started_at, None);
         assert!(state(id).finished_at.is_some());
     }
+}
+
+/// Nodes starting at the same moment, on connections of their own: every
+/// registration succeeds, new ids and returning ones alike (on MySQL their
+/// transactions deadlock on gap locks, and are tried again).
+async fn nodes_registering_together_all_register(db: &TestDb) {
+    // An in-memory database lives in its one connection: one store there.
+    let first = db.store().await;
+    let mut stores = vec![first.clone()];
+    for _ in 1..8 {
+        stores.push(if db.kind == Kind::SqliteMemory {
+            first.clone()
+        } else {
+            db.store().await
+        });
+    }
+    for round in 1..=3_i64 {
+        let barrier = Arc::new(tokio::sync::Barrier::new(stores.len()));
+        let tasks: Vec<_> = stores
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(i, store)| {
+                let barrier = Arc::clone(&barrier);
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    register(&store, &format!("together-{i}")).await
+                })
+            })
+            .collect();
+        for task in tasks {
+            assert_eq!(task.await.unwrap().incarnation, round);
+        }
+    }
+    assert_eq!(stores[0].list_nodes(S).await.unwrap().len(), 8);
 }

@@ -19,9 +19,8 @@ use super::handler::{CancelReason, Cancellation, Handler, JobContext, JobResult}
 use super::{Counters, NodeStatus, Phase, SchedulerError, Settings, ShutdownSummary, Strategy};
 use crate::misfire::MisfirePolicy;
 use crate::store::{
-    ChainedFire, Claim, Execute, ExecuteCas, ExecuteState, FIRES_PER_BATCH, FireQuery, FireRecord, FireState, Job,
-    JobSpec, JobState, Node, NodeRef, NodeRegistration, NodeState, Outcome, SkippedRecord, Store, StoreError,
-    TriggerColumns,
+    ChainedFire, Claim, Execute, ExecuteCas, ExecuteState, FIRES_PER_BATCH, FireRecord, FireState, Job, JobSpec,
+    JobState, Node, NodeRef, NodeRegistration, NodeState, Outcome, SkippedRecord, Store, StoreError, TriggerColumns,
 };
 use crate::time::Timestamp;
 use crate::trigger::{Fire, NextFire, Schedule, Trigger, TriggerState};
@@ -1393,19 +1392,14 @@ impl<S: Store> Inner<S> {
             .misfire
             .threshold_ms
             .saturating_add(duration_ms(self.settings.dead_after));
-        let mut query = FireQuery::new(self.scheduler.as_str());
-        query.state = Some(FireState::Claimed);
-        query.until = Some(Timestamp::from_millis(
-            self.clock.db_now().as_millis().saturating_sub(margin),
-        ));
-        query.limit = RECOVERY_BATCH;
+        let before = Timestamp::from_millis(self.clock.db_now().as_millis().saturating_sub(margin));
         let unknown: Vec<FireRecord> = {
-            let fires = self.store.fires(&query).await?;
+            let fires = self
+                .store
+                .claimed_by(&self.scheduler, node, before, RECOVERY_BATCH)
+                .await?;
             let unstarted = self.unstarted.lock();
-            fires
-                .into_iter()
-                .filter(|f| f.owner.as_ref() == Some(node) && !unstarted.contains(&f.id))
-                .collect()
+            fires.into_iter().filter(|f| !unstarted.contains(&f.id)).collect()
         };
         if unknown.is_empty() {
             return Ok(());

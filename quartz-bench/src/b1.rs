@@ -89,11 +89,13 @@ async fn storm() {
     let mut curves = Vec::new();
     for &k in &args.nodes {
         let scheduler = format!("b1-{}-{k}-{}", args.triggers, std::process::id());
-        let mut nodes: Vec<Child> = (0..k)
-            .map(|i| crate::node::spawn(&args.url, &scheduler, &format!("b1-node-{i}"), &[]))
-            .collect();
+        // The jobs first, then the nodes: creating them while the nodes
+        // poll is slower, and a job created after the storm's start would be
+        // counted late from its first fire.
         let now = store.now().await.unwrap().as_millis();
-        let start = Timestamp::from_millis((now / 1000 + 12) * 1000);
+        // Room to create the jobs (a few ms each) and start the nodes.
+        let lead_ms = 12_000 + 3 * i64::try_from(args.triggers).unwrap_or(i64::MAX / 8);
+        let start = Timestamp::from_millis((now + lead_ms) / 1000 * 1000);
         let end = start.saturating_add_millis(args.seconds * 1000 - 1);
         let cron = CronExpression::parse("* * * * * ?").unwrap();
         for i in 0..args.triggers {
@@ -110,6 +112,15 @@ async fn storm() {
                 .await
                 .unwrap();
         }
+        let left = start.as_millis() - store.now().await.unwrap().as_millis();
+        assert!(
+            left > 3_000,
+            "creating {} jobs took until {left} ms before the storm: the nodes would start late",
+            args.triggers
+        );
+        let mut nodes: Vec<Child> = (0..k)
+            .map(|i| crate::node::spawn(&args.url, &scheduler, &format!("b1-node-{i}"), &[]))
+            .collect();
         // Measure CPU over the storm only.
         let wait_start = u64::try_from(start.as_millis() - store.now().await.unwrap().as_millis()).unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(wait_start)).await;

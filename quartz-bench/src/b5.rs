@@ -76,10 +76,11 @@ async fn failover(args: Args) {
     // Each node its share of the triggers (id hash), so that no node is
     // overloaded before the faults; the survivors take the lost share over.
     let settings = ["pool_queue=10000", "pool_core=8", "strategy=id-hash"];
-    let mut nodes: Vec<_> = (0..3)
-        .map(|i| spawn(&args.url, &scheduler, &format!("b5-node-{i}"), &settings))
-        .collect();
-    let start = (now(&store).await / 1000 + 15) * 1000;
+    // The jobs first, then the nodes (as in B1): jobs created while the
+    // nodes poll are slower to create, and one created after its first fire
+    // time would be counted misfired.
+    let lead_ms = 12_000 + 3 * i64::try_from(args.triggers).unwrap_or(i64::MAX / 8);
+    let start = (now(&store).await + lead_ms) / 1000 * 1000;
     let end = start + args.seconds * 1000 - 1;
     for i in 0..args.triggers {
         let trigger = Trigger::new(
@@ -104,6 +105,15 @@ async fn failover(args: Args) {
             .await
             .unwrap();
     }
+    let left = start - now(&store).await;
+    assert!(
+        left > 3_000,
+        "creating {} jobs took until {left} ms before the first fire: the nodes would start late",
+        args.triggers
+    );
+    let mut nodes: Vec<_> = (0..3)
+        .map(|i| spawn(&args.url, &scheduler, &format!("b5-node-{i}"), &settings))
+        .collect();
     // SIGKILL one node a third of the way in.
     let kill_at = start + args.seconds * 1000 / 3 + 300;
     sleep_until(&store, kill_at).await;

@@ -35,13 +35,27 @@ impl fmt::Display for CronField {
     }
 }
 
+/// The most characters of a refused input an error repeats.
+const QUOTED_CHARS: usize = 100;
+
+/// Input repeated in an error, quoted and escaped, and cut after
+/// [`QUOTED_CHARS`] characters (escapes make control characters up to eight
+/// times longer: the message stays short whatever came in).
+fn quoted(input: &str) -> String {
+    if input.chars().count() <= QUOTED_CHARS {
+        return format!("{input:?}");
+    }
+    let head: String = input.chars().take(QUOTED_CHARS).collect();
+    format!("{head:?}… ({} bytes)", input.len())
+}
+
 /// Errors from the core: bad input refused at the boundary, with what and where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A cron expression that Quartz's `CronExpression` would not accept (or that
     /// it would silently misread; see the `cron` module's docs).
-    #[error("invalid cron expression {expr:?}: {}{reason}", field.map(|f| format!("{f} field {text:?}: ")).unwrap_or_default())]
+    #[error("invalid cron expression {}: {}{reason}", quoted(expr), field.map(|f| format!("{f} field {}: ", quoted(text))).unwrap_or_default())]
     InvalidCron {
         /// The whole expression, as given.
         expr: String,

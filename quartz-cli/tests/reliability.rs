@@ -1106,17 +1106,7 @@ impl Run {
                 "noop".into(),
             ];
             args.extend(extra.iter().cloned());
-            let out = self.quartz(&args);
-            let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-            let result = if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "exit {}: {}",
-                    out.status.code().unwrap_or(-1),
-                    first_line(&stderr)
-                ))
-            };
+            let result = self.quartz_outcome(&args);
             self.bad_case("CLI: job add", shorten(&extra.join(" ")), result);
         }
         for (what, name) in [
@@ -1124,17 +1114,7 @@ impl Run {
             ("job name with a control character", "bell\u{7}".to_owned()),
         ] {
             let args = ["job", "add", name.as_str(), "--handler", "noop", "--every", "1s"].map(str::to_owned);
-            let out = self.quartz(&args);
-            let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-            let result = if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "exit {}: {}",
-                    out.status.code().unwrap_or(-1),
-                    first_line(&stderr)
-                ))
-            };
+            let result = self.quartz_outcome(&args);
             self.bad_case("CLI: job add", what.to_owned(), result);
         }
 
@@ -1223,6 +1203,21 @@ impl Run {
             outcome,
             ok,
         });
+    }
+
+    /// `quartz ARGS`: success, or its exit code and the first line it printed
+    /// on standard error.
+    fn quartz_outcome(&self, args: &[String]) -> Result<(), String> {
+        let out = self.quartz(args);
+        if out.status.success() {
+            return Ok(());
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        Err(format!(
+            "exit {}: {}",
+            out.status.code().unwrap_or(-1),
+            first_line(stderr.trim())
+        ))
     }
 
     fn quartz(&self, args: &[String]) -> std::process::Output {

@@ -670,12 +670,6 @@ impl SqlStore {
         Ok(registered)
     }
 
-    /// One claim in a transaction of its own, tried again when the database
-    /// rolls it back to break a deadlock.
-    async fn claim_retrying_conflicts(&self, claim: &Claim) -> Result<Option<i64>, StoreError> {
-        retry_conflicts(|| self.claim(claim)).await
-    }
-
     /// PostgreSQL: the claim as one statement, the compare-and-set in a
     /// data-modifying CTE feeding the ledger insert. Atomic on its own, so a
     /// single claim needs no transaction around it: one round trip, one commit.
@@ -1126,7 +1120,7 @@ impl Store for SqlStore {
             let mut won = Vec::with_capacity(claims.len());
             for claim in claims {
                 won.push(if claim.exclusive {
-                    match self.claim_retrying_conflicts(claim).await {
+                    match retry_conflicts(|| self.claim(claim)).await {
                         Ok(won) => won,
                         Err(e) => {
                             tracing::warn!(execute_id = claim.cas.execute_id, error = %e,

@@ -47,6 +47,9 @@ engine_tests!(
     a_handler_no_live_node_has_is_recorded_failed,
     a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead,
     a_claim_its_live_node_lost_track_of_is_recovered,
+    changes_reach_every_node_at_once,
+    a_timed_out_fire_blocks_its_job_until_its_code_returns,
+    retention_keeps_the_ledger_bounded_while_fires_go_on,
 );
 
 const CLUSTER: &str = "test-cluster";
@@ -194,7 +197,7 @@ async fn three_nodes_fire_every_time_exactly_once(db: &TestDb) {
         node(db, fast(), &runs).await,
     ];
     let store = nodes[0].store().clone();
-    let start = next_second(&store, 2).await;
+    let start = next_second(&store, 5).await;
     let seconds = 20;
     let end = start.saturating_add_millis(seconds * 1000 - 1);
     for i in 0..200 {
@@ -481,6 +484,7 @@ async fn a_dead_nodes_fires_are_recovered_by_the_living(db: &TestDb) {
             host: "nowhere".to_owned(),
             pid: 1,
             weight: 1,
+            handlers: Vec::new(),
         })
         .await
         .unwrap();
@@ -1408,4 +1412,315 @@ async fn a_claim_its_live_node_lost_track_of_is_recovered(db: &TestDb) {
     assert_eq!(n.node(), me, "the node was never declared dead");
     assert_eq!(n.status().phase, Phase::Running);
     n.shutdown().await;
+}
+
+/// Fires of one job as a handler saw them: the fire time and the payload.
+type Seen = Arc<parking_lot::Mutex<Vec<(Timestamp, String)>>>;
+
+/// A node whose `seen` handler records each fire's time and payload.
+async fn watching_node(db: &TestDb, settings: Settings, seen: &Seen) -> Scheduler<SqlStore> {
+    let seen = Arc::clone(seen);
+    SchedulerBuilder::new(CLUSTER)
+        .settings(settings)
+        .handler("seen", move |ctx| {
+            seen.lock()
+                .push((ctx.scheduled_fire_time(), ctx.payload_json().to_owned()));
+            Ok(())
+        })
+        .start(db.store().await)
+        .await
+        .unwrap()
+}
+
+/// Issue 15, point 4: a job added, edited, paused or resumed through the store
+/// (as the CLI does, so no node hears of it directly) reaches every node at
+/// once, not at its next poll: the first fire runs on time, the next fire
+/// after an edit carries the edited payload, and a pause stops the fires.
+async fn changes_reach_every_node_at_once(db: &TestDb) {
+    // Polls 5 s apart, as by default: only the change signal can be on time.
+    let slow_polls = Settings {
+        poll_interval: Duration::from_secs(5),
+        window: Duration::from_secs(5),
+        ..fast()
+    };
+    let seen: Seen = Arc::default();
+    let a = watching_node(db, slow_polls.clone(), &seen).await;
+    let b = watching_node(db, slow_polls, &seen).await;
+    let store = db.store().await;
+    // Past both nodes' first poll.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let added_at = store.now().await.unwrap();
+    let tick = Trigger::new(Schedule::fixed_rate_millis(500).unwrap(), added_at).unwrap();
+    let mut job = JobSpec::new("tick", "seen");
+    job.payload = "1".to_owned();
+    store
+        .create_job(CLUSTER, &job, &[ExecuteSpec::new(tick)])
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(10), "three fires of the new job", || {
+        let store = store.clone();
+        async move {
+            let rows = ledger(&store, CLUSTER).await;
+            let done = rows.iter().filter(|f| f.state == FireState::Succeeded).count();
+            if done >= 3 {
+                Ok(())
+            } else {
+                Err(format!("{done} succeeded: {rows:?}"))
+            }
+        }
+    })
+    .await;
+    let mut rows = ledger(&store, CLUSTER).await;
+    rows.sort_by_key(|f| f.fire_time);
+    let first = &rows[0];
+    assert!(
+        first.fire_time.as_millis() >= added_at.as_millis() + quartz::store::CHANGE_VISIBILITY_MS,
+        "the first fire time ({}) is not before every node can see the job (added at {added_at})",
+        first.fire_time
+    );
+    for f in rows.iter().filter(|f| f.state == FireState::Succeeded).take(3) {
+        let late = f.started_at.unwrap().as_millis() - f.fire_time.as_millis();
+        assert!(
+            late < 1_000,
+            "fire {} at {} started {late} ms late: the poll found it, not the change",
+            f.id,
+            f.fire_time
+        );
+    }
+
+    // An edit of the payload alone: every fire from when all nodes have seen
+    // it carries the new payload.
+    let mut edited = job.clone();
+    edited.payload = "2".to_owned();
+    store.update_job(CLUSTER, "tick", &edited, None).await.unwrap();
+    let edited_at = store.now().await.unwrap();
+    let visible = edited_at.saturating_add_millis(quartz::store::CHANGE_VISIBILITY_MS);
+    wait_until(Duration::from_secs(10), "two fires after the edit", || {
+        let seen = Arc::clone(&seen);
+        async move { seen.lock().iter().filter(|(t, _)| *t > visible).count() >= 2 }
+    })
+    .await;
+    let stale: Vec<(Timestamp, String)> = seen
+        .lock()
+        .iter()
+        .filter(|(t, p)| *t > visible && p != "2")
+        .cloned()
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "fires after the edit ran with the old payload: {stale:?}"
+    );
+
+    // A pause stops the fires once every node has seen it, but for those
+    // already claimed (at most `claim_lead` ahead); a resume starts them again.
+    store.set_paused(CLUSTER, "tick", true).await.unwrap();
+    let paused_at = store
+        .now()
+        .await
+        .unwrap()
+        .saturating_add_millis(quartz::store::CHANGE_VISIBILITY_MS + duration_ms(fast().claim_lead));
+    let count = seen.lock().len();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let ran: Vec<Timestamp> = seen.lock().iter().map(|(t, _)| *t).filter(|t| *t > paused_at).collect();
+    assert!(ran.is_empty(), "fires ran while paused: {ran:?} (before: {count})");
+    store.set_paused(CLUSTER, "tick", false).await.unwrap();
+    let resumed_at = store.now().await.unwrap();
+    wait_until(Duration::from_secs(3), "a fire soon after the resume", || {
+        let seen = Arc::clone(&seen);
+        async move { seen.lock().iter().any(|(t, _)| *t > resumed_at) }
+    })
+    .await;
+    assert_once_and_never_early(&ledger(&store, CLUSTER).await);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Issue 15, point 2: a fire past its timeout whose code ignores the request
+/// to stop keeps its job blocked (the job disallows concurrency) until the code
+/// really returns, on either node; the ledger records the timeout and the
+/// real end.
+async fn a_timed_out_fire_blocks_its_job_until_its_code_returns(db: &TestDb) {
+    let spans: Arc<parking_lot::Mutex<Vec<(std::time::Instant, std::time::Instant)>>> = Arc::default();
+    let build = |store: SqlStore| {
+        let spans = Arc::clone(&spans);
+        SchedulerBuilder::new(CLUSTER)
+            .settings(fast())
+            .handler("stubborn", move |_| {
+                // Ignores the cancellation signal: only returning ends it.
+                let from = std::time::Instant::now();
+                std::thread::sleep(Duration::from_millis(700));
+                spans.lock().push((from, std::time::Instant::now()));
+                Ok(())
+            })
+            .start(store)
+    };
+    let n = build(db.store().await).await.unwrap();
+    let m = build(db.store().await).await.unwrap();
+    let store = db.store().await;
+    let now = store.now().await.unwrap();
+    let mut job = JobSpec::new("stubborn", "stubborn");
+    job.allow_concurrent = false;
+    job.timeout_ms = Some(150);
+    // Two triggers, so that both nodes have something to claim.
+    let every = |offset: i64| {
+        ExecuteSpec::new(
+            Trigger::new(
+                Schedule::fixed_rate_millis(200).unwrap(),
+                now.saturating_add_millis(offset),
+            )
+            .unwrap(),
+        )
+    };
+    store
+        .create_job(CLUSTER, &job, &[every(500), every(600)])
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(15), "three runs of the stubborn job", || {
+        let spans = Arc::clone(&spans);
+        async move { spans.lock().len() >= 3 }
+    })
+    .await;
+    n.shutdown().await;
+    m.shutdown().await;
+    let mut spans = spans.lock().clone();
+    spans.sort();
+    for pair in spans.windows(2) {
+        assert!(
+            pair[1].0 >= pair[0].1,
+            "two fires of a non-concurrent job overlapped: {:?} started before {:?} ended",
+            pair[1].0,
+            pair[0].1
+        );
+    }
+    let rows = ledger(&store, CLUSTER).await;
+    let timed_out: Vec<&FireRecord> = rows.iter().filter(|f| f.timed_out_at.is_some()).collect();
+    assert!(timed_out.len() >= 3, "{rows:?}");
+    for f in timed_out.iter().filter(|f| f.state == FireState::Failed) {
+        let (out, end) = (f.timed_out_at.unwrap(), f.finished_at.unwrap());
+        assert!(
+            end.as_millis() - out.as_millis() >= 300,
+            "fire {} recorded finished at {end}, timed out at {out}: not when its code returned",
+            f.id
+        );
+        let error = f.error.as_deref().unwrap_or_default();
+        assert!(
+            error.contains("timed out after 150 ms") && error.contains("later"),
+            "{error}"
+        );
+    }
+    assert_once_and_never_early(&rows);
+}
+
+/// Issue 15, point 3: with a short retention the ledger stays bounded while
+/// fires go on; one node purges per turn; each job's newest fires stay; a gone
+/// node's row and a complete one-off trigger go too; the purge horizon moves
+/// so that an audit checks only what is kept.
+async fn retention_keeps_the_ledger_bounded_while_fires_go_on(db: &TestDb) {
+    let settings = Settings {
+        retention: quartz::retention::Retention {
+            enabled: true,
+            succeeded: Duration::from_millis(1_000),
+            failed: Duration::from_millis(1_000),
+            keep_last: 3,
+            nodes: Duration::from_millis(500),
+            every: Duration::from_millis(300),
+        },
+        ..fast()
+    };
+    let runs = Runs::default();
+    let a = node(db, settings.clone(), &runs).await;
+    let b = node(db, settings, &runs).await;
+    let store = db.store().await;
+    // A node that leaves, and a one-off trigger that completes.
+    let gone = register_and_leave(&store, "gone-node").await;
+    let now = store.now().await.unwrap();
+    let start = now.saturating_add_millis(500);
+    for i in 0..10 {
+        let every = Trigger::new(Schedule::fixed_rate_millis(100).unwrap(), start).unwrap();
+        store
+            .create_job(
+                CLUSTER,
+                &JobSpec::new(format!("busy-{i}"), "count"),
+                &[ExecuteSpec::new(every)],
+            )
+            .await
+            .unwrap();
+    }
+    // A job that fires rarely: its newest fires stay however old.
+    let once = Trigger::new(Schedule::Once, start).unwrap();
+    store
+        .create_job(CLUSTER, &JobSpec::new("rare", "count"), &[ExecuteSpec::new(once)])
+        .await
+        .unwrap();
+    let mut most = 0;
+    // 100 fires a second for 4 s: 400 fires; with 1 s of retention the ledger
+    // holds about 100-150 of them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        most = most.max(ledger(&store, CLUSTER).await.len());
+    }
+    let total: usize = (0..10).map(|i| runs.of(&format!("busy-{i}"))).sum();
+    assert!(total >= 250, "only {total} fires ran");
+    assert!(
+        most < total / 2 + 100,
+        "the ledger grew to {most} rows for {total} fires"
+    );
+    let rows = ledger(&store, CLUSTER).await;
+    let names = job_names(&store).await;
+    let rare_id = names.iter().find(|(_, n)| *n == "rare").map(|(id, _)| *id).unwrap();
+    assert_eq!(runs.of("rare"), 1);
+    assert_eq!(
+        rows.iter().filter(|f| f.job_id == rare_id).count(),
+        1,
+        "a job's newest fires stay whatever their age"
+    );
+    let rare = store.get_job(CLUSTER, "rare").await.unwrap().unwrap();
+    assert!(
+        rare.executes.is_empty(),
+        "the complete one-off trigger was purged: {:?}",
+        rare.executes
+    );
+    let members = store.list_nodes(CLUSTER).await.unwrap();
+    assert!(
+        members.iter().all(|n| n.node_id != gone.node_id),
+        "the gone node's row was purged: {members:?}"
+    );
+    let horizon = store.purge_horizon(CLUSTER).await.unwrap().expect("a horizon");
+    assert!(horizon > now, "{horizon} {now}");
+    assert!(
+        rows.iter().all(|f| f.state != FireState::Succeeded
+            || f.fire_time >= horizon.saturating_add_millis(-1_000)
+            || f.job_id == rare_id
+            || rows.iter().filter(|g| g.job_id == f.job_id && g.id > f.id).count() < 3),
+        "a succeeded fire older than the retention stayed"
+    );
+    assert_once_and_never_early(&rows);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Registers a node and has it leave the cluster.
+async fn register_and_leave(store: &SqlStore, id: &str) -> NodeRef {
+    let node = store
+        .register_node(&NodeRegistration {
+            scheduler: CLUSTER.to_owned(),
+            node_id: id.to_owned(),
+            host: "elsewhere".to_owned(),
+            pid: 1,
+            weight: 1,
+            handlers: Vec::new(),
+        })
+        .await
+        .unwrap();
+    let node = NodeRef {
+        node_id: node.node_id,
+        incarnation: node.incarnation,
+    };
+    assert!(store.leave(CLUSTER, &node).await.unwrap());
+    node
+}
+
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap()
 }

@@ -177,6 +177,7 @@ async fn claims(url: &str, n: usize, seconds: u64, batched: bool) -> f64 {
                 host: "bench".into(),
                 pid: std::process::id(),
                 weight: 1,
+                handlers: Vec::new(),
             })
             .await
             .unwrap();

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use quartz_core::Timestamp;
+use quartz_core::retention::{PurgePlan, purge};
 use quartz_core::store::{
-    ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireState, Job, JobDetail, JobSpec, NodeState, Store,
+    ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireState, Job, JobDetail, JobSpec, Node, NodeState, Store,
     TriggerColumns,
 };
 use quartz_core::trigger::{Schedule, Trigger};
@@ -181,15 +182,36 @@ pub enum JobCommand {
     },
 }
 
-/// Refuses a handler `quartz run` does not have.
-fn known_handler(handler: &str) -> anyhow::Result<()> {
-    if BUILT_IN_HANDLERS.contains(&handler) {
+/// Warns on stderr when no live node offers a job's handler: the job is
+/// stored all the same (the nodes of the service that runs it may be down, or
+/// not deployed yet), and its fires are recorded failed, saying so, once past
+/// the misfire threshold unless a node with the handler joins.
+async fn warn_unless_offered(store: &SqlStore, scheduler: &str, handler: &str) -> anyhow::Result<()> {
+    let live: Vec<Node> = store
+        .list_nodes(scheduler)
+        .await?
+        .into_iter()
+        .filter(|n| n.state == NodeState::Live)
+        .collect();
+    if live.iter().any(|n| n.handlers.iter().any(|h| h == handler)) {
         return Ok(());
     }
-    anyhow::bail!(
-        "unknown handler {handler:?}: `quartz run` has {}",
-        BUILT_IN_HANDLERS.join(", ")
-    )
+    let mut offered: Vec<&str> = live
+        .iter()
+        .flat_map(|n| n.handlers.iter().map(String::as_str))
+        .collect();
+    offered.sort_unstable();
+    offered.dedup();
+    eprintln!(
+        "warning: no live node of scheduler {scheduler:?} offers handler {handler:?} ({}); its fires are recorded \
+         failed once past the misfire threshold unless a node with it joins",
+        if live.is_empty() {
+            "no node is live".to_owned()
+        } else {
+            format!("live nodes offer: {}", offered.join(", "))
+        }
+    );
+    Ok(())
 }
 
 /// Runs a `job` subcommand.
@@ -198,9 +220,12 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
     match command {
         JobCommand::Add { name, job, trigger } => {
             let Some(handler) = &job.handler else {
-                anyhow::bail!("a job needs --handler (built in: {})", BUILT_IN_HANDLERS.join(", "));
+                anyhow::bail!(
+                    "a job needs --handler: a handler of the service that runs it, or one of `quartz run`'s \
+                     ({}, and shell with --allow-shell)",
+                    BUILT_IN_HANDLERS.join(", ")
+                );
             };
-            known_handler(handler)?;
             let spec = job.apply(JobSpec::new(name, handler.clone()))?;
             let executes = if trigger.given() {
                 vec![trigger.to_execute(store.now().await?)?]
@@ -210,6 +235,7 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
                 anyhow::bail!("a job needs a trigger (--cron, --every, --delay or --at) or a --parent");
             };
             store.create_job(scheduler, &spec, &executes).await?;
+            warn_unless_offered(&store, scheduler, &spec.handler).await?;
             show(&store, scheduler, &spec.name, out).await
         }
         JobCommand::List => list(&store, scheduler, out).await,
@@ -230,8 +256,21 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
             let now = store.now().await?;
             let once = ExecuteSpec::new(Trigger::new(Schedule::Once, now)?);
             store.add_executes(scheduler, &name, &[once]).await?;
-            out.print(&json!({"job": name, "fire_time": now.as_millis()}), || {
-                format!("{name} fires now ({}), once\n", show_instant(now))
+            // The store moves a fire time of "now" to when every node has
+            // seen the change: read back the one it stored.
+            let fire_time = store
+                .get_job(scheduler, &name)
+                .await?
+                .and_then(|d| {
+                    d.executes
+                        .iter()
+                        .filter(|e| matches!(e.trigger.schedule(), Schedule::Once))
+                        .max_by_key(|e| e.id)
+                        .map(|e| e.trigger.start())
+                })
+                .unwrap_or(now);
+            out.print(&json!({"job": name, "fire_time": fire_time.as_millis()}), || {
+                format!("{name} fires now ({}), once\n", show_instant(fire_time))
             });
             Ok(())
         }
@@ -240,9 +279,6 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
                 .get_job(scheduler, &name)
                 .await?
                 .with_context(|| format!("no job {name:?} in scheduler {scheduler:?}"))?;
-            if let Some(handler) = &job.handler {
-                known_handler(handler)?;
-            }
             let spec = job.apply(current.job.spec)?;
             let executes = if trigger.given() {
                 Some(vec![trigger.to_execute(store.now().await?)?])
@@ -250,7 +286,10 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
                 None
             };
             store.update_job(scheduler, &name, &spec, executes.as_deref()).await?;
-            show(&store, scheduler, &name, out).await
+            if job.handler.is_some() {
+                warn_unless_offered(&store, scheduler, &spec.handler).await?;
+            }
+            show(&store, scheduler, &spec.name, out).await
         }
         JobCommand::Delete { name } => {
             store.delete_job(scheduler, &name).await?;
@@ -438,6 +477,7 @@ pub async fn nodes(url: &str, scheduler: &str, out: Out) -> anyhow::Result<()> {
                     "registered_at": n.registered_at.as_millis(),
                     "busy": n.busy,
                     "running_fires": running_of(n),
+                    "handlers": n.handlers,
                 })
             })
             .collect(),
@@ -456,12 +496,21 @@ pub async fn nodes(url: &str, scheduler: &str, out: Out) -> anyhow::Result<()> {
                     n.incarnation.to_string(),
                     running_of(n).to_string(),
                     format!("{}:{}", n.host, n.pid),
+                    n.handlers.join(","),
                 ]
             })
             .collect();
         let live = members.iter().filter(|n| n.state == NodeState::Live).count();
         table(
-            &["NODE", "STATE", "HEARTBEAT AGE", "INCARNATION", "RUNNING", "HOST:PID"],
+            &[
+                "NODE",
+                "STATE",
+                "HEARTBEAT AGE",
+                "INCARNATION",
+                "RUNNING",
+                "HOST:PID",
+                "HANDLERS",
+            ],
             &rows,
         ) + &format!("{live} live of {}\n", members.len())
     });
@@ -469,6 +518,64 @@ pub async fn nodes(url: &str, scheduler: &str, out: Out) -> anyhow::Result<()> {
 }
 
 // ---- history ----
+
+/// `quartz history`: the ledger, or `quartz history purge`.
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct HistoryCommand {
+    #[command(subcommand)]
+    action: Option<HistoryAction>,
+    #[command(flatten)]
+    list: HistoryArgs,
+}
+
+/// The `history` subcommands.
+#[derive(clap::Subcommand)]
+enum HistoryAction {
+    /// Delete finished fires (succeeded, failed, misfired, skipped, abandoned)
+    /// scheduled more than DURATION ago, in small batches. Claimed and running
+    /// fires are never deleted. Nodes purge by themselves under their
+    /// retention settings (`quartz run --keep-succeeded ...`); this is for
+    /// operators who want less.
+    ///
+    /// Example:
+    ///   quartz history purge --older-than 30d
+    #[command(verbatim_doc_comment)]
+    Purge {
+        /// Fires scheduled longer ago than this go (e.g. 12h, 30d).
+        #[arg(long, value_parser = crate::args::duration_arg)]
+        older_than: Duration,
+        /// Keep each job's newest N fires whatever their age.
+        #[arg(long, default_value_t = 0)]
+        keep_last: u32,
+    },
+}
+
+/// Runs `quartz history` or one of its subcommands.
+pub async fn history_command(url: &str, scheduler: &str, out: Out, command: HistoryCommand) -> anyhow::Result<()> {
+    match command.action {
+        None => history(url, scheduler, out, command.list).await,
+        Some(HistoryAction::Purge { older_than, keep_last }) => {
+            let store = SqlStore::connect(url).await?;
+            let now = store.now().await?;
+            let before = now.saturating_add_millis(-millis(older_than));
+            let mut plan = PurgePlan::older_than(before);
+            plan.keep_last = keep_last;
+            let report = purge(&store, scheduler, &plan).await?;
+            out.print(
+                &json!({"purged_fires": report.fires, "before": before.as_millis()}),
+                || {
+                    format!(
+                        "purged {} finished fires scheduled before {}\n",
+                        report.fires,
+                        show_instant(before)
+                    )
+                },
+            );
+            Ok(())
+        }
+    }
+}
 
 /// Options of `quartz history`.
 #[derive(clap::Args)]
@@ -509,7 +616,7 @@ fn fire_json(f: &FireRecord) -> Value {
 }
 
 /// `quartz history`.
-pub async fn history(url: &str, scheduler: &str, out: Out, args: HistoryArgs) -> anyhow::Result<()> {
+async fn history(url: &str, scheduler: &str, out: Out, args: HistoryArgs) -> anyhow::Result<()> {
     let store = SqlStore::connect(url).await?;
     let mut query = FireQuery::new(scheduler);
     query.job = args.job;
@@ -617,6 +724,9 @@ pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> any
     let since = args
         .since
         .unwrap_or_else(|| Timestamp::from_millis(until.as_millis() - 3_600_000));
+    // Succeeded fires before the purge horizon may be gone: check after it.
+    let horizon = store.purge_horizon(scheduler).await?;
+    let since = horizon.map_or(since, |h| since.max(h));
     let threshold = millis(args.misfire_threshold);
     let mut query = FireQuery::new(scheduler);
     query.since = Some(since);
@@ -729,6 +839,7 @@ pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> any
     let value = json!({
         "since": since.as_millis(),
         "until": until.as_millis(),
+        "purge_horizon": opt_json(horizon),
         "fires": fires.len(),
         "fire_times_checked": checked,
         "violations": violations.iter().map(|v| json!({

@@ -15,6 +15,7 @@ use quartz_store::SqlStore;
 
 use crate::args::show_instant;
 use crate::run::builder;
+use crate::shell::ShellPolicy;
 
 /// Options of `quartz demo`.
 #[derive(clap::Args)]
@@ -106,7 +107,10 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<()> {
         poll_interval: Duration::from_secs(1),
         ..Settings::default()
     };
-    let node = builder(SCHEDULER, settings).start(store.clone()).await?;
+    // The demo's one external program; a real node names its own with
+    // `quartz run --allow-shell`.
+    let shell = ShellPolicy::new(&["/usr/bin/echo".to_owned(), "/bin/echo".to_owned()], &[], None)?;
+    let node = builder(SCHEDULER, settings, shell).start(store.clone()).await?;
     println!(
         "node {} is running; fires appear as they finish. Ctrl-C to stop.\n",
         node.node().node_id

@@ -5,6 +5,7 @@ mod admin;
 mod args;
 mod demo;
 mod run;
+mod shell;
 
 use std::process::ExitCode;
 
@@ -67,12 +68,13 @@ enum Command {
     ///   quartz nodes --scheduler billing --json
     #[command(verbatim_doc_comment)]
     Nodes,
-    /// The fire ledger, newest first.
+    /// The fire ledger, newest first; `history purge` deletes old finished fires.
     ///
-    /// Example:
+    /// Examples:
     ///   quartz history --job report --state failed --since 2026-01-01T00:00:00Z --limit 20
+    ///   quartz history purge --older-than 30d
     #[command(verbatim_doc_comment)]
-    History(admin::HistoryArgs),
+    History(admin::HistoryCommand),
     /// Check the ledger against the triggers: duplicates, scheduled fire times
     /// with no ledger row, late starts with no misfire record. Exits 1 when it
     /// finds any.
@@ -204,7 +206,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<bool> {
             Command::Migrate => admin::migrate(&url, out).await.map(|()| true),
             Command::Job(job) => admin::job(&url, &scheduler, out, job).await.map(|()| true),
             Command::Nodes => admin::nodes(&url, &scheduler, out).await.map(|()| true),
-            Command::History(args) => admin::history(&url, &scheduler, out, args).await.map(|()| true),
+            Command::History(args) => admin::history_command(&url, &scheduler, out, args).await.map(|()| true),
             Command::Audit(args) => admin::audit(&url, &scheduler, out, args).await,
             Command::Run(args) => run::run(&url, &scheduler, &args).await.map(|()| true),
             Command::Demo(args) => demo::run(&args).await.map(|()| true),

@@ -1,19 +1,18 @@
 //! `quartz run`: a scheduler node with the built-in handlers, until SIGINT or
 //! SIGTERM, then a graceful exit from the cluster.
 
-use std::io::Read as _;
-use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use quartz_core::engine::{JobContext, JobResult, SchedulerBuilder, Settings, Strategy};
 use quartz_store::SqlStore;
 
 use crate::args::duration_arg;
+use crate::shell::ShellPolicy;
 
-/// The handlers `quartz run` has, which `quartz job add` accepts.
-pub const BUILT_IN_HANDLERS: [&str; 4] = ["noop", "log", "sleep", "shell"];
+/// The handlers every `quartz run` node has; `shell` joins them when the node
+/// is started with `--allow-shell`.
+pub const BUILT_IN_HANDLERS: [&str; 3] = ["noop", "log", "sleep"];
 
 /// Options of `quartz run`.
 #[derive(clap::Args, Default)]
@@ -55,6 +54,37 @@ pub struct RunArgs {
     /// This node's weight for --strategy weighted or least-loaded.
     #[arg(long, default_value_t = 1)]
     weight: u32,
+    /// Offer the `shell` handler, for these programs only: absolute paths or
+    /// globs (`/usr/local/bin/backup-*`; `*` stays within one directory). A
+    /// fire naming any other program is recorded failed and runs nothing.
+    /// Without this option the node does not run external programs.
+    #[arg(long, num_args = 1.., value_name = "PROGRAM")]
+    allow_shell: Vec<String>,
+    /// An environment variable of the node that `shell` programs get (they
+    /// get only PATH, the QUARTZ_JOB/FIRE_ID/FIRE_TIME/ATTEMPT variables and
+    /// these).
+    #[arg(long, num_args = 1.., value_name = "NAME")]
+    pass_env: Vec<String>,
+    /// The working directory of `shell` programs [default: the system's
+    /// temporary directory].
+    #[arg(long, value_name = "DIR")]
+    shell_dir: Option<PathBuf>,
+    /// How long succeeded fires stay in the ledger [default: 24h].
+    #[arg(long, value_parser = duration_arg)]
+    keep_succeeded: Option<Duration>,
+    /// How long failed, misfired, skipped and abandoned fires stay, and
+    /// complete triggers [default: 7d].
+    #[arg(long, value_parser = duration_arg)]
+    keep_failed: Option<Duration>,
+    /// Each job's newest fires kept whatever their age [default: 10].
+    #[arg(long)]
+    keep_last: Option<u32>,
+    /// How often the cluster purges (one node per turn) [default: 1m].
+    #[arg(long, value_parser = duration_arg)]
+    purge_every: Option<Duration>,
+    /// This node never purges (others still may; see `quartz history purge`).
+    #[arg(long)]
+    no_purge: bool,
 }
 
 /// `--strategy`.
@@ -113,33 +143,70 @@ impl RunArgs {
         if let Some(core) = self.pool_core {
             settings.pool_core = core;
         }
+        let retention = &mut settings.retention;
+        retention.enabled = !self.no_purge;
+        if let Some(v) = self.keep_succeeded {
+            retention.succeeded = v;
+        }
+        if let Some(v) = self.keep_failed {
+            retention.failed = v;
+        }
+        if let Some(v) = self.keep_last {
+            retention.keep_last = v;
+        }
+        if let Some(v) = self.purge_every {
+            retention.every = v;
+        }
         settings
+    }
+
+    /// What the `shell` handler may run on this node.
+    ///
+    /// # Errors
+    ///
+    /// An invalid `--allow-shell`, `--pass-env` or `--shell-dir`.
+    pub fn shell_policy(&self) -> anyhow::Result<ShellPolicy> {
+        ShellPolicy::new(&self.allow_shell, &self.pass_env, self.shell_dir.clone())
     }
 }
 
-/// A node builder with the built-in handlers.
-pub fn builder(scheduler: &str, settings: Settings) -> SchedulerBuilder {
-    SchedulerBuilder::new(scheduler)
+/// A node builder with the built-in handlers, and `shell` when the policy
+/// allows any program.
+pub fn builder(scheduler: &str, settings: Settings, shell: ShellPolicy) -> SchedulerBuilder {
+    let builder = SchedulerBuilder::new(scheduler)
         .settings(settings)
         .handler("noop", |_| Ok(()))
         .handler("log", log)
-        .handler("sleep", sleep)
-        .handler("shell", shell)
+        .handler("sleep", sleep);
+    if shell.is_enabled() {
+        builder.handler("shell", move |ctx| shell.run(&ctx))
+    } else {
+        builder
+    }
 }
 
 /// Runs a node until a signal asks it to stop.
 pub async fn run(url: &str, scheduler: &str, args: &RunArgs) -> anyhow::Result<()> {
     // The store's errors name the URL, with any password hidden.
+    let shell = args.shell_policy()?;
     let store = SqlStore::connect(url).await?;
-    let node = builder(scheduler, args.settings()).start(store).await?;
+    let mut handlers = BUILT_IN_HANDLERS.to_vec();
+    let allowed = shell.allowed().join(" ");
+    if shell.is_enabled() {
+        handlers.push("shell");
+    }
+    let node = builder(scheduler, args.settings(), shell).start(store).await?;
     let me = node.node();
     println!(
         "quartz node {} (incarnation {}) running in scheduler {:?}; handlers: {}; Ctrl-C to stop",
         me.node_id,
         me.incarnation,
         node.scheduler(),
-        BUILT_IN_HANDLERS.join(", ")
+        handlers.join(", ")
     );
+    if !allowed.is_empty() {
+        println!("shell may run: {allowed}");
+    }
     wait_for_signal().await?;
     let summary = node.shutdown().await;
     println!(
@@ -178,112 +245,6 @@ fn sleep(ctx: JobContext) -> JobResult {
         std::thread::sleep(Duration::from_millis(5).min(until.saturating_duration_since(std::time::Instant::now())));
     }
     Ok(())
-}
-
-/// How much of a shell job's output a failure keeps.
-const OUTPUT_TAIL: usize = 2_000;
-
-/// `shell`: runs `{"command": "...", "args": [...]}` (or a bare command
-/// string) directly, with no shell interpreter between; a non-zero exit is a
-/// failure carrying its status and the tail of its output. The process is
-/// killed when the fire is cancelled (shutdown or timeout).
-fn shell(ctx: JobContext) -> JobResult {
-    let (command, args) = match ctx.payload::<serde_json::Value>()? {
-        serde_json::Value::String(s) => (s, Vec::new()),
-        serde_json::Value::Object(map) => {
-            let Some(serde_json::Value::String(command)) = map.get("command") else {
-                return Err("a shell job's payload needs a \"command\" string".into());
-            };
-            let args = match map.get("args") {
-                None => Vec::new(),
-                Some(serde_json::Value::Array(items)) => items
-                    .iter()
-                    .map(|a| match a {
-                        serde_json::Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    })
-                    .collect(),
-                Some(_) => return Err("a shell job's \"args\" is a list of strings".into()),
-            };
-            (command.clone(), args)
-        }
-        _ => return Err("a shell job's payload is {\"command\": ..., \"args\": [...]}".into()),
-    };
-    let mut child = Command::new(&command)
-        .args(&args)
-        .env("QUARTZ_JOB", ctx.job_name())
-        .env("QUARTZ_FIRE_ID", ctx.fire_id().to_string())
-        .env("QUARTZ_FIRE_TIME", ctx.scheduled_fire_time().as_millis().to_string())
-        .env("QUARTZ_ATTEMPT", ctx.attempt().to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start {command:?}: {e}"))?;
-    // Both pipes drained as the process writes, keeping the tail of each.
-    let output = Arc::new(Mutex::new(String::new()));
-    let mut readers = Vec::new();
-    for pipe in [
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        let output = Arc::clone(&output);
-        readers.push(std::thread::spawn(move || {
-            let mut pipe = pipe;
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                let mut out = output.lock();
-                out.push_str(&String::from_utf8_lossy(&buf[..n]));
-                if out.len() > 2 * OUTPUT_TAIL {
-                    let cut = out.len() - OUTPUT_TAIL;
-                    let cut = (cut..out.len()).find(|i| out.is_char_boundary(*i)).unwrap_or(out.len());
-                    out.drain(..cut);
-                }
-            }
-        }));
-    }
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if ctx.is_cancelled() {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!(
-                "{command:?} killed: {}",
-                ctx.cancellation().reason().map_or_else(String::new, |r| r.to_string())
-            )
-            .into());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    for reader in readers {
-        let _ = reader.join();
-    }
-    if status.success() {
-        return Ok(());
-    }
-    let out = output.lock();
-    let tail: String = {
-        let start = out.len().saturating_sub(OUTPUT_TAIL);
-        let start = (start..out.len())
-            .find(|i| out.is_char_boundary(*i))
-            .unwrap_or(out.len());
-        out[start..].trim().to_owned()
-    };
-    Err(format!("{command:?} exited with {status}: {tail}").into())
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

@@ -195,11 +195,6 @@ fn jobs_are_added_listed_shown_paused_triggered_edited_and_deleted() {
         &["job", "add", "report", "--handler", "noop", "--every", "1s"],
         "report",
     );
-    refused(
-        &url,
-        &["job", "add", "x", "--handler", "teleport", "--every", "1s"],
-        "unknown handler",
-    );
     refused(&url, &["job", "add", "x", "--handler", "noop"], "needs a trigger");
     refused(
         &url,
@@ -312,10 +307,16 @@ struct RunProcess(Child);
 
 impl RunProcess {
     fn start(url: &str, node_id: &str, strategy: &str) -> RunProcess {
+        RunProcess::start_with(url, node_id, &["--strategy", strategy], &[])
+    }
+
+    /// A node with extra options and environment variables.
+    fn start_with(url: &str, node_id: &str, options: &[&str], env: &[(&str, &str)]) -> RunProcess {
         RunProcess(
             Command::new(env!("CARGO_BIN_EXE_quartz"))
                 .args(["--database-url", url, "--scheduler", "cli", "run", "--node-id", node_id])
-                .args(["--strategy", strategy])
+                .args(options)
+                .envs(env.iter().copied())
                 .args(["--poll-interval", "300ms", "--window", "1s", "--heartbeat", "200ms"])
                 .args(["--dead-after", "2s", "--misfire-threshold", "2s"])
                 .env("RUST_LOG", "warn")
@@ -504,4 +505,182 @@ async fn run_processes_share_the_work_on_postgres() {
     let left = json(&url, &["nodes"]);
     assert!(left.as_array().unwrap().iter().all(|n| n["state"] != "live"), "{left}");
     db.drop_db().await;
+}
+
+/// The ledger rows of one job, newest first.
+fn fires_of(url: &str, job: &str) -> Vec<Value> {
+    json(url, &["history", "--job", job, "--limit", "1000"])
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Waits (polling, with a deadline) until a job's ledger satisfies `done`.
+fn wait_for_fires(url: &str, job: &str, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let rows = fires_of(url, job);
+        if done(&rows) {
+            return rows;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {rows:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn error_of(row: &Value) -> String {
+    row["error"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Issue 15, points 1, 2 and 5: `shell` runs only what `--allow-shell` names,
+/// in a clean environment and the chosen directory; a timeout stops the
+/// program's whole process group, and a non-concurrent job's runs never
+/// overlap; `job add` takes any handler name and warns when no live node
+/// offers it; `history purge` deletes finished fires.
+#[test]
+fn shell_runs_only_allowed_programs_cleanly_and_a_timeout_stops_the_group() {
+    let (dir, url) = scratch("shell");
+    let work = dir.0.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let marker = dir.0.join("forbidden-ran");
+    let pidfile = dir.0.join("background.pid");
+    let log = dir.0.join("runs.log");
+    let shell_job = |name: &str, script: &str, options: &[&str]| {
+        let payload = serde_json::json!({"command": "sh", "args": ["-c", script]}).to_string();
+        let mut args = vec!["job", "add", name, "--handler", "shell", "--payload", payload.as_str()];
+        args.extend_from_slice(options);
+        json(&url, &args);
+    };
+    shell_job("envdump", "pwd; env; exit 3", &["--every", "1h"]);
+    shell_job(
+        "tree",
+        &format!("sleep 30 & echo $! > {}; sleep 30", pidfile.display()),
+        &["--every", "1h", "--timeout", "500ms"],
+    );
+    shell_job(
+        "exclusive",
+        &format!(
+            "echo s $(date +%s%N) >> {log}; trap 'echo e $(date +%s%N) >> {log}; exit 1' TERM; sleep 3",
+            log = log.display()
+        ),
+        &["--every", "300ms", "--no-concurrent", "--timeout", "400ms"],
+    );
+    let forbidden = serde_json::json!({"command": "/usr/bin/touch", "args": [marker.to_str().unwrap()]}).to_string();
+    json(
+        &url,
+        &[
+            "job",
+            "add",
+            "forbidden",
+            "--handler",
+            "shell",
+            "--payload",
+            &forbidden,
+            "--every",
+            "1h",
+        ],
+    );
+
+    let node = RunProcess::start_with(
+        &url,
+        "shell-node",
+        &[
+            "--allow-shell",
+            "/bin/sh",
+            "/usr/bin/sh",
+            "--pass-env",
+            "KEEP_ME",
+            "--shell-dir",
+            work.to_str().unwrap(),
+        ],
+        &[
+            ("KEEP_ME", "kept"),
+            ("SECRET_TOKEN", "hush"),
+            ("QUARTZ_DATABASE_URL", url.as_str()),
+        ],
+    );
+
+    // A clean environment, in the chosen directory, output kept on failure.
+    let rows = wait_for_fires(&url, "envdump", "the envdump fire", |r| {
+        r.iter().any(|f| f["state"] == "failed")
+    });
+    let error = error_of(&rows[0]);
+    assert!(error.contains("exited with exit status: 3"), "{error}");
+    assert!(error.contains(work.to_str().unwrap()), "runs in --shell-dir: {error}");
+    assert!(
+        error.contains("KEEP_ME=kept") && error.contains("QUARTZ_JOB=envdump"),
+        "{error}"
+    );
+    assert!(
+        !error.contains("SECRET_TOKEN") && !error.contains("QUARTZ_DATABASE_URL"),
+        "the node's environment leaked: {error}"
+    );
+
+    // A program outside the allow-list runs nothing and is recorded.
+    let rows = wait_for_fires(&url, "forbidden", "the forbidden fire", |r| {
+        r.iter().any(|f| f["state"] == "failed")
+    });
+    assert!(
+        error_of(&rows[0]).contains("not allowed on this node"),
+        "{}",
+        error_of(&rows[0])
+    );
+    assert!(!marker.exists(), "a program outside the allow-list ran");
+
+    // A timeout stops the whole process group, background children included.
+    wait_for_fires(&url, "tree", "the tree fire recorded failed", |r| {
+        r.iter().any(|f| f["state"] == "failed")
+    });
+    let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while Command::new("kill")
+        .args(["-0", &pid])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the background child {pid} outlived the timeout"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // A non-concurrent job with a timeout never overlaps itself.
+    wait_for_fires(&url, "exclusive", "three timed-out runs", |r| {
+        r.iter().filter(|f| f["state"] == "failed").count() >= 3
+    });
+    node.stop();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let events: Vec<(&str, u128)> = text
+        .lines()
+        .map(|l| {
+            let (kind, at) = l.split_once(' ').unwrap();
+            (kind, at.parse().unwrap())
+        })
+        .collect();
+    assert!(events.len() >= 6, "{text}");
+    for pair in events.windows(2) {
+        assert_ne!(pair[0].0, pair[1].0, "runs overlapped (or one did not end): {text}");
+        assert!(pair[1].1 >= pair[0].1, "{text}");
+    }
+
+    // Any handler name: the service that runs it may be elsewhere.
+    let out = quartz(
+        &url,
+        &["job", "add", "invoice-acme", "--handler", "invoice", "--every", "1h"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no live node"), "{}", stderr(&out));
+
+    // Finished fires go on request; nothing open does.
+    let purged = json(&url, &["history", "purge", "--older-than", "0s"]);
+    assert!(purged["purged_fires"].as_u64().unwrap() >= 6, "{purged}");
+    for job in ["envdump", "forbidden", "tree", "exclusive"] {
+        assert!(fires_of(&url, job).is_empty(), "{job}");
+    }
 }

@@ -25,6 +25,7 @@ pub mod cron;
 pub mod engine;
 mod error;
 pub mod misfire;
+pub mod retention;
 pub mod store;
 mod time;
 pub mod trigger;

@@ -38,6 +38,18 @@ pub const MAX_ATTEMPTS: u32 = 100;
 /// an error, that none of the fires changed pass at most this many.
 pub const FIRES_PER_BATCH: usize = 64;
 
+/// How long after a change made through the store (a job added, edited,
+/// paused, resumed, triggered or deleted) every live node has seen it, in
+/// milliseconds. A new trigger's first fire time is never earlier than this
+/// after the change (see [`Trigger::visible_from`]).
+pub const CHANGE_VISIBILITY_MS: i64 = 250;
+
+/// How far in the past a new trigger's first fire time may be and still count
+/// as "now" (moved to [`CHANGE_VISIBILITY_MS`] ahead) rather than as a start
+/// in the past, which Quartz's misfire policy handles; the default misfire
+/// threshold.
+pub const START_NOW_GRACE_MS: i64 = 5_000;
+
 /// What a store call can fail with.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -111,6 +123,9 @@ pub struct NodeRegistration {
     pub pid: u32,
     /// Its weight for the weight strategy (at least 1).
     pub weight: u32,
+    /// The handlers it runs, so that operators and the CLI can see which jobs
+    /// some live node can run.
+    pub handlers: Vec<String>,
 }
 
 /// A node's liveness state.
@@ -147,6 +162,8 @@ pub struct Node {
     pub heartbeat_at: Timestamp,
     /// Fires running or queued on its pool at its last heartbeat.
     pub busy: u64,
+    /// The handlers it runs (as it registered them).
+    pub handlers: Vec<String>,
 }
 
 /// How a failed fire is retried: up to `max_attempts` attempts in all, each
@@ -723,8 +740,12 @@ pub struct FireRecord {
     pub claimed_at: Timestamp,
     /// When its handler started.
     pub started_at: Option<Timestamp>,
-    /// When it finished.
+    /// When it finished: for a fire that timed out, when its code really
+    /// returned.
     pub finished_at: Option<Timestamp>,
+    /// When it passed its job's timeout (it stays running until its code
+    /// returns).
+    pub timed_out_at: Option<Timestamp>,
     /// The error, for failed, misfired, skipped and abandoned fires.
     pub error: Option<String>,
     /// For a skipped range: its end (exclusive).
@@ -1034,8 +1055,78 @@ pub trait Store: Send + Sync + 'static {
         node: &NodeRef,
     ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
 
+    /// Records that a running fire passed its job's timeout: `timed_out_at`
+    /// and the error are set, and the fire stays running until its code
+    /// returns (then [`finish`](Self::finish) records it failed). Fenced like
+    /// a finish; `true` when recorded.
+    fn fire_time_out(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        error: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     // ---- history ----
 
     /// Ledger rows, newest first.
     fn fires(&self, query: &FireQuery) -> impl Future<Output = Result<Vec<FireRecord>, StoreError>> + Send;
+
+    // ---- changes ----
+
+    /// The scheduler's change counter, which every change made through the
+    /// store bumps in its own transaction (0 before the first).
+    fn changes(&self, scheduler: &str) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// Waits until the change counter differs from `seen`, or `max_wait`
+    /// passes, and returns it: on PostgreSQL woken by `LISTEN`/`NOTIFY`, on
+    /// the others by reading the counter every few dozen milliseconds, so that
+    /// every node sees a change within [`CHANGE_VISIBILITY_MS`].
+    fn change_wait(
+        &self,
+        scheduler: &str,
+        seen: i64,
+        max_wait: std::time::Duration,
+    ) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    // ---- retention ----
+
+    /// Wins this scheduler's purge turn, by compare-and-set on when the last
+    /// purge began: `true` for one caller per `every_ms` (database time).
+    fn purge_turn(&self, scheduler: &str, every_ms: i64) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// The fire time before which succeeded fires may have been purged: the
+    /// audit checks only after it.
+    fn purge_horizon(&self, scheduler: &str) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send;
+
+    /// Moves the purge horizon to `before` (never back).
+    fn purge_horizon_advance(
+        &self,
+        scheduler: &str,
+        before: Timestamp,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Deletes at most `limit` fires in `state` (a finished state) scheduled
+    /// before `before`, keeping each job's newest `keep_last` fires; returns
+    /// how many it deleted.
+    fn fires_purge(
+        &self,
+        scheduler: &str,
+        state: FireState,
+        before: Timestamp,
+        keep_last: u32,
+        limit: u32,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Deletes the rows of nodes dead or gone whose last heartbeat is before
+    /// `before`, unless a fire or an execute still names their incarnation.
+    fn nodes_purge(&self, scheduler: &str, before: Timestamp) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Deletes at most `limit` complete executes last changed before `before`
+    /// that no open fire names.
+    fn executes_purge(
+        &self,
+        scheduler: &str,
+        before: Timestamp,
+        limit: u32,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }

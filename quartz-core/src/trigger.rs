@@ -189,6 +189,29 @@ impl Trigger {
         }
     }
 
+    /// The trigger as it is stored when created or edited at `now` (database
+    /// time): a first fire time from [`START_NOW_GRACE_MS`] before `now` up to
+    /// `visible_at` (when every node has seen the change) is one no node
+    /// could run on time, so the trigger starts at `visible_at` instead (a
+    /// fixed-rate grid moves with it, a repeat limit counts from there). A
+    /// first fire time further in the past is left alone: the start was meant
+    /// to be in the past, and the misfire policy decides, as in Quartz.
+    ///
+    /// [`START_NOW_GRACE_MS`]: crate::store::START_NOW_GRACE_MS
+    pub fn visible_from(&self, now: Timestamp, visible_at: Timestamp) -> Trigger {
+        let Some(first) = self.first_fire_time() else {
+            return self.clone();
+        };
+        let recent = now.saturating_add_millis(-crate::store::START_NOW_GRACE_MS);
+        if first >= visible_at || first < recent || self.end.is_some_and(|end| end < visible_at) {
+            return self.clone();
+        }
+        Trigger {
+            start: visible_at,
+            ..self.clone()
+        }
+    }
+
     /// How fire times are spaced.
     pub fn schedule(&self) -> &Schedule {
         &self.schedule

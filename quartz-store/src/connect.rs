@@ -90,10 +90,14 @@ impl Backend {
                         "node busy",
                         include_str!(concat!("../../migrations/", $dir, "/0004_node_busy.sql")),
                     ),
+                    (
+                        "operations",
+                        include_str!(concat!("../../migrations/", $dir, "/0005_operations.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 4] = match self {
+        let files: [(&str, &'static str); 5] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),
@@ -158,6 +162,12 @@ pub(crate) struct Db {
     pub(crate) pool: AnyPool,
     pub(crate) backend: Backend,
     sql: Arc<Mutex<HashMap<&'static str, SqlStr>>>,
+    /// The URL connected to (the change listener opens its own connection).
+    pub(crate) url: Arc<str>,
+    /// Wake-ups from the PostgreSQL change listener.
+    pub(crate) changes: Arc<crate::sql_store::ChangeSignal>,
+    /// Schedulers whose `quartz_scheduler` row is known to exist.
+    pub(crate) schedulers: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Db {
@@ -215,6 +225,9 @@ impl Db {
             pool,
             backend,
             sql: Arc::default(),
+            url: Arc::from(url.as_str()),
+            changes: Arc::default(),
+            schedulers: Arc::default(),
         };
         if options.migrate {
             db.migrate().await?;

@@ -30,4 +30,4 @@ mod connect;
 mod sql_store;
 
 pub use connect::{Backend, MIGRATIONS_TABLE, StoreOptions};
-pub use sql_store::SqlStore;
+pub use sql_store::{CHANGE_POLL, SqlStore};

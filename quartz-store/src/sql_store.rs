@@ -6,15 +6,21 @@ use std::sync::LazyLock;
 
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    ChainedFire, Claim, DueBatch, Execute, ExecuteCas, ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireState,
-    Job, JobDetail, JobSpec, JobState, MAX_ERROR_BYTES, Node, NodeRef, NodeRegistration, NodeState, Outcome,
-    RejectedRow, RetryPolicy, SkippedRecord, Store, StoreError, TriggerColumns, check_name,
+    CHANGE_VISIBILITY_MS, ChainedFire, Claim, DueBatch, Execute, ExecuteCas, ExecuteSpec, ExecuteState, FireQuery,
+    FireRecord, FireState, Job, JobDetail, JobSpec, JobState, MAX_ERROR_BYTES, Node, NodeRef, NodeRegistration,
+    NodeState, Outcome, RejectedRow, RetryPolicy, SkippedRecord, Store, StoreError, TriggerColumns, check_name,
 };
 use quartz_core::trigger::TriggerState;
 use sqlx::any::{AnyQueryResult, AnyRow};
 use sqlx::{Any, Row, Transaction};
 
 use crate::connect::{Backend, Db, StoreOptions};
+
+mod changes;
+mod retention;
+
+pub use changes::CHANGE_POLL;
+pub(crate) use changes::ChangeSignal;
 
 /// The children's ledger rows of a succeeded fire (binds: node id,
 /// incarnation, the parent's fire id); each backend adds its own "do nothing
@@ -80,7 +86,7 @@ static IN_STATE_OF: LazyLock<String> = LazyLock::new(|| {
 
 macro_rules! node_cols {
     () => {
-        "scheduler, node_id, host, pid, weight, state, incarnation, registered_at, heartbeat_at, busy"
+        "scheduler, node_id, host, pid, weight, state, incarnation, registered_at, heartbeat_at, busy, handlers"
     };
 }
 /// The ids one `jobs_by_id` statement looks up.
@@ -102,7 +108,7 @@ macro_rules! execute_cols {
 macro_rules! fire_cols {
     () => {
         "id, execute_id, job_id, fire_time, attempt, node_id, incarnation, state, claimed_at, started_at, \
-         finished_at, error, skipped_until, fire_count"
+         finished_at, timed_out_at, error, skipped_until, fire_count"
     };
 }
 
@@ -212,10 +218,14 @@ impl SqlStore {
         executes: &[ExecuteSpec],
         paused: bool,
     ) -> Result<(), StoreError> {
+        let now = self.now_in(tx).await?;
+        let visible_at = now.saturating_add_millis(CHANGE_VISIBILITY_MS);
         for spec in executes {
-            let c = TriggerColumns::from_trigger(&spec.trigger);
+            // No fire time earlier than the moment every node has seen it.
+            let trigger = spec.trigger.visible_from(now, visible_at);
+            let c = TriggerColumns::from_trigger(&trigger);
             let signature = c.signature();
-            let first = TriggerState::initial(&spec.trigger);
+            let first = TriggerState::initial(&trigger);
             let state = match (first.next_fire_time, paused) {
                 (None, _) => ExecuteState::Complete,
                 (Some(_), true) => ExecuteState::Paused,
@@ -246,6 +256,15 @@ impl SqlStore {
             .map_err(db_error)?;
         }
         Ok(())
+    }
+
+    /// The database clock, read inside a transaction.
+    async fn now_in(&self, tx: &mut Transaction<'static, Any>) -> Result<Timestamp, StoreError> {
+        let ms: i64 = sqlx::query_scalar(self.db.sql("SELECT {now}"))
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        Ok(Timestamp::from_millis(ms))
     }
 
     async fn executes_of(&self, job: Job) -> Result<JobDetail, StoreError> {
@@ -631,17 +650,17 @@ impl SqlStore {
         let mut tx = self.begin().await?;
         let upsert = match self.db.backend {
             Backend::MySql => {
-                "INSERT INTO quartz_node (scheduler, node_id, host, pid, weight, state, incarnation, \
-                 registered_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, 'live', 1, {now}, {now}) \
+                "INSERT INTO quartz_node (scheduler, node_id, host, pid, weight, handlers, state, incarnation, \
+                 registered_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, 'live', 1, {now}, {now}) \
                  ON DUPLICATE KEY UPDATE host = VALUES(host), pid = VALUES(pid), weight = VALUES(weight), \
-                 state = 'live', incarnation = incarnation + 1, registered_at = VALUES(registered_at), \
+                 handlers = VALUES(handlers), state = 'live', incarnation = incarnation + 1, registered_at = VALUES(registered_at), \
                  heartbeat_at = VALUES(heartbeat_at)"
             }
             Backend::Postgres | Backend::Sqlite => {
-                "INSERT INTO quartz_node (scheduler, node_id, host, pid, weight, state, incarnation, \
-                 registered_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, 'live', 1, {now}, {now}) \
+                "INSERT INTO quartz_node (scheduler, node_id, host, pid, weight, handlers, state, incarnation, \
+                 registered_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, 'live', 1, {now}, {now}) \
                  ON CONFLICT (scheduler, node_id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
-                 weight = excluded.weight, state = 'live', incarnation = quartz_node.incarnation + 1, \
+                 weight = excluded.weight, handlers = excluded.handlers, state = 'live', incarnation = quartz_node.incarnation + 1, \
                  registered_at = excluded.registered_at, heartbeat_at = excluded.heartbeat_at"
             }
         };
@@ -651,6 +670,9 @@ impl SqlStore {
             .bind(node.host.clone())
             .bind(i64::from(node.pid))
             .bind(i64::from(node.weight.max(1)))
+            .bind(serde_json::to_string(&node.handlers).map_err(|e| StoreError::Database {
+                reason: format!("handler names cannot be encoded: {e}"),
+            })?)
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
@@ -800,9 +822,10 @@ impl Store for SqlStore {
 
     async fn add_executes(&self, scheduler: &str, name: &str, executes: &[ExecuteSpec]) -> Result<(), StoreError> {
         let job = self.require_job(scheduler, name).await?;
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin_change(scheduler).await?;
         self.insert_executes(&mut tx, scheduler, job.id, executes, job.state == JobState::Paused)
             .await?;
+        self.changed_in(&mut tx, scheduler).await?;
         tx.commit().await.map_err(db_error)
     }
 
@@ -816,7 +839,7 @@ impl Store for SqlStore {
             scheduler: scheduler.to_owned(),
             name: job.name.clone(),
         };
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin_change(scheduler).await?;
         let inserted = self
             .query(
                 "INSERT INTO quartz_job (scheduler, name, handler, payload, description, state, requests_recovery, \
@@ -855,6 +878,7 @@ impl Store for SqlStore {
         let created = decode_job(&row)?;
         self.insert_executes(&mut tx, scheduler, created.id, executes, false)
             .await?;
+        self.changed_in(&mut tx, scheduler).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(created)
     }
@@ -917,7 +941,7 @@ impl Store for SqlStore {
         if let Some(parent) = &job.parent {
             self.require_job(scheduler, parent).await?;
         }
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin_change(scheduler).await?;
         let updated = self
             .query(
                 "UPDATE quartz_job SET name = ?, handler = ?, payload = ?, description = ?, requests_recovery = ?, \
@@ -957,6 +981,7 @@ impl Store for SqlStore {
             self.insert_executes(&mut tx, scheduler, existing.id, executes, paused)
                 .await?;
         }
+        self.changed_in(&mut tx, scheduler).await?;
         tx.commit().await.map_err(db_error)?;
         self.require_job(scheduler, &job.name).await
     }
@@ -968,7 +993,7 @@ impl Store for SqlStore {
         } else {
             (JobState::Enabled, ExecuteState::Paused, ExecuteState::Waiting)
         };
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin_change(scheduler).await?;
         self.query("UPDATE quartz_job SET state = ?, updated_at = {now} WHERE id = ?")
             .bind(job_state.as_str())
             .bind(job.id)
@@ -982,13 +1007,14 @@ impl Store for SqlStore {
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
+        self.changed_in(&mut tx, scheduler).await?;
         tx.commit().await.map_err(db_error)?;
         self.require_job(scheduler, name).await
     }
 
     async fn delete_job(&self, scheduler: &str, name: &str) -> Result<(), StoreError> {
         let job = self.require_job(scheduler, name).await?;
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin_change(scheduler).await?;
         for template in [
             "DELETE FROM quartz_execute WHERE job_id = ?",
             "DELETE FROM quartz_job WHERE id = ?",
@@ -999,6 +1025,7 @@ impl Store for SqlStore {
                 .await
                 .map_err(db_error)?;
         }
+        self.changed_in(&mut tx, scheduler).await?;
         tx.commit().await.map_err(db_error)
     }
 
@@ -1443,6 +1470,56 @@ impl Store for SqlStore {
         Ok(id)
     }
 
+    async fn fire_time_out(&self, fire_id: i64, node: &NodeRef, error: &str) -> Result<bool, StoreError> {
+        self.fire_transition(
+            "UPDATE quartz_fire SET timed_out_at = {now}, error = ? \
+             WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?",
+            fire_id,
+            node,
+            Some(truncate(error)),
+        )
+        .await
+    }
+
+    async fn changes(&self, scheduler: &str) -> Result<i64, StoreError> {
+        self.changes_read(scheduler).await
+    }
+
+    async fn change_wait(&self, scheduler: &str, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError> {
+        self.changes_wait(scheduler, seen, max_wait).await
+    }
+
+    async fn purge_turn(&self, scheduler: &str, every_ms: i64) -> Result<bool, StoreError> {
+        self.purge_turn_take(scheduler, every_ms).await
+    }
+
+    async fn purge_horizon(&self, scheduler: &str) -> Result<Option<Timestamp>, StoreError> {
+        self.purge_horizon_read(scheduler).await
+    }
+
+    async fn purge_horizon_advance(&self, scheduler: &str, before: Timestamp) -> Result<(), StoreError> {
+        self.purge_horizon_move(scheduler, before).await
+    }
+
+    async fn fires_purge(
+        &self,
+        scheduler: &str,
+        state: FireState,
+        before: Timestamp,
+        keep_last: u32,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        self.fires_delete(scheduler, state, before, keep_last, limit).await
+    }
+
+    async fn nodes_purge(&self, scheduler: &str, before: Timestamp) -> Result<u64, StoreError> {
+        self.nodes_delete(scheduler, before).await
+    }
+
+    async fn executes_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        self.executes_delete(scheduler, before, limit).await
+    }
+
     async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
         let job_id = match &query.job {
             Some(name) => Some(self.require_job(&query.scheduler, name).await?.id),
@@ -1576,6 +1653,10 @@ fn decode_node(row: &AnyRow) -> Result<Node, StoreError> {
             registered_at: Timestamp::from_millis(row.try_get("registered_at")?),
             heartbeat_at: Timestamp::from_millis(row.try_get("heartbeat_at")?),
             busy: u64::try_from(row.try_get::<i64, _>("busy")?)?,
+            handlers: match row.try_get::<Option<String>, _>("handlers")? {
+                Some(text) => serde_json::from_str(&text)?,
+                None => Vec::new(),
+            },
         })
     })();
     node.map_err(|e| StoreError::Database {
@@ -1602,6 +1683,7 @@ fn decode_fire(row: &AnyRow) -> Result<FireRecord, StoreError> {
             claimed_at: Timestamp::from_millis(row.try_get("claimed_at")?),
             started_at: ms("started_at")?,
             finished_at: ms("finished_at")?,
+            timed_out_at: ms("timed_out_at")?,
             error: row.try_get("error")?,
             skipped_until: ms("skipped_until")?,
             fire_count: u64::try_from(row.try_get::<i64, _>("fire_count")?)?,

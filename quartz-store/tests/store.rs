@@ -12,8 +12,8 @@ use common::{Kind, TestDb};
 use quartz_core::cron::CronExpression;
 use quartz_core::misfire::MisfireSettings;
 use quartz_core::store::{
-    Claim, ExecuteCas, ExecuteSpec, ExecuteState, FireQuery, FireState, JobSpec, NodeRef, NodeRegistration, NodeState,
-    Outcome, SkippedRecord, Store, StoreError,
+    CHANGE_VISIBILITY_MS, Claim, ExecuteCas, ExecuteSpec, ExecuteState, FireQuery, FireState, JobSpec, NodeRef,
+    NodeRegistration, NodeState, Outcome, SkippedRecord, Store, StoreError,
 };
 use quartz_core::trigger::{Fire, Schedule, Trigger};
 use quartz_core::{Error, Timestamp, Tz};
@@ -50,6 +50,7 @@ async fn register(store: &SqlStore, node_id: &str) -> NodeRef {
             host: "test-host".to_owned(),
             pid: std::process::id(),
             weight: 1,
+            handlers: Vec::new(),
         })
         .await
         .unwrap();
@@ -221,7 +222,13 @@ async fn jobs_are_created_read_updated_paused_and_deleted(db: &TestDb) {
     assert_eq!(executes.len(), 2);
     assert_eq!(executes[0].trigger, cron, "the trigger survives the round trip");
     assert_eq!(executes[0].fire_state.next_fire_time, cron.first_fire_time());
-    assert_eq!(executes[1].fire_state.next_fire_time, Some(now));
+    // A trigger starting "now" starts when every node can have seen it.
+    let visible = executes[1].trigger.start();
+    assert!(
+        visible.as_millis() >= now.as_millis() + CHANGE_VISIBILITY_MS,
+        "{visible} {now}"
+    );
+    assert_eq!(executes[1].fire_state.next_fire_time, Some(visible));
     assert!(executes.iter().all(|e| e.state == ExecuteState::Waiting));
     assert!(store.get_job(S, "nope").await.unwrap().is_none());
     assert!(store.get_job("other-scheduler", "report").await.unwrap().is_none());
@@ -322,7 +329,8 @@ async fn due_executes_come_in_time_order_and_bad_rows_are_set_aside(db: &TestDb)
     let store = db.store().await;
     let now = store.now().await.unwrap();
     for (i, name) in ["c", "a", "b"].iter().enumerate() {
-        let start = now.checked_add_millis(100 * (3 - i as i64)).unwrap();
+        // Beyond the visibility delay, so stored as given.
+        let start = now.checked_add_millis(1_000 + 100 * (3 - i as i64)).unwrap();
         store
             .create_job(S, &JobSpec::new(*name, "noop"), &[every_second(start)])
             .await
@@ -369,7 +377,7 @@ async fn due_executes_come_in_time_order_and_bad_rows_are_set_aside(db: &TestDb)
         .collect();
     assert_eq!(
         times,
-        [Some(100), Some(200), Some(300), None],
+        [Some(1_100), Some(1_200), Some(1_300), None],
         "in time order, then the uninitialised row"
     );
 
@@ -840,7 +848,7 @@ async fn claimed_fires(store: &SqlStore, prefix: &str, n: usize, start: Timestam
         let fire = trigger
             .fires_until(
                 &quartz_core::trigger::TriggerState::initial(&trigger),
-                start.checked_add_millis(1).unwrap(),
+                trigger.start().checked_add_millis(1).unwrap(),
             )
             .next()
             .unwrap();

@@ -59,6 +59,7 @@ pub use handler::{CancelReason, Cancellation, JobContext, JobError, JobResult};
 
 use crate::error::Error;
 use crate::misfire::MisfireSettings;
+use crate::retention::Retention;
 use crate::store::{ExecuteSpec, Job, JobSpec, Node, NodeRef, Store, StoreError};
 use handler::Handler;
 use node::Inner;
@@ -132,6 +133,11 @@ pub struct Settings {
     /// clock skew: the engine takes no decision on the node's clock, so a
     /// skewed node behaves exactly as the others.
     pub clock_skew_ms: i64,
+    /// How long finished fires, gone nodes and complete triggers are kept, and
+    /// how often the cluster purges (default: succeeded fires 24 h, others
+    /// 7 days, the newest 10 of each job always; see
+    /// [`crate::retention`]).
+    pub retention: Retention,
 }
 
 impl Default for Settings {
@@ -156,6 +162,7 @@ impl Default for Settings {
             node_id: None,
             weight: 1,
             clock_skew_ms: 0,
+            retention: Retention::default(),
         }
     }
 }
@@ -178,6 +185,7 @@ impl Settings {
             ("window", self.window),
             ("heartbeat_interval", self.heartbeat_interval),
             ("dead_after", self.dead_after),
+            ("retention.every", self.retention.every),
         ];
         for (name, value) in positive {
             if value.is_zero() {
@@ -361,6 +369,11 @@ pub struct Counters {
     pub recomputed: u64,
     /// Child jobs' fires this node started after their parent succeeded.
     pub chained: u64,
+    /// Fires that passed their job's timeout (each also counts as failed once
+    /// its code returns).
+    pub timed_out: u64,
+    /// Ledger rows this node purged under the retention settings.
+    pub purged: u64,
 }
 
 /// A snapshot of a node.
@@ -444,8 +457,9 @@ impl<S: Store> Scheduler<S> {
     }
 
     /// Creates a job with its triggers, after checking that this node has its
-    /// handler. This node polls at once; every other node sees it at its next
-    /// poll.
+    /// handler. This node polls at once; every other node sees it within
+    /// [`CHANGE_VISIBILITY_MS`](crate::store::CHANGE_VISIBILITY_MS), and no
+    /// trigger's first fire time is earlier than that.
     ///
     /// # Errors
     ///
@@ -453,11 +467,13 @@ impl<S: Store> Scheduler<S> {
     /// and the store's validation errors; on error nothing is stored.
     pub async fn add_job(&self, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, SchedulerError> {
         self.inner.check_handler(job)?;
-        Ok(self
+        let created = self
             .inner
             .store
             .create_job(&self.inner.scheduler, job, executes)
-            .await?)
+            .await?;
+        self.inner.poll_now.notify_one();
+        Ok(created)
     }
 
     /// Asks the poller to poll now rather than at its next tick.

@@ -25,6 +25,8 @@ use crate::store::{
 use crate::time::Timestamp;
 use crate::trigger::{Fire, NextFire, Schedule, Trigger, TriggerState};
 
+mod maintenance;
+
 /// How long the poller waits before the next poll when a batch came back full.
 const FULL_BATCH_REPOLL: Duration = Duration::from_millis(50);
 /// How far past the next poll a poll looks, for the time a poll takes.
@@ -56,11 +58,14 @@ struct Pending {
 }
 
 /// What the node remembers of an execute it has queued fires of.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Track {
     epoch: u64,
     /// The latest fire time queued.
     horizon: Timestamp,
+    /// The job as its queued fires carry it: an edit seen by a poll requeues
+    /// them with the new version.
+    job: Arc<Job>,
 }
 
 /// What a fire's pool task reports.
@@ -133,6 +138,9 @@ pub(crate) struct Inner<S> {
     parents: RwLock<HashSet<i64>>,
     /// Successes on their way to the ledger, recorded together.
     successes: mpsc::UnboundedSender<Success>,
+    /// The jobs the last poll read: a fire claimed before an edit of its job
+    /// runs with the edited version.
+    latest_jobs: RwLock<HashMap<i64, Arc<Job>>>,
 }
 
 /// A success to record: the fire, its owner, and where the answer goes
@@ -188,6 +196,11 @@ impl<S: Store> Inner<S> {
             host,
             pid: std::process::id(),
             weight: settings.weight,
+            handlers: {
+                let mut names: Vec<String> = handlers.keys().cloned().collect();
+                names.sort_unstable();
+                names
+            },
         };
         let pool = Pool::builder()
             .core(settings.pool_core)
@@ -235,6 +248,7 @@ impl<S: Store> Inner<S> {
             warned: Mutex::new(HashSet::new()),
             parents: RwLock::new(HashSet::new()),
             successes,
+            latest_jobs: RwLock::new(HashMap::new()),
         });
         tokio::spawn(record_successes(Arc::downgrade(&inner), successes_rx));
         let tasks = vec![
@@ -242,6 +256,8 @@ impl<S: Store> Inner<S> {
             tokio::spawn(Arc::clone(&inner).dispatcher()),
             tokio::spawn(Arc::clone(&inner).cluster()),
             tokio::spawn(Arc::clone(&inner).backlog_runner()),
+            tokio::spawn(Arc::clone(&inner).change_watcher()),
+            tokio::spawn(Arc::clone(&inner).maintenance()),
         ];
         *inner.tasks.lock() = tasks;
         Ok(inner)
@@ -365,6 +381,7 @@ impl<S: Store> Inner<S> {
         let parents = self.store.chain_parents(&self.scheduler).await?;
         *self.parents.write() = parents.into_iter().collect();
         let jobs = self.jobs(batch.executes.iter().map(|e| e.job_id)).await?;
+        self.latest_jobs.write().clone_from(&jobs);
         for execute in batch.executes {
             let Some(job) = jobs.get(&execute.job_id) else {
                 continue; // deleted since
@@ -569,10 +586,16 @@ impl<S: Store> Inner<S> {
             return;
         }
         let mut tracked = self.tracked.lock();
-        let track = tracked.entry(execute_id).or_insert_with(|| Track {
+        let fresh = || Track {
             epoch: self.seq.fetch_add(1, Ordering::Relaxed),
             horizon: Timestamp::from_millis(i64::MIN),
-        });
+            job: Arc::clone(job),
+        };
+        let track = tracked.entry(execute_id).or_insert_with(fresh);
+        if track.job.spec != job.spec || track.job.state != job.state {
+            // The job was edited: what is queued carries the old version.
+            *track = fresh();
+        }
         let mut queue = self.queue.lock();
         let mut added = false;
         for fire in fires {
@@ -795,7 +818,8 @@ impl<S: Store> Inner<S> {
             return; // given back by the shutdown
         }
         let mut accepted = Vec::with_capacity(runs.len());
-        for run in runs {
+        for mut run in runs {
+            self.refresh_job(&mut run);
             let Some(handler) = self.handlers.get(&run.job.spec.handler).cloned() else {
                 continue;
             };
@@ -901,6 +925,19 @@ impl<S: Store> Inner<S> {
         });
     }
 
+    /// A fire claimed before an edit of its job that a poll has seen since
+    /// runs with the edited job (when this node has its handler).
+    fn refresh_job(&self, run: &mut RunFire) {
+        let latest = self.latest_jobs.read();
+        if let Some(job) = latest.get(&run.job.id)
+            && job.updated_at >= run.job.updated_at
+            && job.spec != run.job.spec
+            && self.handlers.contains_key(&job.spec.handler)
+        {
+            run.job = Arc::clone(job);
+        }
+    }
+
     /// Follows a fire the pool accepted: its start, timeout and outcome, then
     /// what comes after (release, retry).
     async fn supervise(
@@ -953,14 +990,12 @@ impl<S: Store> Inner<S> {
             .timeout_ms
             .and_then(|ms| u64::try_from(ms).ok())
             .map(Duration::from_millis);
+        let mut done_rx = done_rx;
         let result = match timeout {
             Some(limit) => {
                 tokio::select! {
-                    r = done_rx => r.ok(),
-                    () = tokio::time::sleep(limit) => {
-                        let _ = cancel_tx.send(Some(CancelReason::TimedOut));
-                        Some(Ran::Done(Err(format!("timed out after {} ms; the handler was asked to stop", limit.as_millis()).into())))
-                    }
+                    r = &mut done_rx => r.ok(),
+                    () = tokio::time::sleep(limit) => self.time_out(run, limit, &cancel_tx, done_rx).await,
                 }
             }
             None => done_rx.await.ok(),
@@ -1008,6 +1043,49 @@ impl<S: Store> Inner<S> {
         }
         if !succeeded && run.attempt < run.job.spec.retry.max_attempts {
             self.retry(run).await;
+        }
+    }
+
+    /// A fire past its job's timeout: asked to stop, recorded timed out, and
+    /// followed until its code really returns. A thread cannot be killed, so
+    /// until then the fire stays running in the ledger (a job that disallows
+    /// concurrency stays blocked) and its pool thread stays busy; then it is
+    /// failed, whatever the code returned.
+    async fn time_out(
+        &self,
+        run: &RunFire,
+        limit: Duration,
+        cancel_tx: &watch::Sender<Option<CancelReason>>,
+        done_rx: oneshot::Receiver<Ran>,
+    ) -> Option<Ran> {
+        let _ = cancel_tx.send(Some(CancelReason::TimedOut));
+        let limit_ms = limit.as_millis();
+        let asked = std::time::Instant::now();
+        self.count(|c| c.timed_out += 1);
+        let note = format!("timed out after {limit_ms} ms; asked to stop, still running");
+        if let Err(e) = self.store.fire_time_out(run.fire_id, &run.node, &note).await {
+            tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e, "could not record the timeout");
+        }
+        tracing::warn!(
+            scheduler = self.scheduler,
+            job = run.job.spec.name,
+            fire_id = run.fire_id,
+            limit_ms,
+            "fire timed out"
+        );
+        match done_rx.await.ok()? {
+            Ran::Late(late_ms) => Some(Ran::Late(late_ms)),
+            Ran::Done(returned) => {
+                let after = asked.elapsed().as_millis();
+                let how = match returned {
+                    Ok(()) => "returned success".to_owned(),
+                    Err(e) => format!("returned: {e}"),
+                };
+                Some(Ran::Done(Err(format!(
+                    "timed out after {limit_ms} ms; asked to stop, the code {how} {after} ms later"
+                )
+                .into())))
+            }
         }
     }
 
@@ -1684,6 +1762,7 @@ fn record_of(run: &RunFire) -> FireRecord {
         claimed_at: run.fire_time,
         started_at: None,
         finished_at: None,
+        timed_out_at: None,
         error: None,
         skipped_until: None,
         fire_count: 1,

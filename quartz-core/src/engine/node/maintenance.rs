@@ -1,0 +1,115 @@
+//! Two background services of a node: the change watcher, which polls at once
+//! when a job is added, edited, paused, resumed, triggered or deleted anywhere
+//! in the cluster, and the maintenance task, which purges under the retention
+//! settings when this node wins the cluster's purge turn.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Inner, duration_ms};
+use crate::retention::{PurgePlan, purge};
+use crate::store::Store;
+
+/// The longest one wait for a change lasts before the watcher looks at its
+/// stop signal and the counter again.
+const CHANGE_WAIT: Duration = Duration::from_secs(1);
+
+/// The shortest time between two polls the watcher asks for: a burst of
+/// changes (a thousand jobs added one by one) costs a few polls, not one per
+/// change, and the changes made meanwhile are seen by the next.
+const CHANGE_POLL_GAP: Duration = Duration::from_millis(100);
+
+/// How long the watcher backs off after a store error.
+const CHANGE_ERROR_PAUSE: Duration = Duration::from_secs(1);
+
+impl<S: Store> Inner<S> {
+    /// Polls at once whenever the scheduler's change counter moves. The poll
+    /// expands new and edited triggers, and requeues the fires of an edited
+    /// job with its new version.
+    pub(super) async fn change_watcher(self: Arc<Self>) {
+        let mut seen: Option<i64> = None;
+        let mut stop = self.stop.subscribe();
+        loop {
+            let next = match seen {
+                None => self.store.changes(&self.scheduler).await,
+                Some(seen) => {
+                    tokio::select! {
+                        r = self.store.change_wait(&self.scheduler, seen, CHANGE_WAIT) => r,
+                        _ = stop.wait_for(|s| *s) => return,
+                    }
+                }
+            };
+            match next {
+                Ok(now) => {
+                    let changed = seen.is_some_and(|seen| seen != now);
+                    seen = Some(now);
+                    if changed {
+                        tracing::debug!(scheduler = self.scheduler, changes = now, "change seen; polling");
+                        self.poll_now.notify_one();
+                        if !self.pause(CHANGE_POLL_GAP).await {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(scheduler = self.scheduler, error = %e, "cannot read the change counter");
+                    if !self.pause(CHANGE_ERROR_PAUSE).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Once per [`Retention::every`](crate::retention::Retention::every), tries
+    /// to win the purge turn and, when it does, purges in small batches.
+    pub(super) async fn maintenance(self: Arc<Self>) {
+        let retention = self.settings.retention.clone();
+        if !retention.enabled {
+            return;
+        }
+        // Nodes tick at the same period; a little less as the turn's length
+        // keeps a turn from being skipped for a timer that fired early.
+        let turn_ms = duration_ms(retention.every) * 9 / 10;
+        loop {
+            if !self.pause(retention.every).await {
+                return;
+            }
+            let won = match self.store.purge_turn(&self.scheduler, turn_ms).await {
+                Ok(won) => won,
+                Err(e) => {
+                    tracing::debug!(scheduler = self.scheduler, error = %e, "cannot take the purge turn");
+                    continue;
+                }
+            };
+            if !won {
+                continue;
+            }
+            let now = match self.db_now().await {
+                Ok(now) => now,
+                Err(e) => {
+                    tracing::warn!(scheduler = self.scheduler, error = %e, "purge skipped: cannot read the clock");
+                    continue;
+                }
+            };
+            let plan = PurgePlan::from_retention(&retention, now);
+            match purge(&self.store, &self.scheduler, &plan).await {
+                Ok(report) => {
+                    self.count(|c| c.purged += report.fires);
+                    if report != Default::default() {
+                        tracing::info!(
+                            scheduler = self.scheduler,
+                            fires = report.fires,
+                            nodes = report.nodes,
+                            executes = report.executes,
+                            "purged under the retention settings"
+                        );
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(scheduler = self.scheduler, error = %e, "purge interrupted; the next turn goes on");
+                }
+            }
+        }
+    }
+}

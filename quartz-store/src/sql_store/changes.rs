@@ -1,0 +1,185 @@
+//! Changes seen at once: the per-scheduler change counter that every change
+//! made through the store bumps in its own transaction, and how nodes wait on
+//! it. PostgreSQL also sends a `NOTIFY` from that transaction, which a
+//! listener shared by the store's nodes turns into a wake-up; MySQL, MariaDB
+//! and SQLite have no such signal, and nodes read the counter (one primary-key
+//! lookup) every [`CHANGE_POLL`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use quartz_core::store::StoreError;
+use sqlx::postgres::PgListener;
+use sqlx::{Any, Transaction};
+use tokio::sync::watch;
+
+use super::{SqlStore, db_error};
+use crate::connect::Backend;
+
+/// How often a node reads the change counter where the database cannot notify
+/// (well inside [`quartz_core::store::CHANGE_VISIBILITY_MS`]).
+pub const CHANGE_POLL: Duration = Duration::from_millis(50);
+
+/// The PostgreSQL channel changes are announced on (payload: the scheduler).
+const CHANNEL: &str = "quartz_changes";
+
+/// How long the listener waits before connecting again after an error.
+const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+
+/// Wake-ups from the PostgreSQL listener: a number bumped at every
+/// notification (and at every reconnection, since notifications may have been
+/// missed meanwhile). Shared by every clone of a store.
+#[derive(Debug)]
+pub(crate) struct ChangeSignal {
+    wake: watch::Sender<u64>,
+    listening: AtomicBool,
+}
+
+impl Default for ChangeSignal {
+    fn default() -> ChangeSignal {
+        ChangeSignal {
+            wake: watch::channel(0).0,
+            listening: AtomicBool::new(false),
+        }
+    }
+}
+
+impl ChangeSignal {
+    /// A receiver of wake-ups, starting the listener the first time: it lives
+    /// as long as the store (it holds only a weak reference).
+    fn subscribe(self: &Arc<Self>, url: &str) -> watch::Receiver<u64> {
+        let rx = self.wake.subscribe();
+        if !self.listening.swap(true, Ordering::SeqCst) {
+            tokio::spawn(listen(url.to_owned(), Arc::downgrade(self)));
+        }
+        rx
+    }
+}
+
+/// The listener task: `LISTEN quartz_changes`, each notification a wake-up;
+/// on a lost connection it connects again. Ends once the store is dropped.
+async fn listen(url: String, signal: Weak<ChangeSignal>) {
+    loop {
+        let mut listener = match PgListener::connect(&url).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::debug!(error = %e, "change listener cannot connect; retrying");
+                tokio::time::sleep(RECONNECT_PAUSE).await;
+                if signal.strong_count() == 0 {
+                    return;
+                }
+                continue;
+            }
+        };
+        if let Err(e) = listener.listen(CHANNEL).await {
+            tracing::debug!(error = %e, "change listener cannot LISTEN; retrying");
+            tokio::time::sleep(RECONNECT_PAUSE).await;
+            continue;
+        }
+        // Connected: notifications sent while it was not were missed.
+        let mut woke = true;
+        loop {
+            let Some(s) = signal.upgrade() else { return };
+            if woke {
+                s.wake.send_modify(|n| *n = n.wrapping_add(1));
+            }
+            drop(s);
+            match tokio::time::timeout(RECONNECT_PAUSE, listener.recv()).await {
+                Ok(Ok(_)) => woke = true,
+                Err(_) => woke = false,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "change listener lost its connection; reconnecting");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl SqlStore {
+    /// The transaction of a change: [`changed_in`](Self::changed_in) bumps
+    /// the counter inside it.
+    pub(super) async fn begin_change(&self, scheduler: &str) -> Result<Transaction<'static, Any>, StoreError> {
+        self.ensure_scheduler_row(scheduler).await?;
+        self.begin().await
+    }
+
+    /// Bumps the change counter inside a change's transaction (begun by
+    /// [`begin_change`](Self::begin_change)), and on PostgreSQL announces it
+    /// (delivered at commit, with the change).
+    pub(super) async fn changed_in(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        scheduler: &str,
+    ) -> Result<(), StoreError> {
+        self.query("UPDATE quartz_scheduler SET changes = changes + 1 WHERE scheduler = ?")
+            .bind(scheduler.to_owned())
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        if self.db.backend == Backend::Postgres {
+            self.query("SELECT pg_notify('quartz_changes', ?) IS NULL")
+                .bind(scheduler.to_owned())
+                .execute(&mut **tx)
+                .await
+                .map_err(db_error)?;
+        }
+        Ok(())
+    }
+
+    /// The scheduler's row, created once, outside any change's transaction
+    /// (two first inserts in two transactions could deadlock on MySQL's gap
+    /// locks).
+    pub(super) async fn ensure_scheduler_row(&self, scheduler: &str) -> Result<(), StoreError> {
+        if self.db.schedulers.lock().contains(scheduler) {
+            return Ok(());
+        }
+        let insert = match self.db.backend {
+            Backend::MySql => "INSERT IGNORE INTO quartz_scheduler (scheduler) VALUES (?)",
+            Backend::Postgres | Backend::Sqlite => {
+                "INSERT INTO quartz_scheduler (scheduler) VALUES (?) ON CONFLICT (scheduler) DO NOTHING"
+            }
+        };
+        self.query(insert)
+            .bind(scheduler.to_owned())
+            .execute(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        self.db.schedulers.lock().insert(scheduler.to_owned());
+        Ok(())
+    }
+
+    pub(super) async fn changes_read(&self, scheduler: &str) -> Result<i64, StoreError> {
+        let n: Option<i64> =
+            sqlx::query_scalar(self.db.sql("SELECT changes FROM quartz_scheduler WHERE scheduler = ?"))
+                .bind(scheduler.to_owned())
+                .fetch_optional(&self.db.pool)
+                .await
+                .map_err(db_error)?;
+        Ok(n.unwrap_or(0))
+    }
+
+    pub(super) async fn changes_wait(&self, scheduler: &str, seen: i64, max_wait: Duration) -> Result<i64, StoreError> {
+        let deadline = tokio::time::Instant::now() + max_wait;
+        let mut wake = (self.db.backend == Backend::Postgres).then(|| self.db.changes.subscribe(&self.db.url));
+        loop {
+            let now = self.changes_read(scheduler).await?;
+            if now != seen || tokio::time::Instant::now() >= deadline {
+                return Ok(now);
+            }
+            match &mut wake {
+                // A wake-up, or the deadline when the listener is down.
+                Some(rx) => {
+                    if tokio::time::timeout_at(deadline, rx.changed())
+                        .await
+                        .is_ok_and(|r| r.is_err())
+                    {
+                        wake = None;
+                    }
+                }
+                None => tokio::time::sleep(CHANGE_POLL.min(deadline - tokio::time::Instant::now())).await,
+            }
+        }
+    }
+}

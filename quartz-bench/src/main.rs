@@ -21,6 +21,7 @@ mod b3;
 mod b4;
 mod b5;
 mod b6;
+mod b7;
 mod node;
 mod os;
 mod plot;
@@ -143,10 +144,11 @@ fn main() {
         Some("b4") => b4::run(),
         Some("b5") => b5::run(),
         Some("b6") => b6::run(),
+        Some("b7") => b7::run(),
         Some("node") => node::run(&args[2..]),
         Some("all") => all(args.get(2).map_or("benches", String::as_str)),
         _ => {
-            eprintln!("usage: quartz-bench b1|b2|b3|b4|b5|b6|all [options]   (see the crate docs)");
+            eprintln!("usage: quartz-bench b1|b2|b3|b4|b5|b6|b7|all [options]   (see the crate docs)");
             std::process::exit(2);
         }
     }

@@ -68,6 +68,9 @@ pub fn run(args: &[String]) {
             "heartbeat_ms" => settings.heartbeat_interval = ms,
             "dead_after_ms" => settings.dead_after = ms,
             "misfire_ms" => settings.misfire.threshold_ms = i64::try_from(n).unwrap_or(i64::MAX),
+            "keep_succeeded_ms" => settings.retention.succeeded = ms,
+            "keep_failed_ms" => settings.retention.failed = ms,
+            "purge_every_ms" => settings.retention.every = ms,
             "pool_queue" => settings.pool_queue = usize::try_from(n).unwrap_or(usize::MAX),
             "pool_core" => {
                 settings.pool_core = usize::try_from(n).unwrap_or(1);

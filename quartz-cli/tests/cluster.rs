@@ -219,7 +219,8 @@ async fn a_frozen_node_runs_nothing_it_lost_and_rejoins(db: &TestDb) {
     })
     .await;
     let now = store.now().await.unwrap().as_millis();
-    let start = Timestamp::from_millis((now / 1000 + 1) * 1000);
+    // Whole seconds, past the moment every node can see the jobs.
+    let start = Timestamp::from_millis((now / 1000 + 2) * 1000);
     let end = start.saturating_add_millis(9_999);
     for i in 0..10 {
         let trigger = Trigger::new(

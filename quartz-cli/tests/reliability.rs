@@ -497,11 +497,26 @@ impl Run {
                 }
             })
             .await;
+        // The trigger as stored: a start of "now" moves to when every node
+        // can have seen the job, and the expected fire times follow it.
+        let name = spec.name.clone();
+        let stored = self
+            .retry("reading the job back", || {
+                let (store, scheduler, name) = (store.clone(), scheduler.clone(), name.clone());
+                async move {
+                    let detail = store.get_job(&scheduler, &name).await.map_err(|e| e.to_string())?;
+                    detail
+                        .and_then(|d| d.executes.first().map(|e| e.trigger.clone()))
+                        .ok_or_else(|| format!("job {name} has no trigger"))
+                }
+            })
+            .await;
+        drop(trigger);
         self.jobs.insert(
             job.id,
             JobInfo {
                 name: spec.name,
-                trigger,
+                trigger: stored,
                 recovery: spec.requests_recovery,
                 counted,
             },
@@ -1132,8 +1147,10 @@ impl Run {
             let mut hang = JobSpec::new(format!("hangs-{serial}"), "hang");
             hang.timeout_ms = Some(500);
             self.create(hang, three.clone(), true).await;
+            // Its code never returns: the fire stays running, its timeout
+            // recorded (or is abandoned with it if its node dies).
             self.later
-                .push((format!("hangs-{serial}"), FireState::Failed, "timed out"));
+                .push((format!("hangs-{serial}"), FireState::Running, "timed out"));
         }
         self.create(
             JobSpec::new(format!("no-such-handler-{serial}"), "no-such-handler"),
@@ -1354,8 +1371,16 @@ impl Run {
         let names: HashMap<String, i64> = self.jobs.iter().map(|(id, j)| (j.name.clone(), *id)).collect();
         for (job, state, text) in std::mem::take(&mut self.later) {
             let id = names[&job];
-            let rows: Vec<&FireRecord> = fires.iter().filter(|f| f.job_id == id && f.state == state).collect();
-            let found = rows.iter().find(|f| f.error.as_deref().unwrap_or("").contains(text));
+            // A fire past its timeout counts by its timeout, whatever became of
+            // the code that ignored it.
+            let timed_out = |f: &FireRecord| state == FireState::Running && f.timed_out_at.is_some();
+            let rows: Vec<&FireRecord> = fires
+                .iter()
+                .filter(|f| f.job_id == id && (f.state == state || timed_out(f)))
+                .collect();
+            let found = rows
+                .iter()
+                .find(|f| timed_out(f) || f.error.as_deref().unwrap_or("").contains(text));
             let (outcome, ok) = match found {
                 Some(f) => (
                     format!(

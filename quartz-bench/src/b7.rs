@@ -1,0 +1,195 @@
+//! B7, retention under load: S one-second triggers on K nodes for M minutes
+//! with the ledger's retention set short, sampling every 10 s the ledger's
+//! size and what a poll costs, then auditing what is kept.
+//!
+//! ```text
+//! cargo run --release -p quartz-bench -- b7 [--url URL] [--triggers 1000] [--nodes 2] [--minutes 20] [--keep 60]
+//! ```
+//!
+//! The nodes run on default settings but for the retention (`--keep` seconds
+//! for every finished fire, a purge turn every 10 s: the defaults are a day and
+//! a minute, which a run of minutes would never reach) and a pool queue of
+//! 10,000 as in B1. The audit is `quartz audit` over the kept range (the
+//! `quartz` binary beside this one, built by `cargo build --release -p
+//! quartz-cli`).
+
+use std::time::{Duration, Instant};
+
+use quartz_core::store::{ExecuteSpec, JobSpec, Store};
+use quartz_core::trigger::{Schedule, Trigger};
+use quartz_store::{SqlStore, StoreOptions};
+use sqlx::Row;
+
+use crate::os::percentile;
+
+/// The scheduler name of the run.
+const SCHEDULER: &str = "b7";
+
+struct Args {
+    url: String,
+    triggers: usize,
+    nodes: usize,
+    minutes: u64,
+    keep_s: u64,
+}
+
+fn args() -> Args {
+    let mut out = Args {
+        url: crate::pg_url(),
+        triggers: 1_000,
+        nodes: 2,
+        minutes: 20,
+        keep_s: 60,
+    };
+    let mut it = std::env::args().skip(2);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--url" => out.url = it.next().unwrap(),
+            "--triggers" => out.triggers = it.next().unwrap().parse().unwrap(),
+            "--nodes" => out.nodes = it.next().unwrap().parse().unwrap(),
+            "--minutes" => out.minutes = it.next().unwrap().parse().unwrap(),
+            "--keep" => out.keep_s = it.next().unwrap().parse().unwrap(),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Runs B7 with the options on the command line.
+pub fn run() {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(retention());
+}
+
+/// Microseconds as milliseconds with one decimal.
+fn ms(us: i64) -> String {
+    format!("{}.{}", us / 1_000, (us % 1_000) / 100)
+}
+
+async fn ledger_rows(store: &SqlStore) -> i64 {
+    sqlx::query("SELECT COUNT(*) FROM quartz_fire")
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+        .try_get::<i64, _>(0)
+        .unwrap()
+}
+
+async fn retention() {
+    let args = args();
+    let backend = args
+        .url
+        .split(':')
+        .next()
+        .unwrap_or("postgres")
+        .replace("postgresql", "postgres");
+    let url = crate::fresh_url(&backend, "quartz_b7").await;
+    let store = SqlStore::connect_with(
+        &url,
+        &StoreOptions {
+            max_connections: 2,
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let now = store.now().await.unwrap();
+    let start = now.saturating_add_millis(5_000);
+    for i in 0..args.triggers {
+        let every = Trigger::new(Schedule::fixed_rate_millis(1_000).unwrap(), start).unwrap();
+        store
+            .create_job(
+                SCHEDULER,
+                &JobSpec::new(format!("b7-{i}"), "noop"),
+                &[ExecuteSpec::new(every)],
+            )
+            .await
+            .unwrap();
+    }
+    let keep_ms = (args.keep_s * 1_000).to_string();
+    let settings = [
+        format!("keep_succeeded_ms={keep_ms}"),
+        format!("keep_failed_ms={keep_ms}"),
+        "purge_every_ms=10000".to_owned(),
+    ];
+    let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
+    let mut nodes: Vec<_> = (0..args.nodes)
+        .map(|k| crate::node::spawn(&url, SCHEDULER, &format!("b7-node-{k}"), &settings))
+        .collect();
+    println!(
+        "B7 on {backend}: {} one-second triggers, {} nodes, {} min, retention {} s, purge turn every 10 s",
+        args.triggers, args.nodes, args.minutes, args.keep_s
+    );
+    println!("| minute | ledger rows (max) | ledger rows (last) | poll p50 ms | poll p99 ms |");
+    println!("|---:|---:|---:|---:|---:|");
+    let began = Instant::now();
+    let mut minute = Vec::new();
+    let mut rows_max = 0;
+    let mut rows_last = 0;
+    let mut all_polls = Vec::new();
+    while began.elapsed() < Duration::from_secs(args.minutes * 60) {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        rows_last = ledger_rows(&store).await;
+        rows_max = rows_max.max(rows_last);
+        // A poll as a node makes it: the due executes of the next 5 s.
+        let at = Instant::now();
+        let horizon = store.now().await.unwrap().saturating_add_millis(5_000);
+        let batch = store.due_executes(SCHEDULER, horizon, 5_000).await.unwrap();
+        assert!(!batch.executes.is_empty());
+        minute.push(i64::try_from(at.elapsed().as_micros()).unwrap_or(i64::MAX));
+        if minute.len() == 6 {
+            minute.sort_unstable();
+            println!(
+                "| {} | {rows_max} | {rows_last} | {} | {} |",
+                began.elapsed().as_secs() / 60,
+                ms(percentile(&minute, 50.0)),
+                ms(percentile(&minute, 99.0))
+            );
+            all_polls.append(&mut minute);
+            rows_max = 0;
+        }
+    }
+    for node in &mut nodes {
+        crate::node::stop(node);
+    }
+    let horizon = store.purge_horizon(SCHEDULER).await.unwrap();
+    println!(
+        "ledger rows at the end: {rows_last}; purge horizon {horizon:?}; fires run in all: about {}",
+        args.triggers as u64 * args.minutes * 60
+    );
+    all_polls.sort_unstable();
+    println!(
+        "poll over the run: p50 {} ms, p99 {} ms",
+        ms(percentile(&all_polls, 50.0)),
+        ms(percentile(&all_polls, 99.0))
+    );
+    let quartz = std::env::current_exe().unwrap().with_file_name("quartz");
+    if quartz.exists() {
+        let out = std::process::Command::new(&quartz)
+            .args([
+                "--database-url",
+                &url,
+                "--scheduler",
+                SCHEDULER,
+                "audit",
+                "--since",
+                "0",
+            ])
+            .output()
+            .unwrap();
+        println!(
+            "quartz audit (exit {}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default()
+        );
+    } else {
+        println!(
+            "no quartz binary at {}: cargo build --release -p quartz-cli, then quartz audit --since 0",
+            quartz.display()
+        );
+    }
+}

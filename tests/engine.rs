@@ -1511,16 +1511,16 @@ async fn changes_reach_every_node_at_once(db: &TestDb) {
         "fires after the edit ran with the old payload: {stale:?}"
     );
 
-    // A pause stops the fires once every node has seen it, but for those
-    // already claimed (at most `claim_lead` ahead); a resume starts them again.
+    // A pause stops the fires once every node has seen it, those already
+    // claimed included (recorded skipped); a resume starts them again.
     store.set_paused(CLUSTER, "tick", true).await.unwrap();
     let paused_at = store
         .now()
         .await
         .unwrap()
-        .saturating_add_millis(quartz::store::CHANGE_VISIBILITY_MS + duration_ms(fast().claim_lead));
+        .saturating_add_millis(quartz::store::CHANGE_VISIBILITY_MS);
     let count = seen.lock().len();
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     let ran: Vec<Timestamp> = seen.lock().iter().map(|(t, _)| *t).filter(|t| *t > paused_at).collect();
     assert!(ran.is_empty(), "fires ran while paused: {ran:?} (before: {count})");
     store.set_paused(CLUSTER, "tick", false).await.unwrap();
@@ -1530,6 +1530,21 @@ async fn changes_reach_every_node_at_once(db: &TestDb) {
         async move { seen.lock().iter().any(|(t, _)| *t > resumed_at) }
     })
     .await;
+    // A delete stops them for good.
+    store.delete_job(CLUSTER, "tick").await.unwrap();
+    let deleted_at = store
+        .now()
+        .await
+        .unwrap()
+        .saturating_add_millis(quartz::store::CHANGE_VISIBILITY_MS);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let ran: Vec<Timestamp> = seen
+        .lock()
+        .iter()
+        .map(|(t, _)| *t)
+        .filter(|t| *t > deleted_at)
+        .collect();
+    assert!(ran.is_empty(), "fires ran after the delete: {ran:?}");
     assert_once_and_never_early(&ledger(&store, CLUSTER).await);
     a.shutdown().await;
     b.shutdown().await;
@@ -1719,8 +1734,4 @@ async fn register_and_leave(store: &SqlStore, id: &str) -> NodeRef {
     };
     assert!(store.leave(CLUSTER, &node).await.unwrap());
     node
-}
-
-fn duration_ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap()
 }

@@ -1003,6 +1003,16 @@ pub trait Store: Send + Sync + 'static {
         reason: &str,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// Records a claimed fire as skipped without running it (its job was
+    /// paused or deleted after the claim), with the reason. Fenced like a
+    /// start; `true` when recorded.
+    fn skip_claimed(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        reason: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Records a claimed fire as failed without running it (no live node has
     /// its handler), with the reason.
     fn fail_claimed(

@@ -1319,6 +1319,17 @@ impl Store for SqlStore {
         .await
     }
 
+    async fn skip_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
+        self.fire_transition(
+            "UPDATE quartz_fire SET state = 'skipped', error = ?, finished_at = {now} \
+             WHERE id = ? AND state = 'claimed' AND node_id = ? AND incarnation = ?",
+            fire_id,
+            node,
+            Some(truncate(reason)),
+        )
+        .await
+    }
+
     async fn fail_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
         self.fire_transition(
             "UPDATE quartz_fire SET state = 'failed', error = ?, finished_at = {now} \

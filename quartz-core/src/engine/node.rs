@@ -138,9 +138,13 @@ pub(crate) struct Inner<S> {
     parents: RwLock<HashSet<i64>>,
     /// Successes on their way to the ledger, recorded together.
     successes: mpsc::UnboundedSender<Success>,
-    /// The jobs the last poll read: a fire claimed before an edit of its job
-    /// runs with the edited version.
-    latest_jobs: RwLock<HashMap<i64, Arc<Job>>>,
+    /// The jobs the last poll read, `None` for one deleted: a fire claimed
+    /// before its job was edited runs with the edited version, and one
+    /// claimed before its job was paused or deleted does not run.
+    latest_jobs: RwLock<HashMap<i64, Option<Arc<Job>>>>,
+    /// Jobs with fires claimed and not launched yet, and how many: each poll
+    /// reads them too, whether or not their triggers are due.
+    awaiting_launch: Mutex<HashMap<i64, usize>>,
 }
 
 /// A success to record: the fire, its owner, and where the answer goes
@@ -249,6 +253,7 @@ impl<S: Store> Inner<S> {
             parents: RwLock::new(HashSet::new()),
             successes,
             latest_jobs: RwLock::new(HashMap::new()),
+            awaiting_launch: Mutex::new(HashMap::new()),
         });
         tokio::spawn(record_successes(Arc::downgrade(&inner), successes_rx));
         let tasks = vec![
@@ -380,8 +385,18 @@ impl<S: Store> Inner<S> {
         let full = batch.executes.len() + batch.rejected.len() >= self.settings.batch_size as usize;
         let parents = self.store.chain_parents(&self.scheduler).await?;
         *self.parents.write() = parents.into_iter().collect();
-        let jobs = self.jobs(batch.executes.iter().map(|e| e.job_id)).await?;
-        self.latest_jobs.write().clone_from(&jobs);
+        let awaiting: Vec<i64> = self.awaiting_launch.lock().keys().copied().collect();
+        let jobs = self
+            .jobs(batch.executes.iter().map(|e| e.job_id).chain(awaiting.iter().copied()))
+            .await?;
+        {
+            let mut latest = self.latest_jobs.write();
+            latest.clear();
+            latest.extend(jobs.iter().map(|(id, job)| (*id, Some(Arc::clone(job)))));
+            for id in awaiting {
+                latest.entry(id).or_insert(None);
+            }
+        }
         for execute in batch.executes {
             let Some(job) = jobs.get(&execute.job_id) else {
                 continue; // deleted since
@@ -766,6 +781,7 @@ impl<S: Store> Inner<S> {
                 continue;
             };
             self.unstarted.lock().insert(fire_id);
+            *self.awaiting_launch.lock().entry(pending.job.id).or_default() += 1;
             let release = (claim.cas.set_state == ExecuteState::Running).then(|| claim.cas.set.clone());
             starts.entry(pending.fire.fire_time).or_default().push(RunFire {
                 fire_id,
@@ -819,7 +835,10 @@ impl<S: Store> Inner<S> {
         }
         let mut accepted = Vec::with_capacity(runs.len());
         for mut run in runs {
-            self.refresh_job(&mut run);
+            if let Some(reason) = self.refresh_job(&mut run) {
+                tokio::spawn(Arc::clone(self).skip_unstarted(run, reason));
+                continue;
+            }
             let Some(handler) = self.handlers.get(&run.job.spec.handler).cloned() else {
                 continue;
             };
@@ -926,16 +945,57 @@ impl<S: Store> Inner<S> {
     }
 
     /// A fire claimed before an edit of its job that a poll has seen since
-    /// runs with the edited job (when this node has its handler).
-    fn refresh_job(&self, run: &mut RunFire) {
-        let latest = self.latest_jobs.read();
-        if let Some(job) = latest.get(&run.job.id)
-            && job.updated_at >= run.job.updated_at
-            && job.spec != run.job.spec
-            && self.handlers.contains_key(&job.spec.handler)
+    /// runs with the edited job (when this node has its handler); one claimed
+    /// before its job was paused or deleted does not run: why is returned.
+    fn refresh_job(&self, run: &mut RunFire) -> Option<&'static str> {
         {
-            run.job = Arc::clone(job);
+            let mut awaiting = self.awaiting_launch.lock();
+            if let Some(n) = awaiting.get_mut(&run.job.id) {
+                *n -= 1;
+                if *n == 0 {
+                    awaiting.remove(&run.job.id);
+                }
+            }
         }
+        let latest = self.latest_jobs.read();
+        match latest.get(&run.job.id) {
+            Some(None) => Some("the job was deleted after the fire was claimed"),
+            Some(Some(job)) if job.updated_at >= run.job.updated_at => {
+                if job.state == JobState::Paused {
+                    return Some("the job was paused after the fire was claimed");
+                }
+                if job.spec != run.job.spec && self.handlers.contains_key(&job.spec.handler) {
+                    run.job = Arc::clone(job);
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// A claimed fire whose job was paused or deleted since: recorded skipped
+    /// with the reason, and its execute released.
+    async fn skip_unstarted(self: Arc<Self>, run: RunFire, reason: &'static str) {
+        self.unstarted.lock().remove(&run.fire_id);
+        match self.store.skip_claimed(run.fire_id, &run.node, reason).await {
+            Ok(true) => {
+                tracing::info!(
+                    scheduler = self.scheduler,
+                    job = run.job.spec.name,
+                    fire_id = run.fire_id,
+                    reason,
+                    "fire skipped"
+                );
+            }
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e,
+                    "could not record a skipped fire; giving it back");
+                let _ = self.store.release_fire(run.fire_id, &run.node).await;
+                return;
+            }
+        }
+        self.release(&run).await;
     }
 
     /// Follows a fire the pool accepted: its start, timeout and outcome, then

@@ -2,15 +2,15 @@
 //! `nodes`, `history` and `audit`. Each prints a table for people, or JSON
 //! with `--json`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
 use quartz_core::Timestamp;
+use quartz_core::audit::{AuditParams, AuditReport};
 use quartz_core::retention::{PurgePlan, purge};
 use quartz_core::store::{
-    ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireState, Job, JobDetail, JobSpec, Node, NodeState, Store,
-    TriggerColumns,
+    ExecuteSpec, FireQuery, FireRecord, FireState, Job, JobDetail, JobSpec, Node, NodeState, Store, TriggerColumns,
 };
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_store::SqlStore;
@@ -707,152 +707,42 @@ pub struct AuditArgs {
     misfire_threshold: Duration,
 }
 
-/// One thing the ledger and the triggers disagree on.
-struct Violation {
-    kind: &'static str,
-    job: String,
-    execute_id: i64,
-    fire_time: Timestamp,
-    detail: String,
-}
-
 /// `quartz audit`: `Ok(true)` when the ledger is clean.
 pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> anyhow::Result<bool> {
     let store = SqlStore::connect(url).await?;
     let now = store.now().await?;
     let until = args.until.unwrap_or(now).min(now);
-    let since = args
-        .since
-        .unwrap_or_else(|| Timestamp::from_millis(until.as_millis() - 3_600_000));
-    // Succeeded fires before the purge horizon may be gone: check after it.
-    let horizon = store.purge_horizon(scheduler).await?;
-    let since = horizon.map_or(since, |h| since.max(h));
-    let threshold = millis(args.misfire_threshold);
-    let mut query = FireQuery::new(scheduler);
-    query.since = Some(since);
-    query.until = Some(until);
-    let fires = all_fires(&store, query).await?;
-    let mut details = Vec::new();
-    for job in store.list_jobs(scheduler).await? {
-        if let Some(d) = store.get_job(scheduler, &job.spec.name).await? {
-            details.push(d);
-        }
-    }
-    let names: HashMap<i64, String> = details.iter().map(|d| (d.job.id, d.job.spec.name.clone())).collect();
-    let name_of = |id: i64| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}"));
-    let mut violations = Vec::new();
-
-    // Duplicates: a fire run again after one of its attempts succeeded.
-    let mut by_fire: BTreeMap<(i64, i64, Timestamp), Vec<&FireRecord>> = BTreeMap::new();
-    for f in &fires {
-        by_fire
-            .entry((f.execute_id, f.job_id, f.fire_time))
-            .or_default()
-            .push(f);
-    }
-    for ((execute_id, job_id, fire_time), rows) in &mut by_fire {
-        rows.sort_by_key(|f| f.attempt);
-        let mut succeeded: Option<u32> = None;
-        for f in rows.iter() {
-            if let Some(first) = succeeded
-                && f.started_at.is_some()
-            {
-                violations.push(Violation {
-                    kind: "duplicate",
-                    job: name_of(*job_id),
-                    execute_id: *execute_id,
-                    fire_time: *fire_time,
-                    detail: format!("attempt {} ran after attempt {first} had succeeded", f.attempt),
-                });
-            }
-            if f.state == FireState::Succeeded && succeeded.is_none() {
-                succeeded = Some(f.attempt);
-            }
-        }
-    }
-
-    // Late starts with no misfire record (a trigger's own first attempts).
-    let job_of_execute: HashMap<i64, i64> = details
-        .iter()
-        .flat_map(|d| d.executes.iter().map(|e| (e.id, e.job_id)))
-        .collect();
-    for ((execute_id, job_id, fire_time), rows) in &by_fire {
-        let own = job_of_execute.get(execute_id) == Some(job_id);
-        let misfired = rows.iter().any(|f| f.state == FireState::Misfired);
-        for f in rows {
-            let Some(started) = f.started_at else { continue };
-            let late = started.as_millis() - f.fire_time.as_millis();
-            if own && f.attempt == 1 && late > threshold && !misfired {
-                violations.push(Violation {
-                    kind: "late",
-                    job: name_of(*job_id),
-                    execute_id: *execute_id,
-                    fire_time: *fire_time,
-                    detail: format!("fire {} started {late} ms late with no misfire record", f.id),
-                });
-            }
-        }
-    }
-
-    // Gaps: a fire time a trigger has passed with no ledger row for it.
-    let mut skipped: HashMap<i64, Vec<(Timestamp, Timestamp)>> = HashMap::new();
-    for f in &fires {
-        skipped
-            .entry(f.execute_id)
-            .or_default()
-            .push((f.fire_time, f.skipped_until.unwrap_or(f.fire_time)));
-    }
-    let mut checked = 0u64;
-    for d in &details {
-        for e in &d.executes {
-            if matches!(e.trigger.schedule(), Schedule::FixedDelay { .. }) || e.state == ExecuteState::Error {
-                continue; // no fixed grid to check against
-            }
-            // Only times the trigger has moved past (its last claimed fire):
-            // each of those was claimed or recorded skipped in the same
-            // transaction that moved the row.
-            let Some(last) = e.fire_state.prev_fire_time else {
-                continue;
-            };
-            let upto = last.min(until);
-            let covered = skipped.get(&e.id).map_or(&[][..], Vec::as_slice);
-            let mut t = e.trigger.fire_time_after(Timestamp::from_millis(since.as_millis() - 1));
-            while let Some(at) = t {
-                if at > upto || checked >= 10_000_000 {
-                    break;
-                }
-                checked += 1;
-                if at >= e.trigger.start() && !covered.iter().any(|(from, to)| *from <= at && at <= *to) {
-                    violations.push(Violation {
-                        kind: "missing",
-                        job: d.job.spec.name.clone(),
-                        execute_id: e.id,
-                        fire_time: at,
-                        detail: "a scheduled fire time with no ledger row".to_owned(),
-                    });
-                }
-                t = e.trigger.fire_time_after(at);
-            }
-        }
-    }
-
+    let params = AuditParams {
+        since: args.since.unwrap_or_else(|| until.saturating_add_millis(-3_600_000)),
+        until,
+        misfire_threshold_ms: millis(args.misfire_threshold),
+    };
+    let report = quartz_core::audit::audit(&store, scheduler, &params).await?;
+    let AuditReport {
+        since,
+        until,
+        purge_horizon: horizon,
+        fire_times_checked: checked,
+        ref violations,
+        ..
+    } = report;
     let value = json!({
         "since": since.as_millis(),
         "until": until.as_millis(),
         "purge_horizon": opt_json(horizon),
-        "fires": fires.len(),
+        "fires": report.fires,
         "fire_times_checked": checked,
         "violations": violations.iter().map(|v| json!({
-            "kind": v.kind, "job": v.job, "execute_id": v.execute_id,
+            "kind": v.kind.as_str(), "job": v.job, "execute_id": v.execute_id,
             "fire_time": v.fire_time.as_millis(), "detail": v.detail,
         })).collect::<Vec<_>>(),
     });
     out.print(&value, || {
         let mut s = String::new();
-        for v in &violations {
+        for v in violations {
             s.push_str(&format!(
                 "{}: job {} trigger {} at {}: {}\n",
-                v.kind,
+                v.kind.as_str(),
                 v.job,
                 v.execute_id,
                 show_instant(v.fire_time),
@@ -862,7 +752,7 @@ pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> any
         s.push_str(&format!(
             "{} violation(s) in {} ledger rows and {checked} scheduled fire times from {} to {}\n",
             violations.len(),
-            fires.len(),
+            report.fires,
             show_instant(since),
             show_instant(until)
         ));

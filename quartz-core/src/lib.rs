@@ -21,6 +21,7 @@
 //! # Ok::<(), quartz_core::Error>(())
 //! ```
 
+pub mod audit;
 pub mod cron;
 pub mod engine;
 mod error;

@@ -1,0 +1,320 @@
+//! The ledger audit: checks the fire ledger against the triggers, for the
+//! guarantees a ledger can show broken. One implementation, used by
+//! `quartz audit`, the engine tests and the reliability suite.
+//!
+//! - **duplicate**: an attempt of a fire started after another attempt of the
+//!   same fire had succeeded (guarantee 1);
+//! - **missing**: a fire time a trigger has moved past with no ledger row,
+//!   neither run nor recorded misfired or skipped (guarantee 2);
+//! - **late**: a trigger's first attempt started later than the misfire
+//!   threshold with no misfire record for its time.
+//!
+//! Fixed-delay triggers have no grid to check gaps against, and triggers in
+//! error are skipped. The audit starts no earlier than the purge horizon
+//! ([`Store::purge_horizon`]): before it, succeeded fires may have been purged
+//! under the retention settings.
+//!
+//! ```no_run
+//! # async fn check<S: quartz_core::store::Store>(store: &S) -> Result<(), quartz_core::store::StoreError> {
+//! use quartz_core::audit::{AuditParams, audit};
+//!
+//! let now = store.now().await?;
+//! let report = audit(store, "billing", &AuditParams::last_hour(now)).await?;
+//! assert!(report.violations.is_empty(), "{:?}", report.violations);
+//! # Ok(()) }
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::store::{ExecuteState, FireQuery, FireRecord, FireState, JobDetail, Store, StoreError};
+use crate::time::Timestamp;
+use crate::trigger::Schedule;
+
+/// The most fire times one audit checks (a bound on a long range of a
+/// frequent schedule).
+pub const MAX_FIRE_TIMES: u64 = 10_000_000;
+
+/// What to audit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditParams {
+    /// Fire times from this instant (moved to the purge horizon if earlier).
+    pub since: Timestamp,
+    /// Fire times before this instant (at most the database's now).
+    pub until: Timestamp,
+    /// The cluster's misfire threshold: a first attempt that started later
+    /// than this needs a misfire record.
+    pub misfire_threshold_ms: i64,
+}
+
+impl AuditParams {
+    /// The hour before `now`, with the default misfire threshold.
+    pub fn last_hour(now: Timestamp) -> AuditParams {
+        AuditParams {
+            since: now.saturating_add_millis(-3_600_000),
+            until: now,
+            misfire_threshold_ms: crate::misfire::MisfireSettings::default().threshold_ms,
+        }
+    }
+}
+
+/// The kinds of violation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ViolationKind {
+    /// An attempt started after another attempt of the same fire succeeded.
+    Duplicate,
+    /// A fire time the trigger moved past with no ledger row.
+    Missing,
+    /// A first attempt started past the misfire threshold with no misfire
+    /// record.
+    Late,
+}
+
+impl ViolationKind {
+    /// Its name in reports: `duplicate`, `missing`, `late`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ViolationKind::Duplicate => "duplicate",
+            ViolationKind::Missing => "missing",
+            ViolationKind::Late => "late",
+        }
+    }
+}
+
+/// One thing the ledger and the triggers disagree on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// What kind.
+    pub kind: ViolationKind,
+    /// The job's name (`#id` for a job deleted since).
+    pub job: String,
+    /// The execute (trigger).
+    pub execute_id: i64,
+    /// The scheduled fire time.
+    pub fire_time: Timestamp,
+    /// What was found.
+    pub detail: String,
+}
+
+/// What an audit found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditReport {
+    /// The range checked: from (after the purge horizon) ...
+    pub since: Timestamp,
+    /// ... to.
+    pub until: Timestamp,
+    /// The purge horizon, if the ledger has been purged.
+    pub purge_horizon: Option<Timestamp>,
+    /// Ledger rows read.
+    pub fires: usize,
+    /// Scheduled fire times checked for gaps.
+    pub fire_times_checked: u64,
+    /// What disagrees.
+    pub violations: Vec<Violation>,
+}
+
+/// Audits a scheduler's ledger over a range. See the [module docs](self).
+///
+/// # Errors
+///
+/// The store's errors; nothing is written.
+pub async fn audit<S: Store>(store: &S, scheduler: &str, params: &AuditParams) -> Result<AuditReport, StoreError> {
+    let now = store.now().await?;
+    let until = params.until.min(now);
+    let purge_horizon = store.purge_horizon(scheduler).await?;
+    let since = purge_horizon.map_or(params.since, |h| params.since.max(h));
+    let mut query = FireQuery::new(scheduler);
+    query.since = Some(since);
+    query.until = Some(until);
+    query.limit = 1_000;
+    let mut fires = Vec::new();
+    loop {
+        let page = store.fires(&query).await?;
+        let Some(last) = page.last() else { break };
+        query.before_id = Some(last.id);
+        fires.extend(page);
+    }
+    let mut details = Vec::new();
+    for job in store.list_jobs(scheduler).await? {
+        if let Some(d) = store.get_job(scheduler, &job.spec.name).await? {
+            details.push(d);
+        }
+    }
+    let names: HashMap<i64, String> = details.iter().map(|d| (d.job.id, d.job.spec.name.clone())).collect();
+    let name_of = |id: i64| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}"));
+    let mut violations = duplicates(&fires, &name_of);
+    violations.extend(late_starts(&fires, &details, params.misfire_threshold_ms, &name_of));
+    let (gaps, fire_times_checked) = gaps(&fires, &details, since, until);
+    violations.extend(gaps);
+    Ok(AuditReport {
+        since,
+        until,
+        purge_horizon,
+        fires: fires.len(),
+        fire_times_checked,
+        violations,
+    })
+}
+
+/// The ledger's rows by fire: (execute, job, fire time).
+fn by_fire(fires: &[FireRecord]) -> BTreeMap<(i64, i64, Timestamp), Vec<&FireRecord>> {
+    let mut by_fire: BTreeMap<(i64, i64, Timestamp), Vec<&FireRecord>> = BTreeMap::new();
+    for f in fires {
+        by_fire
+            .entry((f.execute_id, f.job_id, f.fire_time))
+            .or_default()
+            .push(f);
+    }
+    for rows in by_fire.values_mut() {
+        rows.sort_by_key(|f| f.attempt);
+    }
+    by_fire
+}
+
+/// Attempts that started after an earlier attempt of the same fire succeeded.
+fn duplicates(fires: &[FireRecord], name_of: &dyn Fn(i64) -> String) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    for ((execute_id, job_id, fire_time), rows) in by_fire(fires) {
+        let mut succeeded: Option<u32> = None;
+        for f in rows {
+            if let Some(first) = succeeded
+                && f.started_at.is_some()
+            {
+                violations.push(Violation {
+                    kind: ViolationKind::Duplicate,
+                    job: name_of(job_id),
+                    execute_id,
+                    fire_time,
+                    detail: format!("attempt {} ran after attempt {first} had succeeded", f.attempt),
+                });
+            }
+            if f.state == FireState::Succeeded && succeeded.is_none() {
+                succeeded = Some(f.attempt);
+            }
+        }
+    }
+    violations
+}
+
+/// A trigger's own first attempts that started past the threshold with no
+/// misfire record for their time.
+fn late_starts(
+    fires: &[FireRecord],
+    details: &[JobDetail],
+    threshold_ms: i64,
+    name_of: &dyn Fn(i64) -> String,
+) -> Vec<Violation> {
+    let job_of_execute: HashMap<i64, i64> = details
+        .iter()
+        .flat_map(|d| d.executes.iter().map(|e| (e.id, e.job_id)))
+        .collect();
+    let mut violations = Vec::new();
+    for ((execute_id, job_id, fire_time), rows) in by_fire(fires) {
+        let own = job_of_execute.get(&execute_id) == Some(&job_id);
+        let misfired = rows.iter().any(|f| f.state == FireState::Misfired);
+        for f in rows {
+            let Some(started) = f.started_at else { continue };
+            let late = started.as_millis() - f.fire_time.as_millis();
+            if own && f.attempt == 1 && late > threshold_ms && !misfired {
+                violations.push(Violation {
+                    kind: ViolationKind::Late,
+                    job: name_of(job_id),
+                    execute_id,
+                    fire_time,
+                    detail: format!("fire {} started {late} ms late with no misfire record", f.id),
+                });
+            }
+        }
+    }
+    violations
+}
+
+/// Fire times a trigger has moved past (up to its last claimed fire, each of
+/// which was claimed or recorded skipped in the transaction that moved the
+/// row) with no ledger row; and how many times were checked.
+fn gaps(fires: &[FireRecord], details: &[JobDetail], since: Timestamp, until: Timestamp) -> (Vec<Violation>, u64) {
+    let mut covered: HashMap<i64, Vec<(Timestamp, Timestamp)>> = HashMap::new();
+    for f in fires {
+        covered
+            .entry(f.execute_id)
+            .or_default()
+            .push((f.fire_time, f.skipped_until.unwrap_or(f.fire_time)));
+    }
+    let mut violations = Vec::new();
+    let mut checked = 0u64;
+    for d in details {
+        for e in &d.executes {
+            if matches!(e.trigger.schedule(), Schedule::FixedDelay { .. }) || e.state == ExecuteState::Error {
+                continue;
+            }
+            let Some(last) = e.fire_state.prev_fire_time else {
+                continue;
+            };
+            let upto = last.min(until);
+            let covered = covered.get(&e.id).map_or(&[][..], Vec::as_slice);
+            let mut t = e.trigger.fire_time_after(since.saturating_add_millis(-1));
+            while let Some(at) = t {
+                if at > upto || checked >= MAX_FIRE_TIMES {
+                    break;
+                }
+                checked += 1;
+                if at >= e.trigger.start() && !covered.iter().any(|(from, to)| *from <= at && at <= *to) {
+                    violations.push(Violation {
+                        kind: ViolationKind::Missing,
+                        job: d.job.spec.name.clone(),
+                        execute_id: e.id,
+                        fire_time: at,
+                        detail: "a scheduled fire time with no ledger row".to_owned(),
+                    });
+                }
+                t = e.trigger.fire_time_after(at);
+            }
+        }
+    }
+    (violations, checked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fire(id: i64, attempt: u32, state: FireState, started: Option<i64>) -> FireRecord {
+        FireRecord {
+            id,
+            execute_id: 7,
+            job_id: 3,
+            fire_time: Timestamp::from_millis(1_000),
+            attempt,
+            owner: None,
+            state,
+            claimed_at: Timestamp::from_millis(900),
+            started_at: started.map(Timestamp::from_millis),
+            finished_at: None,
+            timed_out_at: None,
+            error: None,
+            skipped_until: None,
+            fire_count: 1,
+        }
+    }
+
+    #[test]
+    fn an_attempt_started_after_a_success_is_a_duplicate() {
+        let name = |id: i64| format!("#{id}");
+        let retried = [
+            fire(1, 1, FireState::Failed, Some(1_000)),
+            fire(2, 2, FireState::Succeeded, Some(1_100)),
+        ];
+        assert!(
+            duplicates(&retried, &name).is_empty(),
+            "a retry after a failure is no duplicate"
+        );
+        let twice = [
+            fire(1, 1, FireState::Succeeded, Some(1_000)),
+            fire(2, 2, FireState::Succeeded, Some(1_100)),
+            fire(3, 3, FireState::Misfired, None),
+        ];
+        let found = duplicates(&twice, &name);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].kind, ViolationKind::Duplicate);
+        assert!(found[0].detail.contains("attempt 2"), "{}", found[0].detail);
+    }
+}

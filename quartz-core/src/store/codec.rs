@@ -1,0 +1,124 @@
+//! The column codec: a [`Trigger`] as the execute row's columns, the one
+//! format every backend stores.
+
+use crate::error::Error;
+use crate::misfire::MisfirePolicy;
+use crate::time::Timestamp;
+use crate::trigger::{Schedule, Trigger};
+
+/// A trigger as the execute row's columns, the format every backend shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerColumns {
+    /// `cron`, `fixed_rate`, `fixed_delay` or `once`.
+    pub kind: String,
+    /// The cron expression (cron only).
+    pub cron_expression: Option<String>,
+    /// The IANA zone (cron only).
+    pub time_zone: Option<String>,
+    /// The interval or delay (fixed rate and fixed delay).
+    pub interval_ms: Option<i64>,
+    /// Start of the validity window.
+    pub start_time: i64,
+    /// End of the validity window, inclusive.
+    pub end_time: Option<i64>,
+    /// Most fires in all.
+    pub repeat_limit: Option<i64>,
+    /// The misfire policy's name.
+    pub misfire_policy: String,
+}
+
+impl TriggerColumns {
+    /// The columns of a trigger.
+    pub fn from_trigger(trigger: &Trigger) -> TriggerColumns {
+        let (kind, cron_expression, time_zone, interval_ms) = match trigger.schedule() {
+            Schedule::Cron { expr, zone } => (
+                "cron",
+                Some(expr.as_str().to_owned()),
+                Some(zone.name().to_owned()),
+                None,
+            ),
+            Schedule::FixedRate { interval_ms } => ("fixed_rate", None, None, Some(*interval_ms)),
+            Schedule::FixedDelay { delay_ms } => ("fixed_delay", None, None, Some(*delay_ms)),
+            Schedule::Once => ("once", None, None, None),
+        };
+        TriggerColumns {
+            kind: kind.to_owned(),
+            cron_expression,
+            time_zone,
+            interval_ms,
+            start_time: trigger.start().as_millis(),
+            end_time: trigger.end().map(Timestamp::as_millis),
+            repeat_limit: trigger.repeat_limit().map(|l| i64::try_from(l).unwrap_or(i64::MAX)),
+            misfire_policy: trigger.misfire_policy().as_str().to_owned(),
+        }
+    }
+
+    /// A stable 64-bit signature of the schedule columns (kind, expression,
+    /// zone, interval, window and repeat limit; not the misfire policy). The
+    /// row keeps the signature its fire times were computed from, so that a
+    /// schedule edited with plain SQL is noticed and recomputed once.
+    pub fn signature(&self) -> i64 {
+        // FNV-1a: stable across builds and platforms, unlike std's hasher.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut feed = |bytes: &[u8]| {
+            for b in bytes.iter().chain([0xff_u8].iter()) {
+                hash ^= u64::from(*b);
+                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        let num = |n: Option<i64>| n.map_or_else(|| "-".to_owned(), |n| n.to_string());
+        feed(self.kind.as_bytes());
+        feed(self.cron_expression.as_deref().unwrap_or("-").as_bytes());
+        feed(self.time_zone.as_deref().unwrap_or("-").as_bytes());
+        feed(num(self.interval_ms).as_bytes());
+        feed(self.start_time.to_string().as_bytes());
+        feed(num(self.end_time).as_bytes());
+        feed(num(self.repeat_limit).as_bytes());
+        i64::from_ne_bytes(hash.to_ne_bytes())
+    }
+
+    /// The trigger the columns describe, validated as if it were new.
+    ///
+    /// # Errors
+    ///
+    /// The error a trigger built from these values would get: an unknown kind,
+    /// a missing or invalid expression, zone or interval, an end before the
+    /// start, a policy that does not apply.
+    pub fn to_trigger(&self) -> Result<Trigger, Error> {
+        let missing = |what: &str| Error::InvalidTrigger {
+            reason: format!("a {} trigger needs {what}", self.kind),
+        };
+        let schedule = match self.kind.as_str() {
+            "cron" => {
+                let expr = self
+                    .cron_expression
+                    .as_deref()
+                    .ok_or_else(|| missing("a cron expression"))?;
+                let zone = self.time_zone.as_deref().unwrap_or("UTC");
+                Schedule::cron(
+                    crate::cron::CronExpression::parse(expr)?,
+                    crate::cron::parse_time_zone(zone)?,
+                )
+            }
+            "fixed_rate" => Schedule::fixed_rate_millis(self.interval_ms.ok_or_else(|| missing("an interval"))?)?,
+            "fixed_delay" => Schedule::fixed_delay_millis(self.interval_ms.ok_or_else(|| missing("a delay"))?)?,
+            "once" => Schedule::Once,
+            other => {
+                return Err(Error::InvalidTrigger {
+                    reason: format!("unknown trigger kind {other:?} (expected cron, fixed_rate, fixed_delay or once)"),
+                });
+            }
+        };
+        let mut trigger = Trigger::new(schedule, Timestamp::from_millis(self.start_time))?;
+        if let Some(end) = self.end_time {
+            trigger = trigger.with_end(Timestamp::from_millis(end))?;
+        }
+        if let Some(limit) = self.repeat_limit {
+            let limit = u64::try_from(limit).map_err(|_| Error::InvalidTrigger {
+                reason: format!("a repeat limit must be at least 1, got {limit}"),
+            })?;
+            trigger = trigger.with_repeat_limit(limit)?;
+        }
+        trigger.with_misfire_policy(self.misfire_policy.parse::<MisfirePolicy>()?)
+    }
+}

@@ -1,0 +1,63 @@
+//! What a store call can fail with.
+
+use crate::error::Error;
+
+/// What a store call can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Input refused at the boundary; nothing was stored.
+    #[error(transparent)]
+    Invalid(#[from] Error),
+    /// A job of that name already exists in the scheduler.
+    #[error("a job named {name:?} already exists in scheduler {scheduler:?}")]
+    DuplicateJob {
+        /// The scheduler (cluster) name.
+        scheduler: String,
+        /// The job name.
+        name: String,
+    },
+    /// No job of that name exists in the scheduler.
+    #[error("no job named {name:?} in scheduler {scheduler:?}")]
+    UnknownJob {
+        /// The scheduler (cluster) name.
+        scheduler: String,
+        /// The job name.
+        name: String,
+    },
+    /// A database URL that names no supported backend or cannot be parsed.
+    #[error("invalid database URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL, its password hidden.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The database could not be reached, or the connection was lost; the call
+    /// may be retried.
+    #[error("database unavailable: {reason}")]
+    Unavailable {
+        /// What the driver said.
+        reason: String,
+    },
+    /// The schema could not be created or upgraded.
+    #[error("migration failed: {reason}")]
+    Migration {
+        /// What went wrong.
+        reason: String,
+    },
+    /// The database rolled the transaction back to break a deadlock or a
+    /// serialization conflict with another transaction; nothing of it was
+    /// stored and the call may be retried.
+    #[error("database conflict (the transaction was rolled back): {reason}")]
+    Conflict {
+        /// What the driver said.
+        reason: String,
+    },
+    /// Any other database error.
+    #[error("database error: {reason}")]
+    Database {
+        /// What the driver said.
+        reason: String,
+    },
+}

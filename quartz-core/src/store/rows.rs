@@ -1,0 +1,317 @@
+//! What a store hands back: nodes, jobs, executes and ledger rows, their
+//! states and their names in the database.
+
+use std::fmt;
+
+use super::JobSpec;
+use crate::error::Error;
+use crate::time::Timestamp;
+use crate::trigger::{Trigger, TriggerState};
+
+/// A node's liveness state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeState {
+    /// Heart-beating.
+    Live,
+    /// Declared dead; its incarnation is retired.
+    Dead,
+    /// Left the cluster gracefully.
+    Gone,
+}
+
+/// A member of the cluster, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// The scheduler (cluster) name.
+    pub scheduler: String,
+    /// The node's id.
+    pub node_id: String,
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Weight.
+    pub weight: u32,
+    /// Live, dead or gone.
+    pub state: NodeState,
+    /// Which registration of the node this is; a new one retires the old.
+    pub incarnation: i64,
+    /// When it registered (database time).
+    pub registered_at: Timestamp,
+    /// Its last heartbeat (database time).
+    pub heartbeat_at: Timestamp,
+    /// Fires running or queued on its pool at its last heartbeat.
+    pub busy: u64,
+    /// The handlers it runs (as it registered them).
+    pub handlers: Vec<String>,
+}
+
+/// Whether a job fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Its triggers fire.
+    Enabled,
+    /// Its triggers are held.
+    Paused,
+}
+
+/// A stored job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// Its id.
+    pub id: i64,
+    /// The scheduler (cluster) name.
+    pub scheduler: String,
+    /// Its definition.
+    pub spec: JobSpec,
+    /// Enabled or paused.
+    pub state: JobState,
+    /// Created (database time).
+    pub created_at: Timestamp,
+    /// Last changed (database time).
+    pub updated_at: Timestamp,
+}
+
+/// The state of an execute (a trigger row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExecuteState {
+    /// Fires at its `next_fire_time` (or is initialised first, when that is
+    /// empty).
+    Waiting,
+    /// A fire of it runs and the next waits for it: a fixed-delay trigger, or a
+    /// job that disallows concurrent fires. `node_id` says whose.
+    Running,
+    /// Held with its job.
+    Paused,
+    /// Has no further fire.
+    Complete,
+    /// Could not be understood; its `error` says why. Not polled again.
+    Error,
+}
+
+/// Where a fire stands in the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FireState {
+    /// Won by a node, not started.
+    Claimed,
+    /// Its handler runs.
+    Running,
+    /// Ran and succeeded.
+    Succeeded,
+    /// Ran and failed (or its node died mid-run and it was re-run).
+    Failed,
+    /// Not run at its time, by the misfire policy.
+    Misfired,
+    /// Not run because the trigger's policy skipped it.
+    Skipped,
+    /// Its node died mid-run and the job does not request recovery.
+    Abandoned,
+}
+
+macro_rules! names {
+    ($ty:ty { $($variant:ident = $name:literal),* $(,)? }) => {
+        impl $ty {
+            /// The name stored in the database.
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $name),* }
+            }
+
+            /// The state of a stored name.
+            ///
+            /// # Errors
+            ///
+            /// [`Error::InvalidJob`] for a name that is not one of the states.
+            pub fn parse(name: &str) -> Result<Self, Error> {
+                match name {
+                    $($name => Ok(Self::$variant),)*
+                    other => Err(Error::InvalidJob {
+                        reason: format!(concat!("unknown ", stringify!($ty), " {:?}"), other),
+                    }),
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+names!(NodeState { Live = "live", Dead = "dead", Gone = "gone" });
+names!(JobState { Enabled = "enabled", Paused = "paused" });
+names!(ExecuteState {
+    Waiting = "waiting",
+    Running = "running",
+    Paused = "paused",
+    Complete = "complete",
+    Error = "error",
+});
+names!(FireState {
+    Claimed = "claimed",
+    Running = "running",
+    Succeeded = "succeeded",
+    Failed = "failed",
+    Misfired = "misfired",
+    Skipped = "skipped",
+    Abandoned = "abandoned",
+});
+
+/// A stored execute (trigger row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Execute {
+    /// Its id.
+    pub id: i64,
+    /// The job it fires.
+    pub job_id: i64,
+    /// The scheduler (cluster) name.
+    pub scheduler: String,
+    /// The trigger.
+    pub trigger: Trigger,
+    /// Its priority.
+    pub priority: i32,
+    /// Its state.
+    pub state: ExecuteState,
+    /// Where it stands: the columns the claim compares and sets.
+    pub fire_state: TriggerState,
+    /// The node (incarnation) that owns it while [`ExecuteState::Running`], or
+    /// that last claimed it.
+    pub owner: Option<NodeRef>,
+    /// Why it is in [`ExecuteState::Error`].
+    pub error: Option<String>,
+    /// The schedule columns no longer match the signature its fire times were
+    /// computed from (a row inserted or edited by hand): its next fire time is
+    /// to be recomputed. See [`TriggerColumns::signature`](super::TriggerColumns::signature).
+    pub schedule_changed: bool,
+}
+
+/// One incarnation of a node: who owns an execute or a fire.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NodeRef {
+    /// The node's id.
+    pub node_id: String,
+    /// Its incarnation.
+    pub incarnation: i64,
+}
+
+/// A job with its triggers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobDetail {
+    /// The job.
+    pub job: Job,
+    /// Its executes, by id.
+    pub executes: Vec<Execute>,
+    /// Its execute rows that cannot be decoded (written by hand), with why.
+    pub broken: Vec<RejectedRow>,
+}
+
+/// An execute row that could not be decoded; the store has marked it
+/// [`ExecuteState::Error`] so it is not polled again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedRow {
+    /// The row's id.
+    pub execute_id: i64,
+    /// Why it could not be decoded.
+    pub reason: String,
+}
+
+/// One poll's worth of due executes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DueBatch {
+    /// Executes due, in order of next fire time (then priority, highest first).
+    pub executes: Vec<Execute>,
+    /// Rows that could not be decoded, now marked as errors.
+    pub rejected: Vec<RejectedRow>,
+}
+
+/// The outcome of a finished fire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The handler returned success.
+    Succeeded,
+    /// The handler failed, panicked or timed out.
+    Failed {
+        /// What happened (cut to [`MAX_ERROR_BYTES`](super::MAX_ERROR_BYTES)).
+        error: String,
+    },
+}
+
+/// A row of the fire ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FireRecord {
+    /// Its id.
+    pub id: i64,
+    /// The execute it fired.
+    pub execute_id: i64,
+    /// The job.
+    pub job_id: i64,
+    /// The scheduled fire time (for a skipped range, its first time).
+    pub fire_time: Timestamp,
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// The node that claimed it; `None` when released for any node to take or
+    /// recorded without a run (a skipped range).
+    pub owner: Option<NodeRef>,
+    /// Where it stands.
+    pub state: FireState,
+    /// When it was claimed or recorded (database time).
+    pub claimed_at: Timestamp,
+    /// When its handler started.
+    pub started_at: Option<Timestamp>,
+    /// When it finished: for a fire that timed out, when its code really
+    /// returned.
+    pub finished_at: Option<Timestamp>,
+    /// When it passed its job's timeout (it stays running until its code
+    /// returns).
+    pub timed_out_at: Option<Timestamp>,
+    /// The error, for failed, misfired, skipped and abandoned fires.
+    pub error: Option<String>,
+    /// For a skipped range: its end (exclusive).
+    pub skipped_until: Option<Timestamp>,
+    /// For a skipped range: how many fire times it holds (1 for a single fire).
+    pub fire_count: u64,
+}
+
+/// A child job's fire claimed when its parent's fire succeeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainedFire {
+    /// The ledger row's id.
+    pub fire_id: i64,
+    /// The child job.
+    pub job_id: i64,
+}
+
+/// A history query: newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FireQuery {
+    /// The scheduler (cluster) name.
+    pub scheduler: String,
+    /// Only this job's fires.
+    pub job: Option<String>,
+    /// Only fires in this state.
+    pub state: Option<FireState>,
+    /// Only fires scheduled at or after this.
+    pub since: Option<Timestamp>,
+    /// Only fires scheduled before this.
+    pub until: Option<Timestamp>,
+    /// Only fires with an id below this (the last id of the previous page).
+    pub before_id: Option<i64>,
+    /// The most rows.
+    pub limit: u32,
+}
+
+impl FireQuery {
+    /// The newest 100 fires of a scheduler.
+    pub fn new(scheduler: impl Into<String>) -> FireQuery {
+        FireQuery {
+            scheduler: scheduler.into(),
+            job: None,
+            state: None,
+            since: None,
+            until: None,
+            before_id: None,
+            limit: 100,
+        }
+    }
+}

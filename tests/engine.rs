@@ -50,6 +50,7 @@ engine_tests!(
     changes_reach_every_node_at_once,
     a_timed_out_fire_blocks_its_job_until_its_code_returns,
     retention_keeps_the_ledger_bounded_while_fires_go_on,
+    a_retry_survives_the_shutdown_of_the_node_that_failed,
 );
 
 const CLUSTER: &str = "test-cluster";
@@ -666,9 +667,11 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
     let now = store.now().await.unwrap();
     let once = Trigger::new(Schedule::Once, now).unwrap();
     let mut flaky = JobSpec::new("flaky", "flaky");
+    // Exponential backoff: 25-50 ms before attempt 2, 50-100 ms before 3.
     flaky.retry = RetryPolicy {
         max_attempts: 3,
         backoff_ms: 50,
+        backoff_max_ms: Some(400),
     };
     n.add_job(&flaky, &[ExecuteSpec::new(once.clone())]).await.unwrap();
     let mut stuck = JobSpec::new("stuck", "stuck");
@@ -1013,6 +1016,7 @@ async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
     grandchild.retry = RetryPolicy {
         max_attempts: 2,
         backoff_ms: 10,
+        backoff_max_ms: None,
     };
     n.add_job(&grandchild, &[]).await.unwrap();
     n.add_job(&child_of("paused-child", "ok", "parent"), &[]).await.unwrap();
@@ -1734,4 +1738,92 @@ async fn register_and_leave(store: &SqlStore, id: &str) -> NodeRef {
     };
     assert!(store.leave(CLUSTER, &node).await.unwrap());
     node
+}
+
+/// Issue 16, point 3: a retry waiting out its backoff is a ledger row, so a
+/// node that fails a fire and shuts down before the backoff ends loses
+/// nothing: another node claims the retry by compare-and-set and runs it,
+/// never before it is due, and the audit finds nothing stranded.
+async fn a_retry_survives_the_shutdown_of_the_node_that_failed(db: &TestDb) {
+    let ran_on: Arc<parking_lot::Mutex<Vec<(u32, String)>>> = Arc::default();
+    let build = |id: &str| {
+        let ran_on = Arc::clone(&ran_on);
+        SchedulerBuilder::new(CLUSTER)
+            .settings(Settings {
+                node_id: Some(id.to_owned()),
+                ..fast()
+            })
+            .handler("flaky", move |ctx| {
+                ran_on.lock().push((ctx.attempt(), ctx.node_id().to_owned()));
+                if ctx.attempt() < 2 {
+                    return Err("the first attempt fails".into());
+                }
+                Ok(())
+            })
+    };
+    let store = db.store().await;
+    let first = build("first").start(db.store().await).await.unwrap();
+    let now = store.now().await.unwrap();
+    let mut job = JobSpec::new("flaky", "flaky");
+    job.retry = RetryPolicy {
+        max_attempts: 3,
+        backoff_ms: 1_500,
+        backoff_max_ms: None,
+    };
+    first
+        .add_job(&job, &[ExecuteSpec::new(Trigger::new(Schedule::Once, now).unwrap())])
+        .await
+        .unwrap();
+    wait_for(
+        Duration::from_secs(10),
+        "the first attempt failed, the retry pending",
+        || {
+            let store = store.clone();
+            async move {
+                let rows = ledger(&store, CLUSTER).await;
+                let failed = rows.iter().any(|f| f.attempt == 1 && f.state == FireState::Failed);
+                let pending = rows.iter().any(|f| f.attempt == 2 && f.state == FireState::Pending);
+                if failed && pending {
+                    Ok(())
+                } else {
+                    Err(format!("{rows:?}"))
+                }
+            }
+        },
+    )
+    .await;
+    // The node that failed it leaves during the backoff.
+    first.shutdown().await;
+    let second = build("second").start(db.store().await).await.unwrap();
+    wait_for(Duration::from_secs(15), "the retry ran on the other node", || {
+        let store = store.clone();
+        async move {
+            let rows = ledger(&store, CLUSTER).await;
+            if rows.iter().any(|f| f.attempt == 2 && f.state == FireState::Succeeded) {
+                Ok(())
+            } else {
+                Err(format!("{rows:?}"))
+            }
+        }
+    })
+    .await;
+    second.shutdown().await;
+    let rows = ledger(&store, CLUSTER).await;
+    let retry = rows.iter().find(|f| f.attempt == 2).unwrap();
+    assert_eq!(retry.owner.as_ref().map(|o| o.node_id.as_str()), Some("second"));
+    let due = retry.due_at.expect("a retry has its due time");
+    let failed_at = rows.iter().find(|f| f.attempt == 1).unwrap().finished_at.unwrap();
+    assert!(
+        due.as_millis() >= failed_at.as_millis() + 1_500,
+        "due after the backoff: {due} {failed_at}"
+    );
+    assert!(retry.started_at.unwrap() >= due, "never before it is due");
+    assert_eq!(rows.len(), 2, "no third attempt: {rows:?}");
+    assert_eq!(*ran_on.lock(), vec![(1, "first".to_owned()), (2, "second".to_owned())]);
+    let now = store.now().await.unwrap();
+    let report = quartz::audit::audit(&store, CLUSTER, &quartz::audit::AuditParams::last_hour(now))
+        .await
+        .unwrap();
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_once_and_never_early(&rows);
 }

@@ -313,6 +313,7 @@ fn job_json(detail: &JobDetail) -> Value {
         "timeout_ms": job.spec.timeout_ms,
         "max_attempts": job.spec.retry.max_attempts,
         "backoff_ms": job.spec.retry.backoff_ms,
+        "backoff_max_ms": job.spec.retry.backoff_max_ms,
         "parent": job.spec.parent,
         "triggers": detail.executes.iter().map(|e| {
             let c = TriggerColumns::from_trigger(&e.trigger);

@@ -165,9 +165,13 @@ pub struct JobArgs {
     /// Attempts in all, retries included [default: 1].
     #[arg(long)]
     pub attempts: Option<u32>,
-    /// Wait between attempts.
+    /// Wait between attempts (with --backoff-max, before the second).
     #[arg(long, value_parser = duration_arg)]
     pub backoff: Option<Duration>,
+    /// Exponential backoff: the wait doubles with each attempt from --backoff
+    /// up to this, with jitter.
+    #[arg(long, value_parser = duration_arg)]
+    pub backoff_max: Option<Duration>,
     /// Run after this job succeeds (a chain).
     #[arg(long)]
     pub parent: Option<String>,
@@ -205,6 +209,9 @@ impl JobArgs {
                 backoff_ms: millis(backoff),
                 ..job.retry
             };
+        }
+        if let Some(max) = self.backoff_max {
+            job.retry.backoff_max_ms = Some(millis(max));
         }
         if let Some(parent) = &self.parent {
             job.parent = Some(parent.clone());

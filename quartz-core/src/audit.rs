@@ -7,7 +7,9 @@
 //! - **missing**: a fire time a trigger has moved past with no ledger row,
 //!   neither run nor recorded misfired or skipped (guarantee 2);
 //! - **late**: a trigger's first attempt started later than the misfire
-//!   threshold with no misfire record for its time.
+//!   threshold with no misfire record for its time;
+//! - **stranded**: a retry or a late run (a pending fire) still not claimed
+//!   more than the misfire threshold after it was due (guarantee 2).
 //!
 //! Fixed-delay triggers have no grid to check gaps against, and triggers in
 //! error are skipped. The audit starts no earlier than the purge horizon
@@ -67,6 +69,9 @@ pub enum ViolationKind {
     /// A first attempt started past the misfire threshold with no misfire
     /// record.
     Late,
+    /// A retry or late run not claimed by the misfire threshold after its due
+    /// time.
+    Stranded,
 }
 
 impl ViolationKind {
@@ -76,6 +81,7 @@ impl ViolationKind {
             ViolationKind::Duplicate => "duplicate",
             ViolationKind::Missing => "missing",
             ViolationKind::Late => "late",
+            ViolationKind::Stranded => "stranded",
         }
     }
 }
@@ -143,6 +149,7 @@ pub async fn audit<S: Store>(store: &S, scheduler: &str, params: &AuditParams) -
     let name_of = |id: i64| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}"));
     let mut violations = duplicates(&fires, &name_of);
     violations.extend(late_starts(&fires, &details, params.misfire_threshold_ms, &name_of));
+    violations.extend(stranded(&fires, until, params.misfire_threshold_ms, &name_of));
     let (gaps, fire_times_checked) = gaps(&fires, &details, since, until);
     violations.extend(gaps);
     Ok(AuditReport {
@@ -228,6 +235,34 @@ fn late_starts(
     violations
 }
 
+/// Pending fires (retries, late runs) still unclaimed past their due time and
+/// the threshold.
+fn stranded(
+    fires: &[FireRecord],
+    until: Timestamp,
+    threshold_ms: i64,
+    name_of: &dyn Fn(i64) -> String,
+) -> Vec<Violation> {
+    fires
+        .iter()
+        .filter(|f| f.state == FireState::Pending)
+        .filter_map(|f| {
+            let due = f.due_at?;
+            let overdue = until.as_millis() - due.as_millis();
+            (overdue > threshold_ms).then(|| Violation {
+                kind: ViolationKind::Stranded,
+                job: name_of(f.job_id),
+                execute_id: f.execute_id,
+                fire_time: f.fire_time,
+                detail: format!(
+                    "attempt {} (fire {}) was due {overdue} ms ago and never ran",
+                    f.attempt, f.id
+                ),
+            })
+        })
+        .collect()
+}
+
 /// Fire times a trigger has moved past (up to its last claimed fire, each of
 /// which was claimed or recorded skipped in the transaction that moved the
 /// row) with no ledger row; and how many times were checked.
@@ -290,6 +325,7 @@ mod tests {
             started_at: started.map(Timestamp::from_millis),
             finished_at: None,
             timed_out_at: None,
+            due_at: None,
             error: None,
             skipped_until: None,
             fire_count: 1,
@@ -316,5 +352,20 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].kind, ViolationKind::Duplicate);
         assert!(found[0].detail.contains("attempt 2"), "{}", found[0].detail);
+    }
+
+    #[test]
+    fn a_retry_never_claimed_is_stranded() {
+        let name = |id: i64| format!("#{id}");
+        let mut retry = fire(2, 2, FireState::Pending, None);
+        retry.due_at = Some(Timestamp::from_millis(10_000));
+        let at = |ms| Timestamp::from_millis(ms);
+        assert!(
+            stranded(&[retry.clone()], at(14_000), 5_000, &name).is_empty(),
+            "not yet"
+        );
+        let found = stranded(&[retry], at(16_000), 5_000, &name);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].kind, ViolationKind::Stranded);
     }
 }

@@ -94,10 +94,14 @@ impl Backend {
                         "operations",
                         include_str!(concat!("../../migrations/", $dir, "/0005_operations.sql")),
                     ),
+                    (
+                        "pending fires",
+                        include_str!(concat!("../../migrations/", $dir, "/0006_pending_fires.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 5] = match self {
+        let files: [(&str, &'static str); 6] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

@@ -7,8 +7,9 @@ use std::sync::LazyLock;
 use quartz_core::Timestamp;
 use quartz_core::store::{
     CHANGE_VISIBILITY_MS, ChainedFire, Claim, DueBatch, Execute, ExecuteCas, ExecuteSpec, ExecuteState, FireQuery,
-    FireRecord, FireState, Job, JobDetail, JobSpec, JobState, MAX_ERROR_BYTES, Node, NodeRef, NodeRegistration,
-    NodeState, Outcome, RejectedRow, RetryPolicy, SkippedRecord, Store, StoreError, TriggerColumns, check_name,
+    FireRecord, FireState, FollowUp, Job, JobDetail, JobSpec, JobState, MAX_ERROR_BYTES, Node, NodeRef,
+    NodeRegistration, NodeState, Outcome, PendingClaim, RejectedRow, RetryPolicy, SkippedRecord, Store, StoreError,
+    TriggerColumns, check_name,
 };
 use quartz_core::trigger::TriggerState;
 use sqlx::any::{AnyQueryResult, AnyRow};
@@ -95,7 +96,7 @@ const JOBS_PER_QUERY: usize = 32;
 macro_rules! job_cols {
     () => {
         "id, scheduler, name, handler, payload, description, state, requests_recovery, allow_concurrent, \
-         timeout_ms, max_attempts, backoff_ms, parent_job, created_at, updated_at"
+         timeout_ms, max_attempts, backoff_ms, backoff_max_ms, parent_job, created_at, updated_at"
     };
 }
 macro_rules! execute_cols {
@@ -108,9 +109,12 @@ macro_rules! execute_cols {
 macro_rules! fire_cols {
     () => {
         "id, execute_id, job_id, fire_time, attempt, node_id, incarnation, state, claimed_at, started_at, \
-         finished_at, timed_out_at, error, skipped_until, fire_count"
+         finished_at, timed_out_at, error, skipped_until, fire_count, due_at"
     };
 }
+
+// After the column lists, which it uses.
+mod pending;
 
 /// A [`Store`] on SQLite, PostgreSQL or MySQL/MariaDB, chosen by URL.
 ///
@@ -843,8 +847,9 @@ impl Store for SqlStore {
         let inserted = self
             .query(
                 "INSERT INTO quartz_job (scheduler, name, handler, payload, description, state, requests_recovery, \
-                 allow_concurrent, timeout_ms, max_attempts, backoff_ms, parent_job, created_at, updated_at) \
-                 VALUES (?, ?, ?, ?, ?, 'enabled', ?, ?, ?, ?, ?, ?, {now}, {now})",
+                 allow_concurrent, timeout_ms, max_attempts, backoff_ms, backoff_max_ms, parent_job, created_at, \
+                 updated_at) \
+                 VALUES (?, ?, ?, ?, ?, 'enabled', ?, ?, ?, ?, ?, ?, ?, {now}, {now})",
             )
             .bind(scheduler.to_owned())
             .bind(job.name.clone())
@@ -856,6 +861,7 @@ impl Store for SqlStore {
             .bind(job.timeout_ms)
             .bind(i64::from(job.retry.max_attempts))
             .bind(job.retry.backoff_ms)
+            .bind(job.retry.backoff_max_ms)
             .bind(job.parent.clone())
             .execute(&mut *tx)
             .await;
@@ -945,7 +951,8 @@ impl Store for SqlStore {
         let updated = self
             .query(
                 "UPDATE quartz_job SET name = ?, handler = ?, payload = ?, description = ?, requests_recovery = ?, \
-                 allow_concurrent = ?, timeout_ms = ?, max_attempts = ?, backoff_ms = ?, parent_job = ?, \
+                 allow_concurrent = ?, timeout_ms = ?, max_attempts = ?, backoff_ms = ?, backoff_max_ms = ?, \
+                 parent_job = ?, \
                  updated_at = {now} WHERE id = ?",
             )
             .bind(job.name.clone())
@@ -957,6 +964,7 @@ impl Store for SqlStore {
             .bind(job.timeout_ms)
             .bind(i64::from(job.retry.max_attempts))
             .bind(job.retry.backoff_ms)
+            .bind(job.retry.backoff_max_ms)
             .bind(job.parent.clone())
             .bind(existing.id)
             .execute(&mut *tx)
@@ -1381,7 +1389,7 @@ impl Store for SqlStore {
                 "SELECT ",
                 fire_cols!(),
                 " FROM quartz_fire WHERE scheduler = ? AND state = 'claimed' AND node_id = ? AND incarnation = ? \
-                 AND fire_time < ? ORDER BY fire_time, id LIMIT ?"
+                 AND claimed_at < ? ORDER BY claimed_at, id LIMIT ?"
             ))
             .bind(scheduler.to_owned())
             .bind(node.node_id.clone())
@@ -1460,27 +1468,6 @@ impl Store for SqlStore {
         .await
     }
 
-    async fn claim_attempt(&self, fire: &FireRecord, node: &NodeRef) -> Result<Option<i64>, StoreError> {
-        let mut tx = self.begin().await?;
-        let id = self
-            .insert_fire(
-                &mut tx,
-                fire.execute_id,
-                Some(fire.job_id),
-                fire.fire_time,
-                i64::from(fire.attempt) + 1,
-                Some(node),
-                FireState::Claimed,
-                None,
-                None,
-            )
-            .await?;
-        if id.is_some() {
-            tx.commit().await.map_err(db_error)?;
-        }
-        Ok(id)
-    }
-
     async fn fire_time_out(&self, fire_id: i64, node: &NodeRef, error: &str) -> Result<bool, StoreError> {
         self.fire_transition(
             "UPDATE quartz_fire SET timed_out_at = {now}, error = ? \
@@ -1490,6 +1477,39 @@ impl Store for SqlStore {
             Some(truncate(error)),
         )
         .await
+    }
+
+    async fn fire_fail_and_retry(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        error: &str,
+        retry_in_ms: i64,
+    ) -> Result<FollowUp, StoreError> {
+        self.fail_and_retry(fire_id, node, error, retry_in_ms).await
+    }
+
+    async fn fire_misfire_and_run_late(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        reason: &str,
+        one_per_execute: bool,
+    ) -> Result<FollowUp, StoreError> {
+        self.misfire_and_run_late(fire_id, node, reason, one_per_execute).await
+    }
+
+    async fn fires_pending(
+        &self,
+        scheduler: &str,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<FireRecord>, StoreError> {
+        self.pending_due(scheduler, before, limit).await
+    }
+
+    async fn pending_claim(&self, fire_id: i64, node: &NodeRef, exclusive: bool) -> Result<PendingClaim, StoreError> {
+        self.claim_pending(fire_id, node, exclusive).await
     }
 
     async fn changes(&self, scheduler: &str) -> Result<i64, StoreError> {
@@ -1638,6 +1658,7 @@ fn decode_job(row: &AnyRow) -> Result<Job, StoreError> {
                 retry: RetryPolicy {
                     max_attempts: u32::try_from(row.try_get::<i64, _>("max_attempts")?)?,
                     backoff_ms: row.try_get("backoff_ms")?,
+                    backoff_max_ms: row.try_get("backoff_max_ms")?,
                 },
                 parent: row.try_get("parent_job")?,
             },
@@ -1695,6 +1716,7 @@ fn decode_fire(row: &AnyRow) -> Result<FireRecord, StoreError> {
             started_at: ms("started_at")?,
             finished_at: ms("finished_at")?,
             timed_out_at: ms("timed_out_at")?,
+            due_at: ms("due_at")?,
             error: row.try_get("error")?,
             skipped_until: ms("skipped_until")?,
             fire_count: u64::try_from(row.try_get::<i64, _>("fire_count")?)?,

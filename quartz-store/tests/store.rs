@@ -12,8 +12,8 @@ use common::{Kind, TestDb};
 use quartz_core::cron::CronExpression;
 use quartz_core::misfire::MisfireSettings;
 use quartz_core::store::{
-    CHANGE_VISIBILITY_MS, Claim, ExecuteCas, ExecuteSpec, ExecuteState, FireQuery, FireState, JobSpec, NodeRef,
-    NodeRegistration, NodeState, Outcome, SkippedRecord, Store, StoreError,
+    CHANGE_VISIBILITY_MS, Claim, ExecuteCas, ExecuteSpec, ExecuteState, FireQuery, FireState, FollowUp, JobSpec,
+    NodeRef, NodeRegistration, NodeState, Outcome, PendingClaim, SkippedRecord, Store, StoreError,
 };
 use quartz_core::trigger::{Fire, Schedule, Trigger};
 use quartz_core::{Error, Timestamp, Tz};
@@ -603,8 +603,12 @@ async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
     assert_eq!(took, 1);
     // Running, recovery requested: re-run once as attempt 2.
     let mut reruns = Vec::new();
+    let mut rerun_by = None;
     for r in &rescuers {
-        reruns.extend(store.rerun(&orphans[1], r).await.unwrap());
+        if let Some(id) = store.rerun(&orphans[1], r).await.unwrap() {
+            reruns.push(id);
+            rerun_by = Some(r.clone());
+        }
     }
     assert_eq!(reruns.len(), 1);
     // Running, no recovery: abandoned once.
@@ -632,10 +636,49 @@ async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
     assert!(store.take_over(released, &rescuers[1]).await.unwrap());
     assert!(store.mark_running(fire, &rescuers[1]).await.unwrap());
 
-    // A retry is a new attempt, once.
-    let failed = by_id(reruns[0]).clone();
-    assert!(store.claim_attempt(&failed, &rescuers[1]).await.unwrap().is_some());
-    assert!(store.claim_attempt(&failed, &rescuers[0]).await.unwrap().is_none());
+    // A failure with a retry: the next attempt is a pending row written with
+    // it, due after the backoff, claimed once by any node.
+    let owner = rerun_by.unwrap();
+    assert!(store.mark_running(reruns[0], &owner).await.unwrap());
+    let stranger = register(&store, "stranger").await;
+    assert_eq!(
+        store.fire_fail_and_retry(reruns[0], &stranger, "no", 0).await.unwrap(),
+        FollowUp::NotOwned,
+        "fenced"
+    );
+    let FollowUp::Pending { fire_id: retry, due_at } = store
+        .fire_fail_and_retry(reruns[0], &owner, "attempt 2 failed", 60_000)
+        .await
+        .unwrap()
+    else {
+        panic!("no pending retry");
+    };
+    let before = store.now().await.unwrap();
+    assert!(
+        due_at.as_millis() >= before.as_millis() + 59_000,
+        "due after the backoff: {due_at}"
+    );
+    assert!(
+        store.fires_pending(S, before, 10).await.unwrap().is_empty(),
+        "not due yet"
+    );
+    let due = store
+        .fires_pending(S, due_at.saturating_add_millis(1), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        due.iter().map(|f| (f.id, f.attempt)).collect::<Vec<_>>(),
+        vec![(retry, 3)]
+    );
+    let mut won = 0;
+    for r in &rescuers {
+        won += usize::from(store.pending_claim(retry, r, false).await.unwrap() == PendingClaim::Won);
+    }
+    assert_eq!(won, 1, "claimed once");
+    assert_eq!(
+        store.pending_claim(retry, &rescuers[0], true).await.unwrap(),
+        PendingClaim::Gone
+    );
 
     // An execute left running by the dead node is found, and released once.
     db.sql(

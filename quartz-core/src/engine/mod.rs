@@ -63,6 +63,7 @@ use crate::retention::Retention;
 use crate::store::{ExecuteSpec, Job, JobSpec, Node, NodeRef, Store, StoreError};
 use handler::Handler;
 use node::Inner;
+pub(crate) use node::mix;
 
 /// Which node tries a fire first. Whatever the strategy, every node may claim a
 /// fire once [`Settings::strategy_grace`] has passed after its time, and the

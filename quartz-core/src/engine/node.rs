@@ -4,7 +4,7 @@
 //! (heartbeat, dead nodes, recovery) and the backlog of misfired fires that
 //! their policy runs late.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -19,13 +19,17 @@ use super::handler::{CancelReason, Cancellation, Handler, JobContext, JobResult}
 use super::{Counters, NodeStatus, Phase, SchedulerError, Settings, ShutdownSummary, Strategy};
 use crate::misfire::MisfirePolicy;
 use crate::store::{
-    ChainedFire, Claim, Execute, ExecuteCas, ExecuteState, FIRES_PER_BATCH, FireRecord, FireState, Job, JobSpec,
-    JobState, Node, NodeRef, NodeRegistration, NodeState, Outcome, SkippedRecord, Store, StoreError, TriggerColumns,
+    ChainedFire, Claim, Execute, ExecuteCas, ExecuteState, FIRES_PER_BATCH, FireRecord, FireState, FollowUp, Job,
+    JobSpec, JobState, Node, NodeRef, NodeRegistration, NodeState, Outcome, SkippedRecord, Store, StoreError,
+    TriggerColumns,
 };
 use crate::time::Timestamp;
 use crate::trigger::{Fire, NextFire, Schedule, Trigger, TriggerState};
 
 mod maintenance;
+mod pending;
+
+use pending::{PENDING_BATCH, PendingFire};
 
 /// How long the poller waits before the next poll when a batch came back full.
 const FULL_BATCH_REPOLL: Duration = Duration::from_millis(50);
@@ -33,8 +37,6 @@ const FULL_BATCH_REPOLL: Duration = Duration::from_millis(50);
 const WINDOW_SLACK_MS: i64 = 500;
 /// The most orphaned fires or executes one recovery pass handles.
 const RECOVERY_BATCH: u32 = 200;
-/// How often the backlog of late runs looks for room in the pool.
-const BACKLOG_TICK: Duration = Duration::from_millis(50);
 /// How many times recording an outcome is tried before it is left to recovery.
 const FINISH_TRIES: u32 = 5;
 /// A fire marked running that waits longer than this for a pool thread has
@@ -121,8 +123,8 @@ pub(crate) struct Inner<S> {
     members: RwLock<Vec<Node>>,
     counters: Mutex<Counters>,
     /// Misfired fires their policy runs as soon as the pool has room.
-    backlog: Mutex<VecDeque<RunFire>>,
-    backlog_changed: Notify,
+    /// Pending fires (retries, late runs) this node waits on, by ledger id.
+    pending_queued: Mutex<HashSet<i64>>,
     /// This node's own heartbeats: (last written, written without a gap
     /// since). A node judges others dead only after it has itself been
     /// heart-beating without a gap for `dead_after`: after an outage of the
@@ -244,8 +246,7 @@ impl<S: Store> Inner<S> {
             inflight: AtomicUsize::new(0),
             members: RwLock::new(vec![registered]),
             counters: Mutex::new(Counters::default()),
-            backlog: Mutex::new(VecDeque::new()),
-            backlog_changed: Notify::new(),
+            pending_queued: Mutex::new(HashSet::new()),
             heartbeats: Mutex::new(None),
             swept: Mutex::new(None),
             tasks: Mutex::new(Vec::new()),
@@ -260,7 +261,6 @@ impl<S: Store> Inner<S> {
             tokio::spawn(Arc::clone(&inner).poller()),
             tokio::spawn(Arc::clone(&inner).dispatcher()),
             tokio::spawn(Arc::clone(&inner).cluster()),
-            tokio::spawn(Arc::clone(&inner).backlog_runner()),
             tokio::spawn(Arc::clone(&inner).change_watcher()),
             tokio::spawn(Arc::clone(&inner).maintenance()),
         ];
@@ -405,6 +405,13 @@ impl<S: Store> Inner<S> {
                 break;
             }
             self.consider(execute, job, db_now, horizon).await?;
+        }
+        for fire in self
+            .store
+            .fires_pending(&self.scheduler, horizon, PENDING_BATCH)
+            .await?
+        {
+            self.queue_pending(PendingFire::of(&fire));
         }
         Ok(full)
     }
@@ -1096,13 +1103,16 @@ impl<S: Store> Inner<S> {
                 "fire failed"
             );
         }
-        let children = self.record(run, &outcome).await;
+        let children = match &outcome {
+            Outcome::Failed { error } if run.attempt < run.job.spec.retry.max_attempts => {
+                self.fail_with_retry(run, error).await;
+                Vec::new()
+            }
+            _ => self.record(run, &outcome).await,
+        };
         self.release(run).await;
         if !children.is_empty() {
             self.chain(run, children).await;
-        }
-        if !succeeded && run.attempt < run.job.spec.retry.max_attempts {
-            self.retry(run).await;
         }
     }
 
@@ -1227,29 +1237,6 @@ impl<S: Store> Inner<S> {
         }
     }
 
-    /// A failed fire's next attempt, after the job's backoff.
-    async fn retry(self: &Arc<Self>, run: &RunFire) {
-        let backoff = Duration::from_millis(u64::try_from(run.job.spec.retry.backoff_ms).unwrap_or(0));
-        if !self.pause(backoff).await {
-            return;
-        }
-        match self.store.claim_attempt(&record_of(run), &run.node).await {
-            Ok(Some(fire_id)) => {
-                self.unstarted.lock().insert(fire_id);
-                self.launch(RunFire {
-                    fire_id,
-                    attempt: run.attempt + 1,
-                    release: None,
-                    ..run.clone()
-                });
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e, "retry not claimed");
-            }
-        }
-    }
-
     /// Runs the children a parent's success claimed for this node, at once. A
     /// child whose handler this node lacks is given back, for a node that has
     /// it (recovery takes released fires).
@@ -1330,65 +1317,30 @@ impl<S: Store> Inner<S> {
                 "skips it"
             }
         );
-        match self.store.misfire_claimed(run.fire_id, &run.node, &text).await {
-            Ok(true) => {}
-            Ok(false) => return,
+        // The late run is a pending row written with the misfire record. Fire
+        // once now: one pending late run per execute stands for them all.
+        let recorded = if runs_late {
+            self.store
+                .fire_misfire_and_run_late(run.fire_id, &run.node, &text, policy != MisfirePolicy::IgnoreMisfires)
+                .await
+        } else {
+            self.store
+                .misfire_claimed(run.fire_id, &run.node, &text)
+                .await
+                .map(|done| if done { FollowUp::Recorded } else { FollowUp::NotOwned })
+        };
+        let follow_up = match recorded {
+            Ok(FollowUp::NotOwned) => return,
+            Ok(follow_up) => follow_up,
             Err(e) => {
                 tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e, "recording a refused fire failed");
                 return;
             }
-        }
+        };
         tracing::warn!(scheduler = self.scheduler, job = run.job.spec.name, fire_id = run.fire_id, %policy, cause, "fire misfired");
         self.release(&run).await;
-        if runs_late {
-            let mut backlog = self.backlog.lock();
-            if policy != MisfirePolicy::IgnoreMisfires {
-                // Fire once now: one late run per execute stands for them all.
-                backlog.retain(|r| (r.execute_id, r.job.id) != (run.execute_id, run.job.id));
-            }
-            if backlog.len() < self.settings.misfire.ignore_cap {
-                backlog.push_back(RunFire { release: None, ..run });
-            }
-            drop(backlog);
-            self.backlog_changed.notify_one();
-        }
-    }
-
-    /// Runs misfired fires late, oldest first, as the pool makes room.
-    async fn backlog_runner(self: Arc<Self>) {
-        let mut stop = self.stop.subscribe();
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(BACKLOG_TICK) => {}
-                () = self.backlog_changed.notified() => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
-            loop {
-                let metrics = self.pool.metrics();
-                // Room: a thread free and nothing queued ahead of the late run.
-                let room = metrics.queued == 0 && metrics.busy < metrics.max;
-                if !room || self.stopping() {
-                    break;
-                }
-                let Some(run) = self.backlog.lock().pop_front() else {
-                    break;
-                };
-                match self.store.claim_attempt(&record_of(&run), &run.node).await {
-                    Ok(Some(fire_id)) => {
-                        self.unstarted.lock().insert(fire_id);
-                        self.launch(RunFire {
-                            fire_id,
-                            attempt: run.attempt + 1,
-                            node: self.node(),
-                            ..run
-                        });
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::warn!(scheduler = self.scheduler, error = %e, "late run not claimed");
-                    }
-                }
-            }
+        if let Some(late) = PendingFire::after(&run, follow_up) {
+            self.queue_pending(late);
         }
     }
 
@@ -1407,7 +1359,7 @@ impl<S: Store> Inner<S> {
 
     async fn cluster_pass(self: &Arc<Self>) -> Result<(), StoreError> {
         let node = self.node();
-        let busy = self.inflight.load(Ordering::SeqCst) + self.backlog.lock().len();
+        let busy = self.inflight.load(Ordering::SeqCst) + self.pending_queued.lock().len();
         if !self.store.heartbeat(&self.scheduler, &node, busy as u64).await? {
             self.rejoin(&node).await?;
         }
@@ -1459,7 +1411,6 @@ impl<S: Store> Inner<S> {
         );
         self.queue.lock().clear();
         self.tracked.lock().clear();
-        self.backlog.lock().clear();
         let registered = self.store.register_node(&self.registration).await?;
         *self.node.write() = NodeRef {
             node_id: registered.node_id,
@@ -1673,7 +1624,6 @@ impl<S: Store> Inner<S> {
         let _ = self.stop.send(true);
         self.queue.lock().clear();
         self.tracked.lock().clear();
-        self.backlog.lock().clear();
         let node = self.node();
         let unstarted: Vec<i64> = self.unstarted.lock().drain().collect();
         let mut released = 0;
@@ -1809,26 +1759,6 @@ fn first_at_or_after(trigger: &Trigger, state: &TriggerState, now: Timestamp) ->
     }
 }
 
-/// The ledger row of a run, as the store's attempt methods take it.
-fn record_of(run: &RunFire) -> FireRecord {
-    FireRecord {
-        id: run.fire_id,
-        execute_id: run.execute_id,
-        job_id: run.job.id,
-        fire_time: run.fire_time,
-        attempt: run.attempt,
-        owner: Some(run.node.clone()),
-        state: FireState::Failed,
-        claimed_at: run.fire_time,
-        started_at: None,
-        finished_at: None,
-        timed_out_at: None,
-        error: None,
-        skipped_until: None,
-        fire_count: 1,
-    }
-}
-
 fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -1856,7 +1786,7 @@ fn rendezvous<'a>(key: u64, nodes: impl Iterator<Item = &'a Node>, weight: impl 
         .map(|(_, n)| n.node_id.clone())
 }
 
-fn mix(mut z: u64) -> u64 {
+pub(crate) fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)

@@ -28,8 +28,8 @@ pub use cas::{Claim, ExecuteCas, SkippedRecord};
 pub use codec::TriggerColumns;
 pub use error::StoreError;
 pub use rows::{
-    ChainedFire, DueBatch, Execute, ExecuteState, FireQuery, FireRecord, FireState, Job, JobDetail, JobState, Node,
-    NodeRef, NodeState, Outcome, RejectedRow,
+    ChainedFire, DueBatch, Execute, ExecuteState, FireQuery, FireRecord, FireState, FollowUp, Job, JobDetail, JobState,
+    Node, NodeRef, NodeState, Outcome, PendingClaim, RejectedRow,
 };
 pub use spec::{
     ExecuteSpec, JobSpec, MAX_ATTEMPTS, MAX_DESCRIPTION_BYTES, MAX_ERROR_BYTES, MAX_NAME_BYTES, MAX_PAYLOAD_BYTES,
@@ -290,8 +290,8 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> impl Future<Output = Result<Vec<FireRecord>, StoreError>> + Send;
 
-    /// Fires claimed by this incarnation and scheduled before `before`,
-    /// oldest first, at most `limit` (read through the index of open fires:
+    /// Fires this incarnation claimed before `before` and has not started,
+    /// oldest claim first, at most `limit` (read through the index of open fires:
     /// the ledger's size does not count).
     fn claimed_by(
         &self,
@@ -313,14 +313,6 @@ pub trait Store: Send + Sync + 'static {
     /// abandoned. `true` when this caller won.
     fn abandon(&self, fire: &FireRecord) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// A new attempt of a failed fire (a retry), claimed by this node.
-    /// `Some(new fire id)` unless that attempt exists already.
-    fn claim_attempt(
-        &self,
-        fire: &FireRecord,
-        node: &NodeRef,
-    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
-
     /// Records that a running fire passed its job's timeout: `timed_out_at`
     /// and the error are set, and the fire stays running until its code
     /// returns (then [`finish`](Self::finish) records it failed). Fenced like
@@ -331,6 +323,50 @@ pub trait Store: Send + Sync + 'static {
         node: &NodeRef,
         error: &str,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Records a running fire failed and, in the same transaction, its next
+    /// attempt as pending, due `retry_in_ms` from now: a retry waiting out its
+    /// backoff is a row, so no node's death or restart loses it.
+    fn fire_fail_and_retry(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        error: &str,
+        retry_in_ms: i64,
+    ) -> impl Future<Output = Result<FollowUp, StoreError>> + Send;
+
+    /// Records a claimed or running fire of this incarnation misfired (as
+    /// [`misfire_claimed`](Self::misfire_claimed)) and, in the same
+    /// transaction, the late run its policy promised as a pending next
+    /// attempt, due now. With `one_per_execute` (the fire-now policies), no
+    /// late run is added while one of the same execute and job is pending: it
+    /// stands for them all.
+    fn fire_misfire_and_run_late(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        reason: &str,
+        one_per_execute: bool,
+    ) -> impl Future<Output = Result<FollowUp, StoreError>> + Send;
+
+    /// Pending fires due before `before`, soonest first.
+    fn fires_pending(
+        &self,
+        scheduler: &str,
+        before: Timestamp,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<FireRecord>, StoreError>> + Send;
+
+    /// Claims a pending fire for this (live) incarnation, by compare-and-set
+    /// on its state. With `exclusive` (its job disallows concurrency) the
+    /// job's row is locked and the claim refused while a fire of the job is
+    /// claimed or running.
+    fn pending_claim(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        exclusive: bool,
+    ) -> impl Future<Output = Result<PendingClaim, StoreError>> + Send;
 
     // ---- history ----
 

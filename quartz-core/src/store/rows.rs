@@ -106,6 +106,9 @@ pub enum FireState {
     Skipped,
     /// Its node died mid-run and the job does not request recovery.
     Abandoned,
+    /// A retry waiting out its backoff, or a late run a misfire policy
+    /// promised: claimable by any node from its `due_at`.
+    Pending,
 }
 
 macro_rules! names {
@@ -156,6 +159,7 @@ names!(FireState {
     Misfired = "misfired",
     Skipped = "skipped",
     Abandoned = "abandoned",
+    Pending = "pending",
 });
 
 /// A stored execute (trigger row).
@@ -265,6 +269,8 @@ pub struct FireRecord {
     /// When it passed its job's timeout (it stays running until its code
     /// returns).
     pub timed_out_at: Option<Timestamp>,
+    /// For a pending fire (a retry or a late run): from when it may run.
+    pub due_at: Option<Timestamp>,
     /// The error, for failed, misfired, skipped and abandoned fires.
     pub error: Option<String>,
     /// For a skipped range: its end (exclusive).
@@ -314,4 +320,32 @@ impl FireQuery {
             limit: 100,
         }
     }
+}
+
+/// What recording a fire's end with a follow-up did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowUp {
+    /// Nothing: the fire is no longer this incarnation's.
+    NotOwned,
+    /// The end is recorded; no new attempt (one exists already).
+    Recorded,
+    /// The end is recorded, and the next attempt is pending: any node may
+    /// claim it from `due_at`.
+    Pending {
+        /// The pending attempt's ledger row.
+        fire_id: i64,
+        /// From when it may run (database time).
+        due_at: Timestamp,
+    },
+}
+
+/// How a claim of a pending fire went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingClaim {
+    /// This node won it.
+    Won,
+    /// Its job disallows concurrency and a fire of it is open: try again later.
+    Blocked,
+    /// It is no longer pending (another node claimed it).
+    Gone,
 }

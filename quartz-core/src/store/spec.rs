@@ -35,13 +35,29 @@ pub struct NodeRegistration {
 }
 
 /// How a failed fire is retried: up to `max_attempts` attempts in all, each
-/// `backoff_ms` after the last failed.
+/// `backoff_ms` after the last failed (fixed backoff), or, with
+/// `backoff_max_ms`, after a delay that doubles with each attempt from
+/// `backoff_ms` up to `backoff_max_ms`, with jitter (exponential backoff).
+///
+/// ```
+/// use quartz_core::store::RetryPolicy;
+///
+/// let fixed = RetryPolicy { max_attempts: 3, backoff_ms: 1_000, backoff_max_ms: None };
+/// assert_eq!(fixed.delay_ms(2, 7), 1_000);
+/// let exponential = RetryPolicy { max_attempts: 5, backoff_ms: 1_000, backoff_max_ms: Some(60_000) };
+/// let third = exponential.delay_ms(3, 7); // before attempt 3: around 4 s
+/// assert!((2_000..=4_000).contains(&third));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts in all, 1 (no retry) to [`MAX_ATTEMPTS`].
     pub max_attempts: u32,
-    /// Milliseconds between a failure and the next attempt.
+    /// Milliseconds between a failure and the next attempt (for exponential
+    /// backoff, before the second attempt).
     pub backoff_ms: i64,
+    /// Exponential backoff: the longest delay, in milliseconds. `None` for a
+    /// fixed backoff.
+    pub backoff_max_ms: Option<i64>,
 }
 
 impl Default for RetryPolicy {
@@ -49,7 +65,27 @@ impl Default for RetryPolicy {
         RetryPolicy {
             max_attempts: 1,
             backoff_ms: 0,
+            backoff_max_ms: None,
         }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay before attempt `next` (2 for the first retry) of a fire.
+    /// Exponential backoff doubles `backoff_ms` for each attempt after the
+    /// second, up to `backoff_max_ms`, then takes a delay between half of that
+    /// and all of it, chosen by `seed` (the fire's id), so that many fires that
+    /// failed together do not retry together.
+    pub fn delay_ms(&self, next: u32, seed: i64) -> i64 {
+        let Some(max) = self.backoff_max_ms else {
+            return self.backoff_ms;
+        };
+        let doublings = next.saturating_sub(2).min(62);
+        let full = self.backoff_ms.saturating_mul(1_i64 << doublings).min(max).max(0);
+        let half = full / 2;
+        let spread = u64::try_from(full - half + 1).unwrap_or(1);
+        let mixed = crate::engine::mix(u64::from_ne_bytes(seed.to_ne_bytes()) ^ u64::from(next));
+        half + i64::try_from(mixed % spread).unwrap_or(0)
     }
 }
 
@@ -146,6 +182,14 @@ impl JobSpec {
                 self.retry.backoff_ms
             ));
         }
+        if let Some(max) = self.retry.backoff_max_ms
+            && !(self.retry.backoff_ms..=crate::trigger::MAX_INTERVAL_MILLIS).contains(&max)
+        {
+            return invalid(format!(
+                "the longest retry backoff must be between the first ({} ms) and 100 years, got {max} ms",
+                self.retry.backoff_ms
+            ));
+        }
         Ok(())
     }
 }
@@ -186,5 +230,45 @@ impl ExecuteSpec {
     /// A trigger with priority 0.
     pub fn new(trigger: Trigger) -> ExecuteSpec {
         ExecuteSpec { trigger, priority: 0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exponential_backoff_doubles_up_to_its_cap_with_jitter() {
+        let policy = RetryPolicy {
+            max_attempts: 20,
+            backoff_ms: 1_000,
+            backoff_max_ms: Some(30_000),
+        };
+        for seed in 0..200 {
+            for (next, full) in [
+                (2, 1_000),
+                (3, 2_000),
+                (4, 4_000),
+                (6, 16_000),
+                (7, 30_000),
+                (19, 30_000),
+            ] {
+                let delay = policy.delay_ms(next, seed);
+                assert!(
+                    (full / 2..=full).contains(&delay),
+                    "attempt {next} seed {seed}: {delay}"
+                );
+            }
+        }
+        let spread: std::collections::HashSet<i64> = (0..50).map(|seed| policy.delay_ms(4, seed)).collect();
+        assert!(
+            spread.len() > 25,
+            "jitter spreads fires that failed together: {spread:?}"
+        );
+        let fixed = RetryPolicy {
+            backoff_max_ms: None,
+            ..policy
+        };
+        assert!((2..20).all(|next| fixed.delay_ms(next, 9) == 1_000));
     }
 }

@@ -1,0 +1,251 @@
+//! Pending fires: a retry waiting out its backoff, or a late run a misfire
+//! policy promised, written in the same transaction that records the end of
+//! the attempt before it, and claimed by compare-and-set like any fire.
+
+use quartz_core::Timestamp;
+use quartz_core::store::{FireRecord, FollowUp, NodeRef, PendingClaim, StoreError};
+use sqlx::any::AnyQueryResult;
+use sqlx::{Any, Row, Transaction};
+
+use super::{SqlStore, db_error, decode_fire, is_unique_violation, truncate};
+use crate::connect::Backend;
+
+/// The next attempt of a fire as a pending row (binds: delay ms, fire id).
+macro_rules! next_pending {
+    ($extra:expr) => {
+        concat!(
+            "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+             state, claimed_at, due_at, fire_count) \
+             SELECT f.scheduler, f.execute_id, f.job_id, f.fire_time, f.attempt + 1, NULL, 0, 'pending', {now}, \
+             {now} + ?, 1 FROM quartz_fire f WHERE f.id = ?",
+            $extra
+        )
+    };
+}
+
+/// No pending fire of the same execute and job yet.
+macro_rules! none_pending {
+    () => {
+        " AND NOT EXISTS (SELECT 1 FROM quartz_fire p WHERE p.scheduler = f.scheduler AND p.state = 'pending' \
+         AND p.execute_id = f.execute_id AND p.job_id = f.job_id)"
+    };
+}
+
+impl SqlStore {
+    /// Inserts the pending next attempt of `fire_id`, due `due_in_ms` from
+    /// now; `None` when it exists already (or, with `one_per_execute`, when a
+    /// pending fire of the same execute and job does).
+    async fn next_pending_in(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        fire_id: i64,
+        due_in_ms: i64,
+        one_per_execute: bool,
+    ) -> Result<Option<(i64, Timestamp)>, StoreError> {
+        let template = match (self.db.backend, one_per_execute) {
+            (Backend::MySql, false) => next_pending!(""),
+            (Backend::MySql, true) => next_pending!(none_pending!()),
+            (_, false) => concat!(
+                next_pending!(""),
+                " ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING id, due_at"
+            ),
+            (_, true) => concat!(
+                next_pending!(none_pending!()),
+                " ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING id, due_at"
+            ),
+        };
+        let q = self.query(template).bind(due_in_ms).bind(fire_id);
+        let inserted = match self.db.backend {
+            Backend::Postgres | Backend::Sqlite => q.fetch_optional(&mut **tx).await.and_then(|row| {
+                row.map(|r| Ok((r.try_get::<i64, _>(0)?, Timestamp::from_millis(r.try_get::<i64, _>(1)?))))
+                    .transpose()
+            }),
+            Backend::MySql => match q.execute(&mut **tx).await {
+                Ok(done) => self.inserted_due(tx, &done).await,
+                Err(e) => Err(e),
+            },
+        };
+        match inserted {
+            Ok(next) => Ok(next),
+            Err(e) if is_unique_violation(&e) => Ok(None),
+            Err(e) => Err(db_error(e)),
+        }
+    }
+
+    /// MySQL: the row an insert added, with its due time.
+    async fn inserted_due(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        done: &AnyQueryResult,
+    ) -> Result<Option<(i64, Timestamp)>, sqlx::Error> {
+        let Some(id) = done.last_insert_id().filter(|_| done.rows_affected() == 1) else {
+            return Ok(None);
+        };
+        let due: i64 = sqlx::query_scalar(self.db.sql("SELECT due_at FROM quartz_fire WHERE id = ?"))
+            .bind(id)
+            .fetch_one(&mut **tx)
+            .await?;
+        Ok(Some((id, Timestamp::from_millis(due))))
+    }
+
+    /// Records an attempt's end (a fenced single-row transition, binds: the
+    /// text, fire id, node id, incarnation) and its pending follow-up in one
+    /// transaction.
+    async fn end_with_follow_up(
+        &self,
+        template: &'static str,
+        fire_id: i64,
+        node: &NodeRef,
+        text: &str,
+        due_in_ms: i64,
+        one_per_execute: bool,
+    ) -> Result<FollowUp, StoreError> {
+        let mut tx = self.begin().await?;
+        let ended = self
+            .query(template)
+            .bind(truncate(text))
+            .bind(fire_id)
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        if ended.rows_affected() != 1 {
+            return Ok(FollowUp::NotOwned);
+        }
+        let next = self
+            .next_pending_in(&mut tx, fire_id, due_in_ms.max(0), one_per_execute)
+            .await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(match next {
+            Some((fire_id, due_at)) => FollowUp::Pending { fire_id, due_at },
+            None => FollowUp::Recorded,
+        })
+    }
+
+    pub(super) async fn fail_and_retry(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        error: &str,
+        retry_in_ms: i64,
+    ) -> Result<FollowUp, StoreError> {
+        self.end_with_follow_up(
+            "UPDATE quartz_fire SET state = 'failed', error = ?, finished_at = {now}, \
+             duration_ms = {now} - started_at \
+             WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?",
+            fire_id,
+            node,
+            error,
+            retry_in_ms,
+            false,
+        )
+        .await
+    }
+
+    pub(super) async fn misfire_and_run_late(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        reason: &str,
+        one_per_execute: bool,
+    ) -> Result<FollowUp, StoreError> {
+        self.end_with_follow_up(
+            "UPDATE quartz_fire SET state = 'misfired', error = ?, started_at = NULL, finished_at = {now} \
+             WHERE id = ? AND state IN ('claimed', 'running') AND node_id = ? AND incarnation = ?",
+            fire_id,
+            node,
+            reason,
+            0,
+            one_per_execute,
+        )
+        .await
+    }
+
+    pub(super) async fn pending_due(
+        &self,
+        scheduler: &str,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<FireRecord>, StoreError> {
+        let rows = self
+            .query(concat!(
+                "SELECT ",
+                fire_cols!(),
+                " FROM quartz_fire WHERE scheduler = ? AND state = 'pending' AND due_at < ? ORDER BY due_at LIMIT ?"
+            ))
+            .bind(scheduler.to_owned())
+            .bind(before.as_millis())
+            .bind(i64::from(limit))
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(decode_fire).collect()
+    }
+
+    pub(super) async fn claim_pending(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        exclusive: bool,
+    ) -> Result<PendingClaim, StoreError> {
+        let mut tx = self.begin().await?;
+        if exclusive {
+            // The job's row first, as every exclusive claim takes it: claims
+            // of one job are serialised on it.
+            let job: Option<i64> = sqlx::query_scalar(
+                self.db
+                    .sql("SELECT job_id FROM quartz_fire WHERE id = ? AND state = 'pending'"),
+            )
+            .bind(fire_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?;
+            let Some(job) = job else {
+                return Ok(PendingClaim::Gone);
+            };
+            self.query("UPDATE quartz_job SET updated_at = updated_at WHERE id = ?")
+                .bind(job)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            let open = match self.db.backend {
+                Backend::Sqlite => self
+                    .query("SELECT id FROM quartz_fire WHERE job_id = ? AND state IN ('claimed', 'running') LIMIT 1"),
+                Backend::Postgres | Backend::MySql => self.query(
+                    "SELECT id FROM quartz_fire WHERE job_id = ? AND state IN ('claimed', 'running') LIMIT 1 \
+                     FOR UPDATE",
+                ),
+            };
+            if open
+                .bind(job)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?
+                .is_some()
+            {
+                return Ok(PendingClaim::Blocked);
+            }
+        }
+        let claimed = self
+            .query(
+                "UPDATE quartz_fire SET state = 'claimed', node_id = ?, incarnation = ?, claimed_at = {now} \
+                 WHERE id = ? AND state = 'pending' AND EXISTS (SELECT 1 FROM quartz_node n \
+                 WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? AND n.incarnation = ? \
+                 AND n.state = 'live')",
+            )
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .bind(fire_id)
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        if claimed.rows_affected() != 1 {
+            return Ok(PendingClaim::Gone);
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(PendingClaim::Won)
+    }
+}

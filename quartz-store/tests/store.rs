@@ -36,6 +36,7 @@ backend_tests!(
     fires_start_and_succeed_in_batches_fenced,
     fires_that_never_ran_are_recorded_without_a_start,
     nodes_registering_together_all_register,
+    a_node_purged_and_back_is_newer_than_before,
 );
 
 fn every_second(start: Timestamp) -> ExecuteSpec {
@@ -979,7 +980,10 @@ async fn nodes_registering_together_all_register(db: &TestDb) {
             db.store().await
         });
     }
-    for round in 1..=3_i64 {
+    // Each node's incarnation by round: the first is the database's now,
+    // each return one more.
+    let mut last: Vec<Option<i64>> = vec![None; stores.len()];
+    for _round in 1..=3 {
         let barrier = Arc::new(tokio::sync::Barrier::new(stores.len()));
         let tasks: Vec<_> = stores
             .iter()
@@ -993,9 +997,33 @@ async fn nodes_registering_together_all_register(db: &TestDb) {
                 })
             })
             .collect();
-        for task in tasks {
-            assert_eq!(task.await.unwrap().incarnation, round);
+        for (i, task) in tasks.into_iter().enumerate() {
+            let incarnation = task.await.unwrap().incarnation;
+            if let Some(before) = last[i] {
+                assert_eq!(incarnation, before + 1, "node {i} returns with the next incarnation");
+            }
+            last[i] = Some(incarnation);
         }
     }
     assert_eq!(stores[0].list_nodes(S).await.unwrap().len(), 8);
+}
+
+/// A node row the retention purged: the node that comes back with the same
+/// id gets an incarnation newer than every one it had, so a stale process of
+/// the old incarnation stays fenced.
+async fn a_node_purged_and_back_is_newer_than_before(db: &TestDb) {
+    let store = db.store().await;
+    let first = register(&store, "returning").await;
+    let second = register(&store, "returning").await;
+    assert!(second.incarnation > first.incarnation);
+    assert!(store.leave(S, &second).await.unwrap());
+    let later = store.now().await.unwrap().saturating_add_millis(1_000);
+    assert_eq!(store.nodes_purge(S, later).await.unwrap(), 1);
+    assert!(store.list_nodes(S).await.unwrap().is_empty());
+    let back = register(&store, "returning").await;
+    assert!(back.incarnation > second.incarnation, "{back:?} after {second:?}");
+    assert!(
+        !store.heartbeat(S, &second, 0).await.unwrap(),
+        "the old incarnation is fenced"
+    );
 }

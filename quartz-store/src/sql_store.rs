@@ -1392,11 +1392,12 @@ impl Store for SqlStore {
                 "SELECT ",
                 fire_cols!(),
                 " FROM quartz_fire WHERE scheduler = ? AND state = 'claimed' AND node_id = ? AND incarnation = ? \
-                 AND claimed_at < ? ORDER BY claimed_at, id LIMIT ?"
+                 AND fire_time < ? AND claimed_at < ? ORDER BY fire_time, id LIMIT ?"
             ))
             .bind(scheduler.to_owned())
             .bind(node.node_id.clone())
             .bind(node.incarnation)
+            .bind(before.as_millis())
             .bind(before.as_millis())
             .bind(i64::from(limit))
             .fetch_all(&self.db.pool)

@@ -290,8 +290,9 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> impl Future<Output = Result<Vec<FireRecord>, StoreError>> + Send;
 
-    /// Fires this incarnation claimed before `before` and has not started,
-    /// oldest claim first, at most `limit` (read through the index of open fires:
+    /// Fires this incarnation has not started, scheduled and claimed before
+    /// `before` (a retry or late run claimed now has an old fire time),
+    /// oldest first, at most `limit` (read through the index of open fires:
     /// the ledger's size does not count).
     fn claimed_by(
         &self,

@@ -5,6 +5,10 @@
 use quartz_core::Timestamp;
 use quartz_core::store::{FireState, StoreError};
 
+use std::sync::LazyLock;
+
+use sqlx::AssertSqlSafe;
+
 use super::{SqlStore, db_error};
 use crate::connect::Backend;
 
@@ -39,7 +43,46 @@ macro_rules! purgeable_executes {
     };
 }
 
+/// Deletes finished fires by id (MySQL; binds: [`IDS_PER_DELETE`] ids).
+static DELETE_FIRES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "DELETE FROM quartz_fire WHERE id IN ({}) AND state NOT IN ('claimed', 'running', 'pending')",
+        id_list()
+    )
+});
+
+/// Deletes complete executes by id (MySQL; binds: [`IDS_PER_DELETE`] ids).
+static DELETE_EXECUTES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "DELETE FROM quartz_execute WHERE id IN ({}) AND state = 'complete'",
+        id_list()
+    )
+});
+
+/// How many ids one delete by id names (short lists repeat their last id).
+const IDS_PER_DELETE: usize = 64;
+
+fn id_list() -> String {
+    vec!["?"; IDS_PER_DELETE].join(", ")
+}
+
 impl SqlStore {
+    /// MySQL: the rows a plain (non-locking) read chose, deleted by primary
+    /// key. A DELETE whose own subquery picks its rows takes shared locks on
+    /// every row and gap that subquery reads (the newest fires of each job
+    /// among them) and would stall claims and outcomes while it runs.
+    async fn delete_by_id(&self, statement: &'static LazyLock<String>, ids: &[i64]) -> Result<u64, StoreError> {
+        let mut deleted = 0;
+        for chunk in ids.chunks(IDS_PER_DELETE) {
+            let mut q = sqlx::query(AssertSqlSafe(statement.as_str()));
+            for i in 0..IDS_PER_DELETE {
+                q = q.bind(chunk.get(i).or(chunk.last()).copied().unwrap_or(0));
+            }
+            deleted += q.execute(&self.db.pool).await.map_err(db_error)?.rows_affected();
+        }
+        Ok(deleted)
+    }
+
     pub(super) async fn purge_turn_take(&self, scheduler: &str, every_ms: i64) -> Result<bool, StoreError> {
         self.ensure_scheduler_row(scheduler).await?;
         self.changed_one(
@@ -93,21 +136,29 @@ impl SqlStore {
                 reason: format!("a {state} fire is open and is never purged"),
             }));
         }
-        // MySQL cannot delete from a table its own subquery reads, nor take a
-        // LIMIT in an IN subquery: the ids go through a derived table.
-        let template = match (self.db.backend, keep_last) {
-            (Backend::MySql, 0) => concat!(
-                "DELETE d FROM quartz_fire d JOIN (SELECT id FROM (",
-                purgeable_fires!(""),
-                ") AS x) AS y ON d.id = y.id"
-            ),
-            (Backend::MySql, _) => concat!(
-                "DELETE d FROM quartz_fire d JOIN (SELECT id FROM (",
-                purgeable_fires!(keep_newest!()),
-                ") AS x) AS y ON d.id = y.id"
-            ),
-            (_, 0) => concat!("DELETE FROM quartz_fire WHERE id IN (", purgeable_fires!(""), ")"),
-            (_, _) => concat!(
+        if self.db.backend == Backend::MySql {
+            let select = if keep_last == 0 {
+                purgeable_fires!("")
+            } else {
+                purgeable_fires!(keep_newest!())
+            };
+            let mut q = sqlx::query_scalar(self.db.sql(select))
+                .bind(scheduler.to_owned())
+                .bind(state.as_str())
+                .bind(before.as_millis());
+            if keep_last > 0 {
+                q = q.bind(i64::from(keep_last) - 1);
+            }
+            let ids: Vec<i64> = q
+                .bind(i64::from(limit))
+                .fetch_all(&self.db.pool)
+                .await
+                .map_err(db_error)?;
+            return self.delete_by_id(&DELETE_FIRES, &ids).await;
+        }
+        let template = match keep_last {
+            0 => concat!("DELETE FROM quartz_fire WHERE id IN (", purgeable_fires!(""), ")"),
+            _ => concat!(
                 "DELETE FROM quartz_fire WHERE id IN (",
                 purgeable_fires!(keep_newest!()),
                 ")"
@@ -130,20 +181,38 @@ impl SqlStore {
     }
 
     pub(super) async fn nodes_delete(&self, scheduler: &str, before: Timestamp) -> Result<u64, StoreError> {
-        let done = self
-            .query(
-                "DELETE FROM quartz_node WHERE scheduler = ? AND state IN ('dead', 'gone') AND heartbeat_at < ? \
-                 AND NOT EXISTS (SELECT 1 FROM quartz_fire f WHERE f.scheduler = quartz_node.scheduler \
-                 AND f.state IN ('claimed', 'running') AND f.node_id = quartz_node.node_id) \
-                 AND NOT EXISTS (SELECT 1 FROM quartz_execute e WHERE e.scheduler = quartz_node.scheduler \
-                 AND e.state = 'running' AND e.node_id = quartz_node.node_id)",
-            )
-            .bind(scheduler.to_owned())
-            .bind(before.as_millis())
-            .execute(&self.db.pool)
-            .await
-            .map_err(db_error)?;
-        Ok(done.rows_affected())
+        // Candidates by a plain read, then each deleted by its key with the
+        // conditions checked again: a scan inside the DELETE would lock every
+        // node row it passes on MySQL, live nodes' included, and stall their
+        // heartbeats for as long as it runs.
+        let candidates: Vec<String> = sqlx::query_scalar(self.db.sql(
+            "SELECT node_id FROM quartz_node WHERE scheduler = ? AND state IN ('dead', 'gone') AND heartbeat_at < ?",
+        ))
+        .bind(scheduler.to_owned())
+        .bind(before.as_millis())
+        .fetch_all(&self.db.pool)
+        .await
+        .map_err(db_error)?;
+        let mut deleted = 0;
+        for node_id in candidates {
+            let done = self
+                .query(
+                    "DELETE FROM quartz_node WHERE scheduler = ? AND node_id = ? AND state IN ('dead', 'gone') \
+                     AND heartbeat_at < ? \
+                     AND NOT EXISTS (SELECT 1 FROM quartz_fire f WHERE f.scheduler = quartz_node.scheduler \
+                     AND f.state IN ('claimed', 'running') AND f.node_id = quartz_node.node_id) \
+                     AND NOT EXISTS (SELECT 1 FROM quartz_execute e WHERE e.scheduler = quartz_node.scheduler \
+                     AND e.state = 'running' AND e.node_id = quartz_node.node_id)",
+                )
+                .bind(scheduler.to_owned())
+                .bind(node_id)
+                .bind(before.as_millis())
+                .execute(&self.db.pool)
+                .await
+                .map_err(db_error)?;
+            deleted += done.rows_affected();
+        }
+        Ok(deleted)
     }
 
     pub(super) async fn executes_delete(
@@ -152,18 +221,23 @@ impl SqlStore {
         before: Timestamp,
         limit: u32,
     ) -> Result<u64, StoreError> {
-        let template = match self.db.backend {
-            Backend::MySql => concat!(
-                "DELETE d FROM quartz_execute d JOIN (SELECT id FROM (",
-                purgeable_executes!(),
-                ") AS x) AS y ON d.id = y.id"
-            ),
-            Backend::Postgres | Backend::Sqlite => {
-                concat!("DELETE FROM quartz_execute WHERE id IN (", purgeable_executes!(), ")")
-            }
-        };
+        if self.db.backend == Backend::MySql {
+            let ids: Vec<i64> = sqlx::query_scalar(self.db.sql(purgeable_executes!()))
+                .bind(scheduler.to_owned())
+                .bind(before.as_millis())
+                .bind(before.as_millis())
+                .bind(i64::from(limit))
+                .fetch_all(&self.db.pool)
+                .await
+                .map_err(db_error)?;
+            return self.delete_by_id(&DELETE_EXECUTES, &ids).await;
+        }
         let done = self
-            .query(template)
+            .query(concat!(
+                "DELETE FROM quartz_execute WHERE id IN (",
+                purgeable_executes!(),
+                ")"
+            ))
             .bind(scheduler.to_owned())
             .bind(before.as_millis())
             .bind(before.as_millis())

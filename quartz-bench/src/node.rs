@@ -17,7 +17,10 @@ pub fn spawn(url: &str, scheduler: &str, node_id: &str, settings: &[&str]) -> Ch
     Command::new(exe)
         .args(["node", url, scheduler, node_id])
         .args(settings)
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("QUARTZ_BENCH_NODE_LOG").unwrap_or_else(|_| "warn".to_owned()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
@@ -39,13 +42,17 @@ pub fn signal(child: &Child, signal: &str) {
 
 /// The `node` subcommand.
 pub fn run(args: &[String]) {
+    // Warnings (and more with QUARTZ_BENCH_NODE_LOG) on stderr.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
     let [url, scheduler, node_id, rest @ ..] = args else {
         eprintln!("usage: quartz-bench node URL SCHEDULER NODE_ID [name=value ...]");
         std::process::exit(2);
     };
     let mut settings = Settings {
         node_id: Some(node_id.clone()),
-        pool_queue: 10_000,
         ..Settings::default()
     };
     for pair in rest {

@@ -44,12 +44,13 @@ pub struct RunArgs {
     /// Most pool threads [default: 4 x cores].
     #[arg(long)]
     pool_max: Option<usize>,
-    /// Pool queue capacity [default: 256].
+    /// Pool queue capacity [default: 4096]. The node claims no more fires
+    /// than the pool's threads and queue hold.
     #[arg(long)]
     pool_queue: Option<usize>,
     /// Which node tries each fire first; any node may claim it after a grace
     /// period, so correctness never depends on it.
-    #[arg(long, value_enum, default_value_t = StrategyArg::FirstCome)]
+    #[arg(long, value_enum, default_value_t = StrategyArg::Weighted)]
     strategy: StrategyArg,
     /// This node's weight for --strategy weighted or least-loaded.
     #[arg(long, default_value_t = 1)]

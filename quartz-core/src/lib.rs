@@ -1,8 +1,9 @@
 //! The core of quartz-rs: jobs, triggers, fire-time computation, misfire policies,
 //! the scheduler loop and cluster membership, written against a `Store` trait.
 //!
-//! Architecture invariant: this crate does no IO and never names a database
-//! driver. It is handed the database's `now` as a [`Timestamp`]; it never reads the
+//! Architecture invariant: this crate never names a database driver, and its
+//! only IO is through the [`store::Store`] trait and tokio's timers, plus one
+//! read of the host's name when a node starts (its row and default id). It is handed the database's `now` as a [`Timestamp`]; it never reads the
 //! wall clock to make a decision that another node must agree with.
 //!
 //! Today it holds the time arithmetic: [`cron`], Quartz cron expressions evaluated

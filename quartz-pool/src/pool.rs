@@ -17,19 +17,24 @@
 //! when they see the disconnect, so no task accepted before shutdown is stranded,
 //! and no task is accepted after it.
 
-use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
-use crossbeam_utils::{Backoff, CachePadded};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::builder::{Builder, RejectionHandler, validate};
 use crate::error::PoolError;
 use crate::metrics::{PoolMetrics, ShutdownReport};
 use crate::task::{BoxTask, RejectReason, Rejected, Task};
+
+mod stats;
+mod worker;
+
+use stats::{Registry, WorkerStats};
+use worker::worker_main;
 
 /// An elastic pool of OS threads for blocking work, with the semantics of Java's
 /// `ThreadPoolExecutor`.
@@ -97,29 +102,6 @@ struct Shared {
     thread_name_prefix: String,
     stack_size: Option<usize>,
     rejection_handler: Option<RejectionHandler>,
-}
-
-/// The workers alive now and the counts of those that have exited.
-#[derive(Default)]
-struct Registry {
-    workers: Vec<Arc<WorkerStats>>,
-    /// Tasks completed by workers that have exited.
-    retired_completed: u64,
-    /// Tasks that panicked on workers that have exited.
-    retired_panicked: u64,
-    /// The most workers alive at once.
-    largest: usize,
-    /// The number the next worker's name carries.
-    next_id: usize,
-}
-
-/// One worker's counters. Written only by that worker (plain loads and stores, no
-/// read-modify-write), read by `metrics`.
-#[derive(Default)]
-struct WorkerStats {
-    busy: AtomicBool,
-    completed: AtomicU64,
-    panicked: AtomicU64,
 }
 
 /// Why `add_worker` started no thread.
@@ -573,182 +555,6 @@ impl Shared {
             }
         }
     }
-
-    fn metrics(&self) -> PoolMetrics {
-        let (threads, busy, completed, panicked, largest) = {
-            let registry = self.registry.lock();
-            let mut busy = 0;
-            let mut completed = registry.retired_completed;
-            let mut panicked = registry.retired_panicked;
-            for w in &registry.workers {
-                busy += usize::from(w.busy.load(Ordering::Relaxed));
-                completed += w.completed.load(Ordering::Relaxed);
-                panicked += w.panicked.load(Ordering::Relaxed);
-            }
-            (registry.workers.len(), busy, completed, panicked, registry.largest)
-        };
-        PoolMetrics {
-            threads,
-            busy,
-            idle: threads - busy,
-            largest,
-            queued: self.receiver.len(),
-            queue_capacity: self.queue_capacity,
-            completed,
-            panicked,
-            rejected: self.rejected.load(Ordering::Relaxed),
-            core: self.core.load(Ordering::Relaxed),
-            max: self.max.load(Ordering::Relaxed),
-            keep_alive: self.keep_alive(),
-            allow_core_timeout: self.allow_core_timeout.load(Ordering::Relaxed),
-        }
-    }
-}
-
-/// What ended a worker's loop.
-enum Exit {
-    /// The queue is disconnected and empty: the pool shut down. `threads` is still
-    /// counting this worker.
-    ShutDown,
-    /// The worker won the compare-and-set that retired it; `threads` no longer
-    /// counts it.
-    Retired,
-}
-
-/// One worker thread, from its first task to its exit.
-fn worker_main(shared: &Arc<Shared>, stats: &WorkerStats, first: Option<BoxTask>) {
-    if let Some(task) = first {
-        run_task(stats, task);
-    }
-    let exit = worker_loop(shared, stats);
-    worker_exit(shared, stats, exit);
-}
-
-fn worker_loop(shared: &Shared, stats: &WorkerStats) -> Exit {
-    let receiver = &shared.receiver;
-    // When this worker last became idle; `None` while it is taking tasks.
-    let mut idle_since: Option<Instant> = None;
-    loop {
-        // A lowered max: threads above it leave between tasks.
-        if shared.try_retire(shared.max.load(Ordering::Relaxed), false) {
-            return Exit::Retired;
-        }
-
-        // Busy: take queued work without blocking. An empty queue is retried with
-        // a short backoff before parking, because under a stream of small tasks the
-        // next one usually arrives within microseconds, and parking costs two
-        // context switches.
-        let backoff = Backoff::new();
-        loop {
-            match receiver.try_recv() {
-                Ok(task) => {
-                    idle_since = None;
-                    run_task(stats, task);
-                    if shared.try_retire(shared.max.load(Ordering::Relaxed), false) {
-                        return Exit::Retired;
-                    }
-                    backoff.reset();
-                }
-                Err(TryRecvError::Disconnected) => return Exit::ShutDown,
-                Err(TryRecvError::Empty) if backoff.is_completed() => break,
-                Err(TryRecvError::Empty) => backoff.snooze(),
-            }
-        }
-
-        // Idle: wait for a task, a wake-up token, or the end of keep-alive.
-        let now = Instant::now();
-        let since = *idle_since.get_or_insert(now);
-        let allow_core_timeout = shared.allow_core_timeout.load(Ordering::Relaxed);
-        let core = shared.core.load(Ordering::Relaxed);
-        let timed = allow_core_timeout || shared.threads.load(Ordering::Relaxed) > core;
-        let received = if timed {
-            let idle_deadline = since + shared.keep_alive();
-            if now >= idle_deadline {
-                let limit = if allow_core_timeout { 0 } else { core };
-                if shared.try_retire(limit, true) {
-                    return Exit::Retired;
-                }
-                // Still needed: start a fresh keep-alive period.
-                idle_since = Some(now);
-                continue;
-            }
-            crossbeam_channel::select! {
-                recv(receiver) -> task => task,
-                recv(shared.wake_rx) -> _ => continue,
-                default(idle_deadline - now) => continue,
-            }
-        } else {
-            crossbeam_channel::select! {
-                recv(receiver) -> task => task,
-                recv(shared.wake_rx) -> _ => continue,
-            }
-        };
-        match received {
-            Ok(task) => {
-                idle_since = None;
-                run_task(stats, task);
-            }
-            Err(_) => return Exit::ShutDown,
-        }
-    }
-}
-
-/// Runs one task with its panic caught, keeping this worker's counters.
-fn run_task(stats: &WorkerStats, task: BoxTask) {
-    stats.busy.store(true, Ordering::Relaxed);
-    let outcome = panic::catch_unwind(AssertUnwindSafe(task));
-    stats.busy.store(false, Ordering::Relaxed);
-    // Only this worker writes its counters, so a load and a store suffice.
-    match outcome {
-        Ok(()) => stats
-            .completed
-            .store(stats.completed.load(Ordering::Relaxed) + 1, Ordering::Relaxed),
-        Err(payload) => {
-            stats
-                .panicked
-                .store(stats.panicked.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".to_owned());
-            let worker = std::thread::current();
-            tracing::error!(worker = worker.name().unwrap_or("?"), panic = %message, "task panicked; worker continues");
-        }
-    }
-}
-
-/// Bookkeeping when a worker leaves: fold its counters into the totals, release
-/// its thread count, and replace it if that left queued work with no thread.
-fn worker_exit(shared: &Arc<Shared>, stats: &WorkerStats, exit: Exit) {
-    {
-        let mut registry = shared.registry.lock();
-        registry.retired_completed += stats.completed.load(Ordering::Relaxed);
-        registry.retired_panicked += stats.panicked.load(Ordering::Relaxed);
-        registry.workers.retain(|w| !std::ptr::eq(Arc::as_ptr(w), stats));
-    }
-    let shut_down = match exit {
-        Exit::ShutDown => {
-            shared.threads.fetch_sub(1, Ordering::SeqCst);
-            true
-        }
-        Exit::Retired => false,
-    };
-    tracing::debug!(
-        worker = std::thread::current().name().unwrap_or("?"),
-        shut_down,
-        "worker exited"
-    );
-    if !shut_down {
-        // Pairs with `ensure_a_worker`: see there.
-        fence(Ordering::SeqCst);
-        if shared.threads.load(Ordering::Relaxed) == 0 && !shared.receiver.is_empty() {
-            let max = shared.max.load(Ordering::Relaxed);
-            let _ = Shared::add_worker(shared, None, max);
-        }
-    }
-    let _guard = shared.exit_lock.lock();
-    shared.exit_cv.notify_all();
 }
 
 /// Waits for room in a full queue: a few yields first, because a worker usually

@@ -60,6 +60,32 @@ impl Backend {
         }
     }
 
+    /// `{ids}`: "`id` is one of a bound set". PostgreSQL binds the set as
+    /// one array literal (`{1,2}`), SQLite as one JSON array (`[1,2]`);
+    /// MySQL has no array parameter and takes a list of [`IDS_PER_LIST`]
+    /// placeholders (a shorter set repeats its last id).
+    fn id_set(self) -> String {
+        match self {
+            Backend::Postgres => "id = ANY(CAST(? AS BIGINT[]))".to_owned(),
+            Backend::Sqlite => "id IN (SELECT value FROM json_each(?))".to_owned(),
+            Backend::MySql => format!("id IN ({})", vec!["?"; IDS_PER_LIST].join(", ")),
+        }
+    }
+
+    /// Whether an `{ids}` set is one parameter, of any size.
+    pub(crate) fn ids_in_one(self) -> bool {
+        self != Backend::MySql
+    }
+
+    /// A set of ids as the one parameter of `{ids}` (PostgreSQL, SQLite).
+    pub(crate) fn encode_ids(self, ids: &[i64]) -> String {
+        let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        match self {
+            Backend::Postgres => format!("{{{list}}}"),
+            Backend::Sqlite | Backend::MySql => format!("[{list}]"),
+        }
+    }
+
     /// The null-safe equality operator.
     fn null_safe_eq(self) -> &'static str {
         match self {
@@ -98,10 +124,14 @@ impl Backend {
                         "pending fires",
                         include_str!(concat!("../../migrations/", $dir, "/0006_pending_fires.sql")),
                     ),
+                    (
+                        "job parent index",
+                        include_str!(concat!("../../migrations/", $dir, "/0007_job_parent_index.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 6] = match self {
+        let files: [(&str, &'static str); 7] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),
@@ -306,9 +336,10 @@ impl Db {
         outcome.map_err(|e| failed("migration failed", &e))
     }
 
-    /// The SQL text of a query written with `?` placeholders and two tokens:
-    /// `{now}` (the database clock in epoch ms) and `{is}` (null-safe equality),
-    /// rendered for this backend once and cached.
+    /// The SQL text of a query written with `?` placeholders and three
+    /// tokens: `{now}` (the database clock in epoch ms), `{is}` (null-safe
+    /// equality) and `{ids}` (an id in a bound set), rendered for this
+    /// backend once and cached.
     pub(crate) fn sql(&self, template: &'static str) -> SqlStr {
         let mut cache = self.sql.lock();
         cache
@@ -318,10 +349,14 @@ impl Db {
     }
 }
 
+/// How many ids one `{ids}` list names on MySQL.
+pub(crate) const IDS_PER_LIST: usize = quartz_core::store::FIRES_PER_BATCH;
+
 fn render(backend: Backend, template: &str) -> String {
     let text = template
         .replace("{now}", backend.now_sql())
-        .replace("{is}", backend.null_safe_eq());
+        .replace("{is}", backend.null_safe_eq())
+        .replace("{ids}", &backend.id_set());
     if backend != Backend::Postgres {
         return text;
     }

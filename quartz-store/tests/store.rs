@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use common::{Kind, TestDb};
@@ -508,12 +508,12 @@ async fn a_retired_incarnation_is_fenced(db: &TestDb) {
     let new = register(&store, "node-a").await;
     assert!(new.incarnation > old.incarnation);
     assert!(
-        !store.mark_running(fire_id, &old).await.unwrap(),
+        store.mark_running_all(&[fire_id], &old).await.unwrap().is_empty(),
         "stale incarnation refused"
     );
     assert!(!store.heartbeat(S, &old, 0).await.unwrap());
     assert!(
-        !store.mark_running(fire_id, &new).await.unwrap(),
+        store.mark_running_all(&[fire_id], &new).await.unwrap().is_empty(),
         "the new incarnation does not own the old claim"
     );
 
@@ -530,7 +530,7 @@ async fn a_retired_incarnation_is_fenced(db: &TestDb) {
     );
     assert!(store.retire_node(S, &b, -1).await.unwrap());
     assert!(!store.retire_node(S, &b, -1).await.unwrap(), "retired once");
-    assert!(!store.mark_running(fire_b, &b).await.unwrap());
+    assert!(store.mark_running_all(&[fire_b], &b).await.unwrap().is_empty());
     assert!(!store.heartbeat(S, &b, 0).await.unwrap());
     let nodes = store.list_nodes(S).await.unwrap();
     let state_of = |id: &str| nodes.iter().find(|n| n.node_id == id).unwrap().state;
@@ -545,8 +545,11 @@ async fn a_retired_incarnation_is_fenced(db: &TestDb) {
         .await
         .unwrap()
         .unwrap();
-    assert!(store.mark_running(fire_c, &new).await.unwrap());
-    assert!(!store.mark_running(fire_c, &new).await.unwrap(), "once");
+    assert!(!store.mark_running_all(&[fire_c], &new).await.unwrap().is_empty());
+    assert!(
+        store.mark_running_all(&[fire_c], &new).await.unwrap().is_empty(),
+        "once"
+    );
     assert!(store.finish(fire_c, &new, &Outcome::Succeeded).await.unwrap());
     assert!(store.leave(S, &new).await.unwrap());
     assert!(
@@ -581,8 +584,8 @@ async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
         .await
         .unwrap()
         .unwrap();
-    assert!(store.mark_running(running, &dead).await.unwrap());
-    assert!(store.mark_running(running_too, &dead).await.unwrap());
+    assert!(!store.mark_running_all(&[running], &dead).await.unwrap().is_empty());
+    assert!(!store.mark_running_all(&[running_too], &dead).await.unwrap().is_empty());
     assert!(
         store.orphaned_fires(S, 100).await.unwrap().is_empty(),
         "its owner is live"
@@ -635,12 +638,12 @@ async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
     let open = store.orphaned_fires(S, 100).await.unwrap();
     let released = open.iter().find(|f| f.id == fire).expect("a released fire is open");
     assert!(store.take_over(released, &rescuers[1]).await.unwrap());
-    assert!(store.mark_running(fire, &rescuers[1]).await.unwrap());
+    assert!(!store.mark_running_all(&[fire], &rescuers[1]).await.unwrap().is_empty());
 
     // A failure with a retry: the next attempt is a pending row written with
     // it, due after the backoff, claimed once by any node.
     let owner = rerun_by.unwrap();
-    assert!(store.mark_running(reruns[0], &owner).await.unwrap());
+    assert!(!store.mark_running_all(&[reruns[0]], &owner).await.unwrap().is_empty());
     let stranger = register(&store, "stranger").await;
     assert_eq!(
         store.fire_fail_and_retry(reruns[0], &stranger, "no", 0).await.unwrap(),
@@ -779,7 +782,7 @@ async fn history_filters_and_pages(db: &TestDb) {
             .collect();
         for (i, fire) in fires.iter().enumerate() {
             let id = store.claim(&claim_of(execute_id, fire, &node)).await.unwrap().unwrap();
-            assert!(store.mark_running(id, &node).await.unwrap());
+            assert!(!store.mark_running_all(&[id], &node).await.unwrap().is_empty());
             let outcome = if i % 2 == 0 {
                 Outcome::Succeeded
             } else {
@@ -914,7 +917,22 @@ async fn fires_start_and_succeed_in_batches_fenced(db: &TestDb) {
     assert!(store.mark_running_all(&ids, &other).await.unwrap().is_empty());
     let mut started = store.mark_running_all(&ids[..69], &node).await.unwrap();
     started.sort_unstable();
-    assert_eq!(started, ids[..69].to_vec());
+    assert_eq!(started.iter().map(|s| s.0).collect::<Vec<_>>(), ids[..69].to_vec());
+    // Each with the start time the ledger recorded.
+    let recorded: HashMap<i64, Option<Timestamp>> = common::ledger(&store, S)
+        .await
+        .iter()
+        .map(|f| (f.id, f.started_at))
+        .collect();
+    for (id, at) in &started {
+        assert_eq!(recorded[id], Some(*at), "fire {id}");
+    }
+    // A start confirmed again moves the start time to now and says so; only
+    // the owner's, and only of a running fire.
+    let confirmed = store.confirm_start(ids[0], &node).await.unwrap();
+    assert!(confirmed.is_some_and(|at| at >= started[0].1), "{confirmed:?}");
+    assert_eq!(store.confirm_start(ids[0], &other).await.unwrap(), None);
+    assert_eq!(store.confirm_start(ids[69], &node).await.unwrap(), None, "not started");
     assert!(
         store.mark_running_all(&ids[..3], &node).await.unwrap().is_empty(),
         "once"
@@ -943,7 +961,8 @@ async fn fires_that_never_ran_are_recorded_without_a_start(db: &TestDb) {
     let other = register(&store, "stranger").await;
     let ids = claimed_fires(&store, "unrun", 3, start, &node).await;
     // Marked running, then found late: misfired, its start cleared.
-    assert_eq!(store.mark_running_all(&ids[..1], &node).await.unwrap(), vec![ids[0]]);
+    let started = store.mark_running_all(&ids[..1], &node).await.unwrap();
+    assert_eq!(started.iter().map(|s| s.0).collect::<Vec<_>>(), vec![ids[0]]);
     assert!(!store.misfire_claimed(ids[0], &other, "late").await.unwrap(), "fenced");
     assert!(store.misfire_claimed(ids[0], &node, "late").await.unwrap());
     // Claimed: misfired (refused by the pool) or failed (no handler).

@@ -36,9 +36,9 @@ pub use spec::{
     NodeRegistration, RetryPolicy, check_name,
 };
 
-/// The most fires one call of [`Store::mark_running_all`] or
-/// [`Store::succeed_all`] changes atomically. Callers that must know, after
-/// an error, that none of the fires changed pass at most this many.
+/// How many fires a batched statement of a store names at most where the
+/// database takes no array parameter (MySQL's id lists), and how many
+/// successes the engine records per call.
 pub const FIRES_PER_BATCH: usize = 64;
 
 /// How long after a change made through the store (a job added, edited,
@@ -176,6 +176,15 @@ pub trait Store: Send + Sync + 'static {
         records: &[SkippedRecord],
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// Many [`Store::update_execute`]s in one transaction (a poll's overdue,
+    /// paused and recomputed rows): each compare-and-set wins or loses on its
+    /// own, and the result says, update by update, whether it won. An error
+    /// means none was written.
+    fn update_executes(
+        &self,
+        updates: &[(ExecuteCas, Vec<SkippedRecord>)],
+    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
+
     // ---- the claim ----
 
     /// Wins a fire: the execute's compare-and-set and the insert of its ledger
@@ -191,31 +200,33 @@ pub trait Store: Send + Sync + 'static {
 
     // ---- the fire lifecycle ----
 
-    /// Marks a claimed fire running, fenced: refused (`false`) unless it is
-    /// still claimed by this node's incarnation and that incarnation is live.
-    fn mark_running(&self, fire_id: i64, node: &NodeRef) -> impl Future<Output = Result<bool, StoreError>> + Send;
-
-    /// Marks claimed fires running, fenced as [`Store::mark_running`], in a
-    /// few statements for many fires (fires due at the same instant start
-    /// together); returns the ids that were started. Up to
-    /// [`FIRES_PER_BATCH`] fires change atomically: an error then means none
-    /// was started.
+    /// Marks claimed fires running, fenced: a fire is started only while it
+    /// is still claimed by this node's incarnation and that incarnation is
+    /// live; returns the ids that were started, each with the start time
+    /// recorded. All or none: an error means none was started, however many
+    /// fires the call names. A fire started ahead of its time (its node runs
+    /// it at that time) records its fire time as `started_at`; otherwise the
+    /// database's now. The node judges lateness by the recorded time, the one
+    /// the ledger keeps, not by its own estimate of the database clock.
     fn mark_running_all(
         &self,
         fire_ids: &[i64],
         node: &NodeRef,
-    ) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<(i64, Timestamp)>, StoreError>> + Send;
 
     /// For a fire marked running that waited for a thread: confirms, fenced
-    /// as [`Store::mark_running`], that it is still running under this live
-    /// incarnation, and sets its start time to now. `false`: not this
-    /// node's any more; it must not run.
-    fn confirm_start(&self, fire_id: i64, node: &NodeRef) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// as [`Store::mark_running_all`], that it is still running under this live
+    /// incarnation, and sets its start time to now; returns that time.
+    /// `None`: not this node's any more; it must not run.
+    fn confirm_start(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+    ) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send;
 
-    /// Records the success of many running fires of this node's incarnation
-    /// in a few statements; returns the ids recorded (a fire no longer this
-    /// incarnation's is left out). Up to [`FIRES_PER_BATCH`] fires change
-    /// atomically.
+    /// Records the success of many running fires of this node's incarnation;
+    /// returns the ids recorded (a fire no longer this incarnation's is left
+    /// out). All or none, as [`Store::mark_running_all`].
     fn succeed_all(
         &self,
         fire_ids: &[i64],

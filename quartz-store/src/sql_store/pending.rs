@@ -204,26 +204,7 @@ impl SqlStore {
             let Some(job) = job else {
                 return Ok(PendingClaim::Gone);
             };
-            self.query("UPDATE quartz_job SET updated_at = updated_at WHERE id = ?")
-                .bind(job)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            let open = match self.db.backend {
-                Backend::Sqlite => self
-                    .query("SELECT id FROM quartz_fire WHERE job_id = ? AND state IN ('claimed', 'running') LIMIT 1"),
-                Backend::Postgres | Backend::MySql => self.query(
-                    "SELECT id FROM quartz_fire WHERE job_id = ? AND state IN ('claimed', 'running') LIMIT 1 \
-                     FOR UPDATE",
-                ),
-            };
-            if open
-                .bind(job)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?
-                .is_some()
-            {
+            if self.lock_job_with_open_fire(&mut tx, job).await? {
                 return Ok(PendingClaim::Blocked);
             }
         }

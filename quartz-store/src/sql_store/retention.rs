@@ -5,12 +5,8 @@
 use quartz_core::Timestamp;
 use quartz_core::store::{FireState, StoreError};
 
-use std::sync::LazyLock;
-
-use sqlx::AssertSqlSafe;
-
-use super::{SqlStore, db_error};
-use crate::connect::Backend;
+use super::{SqlStore, bind_id_list, db_error};
+use crate::connect::{Backend, IDS_PER_LIST};
 
 /// The finished fires a purge batch takes (binds: scheduler, state, before,
 /// and for the keep-last form the offset), oldest first.
@@ -43,41 +39,21 @@ macro_rules! purgeable_executes {
     };
 }
 
-/// Deletes finished fires by id (MySQL; binds: [`IDS_PER_DELETE`] ids).
-static DELETE_FIRES: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "DELETE FROM quartz_fire WHERE id IN ({}) AND state NOT IN ('claimed', 'running', 'pending')",
-        id_list()
-    )
-});
+/// Deletes finished fires by id (MySQL; binds: an `{ids}` list).
+const DELETE_FIRES: &str = "DELETE FROM quartz_fire WHERE {ids} AND state NOT IN ('claimed', 'running', 'pending')";
 
-/// Deletes complete executes by id (MySQL; binds: [`IDS_PER_DELETE`] ids).
-static DELETE_EXECUTES: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "DELETE FROM quartz_execute WHERE id IN ({}) AND state = 'complete'",
-        id_list()
-    )
-});
-
-/// How many ids one delete by id names (short lists repeat their last id).
-const IDS_PER_DELETE: usize = 64;
-
-fn id_list() -> String {
-    vec!["?"; IDS_PER_DELETE].join(", ")
-}
+/// Deletes complete executes by id (MySQL; binds: an `{ids}` list).
+const DELETE_EXECUTES: &str = "DELETE FROM quartz_execute WHERE {ids} AND state = 'complete'";
 
 impl SqlStore {
     /// MySQL: the rows a plain (non-locking) read chose, deleted by primary
     /// key. A DELETE whose own subquery picks its rows takes shared locks on
     /// every row and gap that subquery reads (the newest fires of each job
     /// among them) and would stall claims and outcomes while it runs.
-    async fn delete_by_id(&self, statement: &'static LazyLock<String>, ids: &[i64]) -> Result<u64, StoreError> {
+    async fn delete_by_id(&self, statement: &'static str, ids: &[i64]) -> Result<u64, StoreError> {
         let mut deleted = 0;
-        for chunk in ids.chunks(IDS_PER_DELETE) {
-            let mut q = sqlx::query(AssertSqlSafe(statement.as_str()));
-            for i in 0..IDS_PER_DELETE {
-                q = q.bind(chunk.get(i).or(chunk.last()).copied().unwrap_or(0));
-            }
+        for chunk in ids.chunks(IDS_PER_LIST) {
+            let q = bind_id_list(self.query(statement), chunk);
             deleted += q.execute(&self.db.pool).await.map_err(db_error)?.rows_affected();
         }
         Ok(deleted)
@@ -154,7 +130,7 @@ impl SqlStore {
                 .fetch_all(&self.db.pool)
                 .await
                 .map_err(db_error)?;
-            return self.delete_by_id(&DELETE_FIRES, &ids).await;
+            return self.delete_by_id(DELETE_FIRES, &ids).await;
         }
         let template = match keep_last {
             0 => concat!("DELETE FROM quartz_fire WHERE id IN (", purgeable_fires!(""), ")"),
@@ -230,7 +206,7 @@ impl SqlStore {
                 .fetch_all(&self.db.pool)
                 .await
                 .map_err(db_error)?;
-            return self.delete_by_id(&DELETE_EXECUTES, &ids).await;
+            return self.delete_by_id(DELETE_EXECUTES, &ids).await;
         }
         let done = self
             .query(concat!(

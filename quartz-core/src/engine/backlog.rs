@@ -8,13 +8,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{FINISH_TRIES, Inner, RunFire};
+use super::launch::RunFire;
+use super::node::{FINISH_TRIES, Inner};
 use crate::store::{FireRecord, FollowUp, JobState, PendingClaim, Store};
 use crate::time::Timestamp;
 
 /// How often a pending fire whose time has come looks for a free thread, or
 /// for its job's running fire to end.
-pub(super) const ROOM_TICK: Duration = Duration::from_millis(50);
+const ROOM_TICK: Duration = Duration::from_millis(50);
 
 /// The most pending fires one poll reads.
 pub(super) const PENDING_BATCH: u32 = 1_000;
@@ -117,9 +118,9 @@ impl<S: Store> Inner<S> {
             return;
         }
         loop {
-            let metrics = self.pool.metrics();
-            // Room: a thread free and nothing queued ahead of it.
-            if metrics.queued == 0 && metrics.busy < metrics.max && *self.phase.lock() == super::Phase::Running {
+            // Room: a thread free, and room in the pool (no more fires held
+            // than it takes).
+            if self.room() > 0 && *self.phase.lock() == super::Phase::Running {
                 match self.claim_pending(fire).await {
                     Ok(Some(claimed)) => {
                         if claimed {
@@ -154,10 +155,10 @@ impl<S: Store> Inner<S> {
         let node = self.node();
         // Known before it is claimed: the sweep for claims this node lost
         // track of must never take it.
-        self.unstarted.lock().insert(fire.fire_id);
+        self.launch.unstarted.lock().insert(fire.fire_id);
         let claimed = self.store.pending_claim(fire.fire_id, &node, exclusive).await;
         if !matches!(claimed, Ok(PendingClaim::Won)) {
-            self.unstarted.lock().remove(&fire.fire_id);
+            self.launch.unstarted.lock().remove(&fire.fire_id);
         }
         match claimed? {
             PendingClaim::Gone => return Ok(None),
@@ -170,7 +171,7 @@ impl<S: Store> Inner<S> {
             Some(_) => None,
         };
         if let Some(reason) = skip {
-            self.unstarted.lock().remove(&fire.fire_id);
+            self.launch.unstarted.lock().remove(&fire.fire_id);
             self.store.skip_claimed(fire.fire_id, &node, reason).await?;
             return Ok(Some(true));
         }
@@ -184,6 +185,7 @@ impl<S: Store> Inner<S> {
             attempt: fire.attempt,
             node,
             release: None,
+            hold: Some(self.hold()),
         });
         Ok(Some(true))
     }

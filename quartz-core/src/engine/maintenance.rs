@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Inner, duration_ms};
+use super::node::{Inner, duration_ms};
 use crate::retention::{PurgePlan, purge};
 use crate::store::Store;
 

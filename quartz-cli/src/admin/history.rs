@@ -1,0 +1,256 @@
+//! `quartz history` (the ledger, and `history purge`) and `quartz audit`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use quartz_core::Timestamp;
+use quartz_core::audit::{AuditParams, AuditReport};
+use quartz_core::retention::{PurgePlan, purge};
+use quartz_core::store::{FireQuery, FireRecord, FireState, Job, Store};
+use quartz_store::SqlStore;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::args::{millis, show_instant};
+
+/// `quartz history`: the ledger, or `quartz history purge`.
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct HistoryCommand {
+    #[command(subcommand)]
+    action: Option<HistoryAction>,
+    #[command(flatten)]
+    list: HistoryArgs,
+}
+
+/// The `history` subcommands.
+#[derive(clap::Subcommand)]
+enum HistoryAction {
+    /// Delete finished fires (succeeded, failed, misfired, skipped, abandoned)
+    /// scheduled more than DURATION ago, in small batches. Claimed and running
+    /// fires are never deleted. Nodes purge by themselves under their
+    /// retention settings (`quartz run --keep-succeeded ...`); this is for
+    /// operators who want less.
+    ///
+    /// Example:
+    ///   quartz history purge --older-than 30d
+    #[command(verbatim_doc_comment)]
+    Purge {
+        /// Fires scheduled longer ago than this go (e.g. 12h, 30d).
+        #[arg(long, value_parser = crate::args::duration_arg)]
+        older_than: Duration,
+        /// Keep each job's newest N fires whatever their age.
+        #[arg(long, default_value_t = 0)]
+        keep_last: u32,
+    },
+}
+
+/// Runs `quartz history` or one of its subcommands.
+pub async fn history_command(url: &str, scheduler: &str, out: Out, command: HistoryCommand) -> anyhow::Result<()> {
+    match command.action {
+        None => history(url, scheduler, out, command.list).await,
+        Some(HistoryAction::Purge { older_than, keep_last }) => {
+            let store = SqlStore::connect(url).await?;
+            let now = store.now().await?;
+            let before = now.saturating_add_millis(-millis(older_than));
+            let mut plan = PurgePlan::older_than(before);
+            plan.keep_last = keep_last;
+            let report = purge(&store, scheduler, &plan).await?;
+            out.print(
+                &json!({"purged_fires": report.fires, "before": before.as_millis()}),
+                || {
+                    format!(
+                        "purged {} finished fires scheduled before {}\n",
+                        report.fires,
+                        show_instant(before)
+                    )
+                },
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Options of `quartz history`.
+#[derive(clap::Args)]
+pub struct HistoryArgs {
+    /// Only this job's fires.
+    #[arg(long)]
+    job: Option<String>,
+    /// Only fires in this state: claimed, running, succeeded, failed, misfired, skipped, abandoned.
+    #[arg(long)]
+    state: Option<String>,
+    /// Only fires scheduled at or after this instant (RFC 3339 or epoch ms).
+    #[arg(long, value_parser = crate::args::instant_arg)]
+    since: Option<Timestamp>,
+    /// Only fires scheduled before this instant.
+    #[arg(long, value_parser = crate::args::instant_arg)]
+    until: Option<Timestamp>,
+    /// The most rows.
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+}
+
+pub(super) fn fire_json(f: &FireRecord) -> Value {
+    json!({
+        "id": f.id,
+        "execute_id": f.execute_id,
+        "job_id": f.job_id,
+        "fire_time": f.fire_time.as_millis(),
+        "attempt": f.attempt,
+        "node_id": f.owner.as_ref().map(|o| o.node_id.clone()),
+        "state": f.state.as_str(),
+        "claimed_at": f.claimed_at.as_millis(),
+        "started_at": opt_json(f.started_at),
+        "finished_at": opt_json(f.finished_at),
+        "error": f.error,
+        "skipped_until": opt_json(f.skipped_until),
+        "fire_count": f.fire_count,
+    })
+}
+
+/// `quartz history`.
+async fn history(url: &str, scheduler: &str, out: Out, args: HistoryArgs) -> anyhow::Result<()> {
+    let store = SqlStore::connect(url).await?;
+    let mut query = FireQuery::new(scheduler);
+    query.job = args.job;
+    query.state = args.state.as_deref().map(FireState::parse).transpose()?;
+    query.since = args.since;
+    query.until = args.until;
+    query.limit = args.limit;
+    let fires = store.fires(&query).await?;
+    let names = job_names(&store, scheduler).await?;
+    let value = Value::Array(
+        fires
+            .iter()
+            .map(|f| {
+                let mut v = fire_json(f);
+                v["job"] = json!(names.get(&f.job_id));
+                v
+            })
+            .collect(),
+    );
+    out.print(&value, || {
+        if fires.is_empty() {
+            return "no fires\n".to_owned();
+        }
+        let rows: Vec<Vec<String>> = fires
+            .iter()
+            .map(|f| {
+                let late = f.started_at.map_or_else(String::new, |s| {
+                    format!("{} ms", s.as_millis() - f.fire_time.as_millis())
+                });
+                vec![
+                    f.id.to_string(),
+                    names
+                        .get(&f.job_id)
+                        .cloned()
+                        .unwrap_or_else(|| format!("#{}", f.job_id)),
+                    show_instant(f.fire_time),
+                    f.attempt.to_string(),
+                    f.state.as_str().to_owned(),
+                    f.owner.as_ref().map_or_else(|| "-".to_owned(), |o| o.node_id.clone()),
+                    late,
+                    f.error.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        table(
+            &["ID", "JOB", "FIRE TIME", "ATTEMPT", "STATE", "NODE", "LATE", "ERROR"],
+            &rows,
+        )
+    });
+    Ok(())
+}
+
+async fn job_names(store: &SqlStore, scheduler: &str) -> anyhow::Result<HashMap<i64, String>> {
+    Ok(store
+        .list_jobs(scheduler)
+        .await?
+        .into_iter()
+        .map(|j: Job| (j.id, j.spec.name))
+        .collect())
+}
+
+/// Every ledger row a query matches, through its pages.
+pub(super) async fn all_fires(store: &SqlStore, mut query: FireQuery) -> anyhow::Result<Vec<FireRecord>> {
+    query.limit = 1_000;
+    let mut all = Vec::new();
+    loop {
+        let page = store.fires(&query).await?;
+        let Some(last) = page.last() else { break };
+        query.before_id = Some(last.id);
+        all.extend(page);
+    }
+    Ok(all)
+}
+
+// ---- audit ----
+
+/// Options of `quartz audit`.
+#[derive(clap::Args)]
+pub struct AuditArgs {
+    /// Check fire times from this instant [default: an hour ago].
+    #[arg(long, value_parser = crate::args::instant_arg)]
+    since: Option<Timestamp>,
+    /// Check fire times before this instant [default: now].
+    #[arg(long, value_parser = crate::args::instant_arg)]
+    until: Option<Timestamp>,
+    /// The cluster's misfire threshold: a start later than this needs a misfire record.
+    #[arg(long, default_value = "5s", value_parser = crate::args::duration_arg)]
+    misfire_threshold: Duration,
+}
+
+/// `quartz audit`: `Ok(true)` when the ledger is clean.
+pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> anyhow::Result<bool> {
+    let store = SqlStore::connect(url).await?;
+    let now = store.now().await?;
+    let until = args.until.unwrap_or(now).min(now);
+    let params = AuditParams {
+        since: args.since.unwrap_or_else(|| until.saturating_add_millis(-3_600_000)),
+        until,
+        misfire_threshold_ms: millis(args.misfire_threshold),
+    };
+    let report = quartz_core::audit::audit(&store, scheduler, &params).await?;
+    let AuditReport {
+        since,
+        until,
+        purge_horizon: horizon,
+        fire_times_checked: checked,
+        ref violations,
+        ..
+    } = report;
+    let value = json!({
+        "since": since.as_millis(),
+        "until": until.as_millis(),
+        "purge_horizon": opt_json(horizon),
+        "fires": report.fires,
+        "fire_times_checked": checked,
+        "violations": violations.iter().map(|v| json!({
+            "kind": v.kind.as_str(), "job": v.job, "execute_id": v.execute_id,
+            "fire_time": v.fire_time.as_millis(), "detail": v.detail,
+        })).collect::<Vec<_>>(),
+    });
+    out.print(&value, || {
+        let mut s = String::new();
+        for v in violations {
+            s.push_str(&format!(
+                "{}: job {} trigger {} at {}: {}\n",
+                v.kind.as_str(),
+                v.job,
+                v.execute_id,
+                show_instant(v.fire_time),
+                v.detail
+            ));
+        }
+        s.push_str(&format!(
+            "{} violation(s) in {} ledger rows and {checked} scheduled fire times from {} to {}\n",
+            violations.len(),
+            report.fires,
+            show_instant(since),
+            show_instant(until)
+        ));
+        s
+    });
+    Ok(violations.is_empty())
+}

@@ -1,0 +1,364 @@
+//! `quartz job …`: add, edit, list, show, pause, resume, trigger and delete
+//! a job and its triggers.
+
+use anyhow::Context;
+use quartz_core::store::{ExecuteSpec, FireQuery, JobDetail, JobSpec, Node, NodeState, Store, TriggerColumns};
+use quartz_core::trigger::{Schedule, Trigger};
+use quartz_store::SqlStore;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::args::{JobArgs, TriggerArgs, show_instant};
+use crate::run::BUILT_IN_HANDLERS;
+
+/// The `job` subcommands.
+#[derive(clap::Subcommand)]
+pub enum JobCommand {
+    /// Add a job with one trigger.
+    ///
+    /// Examples:
+    ///   quartz job add report --handler log --payload '"daily report"' --cron "0 0 6 * * ?" --tz Europe/Paris
+    ///   quartz job add poll --handler sleep --payload '{"ms": 200}' --every 10s --no-concurrent
+    ///   quartz job add cleanup --handler shell --payload '{"command": "rm", "args": ["-f", "/tmp/x"]}' --delay 1m
+    ///   quartz job add once --handler noop --at 2026-12-24T18:00:00Z
+    ///   quartz job add notify --handler log --parent report   (runs after each success of report)
+    #[command(verbatim_doc_comment)]
+    Add {
+        /// The job's name, unique in the scheduler.
+        name: String,
+        #[command(flatten)]
+        job: JobArgs,
+        #[command(flatten)]
+        trigger: TriggerArgs,
+    },
+    /// List the jobs.
+    ///
+    /// Example:
+    ///   quartz job list --json
+    #[command(verbatim_doc_comment)]
+    List,
+    /// Show a job, its triggers and its last fires.
+    ///
+    /// Example:
+    ///   quartz job show report
+    #[command(verbatim_doc_comment)]
+    Show {
+        /// The job.
+        name: String,
+    },
+    /// Pause a job: its triggers stop firing until it is resumed.
+    ///
+    /// Example:
+    ///   quartz job pause report
+    #[command(verbatim_doc_comment)]
+    Pause {
+        /// The job.
+        name: String,
+    },
+    /// Resume a paused job; missed fire times follow each trigger's misfire policy.
+    ///
+    /// Example:
+    ///   quartz job resume report
+    #[command(verbatim_doc_comment)]
+    Resume {
+        /// The job.
+        name: String,
+    },
+    /// Fire a job now, once (a one-off trigger beside its others).
+    ///
+    /// Example:
+    ///   quartz job trigger report
+    #[command(verbatim_doc_comment)]
+    Trigger {
+        /// The job.
+        name: String,
+    },
+    /// Change a job; with a trigger option, its triggers are replaced by that one.
+    ///
+    /// Example:
+    ///   quartz job edit report --cron "0 30 6 * * ?" --timeout 5m
+    #[command(verbatim_doc_comment)]
+    Edit {
+        /// The job.
+        name: String,
+        #[command(flatten)]
+        job: JobArgs,
+        #[command(flatten)]
+        trigger: TriggerArgs,
+    },
+    /// Delete a job and its triggers; its ledger rows stay as history.
+    ///
+    /// Example:
+    ///   quartz job delete report
+    #[command(verbatim_doc_comment)]
+    Delete {
+        /// The job.
+        name: String,
+    },
+}
+
+/// Warns on stderr when no live node offers a job's handler: the job is
+/// stored all the same (the nodes of the service that runs it may be down, or
+/// not deployed yet), and its fires are recorded failed, saying so, once past
+/// the misfire threshold unless a node with the handler joins.
+async fn warn_unless_offered(store: &SqlStore, scheduler: &str, handler: &str) -> anyhow::Result<()> {
+    let live: Vec<Node> = store
+        .list_nodes(scheduler)
+        .await?
+        .into_iter()
+        .filter(|n| n.state == NodeState::Live)
+        .collect();
+    if live.iter().any(|n| n.handlers.iter().any(|h| h == handler)) {
+        return Ok(());
+    }
+    let mut offered: Vec<&str> = live
+        .iter()
+        .flat_map(|n| n.handlers.iter().map(String::as_str))
+        .collect();
+    offered.sort_unstable();
+    offered.dedup();
+    eprintln!(
+        "warning: no live node of scheduler {scheduler:?} offers handler {handler:?} ({}); its fires are recorded \
+         failed once past the misfire threshold unless a node with it joins",
+        if live.is_empty() {
+            "no node is live".to_owned()
+        } else {
+            format!("live nodes offer: {}", offered.join(", "))
+        }
+    );
+    Ok(())
+}
+
+/// Runs a `job` subcommand.
+pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> anyhow::Result<()> {
+    let store = SqlStore::connect(url).await?;
+    match command {
+        JobCommand::Add { name, job, trigger } => {
+            let Some(handler) = &job.handler else {
+                anyhow::bail!(
+                    "a job needs --handler: a handler of the service that runs it, or one of `quartz run`'s \
+                     ({}, and shell with --allow-shell)",
+                    BUILT_IN_HANDLERS.join(", ")
+                );
+            };
+            let spec = job.apply(JobSpec::new(name, handler.clone()))?;
+            let executes = if trigger.given() {
+                vec![trigger.to_execute(store.now().await?)?]
+            } else if spec.parent.is_some() {
+                Vec::new()
+            } else {
+                anyhow::bail!("a job needs a trigger (--cron, --every, --delay or --at) or a --parent");
+            };
+            store.create_job(scheduler, &spec, &executes).await?;
+            warn_unless_offered(&store, scheduler, &spec.handler).await?;
+            show(&store, scheduler, &spec.name, out).await
+        }
+        JobCommand::List => list(&store, scheduler, out).await,
+        JobCommand::Show { name } => show(&store, scheduler, &name, out).await,
+        JobCommand::Pause { name } => {
+            store.set_paused(scheduler, &name, true).await?;
+            out.print(&json!({"job": name, "state": "paused"}), || format!("paused {name}\n"));
+            Ok(())
+        }
+        JobCommand::Resume { name } => {
+            store.set_paused(scheduler, &name, false).await?;
+            out.print(&json!({"job": name, "state": "enabled"}), || {
+                format!("resumed {name}\n")
+            });
+            Ok(())
+        }
+        JobCommand::Trigger { name } => {
+            let now = store.now().await?;
+            let once = ExecuteSpec::new(Trigger::new(Schedule::Once, now)?);
+            store.add_executes(scheduler, &name, &[once]).await?;
+            // The store moves a fire time of "now" to when every node has
+            // seen the change: read back the one it stored.
+            let fire_time = store
+                .get_job(scheduler, &name)
+                .await?
+                .and_then(|d| {
+                    d.executes
+                        .iter()
+                        .filter(|e| matches!(e.trigger.schedule(), Schedule::Once))
+                        .max_by_key(|e| e.id)
+                        .map(|e| e.trigger.start())
+                })
+                .unwrap_or(now);
+            out.print(&json!({"job": name, "fire_time": fire_time.as_millis()}), || {
+                format!("{name} fires now ({}), once\n", show_instant(fire_time))
+            });
+            Ok(())
+        }
+        JobCommand::Edit { name, job, trigger } => {
+            let current = store
+                .get_job(scheduler, &name)
+                .await?
+                .with_context(|| format!("no job {name:?} in scheduler {scheduler:?}"))?;
+            let spec = job.apply(current.job.spec)?;
+            let executes = if trigger.given() {
+                Some(vec![trigger.to_execute(store.now().await?)?])
+            } else {
+                None
+            };
+            store.update_job(scheduler, &name, &spec, executes.as_deref()).await?;
+            if job.handler.is_some() {
+                warn_unless_offered(&store, scheduler, &spec.handler).await?;
+            }
+            show(&store, scheduler, &spec.name, out).await
+        }
+        JobCommand::Delete { name } => {
+            store.delete_job(scheduler, &name).await?;
+            out.print(&json!({"job": name, "deleted": true}), || format!("deleted {name}\n"));
+            Ok(())
+        }
+    }
+}
+
+fn job_json(detail: &JobDetail) -> Value {
+    let job = &detail.job;
+    json!({
+        "id": job.id,
+        "name": job.spec.name,
+        "handler": job.spec.handler,
+        "payload": serde_json::from_str::<Value>(&job.spec.payload).unwrap_or(Value::Null),
+        "description": job.spec.description,
+        "state": job.state.as_str(),
+        "requests_recovery": job.spec.requests_recovery,
+        "allow_concurrent": job.spec.allow_concurrent,
+        "timeout_ms": job.spec.timeout_ms,
+        "max_attempts": job.spec.retry.max_attempts,
+        "backoff_ms": job.spec.retry.backoff_ms,
+        "backoff_max_ms": job.spec.retry.backoff_max_ms,
+        "parent": job.spec.parent,
+        "triggers": detail.executes.iter().map(|e| {
+            let c = TriggerColumns::from_trigger(&e.trigger);
+            json!({
+                "id": e.id,
+                "kind": c.kind,
+                "cron": c.cron_expression,
+                "time_zone": c.time_zone,
+                "interval_ms": c.interval_ms,
+                "start": e.trigger.start().as_millis(),
+                "end": opt_json(e.trigger.end()),
+                "repeat": e.trigger.repeat_limit(),
+                "misfire": e.trigger.misfire_policy().as_str(),
+                "state": e.state.as_str(),
+                "prev_fire_time": opt_json(e.fire_state.prev_fire_time),
+                "next_fire_time": opt_json(e.fire_state.next_fire_time),
+                "times_triggered": e.fire_state.times_triggered,
+                "error": e.error,
+            })
+        }).collect::<Vec<_>>(),
+        "broken_triggers": detail.broken.iter().map(|b| json!({"id": b.execute_id, "reason": b.reason})).collect::<Vec<_>>(),
+    })
+}
+
+async fn list(store: &SqlStore, scheduler: &str, out: Out) -> anyhow::Result<()> {
+    let mut details = Vec::new();
+    for job in store.list_jobs(scheduler).await? {
+        if let Some(detail) = store.get_job(scheduler, &job.spec.name).await? {
+            details.push(detail);
+        }
+    }
+    let value = Value::Array(details.iter().map(job_json).collect());
+    out.print(&value, || {
+        if details.is_empty() {
+            return format!("no jobs in scheduler {scheduler:?}\n");
+        }
+        let rows: Vec<Vec<String>> = details
+            .iter()
+            .map(|d| {
+                let next = d.executes.iter().filter_map(|e| e.fire_state.next_fire_time).min();
+                let schedule = match (d.executes.as_slice(), &d.job.spec.parent) {
+                    ([], Some(parent)) => format!("after {parent}"),
+                    ([one], _) => describe(&one.trigger),
+                    (many, _) => format!("{} triggers", many.len()),
+                };
+                vec![
+                    d.job.spec.name.clone(),
+                    d.job.spec.handler.clone(),
+                    d.job.state.as_str().to_owned(),
+                    schedule,
+                    opt_instant(next),
+                ]
+            })
+            .collect();
+        table(&["NAME", "HANDLER", "STATE", "SCHEDULE", "NEXT FIRE"], &rows)
+    });
+    Ok(())
+}
+
+async fn show(store: &SqlStore, scheduler: &str, name: &str, out: Out) -> anyhow::Result<()> {
+    let detail = store
+        .get_job(scheduler, name)
+        .await?
+        .with_context(|| format!("no job {name:?} in scheduler {scheduler:?}"))?;
+    let mut query = FireQuery::new(scheduler);
+    query.job = Some(name.to_owned());
+    query.limit = 5;
+    let recent = store.fires(&query).await?;
+    let mut value = job_json(&detail);
+    value["recent_fires"] = Value::Array(recent.iter().map(fire_json).collect());
+    out.print(&value, || {
+        let job = &detail.job;
+        let mut s = format!(
+            "job {} (id {}), handler {}, {}\n",
+            job.spec.name,
+            job.id,
+            job.spec.handler,
+            job.state.as_str()
+        );
+        s.push_str(&format!("  payload: {}\n", job.spec.payload));
+        if !job.spec.description.is_empty() {
+            s.push_str(&format!("  description: {}\n", job.spec.description));
+        }
+        s.push_str(&format!(
+            "  concurrent: {}, recovery: {}, timeout: {}, attempts: {} (backoff {} ms)\n",
+            if job.spec.allow_concurrent { "yes" } else { "no" },
+            if job.spec.requests_recovery {
+                "re-run"
+            } else {
+                "abandon"
+            },
+            job.spec
+                .timeout_ms
+                .map_or_else(|| "none".to_owned(), |ms| format!("{ms} ms")),
+            job.spec.retry.max_attempts,
+            job.spec.retry.backoff_ms
+        ));
+        if let Some(parent) = &job.spec.parent {
+            s.push_str(&format!("  runs after each success of {parent}\n"));
+        }
+        for e in &detail.executes {
+            s.push_str(&format!(
+                "  trigger {}: {} [{}], misfire {}, next {}, fired {} times{}\n",
+                e.id,
+                describe(&e.trigger),
+                e.state.as_str(),
+                e.trigger.misfire_policy(),
+                opt_instant(e.fire_state.next_fire_time),
+                e.fire_state.times_triggered,
+                e.error.as_ref().map_or_else(String::new, |r| format!(" (error: {r})"))
+            ));
+        }
+        for b in &detail.broken {
+            s.push_str(&format!("  trigger {}: cannot be read: {}\n", b.execute_id, b.reason));
+        }
+        if !recent.is_empty() {
+            s.push_str("  last fires:\n");
+            for f in &recent {
+                s.push_str(&format!(
+                    "    {} {} attempt {}{}\n",
+                    show_instant(f.fire_time),
+                    f.state.as_str(),
+                    f.attempt,
+                    f.error.as_ref().map_or_else(String::new, |e| format!(": {e}"))
+                ));
+            }
+        }
+        s
+    });
+    Ok(())
+}
+
+// ---- nodes ----

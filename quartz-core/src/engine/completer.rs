@@ -1,0 +1,102 @@
+//! Outcomes to the ledger. Successes go through one recorder task that
+//! writes whatever arrived while its previous statement ran in the next
+//! (one statement for many fires); failures, timeouts and successes that
+//! start chains are written one by one, each with what follows it.
+
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::launch::RunFire;
+use super::node::{FINISH_TRIES, Inner};
+use crate::store::{ChainedFire, FIRES_PER_BATCH, NodeRef, Outcome, Store, StoreError};
+
+/// The most successes recorded by one statement batch.
+const SUCCESS_BATCH: usize = FIRES_PER_BATCH;
+
+/// A success to record: the fire, its owner, and where the answer goes
+/// (`true` when recorded, `false` when the fire is no longer this
+/// incarnation's).
+pub(super) type Success = (i64, NodeRef, oneshot::Sender<Result<bool, StoreError>>);
+
+/// Records successes as they come, many per statement: whatever arrived while
+/// the previous statement ran goes in the next. Ends with the node.
+pub(super) async fn record_successes<S: Store>(
+    inner: std::sync::Weak<Inner<S>>,
+    mut rx: mpsc::UnboundedReceiver<Success>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < SUCCESS_BATCH {
+            match rx.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        while !batch.is_empty() {
+            let node = batch[0].1.clone();
+            let (mine, rest): (Vec<Success>, Vec<Success>) = batch.into_iter().partition(|s| s.1 == node);
+            batch = rest;
+            let ids: Vec<i64> = mine.iter().map(|s| s.0).collect();
+            let recorded = inner.store.succeed_all(&ids, &node).await;
+            for (id, _, reply) in mine {
+                let answer = match &recorded {
+                    Ok(done) => Ok(done.contains(&id)),
+                    Err(e) => Err(StoreError::Database { reason: e.to_string() }),
+                };
+                let _ = reply.send(answer);
+            }
+        }
+    }
+}
+
+impl<S: Store> Inner<S> {
+    /// Records an outcome, retrying on database errors. A success of a job
+    /// with children claims their fires in the same transaction: those are
+    /// returned, to be run by this node.
+    pub(super) async fn record(&self, run: &RunFire, outcome: &Outcome) -> Vec<ChainedFire> {
+        let chains = *outcome == Outcome::Succeeded && self.parents.read().contains(&run.job.id);
+        for attempt in 1..=FINISH_TRIES {
+            let recorded = if chains {
+                self.store.succeed_and_chain(run.fire_id, &run.node).await
+            } else if *outcome == Outcome::Succeeded {
+                let (reply, answer) = oneshot::channel();
+                let _ = self.successes.send((run.fire_id, run.node.clone(), reply));
+                answer
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(StoreError::Database {
+                            reason: "the success recorder stopped".to_owned(),
+                        })
+                    })
+                    .map(|done| done.then(Vec::new))
+            } else {
+                self.store
+                    .finish(run.fire_id, &run.node, outcome)
+                    .await
+                    .map(|done| done.then(Vec::new))
+            };
+            match recorded {
+                Ok(Some(children)) => return children,
+                Ok(None) => {
+                    tracing::warn!(
+                        scheduler = self.scheduler,
+                        fire_id = run.fire_id,
+                        "outcome not recorded: this incarnation no longer owns the fire (declared dead meanwhile)"
+                    );
+                    return Vec::new();
+                }
+                Err(e) if attempt < FINISH_TRIES => {
+                    tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e, "recording the outcome failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                }
+                Err(e) => {
+                    tracing::error!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e,
+                        "the outcome could not be recorded; the fire stays running in the ledger");
+                }
+            }
+        }
+        Vec::new()
+    }
+}

@@ -1,0 +1,150 @@
+//! The dispatcher: claims queued fires when their claim time comes, as many
+//! as the pool has room for and no more (back-pressure, as Quartz's
+//! scheduler thread waits for free threads before it acquires triggers).
+//! Fires it leaves for lack of room stay open: to another node a strategy
+//! grace later, or to this node as soon as a handler returns. Fires due
+//! together are claimed by one call; a claim that did not go through (a
+//! database error) is tried again shortly, not left to the next poll.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::launch::RunFire;
+use super::node::{Inner, duration_ms, sleep_until_or_forever};
+use super::queue::Pending;
+use crate::store::{Claim, ExecuteState, NodeRef, Store};
+use crate::time::Timestamp;
+use crate::trigger::NextFire;
+
+/// How long after a failed claim its fires are tried again.
+const CLAIM_RETRY_MS: i64 = 50;
+
+impl<S: Store> Inner<S> {
+    pub(super) async fn dispatcher(self: Arc<Self>) {
+        let mut stop = self.stop.subscribe();
+        loop {
+            if self.stopping() {
+                return;
+            }
+            let db_now = self.clock.db_now();
+            let room = self.room();
+            if room > 0 && self.queue.has_due(db_now) {
+                let due = self.queue.take_due(
+                    db_now,
+                    room.min(self.settings.claim_batch),
+                    self.settings.misfire.threshold_ms,
+                );
+                if !due.late.is_empty() {
+                    self.poll_now.notify_one();
+                }
+                let mine = self.first_or_defer(due.fires);
+                if !mine.is_empty() {
+                    self.claim_all(mine).await;
+                }
+                continue;
+            }
+            // Without room, only a handler returning (or new fires) wakes it.
+            let wake = if room > 0 {
+                self.queue.first_claim_at().map(|t| self.clock.instant_of(t))
+            } else {
+                None
+            };
+            tokio::select! {
+                () = sleep_until_or_forever(wake) => {}
+                () = self.queue.changed.notified() => {}
+                () = self.launch.room.freed.notified() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// The fires this node claims now: those the strategy prefers it for
+    /// (asked on the membership as it is now), and those another node was
+    /// preferred for and left open a strategy grace long. The rest go back
+    /// to the queue until then.
+    fn first_or_defer(&self, fires: Vec<Pending>) -> Vec<Pending> {
+        let (mine, theirs): (Vec<Pending>, Vec<Pending>) = fires
+            .into_iter()
+            .partition(|p| p.deferred || self.tries_first(p.execute_id));
+        tracing::debug!(
+            scheduler = self.scheduler,
+            mine = mine.len(),
+            theirs = theirs.len(),
+            "due"
+        );
+        if !theirs.is_empty() {
+            let wait = duration_ms(self.settings.strategy_grace) - duration_ms(self.settings.claim_lead);
+            self.queue
+                .defer(theirs, |p| p.fire.fire_time.saturating_add_millis(wait));
+        }
+        mine
+    }
+
+    /// Claims fires due together in one call, then hands the won ones to
+    /// the launch stage by fire time. A lost claim forgets its execute
+    /// (another node won it, or the row changed: the next poll reads it
+    /// afresh).
+    async fn claim_all(self: &Arc<Self>, due: Vec<Pending>) {
+        let node = self.node();
+        let claims: Vec<Claim> = due.iter().map(|p| claim_of(p, &node)).collect();
+        // Held from before the claim: nothing else takes this room meanwhile.
+        let holds: Vec<_> = due.iter().map(|_| self.hold()).collect();
+        let won = match self.store.claim_batch(&claims).await {
+            Ok(won) => won,
+            Err(e) => {
+                tracing::warn!(scheduler = self.scheduler, fires = due.len(), error = %e,
+                    "claims failed; trying them again shortly");
+                let at = self.clock.db_now().saturating_add_millis(CLAIM_RETRY_MS);
+                self.queue.retry_at(due, at);
+                return;
+            }
+        };
+        let mut starts: BTreeMap<Timestamp, Vec<RunFire>> = BTreeMap::new();
+        let mut lost = 0;
+        for (((pending, claim), fire_id), hold) in due.into_iter().zip(claims).zip(won).zip(holds) {
+            let Some(fire_id) = fire_id else {
+                lost += 1;
+                self.forget(pending.execute_id);
+                continue;
+            };
+            self.launch.unstarted.lock().insert(fire_id);
+            *self.launch.awaiting_launch.lock().entry(pending.job.id).or_default() += 1;
+            let release = (claim.cas.set_state == ExecuteState::Running).then(|| claim.cas.set.clone());
+            starts.entry(pending.fire.fire_time).or_default().push(RunFire {
+                fire_id,
+                execute_id: pending.execute_id,
+                job: pending.job,
+                trigger: Some(pending.trigger),
+                fire_time: pending.fire.fire_time,
+                attempt: 1,
+                node: node.clone(),
+                release,
+                hold: Some(hold),
+            });
+        }
+        let won_count: u64 = starts.values().map(|v| v.len() as u64).sum();
+        tracing::debug!(scheduler = self.scheduler, won = won_count, lost, "claims");
+        self.count(|c| {
+            c.claimed += won_count;
+            c.lost += lost;
+        });
+        for (fire_time, runs) in starts {
+            self.launch_at(fire_time, runs);
+        }
+    }
+}
+
+/// The claim of a queued fire: a compare-and-set from the state it expects
+/// to the state it leaves. A job that disallows concurrency is blocked while
+/// the fire runs, and refused while another execute of the job runs: one
+/// fire of the job at a time.
+fn claim_of(pending: &Pending, node: &NodeRef) -> Claim {
+    let mut claim = Claim::for_fire(pending.execute_id, &pending.fire, node);
+    if !pending.job.spec.allow_concurrent {
+        claim.exclusive = true;
+        if matches!(pending.fire.next, NextFire::At(_)) {
+            claim.cas.set_state = ExecuteState::Running;
+        }
+    }
+    claim
+}

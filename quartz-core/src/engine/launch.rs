@@ -1,0 +1,486 @@
+//! Launch: from a won fire to a pool thread.
+//!
+//! The fires won for one fire time wait together. A start lead before their
+//! time (twice the recent duration of the start statement, plus a margin)
+//! one fenced statement marks them all running, each with `started_at` =
+//! the later of the database's now and its fire time; at the fire time (on
+//! the node's estimate of the database clock, which never runs ahead) they
+//! go to the pool. The handler starts only after its fire is marked running,
+//! so after any crash the ledger can tell that it may have started; a node
+//! that dies between the start and the fire time leaves fires the ledger
+//! says may have started, which recovery treats as such (re-run when the job
+//! requests recovery, abandoned otherwise).
+//!
+//! The pool is never asked for more than it can take: the dispatcher claims
+//! no more fires than the pool's threads and queue have room for, counting
+//! every fire this node holds until its handler returns ([`Room`]).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{Notify, oneshot};
+
+use super::handler::{Cancellation, JobContext};
+use super::node::Inner;
+use super::supervise::Ran;
+use crate::store::{Job, JobState, NodeRef, Store};
+use crate::time::Timestamp;
+use crate::trigger::{Trigger, TriggerState};
+
+/// A fire the pool holds longer than this before a thread takes it has its
+/// ownership confirmed again, and its start time set to now, before it runs.
+const START_RECHECK: Duration = Duration::from_millis(100);
+/// The start lead's bounds, and its margin over twice the statement's time.
+const START_LEAD_MIN: Duration = Duration::from_millis(5);
+const START_LEAD_MAX: Duration = Duration::from_millis(500);
+const START_LEAD_MARGIN: Duration = Duration::from_millis(3);
+
+/// A won fire, on its way to a handler.
+#[derive(Debug, Clone)]
+pub(super) struct RunFire {
+    pub(super) fire_id: i64,
+    pub(super) execute_id: i64,
+    pub(super) job: Arc<Job>,
+    pub(super) trigger: Option<Arc<Trigger>>,
+    pub(super) fire_time: Timestamp,
+    pub(super) attempt: u32,
+    pub(super) node: NodeRef,
+    /// The claim moved the execute to running (a fixed-delay trigger awaiting
+    /// the finish, or a job that disallows concurrency): the state it wrote,
+    /// which the release after the run expects.
+    pub(super) release: Option<TriggerState>,
+    /// Its place in the pool's room, given back when its handler returns or
+    /// when it ends without running.
+    pub(super) hold: Option<Hold>,
+}
+
+/// The room the pool has for fires this node holds.
+#[derive(Debug, Default)]
+pub(super) struct Room {
+    held: AtomicUsize,
+    /// Woken when a held fire is let go.
+    pub(super) freed: Notify,
+}
+
+/// One fire's place in the [`Room`]; clones share it, and the last one
+/// dropped gives it back.
+#[derive(Debug, Clone)]
+pub(super) struct Hold {
+    _place: Arc<HoldInner>,
+}
+
+#[derive(Debug)]
+struct HoldInner(Arc<Room>);
+
+impl Drop for HoldInner {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::SeqCst);
+        self.0.freed.notify_one();
+    }
+}
+
+impl Room {
+    /// Takes a place.
+    pub(super) fn hold(self: &Arc<Self>) -> Hold {
+        self.held.fetch_add(1, Ordering::SeqCst);
+        Hold {
+            _place: Arc::new(HoldInner(Arc::clone(self))),
+        }
+    }
+
+    /// Fires held: won, and their handlers not returned.
+    pub(super) fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// How many more fires fit in `capacity`.
+    pub(super) fn left(&self, capacity: usize) -> usize {
+        capacity.saturating_sub(self.held())
+    }
+}
+
+/// What the launch stage keeps.
+#[derive(Debug, Default)]
+pub(super) struct LaunchState {
+    /// Won fires not yet started (claimed in the ledger): given back at
+    /// shutdown, and never taken for lost by the sweep.
+    pub(super) unstarted: Mutex<HashSet<i64>>,
+    /// The fires this node holds.
+    pub(super) room: Arc<Room>,
+    /// The start statement's recent duration, smoothed, in microseconds.
+    start_micros: AtomicU64,
+    /// The jobs the last poll read, `None` for one deleted: a fire claimed
+    /// before its job was edited runs with the edited version, and one
+    /// claimed before its job was paused or deleted does not run.
+    pub(super) latest_jobs: RwLock<HashMap<i64, Option<Arc<Job>>>>,
+    /// Jobs with fires claimed and not launched yet, and how many: each poll
+    /// reads them too, whether or not their triggers are due.
+    pub(super) awaiting_launch: Mutex<HashMap<i64, usize>>,
+}
+
+impl LaunchState {
+    /// Fires held (see [`Room`]).
+    pub(super) fn held(&self) -> usize {
+        self.room.held()
+    }
+
+    /// How far ahead of the fire time the start is issued.
+    pub(super) fn start_lead(&self) -> Duration {
+        start_lead(self.start_micros.load(Ordering::Relaxed))
+    }
+
+    /// Folds one start statement's duration into the average.
+    fn observe_start(&self, took: Duration) {
+        let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let _ = self
+            .start_micros
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| Some(smooth(old, took)));
+    }
+}
+
+/// The misfire threshold that applies to a fire, if one does: a fire won by
+/// a poll, on its first attempt, is misfired when it starts past it (late
+/// runs, retries, recoveries and children are late by design).
+fn misfire_limit(run: &RunFire, threshold_ms: i64) -> Option<i64> {
+    (run.attempt == 1 && run.trigger.is_some()).then_some(threshold_ms)
+}
+
+/// How late a fire started, when that is past the threshold that applies.
+fn late_past_limit(run: &RunFire, threshold_ms: i64, started_at: Timestamp) -> Option<i64> {
+    let late_ms = started_at.as_millis() - run.fire_time.as_millis();
+    misfire_limit(run, threshold_ms)
+        .is_some_and(|limit| late_ms > limit)
+        .then_some(late_ms)
+}
+
+/// The smoothed duration after one more observation: a quarter of the way to
+/// it (the first observation is taken whole).
+fn smooth(old: u64, took: u64) -> u64 {
+    if old == 0 {
+        return took;
+    }
+    let (old, took) = (i128::from(old), i128::from(took));
+    u64::try_from(old + (took - old) / 4).unwrap_or(u64::MAX)
+}
+
+/// Twice the smoothed duration plus a margin, within bounds.
+fn start_lead(smoothed_micros: u64) -> Duration {
+    let lead = Duration::from_micros(smoothed_micros.saturating_mul(2)) + START_LEAD_MARGIN;
+    lead.clamp(START_LEAD_MIN, START_LEAD_MAX)
+}
+
+impl<S: Store> Inner<S> {
+    /// The room the pool has: its threads and queue, less what this node
+    /// holds; none while every thread is busy (a queued fire would wait for
+    /// a thread that long handlers may hold past its time).
+    pub(super) fn room(&self) -> usize {
+        if self.pool.metrics().busy >= self.settings.pool_max {
+            return 0;
+        }
+        self.launch.room.left(self.settings.pool_max + self.settings.pool_queue)
+    }
+
+    /// A place in the room for a fire won outside the dispatcher (a
+    /// recovery, a child, a pending fire).
+    pub(super) fn hold(&self) -> Hold {
+        self.launch.room.hold()
+    }
+
+    /// Launches fires won for `fire_time`: started a start lead ahead, handed
+    /// to the pool at their time (at once if it has passed).
+    pub(super) fn launch_at(self: &Arc<Self>, fire_time: Timestamp, runs: Vec<RunFire>) {
+        let inner = Arc::clone(self);
+        tokio::spawn(async move { inner.start_then_submit(fire_time, runs).await });
+    }
+
+    /// Launches one won fire at its time (at once if it has passed).
+    pub(super) fn launch(self: &Arc<Self>, run: RunFire) {
+        self.launch_at(run.fire_time, vec![run]);
+    }
+
+    async fn start_then_submit(self: Arc<Self>, fire_time: Timestamp, runs: Vec<RunFire>) {
+        let lead = i64::try_from(self.launch.start_lead().as_millis()).unwrap_or(0);
+        let start_at = fire_time.saturating_add_millis(-lead);
+        if start_at > self.clock.db_now() {
+            tokio::time::sleep_until(self.clock.instant_of(start_at)).await;
+        }
+        if self.stopping() {
+            return; // the shutdown gives them back
+        }
+        let runs = self.ready(runs);
+        if runs.is_empty() {
+            return;
+        }
+        let started = self.start_fenced(runs).await;
+        if fire_time > self.clock.db_now() {
+            tokio::time::sleep_until(self.clock.instant_of(fire_time)).await;
+        }
+        for run in started {
+            self.submit(run);
+        }
+    }
+
+    /// The fires still to run: a fire whose job was paused or deleted since
+    /// its claim is recorded skipped, and one whose job was edited runs the
+    /// new version.
+    fn ready(self: &Arc<Self>, runs: Vec<RunFire>) -> Vec<RunFire> {
+        let mut ready = Vec::with_capacity(runs.len());
+        for mut run in runs {
+            if let Some(reason) = self.refresh_job(&mut run) {
+                tokio::spawn(Arc::clone(self).skip_unstarted(run, reason));
+            } else if self.handlers.contains_key(&run.job.spec.handler) {
+                ready.push(run);
+            }
+        }
+        ready
+    }
+
+    /// The fenced start of fires due together, one statement (refused for a
+    /// fire this incarnation no longer owns, or when it is no longer live);
+    /// returns the started ones. A fire that did not start is given back; one
+    /// whose recorded start is past the misfire threshold goes to its policy.
+    async fn start_fenced(self: &Arc<Self>, runs: Vec<RunFire>) -> Vec<RunFire> {
+        let node = self.node();
+        let ids: Vec<i64> = runs.iter().map(|r| r.fire_id).collect();
+        // Counted before the statement: a shutdown from here on waits. The
+        // fires stay known as unstarted until the answer, so that the sweep
+        // for claims this node lost track of leaves them alone meanwhile.
+        self.inflight.fetch_add(runs.len(), Ordering::SeqCst);
+        let asked = std::time::Instant::now();
+        let answer = self.store.mark_running_all(&ids, &node).await;
+        self.launch.observe_start(asked.elapsed());
+        let started: HashMap<i64, Timestamp> = match answer {
+            Ok(started) => started.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(scheduler = self.scheduler, fires = ids.len(), error = %e,
+                    "could not mark fires running; giving them back");
+                for run in &runs {
+                    let _ = self.store.release_fire(run.fire_id, &run.node).await;
+                }
+                HashMap::new()
+            }
+        };
+        {
+            let mut unstarted = self.launch.unstarted.lock();
+            for id in &ids {
+                unstarted.remove(id);
+            }
+        }
+        let mut ready = Vec::with_capacity(started.len());
+        let mut refused = 0;
+        for run in runs {
+            let Some(&started_at) = started.get(&run.fire_id) else {
+                refused += 1;
+                continue;
+            };
+            match late_past_limit(&run, self.settings.misfire.threshold_ms, started_at) {
+                Some(late_ms) => {
+                    let inner = Arc::clone(self);
+                    tokio::spawn(async move {
+                        let cause = format!("started {late_ms} ms after its time");
+                        inner.misfired(run, &cause, false).await;
+                        inner.inflight.fetch_sub(1, Ordering::SeqCst);
+                    });
+                }
+                None => ready.push(run),
+            }
+        }
+        self.inflight.fetch_sub(refused, Ordering::SeqCst);
+        if refused > 0 {
+            self.count(|c| c.fenced += refused as u64);
+            tracing::warn!(
+                scheduler = self.scheduler,
+                fires = refused,
+                "fires not started: this incarnation no longer owns them"
+            );
+        }
+        ready
+    }
+
+    /// Hands a started fire to the pool; its task runs the handler unless a
+    /// thread takes it past the misfire threshold.
+    fn submit(self: &Arc<Self>, mut run: RunFire) {
+        let Some(handler) = self.handlers.get(&run.job.spec.handler).cloned() else {
+            return;
+        };
+        let (cancel_tx, cancellation) = Cancellation::new();
+        let (done_tx, done_rx) = oneshot::channel::<Ran>();
+        // A fire won by a poll, on its first attempt, is misfired when a
+        // thread takes it past the threshold.
+        let fire_time = run.fire_time;
+        let threshold_ms = misfire_limit(&run, self.settings.misfire.threshold_ms);
+        let ctx = JobContext {
+            job_id: run.job.id,
+            job_name: Arc::from(run.job.spec.name.as_str()),
+            execute_id: run.execute_id,
+            fire_time: run.fire_time,
+            fire_id: run.fire_id,
+            attempt: run.attempt,
+            payload: Arc::from(run.job.spec.payload.as_str()),
+            node_id: Arc::from(run.node.node_id.as_str()),
+            cancellation,
+        };
+        let runtime = self.runtime.clone();
+        let inner = Arc::clone(self);
+        let owner = run.node.clone();
+        let fire_id = run.fire_id;
+        let hold = run.hold.take();
+        let submitted = std::time::Instant::now();
+        let task = move || {
+            // The fire's place in the room is given back when this returns.
+            let _hold = hold;
+            let past_threshold = || {
+                let late_ms = inner.clock.db_now().as_millis() - fire_time.as_millis();
+                threshold_ms.is_some_and(|limit| late_ms > limit).then_some(late_ms)
+            };
+            if let Some(late_ms) = past_threshold() {
+                let _ = done_tx.send(Ran::Late(late_ms));
+                return;
+            }
+            // Waited on the pool past the bound (a busy pool, or this process
+            // paused): its ownership is confirmed again, and its start time
+            // set to now, before it runs. A node declared dead meanwhile runs
+            // nothing it lost.
+            if submitted.elapsed() > START_RECHECK {
+                let Ok(Some(started_at)) = runtime.block_on(inner.store.confirm_start(fire_id, &owner)) else {
+                    tracing::warn!(fire_id, "fire not run: this incarnation no longer owns it");
+                    let _ = done_tx.send(Ran::NotOwned);
+                    return;
+                };
+                // Judged by the start the ledger recorded.
+                let late_ms = started_at.as_millis() - fire_time.as_millis();
+                if threshold_ms.is_some_and(|limit| late_ms > limit) {
+                    let _ = done_tx.send(Ran::Late(late_ms));
+                    return;
+                }
+            }
+            let result = handler.call(ctx, &runtime);
+            let _ = done_tx.send(Ran::Done(result));
+        };
+        match self.pool.try_submit(task) {
+            Ok(()) => {
+                tokio::spawn(Arc::clone(self).supervise(run, done_rx, cancel_tx));
+            }
+            Err(rejected) => {
+                tokio::spawn(Arc::clone(self).offer_again(run, rejected, done_rx, cancel_tx));
+            }
+        }
+    }
+
+    /// A started fire the pool refused. The room the dispatcher keeps says a
+    /// thread is about to be free (a handler returned and gave its place
+    /// back before its thread took the next task): offered again every
+    /// millisecond for a short while; refused still, it is a misfire.
+    async fn offer_again(
+        self: Arc<Self>,
+        run: RunFire,
+        mut rejected: quartz_pool::Rejected,
+        done_rx: oneshot::Receiver<Ran>,
+        cancel_tx: tokio::sync::watch::Sender<Option<super::handler::CancelReason>>,
+    ) {
+        let patience = std::time::Instant::now() + START_RECHECK;
+        while rejected.reason != quartz_pool::RejectReason::ShutDown && std::time::Instant::now() < patience {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let task = rejected.into_task();
+            match self.pool.try_submit(move || task.run()) {
+                Ok(()) => return self.supervise(run, done_rx, cancel_tx).await,
+                Err(again) => rejected = again,
+            }
+        }
+        let reason = rejected.reason;
+        drop(rejected);
+        self.on_rejected(run, reason).await;
+    }
+
+    /// A fire claimed before an edit of its job that a poll has seen since
+    /// runs with the edited job (when this node has its handler); one claimed
+    /// before its job was paused or deleted does not run: why is returned.
+    fn refresh_job(&self, run: &mut RunFire) -> Option<&'static str> {
+        {
+            let mut awaiting = self.launch.awaiting_launch.lock();
+            if let Some(n) = awaiting.get_mut(&run.job.id) {
+                *n -= 1;
+                if *n == 0 {
+                    awaiting.remove(&run.job.id);
+                }
+            }
+        }
+        let latest = self.launch.latest_jobs.read();
+        match latest.get(&run.job.id) {
+            Some(None) => Some("the job was deleted after the fire was claimed"),
+            Some(Some(job)) if job.updated_at >= run.job.updated_at => {
+                if job.state == JobState::Paused {
+                    return Some("the job was paused after the fire was claimed");
+                }
+                if job.spec != run.job.spec && self.handlers.contains_key(&job.spec.handler) {
+                    run.job = Arc::clone(job);
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// A claimed fire whose job was paused or deleted since: recorded skipped
+    /// with the reason, and its execute released.
+    async fn skip_unstarted(self: Arc<Self>, run: RunFire, reason: &'static str) {
+        self.launch.unstarted.lock().remove(&run.fire_id);
+        match self.store.skip_claimed(run.fire_id, &run.node, reason).await {
+            Ok(true) => {
+                tracing::info!(
+                    scheduler = self.scheduler,
+                    job = run.job.spec.name,
+                    fire_id = run.fire_id,
+                    reason,
+                    "fire skipped"
+                );
+            }
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e,
+                    "could not record a skipped fire; giving it back");
+                let _ = self.store.release_fire(run.fire_id, &run.node).await;
+                return;
+            }
+        }
+        self.release(&run).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_lead_is_twice_the_smoothed_statement_time_plus_a_margin_within_bounds() {
+        assert_eq!(start_lead(0), START_LEAD_MIN);
+        assert_eq!(start_lead(10_000), Duration::from_millis(23));
+        assert_eq!(start_lead(10_000_000), START_LEAD_MAX);
+    }
+
+    #[test]
+    fn the_smoothed_time_moves_a_quarter_of_the_way_to_each_observation() {
+        assert_eq!(smooth(0, 8_000), 8_000);
+        assert_eq!(smooth(8_000, 16_000), 10_000);
+        assert_eq!(smooth(10_000, 2_000), 8_000);
+    }
+
+    #[test]
+    fn a_hold_is_given_back_when_its_last_clone_is_dropped() {
+        let room = Arc::new(Room::default());
+        let a = room.hold();
+        let b = room.hold();
+        let a2 = a.clone();
+        assert_eq!(room.held(), 2);
+        assert_eq!(room.left(5), 3);
+        drop(a);
+        assert_eq!(room.held(), 2, "a clone still holds it");
+        drop(a2);
+        drop(b);
+        assert_eq!(room.held(), 0);
+        assert_eq!(room.left(5), 5);
+    }
+}

@@ -1,0 +1,361 @@
+//! The poller: every poll interval (or at once when a change is signalled),
+//! the executes due within the window, with their jobs; each expanded into
+//! its fire times inside the window ([`super::queue`]). Rows written by hand
+//! are initialised or recomputed here, once, by compare-and-set; overdue rows
+//! go to their misfire policy, decided in bulk and written together.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Phase;
+use super::backlog::{PENDING_BATCH, PendingFire};
+use super::node::{Inner, cas_from, duration_ms, first_at_or_after, waiting_or_complete};
+use super::recovery::RECOVERY_BATCH;
+use crate::misfire::MisfireDecision;
+use crate::store::{
+    Claim, Execute, ExecuteCas, ExecuteState, FireState, Job, JobState, SkippedRecord, Store, StoreError,
+    TriggerColumns,
+};
+use crate::time::Timestamp;
+use crate::trigger::{Fire, NextFire, Trigger, TriggerState};
+
+/// How long the poller waits before the next poll when a batch came back full.
+const FULL_BATCH_REPOLL: Duration = Duration::from_millis(50);
+/// How far past the next poll a poll looks, for the time a poll takes.
+const WINDOW_SLACK_MS: i64 = 500;
+
+impl<S: Store> Inner<S> {
+    pub(super) async fn poller(self: Arc<Self>) {
+        let mut stop = self.stop.subscribe();
+        loop {
+            if self.stopping() {
+                return;
+            }
+            let began = std::time::Instant::now();
+            let polled = self.poll().await;
+            *self.poll_took.lock() = began.elapsed();
+            let full = match polled {
+                Ok(full) => full,
+                Err(e) => {
+                    tracing::warn!(scheduler = self.scheduler, error = %e, "poll failed; retrying at the next tick");
+                    false
+                }
+            };
+            let wait = if full {
+                FULL_BATCH_REPOLL
+            } else {
+                self.settings.poll_interval
+            };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.poll_now.notified() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// How long the last poll took.
+    fn last_poll_took(&self) -> Duration {
+        *self.poll_took.lock()
+    }
+
+    /// One poll; `true` when a batch came back full and more may be due.
+    pub(super) async fn poll(self: &Arc<Self>) -> Result<bool, StoreError> {
+        if *self.phase.lock() != Phase::Running {
+            return Ok(false);
+        }
+        let db_now = self.db_now().await?;
+        self.count(|c| c.polls += 1);
+        // A fire must be queued before its claim time: the window reaches
+        // past the next poll by the claim lead, and by twice what a poll
+        // takes (at least the slack).
+        let took = i64::try_from(self.last_poll_took().as_millis()).unwrap_or(i64::MAX / 4);
+        let reach = duration_ms(self.settings.window).max(
+            duration_ms(self.settings.poll_interval)
+                + duration_ms(self.settings.claim_lead)
+                + WINDOW_SLACK_MS.max(2 * took),
+        );
+        let horizon = db_now.saturating_add_millis(reach);
+        let batch = self
+            .store
+            .due_executes(&self.scheduler, horizon, self.settings.batch_size)
+            .await?;
+        for rejected in &batch.rejected {
+            tracing::error!(
+                scheduler = self.scheduler,
+                execute_id = rejected.execute_id,
+                reason = rejected.reason,
+                "execute row cannot be understood: marked as an error and skipped"
+            );
+        }
+        let full = batch.executes.len() + batch.rejected.len() >= self.settings.batch_size as usize;
+        let parents = self.store.chain_parents(&self.scheduler).await?;
+        *self.parents.write() = parents.into_iter().collect();
+        let jobs = self.read_jobs(&batch.executes).await?;
+        let mut writes = Vec::new();
+        for execute in batch.executes {
+            let Some(job) = jobs.get(&execute.job_id) else {
+                continue; // deleted since
+            };
+            if self.stopping() {
+                break;
+            }
+            if !self.handlers.contains_key(&job.spec.handler) && job.state != JobState::Paused {
+                self.unhandled(&execute, job, db_now).await?;
+                continue;
+            }
+            match self.decide(execute, job, db_now) {
+                Decision::Queue(execute) => {
+                    let trigger = Arc::new(execute.trigger);
+                    self.enqueue(execute.id, job, trigger, &execute.fire_state, horizon, None);
+                }
+                Decision::Write(write) => writes.push(write),
+            }
+        }
+        self.write_decisions(writes, db_now, horizon).await?;
+        for fire in self
+            .store
+            .fires_pending(&self.scheduler, horizon, PENDING_BATCH)
+            .await?
+        {
+            self.queue_pending(PendingFire::of(&fire));
+        }
+        Ok(full)
+    }
+
+    /// The jobs of the polled executes, and of fires claimed and not launched
+    /// yet (so that a pause or delete since their claim is seen), by id; the
+    /// launch stage keeps them as the latest versions.
+    async fn read_jobs(&self, executes: &[Execute]) -> Result<HashMap<i64, Arc<Job>>, StoreError> {
+        let awaiting: Vec<i64> = self.launch.awaiting_launch.lock().keys().copied().collect();
+        let jobs = self
+            .jobs(executes.iter().map(|e| e.job_id).chain(awaiting.iter().copied()))
+            .await?;
+        let mut latest = self.launch.latest_jobs.write();
+        latest.clear();
+        latest.extend(jobs.iter().map(|(id, job)| (*id, Some(Arc::clone(job)))));
+        for id in awaiting {
+            latest.entry(id).or_insert(None);
+        }
+        Ok(jobs)
+    }
+
+    /// What a poll does with one due execute: queue its fires, or first move
+    /// its row (paused, initialised or recomputed, or overdue), which is
+    /// written with the others' in one transaction.
+    fn decide(&self, execute: Execute, job: &Arc<Job>, db_now: Timestamp) -> Decision {
+        if job.state == JobState::Paused {
+            // Paused after this row was read, or written waiting by hand.
+            let cas = cas_from(&execute, ExecuteState::Paused, execute.fire_state.clone());
+            return Decision::Write(RowWrite {
+                cas,
+                records: Vec::new(),
+                job: Arc::clone(job),
+                then: None,
+                kind: WriteKind::Paused,
+            });
+        }
+        if execute.schedule_changed
+            || (execute.fire_state.next_fire_time.is_none() && !execute.fire_state.awaiting_finish)
+        {
+            return Decision::Write(recompute(execute, job, db_now));
+        }
+        match execute
+            .trigger
+            .on_misfire(&execute.fire_state, db_now, &self.settings.misfire)
+        {
+            Some(decision) => Decision::Write(self.overdue(execute, job, db_now, decision)),
+            None => Decision::Queue(execute),
+        }
+    }
+
+    /// An overdue row: the misfire policy's decision, as a row write with the
+    /// ledger records of the skipped range.
+    fn overdue(&self, execute: Execute, job: &Arc<Job>, db_now: Timestamp, decision: MisfireDecision) -> RowWrite {
+        let late_ms = execute
+            .fire_state
+            .next_fire_time
+            .map_or(0, |t| db_now.as_millis() - t.as_millis());
+        let records: Vec<SkippedRecord> = decision
+            .skipped
+            .iter()
+            .map(|s| SkippedRecord {
+                from: s.from,
+                until: s.until,
+                count: s.count,
+                state: FireState::Misfired,
+                reason: format!(
+                    "misfired: found {late_ms} ms late (threshold {} ms); policy {} ran {} of the missed times, \
+                     skipped {}{}",
+                    self.settings.misfire.threshold_ms,
+                    decision.applied,
+                    decision.runs.len(),
+                    s.count,
+                    if s.count_exact { "" } else { " or more" }
+                ),
+            })
+            .collect();
+        let set_state = waiting_or_complete(decision.state.next_fire_time);
+        let mut cas = cas_from(&execute, set_state, decision.state.clone());
+        cas.set_trigger.clone_from(&decision.rescheduled);
+        let trigger = Arc::new(decision.rescheduled.clone().unwrap_or(execute.trigger));
+        RowWrite {
+            cas,
+            records,
+            job: Arc::clone(job),
+            then: (set_state == ExecuteState::Waiting).then(|| (trigger, decision.state.clone())),
+            kind: WriteKind::Misfire(decision),
+        }
+    }
+
+    /// Writes a poll's row decisions in one transaction, then queues the
+    /// fires of the rows it moved (a misfire policy's runs are claimed
+    /// however late they are).
+    async fn write_decisions(
+        self: &Arc<Self>,
+        writes: Vec<RowWrite>,
+        db_now: Timestamp,
+        horizon: Timestamp,
+    ) -> Result<(), StoreError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        for w in &writes {
+            self.forget(w.cas.execute_id);
+        }
+        let updates: Vec<(ExecuteCas, Vec<SkippedRecord>)> =
+            writes.iter().map(|w| (w.cas.clone(), w.records.clone())).collect();
+        let won = self.store.update_executes(&updates).await?;
+        for (write, won) in writes.into_iter().zip(won) {
+            if !won {
+                continue;
+            }
+            self.log_write(&write);
+            if let Some((trigger, state)) = &write.then {
+                let trigger = Arc::clone(trigger);
+                self.enqueue(write.cas.execute_id, &write.job, trigger, state, horizon, Some(db_now));
+            }
+        }
+        Ok(())
+    }
+
+    fn log_write(&self, write: &RowWrite) {
+        let job = &write.job.spec.name;
+        let execute_id = write.cas.execute_id;
+        match &write.kind {
+            WriteKind::Paused => {}
+            WriteKind::Recomputed => {
+                self.count(|c| c.recomputed += 1);
+                tracing::info!(scheduler = self.scheduler, job, execute_id,
+                    next_fire_time = ?write.cas.set.next_fire_time, "execute initialised from its schedule columns");
+            }
+            WriteKind::Misfire(decision) => {
+                self.count(|c| c.misfires += 1);
+                tracing::info!(
+                    scheduler = self.scheduler,
+                    job,
+                    execute_id,
+                    policy = %decision.applied,
+                    runs = decision.runs.len(),
+                    skipped = decision.skipped.as_ref().map_or(0, |s| s.count),
+                    "misfire handled"
+                );
+            }
+        }
+    }
+
+    /// An execute whose job's handler this node lacks: left to the nodes that
+    /// have it; but a fire still unclaimed past the misfire threshold (no live
+    /// node has the handler) is claimed and recorded failed, saying so.
+    pub(super) async fn unhandled(
+        &self,
+        execute: &Execute,
+        job: &Arc<Job>,
+        db_now: Timestamp,
+    ) -> Result<(), StoreError> {
+        if self.warned.lock().insert(job.spec.name.clone()) {
+            tracing::warn!(
+                scheduler = self.scheduler,
+                job = job.spec.name,
+                handler = job.spec.handler,
+                "this node has no such handler; leaving the job to nodes that have it"
+            );
+        }
+        let cutoff = Timestamp::from_millis(db_now.as_millis() - self.settings.misfire.threshold_ms);
+        // A fixed-delay fire waits for a finish that never comes: left alone.
+        let fires: Vec<Fire> = execute
+            .trigger
+            .fires_until(&execute.fire_state, cutoff)
+            .filter(|f| !matches!(f.next, NextFire::AfterFinish))
+            .take(RECOVERY_BATCH as usize)
+            .collect();
+        if fires.is_empty() {
+            return Ok(()); // the usual case: not overdue, others may have it
+        }
+        let node = self.node();
+        let mut known: Vec<&str> = self.handlers.keys().map(String::as_str).collect();
+        known.sort_unstable();
+        let error = format!(
+            "no live node ran handler {:?} within the misfire threshold (this node has: {})",
+            job.spec.handler,
+            known.join(", ")
+        );
+        for fire in fires {
+            let Some(fire_id) = self.store.claim(&Claim::for_fire(execute.id, &fire, &node)).await? else {
+                break; // another node moved the row
+            };
+            if self.store.fail_claimed(fire_id, &node, &error).await? {
+                self.count(|c| c.failed += 1);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a poll does with an execute (short-lived: sizes do not matter).
+#[allow(clippy::large_enum_variant)]
+enum Decision {
+    /// Queue its fires as the row stands.
+    Queue(Execute),
+    /// Move its row first.
+    Write(RowWrite),
+}
+
+/// Why a row is written.
+enum WriteKind {
+    Paused,
+    Recomputed,
+    Misfire(MisfireDecision),
+}
+
+/// A row write a poll decided: the compare-and-set, the ledger records that
+/// go with it, and the state whose fires are queued when it wins.
+struct RowWrite {
+    cas: ExecuteCas,
+    records: Vec<SkippedRecord>,
+    job: Arc<Job>,
+    then: Option<(Arc<Trigger>, TriggerState)>,
+    kind: WriteKind,
+}
+
+/// Initialises a row written without a next fire time, or recomputes one
+/// whose schedule was edited: the first fire time at or after now.
+fn recompute(execute: Execute, job: &Arc<Job>, db_now: Timestamp) -> RowWrite {
+    let next = first_at_or_after(&execute.trigger, &execute.fire_state, db_now);
+    let state = TriggerState {
+        prev_fire_time: execute.fire_state.prev_fire_time,
+        next_fire_time: next,
+        times_triggered: execute.fire_state.times_triggered,
+        awaiting_finish: false,
+    };
+    let mut cas = cas_from(&execute, waiting_or_complete(next), state.clone());
+    cas.set_signature = Some(TriggerColumns::from_trigger(&execute.trigger).signature());
+    RowWrite {
+        cas,
+        records: Vec::new(),
+        job: Arc::clone(job),
+        then: next.is_some().then(|| (Arc::new(execute.trigger), state)),
+        kind: WriteKind::Recomputed,
+    }
+}

@@ -1,0 +1,395 @@
+//! The fire queue: the fires a poll expanded, each waiting for its claim time,
+//! and what the node remembers of the executes they belong to.
+//!
+//! The queue is a cache of the database, never its truth: a lost claim or a
+//! changed row makes the node forget the execute (its queued fires become
+//! stale by their epoch), and the next poll expands it afresh. Lock order:
+//! `tracked`, then `fires`, everywhere.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use super::node::{Inner, duration_ms};
+use crate::store::{Job, Store};
+use crate::time::Timestamp;
+use crate::trigger::{Fire, Trigger, TriggerState};
+
+/// A fire waiting for its claim.
+#[derive(Debug, Clone)]
+pub(super) struct Pending {
+    pub(super) execute_id: i64,
+    pub(super) job: Arc<Job>,
+    pub(super) trigger: Arc<Trigger>,
+    pub(super) fire: Fire,
+    /// The execute's tracking epoch when this was queued; a mismatch means the
+    /// execute was forgotten (a claim lost, a row changed) and this is stale.
+    pub(super) epoch: u64,
+    /// A misfire policy's run: claimed however late it is.
+    pub(super) late_ok: bool,
+    /// Left by the strategy to its preferred node, and due for this one now.
+    pub(super) deferred: bool,
+}
+
+/// What the node remembers of an execute it has queued fires of.
+#[derive(Debug, Clone)]
+struct Track {
+    epoch: u64,
+    /// The latest fire time queued.
+    horizon: Timestamp,
+    /// The job as its queued fires carry it: an edit seen by a poll requeues
+    /// them with the new version.
+    job: Arc<Job>,
+}
+
+/// What [`FireQueue::take_due`] found.
+#[derive(Debug, Default)]
+pub(super) struct Due {
+    /// Fires to claim now, in the one lock order of every node: by fire time,
+    /// then by execute.
+    pub(super) fires: Vec<Pending>,
+    /// Executes with a fire already past the misfire threshold: forgotten,
+    /// for the next poll's misfire decision.
+    pub(super) late: Vec<i64>,
+}
+
+/// The fires waiting for their claim, by claim time.
+#[derive(Debug, Default)]
+pub(super) struct FireQueue {
+    fires: Mutex<BTreeMap<(Timestamp, u64), Pending>>,
+    tracked: Mutex<HashMap<i64, Track>>,
+    seq: AtomicU64,
+    /// Woken when a fire is queued.
+    pub(super) changed: Notify,
+}
+
+impl FireQueue {
+    fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Queues `fires` of an execute that are past what is queued of it
+    /// already, each at the claim time `claim_at` gives; the ones at or before
+    /// `late_ok_until` are claimed however late they are (a misfire policy's
+    /// runs). A job edited since the execute's fires were queued makes those
+    /// stale first. Returns how many were queued.
+    pub(super) fn push(
+        &self,
+        execute_id: i64,
+        job: &Arc<Job>,
+        trigger: &Arc<Trigger>,
+        fires: Vec<Fire>,
+        claim_at: impl Fn(Timestamp) -> Timestamp,
+        late_ok_until: Option<Timestamp>,
+    ) -> usize {
+        let mut tracked = self.tracked.lock();
+        let fresh = || Track {
+            epoch: self.next_seq(),
+            horizon: Timestamp::from_millis(i64::MIN),
+            job: Arc::clone(job),
+        };
+        let track = tracked.entry(execute_id).or_insert_with(fresh);
+        if track.job.spec != job.spec || track.job.state != job.state {
+            *track = fresh();
+        }
+        let mut queue = self.fires.lock();
+        let mut added = 0;
+        for fire in fires {
+            if fire.fire_time <= track.horizon {
+                continue;
+            }
+            track.horizon = fire.fire_time;
+            let key = (claim_at(fire.fire_time), self.next_seq());
+            let late_ok = late_ok_until.is_some_and(|t| fire.fire_time <= t);
+            queue.insert(
+                key,
+                Pending {
+                    execute_id,
+                    job: Arc::clone(job),
+                    trigger: Arc::clone(trigger),
+                    fire,
+                    epoch: track.epoch,
+                    late_ok,
+                    deferred: false,
+                },
+            );
+            added += 1;
+        }
+        drop(queue);
+        drop(tracked);
+        if added > 0 {
+            self.changed.notify_one();
+        }
+        added
+    }
+
+    /// Puts back fires whose claim did not go through (a database error), to
+    /// be tried again at `at`; stale ones are dropped.
+    pub(super) fn retry_at(&self, fires: Vec<Pending>, at: Timestamp) {
+        self.put_back(fires, |_| at);
+    }
+
+    /// Puts back fires the strategy leaves to another node first, each due
+    /// for this node at the time `at` gives.
+    pub(super) fn defer(&self, fires: Vec<Pending>, at: impl Fn(&Pending) -> Timestamp) {
+        let fires = fires.into_iter().map(|p| Pending { deferred: true, ..p }).collect();
+        self.put_back(fires, at);
+    }
+
+    fn put_back(&self, fires: Vec<Pending>, at: impl Fn(&Pending) -> Timestamp) {
+        let tracked = self.tracked.lock();
+        let mut queue = self.fires.lock();
+        for pending in fires {
+            if tracked
+                .get(&pending.execute_id)
+                .is_some_and(|t| t.epoch == pending.epoch)
+            {
+                queue.insert((at(&pending), self.next_seq()), pending);
+            }
+        }
+        drop(queue);
+        drop(tracked);
+        self.changed.notify_one();
+    }
+
+    /// Forgets an execute: its queued fires become stale.
+    pub(super) fn forget(&self, execute_id: i64) {
+        self.tracked.lock().remove(&execute_id);
+    }
+
+    /// Forgets everything (a rejoin, a shutdown).
+    pub(super) fn clear(&self) {
+        let mut tracked = self.tracked.lock();
+        tracked.clear();
+        self.fires.lock().clear();
+    }
+
+    /// The earliest claim time queued.
+    pub(super) fn first_claim_at(&self) -> Option<Timestamp> {
+        self.fires.lock().keys().next().map(|k| k.0)
+    }
+
+    /// Takes at most `limit` queued fires whose claim time has come, dropping
+    /// stale ones; a fire more than `threshold_ms` past its time (and not a
+    /// policy's late run) is not claimed: its execute is reported late.
+    pub(super) fn take_due(&self, db_now: Timestamp, limit: usize, threshold_ms: i64) -> Due {
+        let tracked = self.tracked.lock();
+        let mut queue = self.fires.lock();
+        let mut due = Due::default();
+        while due.fires.len() < limit {
+            let Some(entry) = queue.first_entry() else { break };
+            if entry.key().0 > db_now {
+                break;
+            }
+            let pending = entry.remove();
+            if tracked
+                .get(&pending.execute_id)
+                .is_none_or(|t| t.epoch != pending.epoch)
+            {
+                continue;
+            }
+            let lateness = db_now.as_millis() - pending.fire.fire_time.as_millis();
+            if !pending.late_ok && lateness > threshold_ms {
+                due.late.push(pending.execute_id);
+                continue;
+            }
+            due.fires.push(pending);
+        }
+        drop(queue);
+        drop(tracked);
+        // One lock order on every node: by time, then by row. Claims of the same
+        // rows in different orders by two nodes would deadlock.
+        due.fires.sort_by_key(|p| (p.fire.fire_time, p.execute_id));
+        for id in &due.late {
+            self.forget(*id);
+        }
+        due
+    }
+
+    /// Whether any queued fire's claim time has come.
+    pub(super) fn has_due(&self, db_now: Timestamp) -> bool {
+        self.first_claim_at().is_some_and(|t| t <= db_now)
+    }
+}
+
+impl<S: Store> Inner<S> {
+    /// Queues the fires of an execute before `horizon` that are not queued yet.
+    /// Fires at or before `late_ok_until` are claimed however late they are
+    /// (a misfire policy's runs).
+    pub(super) fn enqueue(
+        &self,
+        execute_id: i64,
+        job: &Arc<Job>,
+        trigger: Arc<Trigger>,
+        state: &TriggerState,
+        horizon: Timestamp,
+        late_ok_until: Option<Timestamp>,
+    ) {
+        let blocks = !job.spec.allow_concurrent;
+        let fires: Vec<Fire> = trigger
+            .fires_until(state, horizon)
+            // A job that disallows concurrency blocks its execute until the run
+            // finishes: only its next fire can be claimed.
+            .take(if blocks { 1 } else { usize::MAX })
+            .collect();
+        if fires.is_empty() {
+            return;
+        }
+        // Due a claim lead ahead; then the dispatcher asks the strategy, on
+        // the membership as it is at that time.
+        let lead = duration_ms(self.settings.claim_lead);
+        self.queue.push(
+            execute_id,
+            job,
+            &trigger,
+            fires,
+            |t| t.saturating_add_millis(-lead),
+            late_ok_until,
+        );
+    }
+
+    /// Drops what the node remembers of an execute: its queued fires become
+    /// stale, and the next poll expands it afresh from the database.
+    pub(super) fn forget(&self, execute_id: i64) {
+        self.queue.forget(execute_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cron::CronExpression;
+    use crate::store::{JobSpec, JobState};
+    use crate::trigger::Schedule;
+
+    fn job(name: &str) -> Arc<Job> {
+        Arc::new(Job {
+            id: 1,
+            scheduler: "s".to_owned(),
+            spec: JobSpec::new(name, "noop"),
+            state: JobState::Enabled,
+            created_at: Timestamp::from_millis(0),
+            updated_at: Timestamp::from_millis(0),
+        })
+    }
+
+    /// A trigger every second from 0, and its first `count` fires.
+    fn every_second(count: i64) -> (Arc<Trigger>, Vec<Fire>) {
+        let cron = CronExpression::parse("* * * * * ?").unwrap();
+        let trigger = Trigger::new(Schedule::cron(cron, chrono_tz::UTC), Timestamp::from_millis(0)).unwrap();
+        let state = TriggerState {
+            prev_fire_time: None,
+            next_fire_time: Some(Timestamp::from_millis(0)),
+            times_triggered: 0,
+            awaiting_finish: false,
+        };
+        let fires = trigger
+            .fires_until(&state, Timestamp::from_millis(count * 1000))
+            .collect();
+        (Arc::new(trigger), fires)
+    }
+
+    fn ms(t: i64) -> Timestamp {
+        Timestamp::from_millis(t)
+    }
+
+    #[test]
+    fn fires_come_due_at_their_claim_time_in_fire_time_then_execute_order() {
+        let q = FireQueue::default();
+        let (trigger, fires) = every_second(3);
+        let j = job("a");
+        assert_eq!(
+            q.push(7, &j, &trigger, fires.clone(), |t| t.saturating_add_millis(-1000), None),
+            3
+        );
+        assert_eq!(
+            q.push(3, &j, &trigger, fires, |t| t.saturating_add_millis(-1000), None),
+            3
+        );
+        assert_eq!(q.first_claim_at(), Some(ms(-1000)));
+        assert!(q.take_due(ms(-1001), 100, 5000).fires.is_empty());
+        let due = q.take_due(ms(0), 100, 5000);
+        let got: Vec<(i64, i64)> = due
+            .fires
+            .iter()
+            .map(|p| (p.fire.fire_time.as_millis(), p.execute_id))
+            .collect();
+        assert_eq!(got, vec![(0, 3), (0, 7), (1000, 3), (1000, 7)]);
+        assert!(q.has_due(ms(1000)));
+    }
+
+    #[test]
+    fn a_fire_already_queued_is_not_queued_twice() {
+        let q = FireQueue::default();
+        let (trigger, fires) = every_second(2);
+        let j = job("a");
+        assert_eq!(q.push(1, &j, &trigger, fires.clone(), |t| t, None), 2);
+        assert_eq!(q.push(1, &j, &trigger, fires, |t| t, None), 0);
+    }
+
+    #[test]
+    fn a_forgotten_execute_leaves_only_stale_fires_and_may_be_queued_afresh() {
+        let q = FireQueue::default();
+        let (trigger, fires) = every_second(2);
+        let j = job("a");
+        q.push(1, &j, &trigger, fires.clone(), |t| t, None);
+        q.forget(1);
+        assert!(q.take_due(ms(5000), 100, 60_000).fires.is_empty());
+        assert_eq!(q.push(1, &j, &trigger, fires, |t| t, None), 2);
+        assert_eq!(q.take_due(ms(5000), 100, 60_000).fires.len(), 2);
+    }
+
+    #[test]
+    fn an_edited_job_requeues_its_fires_with_the_new_version() {
+        let q = FireQueue::default();
+        let (trigger, fires) = every_second(1);
+        q.push(1, &job("a"), &trigger, fires.clone(), |t| t, None);
+        let edited = job("a-edited");
+        assert_eq!(q.push(1, &edited, &trigger, fires, |t| t, None), 1);
+        let due = q.take_due(ms(0), 100, 5000);
+        assert_eq!(due.fires.len(), 1, "the old version's fire is stale");
+        assert_eq!(due.fires[0].job.spec.name, "a-edited");
+    }
+
+    #[test]
+    fn a_fire_past_the_threshold_is_left_to_the_misfire_decision_unless_a_policy_runs_it_late() {
+        let q = FireQueue::default();
+        let (trigger, fires) = every_second(2);
+        q.push(1, &job("a"), &trigger, fires.clone(), |t| t, None);
+        q.push(2, &job("b"), &trigger, fires, |t| t, Some(ms(1000)));
+        let due = q.take_due(ms(6001), 100, 5000);
+        assert_eq!(due.late, vec![1, 1]);
+        assert_eq!(due.fires.iter().map(|p| p.execute_id).collect::<Vec<_>>(), vec![2, 2]);
+        assert!(q.take_due(ms(6001), 100, 5000).fires.is_empty());
+    }
+
+    #[test]
+    fn take_due_stops_at_its_limit_and_a_retry_comes_back_at_its_time() {
+        let q = FireQueue::default();
+        let (trigger, fires) = every_second(4);
+        q.push(1, &job("a"), &trigger, fires, |t| t, None);
+        let first = q.take_due(ms(3000), 3, 5000).fires;
+        assert_eq!(first.len(), 3);
+        q.retry_at(first, ms(3100));
+        let again = q.take_due(ms(3000), 10, 5000).fires;
+        assert_eq!(again.len(), 1, "only the fire not taken before");
+        assert_eq!(q.take_due(ms(3100), 10, 5000).fires.len(), 3);
+    }
+
+    #[test]
+    fn a_deferred_fire_comes_back_marked_at_its_own_time() {
+        let q = FireQueue::default();
+        let (trigger, fires) = every_second(2);
+        q.push(1, &job("a"), &trigger, fires, |t| t, None);
+        let due = q.take_due(ms(1000), 10, 5000).fires;
+        assert!(due.iter().all(|p| !p.deferred));
+        q.defer(due, |p| p.fire.fire_time.saturating_add_millis(500));
+        assert!(q.take_due(ms(499), 10, 5000).fires.is_empty());
+        let again = q.take_due(ms(500), 10, 5000).fires;
+        assert_eq!(again.len(), 1);
+        assert!(again[0].deferred);
+    }
+}

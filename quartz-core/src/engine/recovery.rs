@@ -1,0 +1,207 @@
+//! Recovery of work a node left behind: fires of dead nodes (claimed ones
+//! fired here, running ones re-run when their job requests recovery and
+//! recorded abandoned otherwise), fires this node claimed without knowing it
+//! (a commit whose answer was lost), and executes a dead node left running.
+//! Each item is won by compare-and-set, so two nodes never recover one twice.
+
+use std::sync::Arc;
+
+use super::Phase;
+use super::launch::RunFire;
+use super::node::{Inner, duration_ms, release_cas};
+use crate::store::{FireRecord, FireState, Job, NodeRef, Store, StoreError};
+use crate::time::Timestamp;
+use crate::trigger::Trigger;
+
+/// The most orphaned fires or executes one recovery pass handles.
+pub(super) const RECOVERY_BATCH: u32 = 200;
+
+impl<S: Store> Inner<S> {
+    /// Recovery of dead nodes' work, each item won by compare-and-set.
+    pub(super) async fn recover(self: &Arc<Self>) -> Result<(), StoreError> {
+        if self.stopping() || *self.phase.lock() != Phase::Running {
+            return Ok(());
+        }
+        let node = self.node();
+        let fires = self.store.orphaned_fires(&self.scheduler, RECOVERY_BATCH).await?;
+        if !fires.is_empty() {
+            let jobs = self.jobs(fires.iter().map(|f| f.job_id)).await?;
+            for fire in fires {
+                let job = jobs.get(&fire.job_id);
+                self.recover_fire(fire, job, &node, "recovered from a node that is gone")
+                    .await?;
+            }
+        }
+        self.sweep_own_claims(&node).await?;
+        let executes = self.store.orphaned_executes(&self.scheduler, RECOVERY_BATCH).await?;
+        if !executes.executes.is_empty() {
+            let db_now = self.db_now().await?;
+            for execute in executes.executes {
+                let cas = release_cas(
+                    execute.id,
+                    &execute.trigger,
+                    &execute.fire_state,
+                    execute.owner.clone(),
+                    db_now,
+                );
+                if self.store.update_execute(&cas, &[]).await? {
+                    tracing::info!(
+                        scheduler = self.scheduler,
+                        execute_id = execute.id,
+                        "released an execute a dead node left running"
+                    );
+                    self.poll_now.notify_one();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Fires this incarnation claimed but does not know of: a claim stored
+    /// by a commit whose answer was lost (the connection cut at that
+    /// moment). Once past their time by the misfire threshold and
+    /// `dead_after`, they are recovered as a dead node's are; the
+    /// compare-and-set on their state keeps a start still on its way from
+    /// running one twice. At most once per `dead_after`.
+    pub(super) async fn sweep_own_claims(self: &Arc<Self>, node: &NodeRef) -> Result<(), StoreError> {
+        {
+            let now = std::time::Instant::now();
+            let mut swept = self.cluster.swept.lock();
+            if swept.is_some_and(|at| now.duration_since(at) < self.settings.dead_after) {
+                return Ok(());
+            }
+            *swept = Some(now);
+        }
+        let margin = self
+            .settings
+            .misfire
+            .threshold_ms
+            .saturating_add(duration_ms(self.settings.dead_after));
+        let before = Timestamp::from_millis(self.clock.db_now().as_millis().saturating_sub(margin));
+        let unknown: Vec<FireRecord> = {
+            let fires = self
+                .store
+                .claimed_by(&self.scheduler, node, before, RECOVERY_BATCH)
+                .await?;
+            let unstarted = self.launch.unstarted.lock();
+            fires.into_iter().filter(|f| !unstarted.contains(&f.id)).collect()
+        };
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let jobs = self.jobs(unknown.iter().map(|f| f.job_id)).await?;
+        for fire in unknown {
+            tracing::warn!(
+                scheduler = self.scheduler,
+                fire_id = fire.id,
+                "found a fire this node claimed without knowing it; recovering it"
+            );
+            let job = jobs.get(&fire.job_id);
+            self.recover_fire(fire, job, node, "claimed by this node, which lost track of it")
+                .await?;
+        }
+        Ok(())
+    }
+
+    // A compare-and-set that writes is not a match guard: it stays in the arm.
+    #[allow(clippy::collapsible_match)]
+    pub(super) async fn recover_fire(
+        self: &Arc<Self>,
+        fire: FireRecord,
+        job: Option<&Arc<Job>>,
+        node: &NodeRef,
+        whence: &str,
+    ) -> Result<(), StoreError> {
+        let Some(job) = job else {
+            // The job was deleted: nothing to run.
+            if fire.state == FireState::Running {
+                self.store.abandon(&fire).await?;
+            } else if self.store.take_over(&fire, node).await? {
+                self.store.misfire_claimed(fire.id, node, "the job was deleted").await?;
+            }
+            return Ok(());
+        };
+        if !self.handlers.contains_key(&job.spec.handler) {
+            return Ok(()); // a node with the handler recovers it
+        }
+        let run = |fire_id: i64, attempt: u32| RunFire {
+            fire_id,
+            execute_id: fire.execute_id,
+            job: Arc::clone(job),
+            trigger: None,
+            fire_time: fire.fire_time,
+            attempt,
+            node: node.clone(),
+            release: None,
+            hold: Some(self.hold()),
+        };
+        match fire.state {
+            FireState::Claimed => {
+                if self.store.take_over(&fire, node).await? {
+                    self.count(|c| c.recovered += 1);
+                    self.fire_taken_over(run(fire.id, fire.attempt), job, whence).await?;
+                }
+            }
+            FireState::Running if job.spec.requests_recovery => {
+                if let Some(fire_id) = self.store.rerun(&fire, node).await? {
+                    self.count(|c| c.recovered += 1);
+                    tracing::info!(
+                        scheduler = self.scheduler,
+                        job = job.spec.name,
+                        fire_id,
+                        "re-running a fire its node died in (the job requests recovery)"
+                    );
+                    self.launch.unstarted.lock().insert(fire_id);
+                    self.launch(run(fire_id, fire.attempt + 1));
+                }
+            }
+            FireState::Running => {
+                if self.store.abandon(&fire).await? {
+                    self.count(|c| c.recovered += 1);
+                    tracing::warn!(
+                        scheduler = self.scheduler,
+                        job = job.spec.name,
+                        fire_id = fire.id,
+                        "fire abandoned: its node died mid-run and the job does not request recovery"
+                    );
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A claimed fire this node took over: run at its time, or, found past
+    /// the misfire threshold, left to its trigger's policy like any overdue
+    /// fire.
+    async fn fire_taken_over(self: &Arc<Self>, run: RunFire, job: &Arc<Job>, whence: &str) -> Result<(), StoreError> {
+        let late_ms = self.clock.db_now().as_millis() - run.fire_time.as_millis();
+        let trigger = self.trigger_of(job, run.execute_id).await?;
+        // A child's fire (the execute is its parent's) has no trigger of its
+        // own: it runs whenever it is found.
+        let chained = job.spec.parent.is_some() && trigger.is_none();
+        let run = RunFire { trigger, ..run };
+        if late_ms > self.settings.misfire.threshold_ms && !chained {
+            let cause = format!("{whence}, {late_ms} ms after its time");
+            self.misfired(run, &cause, true).await;
+            return Ok(());
+        }
+        tracing::info!(
+            scheduler = self.scheduler,
+            job = job.spec.name,
+            fire_id = run.fire_id,
+            "firing a claimed fire its node did not start"
+        );
+        self.launch.unstarted.lock().insert(run.fire_id);
+        self.launch(run);
+        Ok(())
+    }
+
+    /// The trigger of one of a job's executes, if it still exists.
+    pub(super) async fn trigger_of(&self, job: &Job, execute_id: i64) -> Result<Option<Arc<Trigger>>, StoreError> {
+        let detail = self.store.get_job(&self.scheduler, &job.spec.name).await?;
+        Ok(detail
+            .and_then(|d| d.executes.into_iter().find(|e| e.id == execute_id))
+            .map(|e| Arc::new(e.trigger)))
+    }
+}

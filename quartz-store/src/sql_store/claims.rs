@@ -1,0 +1,468 @@
+//! Claims: an execute's compare-and-set with its ledger row, alone or many
+//! in one transaction, and the job lock of jobs that disallow concurrency.
+//!
+//! On PostgreSQL a batch is one statement. The claims are sent as one JSON parameter. Consecutive fires of one
+//! execute in the batch (each claim expecting the state the one before it
+//! leaves) form a run: one compare-and-set from the state the first expects
+//! to the state the last leaves, and one ledger row per fire. A data-modifying
+//! CTE feeds the rows whose compare-and-set won into the ledger insert, so
+//! the whole batch is atomic on its own: one round trip, one commit, however
+//! many fires. The rows are locked in id order first, as every node's
+//! claims lock them, so that two nodes claiming the same rows wait for each
+//! other instead of deadlocking. As with one claim, a fire the ledger already
+//! holds (a row moved back by hand) is passed over, not claimed twice.
+
+use std::collections::HashMap;
+
+use quartz_core::Timestamp;
+use quartz_core::store::{Claim, FireState, NodeRef, StoreError};
+use quartz_core::trigger::TriggerState;
+use serde_json::{Value, json};
+use sqlx::{Any, Row, Transaction};
+
+use super::*;
+use crate::connect::Backend;
+
+/// The batch: one row per run of an execute, one row per fire (binds: the
+/// runs, the fires, node id, incarnation).
+const CLAIM_RUNS: &str = "WITH r AS (SELECT * FROM json_to_recordset(CAST(? AS json)) AS r(execute_id BIGINT, \
+     expect_state TEXT, expect_prev BIGINT, expect_next BIGINT, set_state TEXT, set_prev BIGINT, set_next BIGINT, \
+     set_times BIGINT, set_node TEXT, set_inc BIGINT)), \
+     f AS (SELECT * FROM json_to_recordset(CAST(? AS json)) AS f(execute_id BIGINT, fire_time BIGINT, attempt BIGINT)), \
+     locked AS (SELECT e.id FROM quartz_execute e JOIN r ON e.id = r.execute_id WHERE e.state = r.expect_state \
+     AND e.prev_fire_time IS NOT DISTINCT FROM r.expect_prev AND e.next_fire_time IS NOT DISTINCT FROM r.expect_next \
+     ORDER BY e.id FOR UPDATE OF e), \
+     won AS (UPDATE quartz_execute e SET prev_fire_time = r.set_prev, next_fire_time = r.set_next, \
+     times_triggered = r.set_times, state = r.set_state, node_id = r.set_node, incarnation = r.set_inc, \
+     updated_at = {now} FROM r WHERE e.id = r.execute_id AND e.id IN (SELECT id FROM locked) \
+     AND e.state = r.expect_state \
+     AND e.prev_fire_time IS NOT DISTINCT FROM r.expect_prev AND e.next_fire_time IS NOT DISTINCT FROM r.expect_next \
+     RETURNING e.scheduler, e.id, e.job_id) \
+     INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, state, \
+     claimed_at, fire_count) \
+     SELECT won.scheduler, won.id, won.job_id, f.fire_time, f.attempt, ?, ?, 'claimed', {now}, 1 \
+     FROM won JOIN f ON f.execute_id = won.id \
+     ORDER BY won.id, f.fire_time \
+     ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING execute_id, fire_time, id";
+
+/// Claims that one statement can take: no job lock (not exclusive), no
+/// owner to check, no schedule to rewrite, and one node for all.
+pub(super) fn fit_one_statement(claims: &[Claim]) -> bool {
+    claims.iter().all(|c| {
+        !c.exclusive && c.cas.expect_owner.is_none() && c.cas.set_trigger.is_none() && c.cas.set_signature.is_none()
+    }) && claims.windows(2).all(|w| w[0].node == w[1].node)
+}
+
+/// A run of consecutive claims of one execute.
+struct Run<'a> {
+    first: &'a Claim,
+    last: &'a Claim,
+}
+
+/// Splits claims into runs, in order, with the claims the runs hold (one
+/// ledger row each); a claim of an execute that does not follow its run (not
+/// expecting the state the run leaves) goes to the rest, for a statement of
+/// its own after this one.
+fn runs(claims: &[Claim]) -> (Vec<Run<'_>>, Vec<&Claim>, Vec<Claim>) {
+    let mut runs: Vec<Run<'_>> = Vec::new();
+    let mut in_runs = Vec::with_capacity(claims.len());
+    let mut by_execute: HashMap<i64, usize> = HashMap::new();
+    let mut rest = Vec::new();
+    for claim in claims {
+        match by_execute.get(&claim.cas.execute_id) {
+            None => {
+                by_execute.insert(claim.cas.execute_id, runs.len());
+                runs.push(Run {
+                    first: claim,
+                    last: claim,
+                });
+            }
+            Some(&i) if follows(runs[i].last, claim) => runs[i].last = claim,
+            Some(_) => {
+                rest.push(claim.clone());
+                continue;
+            }
+        }
+        in_runs.push(claim);
+    }
+    (runs, in_runs, rest)
+}
+
+/// Whether `next` expects exactly what `prev` leaves.
+fn follows(prev: &Claim, next: &Claim) -> bool {
+    prev.cas.set_state == next.cas.expect_state
+        && same(&prev.cas.set, &next.cas.expect)
+        && prev.cas.set_owner.is_none()
+        && !prev.cas.set.awaiting_finish
+}
+
+fn same(a: &TriggerState, b: &TriggerState) -> bool {
+    a.prev_fire_time == b.prev_fire_time && a.next_fire_time == b.next_fire_time
+}
+
+fn millis(t: Option<quartz_core::Timestamp>) -> Value {
+    t.map_or(Value::Null, |t| json!(t.as_millis()))
+}
+
+impl SqlStore {
+    /// Claims in one statement (see the module docs); for claims that
+    /// [`fit_one_statement`]. The result says, claim by claim, the ledger id
+    /// of each fire won.
+    pub(super) async fn claim_in_one(&self, claims: &[Claim]) -> Result<Vec<Option<i64>>, StoreError> {
+        let Some(node) = claims.first().map(|c| c.node.clone()) else {
+            return Ok(Vec::new());
+        };
+        let (runs, in_runs, rest) = runs(claims);
+        let run_rows: Vec<Value> = runs
+            .iter()
+            .map(|r| {
+                let (expect, set) = (&r.first.cas, &r.last.cas);
+                json!({
+                    "execute_id": expect.execute_id,
+                    "expect_state": expect.expect_state.as_str(),
+                    "expect_prev": millis(expect.expect.prev_fire_time),
+                    "expect_next": millis(expect.expect.next_fire_time),
+                    "set_state": set.set_state.as_str(),
+                    "set_prev": millis(set.set.prev_fire_time),
+                    "set_next": millis(set.set.next_fire_time),
+                    "set_times": count_to_i64(set.set.times_triggered),
+                    "set_node": set.set_owner.as_ref().map(|n| n.node_id.clone()),
+                    "set_inc": set.set_owner.as_ref().map(|n| n.incarnation),
+                })
+            })
+            .collect();
+        let fire_rows: Vec<Value> = in_runs
+            .iter()
+            .map(
+                |c| json!({"execute_id": c.cas.execute_id, "fire_time": c.fire_time.as_millis(), "attempt": c.attempt}),
+            )
+            .collect();
+        let rows = self
+            .query(CLAIM_RUNS)
+            .bind(Value::Array(run_rows).to_string())
+            .bind(Value::Array(fire_rows).to_string())
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        let mut won: HashMap<(i64, i64), i64> = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let key = (
+                row.try_get::<i64, _>(0).map_err(db_error)?,
+                row.try_get::<i64, _>(1).map_err(db_error)?,
+            );
+            won.insert(key, row.try_get::<i64, _>(2).map_err(db_error)?);
+        }
+        let mut rest_won = if rest.is_empty() {
+            HashMap::new()
+        } else {
+            let answers = Box::pin(self.claim_in_one(&rest)).await?;
+            rest.iter()
+                .map(|c| (c.cas.execute_id, c.fire_time.as_millis()))
+                .zip(answers)
+                .collect::<HashMap<_, _>>()
+        };
+        Ok(claims
+            .iter()
+            .map(|c| {
+                let key = (c.cas.execute_id, c.fire_time.as_millis());
+                won.get(&key).copied().or_else(|| rest_won.remove(&key).flatten())
+            })
+            .collect())
+    }
+}
+
+/// What one claim inside a transaction came to.
+pub(super) enum Claimed {
+    /// Won: the ledger row's id.
+    Won(i64),
+    /// The compare-and-set matched nothing: another node won.
+    Lost,
+    /// The compare-and-set matched but the ledger already holds the fire.
+    Conflict,
+}
+
+impl SqlStore {
+    /// Inserts a ledger row for an execute, taking its scheduler from the
+    /// execute row and its job from it too unless `job_id` names one (a chained
+    /// child's fire); returns the new id, or `None` when the unique key says
+    /// the fire exists already.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn insert_fire(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        execute_id: i64,
+        job_id: Option<i64>,
+        fire_time: Timestamp,
+        attempt: i64,
+        owner: Option<&NodeRef>,
+        state: FireState,
+        error: Option<&str>,
+        skipped: Option<(Timestamp, u64)>,
+    ) -> Result<Option<i64>, StoreError> {
+        let sql = match self.db.backend {
+            Backend::Postgres | Backend::Sqlite => self.query(
+                "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+                 state, claimed_at, error, skipped_until, fire_count) \
+                 SELECT scheduler, id, COALESCE(?, job_id), ?, ?, ?, ?, ?, {now}, ?, ?, ? FROM quartz_execute \
+                 WHERE id = ? ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING id",
+            ),
+            Backend::MySql => self.query(
+                "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+                 state, claimed_at, error, skipped_until, fire_count) \
+                 SELECT scheduler, id, COALESCE(?, job_id), ?, ?, ?, ?, ?, {now}, ?, ?, ? FROM quartz_execute \
+                 WHERE id = ?",
+            ),
+        };
+        let q = sql
+            .bind(job_id)
+            .bind(fire_time.as_millis())
+            .bind(attempt)
+            .bind(owner.map(|n| n.node_id.clone()))
+            .bind(owner.map_or(0, |n| n.incarnation))
+            .bind(state.as_str())
+            .bind(error.map(truncate))
+            .bind(skipped.map(|(until, _)| until.as_millis()))
+            .bind(skipped.map_or(1, |(_, count)| count_to_i64(count)))
+            .bind(execute_id);
+        let result = match self.db.backend {
+            Backend::Postgres | Backend::Sqlite => q
+                .fetch_optional(&mut **tx)
+                .await
+                .and_then(|row| row.map(|r| r.try_get::<i64, _>(0)).transpose()),
+            Backend::MySql => q
+                .execute(&mut **tx)
+                .await
+                .map(|done: AnyQueryResult| (done.rows_affected() == 1).then(|| done.last_insert_id()).flatten()),
+        };
+        match result {
+            Ok(id) => Ok(id),
+            Err(e) if is_unique_violation(&e) => Ok(None),
+            Err(e) => Err(db_error(e)),
+        }
+    }
+
+    pub(super) async fn claim_in(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        claim: &Claim,
+    ) -> Result<Claimed, StoreError> {
+        if claim.exclusive && self.job_has_open_fire(tx, claim.cas.execute_id).await? {
+            return Ok(Claimed::Lost);
+        }
+        if self.db.backend == Backend::Postgres
+            && !claim.exclusive
+            && claim.cas.expect_owner.is_none()
+            && claim.cas.set_trigger.is_none()
+            && claim.cas.set_signature.is_none()
+        {
+            return self.claim_statement(&mut **tx, claim).await;
+        }
+        if !self.cas_execute(tx, &claim.cas).await? {
+            return Ok(Claimed::Lost);
+        }
+        let id = self
+            .insert_fire(
+                tx,
+                claim.cas.execute_id,
+                None,
+                claim.fire_time,
+                i64::from(claim.attempt),
+                Some(&claim.node),
+                FireState::Claimed,
+                None,
+                None,
+            )
+            .await?;
+        Ok(id.map_or(Claimed::Conflict, Claimed::Won))
+    }
+
+    /// Claims in one transaction (on PostgreSQL, one statement when they
+    /// fit); a ledger conflict sends them one by one.
+    pub(super) async fn claim_together(&self, claims: &[Claim]) -> Result<Vec<Option<i64>>, StoreError> {
+        if self.db.backend == Backend::Postgres && claims::fit_one_statement(claims) {
+            return self.claim_in_one(claims).await;
+        }
+        let mut tx = self.begin().await?;
+        let mut won = Vec::with_capacity(claims.len());
+        for claim in claims {
+            match self.claim_in(&mut tx, claim).await? {
+                Claimed::Won(id) => won.push(Some(id)),
+                Claimed::Lost => won.push(None),
+                // The ledger already holds this fire (a row moved back by
+                // hand, or edited while a fire of it was claimed): the row
+                // still advances past it, as on PostgreSQL, which loses
+                // nothing (that fire is recorded) and keeps the execute
+                // from being stuck on a fire it can never claim.
+                Claimed::Conflict => won.push(None),
+            }
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(won)
+    }
+
+    /// For a job that disallows concurrency: locks the job's row (so that two
+    /// claims of its executes are serialised, whichever nodes make them) and
+    /// says whether a fire of the job is claimed or running.
+    pub(super) async fn job_has_open_fire(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        execute_id: i64,
+    ) -> Result<bool, StoreError> {
+        // The job's id by a plain read first (an execute never changes job):
+        // a subquery in the UPDATE would lock the execute row before the
+        // job's on MySQL, where another claim of the job takes the job's row
+        // first, then its own execute's, and the two would deadlock.
+        let Some(job) = self
+            .query("SELECT job_id FROM quartz_execute WHERE id = ?")
+            .bind(execute_id)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?
+        else {
+            return Ok(false);
+        };
+        let job_id: i64 = job.try_get(0).map_err(db_error)?;
+        self.lock_job_with_open_fire(tx, job_id).await
+    }
+
+    /// Locks a job's row (so that two claims of its fires are serialised,
+    /// whichever nodes make them) and says whether a fire of the job is
+    /// claimed or running. Any open fire of the job counts, whatever its
+    /// execute's state (the last fire of a trigger leaves it complete while
+    /// it runs). A locking read sees the latest committed state on every
+    /// backend.
+    pub(super) async fn lock_job_with_open_fire(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        job_id: i64,
+    ) -> Result<bool, StoreError> {
+        self.query("UPDATE quartz_job SET updated_at = updated_at WHERE id = ?")
+            .bind(job_id)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        // Through the index of open fires (scheduler, state): a job's
+        // history does not count.
+        let check = match self.db.backend {
+            Backend::Sqlite => self.query(
+                "SELECT f.id FROM quartz_fire f JOIN quartz_job j ON f.scheduler = j.scheduler \
+                 AND f.job_id = j.id WHERE j.id = ? AND f.state IN ('claimed', 'running') LIMIT 1",
+            ),
+            Backend::Postgres | Backend::MySql => self.query(
+                "SELECT f.id FROM quartz_fire f JOIN quartz_job j ON f.scheduler = j.scheduler \
+                 AND f.job_id = j.id WHERE j.id = ? AND f.state IN ('claimed', 'running') LIMIT 1 FOR UPDATE",
+            ),
+        };
+        let row = check.bind(job_id).fetch_optional(&mut **tx).await.map_err(db_error)?;
+        Ok(row.is_some())
+    }
+
+    /// PostgreSQL: the claim as one statement, the compare-and-set in a
+    /// data-modifying CTE feeding the ledger insert. Atomic on its own, so a
+    /// single claim needs no transaction around it: one round trip, one commit.
+    /// When the ledger already holds the fire (a row moved back by hand) the
+    /// row still advances past it, which loses nothing: that fire is recorded.
+    pub(super) async fn claim_statement<'e, E>(&self, executor: E, claim: &Claim) -> Result<Claimed, StoreError>
+    where
+        E: sqlx::Executor<'e, Database = Any>,
+    {
+        let cas = &claim.cas;
+        let row = self
+            .query(
+                "WITH won AS (UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, \
+                 state = ?, node_id = ?, incarnation = ?, updated_at = {now} \
+                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? \
+                 RETURNING scheduler, id, job_id) \
+                 INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+                 state, claimed_at, fire_count) \
+                 SELECT scheduler, id, job_id, ?, ?, ?, ?, 'claimed', {now}, 1 FROM won \
+                 ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING id",
+            )
+            .bind(cas.set.prev_fire_time.map(Timestamp::as_millis))
+            .bind(cas.set.next_fire_time.map(Timestamp::as_millis))
+            .bind(count_to_i64(cas.set.times_triggered))
+            .bind(cas.set_state.as_str())
+            .bind(cas.set_owner.as_ref().map(|n| n.node_id.clone()))
+            .bind(cas.set_owner.as_ref().map(|n| n.incarnation))
+            .bind(cas.execute_id)
+            .bind(cas.expect_state.as_str())
+            .bind(cas.expect.prev_fire_time.map(Timestamp::as_millis))
+            .bind(cas.expect.next_fire_time.map(Timestamp::as_millis))
+            .bind(claim.fire_time.as_millis())
+            .bind(i64::from(claim.attempt))
+            .bind(claim.node.node_id.clone())
+            .bind(claim.node.incarnation)
+            .fetch_optional(executor)
+            .await
+            .map_err(db_error)?;
+        match row {
+            Some(row) => Ok(Claimed::Won(row.try_get::<i64, _>(0).map_err(db_error)?)),
+            None => Ok(Claimed::Lost),
+        }
+    }
+
+    pub(super) async fn claim_one(&self, claim: &Claim) -> Result<Option<i64>, StoreError> {
+        if self.db.backend == Backend::Postgres
+            && !claim.exclusive
+            && claim.cas.expect_owner.is_none()
+            && claim.cas.set_trigger.is_none()
+            && claim.cas.set_signature.is_none()
+        {
+            return match self.claim_statement(&self.db.pool, claim).await? {
+                Claimed::Won(id) => Ok(Some(id)),
+                Claimed::Lost | Claimed::Conflict => Ok(None),
+            };
+        }
+        let mut tx = self.begin().await?;
+        match self.claim_in(&mut tx, claim).await? {
+            Claimed::Won(id) => {
+                tx.commit().await.map_err(db_error)?;
+                Ok(Some(id))
+            }
+            // The row advances past a fire the ledger holds already.
+            Claimed::Conflict => {
+                tx.commit().await.map_err(db_error)?;
+                Ok(None)
+            }
+            // Dropping the transaction rolls the compare-and-set back.
+            Claimed::Lost => Ok(None),
+        }
+    }
+
+    pub(super) async fn claims_batch(&self, claims: &[Claim]) -> Result<Vec<Option<i64>>, StoreError> {
+        // Exclusive claims lock a job row before the execute's: each gets a
+        // transaction of its own, so that a batch never holds execute rows
+        // while it waits for a job row (two nodes would deadlock).
+        if claims.iter().any(|c| c.exclusive) {
+            let shared: Vec<Claim> = claims.iter().filter(|c| !c.exclusive).cloned().collect();
+            let mut shared_won = if shared.is_empty() {
+                Vec::new()
+            } else {
+                self.claim_together(&shared).await?
+            }
+            .into_iter();
+            // The shared claims are committed: from here no error may hide
+            // them from the caller. An exclusive claim that fails was rolled
+            // back; it counts as not won, and the next poll offers it again.
+            let mut won = Vec::with_capacity(claims.len());
+            for claim in claims {
+                won.push(if claim.exclusive {
+                    match retry_conflicts(|| self.claim(claim)).await {
+                        Ok(won) => won,
+                        Err(e) => {
+                            tracing::warn!(execute_id = claim.cas.execute_id, error = %e,
+                                "exclusive claim failed; the next poll offers it again");
+                            None
+                        }
+                    }
+                } else {
+                    shared_won.next().flatten()
+                });
+            }
+            return Ok(won);
+        }
+        self.claim_together(claims).await
+    }
+}

@@ -1,0 +1,424 @@
+//! The ledger's fires after their claim: fenced starts and outcomes (many
+//! per statement), chains, recovery take-overs and re-runs, and the history
+//! query.
+
+use quartz_core::Timestamp;
+use quartz_core::store::{ChainedFire, FireQuery, FireRecord, FireState, NodeRef, Outcome, StoreError};
+use sqlx::{Any, Row};
+
+use super::*;
+use crate::connect::Backend;
+
+/// The children's ledger rows of a succeeded fire (binds: node id,
+/// incarnation, the parent's fire id); each backend adds its own "do nothing
+/// on a duplicate".
+macro_rules! chain_insert {
+    () => {
+        "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+         state, claimed_at, error, fire_count) \
+         SELECT f.scheduler, f.execute_id, k.id, f.fire_time, 1, ?, ?, \
+         CASE WHEN k.state = 'enabled' THEN 'claimed' ELSE 'skipped' END, {now}, \
+         CASE WHEN k.state = 'enabled' THEN NULL ELSE 'the child job is paused' END, 1 \
+         FROM quartz_fire f JOIN quartz_job p ON p.id = f.job_id \
+         JOIN quartz_job k ON k.scheduler = p.scheduler AND k.parent_job = p.name \
+         WHERE f.id = ?"
+    };
+}
+
+/// The fenced start of many claimed fires (binds: the id set, then node id
+/// and incarnation twice). A fire started ahead of its time (the node then
+/// runs it at its time) is recorded started at its time.
+pub(super) const MARK_RUNNING: &str = "UPDATE quartz_fire SET state = 'running', \
+     started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
+     WHERE {ids} AND state = 'claimed' AND node_id = ? AND incarnation = ? AND EXISTS \
+     (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
+     AND n.incarnation = ? AND n.state = 'live')";
+
+/// [`MARK_RUNNING`], returning the started ids and start times (PostgreSQL,
+/// SQLite).
+pub(super) const MARK_RUNNING_RETURNING: &str = "UPDATE quartz_fire SET state = 'running', \
+     started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
+     WHERE {ids} AND state = 'claimed' AND node_id = ? AND incarnation = ? AND EXISTS \
+     (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
+     AND n.incarnation = ? AND n.state = 'live') RETURNING id, started_at";
+
+/// The success of many running fires (binds: the id set, node id,
+/// incarnation).
+pub(super) const SUCCEED: &str = "UPDATE quartz_fire SET state = 'succeeded', error = NULL, finished_at = {now}, \
+     duration_ms = {now} - started_at \
+     WHERE {ids} AND state = 'running' AND node_id = ? AND incarnation = ?";
+
+/// [`SUCCEED`], returning the recorded ids and start times (PostgreSQL,
+/// SQLite).
+pub(super) const SUCCEED_RETURNING: &str = "UPDATE quartz_fire SET state = 'succeeded', error = NULL, finished_at = {now}, \
+     duration_ms = {now} - started_at \
+     WHERE {ids} AND state = 'running' AND node_id = ? AND incarnation = ? RETURNING id, started_at";
+
+/// Which of the named fires are in a state under an incarnation, and their
+/// start times, locked (MySQL, around a batched transition; binds: the id
+/// list, state, node id, incarnation).
+const IN_STATE_OF: &str = "SELECT id, started_at FROM quartz_fire \
+     WHERE {ids} AND state = ? AND node_id = ? AND incarnation = ? FOR UPDATE";
+
+impl SqlStore {
+    pub(super) async fn fire_transition(
+        &self,
+        template: &'static str,
+        fire_id: i64,
+        node: &NodeRef,
+        extra: Option<String>,
+    ) -> Result<bool, StoreError> {
+        let mut q = self.query(template);
+        if let Some(extra) = extra {
+            q = q.bind(extra);
+        }
+        self.changed_one(q.bind(fire_id).bind(node.node_id.clone()).bind(node.incarnation))
+            .await
+    }
+
+    /// One fenced transition of many fires, all or none (binds: the id set,
+    /// node id and incarnation, and again when `node_twice`), from the first
+    /// state of the pair to the second; returns the ids it moved, each with
+    /// its start time after the move. On
+    /// PostgreSQL and SQLite one statement names every fire and its
+    /// `RETURNING` says which moved; on MySQL one transaction runs a statement
+    /// per [`IDS_PER_LIST`] fires, reading which were in the first state
+    /// before and are in the second after.
+    pub(super) async fn transition_all(
+        &self,
+        fire_ids: &[i64],
+        node: &NodeRef,
+        (plain, returning): (&'static str, &'static str),
+        node_twice: bool,
+        (from_state, to_state): (&'static str, &'static str),
+    ) -> Result<Vec<(i64, Option<Timestamp>)>, StoreError> {
+        if fire_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let backend = self.db.backend;
+        let with_node = |mut q: sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>| {
+            q = q.bind(node.node_id.clone()).bind(node.incarnation);
+            if node_twice {
+                q = q.bind(node.node_id.clone()).bind(node.incarnation);
+            }
+            q
+        };
+        if backend.ids_in_one() {
+            let q = with_node(self.query(returning).bind(backend.encode_ids(fire_ids)));
+            return q
+                .fetch_all(&self.db.pool)
+                .await
+                .map_err(db_error)?
+                .iter()
+                .map(id_and_start)
+                .collect();
+        }
+        let mut moved = Vec::with_capacity(fire_ids.len());
+        let mut tx = self.begin().await?;
+        for chunk in fire_ids.chunks(IDS_PER_LIST) {
+            let in_state = |state: &'static str| {
+                bind_id_list(self.query(IN_STATE_OF), chunk)
+                    .bind(state)
+                    .bind(node.node_id.clone())
+                    .bind(node.incarnation)
+            };
+            let before: HashSet<i64> = in_state(from_state)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error)?
+                .iter()
+                .map(|row| row.try_get::<i64, _>(0))
+                .collect::<Result<_, _>>()
+                .map_err(db_error)?;
+            with_node(bind_id_list(self.query(plain), chunk))
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            for row in in_state(to_state).fetch_all(&mut *tx).await.map_err(db_error)? {
+                let (id, started_at) = id_and_start(&row)?;
+                if before.contains(&id) {
+                    moved.push((id, started_at));
+                }
+            }
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(moved)
+    }
+
+    /// Confirms a started fire still this live incarnation's and sets its
+    /// start time to now, in one transaction that reads the time back.
+    pub(super) async fn fire_confirm_start(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        let mut tx = self.begin().await?;
+        let confirmed = self
+            .query(
+                "UPDATE quartz_fire SET started_at = {now} \
+                 WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ? AND EXISTS \
+                 (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
+                 AND n.incarnation = ? AND n.state = 'live')",
+            )
+            .bind(fire_id)
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        if confirmed.rows_affected() != 1 {
+            return Ok(None);
+        }
+        let started_at: Option<i64> = self
+            .query("SELECT started_at FROM quartz_fire WHERE id = ?")
+            .bind(fire_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .try_get(0)
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(started_at.map(Timestamp::from_millis))
+    }
+
+    pub(super) async fn fire_finish(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        outcome: &Outcome,
+    ) -> Result<bool, StoreError> {
+        let (state, error) = match outcome {
+            Outcome::Succeeded => (FireState::Succeeded, None),
+            Outcome::Failed { error } => (FireState::Failed, Some(truncate(error))),
+        };
+        self.changed_one(
+            self.query(
+                "UPDATE quartz_fire SET state = ?, error = ?, finished_at = {now}, \
+                 duration_ms = {now} - started_at \
+                 WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?",
+            )
+            .bind(state.as_str())
+            .bind(error)
+            .bind(fire_id)
+            .bind(node.node_id.clone())
+            .bind(node.incarnation),
+        )
+        .await
+    }
+
+    pub(super) async fn fire_succeed_and_chain(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+    ) -> Result<Option<Vec<ChainedFire>>, StoreError> {
+        let mut tx = self.begin().await?;
+        let done = self
+            .query(
+                "UPDATE quartz_fire SET state = 'succeeded', error = NULL, finished_at = {now}, \
+                 duration_ms = {now} - started_at \
+                 WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?",
+            )
+            .bind(fire_id)
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        if done.rows_affected() != 1 {
+            return Ok(None);
+        }
+        // One row per child: claimed by this node, or skipped when paused. A
+        // child that has its row already (a cycle coming round) gets nothing.
+        let insert = match self.db.backend {
+            Backend::Postgres | Backend::Sqlite => self.query(concat!(
+                chain_insert!(),
+                " ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING"
+            )),
+            Backend::MySql => self.query(concat!(
+                chain_insert!(),
+                " ON DUPLICATE KEY UPDATE quartz_fire.attempt = quartz_fire.attempt"
+            )),
+        };
+        insert
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .bind(fire_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let rows = self
+            .query(
+                "SELECT c.id, c.job_id FROM quartz_fire f JOIN quartz_fire c \
+                 ON c.execute_id = f.execute_id AND c.fire_time = f.fire_time \
+                 JOIN quartz_job p ON p.id = f.job_id \
+                 JOIN quartz_job k ON k.id = c.job_id AND k.scheduler = p.scheduler AND k.parent_job = p.name \
+                 WHERE f.id = ? AND c.attempt = 1 AND c.state = 'claimed' AND c.node_id = ? AND c.incarnation = ? \
+                 ORDER BY c.id",
+            )
+            .bind(fire_id)
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        rows.iter()
+            .map(|row| {
+                Ok(ChainedFire {
+                    fire_id: row.try_get(0).map_err(db_error)?,
+                    job_id: row.try_get(1).map_err(db_error)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()
+            .map(Some)
+    }
+
+    pub(super) async fn fires_orphaned(&self, scheduler: &str, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        let rows = self
+            .query(concat!(
+                "SELECT ",
+                fire_cols!(),
+                " FROM quartz_fire f WHERE f.scheduler = ? AND f.state IN ('claimed', 'running') AND NOT EXISTS \
+                 (SELECT 1 FROM quartz_node n WHERE n.scheduler = f.scheduler AND n.node_id = f.node_id \
+                 AND n.incarnation = f.incarnation AND n.state = 'live') ORDER BY f.fire_time, f.id LIMIT ?"
+            ))
+            .bind(scheduler.to_owned())
+            .bind(i64::from(limit))
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(decode_fire).collect()
+    }
+
+    pub(super) async fn fires_claimed_by(
+        &self,
+        scheduler: &str,
+        node: &NodeRef,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<FireRecord>, StoreError> {
+        let rows = self
+            .query(concat!(
+                "SELECT ",
+                fire_cols!(),
+                " FROM quartz_fire WHERE scheduler = ? AND state = 'claimed' AND node_id = ? AND incarnation = ? \
+                 AND fire_time < ? AND claimed_at < ? ORDER BY fire_time, id LIMIT ?"
+            ))
+            .bind(scheduler.to_owned())
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .bind(before.as_millis())
+            .bind(before.as_millis())
+            .bind(i64::from(limit))
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(decode_fire).collect()
+    }
+
+    pub(super) async fn fire_take_over(&self, fire: &FireRecord, node: &NodeRef) -> Result<bool, StoreError> {
+        self.changed_one(
+            self.query(
+                "UPDATE quartz_fire SET node_id = ?, incarnation = ?, claimed_at = {now} \
+                 WHERE id = ? AND state = 'claimed' AND node_id {is} ? AND incarnation = ?",
+            )
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .bind(fire.id)
+            .bind(fire.owner.as_ref().map(|o| o.node_id.clone()))
+            .bind(fire.owner.as_ref().map_or(0, |o| o.incarnation)),
+        )
+        .await
+    }
+
+    pub(super) async fn fire_rerun(&self, fire: &FireRecord, node: &NodeRef) -> Result<Option<i64>, StoreError> {
+        let mut tx = self.begin().await?;
+        let attempt = i64::from(fire.attempt) + 1;
+        let closed = self
+            .query(
+                "UPDATE quartz_fire SET state = 'failed', finished_at = {now}, error = ? \
+                 WHERE id = ? AND state = 'running' AND node_id {is} ? AND incarnation = ?",
+            )
+            .bind(format!("node died mid-run; recovered as attempt {attempt}"))
+            .bind(fire.id)
+            .bind(fire.owner.as_ref().map(|o| o.node_id.clone()))
+            .bind(fire.owner.as_ref().map_or(0, |o| o.incarnation))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        if closed.rows_affected() != 1 {
+            return Ok(None);
+        }
+        let id = self
+            .insert_fire(
+                &mut tx,
+                fire.execute_id,
+                Some(fire.job_id),
+                fire.fire_time,
+                attempt,
+                Some(node),
+                FireState::Claimed,
+                None,
+                None,
+            )
+            .await?;
+        if id.is_some() {
+            tx.commit().await.map_err(db_error)?;
+        }
+        Ok(id)
+    }
+
+    pub(super) async fn fire_abandon(&self, fire: &FireRecord) -> Result<bool, StoreError> {
+        self.changed_one(
+            self.query(
+                "UPDATE quartz_fire SET state = 'abandoned', finished_at = {now}, \
+                 error = 'node died mid-run; the job does not request recovery' \
+                 WHERE id = ? AND state = 'running' AND node_id {is} ? AND incarnation = ?",
+            )
+            .bind(fire.id)
+            .bind(fire.owner.as_ref().map(|o| o.node_id.clone()))
+            .bind(fire.owner.as_ref().map_or(0, |o| o.incarnation)),
+        )
+        .await
+    }
+
+    pub(super) async fn fires_query(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
+        let job_id = match &query.job {
+            Some(name) => Some(self.require_job(&query.scheduler, name).await?.id),
+            None => None,
+        };
+        let rows = self
+            .query(concat!(
+                "SELECT ",
+                fire_cols!(),
+                " FROM quartz_fire WHERE scheduler = ? AND (? IS NULL OR job_id = ?) AND (? IS NULL OR state = ?) \
+                 AND (? IS NULL OR fire_time >= ?) AND (? IS NULL OR fire_time < ?) AND (? IS NULL OR id < ?) \
+                 ORDER BY id DESC LIMIT ?"
+            ))
+            .bind(query.scheduler.clone())
+            .bind(job_id)
+            .bind(job_id)
+            .bind(query.state.map(FireState::as_str))
+            .bind(query.state.map(FireState::as_str))
+            .bind(query.since.map(Timestamp::as_millis))
+            .bind(query.since.map(Timestamp::as_millis))
+            .bind(query.until.map(Timestamp::as_millis))
+            .bind(query.until.map(Timestamp::as_millis))
+            .bind(query.before_id)
+            .bind(query.before_id)
+            .bind(i64::from(query.limit))
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(decode_fire).collect()
+    }
+}
+
+/// A fire's id and start time, from a row of `id, started_at`.
+fn id_and_start(row: &sqlx::any::AnyRow) -> Result<(i64, Option<Timestamp>), StoreError> {
+    let id = row.try_get::<i64, _>(0).map_err(db_error)?;
+    let started_at = row.try_get::<Option<i64>, _>(1).map_err(db_error)?;
+    Ok((id, started_at.map(Timestamp::from_millis)))
+}

@@ -1,0 +1,60 @@
+//! Node registration: a new node's row, or a returning node's next
+//! incarnation.
+
+use quartz_core::store::{Node, NodeRegistration, StoreError};
+
+use super::*;
+use crate::connect::Backend;
+
+impl SqlStore {
+    /// [`Store::register_node`]'s transaction: one upsert (a new node's row,
+    /// or a returning node's next incarnation), then the row as stored. A new
+    /// row's first incarnation is the database's now in milliseconds, not 1:
+    /// a node whose row the retention purged and that comes back is still
+    /// newer than every incarnation it had, so fencing holds across purges.
+    pub(super) async fn register_node_once(&self, node: &NodeRegistration) -> Result<Node, StoreError> {
+        let mut tx = self.begin().await?;
+        let upsert = match self.db.backend {
+            Backend::MySql => {
+                "INSERT INTO quartz_node (scheduler, node_id, host, pid, weight, handlers, state, incarnation, \
+                 registered_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, 'live', {now}, {now}, {now}) \
+                 ON DUPLICATE KEY UPDATE host = VALUES(host), pid = VALUES(pid), weight = VALUES(weight), \
+                 handlers = VALUES(handlers), state = 'live', incarnation = incarnation + 1, registered_at = VALUES(registered_at), \
+                 heartbeat_at = VALUES(heartbeat_at)"
+            }
+            Backend::Postgres | Backend::Sqlite => {
+                "INSERT INTO quartz_node (scheduler, node_id, host, pid, weight, handlers, state, incarnation, \
+                 registered_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, 'live', {now}, {now}, {now}) \
+                 ON CONFLICT (scheduler, node_id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
+                 weight = excluded.weight, handlers = excluded.handlers, state = 'live', incarnation = quartz_node.incarnation + 1, \
+                 registered_at = excluded.registered_at, heartbeat_at = excluded.heartbeat_at"
+            }
+        };
+        self.query(upsert)
+            .bind(node.scheduler.clone())
+            .bind(node.node_id.clone())
+            .bind(node.host.clone())
+            .bind(i64::from(node.pid))
+            .bind(i64::from(node.weight.max(1)))
+            .bind(serde_json::to_string(&node.handlers).map_err(|e| StoreError::Database {
+                reason: format!("handler names cannot be encoded: {e}"),
+            })?)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let row = self
+            .query(concat!(
+                "SELECT ",
+                node_cols!(),
+                " FROM quartz_node WHERE scheduler = ? AND node_id = ?"
+            ))
+            .bind(node.scheduler.clone())
+            .bind(node.node_id.clone())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let registered = decode_node(&row)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(registered)
+    }
+}

@@ -7,8 +7,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../quartz-store/tests/common/mod.rs"]
-mod common;
+use quartz_testkit as common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;

@@ -5,8 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../../quartz-store/tests/common/mod.rs"]
-mod common;
+use quartz_testkit as common;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -4,8 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../../quartz-store/tests/common/mod.rs"]
-mod common;
+use quartz_testkit as common;
 
 use std::collections::{HashMap, HashSet};
 use std::process::{Child, Command, Stdio};

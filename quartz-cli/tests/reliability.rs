@@ -26,8 +26,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../quartz-store/tests/common/mod.rs"]
-mod common;
+use quartz_testkit as common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;

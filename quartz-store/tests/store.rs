@@ -3,7 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use quartz_testkit as common;
+use quartz_testkit::backend_tests;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -26,7 +26,7 @@ use tokio::sync::{Notify, oneshot};
 use super::handler::{Cancellation, JobContext};
 use super::node::Inner;
 use super::supervise::Ran;
-use crate::store::{Job, JobState, NodeRef, Store};
+use crate::store::{Job, JobState, NodeRef, Store, StoreError};
 use crate::time::Timestamp;
 use crate::trigger::{Trigger, TriggerState};
 
@@ -37,6 +37,10 @@ const START_RECHECK: Duration = Duration::from_millis(100);
 const START_LEAD_MIN: Duration = Duration::from_millis(5);
 const START_LEAD_MAX: Duration = Duration::from_millis(500);
 const START_LEAD_MARGIN: Duration = Duration::from_millis(3);
+/// How many times the start statement is tried, and the first pause between
+/// tries (doubled each time).
+const START_TRIES: u32 = 5;
+const START_RETRY: Duration = Duration::from_millis(25);
 
 /// A won fire, on its way to a handler.
 #[derive(Debug, Clone)]
@@ -243,26 +247,36 @@ impl<S: Store> Inner<S> {
     /// returns the started ones. A fire that did not start is given back; one
     /// whose recorded start is past the misfire threshold goes to its policy.
     async fn start_fenced(self: &Arc<Self>, runs: Vec<RunFire>) -> Vec<RunFire> {
-        let node = self.node();
+        // Fenced by the incarnation that claimed them, never by a later one
+        // of this node: a fire claimed before the node was declared dead and
+        // rejoined may have been taken over since, by that later incarnation
+        // too, whose own launch of it is the one that must run.
+        let mut by_owner: HashMap<NodeRef, Vec<RunFire>> = HashMap::new();
+        for run in runs {
+            by_owner.entry(run.node.clone()).or_default().push(run);
+        }
+        let mut ready = Vec::new();
+        for (owner, runs) in by_owner {
+            ready.extend(self.start_owned(&owner, runs).await);
+        }
+        ready
+    }
+
+    /// [`Self::start_fenced`] for the fires of one incarnation.
+    async fn start_owned(self: &Arc<Self>, node: &NodeRef, runs: Vec<RunFire>) -> Vec<RunFire> {
         let ids: Vec<i64> = runs.iter().map(|r| r.fire_id).collect();
         // Counted before the statement: a shutdown from here on waits. The
         // fires stay known as unstarted until the answer, so that the sweep
         // for claims this node lost track of leaves them alone meanwhile.
         self.inflight.fetch_add(runs.len(), Ordering::SeqCst);
-        let asked = std::time::Instant::now();
-        let answer = self.store.mark_running_all(&ids, &node).await;
-        self.launch.observe_start(asked.elapsed());
-        let started: HashMap<i64, Timestamp> = match answer {
-            Ok(started) => started.into_iter().collect(),
-            Err(e) => {
-                tracing::warn!(scheduler = self.scheduler, fires = ids.len(), error = %e,
-                    "could not mark fires running; giving them back");
-                for run in &runs {
-                    let _ = self.store.release_fire(run.fire_id, &run.node).await;
-                }
-                HashMap::new()
+        let (started, error) = self.mark_running(&ids, node).await;
+        if let Some(e) = error {
+            tracing::warn!(scheduler = self.scheduler, fires = ids.len() - started.len(), error = %e,
+                "could not mark fires running; giving them back");
+            for run in runs.iter().filter(|r| !started.contains_key(&r.fire_id)) {
+                let _ = self.store.release_fire(run.fire_id, &run.node).await;
             }
-        };
+        }
         {
             let mut unstarted = self.launch.unstarted.lock();
             for id in &ids {
@@ -298,6 +312,61 @@ impl<S: Store> Inner<S> {
             );
         }
         ready
+    }
+
+    /// The start statement, tried again on database errors. An error may
+    /// come after the statement committed (the answer lost on its way): after
+    /// one, a fire the next try does not start is confirmed one by one, and
+    /// one found running under this incarnation counts as started now.
+    /// Returns the started fires, and the last error if some fires' fate is
+    /// still unknown after every try.
+    async fn mark_running(&self, ids: &[i64], node: &NodeRef) -> (HashMap<i64, Timestamp>, Option<StoreError>) {
+        let mut started = HashMap::new();
+        let mut unknown = ids.to_vec();
+        let mut answer_lost = false;
+        let mut last_error = None;
+        for tries in 1..=START_TRIES {
+            let asked = std::time::Instant::now();
+            let answer = self.store.mark_running_all(&unknown, node).await;
+            self.launch.observe_start(asked.elapsed());
+            match answer {
+                Ok(now_started) => {
+                    started.extend(now_started);
+                    unknown.retain(|id| !started.contains_key(id));
+                    if !answer_lost {
+                        return (started, None);
+                    }
+                    let mut unsure = Vec::new();
+                    for id in unknown {
+                        match self.store.confirm_start(id, node).await {
+                            Ok(Some(at)) => {
+                                started.insert(id, at);
+                            }
+                            Ok(None) => {}
+                            Err(e) => {
+                                unsure.push(id);
+                                last_error = Some(e);
+                            }
+                        }
+                    }
+                    if unsure.is_empty() {
+                        return (started, None);
+                    }
+                    unknown = unsure;
+                }
+                Err(e) => {
+                    tracing::warn!(scheduler = self.scheduler, fires = unknown.len(), error = %e,
+                        "marking fires running failed; retrying");
+                    answer_lost = true;
+                    last_error = Some(e);
+                }
+            }
+            if self.stopping() {
+                break;
+            }
+            tokio::time::sleep(START_RETRY * (1 << tries)).await;
+        }
+        (started, last_error)
     }
 
     /// Hands a started fire to the pool; its task runs the handler unless a

@@ -290,6 +290,13 @@ impl<S: Store> Inner<S> {
                     .map(|done| if done { FollowUp::Recorded } else { FollowUp::NotOwned })
             };
             match recorded {
+                // After an error, the record may have committed with its
+                // answer lost: the release is a compare-and-set, harmless if
+                // it was done.
+                Ok(FollowUp::NotOwned) if tries > 1 => {
+                    self.release(&run).await;
+                    return;
+                }
                 Ok(FollowUp::NotOwned) => return,
                 Ok(follow_up) => break follow_up,
                 Err(e) if tries < FINISH_TRIES => {

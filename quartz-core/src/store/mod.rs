@@ -216,7 +216,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// For a fire marked running that waited for a thread: confirms, fenced
     /// as [`Store::mark_running_all`], that it is still running under this live
-    /// incarnation, and sets its start time to now; returns that time.
+    /// incarnation, and sets its start time to now (its fire time, if that
+    /// is later); returns that time.
     /// `None`: not this node's any more; it must not run.
     fn confirm_start(
         &self,

@@ -146,7 +146,8 @@ impl SqlStore {
     }
 
     /// Confirms a started fire still this live incarnation's and sets its
-    /// start time to now, in one transaction that reads the time back.
+    /// start time to now (its fire time, if that is later), in one
+    /// transaction that reads the time back.
     pub(super) async fn fire_confirm_start(
         &self,
         fire_id: i64,
@@ -155,7 +156,7 @@ impl SqlStore {
         let mut tx = self.begin().await?;
         let confirmed = self
             .query(
-                "UPDATE quartz_fire SET started_at = {now} \
+                "UPDATE quartz_fire SET started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
                  WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ? AND EXISTS \
                  (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
                  AND n.incarnation = ? AND n.state = 'live')",

@@ -1,11 +1,31 @@
-//! Test databases: a fresh database per test on each backend, dropped after.
+//! Test support for quartz-rs (not published): a fresh database per test on
+//! each backend, dropped after, helpers to read the ledger and wait on
+//! conditions, and a seeded fault-injecting store ([`faults`]).
 //!
 //! PostgreSQL and MariaDB come from `QUARTZ_PG_URL` and `QUARTZ_MYSQL_URL`
 //! (defaults: the local servers, `postgres://postgres@127.0.0.1:5432/test` and
 //! `mysql://root@127.0.0.1:3306/test`). When a server cannot be reached the test
 //! says so loudly on stderr and skips that backend; with `CI=true` it fails.
+//!
+//! ```no_run
+//! use quartz_testkit::{Kind, TestDb};
+//!
+//! # async fn example() {
+//! // A fresh PostgreSQL database (None, after a loud message, when the
+//! // server is down outside CI).
+//! if let Some(db) = TestDb::new(Kind::Postgres).await {
+//!     let store = db.store().await;
+//!     // ... run the test against `store` ...
+//!     # drop(store);
+//!     db.drop_db().await;
+//! }
+//! # }
+//! ```
 
-#![allow(clippy::unwrap_used, dead_code)]
+// Set-up failures are test failures: they panic with the cause.
+#![allow(clippy::unwrap_used)]
+
+pub mod faults;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -16,23 +36,31 @@ use sqlx::{AnyConnection, AssertSqlSafe, Connection, Executor};
 /// A backend the suite runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// SQLite in memory.
     SqliteMemory,
+    /// SQLite in a file of a temporary directory.
     SqliteFile,
+    /// PostgreSQL (`QUARTZ_PG_URL`).
     Postgres,
+    /// MySQL or MariaDB (`QUARTZ_MYSQL_URL`).
     MySql,
 }
 
+/// The PostgreSQL server's URL: `QUARTZ_PG_URL`, or the local server.
 pub fn pg_url() -> String {
     std::env::var("QUARTZ_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
+/// The MySQL server's URL: `QUARTZ_MYSQL_URL`, or the local server.
 pub fn mysql_url() -> String {
     std::env::var("QUARTZ_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
 }
 
 /// A database of its own for one test.
 pub struct TestDb {
+    /// Its backend.
     pub kind: Kind,
+    /// Its URL.
     pub url: String,
     admin_url: Option<String>,
     name: String,
@@ -40,7 +68,10 @@ pub struct TestDb {
 }
 
 /// A directory removed when dropped.
-pub struct TempDir(pub std::path::PathBuf);
+pub struct TempDir(
+    /// Its path.
+    pub std::path::PathBuf,
+);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
@@ -176,10 +207,10 @@ impl TestDb {
 #[macro_export]
 macro_rules! backend_tests {
     ($($name:ident),* $(,)?) => {
-        mod sqlite_memory { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::SqliteMemory, |db| Box::pin(super::$name(db))).await } )* }
-        mod sqlite_file { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::SqliteFile, |db| Box::pin(super::$name(db))).await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::Postgres, |db| Box::pin(super::$name(db))).await } )* }
-        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::MySql, |db| Box::pin(super::$name(db))).await } )* }
+        mod sqlite_memory { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run($crate::Kind::SqliteMemory, |db| Box::pin(super::$name(db))).await } )* }
+        mod sqlite_file { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run($crate::Kind::SqliteFile, |db| Box::pin(super::$name(db))).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run($crate::Kind::Postgres, |db| Box::pin(super::$name(db))).await } )* }
+        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run($crate::Kind::MySql, |db| Box::pin(super::$name(db))).await } )* }
     };
 }
 
@@ -239,7 +270,6 @@ where
 
 /// Waits until `check` returns `Ok`, failing the test with `what` and the
 /// last state `check` described after `limit`.
-#[allow(dead_code)]
 pub async fn wait_for<F, Fut>(limit: std::time::Duration, what: &str, mut check: F)
 where
     F: FnMut() -> Fut,

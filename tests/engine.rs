@@ -310,9 +310,11 @@ async fn a_saturated_pool_holds_back_its_claims_and_overdue_fires_get_their_poli
     // 8 fires a second, 400 ms each, on one thread with one queue slot: the
     // backlog outgrows the 2 s threshold.
     let grid: Vec<i64> = (0..3).map(|s| start.as_millis() + s * 1_000).collect();
+    // A fire time is covered by its first attempt: run, or in a misfired
+    // range. A late run its policy promised is a second attempt.
     let covered = |rows: &[FireRecord], execute: i64, t: i64| {
         rows.iter()
-            .filter(|f| f.execute_id == execute && f.state != FireState::Pending)
+            .filter(|f| f.execute_id == execute && f.state != FireState::Pending && f.attempt == 1)
             .filter(|f| match f.skipped_until {
                 Some(until) => (f.fire_time.as_millis()..=until.as_millis()).contains(&t),
                 None => f.fire_time.as_millis() == t,
@@ -338,6 +340,15 @@ async fn a_saturated_pool_holds_back_its_claims_and_overdue_fires_get_their_poli
         for t in &grid {
             assert_eq!(covered(&rows, e, *t), 1, "fire time {t} of execute {e}: {rows:?}");
         }
+    }
+    for late in rows.iter().filter(|f| f.attempt > 1) {
+        assert!(
+            rows.iter().any(|f| f.execute_id == late.execute_id
+                && f.fire_time == late.fire_time
+                && f.attempt == 1
+                && f.state == FireState::Misfired),
+            "a second attempt is the late run of a misfired first: {late:?}"
+        );
     }
     assert_eq!(n.status().counters.rejected, 0, "the pool refused nothing");
     assert!(

@@ -56,7 +56,7 @@ mod nodes;
 mod pending;
 
 use decode::{RowError, decode_execute, decode_fire, decode_job, decode_node};
-use fires::{MARK_RUNNING, MARK_RUNNING_RETURNING, SUCCEED, SUCCEED_RETURNING};
+use fires::{CONFIRM_START, CONFIRM_START_RETURNING, MARK_RUNNING, MARK_RUNNING_RETURNING, SUCCEED, SUCCEED_RETURNING};
 
 /// A [`Store`] on SQLite, PostgreSQL or MySQL/MariaDB, chosen by URL.
 ///
@@ -323,27 +323,13 @@ impl Store for SqlStore {
     }
 
     async fn mark_running_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<(i64, Timestamp)>, StoreError> {
-        let started = self
-            .transition_all(
-                fire_ids,
-                node,
-                (MARK_RUNNING, MARK_RUNNING_RETURNING),
-                true,
-                ("claimed", "running"),
-            )
-            .await?;
-        started
-            .into_iter()
-            .map(|(id, at)| {
-                at.map(|at| (id, at)).ok_or_else(|| StoreError::Database {
-                    reason: format!("fire {id} was marked running without a start time"),
-                })
-            })
-            .collect()
+        self.starts(fire_ids, node, (MARK_RUNNING, MARK_RUNNING_RETURNING), "claimed")
+            .await
     }
 
-    async fn confirm_start(&self, fire_id: i64, node: &NodeRef) -> Result<Option<Timestamp>, StoreError> {
-        self.fire_confirm_start(fire_id, node).await
+    async fn confirm_starts(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<(i64, Timestamp)>, StoreError> {
+        self.starts(fire_ids, node, (CONFIRM_START, CONFIRM_START_RETURNING), "running")
+            .await
     }
 
     async fn succeed_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<i64>, StoreError> {

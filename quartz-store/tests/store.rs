@@ -930,10 +930,13 @@ async fn fires_start_and_succeed_in_batches_fenced(db: &TestDb) {
     }
     // A start confirmed again moves the start time to now and says so; only
     // the owner's, and only of a running fire.
-    let confirmed = store.confirm_start(ids[0], &node).await.unwrap();
-    assert!(confirmed.is_some_and(|at| at >= started[0].1), "{confirmed:?}");
-    assert_eq!(store.confirm_start(ids[0], &other).await.unwrap(), None);
-    assert_eq!(store.confirm_start(ids[69], &node).await.unwrap(), None, "not started");
+    let confirmed = store.confirm_starts(&[ids[0], ids[69]], &node).await.unwrap();
+    assert_eq!(confirmed.len(), 1, "not the unstarted one: {confirmed:?}");
+    assert!(
+        confirmed[0].0 == ids[0] && confirmed[0].1 >= started[0].1,
+        "{confirmed:?}"
+    );
+    assert!(store.confirm_starts(&[ids[0]], &other).await.unwrap().is_empty());
     assert!(
         store.mark_running_all(&ids[..3], &node).await.unwrap().is_empty(),
         "once"
@@ -949,6 +952,14 @@ async fn fires_start_and_succeed_in_batches_fenced(db: &TestDb) {
     assert!(
         rows.iter()
             .all(|f| f.state != FireState::Succeeded || f.finished_at.is_some())
+    );
+    // A running fire of an incarnation declared dead is confirmed no more.
+    assert_eq!(store.mark_running_all(&ids[69..], &node).await.unwrap().len(), 1);
+    assert_eq!(store.confirm_starts(&ids[69..], &node).await.unwrap().len(), 1);
+    assert!(store.retire_node(S, &node, -1).await.unwrap());
+    assert!(
+        store.confirm_starts(&ids[69..], &node).await.unwrap().is_empty(),
+        "fenced by liveness"
     );
 }
 

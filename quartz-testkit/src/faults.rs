@@ -234,7 +234,7 @@ faulty! {
     fn claim(&self, claim: &Claim) -> Option<i64>;
     fn claim_batch(&self, claims: &[Claim]) -> Vec<Option<i64>>;
     fn mark_running_all(&self, fire_ids: &[i64], node: &NodeRef) -> Vec<(i64, Timestamp)>;
-    fn confirm_start(&self, fire_id: i64, node: &NodeRef) -> Option<Timestamp>;
+    fn confirm_starts(&self, fire_ids: &[i64], node: &NodeRef) -> Vec<(i64, Timestamp)>;
     fn succeed_all(&self, fire_ids: &[i64], node: &NodeRef) -> Vec<i64>;
     fn finish(&self, fire_id: i64, node: &NodeRef, outcome: &Outcome) -> bool;
     fn succeed_and_chain(&self, fire_id: i64, node: &NodeRef) -> Option<Vec<ChainedFire>>;

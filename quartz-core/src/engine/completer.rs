@@ -3,6 +3,7 @@
 //! (one statement for many fires); failures, timeouts and successes that
 //! start chains are written one by one, each with what follows it.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -10,6 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::launch::RunFire;
 use super::node::{FINISH_TRIES, Inner};
 use crate::store::{ChainedFire, FIRES_PER_BATCH, NodeRef, Outcome, Store, StoreError};
+use crate::time::Timestamp;
 
 /// The most successes recorded by one statement batch.
 const SUCCESS_BATCH: usize = FIRES_PER_BATCH;
@@ -43,6 +45,57 @@ pub(super) async fn record_successes<S: Store>(
             for (id, _, reply) in mine {
                 let answer = match &recorded {
                     Ok(done) => Ok(done.contains(&id)),
+                    Err(e) => Err(StoreError::Database { reason: e.to_string() }),
+                };
+                let _ = reply.send(answer);
+            }
+        }
+    }
+}
+
+/// A start to confirm: the fire, its owner, and where the answer goes (the
+/// pool thread that waits for it): `Some` start time when confirmed, `None`
+/// when the fire is no longer this incarnation's, `Err` when the database
+/// could not say.
+pub(super) type Confirm = (
+    i64,
+    NodeRef,
+    std::sync::mpsc::SyncSender<Result<Option<Timestamp>, StoreError>>,
+);
+
+/// Confirms starts as they come, many per statement, as
+/// [`record_successes`] records successes; a database error is tried again
+/// before it is the answer. Ends with the node.
+pub(super) async fn confirm_starts<S: Store>(
+    inner: std::sync::Weak<Inner<S>>,
+    mut rx: mpsc::UnboundedReceiver<Confirm>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < SUCCESS_BATCH {
+            match rx.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        while !batch.is_empty() {
+            let node = batch[0].1.clone();
+            let (mine, rest): (Vec<Confirm>, Vec<Confirm>) = batch.into_iter().partition(|c| c.1 == node);
+            batch = rest;
+            let ids: Vec<i64> = mine.iter().map(|c| c.0).collect();
+            let mut confirmed = inner.store.confirm_starts(&ids, &node).await;
+            for tries in 1..FINISH_TRIES {
+                if confirmed.is_ok() || inner.stopping() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(25 << tries)).await;
+                confirmed = inner.store.confirm_starts(&ids, &node).await;
+            }
+            let confirmed = confirmed.map(|c| c.into_iter().collect::<HashMap<i64, Timestamp>>());
+            for (id, _, reply) in mine {
+                let answer = match &confirmed {
+                    Ok(started) => Ok(started.get(&id).copied()),
                     Err(e) => Err(StoreError::Database { reason: e.to_string() }),
                 };
                 let _ = reply.send(answer);

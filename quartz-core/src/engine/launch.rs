@@ -336,23 +336,13 @@ impl<S: Store> Inner<S> {
                     if !answer_lost {
                         return (started, None);
                     }
-                    let mut unsure = Vec::new();
-                    for id in unknown {
-                        match self.store.confirm_start(id, node).await {
-                            Ok(Some(at)) => {
-                                started.insert(id, at);
-                            }
-                            Ok(None) => {}
-                            Err(e) => {
-                                unsure.push(id);
-                                last_error = Some(e);
-                            }
+                    match self.store.confirm_starts(&unknown, node).await {
+                        Ok(confirmed) => {
+                            started.extend(confirmed);
+                            return (started, None);
                         }
+                        Err(e) => last_error = Some(e),
                     }
-                    if unsure.is_empty() {
-                        return (started, None);
-                    }
-                    unknown = unsure;
                 }
                 Err(e) => {
                     tracing::warn!(scheduler = self.scheduler, fires = unknown.len(), error = %e,
@@ -414,10 +404,21 @@ impl<S: Store> Inner<S> {
             // set to now, before it runs. A node declared dead meanwhile runs
             // nothing it lost.
             if submitted.elapsed() > START_RECHECK {
-                let Ok(Some(started_at)) = runtime.block_on(inner.store.confirm_start(fire_id, &owner)) else {
-                    tracing::warn!(fire_id, "fire not run: this incarnation no longer owns it");
-                    let _ = done_tx.send(Ran::NotOwned);
-                    return;
+                // Confirmed with the others waiting at this moment, in one
+                // statement: a busy pool asks no round trip per fire.
+                let (reply, answer) = std::sync::mpsc::sync_channel(1);
+                let _ = inner.confirms.send((fire_id, owner, reply));
+                let started_at = match answer.recv() {
+                    Ok(Ok(Some(at))) => at,
+                    Ok(Ok(None)) => {
+                        tracing::warn!(fire_id, "fire not run: this incarnation no longer owns it");
+                        let _ = done_tx.send(Ran::NotOwned);
+                        return;
+                    }
+                    Ok(Err(_)) | Err(_) => {
+                        let _ = done_tx.send(Ran::Unconfirmed);
+                        return;
+                    }
                 };
                 // Judged by the start the ledger recorded.
                 let late_ms = started_at.as_millis() - fire_time.as_millis();

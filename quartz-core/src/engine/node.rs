@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use super::clock::Clock;
 use super::cluster::ClusterState;
-use super::completer::{Success, record_successes};
+use super::completer::{Confirm, Success, confirm_starts, record_successes};
 use super::handler::{CancelReason, Handler};
 use super::launch::LaunchState;
 use super::queue::FireQueue;
@@ -74,6 +74,9 @@ pub(crate) struct Inner<S> {
     pub(super) parents: RwLock<HashSet<i64>>,
     /// Successes on their way to the ledger, recorded together.
     pub(super) successes: mpsc::UnboundedSender<Success>,
+    /// Starts to confirm again (fires that waited for a thread), confirmed
+    /// together.
+    pub(super) confirms: mpsc::UnboundedSender<Confirm>,
 }
 
 impl<S: Store> Inner<S> {
@@ -101,6 +104,7 @@ impl<S: Store> Inner<S> {
         };
         tracing::info!(scheduler, node = %node.node_id, incarnation = node.incarnation, "node registered");
         let (successes, successes_rx) = mpsc::unbounded_channel();
+        let (confirms, confirms_rx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             store,
             scheduler,
@@ -126,8 +130,10 @@ impl<S: Store> Inner<S> {
             warned: Mutex::new(HashSet::new()),
             parents: RwLock::new(HashSet::new()),
             successes,
+            confirms,
         });
         tokio::spawn(record_successes(Arc::downgrade(&inner), successes_rx));
+        tokio::spawn(confirm_starts(Arc::downgrade(&inner), confirms_rx));
         let tasks = vec![
             tokio::spawn(Arc::clone(&inner).poller()),
             tokio::spawn(Arc::clone(&inner).dispatcher()),

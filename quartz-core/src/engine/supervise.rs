@@ -28,6 +28,9 @@ pub(super) enum Ran {
     /// A thread took the fire late and found it no longer this incarnation's:
     /// the handler did not run.
     NotOwned,
+    /// A thread took the fire late and the database could not confirm its
+    /// start: the handler did not run, and the fire goes to its policy.
+    Unconfirmed,
 }
 
 impl<S: Store> Inner<S> {
@@ -71,6 +74,16 @@ impl<S: Store> Inner<S> {
                 self.running.lock().remove(&run.fire_id);
                 let cause = format!("a thread took it {late_ms} ms after its time");
                 self.misfired(run.clone(), &cause, false).await;
+                return;
+            }
+            Some(Ran::Unconfirmed) => {
+                self.running.lock().remove(&run.fire_id);
+                self.misfired(
+                    run.clone(),
+                    "its start could not be confirmed after waiting for a thread",
+                    false,
+                )
+                .await;
                 return;
             }
             Some(Ran::NotOwned) => {
@@ -148,7 +161,7 @@ impl<S: Store> Inner<S> {
             "fire timed out"
         );
         match done_rx.await.ok()? {
-            ran @ (Ran::Late(_) | Ran::NotOwned) => Some(ran),
+            ran @ (Ran::Late(_) | Ran::NotOwned | Ran::Unconfirmed) => Some(ran),
             Ran::Done(returned) => {
                 let after = asked.elapsed().as_millis();
                 let how = match returned {

@@ -214,16 +214,17 @@ pub trait Store: Send + Sync + 'static {
         node: &NodeRef,
     ) -> impl Future<Output = Result<Vec<(i64, Timestamp)>, StoreError>> + Send;
 
-    /// For a fire marked running that waited for a thread: confirms, fenced
-    /// as [`Store::mark_running_all`], that it is still running under this live
-    /// incarnation, and sets its start time to now (its fire time, if that
-    /// is later); returns that time.
-    /// `None`: not this node's any more; it must not run.
-    fn confirm_start(
+    /// For fires marked running that waited for a thread, or whose start's
+    /// answer was lost: confirms, fenced as [`Store::mark_running_all`], that
+    /// they are still running under this live incarnation, and sets their
+    /// start time to now (their fire time, if that is later); returns the
+    /// confirmed ones with that time. A fire left out is not this node's any
+    /// more: it must not run. All or none, as [`Store::mark_running_all`].
+    fn confirm_starts(
         &self,
-        fire_id: i64,
+        fire_ids: &[i64],
         node: &NodeRef,
-    ) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<(i64, Timestamp)>, StoreError>> + Send;
 
     /// Records the success of many running fires of this node's incarnation;
     /// returns the ids recorded (a fire no longer this incarnation's is left

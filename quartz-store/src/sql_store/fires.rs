@@ -42,6 +42,23 @@ pub(super) const MARK_RUNNING_RETURNING: &str = "UPDATE quartz_fire SET state = 
      (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
      AND n.incarnation = ? AND n.state = 'live') RETURNING id, started_at";
 
+/// The confirmation of many started fires: still running under this live
+/// incarnation, started now (binds: the id set, then node id and incarnation
+/// twice).
+pub(super) const CONFIRM_START: &str = "UPDATE quartz_fire SET \
+     started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
+     WHERE {ids} AND state = 'running' AND node_id = ? AND incarnation = ? AND EXISTS \
+     (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
+     AND n.incarnation = ? AND n.state = 'live')";
+
+/// [`CONFIRM_START`], returning the confirmed ids and start times
+/// (PostgreSQL, SQLite).
+pub(super) const CONFIRM_START_RETURNING: &str = "UPDATE quartz_fire SET \
+     started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
+     WHERE {ids} AND state = 'running' AND node_id = ? AND incarnation = ? AND EXISTS \
+     (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
+     AND n.incarnation = ? AND n.state = 'live') RETURNING id, started_at";
+
 /// The success of many running fires (binds: the id set, node id,
 /// incarnation).
 pub(super) const SUCCEED: &str = "UPDATE quartz_fire SET state = 'succeeded', error = NULL, finished_at = {now}, \
@@ -53,6 +70,11 @@ pub(super) const SUCCEED: &str = "UPDATE quartz_fire SET state = 'succeeded', er
 pub(super) const SUCCEED_RETURNING: &str = "UPDATE quartz_fire SET state = 'succeeded', error = NULL, finished_at = {now}, \
      duration_ms = {now} - started_at \
      WHERE {ids} AND state = 'running' AND node_id = ? AND incarnation = ? RETURNING id, started_at";
+
+/// The row of a live incarnation, locked (MySQL; binds: node id,
+/// incarnation, and a fire of its scheduler).
+const LIVE_OWNER: &str = "SELECT n.node_id FROM quartz_node n WHERE n.node_id = ? AND n.incarnation = ? \
+     AND n.state = 'live' AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?) FOR UPDATE";
 
 /// Which of the named fires are in a state under an incarnation, and their
 /// start times, locked (MySQL, around a batched transition; binds: the id
@@ -115,6 +137,23 @@ impl SqlStore {
         }
         let mut moved = Vec::with_capacity(fire_ids.len());
         let mut tx = self.begin().await?;
+        if node_twice {
+            // Fenced by liveness: checked first, the node's row locked, so
+            // that the sets read before and after (which cannot tell a
+            // confirmation, from running to running, that the fence refused)
+            // are those of a live incarnation.
+            let live = self
+                .query(LIVE_OWNER)
+                .bind(node.node_id.clone())
+                .bind(node.incarnation)
+                .bind(fire_ids[0])
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            if live.is_none() {
+                return Ok(Vec::new());
+            }
+        }
         for chunk in fire_ids.chunks(IDS_PER_LIST) {
             let in_state = |state: &'static str| {
                 bind_id_list(self.query(IN_STATE_OF), chunk)
@@ -145,43 +184,26 @@ impl SqlStore {
         Ok(moved)
     }
 
-    /// Confirms a started fire still this live incarnation's and sets its
-    /// start time to now (its fire time, if that is later), in one
-    /// transaction that reads the time back.
-    pub(super) async fn fire_confirm_start(
+    /// A fenced start statement (a start, or its confirmation) from
+    /// `from_state` to running: the fires it started, with their start times.
+    pub(super) async fn starts(
         &self,
-        fire_id: i64,
+        fire_ids: &[i64],
         node: &NodeRef,
-    ) -> Result<Option<Timestamp>, StoreError> {
-        let mut tx = self.begin().await?;
-        let confirmed = self
-            .query(
-                "UPDATE quartz_fire SET started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
-                 WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ? AND EXISTS \
-                 (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
-                 AND n.incarnation = ? AND n.state = 'live')",
-            )
-            .bind(fire_id)
-            .bind(node.node_id.clone())
-            .bind(node.incarnation)
-            .bind(node.node_id.clone())
-            .bind(node.incarnation)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        if confirmed.rows_affected() != 1 {
-            return Ok(None);
-        }
-        let started_at: Option<i64> = self
-            .query("SELECT started_at FROM quartz_fire WHERE id = ?")
-            .bind(fire_id)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_error)?
-            .try_get(0)
-            .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(started_at.map(Timestamp::from_millis))
+        statements: (&'static str, &'static str),
+        from_state: &'static str,
+    ) -> Result<Vec<(i64, Timestamp)>, StoreError> {
+        let started = self
+            .transition_all(fire_ids, node, statements, true, (from_state, "running"))
+            .await?;
+        started
+            .into_iter()
+            .map(|(id, at)| {
+                at.map(|at| (id, at)).ok_or_else(|| StoreError::Database {
+                    reason: format!("fire {id} is running without a start time"),
+                })
+            })
+            .collect()
     }
 
     pub(super) async fn fire_finish(

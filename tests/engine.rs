@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use common::{TestDb, ledger, wait_for, wait_until};
 use quartz::engine::{Phase, Strategy};
-use quartz::misfire::{MisfirePolicy, MisfireSettings};
+use quartz::misfire::MisfirePolicy;
 use quartz::prelude::*;
 use quartz::store::{FireRecord, FireState, NodeRef, NodeRegistration};
 
@@ -64,26 +64,14 @@ fn log_if_asked() {
     }
 }
 
-/// Settings for tests: short intervals, the same guarantees.
+/// Settings for tests: short intervals, the same guarantees
+/// ([`common::fast_settings`]), and a pool that queues whatever comes.
 fn fast() -> Settings {
     Settings {
-        poll_interval: Duration::from_millis(500),
-        window: Duration::from_millis(1_000),
-        heartbeat_interval: Duration::from_millis(200),
-        dead_after: Duration::from_millis(1_500),
-        misfire: MisfireSettings {
-            threshold_ms: 2_000,
-            ..MisfireSettings::default()
-        },
-        // The others claim 300 ms after the fire time: with this short
-        // window a fire is queued only about when its claim lead begins, so
-        // the preferred node needs its poll interval to find it.
-        strategy_grace: Duration::from_millis(1_300),
-        shutdown_grace: Duration::from_secs(10),
         pool_core: 2,
         pool_max: 16,
         pool_queue: 10_000,
-        ..Settings::default()
+        ..common::fast_settings()
     }
 }
 

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use quartz::audit::{AuditParams, audit};
-use quartz::misfire::MisfireSettings;
 use quartz::prelude::*;
 use quartz::store::{FireRecord, FireState};
 use quartz_testkit::faults::{Faults, FaultyStore, Injected};
@@ -156,19 +155,7 @@ fn requests_recovery(job: &str) -> bool {
 }
 
 fn settings() -> Settings {
-    Settings {
-        poll_interval: Duration::from_millis(500),
-        window: Duration::from_millis(1_000),
-        heartbeat_interval: Duration::from_millis(200),
-        dead_after: Duration::from_millis(1_500),
-        misfire: MisfireSettings {
-            threshold_ms: 2_000,
-            ..MisfireSettings::default()
-        },
-        strategy_grace: Duration::from_millis(1_300),
-        shutdown_grace: Duration::from_secs(10),
-        ..Settings::default()
-    }
+    quartz_testkit::fast_settings()
 }
 
 /// One seed: the cluster under faults, then settled, then checked. Returns

@@ -56,7 +56,10 @@ mod nodes;
 mod pending;
 
 use decode::{RowError, decode_execute, decode_fire, decode_job, decode_node};
-use fires::{CONFIRM_START, CONFIRM_START_RETURNING, MARK_RUNNING, MARK_RUNNING_RETURNING, SUCCEED, SUCCEED_RETURNING};
+use fires::{
+    CONFIRM_START, CONFIRM_START_RETURNING, FAIL_CLAIMED, MARK_RUNNING, MARK_RUNNING_RETURNING, MISFIRE_CLAIMED,
+    RELEASE_CLAIMED, SKIP_CLAIMED, SUCCEED, SUCCEED_RETURNING,
+};
 
 /// A [`Store`] on SQLite, PostgreSQL or MySQL/MariaDB, chosen by URL.
 ///
@@ -368,47 +371,22 @@ impl Store for SqlStore {
     }
 
     async fn misfire_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
-        self.fire_transition(
-            "UPDATE quartz_fire SET state = 'misfired', error = ?, started_at = NULL, finished_at = {now} \
-             WHERE id = ? AND state IN ('claimed', 'running') AND node_id = ? AND incarnation = ?",
-            fire_id,
-            node,
-            Some(truncate(reason)),
-        )
-        .await
+        self.fire_transition(MISFIRE_CLAIMED, fire_id, node, Some(truncate(reason)))
+            .await
     }
 
     async fn skip_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
-        self.fire_transition(
-            "UPDATE quartz_fire SET state = 'skipped', error = ?, finished_at = {now} \
-             WHERE id = ? AND state = 'claimed' AND node_id = ? AND incarnation = ?",
-            fire_id,
-            node,
-            Some(truncate(reason)),
-        )
-        .await
+        self.fire_transition(SKIP_CLAIMED, fire_id, node, Some(truncate(reason)))
+            .await
     }
 
     async fn fail_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
-        self.fire_transition(
-            "UPDATE quartz_fire SET state = 'failed', error = ?, finished_at = {now} \
-             WHERE id = ? AND state = 'claimed' AND node_id = ? AND incarnation = ?",
-            fire_id,
-            node,
-            Some(truncate(reason)),
-        )
-        .await
+        self.fire_transition(FAIL_CLAIMED, fire_id, node, Some(truncate(reason)))
+            .await
     }
 
     async fn release_fire(&self, fire_id: i64, node: &NodeRef) -> Result<bool, StoreError> {
-        self.fire_transition(
-            "UPDATE quartz_fire SET node_id = NULL, incarnation = 0 \
-             WHERE id = ? AND state = 'claimed' AND node_id = ? AND incarnation = ?",
-            fire_id,
-            node,
-            None,
-        )
-        .await
+        self.fire_transition(RELEASE_CLAIMED, fire_id, node, None).await
     }
 
     async fn orphaned_fires(&self, scheduler: &str, limit: u32) -> Result<Vec<FireRecord>, StoreError> {

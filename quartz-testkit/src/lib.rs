@@ -27,6 +27,28 @@
 
 pub mod faults;
 
+/// Engine settings for tests: short intervals, the same guarantees. Polls
+/// every 500 ms over a 1 s window, heartbeats every 200 ms, a node dead after
+/// 1.5 s of silence, misfires past 2 s; the others claim 300 ms after the
+/// fire time (with this short window a fire is queued only about when its
+/// claim lead begins, so the preferred node needs its poll interval to find
+/// it).
+pub fn fast_settings() -> quartz_core::engine::Settings {
+    quartz_core::engine::Settings {
+        poll_interval: std::time::Duration::from_millis(500),
+        window: std::time::Duration::from_millis(1_000),
+        heartbeat_interval: std::time::Duration::from_millis(200),
+        dead_after: std::time::Duration::from_millis(1_500),
+        misfire: quartz_core::misfire::MisfireSettings {
+            threshold_ms: 2_000,
+            ..quartz_core::misfire::MisfireSettings::default()
+        },
+        strategy_grace: std::time::Duration::from_millis(1_300),
+        shutdown_grace: std::time::Duration::from_secs(10),
+        ..quartz_core::engine::Settings::default()
+    }
+}
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use quartz_store::{SqlStore, StoreOptions};

@@ -21,25 +21,39 @@ const SUCCESS_BATCH: usize = FIRES_PER_BATCH;
 /// incarnation's).
 pub(super) type Success = (i64, NodeRef, oneshot::Sender<Result<bool, StoreError>>);
 
+/// The next batch from a queue: what arrived while the previous one was
+/// written, up to [`SUCCESS_BATCH`], split by owner (one statement each);
+/// `None` when the queue is closed.
+async fn next_batch<T>(
+    rx: &mut mpsc::UnboundedReceiver<T>,
+    owner: fn(&T) -> &NodeRef,
+) -> Option<Vec<(NodeRef, Vec<T>)>> {
+    let mut batch = vec![rx.recv().await?];
+    while batch.len() < SUCCESS_BATCH {
+        match rx.try_recv() {
+            Ok(next) => batch.push(next),
+            Err(_) => break,
+        }
+    }
+    let mut by_owner: Vec<(NodeRef, Vec<T>)> = Vec::new();
+    for item in batch {
+        match by_owner.iter_mut().find(|(node, _)| node == owner(&item)) {
+            Some((_, items)) => items.push(item),
+            None => by_owner.push((owner(&item).clone(), vec![item])),
+        }
+    }
+    Some(by_owner)
+}
+
 /// Records successes as they come, many per statement: whatever arrived while
 /// the previous statement ran goes in the next. Ends with the node.
 pub(super) async fn record_successes<S: Store>(
     inner: std::sync::Weak<Inner<S>>,
     mut rx: mpsc::UnboundedReceiver<Success>,
 ) {
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < SUCCESS_BATCH {
-            match rx.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
-        }
+    while let Some(batch) = next_batch(&mut rx, |s| &s.1).await {
         let Some(inner) = inner.upgrade() else { return };
-        while !batch.is_empty() {
-            let node = batch[0].1.clone();
-            let (mine, rest): (Vec<Success>, Vec<Success>) = batch.into_iter().partition(|s| s.1 == node);
-            batch = rest;
+        for (node, mine) in batch {
             let ids: Vec<i64> = mine.iter().map(|s| s.0).collect();
             let recorded = inner.store.succeed_all(&ids, &node).await;
             for (id, _, reply) in mine {
@@ -70,19 +84,9 @@ pub(super) async fn confirm_starts<S: Store>(
     inner: std::sync::Weak<Inner<S>>,
     mut rx: mpsc::UnboundedReceiver<Confirm>,
 ) {
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < SUCCESS_BATCH {
-            match rx.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
-        }
+    while let Some(batch) = next_batch(&mut rx, |c| &c.1).await {
         let Some(inner) = inner.upgrade() else { return };
-        while !batch.is_empty() {
-            let node = batch[0].1.clone();
-            let (mine, rest): (Vec<Confirm>, Vec<Confirm>) = batch.into_iter().partition(|c| c.1 == node);
-            batch = rest;
+        for (node, mine) in batch {
             let ids: Vec<i64> = mine.iter().map(|c| c.0).collect();
             let mut confirmed = inner.store.confirm_starts(&ids, &node).await;
             for tries in 1..FINISH_TRIES {

@@ -25,6 +25,24 @@ macro_rules! chain_insert {
     };
 }
 
+/// A fire of this incarnation that never ran, recorded misfired, its start
+/// cleared (binds: the reason, the fire, node id, incarnation).
+pub(super) const MISFIRE_CLAIMED: &str = "UPDATE quartz_fire SET state = 'misfired', error = ?, started_at = NULL, \
+     finished_at = {now} WHERE id = ? AND state IN ('claimed', 'running') AND node_id = ? AND incarnation = ?";
+
+/// A claimed fire recorded skipped (binds as [`MISFIRE_CLAIMED`]).
+pub(super) const SKIP_CLAIMED: &str = "UPDATE quartz_fire SET state = 'skipped', error = ?, finished_at = {now} \
+     WHERE id = ? AND state = 'claimed' AND node_id = ? AND incarnation = ?";
+
+/// A claimed fire recorded failed (binds as [`MISFIRE_CLAIMED`]).
+pub(super) const FAIL_CLAIMED: &str = "UPDATE quartz_fire SET state = 'failed', error = ?, finished_at = {now} \
+     WHERE id = ? AND state = 'claimed' AND node_id = ? AND incarnation = ?";
+
+/// A claimed fire given back, open to any node (binds: the fire, node id,
+/// incarnation).
+pub(super) const RELEASE_CLAIMED: &str = "UPDATE quartz_fire SET node_id = NULL, incarnation = 0 \
+     WHERE id = ? AND state = 'claimed' AND node_id = ? AND incarnation = ?";
+
 /// The fenced start of many claimed fires (binds: the id set, then node id
 /// and incarnation twice). A fire started ahead of its time (the node then
 /// runs it at its time) is recorded started at its time.

@@ -61,12 +61,14 @@ impl Backend {
     }
 
     /// `{ids}`: "`id` is one of a bound set". PostgreSQL binds the set as
-    /// one array literal (`{1,2}`), SQLite as one JSON array (`[1,2]`);
+    /// one array literal (`{1,2}`), unnested once by a subquery (as a plain
+    /// `= ANY(CAST(? AS BIGINT[]))`, a sequential scan would parse the
+    /// literal again for every row), SQLite as one JSON array (`[1,2]`);
     /// MySQL has no array parameter and takes a list of [`IDS_PER_LIST`]
     /// placeholders (a shorter set repeats its last id).
     fn id_set(self) -> String {
         match self {
-            Backend::Postgres => "id = ANY(CAST(? AS BIGINT[]))".to_owned(),
+            Backend::Postgres => "id IN (SELECT unnest(CAST(? AS BIGINT[])))".to_owned(),
             Backend::Sqlite => "id IN (SELECT value FROM json_each(?))".to_owned(),
             Backend::MySql => format!("id IN ({})", vec!["?"; IDS_PER_LIST].join(", ")),
         }
@@ -242,7 +244,13 @@ impl Db {
                         ],
                         // Epoch conversions must not depend on the server's zone.
                         Backend::MySql => &["SET time_zone = '+00:00'"],
-                        Backend::Postgres => &[],
+                        // Every statement names its rows by key (ids, the
+                        // due index): the plan the indexes give is the right
+                        // one whatever the table's statistics say, and a
+                        // custom plan, made anew for each of the first runs
+                        // of a statement on a connection, can pick a
+                        // sequential scan from missing statistics.
+                        Backend::Postgres => &["SET plan_cache_mode = force_generic_plan"],
                     };
                     for statement in setup {
                         conn.execute(*statement).await?;

@@ -70,6 +70,7 @@ impl<S: Store> Inner<S> {
             scheduler = self.scheduler,
             mine = mine.len(),
             theirs = theirs.len(),
+            room = self.room(),
             "due"
         );
         if !theirs.is_empty() {

@@ -92,6 +92,7 @@ impl<S: Store> Inner<S> {
         let full = batch.executes.len() + batch.rejected.len() >= self.settings.batch_size as usize;
         let parents = self.store.chain_parents(&self.scheduler).await?;
         *self.parents.write() = parents.into_iter().collect();
+        let executes = batch.executes.len();
         let jobs = self.read_jobs(&batch.executes).await?;
         let mut writes = Vec::new();
         for execute in batch.executes {
@@ -113,6 +114,7 @@ impl<S: Store> Inner<S> {
                 Decision::Write(write) => writes.push(write),
             }
         }
+        let decided = writes.len();
         self.write_decisions(writes, db_now, horizon).await?;
         for fire in self
             .store
@@ -121,6 +123,7 @@ impl<S: Store> Inner<S> {
         {
             self.queue_pending(PendingFire::of(&fire));
         }
+        tracing::debug!(scheduler = self.scheduler, executes, decided, full, "polled");
         Ok(full)
     }
 

@@ -53,12 +53,18 @@ pub(super) const MARK_RUNNING: &str = "UPDATE quartz_fire SET state = 'running',
      AND n.incarnation = ? AND n.state = 'live')";
 
 /// [`MARK_RUNNING`], returning the started ids and start times (PostgreSQL,
-/// SQLite).
+/// SQLite; binds: the id set, node id and incarnation twice, then one of the
+/// fires). The fence names the scheduler through one of the fires rather
+/// than each row's own: a fence correlated with the updated rows lets
+/// PostgreSQL's planner, without statistics, reach the fires through the
+/// (scheduler, state) index, every claimed fire of the scheduler (and every
+/// dead index entry a claim left) read by every start; uncorrelated, the fence
+/// is evaluated once and the fires are reached by their ids.
 pub(super) const MARK_RUNNING_RETURNING: &str = "UPDATE quartz_fire SET state = 'running', \
      started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
      WHERE {ids} AND state = 'claimed' AND node_id = ? AND incarnation = ? AND EXISTS \
-     (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
-     AND n.incarnation = ? AND n.state = 'live') RETURNING id, started_at";
+     (SELECT 1 FROM quartz_node n WHERE n.node_id = ? AND n.incarnation = ? AND n.state = 'live' \
+     AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?)) RETURNING id, started_at";
 
 /// The confirmation of many started fires: still running under this live
 /// incarnation, started now (binds: the id set, then node id and incarnation
@@ -70,12 +76,13 @@ pub(super) const CONFIRM_START: &str = "UPDATE quartz_fire SET \
      AND n.incarnation = ? AND n.state = 'live')";
 
 /// [`CONFIRM_START`], returning the confirmed ids and start times
-/// (PostgreSQL, SQLite).
+/// (PostgreSQL, SQLite; binds as [`MARK_RUNNING_RETURNING`], whose fence it
+/// shares).
 pub(super) const CONFIRM_START_RETURNING: &str = "UPDATE quartz_fire SET \
      started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
      WHERE {ids} AND state = 'running' AND node_id = ? AND incarnation = ? AND EXISTS \
-     (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
-     AND n.incarnation = ? AND n.state = 'live') RETURNING id, started_at";
+     (SELECT 1 FROM quartz_node n WHERE n.node_id = ? AND n.incarnation = ? AND n.state = 'live' \
+     AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?)) RETURNING id, started_at";
 
 /// The success of many running fires (binds: the id set, node id,
 /// incarnation).
@@ -144,7 +151,10 @@ impl SqlStore {
             q
         };
         if backend.ids_in_one() {
-            let q = with_node(self.query(returning).bind(backend.encode_ids(fire_ids)));
+            let mut q = with_node(self.query(returning).bind(backend.encode_ids(fire_ids)));
+            if node_twice {
+                q = q.bind(fire_ids[0]); // the fence's scheduler
+            }
             return q
                 .fetch_all(&self.db.pool)
                 .await

@@ -394,21 +394,21 @@ impl SqlStore {
         ids.sort_unstable();
         ids.dedup();
         let mut jobs = Vec::with_capacity(ids.len());
+        // By id alone, the scheduler checked here: with the scheduler in the
+        // statement, PostgreSQL's planner without statistics reads every job
+        // of the scheduler through its index beside the ids.
         for chunk in ids.chunks(self.ids_per_statement()) {
-            let q = self
-                .query(concat!(
-                    "SELECT ",
-                    job_cols!(),
-                    " FROM quartz_job WHERE scheduler = ? AND {ids}"
-                ))
-                .bind(scheduler.to_owned());
+            let q = self.query(concat!("SELECT ", job_cols!(), " FROM quartz_job WHERE {ids}"));
             let rows = self
                 .bind_id_set(q, chunk)
                 .fetch_all(&self.db.pool)
                 .await
                 .map_err(db_error)?;
             for row in &rows {
-                jobs.push(decode_job(row)?);
+                let job = decode_job(row)?;
+                if job.scheduler == scheduler {
+                    jobs.push(job);
+                }
             }
         }
         Ok(jobs)

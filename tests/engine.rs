@@ -50,6 +50,7 @@ engine_tests!(
     a_timed_out_fire_blocks_its_job_until_its_code_returns,
     retention_keeps_the_ledger_bounded_while_fires_go_on,
     a_retry_survives_the_shutdown_of_the_node_that_failed,
+    a_late_run_survives_the_shutdown_of_the_node_that_misfired_it,
 );
 
 const CLUSTER: &str = "test-cluster";
@@ -1776,37 +1777,16 @@ async fn a_retry_survives_the_shutdown_of_the_node_that_failed(db: &TestDb) {
         .add_job(&job, &[ExecuteSpec::new(Trigger::new(Schedule::Once, now).unwrap())])
         .await
         .unwrap();
-    wait_for(
-        Duration::from_secs(10),
-        "the first attempt failed, the retry pending",
-        || {
-            let store = store.clone();
-            async move {
-                let rows = ledger(&store, CLUSTER).await;
-                let failed = rows.iter().any(|f| f.attempt == 1 && f.state == FireState::Failed);
-                let pending = rows.iter().any(|f| f.attempt == 2 && f.state == FireState::Pending);
-                if failed && pending {
-                    Ok(())
-                } else {
-                    Err(format!("{rows:?}"))
-                }
-            }
-        },
-    )
+    wait_for_ledger(&store, 10, "the first attempt failed, the retry pending", |rows| {
+        rows.iter().any(|f| f.attempt == 1 && f.state == FireState::Failed)
+            && rows.iter().any(|f| f.attempt == 2 && f.state == FireState::Pending)
+    })
     .await;
     // The node that failed it leaves during the backoff.
     first.shutdown().await;
     let second = build("second").start(db.store().await).await.unwrap();
-    wait_for(Duration::from_secs(15), "the retry ran on the other node", || {
-        let store = store.clone();
-        async move {
-            let rows = ledger(&store, CLUSTER).await;
-            if rows.iter().any(|f| f.attempt == 2 && f.state == FireState::Succeeded) {
-                Ok(())
-            } else {
-                Err(format!("{rows:?}"))
-            }
-        }
+    wait_for_ledger(&store, 15, "the retry ran on the other node", |rows| {
+        rows.iter().any(|f| f.attempt == 2 && f.state == FireState::Succeeded)
     })
     .await;
     second.shutdown().await;
@@ -1822,10 +1802,97 @@ async fn a_retry_survives_the_shutdown_of_the_node_that_failed(db: &TestDb) {
     assert!(retry.started_at.unwrap() >= due, "never before it is due");
     assert_eq!(rows.len(), 2, "no third attempt: {rows:?}");
     assert_eq!(*ran_on.lock(), vec![(1, "first".to_owned()), (2, "second".to_owned())]);
+    assert_audit_clean(&store).await;
+    assert_once_and_never_early(&rows);
+}
+
+/// Issue 16, point 3: a fire that misfired after its claim (its start was
+/// recorded past the threshold) and whose policy runs it late is a ledger
+/// row, not a promise in the node's memory: the node that misfired it (whose
+/// every start is late and which cannot claim the late run) shuts down, and
+/// another node runs the late run, once.
+async fn a_late_run_survives_the_shutdown_of_the_node_that_misfired_it(db: &TestDb) {
+    use common::faults::{Fault, Faults, FaultyStore};
+    let ran_on: Arc<parking_lot::Mutex<Vec<(u32, String)>>> = Arc::default();
+    let build = |id: &str| {
+        let ran_on = Arc::clone(&ran_on);
+        SchedulerBuilder::new(CLUSTER)
+            .settings(Settings {
+                node_id: Some(id.to_owned()),
+                misfire: quartz::misfire::MisfireSettings {
+                    threshold_ms: 300,
+                    ..quartz::misfire::MisfireSettings::default()
+                },
+                ..fast()
+            })
+            .handler("late", move |ctx| {
+                ran_on.lock().push((ctx.attempt(), ctx.node_id().to_owned()));
+                Ok(())
+            })
+    };
+    let store = db.store().await;
+    let faults = Faults::scripted();
+    // Every start this node makes is recorded 800 ms late, and it cannot
+    // claim the late run its misfire leaves.
+    faults.always("mark_running_all", Fault::Delay(Duration::from_millis(800)));
+    faults.always("pending_claim", Fault::Error);
+    let first = build("first")
+        .start(FaultyStore::new(db.store().await, Arc::clone(&faults)))
+        .await
+        .unwrap();
     let now = store.now().await.unwrap();
-    let report = quartz::audit::audit(&store, CLUSTER, &quartz::audit::AuditParams::last_hour(now))
+    let trigger = Trigger::new(Schedule::Once, now.saturating_add_millis(1_500))
+        .unwrap()
+        .with_misfire_policy(MisfirePolicy::FireNow)
+        .unwrap();
+    first
+        .add_job(&JobSpec::new("late", "late"), &[ExecuteSpec::new(trigger)])
+        .await
+        .unwrap();
+    wait_for_ledger(
+        &store,
+        10,
+        "the fire misfired at its start, its late run pending",
+        |rows| {
+            rows.iter().any(|f| f.attempt == 1 && f.state == FireState::Misfired)
+                && rows.iter().any(|f| f.state == FireState::Pending)
+        },
+    )
+    .await;
+    first.shutdown().await;
+    assert!(ran_on.lock().is_empty(), "the node that misfired it ran nothing");
+    let second = build("second").start(db.store().await).await.unwrap();
+    wait_for_ledger(&store, 15, "the late run ran on the other node", |rows| {
+        rows.iter().any(|f| f.attempt > 1 && f.state == FireState::Succeeded)
+    })
+    .await;
+    second.shutdown().await;
+    let rows = ledger(&store, CLUSTER).await;
+    assert_eq!(rows.len(), 2, "the misfire record and one late run: {rows:?}");
+    let late = rows.iter().find(|f| f.attempt > 1).unwrap();
+    assert_eq!(late.owner.as_ref().map(|o| o.node_id.as_str()), Some("second"));
+    assert_eq!(ran_on.lock().len(), 1, "one run: {:?}", ran_on.lock());
+    assert_eq!(ran_on.lock()[0].1, "second");
+    assert_audit_clean(&store).await;
+}
+
+/// Waits up to `secs` for the cluster's ledger to satisfy `done`.
+async fn wait_for_ledger(store: &SqlStore, secs: u64, what: &str, done: impl Fn(&[FireRecord]) -> bool + Clone) {
+    wait_for(Duration::from_secs(secs), what, || {
+        let (store, done) = (store.clone(), done.clone());
+        async move {
+            let rows = ledger(&store, CLUSTER).await;
+            if done(&rows) { Ok(()) } else { Err(format!("{rows:?}")) }
+        }
+    })
+    .await;
+}
+
+/// The audit over the last hour finds nothing.
+async fn assert_audit_clean(store: &SqlStore) {
+    let now = store.now().await.unwrap();
+    let report = quartz::audit::audit(store, CLUSTER, &quartz::audit::AuditParams::last_hour(now))
         .await
         .unwrap();
     assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert_once_and_never_early(&rows);
 }

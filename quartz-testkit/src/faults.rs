@@ -77,6 +77,8 @@ pub struct Faults {
     per_mille: u64,
     enabled: AtomicBool,
     calls: Mutex<HashMap<&'static str, u64>>,
+    /// Faults every call of a method gets, whatever the seed draws.
+    always: Mutex<HashMap<&'static str, Fault>>,
     errors: AtomicU64,
     delays: AtomicU64,
     stalls: AtomicU64,
@@ -91,11 +93,24 @@ impl Faults {
             per_mille,
             enabled: AtomicBool::new(true),
             calls: Mutex::new(HashMap::new()),
+            always: Mutex::new(HashMap::new()),
             errors: AtomicU64::new(0),
             delays: AtomicU64::new(0),
             stalls: AtomicU64::new(0),
             lost_answers: AtomicU64::new(0),
         })
+    }
+
+    /// A plan without random faults, for faults a test scripts with
+    /// [`Faults::always`].
+    pub fn scripted() -> Arc<Faults> {
+        Faults::new(0, 0)
+    }
+
+    /// Every call of `method` from now on gets `fault` (while faults are
+    /// enabled).
+    pub fn always(&self, method: &'static str, fault: Fault) {
+        self.always.lock().insert(method, fault);
     }
 
     /// The seed.
@@ -123,6 +138,7 @@ impl Faults {
         if !self.enabled.load(Ordering::SeqCst) {
             return None;
         }
+        let scripted = self.always.lock().get(method).copied();
         let n = {
             let mut calls = self.calls.lock();
             let n = calls.entry(method).or_default();
@@ -130,16 +146,16 @@ impl Faults {
             *n
         };
         let draw = mix(self.seed ^ mix(fnv(method) ^ mix(n)));
-        if draw % 1_000 >= self.per_mille {
-            return None;
-        }
-        let kind = (draw / 1_000) % 100;
-        let fault = match kind {
-            0..=29 => Fault::Error,
-            30..=64 => Fault::LostAnswer,
-            // A stall past a node's dead_after, now and then.
-            65..=67 => Fault::Delay(Duration::from_millis(1_600 + (draw >> 20) % 1_000)),
-            _ => Fault::Delay(Duration::from_millis(5 + (draw >> 20) % 300)),
+        let fault = match scripted {
+            Some(fault) => fault,
+            None if draw % 1_000 >= self.per_mille => return None,
+            None => match (draw / 1_000) % 100 {
+                0..=29 => Fault::Error,
+                30..=64 => Fault::LostAnswer,
+                // A stall past a node's dead_after, now and then.
+                65..=67 => Fault::Delay(Duration::from_millis(1_600 + (draw >> 20) % 1_000)),
+                _ => Fault::Delay(Duration::from_millis(5 + (draw >> 20) % 300)),
+            },
         };
         match fault {
             Fault::Error => self.errors.fetch_add(1, Ordering::Relaxed),

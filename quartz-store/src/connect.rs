@@ -1,6 +1,6 @@
-//! Connecting, the SQL dialects, and migrations.
+//! Connecting, the connection pool with its rendered statements, and
+//! migrations (the backends' differences are in [`crate::dialect`]).
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,8 +8,11 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use quartz_core::store::StoreError;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
-use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::migrate::Migrator;
 use sqlx::{AnyPool, AssertSqlSafe, Executor, SqlSafeStr, SqlStr};
+
+pub use crate::dialect::Backend;
+use crate::dialect::render;
 
 /// The table that records which schema migrations are applied; our own, so
 /// that an application's own sqlx migrations in the same database are never
@@ -18,140 +21,6 @@ pub const MIGRATIONS_TABLE: &str = "quartz_schema_migrations";
 
 /// How long a node waits for another node's migration to finish.
 const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(300);
-
-/// The database a store talks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Backend {
-    /// SQLite, embedded: a file (WAL mode) or memory.
-    Sqlite,
-    /// PostgreSQL.
-    Postgres,
-    /// MySQL or MariaDB.
-    MySql,
-}
-
-impl Backend {
-    /// The backend a database URL names: `sqlite:`, `postgres://` (or
-    /// `postgresql://`), `mysql://` (or `mariadb://`).
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::InvalidUrl`] for any other scheme.
-    pub fn of_url(url: &str) -> Result<Backend, StoreError> {
-        let scheme = url.split(':').next().unwrap_or_default().to_ascii_lowercase();
-        match scheme.as_str() {
-            "sqlite" => Ok(Backend::Sqlite),
-            "postgres" | "postgresql" => Ok(Backend::Postgres),
-            "mysql" | "mariadb" => Ok(Backend::MySql),
-            _ => Err(StoreError::InvalidUrl {
-                url: redact(url),
-                reason: "expected a URL starting sqlite:, postgres://, postgresql://, mysql:// or mariadb://"
-                    .to_owned(),
-            }),
-        }
-    }
-
-    /// The expression for the database clock, in epoch milliseconds.
-    pub(crate) fn now_sql(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)",
-            Backend::Postgres => "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)",
-            Backend::MySql => "CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)",
-        }
-    }
-
-    /// `{ids}`: "`id` is one of a bound set". PostgreSQL binds the set as
-    /// one array literal (`{1,2}`), unnested once by a subquery (as a plain
-    /// `= ANY(CAST(? AS BIGINT[]))`, a sequential scan would parse the
-    /// literal again for every row), SQLite as one JSON array (`[1,2]`);
-    /// MySQL has no array parameter and takes a list of [`IDS_PER_LIST`]
-    /// placeholders (a shorter set repeats its last id).
-    fn id_set(self) -> String {
-        match self {
-            Backend::Postgres => "id IN (SELECT unnest(CAST(? AS BIGINT[])))".to_owned(),
-            Backend::Sqlite => "id IN (SELECT value FROM json_each(?))".to_owned(),
-            Backend::MySql => format!("id IN ({})", vec!["?"; IDS_PER_LIST].join(", ")),
-        }
-    }
-
-    /// Whether an `{ids}` set is one parameter, of any size.
-    pub(crate) fn ids_in_one(self) -> bool {
-        self != Backend::MySql
-    }
-
-    /// A set of ids as the one parameter of `{ids}` (PostgreSQL, SQLite).
-    pub(crate) fn encode_ids(self, ids: &[i64]) -> String {
-        let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-        match self {
-            Backend::Postgres => format!("{{{list}}}"),
-            Backend::Sqlite | Backend::MySql => format!("[{list}]"),
-        }
-    }
-
-    /// The null-safe equality operator.
-    fn null_safe_eq(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "IS",
-            Backend::Postgres => "IS NOT DISTINCT FROM",
-            Backend::MySql => "<=>",
-        }
-    }
-
-    /// The migrations of this backend, embedded in the library.
-    fn migrations(self) -> Vec<Migration> {
-        macro_rules! files {
-            ($dir:literal) => {
-                [
-                    (
-                        "schema",
-                        include_str!(concat!("../../migrations/", $dir, "/0001_schema.sql")),
-                    ),
-                    (
-                        "schedule signature",
-                        include_str!(concat!("../../migrations/", $dir, "/0002_schedule_signature.sql")),
-                    ),
-                    (
-                        "chain fires",
-                        include_str!(concat!("../../migrations/", $dir, "/0003_chain_fires.sql")),
-                    ),
-                    (
-                        "node busy",
-                        include_str!(concat!("../../migrations/", $dir, "/0004_node_busy.sql")),
-                    ),
-                    (
-                        "operations",
-                        include_str!(concat!("../../migrations/", $dir, "/0005_operations.sql")),
-                    ),
-                    (
-                        "pending fires",
-                        include_str!(concat!("../../migrations/", $dir, "/0006_pending_fires.sql")),
-                    ),
-                    (
-                        "job parent index",
-                        include_str!(concat!("../../migrations/", $dir, "/0007_job_parent_index.sql")),
-                    ),
-                ]
-            };
-        }
-        let files: [(&str, &'static str); 7] = match self {
-            Backend::Sqlite => files!("sqlite"),
-            Backend::Postgres => files!("postgres"),
-            Backend::MySql => files!("mysql"),
-        };
-        (1..)
-            .zip(files)
-            .map(|(version, (name, sql))| {
-                Migration::new(
-                    version,
-                    Cow::Borrowed(name),
-                    MigrationType::Simple,
-                    AssertSqlSafe(sql).into_sql_str(),
-                    false,
-                )
-            })
-            .collect()
-    }
-}
 
 /// Hides a password in a URL before it is shown in an error.
 pub(crate) fn redact(url: &str) -> String {
@@ -210,22 +79,9 @@ impl Db {
     pub(crate) async fn connect(url: &str, options: &StoreOptions) -> Result<Db, StoreError> {
         install_default_drivers();
         let backend = Backend::of_url(url)?;
-        let mut url = url.to_owned();
-        if let Some(rest) = url.strip_prefix("mariadb:") {
-            url = format!("mysql:{rest}");
-        }
-        let memory = backend == Backend::Sqlite && (url.contains(":memory:") || url.contains("mode=memory"));
-        if backend == Backend::Sqlite && !memory && !url.contains("mode=") {
-            // Create the file when it does not exist.
-            url.push(if url.contains('?') { '&' } else { '?' });
-            url.push_str("mode=rwc");
-        }
+        let (url, memory) = backend.driver_url(url);
         let mut pool = AnyPoolOptions::new()
-            .max_connections(if backend == Backend::Sqlite {
-                1
-            } else {
-                options.max_connections.max(1)
-            })
+            .max_connections(backend.max_connections(options.max_connections))
             .acquire_timeout(options.acquire_timeout);
         if memory {
             // The database lives as long as its one connection.
@@ -234,24 +90,7 @@ impl Db {
         let pool = pool
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
-                    let setup: &[&'static str] = match backend {
-                        Backend::Sqlite if memory => &["PRAGMA foreign_keys = ON", "PRAGMA busy_timeout = 10000"],
-                        Backend::Sqlite => &[
-                            "PRAGMA journal_mode = WAL",
-                            "PRAGMA synchronous = NORMAL",
-                            "PRAGMA foreign_keys = ON",
-                            "PRAGMA busy_timeout = 10000",
-                        ],
-                        // Epoch conversions must not depend on the server's zone.
-                        Backend::MySql => &["SET time_zone = '+00:00'"],
-                        // Every statement names its rows by key (ids, the
-                        // due index): the plan the indexes give is the right
-                        // one whatever the table's statistics say, and a
-                        // custom plan, made anew for each of the first runs
-                        // of a statement on a connection, can pick a
-                        // sequential scan from missing statistics.
-                        Backend::Postgres => &["SET plan_cache_mode = force_generic_plan"],
-                    };
+                    let setup = backend.session_setup(memory);
                     for statement in setup {
                         conn.execute(*statement).await?;
                     }
@@ -285,7 +124,7 @@ impl Db {
     pub(crate) async fn migrate(&self) -> Result<(), StoreError> {
         let mut migrator = Migrator::with_migrations(self.backend.migrations());
         migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
-        if self.backend == Backend::MySql {
+        if self.backend.migrates_under_own_lock() {
             migrator.set_locking(false);
             return self.migrate_mysql(&migrator).await;
         }
@@ -357,47 +196,10 @@ impl Db {
     }
 }
 
-/// How many ids one `{ids}` list names on MySQL.
-pub(crate) const IDS_PER_LIST: usize = quartz_core::store::FIRES_PER_BATCH;
-
-fn render(backend: Backend, template: &str) -> String {
-    let text = template
-        .replace("{now}", backend.now_sql())
-        .replace("{is}", backend.null_safe_eq())
-        .replace("{ids}", &backend.id_set());
-    if backend != Backend::Postgres {
-        return text;
-    }
-    // PostgreSQL numbers its placeholders. The templates hold no `?` inside
-    // string literals.
-    let mut out = String::with_capacity(text.len() + 16);
-    let mut n = 0;
-    for c in text.chars() {
-        if c == '?' {
-            n += 1;
-            out.push('$');
-            out.push_str(&n.to_string());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn placeholders_are_numbered_for_postgres_only() {
-        let t = "UPDATE t SET a = ? WHERE b {is} ? AND c < {now}";
-        assert_eq!(
-            render(Backend::MySql, t),
-            format!("UPDATE t SET a = ? WHERE b <=> ? AND c < {}", Backend::MySql.now_sql())
-        );
-        assert!(render(Backend::Postgres, t).starts_with("UPDATE t SET a = $1 WHERE b IS NOT DISTINCT FROM $2"));
-    }
 
     #[test]
     fn urls_name_their_backend_and_passwords_are_hidden() {

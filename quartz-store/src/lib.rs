@@ -3,8 +3,8 @@
 //!
 //! One implementation, [`SqlStore`], serves all three; the backend is chosen by
 //! the URL and the dialect differences (placeholders, the clock expression,
-//! null-safe equality, how an inserted id comes back) are confined to one
-//! module. The schema lives in `migrations/{sqlite,postgres,mysql}` at the root
+//! null-safe equality, how an inserted id comes back, which statements take
+//! `RETURNING`) are confined to one module, `dialect`. The schema lives in `migrations/{sqlite,postgres,mysql}` at the root
 //! of the repository, is embedded in the library and applied on connect (or by
 //! [`SqlStore::migrate`]), recorded in its own table
 //! [`MIGRATIONS_TABLE`] so that an application's sqlx migrations in the same
@@ -27,6 +27,7 @@
 //! ```
 
 mod connect;
+mod dialect;
 mod sql_store;
 
 pub use connect::{Backend, MIGRATIONS_TABLE, StoreOptions};

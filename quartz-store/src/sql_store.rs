@@ -13,7 +13,8 @@ use quartz_core::trigger::TriggerState;
 use sqlx::any::AnyQueryResult;
 use sqlx::{Any, Row, Transaction};
 
-use crate::connect::{Backend, Db, IDS_PER_LIST, StoreOptions};
+use crate::connect::{Backend, Db, StoreOptions};
+use crate::dialect::IDS_PER_LIST;
 
 mod changes;
 mod retention;
@@ -122,11 +123,9 @@ impl SqlStore {
     }
 
     pub(super) async fn begin(&self) -> Result<Transaction<'static, Any>, StoreError> {
-        let tx = match self.db.backend {
-            // Take the write lock up front: a deferred transaction that reads
-            // and then writes can fail at once instead of waiting.
-            Backend::Sqlite => self.db.pool.begin_with("BEGIN IMMEDIATE").await,
-            Backend::Postgres | Backend::MySql => self.db.pool.begin().await,
+        let tx = match self.db.backend.begin_statement() {
+            Some(begin) => self.db.pool.begin_with(begin).await,
+            None => self.db.pool.begin().await,
         };
         tx.map_err(db_error)
     }

@@ -15,7 +15,6 @@ use sqlx::{Any, Transaction};
 use tokio::sync::watch;
 
 use super::{SqlStore, db_error};
-use crate::connect::Backend;
 
 /// How often a node reads the change counter where the database cannot notify
 /// (well inside [`quartz_core::store::CHANGE_VISIBILITY_MS`]).
@@ -118,7 +117,7 @@ impl SqlStore {
             .execute(&mut **tx)
             .await
             .map_err(db_error)?;
-        if self.db.backend == Backend::Postgres {
+        if self.db.backend.notifies() {
             self.query("SELECT pg_notify('quartz_changes', ?) IS NULL")
                 .bind(scheduler.to_owned())
                 .execute(&mut **tx)
@@ -135,13 +134,7 @@ impl SqlStore {
         if self.db.schedulers.lock().contains(scheduler) {
             return Ok(());
         }
-        let insert = match self.db.backend {
-            Backend::MySql => "INSERT IGNORE INTO quartz_scheduler (scheduler) VALUES (?)",
-            Backend::Postgres | Backend::Sqlite => {
-                "INSERT INTO quartz_scheduler (scheduler) VALUES (?) ON CONFLICT (scheduler) DO NOTHING"
-            }
-        };
-        self.query(insert)
+        self.query(self.db.backend.insert_scheduler_row())
             .bind(scheduler.to_owned())
             .execute(&self.db.pool)
             .await
@@ -162,7 +155,11 @@ impl SqlStore {
 
     pub(super) async fn changes_wait(&self, scheduler: &str, seen: i64, max_wait: Duration) -> Result<i64, StoreError> {
         let deadline = tokio::time::Instant::now() + max_wait;
-        let mut wake = (self.db.backend == Backend::Postgres).then(|| self.db.changes.subscribe(&self.db.url));
+        let mut wake = self
+            .db
+            .backend
+            .notifies()
+            .then(|| self.db.changes.subscribe(&self.db.url));
         loop {
             let now = self.changes_read(scheduler).await?;
             if now != seen || tokio::time::Instant::now() >= deadline {

@@ -21,7 +21,19 @@ use serde_json::{Value, json};
 use sqlx::{Any, Row, Transaction};
 
 use super::*;
-use crate::connect::Backend;
+
+/// A ledger row for one fire of an execute (binds: the job, when not the
+/// execute's own, fire time, attempt, node id, incarnation, state, error,
+/// skipped until, fire count, the execute); PostgreSQL and SQLite add their
+/// own "nothing on a duplicate" and `RETURNING`.
+macro_rules! insert_fire {
+    () => {
+        "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+         state, claimed_at, error, skipped_until, fire_count) \
+         SELECT scheduler, id, COALESCE(?, job_id), ?, ?, ?, ?, ?, {now}, ?, ?, ? FROM quartz_execute \
+         WHERE id = ?"
+    };
+}
 
 /// The batch: one row per run of an execute, one row per fire (binds: the
 /// runs, the fires, node id, incarnation).
@@ -201,21 +213,14 @@ impl SqlStore {
         error: Option<&str>,
         skipped: Option<(Timestamp, u64)>,
     ) -> Result<Option<i64>, StoreError> {
-        let sql = match self.db.backend {
-            Backend::Postgres | Backend::Sqlite => self.query(
-                "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
-                 state, claimed_at, error, skipped_until, fire_count) \
-                 SELECT scheduler, id, COALESCE(?, job_id), ?, ?, ?, ?, ?, {now}, ?, ?, ? FROM quartz_execute \
-                 WHERE id = ? ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING id",
-            ),
-            Backend::MySql => self.query(
-                "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
-                 state, claimed_at, error, skipped_until, fire_count) \
-                 SELECT scheduler, id, COALESCE(?, job_id), ?, ?, ?, ?, ?, {now}, ?, ?, ? FROM quartz_execute \
-                 WHERE id = ?",
-            ),
-        };
-        let q = sql
+        let q = self
+            .query(self.db.backend.pick(
+                concat!(
+                    insert_fire!(),
+                    " ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING id"
+                ),
+                insert_fire!(),
+            ))
             .bind(job_id)
             .bind(fire_time.as_millis())
             .bind(attempt)
@@ -226,15 +231,14 @@ impl SqlStore {
             .bind(skipped.map(|(until, _)| until.as_millis()))
             .bind(skipped.map_or(1, |(_, count)| count_to_i64(count)))
             .bind(execute_id);
-        let result = match self.db.backend {
-            Backend::Postgres | Backend::Sqlite => q
-                .fetch_optional(&mut **tx)
+        let result = if self.db.backend.returns_rows() {
+            q.fetch_optional(&mut **tx)
                 .await
-                .and_then(|row| row.map(|r| r.try_get::<i64, _>(0)).transpose()),
-            Backend::MySql => q
-                .execute(&mut **tx)
+                .and_then(|row| row.map(|r| r.try_get::<i64, _>(0)).transpose())
+        } else {
+            q.execute(&mut **tx)
                 .await
-                .map(|done: AnyQueryResult| (done.rows_affected() == 1).then(|| done.last_insert_id()).flatten()),
+                .map(|done: AnyQueryResult| (done.rows_affected() == 1).then(|| done.last_insert_id()).flatten())
         };
         match result {
             Ok(id) => Ok(id),
@@ -251,7 +255,7 @@ impl SqlStore {
         if claim.exclusive && self.job_has_open_fire(tx, claim.cas.execute_id).await? {
             return Ok(Claimed::Lost);
         }
-        if self.db.backend == Backend::Postgres
+        if self.db.backend.claims_in_one_statement()
             && !claim.exclusive
             && claim.cas.expect_owner.is_none()
             && claim.cas.set_trigger.is_none()
@@ -281,7 +285,7 @@ impl SqlStore {
     /// Claims in one transaction (on PostgreSQL, one statement when they
     /// fit); a ledger conflict sends them one by one.
     pub(super) async fn claim_together(&self, claims: &[Claim]) -> Result<Vec<Option<i64>>, StoreError> {
-        if self.db.backend == Backend::Postgres && claims::fit_one_statement(claims) {
+        if self.db.backend.claims_in_one_statement() && claims::fit_one_statement(claims) {
             return self.claim_in_one(claims).await;
         }
         let mut tx = self.begin().await?;
@@ -343,19 +347,12 @@ impl SqlStore {
             .execute(&mut **tx)
             .await
             .map_err(db_error)?;
-        // Through the index of open fires (scheduler, state): a job's
-        // history does not count.
-        let check = match self.db.backend {
-            Backend::Sqlite => self.query(
-                "SELECT f.id FROM quartz_fire f JOIN quartz_job j ON f.scheduler = j.scheduler \
-                 AND f.job_id = j.id WHERE j.id = ? AND f.state IN ('claimed', 'running') LIMIT 1",
-            ),
-            Backend::Postgres | Backend::MySql => self.query(
-                "SELECT f.id FROM quartz_fire f JOIN quartz_job j ON f.scheduler = j.scheduler \
-                 AND f.job_id = j.id WHERE j.id = ? AND f.state IN ('claimed', 'running') LIMIT 1 FOR UPDATE",
-            ),
-        };
-        let row = check.bind(job_id).fetch_optional(&mut **tx).await.map_err(db_error)?;
+        let row = self
+            .query(self.db.backend.open_fire_of_job())
+            .bind(job_id)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?;
         Ok(row.is_some())
     }
 
@@ -404,7 +401,7 @@ impl SqlStore {
     }
 
     pub(super) async fn claim_one(&self, claim: &Claim) -> Result<Option<i64>, StoreError> {
-        if self.db.backend == Backend::Postgres
+        if self.db.backend.claims_in_one_statement()
             && !claim.exclusive
             && claim.cas.expect_owner.is_none()
             && claim.cas.set_trigger.is_none()

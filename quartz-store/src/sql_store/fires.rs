@@ -7,7 +7,6 @@ use quartz_core::store::{ChainedFire, FireQuery, FireRecord, FireState, NodeRef,
 use sqlx::{Any, Row};
 
 use super::*;
-use crate::connect::Backend;
 
 /// The children's ledger rows of a succeeded fire (binds: node id,
 /// incarnation, the parent's fire id); each backend adds its own "do nothing
@@ -150,7 +149,7 @@ impl SqlStore {
             }
             q
         };
-        if backend.ids_in_one() {
+        if backend.returns_rows() {
             let mut q = with_node(self.query(returning).bind(backend.encode_ids(fire_ids)));
             if node_twice {
                 q = q.bind(fire_ids[0]); // the fence's scheduler
@@ -282,23 +281,22 @@ impl SqlStore {
         }
         // One row per child: claimed by this node, or skipped when paused. A
         // child that has its row already (a cycle coming round) gets nothing.
-        let insert = match self.db.backend {
-            Backend::Postgres | Backend::Sqlite => self.query(concat!(
+        self.query(self.db.backend.pick(
+            concat!(
                 chain_insert!(),
                 " ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING"
-            )),
-            Backend::MySql => self.query(concat!(
+            ),
+            concat!(
                 chain_insert!(),
                 " ON DUPLICATE KEY UPDATE quartz_fire.attempt = quartz_fire.attempt"
-            )),
-        };
-        insert
-            .bind(node.node_id.clone())
-            .bind(node.incarnation)
-            .bind(fire_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            ),
+        ))
+        .bind(node.node_id.clone())
+        .bind(node.incarnation)
+        .bind(fire_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
         let rows = self
             .query(
                 "SELECT c.id, c.job_id FROM quartz_fire f JOIN quartz_fire c \

@@ -4,7 +4,6 @@
 use quartz_core::store::{Node, NodeRegistration, StoreError};
 
 use super::*;
-use crate::connect::Backend;
 
 impl SqlStore {
     /// [`Store::register_node`]'s transaction: one upsert (a new node's row,
@@ -14,22 +13,7 @@ impl SqlStore {
     /// newer than every incarnation it had, so fencing holds across purges.
     pub(super) async fn register_node_once(&self, node: &NodeRegistration) -> Result<Node, StoreError> {
         let mut tx = self.begin().await?;
-        let upsert = match self.db.backend {
-            Backend::MySql => {
-                "INSERT INTO quartz_node (scheduler, node_id, host, pid, weight, handlers, state, incarnation, \
-                 registered_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, 'live', {now}, {now}, {now}) \
-                 ON DUPLICATE KEY UPDATE host = VALUES(host), pid = VALUES(pid), weight = VALUES(weight), \
-                 handlers = VALUES(handlers), state = 'live', incarnation = incarnation + 1, registered_at = VALUES(registered_at), \
-                 heartbeat_at = VALUES(heartbeat_at)"
-            }
-            Backend::Postgres | Backend::Sqlite => {
-                "INSERT INTO quartz_node (scheduler, node_id, host, pid, weight, handlers, state, incarnation, \
-                 registered_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, 'live', {now}, {now}, {now}) \
-                 ON CONFLICT (scheduler, node_id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
-                 weight = excluded.weight, handlers = excluded.handlers, state = 'live', incarnation = quartz_node.incarnation + 1, \
-                 registered_at = excluded.registered_at, heartbeat_at = excluded.heartbeat_at"
-            }
-        };
+        let upsert = self.db.backend.upsert_node();
         self.query(upsert)
             .bind(node.scheduler.clone())
             .bind(node.node_id.clone())

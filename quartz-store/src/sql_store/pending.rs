@@ -8,7 +8,6 @@ use sqlx::any::AnyQueryResult;
 use sqlx::{Any, Row, Transaction};
 
 use super::{SqlStore, db_error, decode_fire, is_unique_violation, truncate};
-use crate::connect::Backend;
 
 /// The next attempt of a fire as a pending row (binds: delay ms, fire id).
 macro_rules! next_pending {
@@ -42,28 +41,35 @@ impl SqlStore {
         due_in_ms: i64,
         one_per_execute: bool,
     ) -> Result<Option<(i64, Timestamp)>, StoreError> {
-        let template = match (self.db.backend, one_per_execute) {
-            (Backend::MySql, false) => next_pending!(""),
-            (Backend::MySql, true) => next_pending!(none_pending!()),
-            (_, false) => concat!(
-                next_pending!(""),
-                " ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING id, due_at"
-            ),
-            (_, true) => concat!(
+        let backend = self.db.backend;
+        let template = if one_per_execute {
+            backend.pick(
+                concat!(
+                    next_pending!(none_pending!()),
+                    " ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING id, due_at"
+                ),
                 next_pending!(none_pending!()),
-                " ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING id, due_at"
-            ),
+            )
+        } else {
+            backend.pick(
+                concat!(
+                    next_pending!(""),
+                    " ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING id, due_at"
+                ),
+                next_pending!(""),
+            )
         };
         let q = self.query(template).bind(due_in_ms).bind(fire_id);
-        let inserted = match self.db.backend {
-            Backend::Postgres | Backend::Sqlite => q.fetch_optional(&mut **tx).await.and_then(|row| {
+        let inserted = if backend.returns_rows() {
+            q.fetch_optional(&mut **tx).await.and_then(|row| {
                 row.map(|r| Ok((r.try_get::<i64, _>(0)?, Timestamp::from_millis(r.try_get::<i64, _>(1)?))))
                     .transpose()
-            }),
-            Backend::MySql => match q.execute(&mut **tx).await {
+            })
+        } else {
+            match q.execute(&mut **tx).await {
                 Ok(done) => self.inserted_due(tx, &done).await,
                 Err(e) => Err(e),
-            },
+            }
         };
         match inserted {
             Ok(next) => Ok(next),

@@ -6,7 +6,7 @@ use quartz_core::Timestamp;
 use quartz_core::store::{FireState, StoreError};
 
 use super::{SqlStore, bind_id_list, db_error};
-use crate::connect::{Backend, IDS_PER_LIST};
+use crate::dialect::IDS_PER_LIST;
 
 /// The finished fires a purge batch takes (binds: scheduler, state, before,
 /// and for the keep-last form the offset), oldest first.
@@ -112,7 +112,7 @@ impl SqlStore {
                 reason: format!("a {state} fire is open and is never purged"),
             }));
         }
-        if self.db.backend == Backend::MySql {
+        if self.db.backend.purges_by_id() {
             let select = if keep_last == 0 {
                 purgeable_fires!("")
             } else {
@@ -197,7 +197,7 @@ impl SqlStore {
         before: Timestamp,
         limit: u32,
     ) -> Result<u64, StoreError> {
-        if self.db.backend == Backend::MySql {
+        if self.db.backend.purges_by_id() {
             let ids: Vec<i64> = sqlx::query_scalar(self.db.sql(purgeable_executes!()))
                 .bind(scheduler.to_owned())
                 .bind(before.as_millis())

@@ -1,0 +1,346 @@
+//! Every difference between the three backends, in one place: how a query
+//! template is rendered (placeholders, the database clock, null-safe
+//! equality, a bound set of ids), what each backend can do (`RETURNING`,
+//! one-statement claims, `NOTIFY`, row locks), the statements written
+//! differently for each, the session each connection opens, and the
+//! embedded migrations. The rest of the crate asks the [`Backend`] and never
+//! matches on it.
+
+use std::borrow::Cow;
+
+use quartz_core::store::StoreError;
+use sqlx::migrate::{Migration, MigrationType};
+use sqlx::{AssertSqlSafe, SqlSafeStr};
+
+use crate::connect::redact;
+
+/// The database a store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// SQLite, embedded: a file (WAL mode) or memory.
+    Sqlite,
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL or MariaDB.
+    MySql,
+}
+
+impl Backend {
+    /// The backend a database URL names: `sqlite:`, `postgres://` (or
+    /// `postgresql://`), `mysql://` (or `mariadb://`).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InvalidUrl`] for any other scheme.
+    pub fn of_url(url: &str) -> Result<Backend, StoreError> {
+        let scheme = url.split(':').next().unwrap_or_default().to_ascii_lowercase();
+        match scheme.as_str() {
+            "sqlite" => Ok(Backend::Sqlite),
+            "postgres" | "postgresql" => Ok(Backend::Postgres),
+            "mysql" | "mariadb" => Ok(Backend::MySql),
+            _ => Err(StoreError::InvalidUrl {
+                url: redact(url),
+                reason: "expected a URL starting sqlite:, postgres://, postgresql://, mysql:// or mariadb://"
+                    .to_owned(),
+            }),
+        }
+    }
+
+    /// The expression for the database clock, in epoch milliseconds.
+    pub(crate) fn now_sql(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)",
+            Backend::Postgres => "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)",
+            Backend::MySql => "CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)",
+        }
+    }
+
+    /// `{ids}`: "`id` is one of a bound set". PostgreSQL binds the set as
+    /// one array literal (`{1,2}`), unnested once by a subquery (as a plain
+    /// `= ANY(CAST(? AS BIGINT[]))`, a sequential scan would parse the
+    /// literal again for every row), SQLite as one JSON array (`[1,2]`);
+    /// MySQL has no array parameter and takes a list of [`IDS_PER_LIST`]
+    /// placeholders (a shorter set repeats its last id).
+    pub(crate) fn id_set(self) -> String {
+        match self {
+            Backend::Postgres => "id IN (SELECT unnest(CAST(? AS BIGINT[])))".to_owned(),
+            Backend::Sqlite => "id IN (SELECT value FROM json_each(?))".to_owned(),
+            Backend::MySql => format!("id IN ({})", vec!["?"; IDS_PER_LIST].join(", ")),
+        }
+    }
+
+    /// Whether an `{ids}` set is one parameter, of any size.
+    pub(crate) fn ids_in_one(self) -> bool {
+        self != Backend::MySql
+    }
+
+    /// A set of ids as the one parameter of `{ids}` (PostgreSQL, SQLite).
+    pub(crate) fn encode_ids(self, ids: &[i64]) -> String {
+        let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        match self {
+            Backend::Postgres => format!("{{{list}}}"),
+            Backend::Sqlite | Backend::MySql => format!("[{list}]"),
+        }
+    }
+
+    /// The null-safe equality operator.
+    pub(crate) fn null_safe_eq(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "IS",
+            Backend::Postgres => "IS NOT DISTINCT FROM",
+            Backend::MySql => "<=>",
+        }
+    }
+
+    /// The migrations of this backend, embedded in the library.
+    pub(crate) fn migrations(self) -> Vec<Migration> {
+        macro_rules! files {
+            ($dir:literal) => {
+                [
+                    (
+                        "schema",
+                        include_str!(concat!("../../migrations/", $dir, "/0001_schema.sql")),
+                    ),
+                    (
+                        "schedule signature",
+                        include_str!(concat!("../../migrations/", $dir, "/0002_schedule_signature.sql")),
+                    ),
+                    (
+                        "chain fires",
+                        include_str!(concat!("../../migrations/", $dir, "/0003_chain_fires.sql")),
+                    ),
+                    (
+                        "node busy",
+                        include_str!(concat!("../../migrations/", $dir, "/0004_node_busy.sql")),
+                    ),
+                    (
+                        "operations",
+                        include_str!(concat!("../../migrations/", $dir, "/0005_operations.sql")),
+                    ),
+                    (
+                        "pending fires",
+                        include_str!(concat!("../../migrations/", $dir, "/0006_pending_fires.sql")),
+                    ),
+                    (
+                        "job parent index",
+                        include_str!(concat!("../../migrations/", $dir, "/0007_job_parent_index.sql")),
+                    ),
+                ]
+            };
+        }
+        let files: [(&str, &'static str); 7] = match self {
+            Backend::Sqlite => files!("sqlite"),
+            Backend::Postgres => files!("postgres"),
+            Backend::MySql => files!("mysql"),
+        };
+        (1..)
+            .zip(files)
+            .map(|(version, (name, sql))| {
+                Migration::new(
+                    version,
+                    Cow::Borrowed(name),
+                    MigrationType::Simple,
+                    AssertSqlSafe(sql).into_sql_str(),
+                    false,
+                )
+            })
+            .collect()
+    }
+}
+
+/// Differences beyond the rendering of a template: what each backend can do,
+/// and the statements written differently for it.
+impl Backend {
+    /// Statements a connection runs when it opens: WAL, a normal sync, foreign
+    /// keys and a busy timeout on a SQLite file (only the last two in
+    /// memory); a UTC session on MySQL, so that epoch conversions do not
+    /// depend on the server's zone; generic plans on PostgreSQL. Every
+    /// statement names its rows by key (ids, the due index): the plan the
+    /// indexes give is the right one whatever the tables' statistics say, and
+    /// a custom plan, made anew for each of the first runs of a statement on
+    /// a connection, can pick a sequential scan from missing statistics.
+    pub(crate) fn session_setup(self, memory: bool) -> &'static [&'static str] {
+        match self {
+            Backend::Sqlite if memory => &["PRAGMA foreign_keys = ON", "PRAGMA busy_timeout = 10000"],
+            Backend::Sqlite => &[
+                "PRAGMA journal_mode = WAL",
+                "PRAGMA synchronous = NORMAL",
+                "PRAGMA foreign_keys = ON",
+                "PRAGMA busy_timeout = 10000",
+            ],
+            Backend::MySql => &["SET time_zone = '+00:00'"],
+            Backend::Postgres => &["SET plan_cache_mode = force_generic_plan"],
+        }
+    }
+
+    /// A URL as the driver takes it, and whether it names an in-memory
+    /// database: `mariadb:` is MySQL's driver; a SQLite file is created when
+    /// it does not exist (`mode=rwc`).
+    pub(crate) fn driver_url(self, url: &str) -> (String, bool) {
+        let mut url = url.to_owned();
+        if let Some(rest) = url.strip_prefix("mariadb:") {
+            url = format!("mysql:{rest}");
+        }
+        let memory = self == Backend::Sqlite && (url.contains(":memory:") || url.contains("mode=memory"));
+        if self == Backend::Sqlite && !memory && !url.contains("mode=") {
+            url.push(if url.contains('?') { '&' } else { '?' });
+            url.push_str("mode=rwc");
+        }
+        (url, memory)
+    }
+
+    /// The most connections a pool opens: one on SQLite, whose single writer
+    /// one connection feeds in order (several would wait for it in the busy
+    /// handler's sleeps, up to 100 ms each), and whose in-memory database
+    /// lives in its one connection.
+    pub(crate) fn max_connections(self, asked: u32) -> u32 {
+        if self == Backend::Sqlite { 1 } else { asked.max(1) }
+    }
+
+    /// Whether migrations run under a named lock the store takes itself
+    /// (MySQL and MariaDB: MariaDB ignores the infinite wait sqlx's own lock
+    /// asks for, so that lock is no lock there).
+    pub(crate) fn migrates_under_own_lock(self) -> bool {
+        self == Backend::MySql
+    }
+
+    /// The statement that begins a writing transaction, when it is not the
+    /// driver's own: SQLite's `BEGIN IMMEDIATE`, so that writers queue on the
+    /// busy timeout instead of failing when a read lock would be upgraded.
+    pub(crate) fn begin_statement(self) -> Option<&'static str> {
+        (self == Backend::Sqlite).then_some("BEGIN IMMEDIATE")
+    }
+
+    /// Whether `UPDATE`, `INSERT` and `DELETE` take `RETURNING` (PostgreSQL,
+    /// SQLite), and an `{ids}` set is one parameter of any size. On MySQL a
+    /// statement's rows are read around it in its transaction instead, and
+    /// an inserted row's id comes back as the last insert id.
+    pub(crate) fn returns_rows(self) -> bool {
+        self != Backend::MySql
+    }
+
+    /// Whether a batch of claims is one statement (PostgreSQL: JSON rows,
+    /// locked in id order, one compare-and-set per run of fires); elsewhere
+    /// each claim is its own statements in one transaction.
+    pub(crate) fn claims_in_one_statement(self) -> bool {
+        self == Backend::Postgres
+    }
+
+    /// Whether a change is announced with `NOTIFY` and waited for with
+    /// `LISTEN` (PostgreSQL); elsewhere the change counter is read every
+    /// [`crate::CHANGE_POLL`].
+    pub(crate) fn notifies(self) -> bool {
+        self == Backend::Postgres
+    }
+
+    /// Whether purges choose their rows by a plain read first and delete them
+    /// by primary key (MySQL: a `DELETE` whose own subquery picks its rows
+    /// takes shared locks on the rows it reads, stalling claims and
+    /// heartbeats).
+    pub(crate) fn purges_by_id(self) -> bool {
+        self == Backend::MySql
+    }
+
+    /// Whether a job has a claimed or running fire, the fire's row locked
+    /// where a read can lock rows (not SQLite, whose writing transaction
+    /// holds the whole database); through the index of open fires
+    /// (scheduler, state), so a job's history does not count (binds: the
+    /// job).
+    pub(crate) fn open_fire_of_job(self) -> &'static str {
+        match self {
+            Backend::Sqlite => {
+                "SELECT f.id FROM quartz_fire f JOIN quartz_job j ON f.scheduler = j.scheduler \
+                 AND f.job_id = j.id WHERE j.id = ? AND f.state IN ('claimed', 'running') LIMIT 1"
+            }
+            Backend::Postgres | Backend::MySql => {
+                "SELECT f.id FROM quartz_fire f JOIN quartz_job j ON f.scheduler = j.scheduler \
+                 AND f.job_id = j.id WHERE j.id = ? AND f.state IN ('claimed', 'running') LIMIT 1 FOR UPDATE"
+            }
+        }
+    }
+
+    /// Creates a scheduler's row unless it exists.
+    pub(crate) fn insert_scheduler_row(self) -> &'static str {
+        match self {
+            Backend::MySql => "INSERT IGNORE INTO quartz_scheduler (scheduler) VALUES (?)",
+            Backend::Postgres | Backend::Sqlite => {
+                "INSERT INTO quartz_scheduler (scheduler) VALUES (?) ON CONFLICT (scheduler) DO NOTHING"
+            }
+        }
+    }
+
+    /// A node's row: a new one, or a returning node's next incarnation
+    /// (binds: scheduler, node id, host, pid, weight, handlers).
+    pub(crate) fn upsert_node(self) -> &'static str {
+        match self {
+            Backend::MySql => {
+                "INSERT INTO quartz_node (scheduler, node_id, host, pid, weight, handlers, state, incarnation, \
+                 registered_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, 'live', {now}, {now}, {now}) \
+                 ON DUPLICATE KEY UPDATE host = VALUES(host), pid = VALUES(pid), weight = VALUES(weight), \
+                 handlers = VALUES(handlers), state = 'live', incarnation = incarnation + 1, registered_at = VALUES(registered_at), \
+                 heartbeat_at = VALUES(heartbeat_at)"
+            }
+            Backend::Postgres | Backend::Sqlite => {
+                "INSERT INTO quartz_node (scheduler, node_id, host, pid, weight, handlers, state, incarnation, \
+                 registered_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, 'live', {now}, {now}, {now}) \
+                 ON CONFLICT (scheduler, node_id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
+                 weight = excluded.weight, handlers = excluded.handlers, state = 'live', incarnation = quartz_node.incarnation + 1, \
+                 registered_at = excluded.registered_at, heartbeat_at = excluded.heartbeat_at"
+            }
+        }
+    }
+
+    /// Of a statement's two texts, the one for this backend: `returning`
+    /// (PostgreSQL, SQLite: with `ON CONFLICT ... DO NOTHING` and
+    /// `RETURNING`) or `mysql` (`ON DUPLICATE KEY` or none, its rows read
+    /// around it). For statements whose two forms differ in a suffix, which
+    /// `concat!` joins where they are written.
+    pub(crate) fn pick(self, returning: &'static str, mysql: &'static str) -> &'static str {
+        if self.returns_rows() { returning } else { mysql }
+    }
+}
+
+/// How many ids one `{ids}` list names on MySQL.
+pub(crate) const IDS_PER_LIST: usize = quartz_core::store::FIRES_PER_BATCH;
+
+/// A query template rendered for a backend: `{now}`, `{is}` and `{ids}`
+/// replaced, and on PostgreSQL its `?` placeholders numbered.
+pub(crate) fn render(backend: Backend, template: &str) -> String {
+    let text = template
+        .replace("{now}", backend.now_sql())
+        .replace("{is}", backend.null_safe_eq())
+        .replace("{ids}", &backend.id_set());
+    if backend != Backend::Postgres {
+        return text;
+    }
+    // PostgreSQL numbers its placeholders. The templates hold no `?` inside
+    // string literals.
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut n = 0;
+    for c in text.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn placeholders_are_numbered_for_postgres_only() {
+        let t = "UPDATE t SET a = ? WHERE b {is} ? AND c < {now}";
+        assert_eq!(
+            render(Backend::MySql, t),
+            format!("UPDATE t SET a = ? WHERE b <=> ? AND c < {}", Backend::MySql.now_sql())
+        );
+        assert!(render(Backend::Postgres, t).starts_with("UPDATE t SET a = $1 WHERE b IS NOT DISTINCT FROM $2"));
+    }
+}

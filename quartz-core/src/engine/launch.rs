@@ -302,6 +302,14 @@ impl<S: Store> Inner<S> {
                 None => ready.push(run),
             }
         }
+        super::metrics::started(
+            &self.scheduler,
+            ready.iter().filter_map(|r| {
+                started
+                    .get(&r.fire_id)
+                    .map(|at| at.as_millis() - r.fire_time.as_millis())
+            }),
+        );
         self.inflight.fetch_sub(refused, Ordering::SeqCst);
         if refused > 0 {
             self.count(|c| c.fenced += refused as u64);

@@ -11,15 +11,18 @@
 //!    policy.
 //! 2. **Expand** each execute into its fire times inside the window, in order.
 //! 3. **Claim** each fire at its time (less [`Settings::claim_lead`]), on a
-//!    timer corrected to database time, with one compare-and-set per fire;
-//!    fires due together are claimed in one transaction.
-//! 4. **Submit** the won fire to the pool at its scheduled time (never before).
-//!    A refusal (queue full at max threads) is recorded as a misfire and handed
-//!    to the trigger's policy.
-//! 5. **Run**: the fire is marked running, fenced by this node's incarnation;
-//!    the handler runs with a [`JobContext`]; the outcome goes to the ledger.
-//!    Timeouts, retries, fixed-delay successors and non-concurrent jobs are
-//!    handled here.
+//!    timer corrected to database time, with one compare-and-set per run of
+//!    consecutive fires of an execute; fires due together are claimed in one
+//!    call, no more than the pool has room for.
+//! 4. **Start** the won fires due together a start lead (a few milliseconds)
+//!    before their time: one statement marks them running, fenced by the
+//!    incarnation that claimed them.
+//! 5. **Run**: at its scheduled time (never before) the fire goes to the
+//!    pool; the handler runs with a [`JobContext`]; the outcome goes to the
+//!    ledger. Timeouts, retries (pending ledger rows), fixed-delay successors
+//!    and non-concurrent jobs are handled here.
+//!
+//! What a node does is recorded as [`metrics`] through the `metrics` facade.
 //!
 //! Beside it, a cluster task heart-beats, declares nodes dead after
 //! [`Settings::dead_after`] (database time), and recovers their fires: claimed
@@ -51,6 +54,7 @@ mod dispatcher;
 mod handler;
 mod launch;
 mod maintenance;
+pub mod metrics;
 mod node;
 mod poller;
 mod queue;

@@ -153,8 +153,14 @@ impl<S: Store> Inner<S> {
         *self.stop.borrow()
     }
 
+    /// Updates the node's counters, and records what was added as metrics.
     pub(super) fn count(&self, f: impl FnOnce(&mut Counters)) {
-        f(&mut self.counters.lock());
+        let mut counters = self.counters.lock();
+        let before = *counters;
+        f(&mut counters);
+        let after = *counters;
+        drop(counters);
+        super::metrics::counted(&self.scheduler, &before, &after);
     }
 
     pub(crate) fn status(&self) -> NodeStatus {

@@ -36,7 +36,10 @@ impl<S: Store> Inner<S> {
             let polled = self.poll().await;
             *self.poll_took.lock() = began.elapsed();
             let full = match polled {
-                Ok(full) => full,
+                Ok((full, rows)) => {
+                    super::metrics::polled(&self.scheduler, began.elapsed(), rows);
+                    full
+                }
                 Err(e) => {
                     tracing::warn!(scheduler = self.scheduler, error = %e, "poll failed; retrying at the next tick");
                     false
@@ -60,10 +63,11 @@ impl<S: Store> Inner<S> {
         *self.poll_took.lock()
     }
 
-    /// One poll; `true` when a batch came back full and more may be due.
-    pub(super) async fn poll(self: &Arc<Self>) -> Result<bool, StoreError> {
+    /// One poll: `true` when a batch came back full and more may be due, and
+    /// how many due executes it read.
+    pub(super) async fn poll(self: &Arc<Self>) -> Result<(bool, usize), StoreError> {
         if *self.phase.lock() != Phase::Running {
-            return Ok(false);
+            return Ok((false, 0));
         }
         let db_now = self.db_now().await?;
         self.count(|c| c.polls += 1);
@@ -124,7 +128,7 @@ impl<S: Store> Inner<S> {
             self.queue_pending(PendingFire::of(&fire));
         }
         tracing::debug!(scheduler = self.scheduler, executes, decided, full, "polled");
-        Ok(full)
+        Ok((full, executes))
     }
 
     /// The jobs of the polled executes, and of fires claimed and not launched

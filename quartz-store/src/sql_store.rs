@@ -49,6 +49,9 @@ macro_rules! fire_cols {
 }
 
 // After the column lists, which they use.
+/// A query under construction, as [`SqlStore::query`] makes it.
+type AnyQuery = sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>;
+
 mod claims;
 mod decode;
 mod fires;
@@ -130,7 +133,7 @@ impl SqlStore {
         tx.map_err(db_error)
     }
 
-    pub(super) fn query(&self, template: &'static str) -> sqlx::query::Query<'static, Any, sqlx::any::AnyArguments> {
+    pub(super) fn query(&self, template: &'static str) -> AnyQuery {
         sqlx::query(self.db.sql(template))
     }
 
@@ -145,11 +148,7 @@ impl SqlStore {
     }
 
     /// Binds an `{ids}` set (at most [`SqlStore::ids_per_statement`] ids).
-    pub(super) fn bind_id_set(
-        &self,
-        q: sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>,
-        ids: &[i64],
-    ) -> sqlx::query::Query<'static, Any, sqlx::any::AnyArguments> {
+    pub(super) fn bind_id_set(&self, q: AnyQuery, ids: &[i64]) -> AnyQuery {
         if self.db.backend.ids_in_one() {
             q.bind(self.db.backend.encode_ids(ids))
         } else {
@@ -168,10 +167,7 @@ impl SqlStore {
 
     /// Runs a statement on the pool; whether it changed exactly one row (a
     /// compare-and-set won).
-    pub(super) async fn changed_one(
-        &self,
-        q: sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>,
-    ) -> Result<bool, StoreError> {
+    pub(super) async fn changed_one(&self, q: AnyQuery) -> Result<bool, StoreError> {
         Ok(q.execute(&self.db.pool).await.map_err(db_error)?.rows_affected() == 1)
     }
 }
@@ -552,10 +548,7 @@ fn is_conflict(code: Option<&str>) -> bool {
 
 /// Binds a MySQL `{ids}` list of [`IDS_PER_LIST`] placeholders: the ids,
 /// the last repeated to fill it (one prepared text for every size).
-fn bind_id_list(
-    mut q: sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>,
-    ids: &[i64],
-) -> sqlx::query::Query<'static, Any, sqlx::any::AnyArguments> {
+fn bind_id_list(mut q: AnyQuery, ids: &[i64]) -> AnyQuery {
     for i in 0..IDS_PER_LIST {
         q = q.bind(ids.get(i).or(ids.last()).copied().unwrap_or(0));
     }

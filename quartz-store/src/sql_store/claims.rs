@@ -20,6 +20,7 @@ use quartz_core::trigger::TriggerState;
 use serde_json::{Value, json};
 use sqlx::{Any, Row, Transaction};
 
+use super::jobs::{bind_cas_expect, bind_cas_set};
 use super::*;
 
 /// A ledger row for one fire of an execute (binds: the job, when not the
@@ -366,9 +367,8 @@ impl SqlStore {
         E: sqlx::Executor<'e, Database = Any>,
     {
         let cas = &claim.cas;
-        let row = self
-            .query(
-                "WITH won AS (UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, \
+        let statement = self.query(
+            "WITH won AS (UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, \
                  state = ?, node_id = ?, incarnation = ?, updated_at = {now} \
                  WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? \
                  RETURNING scheduler, id, job_id) \
@@ -376,17 +376,8 @@ impl SqlStore {
                  state, claimed_at, fire_count) \
                  SELECT scheduler, id, job_id, ?, ?, ?, ?, 'claimed', {now}, 1 FROM won \
                  ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING id",
-            )
-            .bind(cas.set.prev_fire_time.map(Timestamp::as_millis))
-            .bind(cas.set.next_fire_time.map(Timestamp::as_millis))
-            .bind(count_to_i64(cas.set.times_triggered))
-            .bind(cas.set_state.as_str())
-            .bind(cas.set_owner.as_ref().map(|n| n.node_id.clone()))
-            .bind(cas.set_owner.as_ref().map(|n| n.incarnation))
-            .bind(cas.execute_id)
-            .bind(cas.expect_state.as_str())
-            .bind(cas.expect.prev_fire_time.map(Timestamp::as_millis))
-            .bind(cas.expect.next_fire_time.map(Timestamp::as_millis))
+        );
+        let row = bind_cas_expect(bind_cas_set(statement, cas), cas)
             .bind(claim.fire_time.as_millis())
             .bind(i64::from(claim.attempt))
             .bind(claim.node.node_id.clone())

@@ -4,7 +4,7 @@
 
 use quartz_core::Timestamp;
 use quartz_core::store::{ChainedFire, FireQuery, FireRecord, FireState, NodeRef, Outcome, StoreError};
-use sqlx::{Any, Row};
+use sqlx::Row;
 
 use super::*;
 
@@ -142,7 +142,7 @@ impl SqlStore {
             return Ok(Vec::new());
         }
         let backend = self.db.backend;
-        let with_node = |mut q: sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>| {
+        let with_node = |mut q: AnyQuery| {
             q = q.bind(node.node_id.clone()).bind(node.incarnation);
             if node_twice {
                 q = q.bind(node.node_id.clone()).bind(node.incarnation);

@@ -12,6 +12,43 @@ use sqlx::{Any, Transaction};
 
 use super::*;
 
+/// Binds the state a compare-and-set writes: previous and next fire time,
+/// times triggered, state, owner's node id and incarnation.
+pub(super) fn bind_cas_set(q: AnyQuery, cas: &ExecuteCas) -> AnyQuery {
+    q.bind(cas.set.prev_fire_time.map(Timestamp::as_millis))
+        .bind(cas.set.next_fire_time.map(Timestamp::as_millis))
+        .bind(count_to_i64(cas.set.times_triggered))
+        .bind(cas.set_state.as_str())
+        .bind(cas.set_owner.as_ref().map(|n| n.node_id.clone()))
+        .bind(cas.set_owner.as_ref().map(|n| n.incarnation))
+}
+
+/// Binds what a compare-and-set expects: the execute, its state, its
+/// previous and next fire time.
+pub(super) fn bind_cas_expect(q: AnyQuery, cas: &ExecuteCas) -> AnyQuery {
+    q.bind(cas.execute_id)
+        .bind(cas.expect_state.as_str())
+        .bind(cas.expect.prev_fire_time.map(Timestamp::as_millis))
+        .bind(cas.expect.next_fire_time.map(Timestamp::as_millis))
+}
+
+/// Binds a job's own columns, as written on create and on edit: name,
+/// handler, payload, description, recovery, concurrency, timeout, attempts,
+/// backoff, backoff cap, parent.
+fn bind_job_spec(q: AnyQuery, job: &JobSpec) -> AnyQuery {
+    q.bind(job.name.clone())
+        .bind(job.handler.clone())
+        .bind(job.payload.clone())
+        .bind(job.description.clone())
+        .bind(i64::from(job.requests_recovery))
+        .bind(i64::from(job.allow_concurrent))
+        .bind(job.timeout_ms)
+        .bind(i64::from(job.retry.max_attempts))
+        .bind(job.retry.backoff_ms)
+        .bind(job.retry.backoff_max_ms)
+        .bind(job.parent.clone())
+}
+
 impl SqlStore {
     pub(super) async fn job_by_name(&self, scheduler: &str, name: &str) -> Result<Option<Job>, StoreError> {
         let row = self
@@ -175,22 +212,11 @@ impl SqlStore {
                  AND node_id {is} ? AND incarnation {is} ?",
             ),
         };
-        let mut q = q
-            .bind(cas.set.prev_fire_time.map(Timestamp::as_millis))
-            .bind(cas.set.next_fire_time.map(Timestamp::as_millis))
-            .bind(count_to_i64(cas.set.times_triggered))
-            .bind(cas.set_state.as_str())
-            .bind(cas.set_owner.as_ref().map(|n| n.node_id.clone()))
-            .bind(cas.set_owner.as_ref().map(|n| n.incarnation))
-            .bind(signature);
+        let mut q = bind_cas_set(q, cas).bind(signature);
         if reschedule {
             q = q.bind(set_start).bind(set_limit);
         }
-        q = q
-            .bind(cas.execute_id)
-            .bind(cas.expect_state.as_str())
-            .bind(cas.expect.prev_fire_time.map(Timestamp::as_millis))
-            .bind(cas.expect.next_fire_time.map(Timestamp::as_millis));
+        q = bind_cas_expect(q, cas);
         if let Some(owner) = &cas.expect_owner {
             q = q.bind(owner.node_id.clone()).bind(owner.incarnation);
         }
@@ -242,27 +268,15 @@ impl SqlStore {
             name: job.name.clone(),
         };
         let mut tx = self.begin_change(scheduler).await?;
-        let inserted = self
+        let insert = self
             .query(
                 "INSERT INTO quartz_job (scheduler, name, handler, payload, description, state, requests_recovery, \
                  allow_concurrent, timeout_ms, max_attempts, backoff_ms, backoff_max_ms, parent_job, created_at, \
                  updated_at) \
                  VALUES (?, ?, ?, ?, ?, 'enabled', ?, ?, ?, ?, ?, ?, ?, {now}, {now})",
             )
-            .bind(scheduler.to_owned())
-            .bind(job.name.clone())
-            .bind(job.handler.clone())
-            .bind(job.payload.clone())
-            .bind(job.description.clone())
-            .bind(i64::from(job.requests_recovery))
-            .bind(i64::from(job.allow_concurrent))
-            .bind(job.timeout_ms)
-            .bind(i64::from(job.retry.max_attempts))
-            .bind(job.retry.backoff_ms)
-            .bind(job.retry.backoff_max_ms)
-            .bind(job.parent.clone())
-            .execute(&mut *tx)
-            .await;
+            .bind(scheduler.to_owned());
+        let inserted = bind_job_spec(insert, job).execute(&mut *tx).await;
         match inserted {
             Ok(_) => {}
             Err(e) if is_unique_violation(&e) => return Err(duplicate()),
@@ -300,27 +314,13 @@ impl SqlStore {
             self.require_job(scheduler, parent).await?;
         }
         let mut tx = self.begin_change(scheduler).await?;
-        let updated = self
-            .query(
-                "UPDATE quartz_job SET name = ?, handler = ?, payload = ?, description = ?, requests_recovery = ?, \
+        let update = self.query(
+            "UPDATE quartz_job SET name = ?, handler = ?, payload = ?, description = ?, requests_recovery = ?, \
                  allow_concurrent = ?, timeout_ms = ?, max_attempts = ?, backoff_ms = ?, backoff_max_ms = ?, \
                  parent_job = ?, \
                  updated_at = {now} WHERE id = ?",
-            )
-            .bind(job.name.clone())
-            .bind(job.handler.clone())
-            .bind(job.payload.clone())
-            .bind(job.description.clone())
-            .bind(i64::from(job.requests_recovery))
-            .bind(i64::from(job.allow_concurrent))
-            .bind(job.timeout_ms)
-            .bind(i64::from(job.retry.max_attempts))
-            .bind(job.retry.backoff_ms)
-            .bind(job.retry.backoff_max_ms)
-            .bind(job.parent.clone())
-            .bind(existing.id)
-            .execute(&mut *tx)
-            .await;
+        );
+        let updated = bind_job_spec(update, job).bind(existing.id).execute(&mut *tx).await;
         match updated {
             Ok(_) => {}
             Err(e) if is_unique_violation(&e) => {

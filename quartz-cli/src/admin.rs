@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use quartz_core::Timestamp;
-use quartz_core::store::{FireQuery, FireState, NodeState, Store, TriggerColumns};
-use quartz_core::trigger::{Schedule, Trigger};
+use quartz_core::store::{FireQuery, FireState, NodeState, Store};
+use quartz_core::trigger::Trigger;
 use quartz_store::SqlStore;
 use serde_json::{Value, json};
 
@@ -72,13 +72,7 @@ fn opt_json(t: Option<Timestamp>) -> Value {
 
 /// How a trigger reads in a table: `cron 0/2 * * * * ? UTC`, `every 5000ms`, …
 pub fn describe(trigger: &Trigger) -> String {
-    match trigger.schedule() {
-        Schedule::Cron { expr, zone } => format!("cron {expr} {zone}"),
-        Schedule::FixedRate { interval_ms } => format!("every {interval_ms}ms"),
-        Schedule::FixedDelay { delay_ms } => format!("delay {delay_ms}ms"),
-        Schedule::Once => format!("once at {}", show_instant(trigger.start())),
-        _ => TriggerColumns::from_trigger(trigger).kind.to_string(),
-    }
+    quartz_core::admin::summary(trigger)
 }
 
 // ---- migrate ----

@@ -22,6 +22,7 @@
 //! # Ok::<(), quartz_core::Error>(())
 //! ```
 
+pub mod admin;
 pub mod audit;
 pub mod cron;
 pub mod engine;

@@ -125,10 +125,14 @@ impl Backend {
                         "job parent index",
                         include_str!(concat!("../../migrations/", $dir, "/0007_job_parent_index.sql")),
                     ),
+                    (
+                        "change log",
+                        include_str!(concat!("../../migrations/", $dir, "/0008_change_log.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 7] = match self {
+        let files: [(&str, &'static str); 8] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

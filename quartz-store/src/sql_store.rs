@@ -5,9 +5,10 @@ use std::collections::HashSet;
 
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    ChainedFire, Claim, DueBatch, ExecuteCas, ExecuteSpec, FireQuery, FireRecord, FireState, FollowUp, Job, JobDetail,
-    JobSpec, JobState, MAX_ERROR_BYTES, Node, NodeRef, NodeRegistration, NodeState, Outcome, PendingClaim, RetryPolicy,
-    SkippedRecord, Store, StoreError, check_name,
+    ChainedFire, ChangeAction, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DueBatch, ExecuteCas, ExecuteSpec,
+    FireQuery, FireRecord, FireState, FollowUp, Job, JobDetail, JobQuery, JobSpec, JobState, MAX_ERROR_BYTES, Node,
+    NodeRef, NodeRegistration, NodeState, Outcome, PendingClaim, RetryPolicy, SkippedRecord, Store, StoreError,
+    check_name,
 };
 use quartz_core::trigger::TriggerState;
 use sqlx::any::AnyQueryResult;
@@ -20,6 +21,7 @@ mod changes;
 mod retention;
 
 pub use changes::CHANGE_POLL;
+use changes::Change;
 pub(crate) use changes::ChangeSignal;
 
 macro_rules! node_cols {
@@ -71,6 +73,9 @@ use fires::{
 #[derive(Debug, Clone)]
 pub struct SqlStore {
     db: Db,
+    /// Who the change log says made the changes made through this handle
+    /// (see [`Store::acting_as`]).
+    actor: std::sync::Arc<str>,
 }
 
 impl SqlStore {
@@ -96,6 +101,7 @@ impl SqlStore {
     pub async fn connect_with(url: &str, options: &StoreOptions) -> Result<SqlStore, StoreError> {
         Ok(SqlStore {
             db: Db::connect(url, options).await?,
+            actor: DEFAULT_ACTOR.into(),
         })
     }
 
@@ -250,7 +256,22 @@ impl Store for SqlStore {
         let mut tx = self.begin_change(scheduler).await?;
         self.insert_executes(&mut tx, scheduler, job.id, executes, job.state == JobState::Paused)
             .await?;
-        self.changed_in(&mut tx, scheduler).await?;
+        let once = executes
+            .iter()
+            .all(|e| matches!(e.trigger.schedule(), quartz_core::trigger::Schedule::Once));
+        let (action, detail) = if once && !executes.is_empty() {
+            (
+                ChangeAction::JobTrigger,
+                format!("{} one-off trigger(s)", executes.len()),
+            )
+        } else {
+            (
+                ChangeAction::JobAddTriggers,
+                format!("{} trigger(s) added", executes.len()),
+            )
+        };
+        self.changed_in(&mut tx, scheduler, Change::new(action, name, detail))
+            .await?;
         tx.commit().await.map_err(db_error)
     }
 
@@ -271,6 +292,25 @@ impl Store for SqlStore {
 
     async fn list_jobs(&self, scheduler: &str) -> Result<Vec<Job>, StoreError> {
         self.jobs_list(scheduler).await
+    }
+
+    async fn jobs_page(&self, query: &JobQuery) -> Result<Vec<Job>, StoreError> {
+        self.jobs_query(query).await
+    }
+
+    async fn change_log(&self, query: &ChangeQuery) -> Result<Vec<ChangeRecord>, StoreError> {
+        self.change_log_read(query).await
+    }
+
+    fn acting_as(&self, actor: &str) -> SqlStore {
+        let mut end = actor.len().min(quartz_core::store::MAX_NAME_BYTES);
+        while !actor.is_char_boundary(end) {
+            end -= 1;
+        }
+        SqlStore {
+            db: self.db.clone(),
+            actor: actor[..end].into(),
+        }
     }
 
     async fn update_job(

@@ -34,8 +34,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    ChainedFire, Claim, DueBatch, ExecuteCas, ExecuteSpec, FireQuery, FireRecord, FireState, FollowUp, Job, JobDetail,
-    JobSpec, Node, NodeRef, NodeRegistration, Outcome, PendingClaim, SkippedRecord, Store, StoreError,
+    ChainedFire, ChangeQuery, ChangeRecord, Claim, DueBatch, ExecuteCas, ExecuteSpec, FireQuery, FireRecord, FireState,
+    FollowUp, Job, JobDetail, JobQuery, JobSpec, Node, NodeRef, NodeRegistration, Outcome, PendingClaim, SkippedRecord,
+    Store, StoreError,
 };
 
 /// What one faulted call does.
@@ -219,6 +220,10 @@ impl<S: Store> FaultyStore<S> {
 macro_rules! faulty {
     ($( fn $name:ident(&self $(, $arg:ident : $ty:ty)* ) -> $ret:ty; )*) => {
         impl<S: Store> Store for FaultyStore<S> {
+            fn acting_as(&self, actor: &str) -> FaultyStore<S> {
+                FaultyStore { inner: self.inner.acting_as(actor), faults: Arc::clone(&self.faults) }
+            }
+
             $(
                 async fn $name(&self $(, $arg: $ty)*) -> Result<$ret, StoreError> {
                     self.faults.around(stringify!($name), self.inner.$name($($arg),*)).await
@@ -239,6 +244,8 @@ faulty! {
     fn get_job(&self, scheduler: &str, name: &str) -> Option<JobDetail>;
     fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> Vec<Job>;
     fn list_jobs(&self, scheduler: &str) -> Vec<Job>;
+    fn jobs_page(&self, query: &JobQuery) -> Vec<Job>;
+    fn change_log(&self, query: &ChangeQuery) -> Vec<ChangeRecord>;
     fn update_job(&self, scheduler: &str, name: &str, job: &JobSpec, executes: Option<&[ExecuteSpec]>) -> Job;
     fn set_paused(&self, scheduler: &str, name: &str, paused: bool) -> Job;
     fn add_executes(&self, scheduler: &str, name: &str, executes: &[ExecuteSpec]) -> ();

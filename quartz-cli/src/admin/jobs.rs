@@ -2,14 +2,17 @@
 //! a job and its triggers.
 
 use anyhow::Context;
-use quartz_core::store::{ExecuteSpec, FireQuery, JobDetail, JobSpec, Node, NodeState, Store, TriggerColumns};
-use quartz_core::trigger::{Schedule, Trigger};
+use quartz_core::admin::Admin;
+use quartz_core::store::{FireQuery, JobDetail, JobSpec, Node, NodeState, Store, TriggerColumns};
 use quartz_store::SqlStore;
 use serde_json::{Value, json};
 
 use super::*;
 use crate::args::{JobArgs, TriggerArgs, show_instant};
 use crate::run::BUILT_IN_HANDLERS;
+
+/// Who the change log says made the CLI's changes.
+pub const CLI_ACTOR: &str = "cli";
 
 /// The `job` subcommands.
 #[derive(clap::Subcommand)]
@@ -129,9 +132,11 @@ async fn warn_unless_offered(store: &SqlStore, scheduler: &str, handler: &str) -
     Ok(())
 }
 
-/// Runs a `job` subcommand.
+/// Runs a `job` subcommand. Every change goes through the library's admin
+/// surface, recorded in the change log as made by `cli`.
 pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> anyhow::Result<()> {
     let store = SqlStore::connect(url).await?;
+    let admin = Admin::new(store.clone(), scheduler).acting_as(CLI_ACTOR);
     match command {
         JobCommand::Add { name, job, trigger } => {
             let Some(handler) = &job.handler else {
@@ -143,47 +148,32 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
             };
             let spec = job.apply(JobSpec::new(name, handler.clone()))?;
             let executes = if trigger.given() {
-                vec![trigger.to_execute(store.now().await?)?]
+                vec![trigger.to_execute(admin.now().await?)?]
             } else if spec.parent.is_some() {
                 Vec::new()
             } else {
                 anyhow::bail!("a job needs a trigger (--cron, --every, --delay or --at) or a --parent");
             };
-            store.create_job(scheduler, &spec, &executes).await?;
+            admin.job_create(&spec, &executes).await?;
             warn_unless_offered(&store, scheduler, &spec.handler).await?;
             show(&store, scheduler, &spec.name, out).await
         }
         JobCommand::List => list(&store, scheduler, out).await,
         JobCommand::Show { name } => show(&store, scheduler, &name, out).await,
         JobCommand::Pause { name } => {
-            store.set_paused(scheduler, &name, true).await?;
+            admin.job_pause(&name).await?;
             out.print(&json!({"job": name, "state": "paused"}), || format!("paused {name}\n"));
             Ok(())
         }
         JobCommand::Resume { name } => {
-            store.set_paused(scheduler, &name, false).await?;
+            admin.job_resume(&name).await?;
             out.print(&json!({"job": name, "state": "enabled"}), || {
                 format!("resumed {name}\n")
             });
             Ok(())
         }
         JobCommand::Trigger { name } => {
-            let now = store.now().await?;
-            let once = ExecuteSpec::new(Trigger::new(Schedule::Once, now)?);
-            store.add_executes(scheduler, &name, &[once]).await?;
-            // The store moves a fire time of "now" to when every node has
-            // seen the change: read back the one it stored.
-            let fire_time = store
-                .get_job(scheduler, &name)
-                .await?
-                .and_then(|d| {
-                    d.executes
-                        .iter()
-                        .filter(|e| matches!(e.trigger.schedule(), Schedule::Once))
-                        .max_by_key(|e| e.id)
-                        .map(|e| e.trigger.start())
-                })
-                .unwrap_or(now);
+            let fire_time = admin.job_trigger(&name).await?;
             out.print(&json!({"job": name, "fire_time": fire_time.as_millis()}), || {
                 format!("{name} fires now ({}), once\n", show_instant(fire_time))
             });
@@ -196,18 +186,18 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
                 .with_context(|| format!("no job {name:?} in scheduler {scheduler:?}"))?;
             let spec = job.apply(current.job.spec)?;
             let executes = if trigger.given() {
-                Some(vec![trigger.to_execute(store.now().await?)?])
+                Some(vec![trigger.to_execute(admin.now().await?)?])
             } else {
                 None
             };
-            store.update_job(scheduler, &name, &spec, executes.as_deref()).await?;
+            admin.job_update(&name, &spec, executes.as_deref()).await?;
             if job.handler.is_some() {
                 warn_unless_offered(&store, scheduler, &spec.handler).await?;
             }
             show(&store, scheduler, &spec.name, out).await
         }
         JobCommand::Delete { name } => {
-            store.delete_job(scheduler, &name).await?;
+            admin.job_delete(&name).await?;
             out.print(&json!({"job": name, "deleted": true}), || format!("deleted {name}\n"));
             Ok(())
         }

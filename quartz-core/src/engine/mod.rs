@@ -358,6 +358,15 @@ impl<S: Store> Scheduler<S> {
     }
 }
 
+impl<S: Store + Clone> Scheduler<S> {
+    /// The admin surface of this node's cluster, over its store: list, show,
+    /// add, edit, pause, resume, fire now and delete jobs; read the ledger,
+    /// the nodes and the change log (see [`crate::admin`]).
+    pub fn admin(&self) -> crate::admin::Admin<S> {
+        crate::admin::Admin::new(self.inner.store.clone(), self.inner.scheduler.clone())
+    }
+}
+
 impl<S: Store> Drop for Scheduler<S> {
     fn drop(&mut self) {
         self.inner.stop_tasks();

@@ -28,8 +28,9 @@ pub use cas::{Claim, ExecuteCas, SkippedRecord};
 pub use codec::TriggerColumns;
 pub use error::StoreError;
 pub use rows::{
-    ChainedFire, DueBatch, Execute, ExecuteState, FireQuery, FireRecord, FireState, FollowUp, Job, JobDetail, JobState,
-    Node, NodeRef, NodeState, Outcome, PendingClaim, RejectedRow,
+    ChainedFire, ChangeAction, ChangeQuery, ChangeRecord, DEFAULT_ACTOR, DueBatch, Execute, ExecuteState, FireQuery,
+    FireRecord, FireState, FollowUp, Job, JobDetail, JobQuery, JobState, Node, NodeRef, NodeState, Outcome,
+    PendingClaim, RejectedRow,
 };
 pub use spec::{
     ExecuteSpec, JobSpec, MAX_ATTEMPTS, MAX_DESCRIPTION_BYTES, MAX_ERROR_BYTES, MAX_NAME_BYTES, MAX_PAYLOAD_BYTES,
@@ -60,6 +61,14 @@ pub const START_NOW_GRACE_MS: i64 = 5_000;
 pub trait Store: Send + Sync + 'static {
     /// The database's clock.
     fn now(&self) -> impl Future<Output = Result<Timestamp, StoreError>> + Send;
+
+    /// The same store, whose changes (jobs created, edited, paused, resumed,
+    /// triggered, deleted) are recorded in the change log as made by `actor`
+    /// (at most 200 bytes kept), in each change's own transaction. A new
+    /// store acts as [`DEFAULT_ACTOR`].
+    fn acting_as(&self, actor: &str) -> Self
+    where
+        Self: Sized;
 
     // ---- nodes ----
 
@@ -117,6 +126,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every job of the scheduler, by name.
     fn list_jobs(&self, scheduler: &str) -> impl Future<Output = Result<Vec<Job>, StoreError>> + Send;
+
+    /// One page of the scheduler's jobs, by name: filtered, searched, and
+    /// paged by key (see [`JobQuery`]).
+    fn jobs_page(&self, query: &JobQuery) -> impl Future<Output = Result<Vec<Job>, StoreError>> + Send;
 
     /// Replaces a job's definition (its name may change); when `executes` is
     /// given, its triggers are replaced too and start afresh.
@@ -388,6 +401,10 @@ pub trait Store: Send + Sync + 'static {
     fn fires(&self, query: &FireQuery) -> impl Future<Output = Result<Vec<FireRecord>, StoreError>> + Send;
 
     // ---- changes ----
+
+    /// The change log: changes made through the store, newest first (see
+    /// [`ChangeRecord`]).
+    fn change_log(&self, query: &ChangeQuery) -> impl Future<Output = Result<Vec<ChangeRecord>, StoreError>> + Send;
 
     /// The scheduler's change counter, which every change made through the
     /// store bumps in its own transaction (0 before the first).

@@ -349,3 +349,120 @@ pub enum PendingClaim {
     /// It is no longer pending (another node claimed it).
     Gone,
 }
+
+/// A page of a scheduler's jobs, by name: filtered, searched, and paged by
+/// key (the last name of the previous page), so that a page costs the same
+/// however many jobs there are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobQuery {
+    /// The scheduler (cluster) name.
+    pub scheduler: String,
+    /// Only jobs whose name contains this text (case-insensitive on
+    /// PostgreSQL's `LOWER`, MySQL's collation and SQLite's ASCII folding).
+    pub search: Option<String>,
+    /// Only jobs in this state.
+    pub state: Option<JobState>,
+    /// Only jobs run by this handler.
+    pub handler: Option<String>,
+    /// Only jobs whose name sorts after this (the last name of the previous
+    /// page).
+    pub after: Option<String>,
+    /// The most rows.
+    pub limit: u32,
+}
+
+impl JobQuery {
+    /// The first 100 jobs of a scheduler, by name.
+    pub fn new(scheduler: impl Into<String>) -> JobQuery {
+        JobQuery {
+            scheduler: scheduler.into(),
+            search: None,
+            state: None,
+            handler: None,
+            after: None,
+            limit: 100,
+        }
+    }
+}
+
+/// What a change did, as the change log names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChangeAction {
+    /// A job was created with its triggers.
+    JobCreate,
+    /// A job's definition (and perhaps its triggers) was replaced.
+    JobEdit,
+    /// A job was paused.
+    JobPause,
+    /// A job was resumed.
+    JobResume,
+    /// A job was fired now, once (one-off triggers were added).
+    JobTrigger,
+    /// Triggers were added to a job.
+    JobAddTriggers,
+    /// A job and its triggers were deleted.
+    JobDelete,
+}
+
+names!(ChangeAction {
+    JobCreate = "job.create",
+    JobEdit = "job.edit",
+    JobPause = "job.pause",
+    JobResume = "job.resume",
+    JobTrigger = "job.trigger",
+    JobAddTriggers = "job.add_triggers",
+    JobDelete = "job.delete",
+});
+
+/// The actor a store acts as until told otherwise: code that embeds the
+/// library and calls the store directly.
+pub const DEFAULT_ACTOR: &str = "library";
+
+/// A change made through the store, as the change log keeps it: written in
+/// the change's own transaction, so a change is never stored without its
+/// record nor recorded without having been made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeRecord {
+    /// Its id (newer changes have larger ids).
+    pub id: i64,
+    /// The scheduler (cluster) name.
+    pub scheduler: String,
+    /// When it was made (database time).
+    pub at: Timestamp,
+    /// Who made it: the actor the store acted as (see
+    /// [`Store::acting_as`](super::Store::acting_as)), such as `http:admin`,
+    /// `cli` or [`DEFAULT_ACTOR`].
+    pub actor: String,
+    /// What it did (its name, as [`ChangeAction::as_str`], kept as stored so
+    /// that rows of a later version still read).
+    pub action: String,
+    /// The job it changed, by name (for an edit that renamed it, the new name).
+    pub target: String,
+    /// A short account: the triggers added, the old name of a renamed job.
+    pub detail: String,
+}
+
+/// A change log query: newest first, paged by key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeQuery {
+    /// The scheduler (cluster) name.
+    pub scheduler: String,
+    /// Only changes to this job (by name).
+    pub target: Option<String>,
+    /// Only changes with an id below this (the last id of the previous page).
+    pub before_id: Option<i64>,
+    /// The most rows.
+    pub limit: u32,
+}
+
+impl ChangeQuery {
+    /// The newest 100 changes of a scheduler.
+    pub fn new(scheduler: impl Into<String>) -> ChangeQuery {
+        ChangeQuery {
+            scheduler: scheduler.into(),
+            target: None,
+            before_id: None,
+            limit: 100,
+        }
+    }
+}

@@ -136,59 +136,89 @@ impl JobSpec {
     ///
     /// [`Error::InvalidJob`] naming the field and the problem.
     pub fn validate(&self) -> Result<(), Error> {
-        let invalid = |reason: String| Err(Error::InvalidJob { reason });
-        check_name("job name", &self.name)?;
-        check_name("handler name", &self.handler)?;
+        self.check_fields().map_err(|(_, e)| e)
+    }
+
+    /// As [`validate`](Self::validate), with the name of the field at fault
+    /// (`name`, `handler`, `payload`, `description`, `timeout_ms`,
+    /// `max_attempts`, `backoff_ms`, `backoff_max_ms`, `parent`), as the
+    /// admin API reports it.
+    ///
+    /// # Errors
+    ///
+    /// The field and its [`Error::InvalidJob`].
+    pub fn check_fields(&self) -> Result<(), (&'static str, Error)> {
+        let invalid = |field: &'static str, reason: String| Err((field, Error::InvalidJob { reason }));
+        check_name("job name", &self.name).map_err(|e| ("name", e))?;
+        check_name("handler name", &self.handler).map_err(|e| ("handler", e))?;
         if let Some(parent) = &self.parent {
-            check_name("parent job name", parent)?;
+            check_name("parent job name", parent).map_err(|e| ("parent", e))?;
             if parent == &self.name {
-                return invalid(format!("job {:?} cannot be its own parent", self.name));
+                return invalid("parent", format!("job {:?} cannot be its own parent", self.name));
             }
         }
         if self.payload.len() > MAX_PAYLOAD_BYTES {
-            return invalid(format!(
-                "payload is {} bytes; the most is {MAX_PAYLOAD_BYTES}",
-                self.payload.len()
-            ));
+            return invalid(
+                "payload",
+                format!(
+                    "payload is {} bytes; the most is {MAX_PAYLOAD_BYTES}",
+                    self.payload.len()
+                ),
+            );
         }
         // Decoded whole, as handlers and tools will: this also bounds its
         // nesting (128 levels), which a skimming parser would not.
         if let Err(e) = serde_json::from_str::<serde_json::Value>(&self.payload) {
             if e.to_string().contains("recursion limit") {
-                return invalid("payload is nested deeper than 128 levels".to_owned());
+                return invalid("payload", "payload is nested deeper than 128 levels".to_owned());
             }
-            return invalid(format!("payload is not valid JSON: {e}"));
+            return invalid("payload", format!("payload is not valid JSON: {e}"));
         }
         if self.description.len() > MAX_DESCRIPTION_BYTES {
-            return invalid(format!(
-                "description is {} bytes; the most is {MAX_DESCRIPTION_BYTES}",
-                self.description.len()
-            ));
+            return invalid(
+                "description",
+                format!(
+                    "description is {} bytes; the most is {MAX_DESCRIPTION_BYTES}",
+                    self.description.len()
+                ),
+            );
         }
         if let Some(timeout) = self.timeout_ms
             && !(1..=crate::trigger::MAX_INTERVAL_MILLIS).contains(&timeout)
         {
-            return invalid(format!("timeout must be between 1 ms and 100 years, got {timeout} ms"));
+            return invalid(
+                "timeout_ms",
+                format!("timeout must be between 1 ms and 100 years, got {timeout} ms"),
+            );
         }
         if !(1..=MAX_ATTEMPTS).contains(&self.retry.max_attempts) {
-            return invalid(format!(
-                "retry attempts must be between 1 and {MAX_ATTEMPTS}, got {}",
-                self.retry.max_attempts
-            ));
+            return invalid(
+                "max_attempts",
+                format!(
+                    "retry attempts must be between 1 and {MAX_ATTEMPTS}, got {}",
+                    self.retry.max_attempts
+                ),
+            );
         }
         if !(0..=crate::trigger::MAX_INTERVAL_MILLIS).contains(&self.retry.backoff_ms) {
-            return invalid(format!(
-                "retry backoff must be between 0 and 100 years, got {} ms",
-                self.retry.backoff_ms
-            ));
+            return invalid(
+                "backoff_ms",
+                format!(
+                    "retry backoff must be between 0 and 100 years, got {} ms",
+                    self.retry.backoff_ms
+                ),
+            );
         }
         if let Some(max) = self.retry.backoff_max_ms
             && !(self.retry.backoff_ms..=crate::trigger::MAX_INTERVAL_MILLIS).contains(&max)
         {
-            return invalid(format!(
-                "the longest retry backoff must be between the first ({} ms) and 100 years, got {max} ms",
-                self.retry.backoff_ms
-            ));
+            return invalid(
+                "backoff_max_ms",
+                format!(
+                    "the longest retry backoff must be between the first ({} ms) and 100 years, got {max} ms",
+                    self.retry.backoff_ms
+                ),
+            );
         }
         Ok(())
     }

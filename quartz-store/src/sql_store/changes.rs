@@ -3,18 +3,20 @@
 //! it. PostgreSQL also sends a `NOTIFY` from that transaction, which a
 //! listener shared by the store's nodes turns into a wake-up; MySQL, MariaDB
 //! and SQLite have no such signal, and nodes read the counter (one primary-key
-//! lookup) every [`CHANGE_POLL`].
+//! lookup) every [`CHANGE_POLL`]. The same transaction writes the change's
+//! row in the change log: who made it, what, to which job, when.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use quartz_core::store::StoreError;
+use quartz_core::Timestamp;
+use quartz_core::store::{ChangeAction, ChangeQuery, ChangeRecord, StoreError};
 use sqlx::postgres::PgListener;
-use sqlx::{Any, Transaction};
+use sqlx::{Any, Row, Transaction};
 use tokio::sync::watch;
 
-use super::{SqlStore, db_error};
+use super::{SqlStore, db_error, truncate};
 
 /// How often a node reads the change counter where the database cannot notify
 /// (well inside [`quartz_core::store::CHANGE_VISIBILITY_MS`]).
@@ -96,7 +98,51 @@ async fn listen(url: String, signal: Weak<ChangeSignal>) {
     }
 }
 
+/// A change, as the change log records it.
+pub(super) struct Change<'a> {
+    action: ChangeAction,
+    target: &'a str,
+    detail: String,
+}
+
+impl<'a> Change<'a> {
+    pub(super) fn new(action: ChangeAction, target: &'a str, detail: String) -> Change<'a> {
+        Change { action, target, detail }
+    }
+}
+
 impl SqlStore {
+    /// The change log, newest first.
+    pub(super) async fn change_log_read(&self, query: &ChangeQuery) -> Result<Vec<ChangeRecord>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT id, scheduler, at, actor, action, target, detail FROM quartz_change_log \
+                 WHERE scheduler = ? AND (? IS NULL OR target = ?) AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?",
+            )
+            .bind(query.scheduler.clone())
+            .bind(query.target.clone())
+            .bind(query.target.clone())
+            .bind(query.before_id)
+            .bind(query.before_id)
+            .bind(i64::from(query.limit))
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|row| {
+                Ok(ChangeRecord {
+                    id: row.try_get(0).map_err(db_error)?,
+                    scheduler: row.try_get(1).map_err(db_error)?,
+                    at: Timestamp::from_millis(row.try_get(2).map_err(db_error)?),
+                    actor: row.try_get(3).map_err(db_error)?,
+                    action: row.try_get(4).map_err(db_error)?,
+                    target: row.try_get(5).map_err(db_error)?,
+                    detail: row.try_get(6).map_err(db_error)?,
+                })
+            })
+            .collect()
+    }
+
     /// The transaction of a change: [`changed_in`](Self::changed_in) bumps
     /// the counter inside it.
     pub(super) async fn begin_change(&self, scheduler: &str) -> Result<Transaction<'static, Any>, StoreError> {
@@ -107,16 +153,31 @@ impl SqlStore {
     /// Bumps the change counter inside a change's transaction (begun by
     /// [`begin_change`](Self::begin_change)), and on PostgreSQL announces it
     /// (delivered at commit, with the change).
+    /// and records the change in the change log, as made by this handle's
+    /// actor.
     pub(super) async fn changed_in(
         &self,
         tx: &mut Transaction<'static, Any>,
         scheduler: &str,
+        change: Change<'_>,
     ) -> Result<(), StoreError> {
         self.query("UPDATE quartz_scheduler SET changes = changes + 1 WHERE scheduler = ?")
             .bind(scheduler.to_owned())
             .execute(&mut **tx)
             .await
             .map_err(db_error)?;
+        self.query(
+            "INSERT INTO quartz_change_log (scheduler, at, actor, action, target, detail) \
+             VALUES (?, {now}, ?, ?, ?, ?)",
+        )
+        .bind(scheduler.to_owned())
+        .bind(self.actor.to_string())
+        .bind(change.action.as_str())
+        .bind(change.target.to_owned())
+        .bind(truncate(&change.detail))
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
         if self.db.backend.notifies() {
             self.query("SELECT pg_notify('quartz_changes', ?) IS NULL")
                 .bind(scheduler.to_owned())

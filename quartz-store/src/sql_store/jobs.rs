@@ -4,8 +4,8 @@
 
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    CHANGE_VISIBILITY_MS, DueBatch, ExecuteCas, ExecuteSpec, ExecuteState, Job, JobDetail, JobSpec, JobState,
-    RejectedRow, SkippedRecord, StoreError, TriggerColumns, check_name,
+    CHANGE_VISIBILITY_MS, ChangeAction, DueBatch, ExecuteCas, ExecuteSpec, ExecuteState, Job, JobDetail, JobQuery,
+    JobSpec, JobState, RejectedRow, SkippedRecord, StoreError, TriggerColumns, check_name,
 };
 use sqlx::any::AnyRow;
 use sqlx::{Any, Transaction};
@@ -296,7 +296,13 @@ impl SqlStore {
         let created = decode_job(&row)?;
         self.insert_executes(&mut tx, scheduler, created.id, executes, false)
             .await?;
-        self.changed_in(&mut tx, scheduler).await?;
+        let detail = format!("handler {}, {} trigger(s)", job.handler, executes.len());
+        self.changed_in(
+            &mut tx,
+            scheduler,
+            Change::new(ChangeAction::JobCreate, &job.name, detail),
+        )
+        .await?;
         tx.commit().await.map_err(db_error)?;
         Ok(created)
     }
@@ -341,7 +347,15 @@ impl SqlStore {
             self.insert_executes(&mut tx, scheduler, existing.id, executes, paused)
                 .await?;
         }
-        self.changed_in(&mut tx, scheduler).await?;
+        let mut detail = Vec::new();
+        if job.name != name {
+            detail.push(format!("renamed from {name}"));
+        }
+        if let Some(executes) = executes {
+            detail.push(format!("triggers replaced by {}", executes.len()));
+        }
+        let change = Change::new(ChangeAction::JobEdit, &job.name, detail.join("; "));
+        self.changed_in(&mut tx, scheduler, change).await?;
         tx.commit().await.map_err(db_error)?;
         self.require_job(scheduler, &job.name).await
     }
@@ -367,7 +381,13 @@ impl SqlStore {
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
-        self.changed_in(&mut tx, scheduler).await?;
+        let action = if paused {
+            ChangeAction::JobPause
+        } else {
+            ChangeAction::JobResume
+        };
+        self.changed_in(&mut tx, scheduler, Change::new(action, name, String::new()))
+            .await?;
         tx.commit().await.map_err(db_error)?;
         self.require_job(scheduler, name).await
     }
@@ -385,7 +405,9 @@ impl SqlStore {
                 .await
                 .map_err(db_error)?;
         }
-        self.changed_in(&mut tx, scheduler).await?;
+        let detail = format!("handler {}", job.spec.handler);
+        self.changed_in(&mut tx, scheduler, Change::new(ChangeAction::JobDelete, name, detail))
+            .await?;
         tx.commit().await.map_err(db_error)
     }
 
@@ -422,6 +444,44 @@ impl SqlStore {
                 " FROM quartz_job WHERE scheduler = ? ORDER BY name"
             ))
             .bind(scheduler.to_owned())
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(decode_job).collect()
+    }
+
+    pub(super) async fn jobs_query(&self, query: &JobQuery) -> Result<Vec<Job>, StoreError> {
+        // `!` escapes LIKE's wildcards the same way on the three backends.
+        let pattern = query.search.as_ref().map(|text| {
+            let mut escaped = String::with_capacity(text.len() + 2);
+            escaped.push('%');
+            for c in text.to_lowercase().chars() {
+                if matches!(c, '!' | '%' | '_') {
+                    escaped.push('!');
+                }
+                escaped.push(c);
+            }
+            escaped.push('%');
+            escaped
+        });
+        let rows = self
+            .query(concat!(
+                "SELECT ",
+                job_cols!(),
+                " FROM quartz_job WHERE scheduler = ? AND (? IS NULL OR name > ?) AND (? IS NULL OR state = ?) \
+                 AND (? IS NULL OR handler = ?) AND (? IS NULL OR LOWER(name) LIKE ? ESCAPE '!') \
+                 ORDER BY name LIMIT ?"
+            ))
+            .bind(query.scheduler.clone())
+            .bind(query.after.clone())
+            .bind(query.after.clone())
+            .bind(query.state.map(JobState::as_str))
+            .bind(query.state.map(JobState::as_str))
+            .bind(query.handler.clone())
+            .bind(query.handler.clone())
+            .bind(pattern.clone())
+            .bind(pattern)
+            .bind(i64::from(query.limit))
             .fetch_all(&self.db.pool)
             .await
             .map_err(db_error)?;

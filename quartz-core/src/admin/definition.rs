@@ -1,0 +1,428 @@
+//! What the admin surface takes in: a job's definition, a change to it, and
+//! its triggers, as plain data (serde), checked field by field so that an
+//! error names the field at fault.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::AdminError;
+use crate::cron::{CronExpression, parse_time_zone};
+use crate::misfire::MisfirePolicy;
+use crate::store::{ExecuteSpec, JobSpec, RetryPolicy};
+use crate::time::Timestamp;
+use crate::trigger::{Schedule, Trigger};
+
+/// An instant as the admin API takes it: epoch milliseconds, or RFC 3339
+/// text (`2026-12-24T18:00:00Z`).
+fn instant<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Millis(i64),
+        Text(String),
+    }
+    match Option::<Either>::deserialize(d)? {
+        None => Ok(None),
+        Some(Either::Millis(ms)) => Ok(Some(ms)),
+        Some(Either::Text(text)) => chrono::DateTime::parse_from_rfc3339(&text)
+            .map(|t| Some(t.timestamp_millis()))
+            .map_err(|_| {
+                serde::de::Error::custom(format!(
+                    "{text:?} is neither epoch milliseconds nor an RFC 3339 instant (2026-01-01T09:00:00Z)"
+                ))
+            }),
+    }
+}
+
+/// How a trigger's fire times are spaced, as stored in `quartz_execute.kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum TriggerKind {
+    /// A Quartz cron expression in a time zone.
+    Cron,
+    /// Every `interval_ms` from the start.
+    FixedRate,
+    /// `interval_ms` after the previous run finished.
+    FixedDelay,
+    /// Once, at `start`.
+    Once,
+}
+
+/// A trigger as the admin API takes it.
+///
+/// ```
+/// use quartz_core::admin::TriggerDefinition;
+///
+/// let nightly: TriggerDefinition = serde_json::from_str(
+///     r#"{"kind": "cron", "cron": "0 0 2 * * ?", "time_zone": "Europe/Paris"}"#,
+/// )?;
+/// let spec = nightly.to_execute(0, quartz_core::Timestamp::from_millis(0))?;
+/// assert_eq!(spec.priority, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TriggerDefinition {
+    /// How fire times are spaced.
+    pub kind: TriggerKind,
+    /// For `cron`: the expression (Quartz syntax, seconds first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// For `cron`: the IANA time zone (default `UTC`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// For `fixed_rate` and `fixed_delay`: milliseconds between fires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_ms: Option<i64>,
+    /// Not before this instant (epoch ms or RFC 3339; default now); for
+    /// `once`, its one fire time.
+    #[serde(default, deserialize_with = "instant", skip_serializing_if = "Option::is_none")]
+    pub start: Option<i64>,
+    /// Not after this instant.
+    #[serde(default, deserialize_with = "instant", skip_serializing_if = "Option::is_none")]
+    pub end: Option<i64>,
+    /// At most this many fires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<u64>,
+    /// The misfire policy (`smart`, `fire_now`, `ignore_misfires`,
+    /// `do_nothing`, `reschedule_now_with_existing_count`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misfire: Option<String>,
+    /// Higher fires first among fires due at the same instant.
+    #[serde(default)]
+    pub priority: i32,
+}
+
+impl TriggerDefinition {
+    /// A cron trigger in a zone, from now on.
+    pub fn cron(expr: impl Into<String>, time_zone: impl Into<String>) -> TriggerDefinition {
+        TriggerDefinition {
+            cron: Some(expr.into()),
+            time_zone: Some(time_zone.into()),
+            ..TriggerDefinition::of(TriggerKind::Cron)
+        }
+    }
+
+    /// A fixed-rate trigger, from now on.
+    pub fn every(interval: std::time::Duration) -> TriggerDefinition {
+        TriggerDefinition {
+            interval_ms: Some(i64::try_from(interval.as_millis()).unwrap_or(i64::MAX)),
+            ..TriggerDefinition::of(TriggerKind::FixedRate)
+        }
+    }
+
+    fn of(kind: TriggerKind) -> TriggerDefinition {
+        TriggerDefinition {
+            kind,
+            cron: None,
+            time_zone: None,
+            interval_ms: None,
+            start: None,
+            end: None,
+            repeat: None,
+            misfire: None,
+            priority: 0,
+        }
+    }
+
+    /// The stored form of this trigger; `index` is its place in the job's
+    /// list (for the field an error names, `triggers[i].cron`), `now` the
+    /// default start.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Invalid`] naming the field.
+    pub fn to_execute(&self, index: usize, now: Timestamp) -> Result<ExecuteSpec, AdminError> {
+        let field = |name: &str| format!("triggers[{index}].{name}");
+        let invalid = |name: &str, e: &dyn std::fmt::Display| AdminError::invalid(field(name), e.to_string());
+        let unused = |name: &str, given: bool| {
+            if given {
+                Err(AdminError::invalid(
+                    field(name),
+                    format!("{name} does not apply to a {} trigger", self.kind_name()),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        let interval = || {
+            self.interval_ms.ok_or_else(|| {
+                AdminError::invalid(
+                    field("interval_ms"),
+                    "a fixed-rate or fixed-delay trigger needs interval_ms",
+                )
+            })
+        };
+        let schedule = match self.kind {
+            TriggerKind::Cron => {
+                unused("interval_ms", self.interval_ms.is_some())?;
+                let text = self
+                    .cron
+                    .as_deref()
+                    .ok_or_else(|| AdminError::invalid(field("cron"), "a cron trigger needs a cron expression"))?;
+                let expr = CronExpression::parse(text).map_err(|e| invalid("cron", &e))?;
+                let zone = parse_time_zone(self.time_zone.as_deref().unwrap_or("UTC"))
+                    .map_err(|e| invalid("time_zone", &e))?;
+                Schedule::cron(expr, zone)
+            }
+            TriggerKind::FixedRate | TriggerKind::FixedDelay => {
+                unused("cron", self.cron.is_some())?;
+                unused("time_zone", self.time_zone.is_some())?;
+                let ms = interval()?;
+                let schedule = if self.kind == TriggerKind::FixedRate {
+                    Schedule::fixed_rate_millis(ms)
+                } else {
+                    Schedule::fixed_delay_millis(ms)
+                };
+                schedule.map_err(|e| invalid("interval_ms", &e))?
+            }
+            TriggerKind::Once => {
+                unused("cron", self.cron.is_some())?;
+                unused("time_zone", self.time_zone.is_some())?;
+                unused("interval_ms", self.interval_ms.is_some())?;
+                Schedule::Once
+            }
+        };
+        let start = self.start.map_or(now, Timestamp::from_millis);
+        let mut trigger = Trigger::new(schedule, start).map_err(|e| invalid("kind", &e))?;
+        if let Some(end) = self.end {
+            trigger = trigger
+                .with_end(Timestamp::from_millis(end))
+                .map_err(|e| invalid("end", &e))?;
+        }
+        if let Some(n) = self.repeat {
+            trigger = trigger.with_repeat_limit(n).map_err(|e| invalid("repeat", &e))?;
+        }
+        if let Some(policy) = &self.misfire {
+            let policy: MisfirePolicy = policy.parse().map_err(|e| invalid("misfire", &e))?;
+            trigger = trigger
+                .with_misfire_policy(policy)
+                .map_err(|e| invalid("misfire", &e))?;
+        }
+        Ok(ExecuteSpec {
+            trigger,
+            priority: self.priority,
+        })
+    }
+
+    fn kind_name(&self) -> &'static str {
+        match self.kind {
+            TriggerKind::Cron => "cron",
+            TriggerKind::FixedRate => "fixed-rate",
+            TriggerKind::FixedDelay => "fixed-delay",
+            TriggerKind::Once => "one-off",
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_attempts() -> u32 {
+    1
+}
+
+/// A new job as the admin API takes it: its definition and its triggers.
+///
+/// ```
+/// use quartz_core::admin::JobDefinition;
+///
+/// let job: JobDefinition = serde_json::from_str(r#"{
+///     "name": "report", "handler": "log", "payload": {"to": "ops"},
+///     "triggers": [{"kind": "fixed_rate", "interval_ms": 60000}]
+/// }"#)?;
+/// let (spec, executes) = job.to_specs(quartz_core::Timestamp::from_millis(0))?;
+/// assert_eq!(spec.payload, r#"{"to":"ops"}"#);
+/// assert_eq!(executes.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobDefinition {
+    /// Unique in the scheduler.
+    pub name: String,
+    /// The handler that runs it.
+    pub handler: String,
+    /// The handler's input (any JSON; default `null`).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub payload: serde_json::Value,
+    /// Free text.
+    #[serde(default)]
+    pub description: String,
+    /// Re-run a fire whose node died mid-run.
+    #[serde(default)]
+    pub requests_recovery: bool,
+    /// Whether fires of the job may overlap (default true).
+    #[serde(default = "default_true")]
+    pub allow_concurrent: bool,
+    /// Cancel a run after this many milliseconds.
+    #[serde(default)]
+    pub timeout_ms: Option<i64>,
+    /// Attempts in all (default 1: no retry).
+    #[serde(default = "default_attempts")]
+    pub max_attempts: u32,
+    /// Milliseconds between a failure and the next attempt.
+    #[serde(default)]
+    pub backoff_ms: i64,
+    /// Exponential backoff's longest wait, in milliseconds.
+    #[serde(default)]
+    pub backoff_max_ms: Option<i64>,
+    /// Run after each success of this job instead of on triggers.
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// Its triggers (none for a child job).
+    #[serde(default)]
+    pub triggers: Vec<TriggerDefinition>,
+}
+
+impl JobDefinition {
+    /// A job with the defaults and no trigger.
+    pub fn new(name: impl Into<String>, handler: impl Into<String>) -> JobDefinition {
+        JobDefinition {
+            name: name.into(),
+            handler: handler.into(),
+            payload: serde_json::Value::Null,
+            description: String::new(),
+            requests_recovery: false,
+            allow_concurrent: true,
+            timeout_ms: None,
+            max_attempts: 1,
+            backoff_ms: 0,
+            backoff_max_ms: None,
+            parent: None,
+            triggers: Vec::new(),
+        }
+    }
+
+    /// The stored form: the job and its triggers, every field checked.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Invalid`] naming the first field at fault.
+    pub fn to_specs(&self, now: Timestamp) -> Result<(JobSpec, Vec<ExecuteSpec>), AdminError> {
+        let spec = JobSpec {
+            name: self.name.clone(),
+            handler: self.handler.clone(),
+            payload: self.payload.to_string(),
+            description: self.description.clone(),
+            requests_recovery: self.requests_recovery,
+            allow_concurrent: self.allow_concurrent,
+            timeout_ms: self.timeout_ms,
+            retry: RetryPolicy {
+                max_attempts: self.max_attempts,
+                backoff_ms: self.backoff_ms,
+                backoff_max_ms: self.backoff_max_ms,
+            },
+            parent: self.parent.clone(),
+        };
+        spec.check_fields()
+            .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
+        if self.triggers.is_empty() && self.parent.is_none() {
+            return Err(AdminError::invalid(
+                "triggers",
+                "a job needs a trigger, or a parent job to run after",
+            ));
+        }
+        let executes = self
+            .triggers
+            .iter()
+            .enumerate()
+            .map(|(i, t)| t.to_execute(i, now))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((spec, executes))
+    }
+}
+
+/// A change to a job: each field given replaces the job's; `triggers`, when
+/// given, replaces all its triggers (which start afresh).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobPatch {
+    /// A new name.
+    pub name: Option<String>,
+    /// Another handler.
+    pub handler: Option<String>,
+    /// Another payload.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub payload: Option<serde_json::Value>,
+    /// Another description.
+    pub description: Option<String>,
+    /// Re-run after a node's death, or not.
+    pub requests_recovery: Option<bool>,
+    /// Allow overlapping fires, or not.
+    pub allow_concurrent: Option<bool>,
+    /// A timeout in milliseconds; `0` removes it.
+    pub timeout_ms: Option<i64>,
+    /// Attempts in all.
+    pub max_attempts: Option<u32>,
+    /// Milliseconds between attempts.
+    pub backoff_ms: Option<i64>,
+    /// Exponential backoff's longest wait; `0` makes the backoff fixed.
+    pub backoff_max_ms: Option<i64>,
+    /// A parent job; `""` removes it.
+    pub parent: Option<String>,
+    /// New triggers, replacing all the job's.
+    pub triggers: Option<Vec<TriggerDefinition>>,
+}
+
+impl JobPatch {
+    /// `base` with this change applied, every field checked, and the new
+    /// triggers if any.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Invalid`] naming the first field at fault.
+    pub fn apply(&self, mut base: JobSpec, now: Timestamp) -> Result<(JobSpec, Option<Vec<ExecuteSpec>>), AdminError> {
+        if let Some(name) = &self.name {
+            base.name.clone_from(name);
+        }
+        if let Some(handler) = &self.handler {
+            base.handler.clone_from(handler);
+        }
+        if let Some(payload) = &self.payload {
+            base.payload = payload.to_string();
+        }
+        if let Some(description) = &self.description {
+            base.description.clone_from(description);
+        }
+        if let Some(v) = self.requests_recovery {
+            base.requests_recovery = v;
+        }
+        if let Some(v) = self.allow_concurrent {
+            base.allow_concurrent = v;
+        }
+        if let Some(ms) = self.timeout_ms {
+            base.timeout_ms = (ms != 0).then_some(ms);
+        }
+        if let Some(n) = self.max_attempts {
+            base.retry.max_attempts = n;
+        }
+        if let Some(ms) = self.backoff_ms {
+            base.retry.backoff_ms = ms;
+        }
+        if let Some(ms) = self.backoff_max_ms {
+            base.retry.backoff_max_ms = (ms != 0).then_some(ms);
+        }
+        if let Some(parent) = &self.parent {
+            base.parent = (!parent.is_empty()).then(|| parent.clone());
+        }
+        base.check_fields()
+            .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
+        let executes = match &self.triggers {
+            Some(triggers) => Some(
+                triggers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| t.to_execute(i, now))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            None => None,
+        };
+        Ok((base, executes))
+    }
+}

@@ -1,0 +1,577 @@
+//! The admin surface: one API over a store through which the HTTP API, the
+//! web console, the CLI and embedding services read and change a cluster, so
+//! that each rule is written once.
+//!
+//! [`Admin`] lists jobs (filtered, searched, paged by key), shows one with
+//! its triggers and their next fire times, adds, edits, pauses, resumes,
+//! fires now and deletes jobs, and reads the ledger, the nodes, the change
+//! log, the ledger audit and cron previews. Every change is made through the
+//! store acting as the admin's actor ([`Admin::acting_as`]), so the change
+//! log says who made it, in the change's own transaction.
+//!
+//! Input comes as plain data ([`JobDefinition`], [`JobPatch`],
+//! [`TriggerDefinition`]), and every error says which field is at fault
+//! ([`AdminError::field`]).
+//!
+//! ```no_run
+//! # async fn admin<S: quartz_core::store::Store>(store: S) -> Result<(), quartz_core::admin::AdminError> {
+//! use quartz_core::admin::{Admin, JobDefinition, TriggerDefinition};
+//!
+//! let admin = Admin::new(store, "billing").acting_as("ops-script");
+//! let mut job = JobDefinition::new("invoice-acme", "invoice");
+//! job.triggers.push(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris"));
+//! let view = admin.job_add(&job).await?;
+//! println!("next fires: {:?}", view.triggers[0].upcoming);
+//! admin.job_pause("invoice-acme").await?;
+//! # Ok(()) }
+//! ```
+
+mod definition;
+mod views;
+
+use std::collections::HashMap;
+
+pub use definition::{JobDefinition, JobPatch, TriggerDefinition, TriggerKind};
+pub use views::{BrokenTrigger, ChangeView, FireView, JobView, NodeView, Overview, Page, TriggerView, summary};
+
+use crate::audit::{AuditParams, AuditReport};
+use crate::cron::{CronExpression, parse_time_zone};
+use crate::store::{
+    ChangeQuery, ExecuteSpec, FireQuery, FireState, JobQuery, JobSpec, JobState, NodeState, Store, StoreError,
+};
+use crate::time::Timestamp;
+use crate::trigger::{Schedule, Trigger};
+
+/// How many next fire times a job's view shows per trigger.
+pub const UPCOMING: usize = 5;
+/// The most rows one page of a listing holds.
+pub const MAX_PAGE: u32 = 500;
+/// The most ledger rows the overview reads.
+pub const OVERVIEW_FIRES: u32 = 20_000;
+/// The most fire times a cron preview computes.
+pub const MAX_PREVIEW: usize = 100;
+
+/// What an admin call can fail with. Each has a stable [`code`](Self::code)
+/// for machines; [`Invalid`](Self::Invalid) names the field at fault.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminError {
+    /// Input refused; nothing was changed.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// The field at fault (`name`, `triggers[0].cron`, …).
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// No such job.
+    #[error("no job named {name:?}")]
+    NotFound {
+        /// The name asked for.
+        name: String,
+    },
+    /// A job of that name exists already.
+    #[error("a job named {name:?} already exists")]
+    Conflict {
+        /// The name.
+        name: String,
+    },
+    /// The database could not be reached; the call may be retried.
+    #[error("database unavailable: {reason}")]
+    Unavailable {
+        /// What the driver said.
+        reason: String,
+    },
+    /// Any other store error.
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl AdminError {
+    /// An [`AdminError::Invalid`].
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> AdminError {
+        AdminError::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A stable name for machines: `invalid`, `not_found`, `conflict`,
+    /// `unavailable`, `internal`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            AdminError::Invalid { .. } => "invalid",
+            AdminError::NotFound { .. } => "not_found",
+            AdminError::Conflict { .. } => "conflict",
+            AdminError::Unavailable { .. } => "unavailable",
+            AdminError::Store(_) => "internal",
+        }
+    }
+
+    /// The field at fault, for [`AdminError::Invalid`].
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            AdminError::Invalid { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+}
+
+impl From<StoreError> for AdminError {
+    fn from(e: StoreError) -> AdminError {
+        match e {
+            StoreError::Invalid(e) => AdminError::invalid("", e.to_string()),
+            StoreError::UnknownJob { name, .. } => AdminError::NotFound { name },
+            StoreError::DuplicateJob { name, .. } => AdminError::Conflict { name },
+            StoreError::Unavailable { reason } => AdminError::Unavailable { reason },
+            other => AdminError::Store(other),
+        }
+    }
+}
+
+/// A filter for [`Admin::jobs`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+pub struct JobFilter {
+    /// Only names containing this text (case-insensitive).
+    pub search: Option<String>,
+    /// `enabled` or `paused`.
+    pub state: Option<String>,
+    /// Only jobs of this handler.
+    pub handler: Option<String>,
+    /// The cursor: the `next` of the previous page.
+    pub after: Option<String>,
+    /// Rows per page (default 50, at most 500).
+    pub limit: Option<u32>,
+}
+
+/// A filter for [`Admin::fires`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+pub struct FireFilter {
+    /// Only this job's fires (by name).
+    pub job: Option<String>,
+    /// Only fires in this state.
+    pub state: Option<String>,
+    /// Only fires scheduled at or after this (epoch ms).
+    pub since: Option<i64>,
+    /// Only fires scheduled before this (epoch ms).
+    pub until: Option<i64>,
+    /// The cursor: the `next` of the previous page.
+    pub before: Option<String>,
+    /// Rows per page (default 50, at most 500).
+    pub limit: Option<u32>,
+}
+
+/// A filter for [`Admin::changes`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+pub struct ChangeFilter {
+    /// Only changes to this job (by name).
+    pub job: Option<String>,
+    /// The cursor: the `next` of the previous page.
+    pub before: Option<String>,
+    /// Rows per page (default 50, at most 500).
+    pub limit: Option<u32>,
+}
+
+fn page_limit(limit: Option<u32>) -> Result<u32, AdminError> {
+    match limit {
+        None => Ok(50),
+        Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        Some(n) => Err(AdminError::invalid(
+            "limit",
+            format!("limit must be between 1 and {MAX_PAGE}, got {n}"),
+        )),
+    }
+}
+
+fn id_cursor(field: &str, cursor: Option<&str>) -> Result<Option<i64>, AdminError> {
+    cursor
+        .map(|c| {
+            c.parse::<i64>()
+                .map_err(|_| AdminError::invalid(field, format!("{c:?} is not a cursor this listing gave")))
+        })
+        .transpose()
+}
+
+/// The admin surface over a store, for one scheduler. See the [module
+/// docs](self).
+#[derive(Debug, Clone)]
+pub struct Admin<S> {
+    store: S,
+    scheduler: String,
+}
+
+impl<S: Store> Admin<S> {
+    /// The admin surface of `scheduler` (the cluster's name) on `store`; its
+    /// changes are recorded as made by the store's actor.
+    pub fn new(store: S, scheduler: impl Into<String>) -> Admin<S> {
+        Admin {
+            store,
+            scheduler: scheduler.into(),
+        }
+    }
+
+    /// The same surface, its changes recorded in the change log as made by
+    /// `actor` (for example `http:admin` or `cli`).
+    pub fn acting_as(&self, actor: &str) -> Admin<S> {
+        Admin {
+            store: self.store.acting_as(actor),
+            scheduler: self.scheduler.clone(),
+        }
+    }
+
+    /// The scheduler (cluster) name.
+    pub fn scheduler(&self) -> &str {
+        &self.scheduler
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    // ---- jobs ----
+
+    /// A page of jobs, by name, with their triggers.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Invalid`] for a bad filter; the store's errors.
+    pub async fn jobs(&self, filter: &JobFilter) -> Result<Page<JobView>, AdminError> {
+        let state = filter
+            .state
+            .as_deref()
+            .map(|s| {
+                JobState::parse(s).map_err(|_| AdminError::invalid("state", format!("{s:?} is not enabled or paused")))
+            })
+            .transpose()?;
+        let limit = page_limit(filter.limit)?;
+        let query = JobQuery {
+            scheduler: self.scheduler.clone(),
+            search: filter.search.clone().filter(|s| !s.is_empty()),
+            state,
+            handler: filter.handler.clone().filter(|s| !s.is_empty()),
+            after: filter.after.clone(),
+            limit,
+        };
+        let jobs = self.store.jobs_page(&query).await?;
+        let mut items = Vec::with_capacity(jobs.len());
+        for job in &jobs {
+            if let Some(detail) = self.store.get_job(&self.scheduler, &job.spec.name).await? {
+                items.push(JobView::new(&detail, UPCOMING));
+            }
+        }
+        let next = (jobs.len() == limit as usize)
+            .then(|| jobs.last().map(|j| j.spec.name.clone()))
+            .flatten();
+        Ok(Page { items, next })
+    }
+
+    /// A job with its triggers and their next fire times.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::NotFound`]; the store's errors.
+    pub async fn job(&self, name: &str) -> Result<JobView, AdminError> {
+        let detail = self
+            .store
+            .get_job(&self.scheduler, name)
+            .await?
+            .ok_or_else(|| AdminError::NotFound { name: name.to_owned() })?;
+        Ok(JobView::new(&detail, UPCOMING))
+    }
+
+    /// Adds a job with its triggers; on any error nothing is stored.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Invalid`] naming the field, [`AdminError::Conflict`] for
+    /// a name taken, [`AdminError::NotFound`] for an unknown parent.
+    pub async fn job_add(&self, job: &JobDefinition) -> Result<JobView, AdminError> {
+        let now = self.store.now().await?;
+        let (spec, executes) = job.to_specs(now)?;
+        self.job_create(&spec, &executes).await
+    }
+
+    /// Adds a job from its stored form (as [`job_add`](Self::job_add), for
+    /// callers that build [`JobSpec`]s themselves, such as the CLI).
+    ///
+    /// # Errors
+    ///
+    /// As [`job_add`](Self::job_add).
+    pub async fn job_create(&self, spec: &JobSpec, executes: &[ExecuteSpec]) -> Result<JobView, AdminError> {
+        spec.check_fields()
+            .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
+        self.check_parent(spec).await?;
+        self.store.create_job(&self.scheduler, spec, executes).await?;
+        self.job(&spec.name).await
+    }
+
+    async fn check_parent(&self, spec: &JobSpec) -> Result<(), AdminError> {
+        if let Some(parent) = &spec.parent
+            && self.store.get_job(&self.scheduler, parent).await?.is_none()
+        {
+            return Err(AdminError::invalid("parent", format!("no job named {parent:?}")));
+        }
+        Ok(())
+    }
+
+    /// Changes a job; new triggers, if given, replace its others and start
+    /// afresh.
+    ///
+    /// # Errors
+    ///
+    /// As [`job_add`](Self::job_add), and [`AdminError::NotFound`].
+    pub async fn job_edit(&self, name: &str, patch: &JobPatch) -> Result<JobView, AdminError> {
+        let current = self
+            .store
+            .get_job(&self.scheduler, name)
+            .await?
+            .ok_or_else(|| AdminError::NotFound { name: name.to_owned() })?;
+        let now = self.store.now().await?;
+        let (spec, executes) = patch.apply(current.job.spec, now)?;
+        self.job_update(name, &spec, executes.as_deref()).await
+    }
+
+    /// Replaces a job's definition with a stored form (as
+    /// [`job_edit`](Self::job_edit), for callers that build [`JobSpec`]s
+    /// themselves); `executes`, when given, replace its triggers.
+    ///
+    /// # Errors
+    ///
+    /// As [`job_edit`](Self::job_edit).
+    pub async fn job_update(
+        &self,
+        name: &str,
+        spec: &JobSpec,
+        executes: Option<&[ExecuteSpec]>,
+    ) -> Result<JobView, AdminError> {
+        spec.check_fields()
+            .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
+        self.check_parent(spec).await?;
+        self.store.update_job(&self.scheduler, name, spec, executes).await?;
+        self.job(&spec.name).await
+    }
+
+    /// Pauses a job: its triggers hold until it is resumed.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::NotFound`]; the store's errors.
+    pub async fn job_pause(&self, name: &str) -> Result<JobView, AdminError> {
+        self.store.set_paused(&self.scheduler, name, true).await?;
+        self.job(name).await
+    }
+
+    /// Resumes a job; fire times missed meanwhile follow each trigger's
+    /// misfire policy.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::NotFound`]; the store's errors.
+    pub async fn job_resume(&self, name: &str) -> Result<JobView, AdminError> {
+        self.store.set_paused(&self.scheduler, name, false).await?;
+        self.job(name).await
+    }
+
+    /// Fires a job now, once: a one-off trigger beside its others, whose
+    /// time the store moves to when every node has seen the change. Returns
+    /// that fire time.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::NotFound`]; the store's errors.
+    pub async fn job_trigger(&self, name: &str) -> Result<Timestamp, AdminError> {
+        let now = self.store.now().await?;
+        let once =
+            ExecuteSpec::new(Trigger::new(Schedule::Once, now).map_err(|e| AdminError::invalid("", e.to_string()))?);
+        self.store.add_executes(&self.scheduler, name, &[once]).await?;
+        let detail = self
+            .store
+            .get_job(&self.scheduler, name)
+            .await?
+            .ok_or_else(|| AdminError::NotFound { name: name.to_owned() })?;
+        Ok(detail
+            .executes
+            .iter()
+            .filter(|e| matches!(e.trigger.schedule(), Schedule::Once))
+            .max_by_key(|e| e.id)
+            .map_or(now, |e| e.trigger.start()))
+    }
+
+    /// Deletes a job and its triggers; its ledger rows stay as history.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::NotFound`]; the store's errors.
+    pub async fn job_delete(&self, name: &str) -> Result<(), AdminError> {
+        Ok(self.store.delete_job(&self.scheduler, name).await?)
+    }
+
+    /// Which of the live nodes offer `handler`: empty when none does (the
+    /// job is stored all the same, and its fires are recorded failed once
+    /// past the misfire threshold unless a node with the handler joins).
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    pub async fn nodes_offering(&self, handler: &str) -> Result<Vec<String>, AdminError> {
+        Ok(self
+            .store
+            .list_nodes(&self.scheduler)
+            .await?
+            .into_iter()
+            .filter(|n| n.state == NodeState::Live && n.handlers.iter().any(|h| h == handler))
+            .map(|n| n.node_id)
+            .collect())
+    }
+
+    // ---- history, nodes, changes, audit ----
+
+    /// A page of the ledger, newest first.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Invalid`] for a bad filter, [`AdminError::NotFound`] for
+    /// an unknown job; the store's errors.
+    pub async fn fires(&self, filter: &FireFilter) -> Result<Page<FireView>, AdminError> {
+        let state = filter
+            .state
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                FireState::parse(s).map_err(|_| AdminError::invalid("state", format!("{s:?} is not a fire state")))
+            })
+            .transpose()?;
+        let limit = page_limit(filter.limit)?;
+        let mut query = FireQuery::new(self.scheduler.clone());
+        query.job = filter.job.clone().filter(|j| !j.is_empty());
+        query.state = state;
+        query.since = filter.since.map(Timestamp::from_millis);
+        query.until = filter.until.map(Timestamp::from_millis);
+        query.before_id = id_cursor("before", filter.before.as_deref())?;
+        query.limit = limit;
+        let fires = self.store.fires(&query).await?;
+        let names = self.job_names(fires.iter().map(|f| f.job_id)).await?;
+        let next = (fires.len() == limit as usize)
+            .then(|| fires.last().map(|f| f.id.to_string()))
+            .flatten();
+        Ok(Page {
+            items: fires
+                .iter()
+                .map(|f| FireView::new(f, names.get(&f.job_id).cloned()))
+                .collect(),
+            next,
+        })
+    }
+
+    async fn job_names(&self, ids: impl Iterator<Item = i64>) -> Result<HashMap<i64, String>, AdminError> {
+        let mut ids: Vec<i64> = ids.collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(self
+            .store
+            .jobs_by_id(&self.scheduler, &ids)
+            .await?
+            .into_iter()
+            .map(|j| (j.id, j.spec.name))
+            .collect())
+    }
+
+    /// Every node the scheduler has seen, live first.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    pub async fn nodes(&self) -> Result<Vec<NodeView>, AdminError> {
+        let now = self.store.now().await?;
+        let mut nodes: Vec<NodeView> = self
+            .store
+            .list_nodes(&self.scheduler)
+            .await?
+            .iter()
+            .map(|n| NodeView::new(n, now))
+            .collect();
+        nodes.sort_by(|a, b| (a.state != "live", &a.node_id).cmp(&(b.state != "live", &b.node_id)));
+        Ok(nodes)
+    }
+
+    /// A page of the change log, newest first.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Invalid`] for a bad cursor; the store's errors.
+    pub async fn changes(&self, filter: &ChangeFilter) -> Result<Page<ChangeView>, AdminError> {
+        let limit = page_limit(filter.limit)?;
+        let mut query = ChangeQuery::new(self.scheduler.clone());
+        query.target = filter.job.clone().filter(|j| !j.is_empty());
+        query.before_id = id_cursor("before", filter.before.as_deref())?;
+        query.limit = limit;
+        let changes = self.store.change_log(&query).await?;
+        let next = (changes.len() == limit as usize)
+            .then(|| changes.last().map(|c| c.id.to_string()))
+            .flatten();
+        Ok(Page {
+            items: changes.iter().map(ChangeView::from).collect(),
+            next,
+        })
+    }
+
+    /// The ledger audit over a range (see [`crate::audit`]).
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    pub async fn audit(&self, params: &AuditParams) -> Result<AuditReport, AdminError> {
+        Ok(crate::audit::audit(&self.store, &self.scheduler, params).await?)
+    }
+
+    /// The database's now.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    pub async fn now(&self) -> Result<Timestamp, AdminError> {
+        Ok(self.store.now().await?)
+    }
+
+    /// The cluster at a glance over the last `window_ms`: nodes, jobs, and
+    /// the fires of the window by outcome, per minute and by lateness.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    pub async fn overview(&self, window_ms: i64) -> Result<Overview, AdminError> {
+        let now = self.store.now().await?;
+        let nodes = self.store.list_nodes(&self.scheduler).await?;
+        let mut jobs = JobQuery::new(self.scheduler.clone());
+        jobs.limit = 10_000;
+        let jobs = self.store.jobs_page(&jobs).await?;
+        let since = now.saturating_add_millis(-window_ms);
+        let mut query = FireQuery::new(self.scheduler.clone());
+        query.since = Some(since);
+        query.limit = OVERVIEW_FIRES;
+        let fires = self.store.fires(&query).await?;
+        Ok(views::overview(now, window_ms, &nodes, &jobs, &fires))
+    }
+}
+
+/// The next `count` fire times of a cron expression in a zone after an
+/// instant, as `quartz cron next` and the console's preview show them.
+///
+/// # Errors
+///
+/// [`AdminError::Invalid`] naming `cron`, `time_zone` or `count`.
+pub fn cron_preview(expr: &str, time_zone: &str, after: Timestamp, count: usize) -> Result<Vec<Timestamp>, AdminError> {
+    if !(1..=MAX_PREVIEW).contains(&count) {
+        return Err(AdminError::invalid(
+            "count",
+            format!("count must be between 1 and {MAX_PREVIEW}, got {count}"),
+        ));
+    }
+    let expr = CronExpression::parse(expr).map_err(|e| AdminError::invalid("cron", e.to_string()))?;
+    let zone = parse_time_zone(time_zone).map_err(|e| AdminError::invalid("time_zone", e.to_string()))?;
+    Ok(expr.iter_after(after, zone).take(count).collect())
+}

@@ -1,0 +1,449 @@
+//! What the admin surface hands back: jobs with their triggers and next fire
+//! times, ledger rows, nodes and changes, as plain serialisable data. Times
+//! are epoch milliseconds of the database's clock.
+
+use serde::Serialize;
+
+use crate::store::{ChangeRecord, Execute, FireRecord, Job, JobDetail, Node, RejectedRow, TriggerColumns};
+use crate::time::Timestamp;
+use crate::trigger::Schedule;
+
+fn ms(t: Option<Timestamp>) -> Option<i64> {
+    t.map(Timestamp::as_millis)
+}
+
+/// One page of a listing, and the cursor of the next (`None` on the last).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Page<T> {
+    /// The rows.
+    pub items: Vec<T>,
+    /// Pass this back (`after` for jobs, `before` for fires and changes) for
+    /// the next page.
+    pub next: Option<String>,
+}
+
+/// A trigger, with where it stands and its next fire times.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TriggerView {
+    /// Its id.
+    pub id: i64,
+    /// `cron`, `fixed_rate`, `fixed_delay` or `once`.
+    pub kind: String,
+    /// For people: `cron 0 0 6 * * ? Europe/Paris`, `every 5000 ms`, …
+    pub summary: String,
+    /// The cron expression.
+    pub cron: Option<String>,
+    /// The cron expression's zone.
+    pub time_zone: Option<String>,
+    /// The interval of a fixed-rate or fixed-delay trigger.
+    pub interval_ms: Option<i64>,
+    /// Its start.
+    pub start: i64,
+    /// Its end.
+    pub end: Option<i64>,
+    /// Its repeat limit.
+    pub repeat: Option<u64>,
+    /// Its misfire policy.
+    pub misfire: String,
+    /// Its priority.
+    pub priority: i32,
+    /// `waiting`, `running`, `paused`, `complete` or `error`.
+    pub state: String,
+    /// The last fire time won.
+    pub prev_fire_time: Option<i64>,
+    /// The next fire time.
+    pub next_fire_time: Option<i64>,
+    /// How many times it fired.
+    pub times_triggered: u64,
+    /// Why it is in error.
+    pub error: Option<String>,
+    /// The next fire times from `next_fire_time` on (a fixed-delay trigger's
+    /// later ones depend on when each run finishes, so it shows one).
+    pub upcoming: Vec<i64>,
+}
+
+impl TriggerView {
+    /// The view of an execute, with up to `upcoming` next fire times.
+    pub fn new(e: &Execute, upcoming: usize) -> TriggerView {
+        let c = TriggerColumns::from_trigger(&e.trigger);
+        let fires = e
+            .trigger
+            .fires_until(&e.fire_state, Timestamp::from_millis(i64::MAX))
+            .take(upcoming)
+            .map(|f| f.fire_time.as_millis())
+            .collect();
+        TriggerView {
+            id: e.id,
+            kind: c.kind.to_owned(),
+            summary: summary(&e.trigger),
+            cron: c.cron_expression,
+            time_zone: c.time_zone,
+            interval_ms: c.interval_ms,
+            start: e.trigger.start().as_millis(),
+            end: ms(e.trigger.end()),
+            repeat: e.trigger.repeat_limit(),
+            misfire: e.trigger.misfire_policy().as_str().to_owned(),
+            priority: e.priority,
+            state: e.state.as_str().to_owned(),
+            prev_fire_time: ms(e.fire_state.prev_fire_time),
+            next_fire_time: ms(e.fire_state.next_fire_time),
+            times_triggered: e.fire_state.times_triggered,
+            error: e.error.clone(),
+            upcoming: fires,
+        }
+    }
+}
+
+/// How a trigger reads for people: `cron 0/2 * * * * ? UTC`, `every 5000 ms`,
+/// `delay 1000 ms`, `once at 2026-01-01T00:00:00.000Z`.
+pub fn summary(trigger: &crate::trigger::Trigger) -> String {
+    match trigger.schedule() {
+        Schedule::Cron { expr, zone } => format!("cron {expr} {zone}"),
+        Schedule::FixedRate { interval_ms } => format!("every {interval_ms} ms"),
+        Schedule::FixedDelay { delay_ms } => format!("delay {delay_ms} ms"),
+        Schedule::Once => format!("once at {}", trigger.start()),
+    }
+}
+
+/// A job as the admin surface shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobView {
+    /// Its id.
+    pub id: i64,
+    /// Its name.
+    pub name: String,
+    /// Its handler.
+    pub handler: String,
+    /// Its payload (JSON).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub payload: serde_json::Value,
+    /// Its description.
+    pub description: String,
+    /// `enabled` or `paused`.
+    pub state: String,
+    /// Re-run after its node dies mid-run.
+    pub requests_recovery: bool,
+    /// Fires may overlap.
+    pub allow_concurrent: bool,
+    /// Its timeout.
+    pub timeout_ms: Option<i64>,
+    /// Attempts in all.
+    pub max_attempts: u32,
+    /// Wait between attempts.
+    pub backoff_ms: i64,
+    /// Exponential backoff's cap.
+    pub backoff_max_ms: Option<i64>,
+    /// Its parent job, for a child.
+    pub parent: Option<String>,
+    /// Created (database time).
+    pub created_at: i64,
+    /// Last changed (database time).
+    pub updated_at: i64,
+    /// The soonest next fire time of its triggers.
+    pub next_fire_time: Option<i64>,
+    /// Its triggers.
+    pub triggers: Vec<TriggerView>,
+    /// Trigger rows that cannot be read (written by hand), with why.
+    pub broken_triggers: Vec<BrokenTrigger>,
+}
+
+/// A trigger row that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BrokenTrigger {
+    /// The row's id.
+    pub id: i64,
+    /// Why.
+    pub reason: String,
+}
+
+impl JobView {
+    /// The view of a job, its triggers with up to `upcoming` next fire times.
+    pub fn new(detail: &JobDetail, upcoming: usize) -> JobView {
+        let job: &Job = &detail.job;
+        let triggers: Vec<TriggerView> = detail.executes.iter().map(|e| TriggerView::new(e, upcoming)).collect();
+        JobView {
+            id: job.id,
+            name: job.spec.name.clone(),
+            handler: job.spec.handler.clone(),
+            payload: serde_json::from_str(&job.spec.payload).unwrap_or(serde_json::Value::Null),
+            description: job.spec.description.clone(),
+            state: job.state.as_str().to_owned(),
+            requests_recovery: job.spec.requests_recovery,
+            allow_concurrent: job.spec.allow_concurrent,
+            timeout_ms: job.spec.timeout_ms,
+            max_attempts: job.spec.retry.max_attempts,
+            backoff_ms: job.spec.retry.backoff_ms,
+            backoff_max_ms: job.spec.retry.backoff_max_ms,
+            parent: job.spec.parent.clone(),
+            created_at: job.created_at.as_millis(),
+            updated_at: job.updated_at.as_millis(),
+            next_fire_time: triggers.iter().filter_map(|t| t.next_fire_time).min(),
+            triggers,
+            broken_triggers: detail
+                .broken
+                .iter()
+                .map(|b: &RejectedRow| BrokenTrigger {
+                    id: b.execute_id,
+                    reason: b.reason.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A row of the fire ledger, with its job's name and what it measured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FireView {
+    /// Its id.
+    pub id: i64,
+    /// The trigger it fired.
+    pub execute_id: i64,
+    /// The job's id.
+    pub job_id: i64,
+    /// The job's name (`None` once the job is deleted).
+    pub job: Option<String>,
+    /// The scheduled fire time.
+    pub fire_time: i64,
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// The node that claimed it.
+    pub node_id: Option<String>,
+    /// `claimed`, `running`, `succeeded`, `failed`, `misfired`, `skipped`,
+    /// `abandoned` or `pending`.
+    pub state: String,
+    /// When it was claimed or recorded.
+    pub claimed_at: i64,
+    /// When its handler started.
+    pub started_at: Option<i64>,
+    /// When it finished.
+    pub finished_at: Option<i64>,
+    /// When it passed its timeout.
+    pub timed_out_at: Option<i64>,
+    /// For a pending fire: from when it may run.
+    pub due_at: Option<i64>,
+    /// How late it started (start less fire time).
+    pub lateness_ms: Option<i64>,
+    /// How long it ran.
+    pub duration_ms: Option<i64>,
+    /// The error.
+    pub error: Option<String>,
+    /// For a skipped range: how many fire times it holds.
+    pub fire_count: u64,
+}
+
+impl FireView {
+    /// The view of a ledger row; `job` its job's name, if known.
+    pub fn new(f: &FireRecord, job: Option<String>) -> FireView {
+        FireView {
+            id: f.id,
+            execute_id: f.execute_id,
+            job_id: f.job_id,
+            job,
+            fire_time: f.fire_time.as_millis(),
+            attempt: f.attempt,
+            node_id: f.owner.as_ref().map(|o| o.node_id.clone()),
+            state: f.state.as_str().to_owned(),
+            claimed_at: f.claimed_at.as_millis(),
+            started_at: ms(f.started_at),
+            finished_at: ms(f.finished_at),
+            timed_out_at: ms(f.timed_out_at),
+            due_at: ms(f.due_at),
+            lateness_ms: f.started_at.map(|s| s.as_millis() - f.fire_time.as_millis()),
+            duration_ms: f
+                .started_at
+                .zip(f.finished_at)
+                .map(|(s, e)| e.as_millis() - s.as_millis()),
+            error: f.error.clone(),
+            fire_count: f.fire_count,
+        }
+    }
+}
+
+/// A node of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeView {
+    /// Its id.
+    pub node_id: String,
+    /// `live`, `dead` or `gone`.
+    pub state: String,
+    /// Its current registration.
+    pub incarnation: i64,
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Its weight.
+    pub weight: u32,
+    /// When it registered (database time).
+    pub registered_at: i64,
+    /// Its last heartbeat (database time).
+    pub heartbeat_at: i64,
+    /// Milliseconds since its last heartbeat.
+    pub heartbeat_age_ms: i64,
+    /// Fires running or queued on its pool at its last heartbeat.
+    pub busy: u64,
+    /// The handlers it offers.
+    pub handlers: Vec<String>,
+}
+
+impl NodeView {
+    /// The view of a node row, its heartbeat's age taken at `now`.
+    pub fn new(n: &Node, now: Timestamp) -> NodeView {
+        NodeView {
+            node_id: n.node_id.clone(),
+            state: n.state.as_str().to_owned(),
+            incarnation: n.incarnation,
+            host: n.host.clone(),
+            pid: n.pid,
+            weight: n.weight,
+            registered_at: n.registered_at.as_millis(),
+            heartbeat_at: n.heartbeat_at.as_millis(),
+            heartbeat_age_ms: now.as_millis() - n.heartbeat_at.as_millis(),
+            busy: n.busy,
+            handlers: n.handlers.clone(),
+        }
+    }
+}
+
+/// A change made through the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ChangeView {
+    /// Its id.
+    pub id: i64,
+    /// When (database time).
+    pub at: i64,
+    /// Who: `http:admin`, `http:local`, `cli`, `library`, …
+    pub actor: String,
+    /// What: `job.create`, `job.edit`, `job.pause`, `job.resume`,
+    /// `job.trigger`, `job.add_triggers`, `job.delete`.
+    pub action: String,
+    /// The job, by name.
+    pub target: String,
+    /// A short account.
+    pub detail: String,
+}
+
+impl From<&ChangeRecord> for ChangeView {
+    fn from(c: &ChangeRecord) -> ChangeView {
+        ChangeView {
+            id: c.id,
+            at: c.at.as_millis(),
+            actor: c.actor.clone(),
+            action: c.action.clone(),
+            target: c.target.clone(),
+            detail: c.detail.clone(),
+        }
+    }
+}
+
+/// The cluster at a glance: nodes, and the recent ledger by outcome.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Overview {
+    /// The database's now.
+    pub now: i64,
+    /// Live nodes.
+    pub live_nodes: usize,
+    /// Nodes known (live, dead or gone).
+    pub nodes: usize,
+    /// Jobs (counted up to the page limit of a job listing: 10,000).
+    pub jobs: usize,
+    /// Paused jobs among them.
+    pub paused_jobs: usize,
+    /// The span the fire figures cover, from `now` back, in milliseconds.
+    pub window_ms: i64,
+    /// Ledger rows read for them (at most [`OVERVIEW_FIRES`](super::OVERVIEW_FIRES);
+    /// when reached, the figures cover only the newest fires).
+    pub fires_read: usize,
+    /// Succeeded fires.
+    pub succeeded: usize,
+    /// Failed fires.
+    pub failed: usize,
+    /// Misfired fires.
+    pub misfired: usize,
+    /// Skipped fires.
+    pub skipped: usize,
+    /// Abandoned fires.
+    pub abandoned: usize,
+    /// Fires running or claimed now.
+    pub open: usize,
+    /// Fires that started later than the misfire threshold allows (5 s).
+    pub late: usize,
+    /// Fires per minute, oldest minute first, over the window.
+    pub fires_per_minute: Vec<usize>,
+    /// Lateness of started fires, p50, p99 and max, in milliseconds.
+    pub lateness_ms: Option<[i64; 3]>,
+    /// Lateness buckets (upper bounds in ms: 10, 50, 100, 500, 1,000,
+    /// 5,000, more) and their counts, for a chart.
+    pub lateness_histogram: Vec<(String, usize)>,
+}
+
+/// The lateness buckets of the overview's chart: upper bounds in ms.
+const LATENESS_BUCKETS: [i64; 6] = [10, 50, 100, 500, 1_000, 5_000];
+
+pub(super) fn overview(now: Timestamp, window_ms: i64, nodes: &[Node], jobs: &[Job], fires: &[FireRecord]) -> Overview {
+    use crate::store::{FireState, JobState, NodeState};
+    let count = |state: FireState| fires.iter().filter(|f| f.state == state).count();
+    let minutes = usize::try_from(window_ms.div_euclid(60_000).max(1)).unwrap_or(1);
+    let mut per_minute = vec![0; minutes];
+    let mut lateness: Vec<i64> = Vec::new();
+    for f in fires {
+        let age = now.as_millis() - f.fire_time.as_millis();
+        if let Ok(back) = usize::try_from(age.div_euclid(60_000))
+            && back < minutes
+        {
+            per_minute[minutes - 1 - back] += 1;
+        }
+        if let Some(started) = f.started_at
+            && f.attempt == 1
+        {
+            lateness.push((started.as_millis() - f.fire_time.as_millis()).max(0));
+        }
+    }
+    lateness.sort_unstable();
+    let pick = |q: f64| {
+        let i = ((lateness.len() as f64 - 1.0) * q).round() as usize;
+        lateness[i.min(lateness.len() - 1)]
+    };
+    let mut histogram: Vec<(String, usize)> = LATENESS_BUCKETS
+        .iter()
+        .map(|b| (format!("≤{b} ms"), 0))
+        .chain(std::iter::once(("more".to_owned(), 0)))
+        .collect();
+    for l in &lateness {
+        let i = LATENESS_BUCKETS
+            .iter()
+            .position(|b| l <= b)
+            .unwrap_or(LATENESS_BUCKETS.len());
+        histogram[i].1 += 1;
+    }
+    Overview {
+        now: now.as_millis(),
+        live_nodes: nodes.iter().filter(|n| n.state == NodeState::Live).count(),
+        nodes: nodes.len(),
+        jobs: jobs.len(),
+        paused_jobs: jobs.iter().filter(|j| j.state == JobState::Paused).count(),
+        window_ms,
+        fires_read: fires.len(),
+        succeeded: count(FireState::Succeeded),
+        failed: count(FireState::Failed),
+        misfired: count(FireState::Misfired),
+        skipped: count(FireState::Skipped),
+        abandoned: count(FireState::Abandoned),
+        open: count(FireState::Running) + count(FireState::Claimed),
+        late: lateness
+            .iter()
+            .filter(|l| **l > crate::misfire::DEFAULT_THRESHOLD_MILLIS)
+            .count(),
+        fires_per_minute: per_minute,
+        lateness_ms: (!lateness.is_empty()).then(|| [pick(0.5), pick(0.99), pick(1.0)]),
+        lateness_histogram: histogram,
+    }
+}

@@ -1,0 +1,351 @@
+//! The admin surface on every backend: jobs listed, filtered, searched and
+//! paged by key; every change recorded with its actor in the change's own
+//! transaction; bad input refused with the field at fault and nothing stored
+//! lost; next fire times, the ledger, the nodes and the overview as a running
+//! node leaves them.
+
+#![allow(clippy::unwrap_used)]
+
+use quartz_testkit as common;
+
+use std::time::Duration;
+
+use common::{TestDb, backend_tests, wait_for};
+use quartz::admin::{
+    Admin, AdminError, ChangeFilter, FireFilter, JobDefinition, JobFilter, JobPatch, TriggerDefinition,
+};
+use quartz::prelude::*;
+
+const CLUSTER: &str = "admin-cluster";
+
+fn every(ms: u64) -> TriggerDefinition {
+    TriggerDefinition::every(Duration::from_millis(ms))
+}
+
+fn job(name: &str, handler: &str) -> JobDefinition {
+    let mut job = JobDefinition::new(name, handler);
+    job.triggers.push(every(60_000));
+    job
+}
+
+async fn jobs_are_listed_filtered_searched_and_paged_by_key(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    for i in 0..23 {
+        let handler = if i % 2 == 0 { "even" } else { "odd" };
+        admin.job_add(&job(&format!("report-{i:02}"), handler)).await.unwrap();
+    }
+    admin.job_add(&job("cleanup_100%", "odd")).await.unwrap();
+    admin.job_pause("report-03").await.unwrap();
+
+    let mut names = Vec::new();
+    let mut filter = JobFilter {
+        limit: Some(10),
+        ..JobFilter::default()
+    };
+    loop {
+        let page = admin.jobs(&filter).await.unwrap();
+        assert!(page.items.len() <= 10);
+        names.extend(page.items.iter().map(|j| j.name.clone()));
+        match page.next {
+            Some(next) => filter.after = Some(next),
+            None => break,
+        }
+    }
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "by name");
+    assert_eq!(names.len(), 24, "every job once across the pages");
+
+    let search = |text: &str| JobFilter {
+        search: Some(text.to_owned()),
+        ..JobFilter::default()
+    };
+    assert_eq!(admin.jobs(&search("REPORT-1")).await.unwrap().items.len(), 10);
+    // LIKE's wildcards are searched for as text.
+    let percent = admin.jobs(&search("100%")).await.unwrap();
+    assert_eq!(percent.items.len(), 1);
+    assert_eq!(admin.jobs(&search("_")).await.unwrap().items.len(), 1);
+    let paused = admin
+        .jobs(&JobFilter {
+            state: Some("paused".into()),
+            ..JobFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        paused.items.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(),
+        ["report-03"]
+    );
+    let odd = admin
+        .jobs(&JobFilter {
+            handler: Some("odd".into()),
+            ..JobFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(odd.items.len(), 12);
+    let bad = admin
+        .jobs(&JobFilter {
+            state: Some("sleeping".into()),
+            ..JobFilter::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.field(), Some("state"));
+}
+
+async fn every_change_is_recorded_with_its_actor(db: &TestDb) {
+    let store = db.store().await;
+    let admin = Admin::new(store.clone(), CLUSTER).acting_as("http:admin");
+    admin.job_add(&job("nightly", "log")).await.unwrap();
+    let patch = JobPatch {
+        name: Some("nightly-report".into()),
+        triggers: Some(vec![TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris")]),
+        ..JobPatch::default()
+    };
+    admin.job_edit("nightly", &patch).await.unwrap();
+    admin.job_pause("nightly-report").await.unwrap();
+    admin.job_resume("nightly-report").await.unwrap();
+    admin.job_trigger("nightly-report").await.unwrap();
+    admin.job_delete("nightly-report").await.unwrap();
+    // The library's own calls are recorded too, as the library's.
+    store
+        .create_job(CLUSTER, &JobSpec::new(" padded", "log"), &[])
+        .await
+        .unwrap_err();
+    let mut spec = JobSpec::new("direct", "log");
+    spec.description = "made by the embedding service".into();
+    let trigger = Trigger::new(Schedule::fixed_rate_millis(60_000).unwrap(), Timestamp::from_millis(0)).unwrap();
+    store
+        .create_job(CLUSTER, &spec, &[ExecuteSpec::new(trigger)])
+        .await
+        .unwrap();
+
+    let log = admin.changes(&ChangeFilter::default()).await.unwrap().items;
+    let seen: Vec<(&str, &str, &str)> = log
+        .iter()
+        .rev()
+        .map(|c| (c.actor.as_str(), c.action.as_str(), c.target.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("http:admin", "job.create", "nightly"),
+            ("http:admin", "job.edit", "nightly-report"),
+            ("http:admin", "job.pause", "nightly-report"),
+            ("http:admin", "job.resume", "nightly-report"),
+            ("http:admin", "job.trigger", "nightly-report"),
+            ("http:admin", "job.delete", "nightly-report"),
+            ("library", "job.create", "direct"),
+        ],
+        "a refused change leaves no record"
+    );
+    assert!(log[5].detail.contains("renamed from nightly"), "{:?}", log[5]);
+    assert!(
+        log.windows(2).all(|w| w[0].id > w[1].id && w[0].at >= w[1].at),
+        "newest first"
+    );
+    let now = admin.now().await.unwrap().as_millis();
+    assert!(
+        log.iter().all(|c| (now - 60_000..=now).contains(&c.at)),
+        "database time"
+    );
+
+    let page = admin
+        .changes(&ChangeFilter {
+            job: Some("nightly-report".into()),
+            limit: Some(2),
+            ..ChangeFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 2);
+    let rest = admin
+        .changes(&ChangeFilter {
+            job: Some("nightly-report".into()),
+            before: page.next.clone(),
+            limit: Some(10),
+        })
+        .await
+        .unwrap();
+    assert_eq!(rest.items.len(), 3, "the rest of its five changes");
+    assert!(rest.next.is_none());
+}
+
+async fn bad_input_names_the_field_and_keeps_what_is_stored(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    admin.job_add(&job("keep", "log")).await.unwrap();
+    let field_of = |e: AdminError| (e.code(), e.field().map(str::to_owned));
+
+    let mut bad = job("x", "log");
+    bad.triggers[0] = TriggerDefinition::cron("0 0 25 * * ?", "UTC");
+    assert_eq!(
+        field_of(admin.job_add(&bad).await.unwrap_err()),
+        ("invalid", Some("triggers[0].cron".into()))
+    );
+    bad.triggers[0] = TriggerDefinition::cron("0 0 * * * ?", "Mars/Olympus");
+    assert_eq!(
+        field_of(admin.job_add(&bad).await.unwrap_err()),
+        ("invalid", Some("triggers[0].time_zone".into()))
+    );
+    let mut no_interval = every(1_000);
+    no_interval.interval_ms = Some(0);
+    bad.triggers = vec![every(1_000), no_interval];
+    assert_eq!(
+        field_of(admin.job_add(&bad).await.unwrap_err()),
+        ("invalid", Some("triggers[1].interval_ms".into()))
+    );
+    let mut bad = job(" padded", "log");
+    assert_eq!(
+        field_of(admin.job_add(&bad).await.unwrap_err()).1.as_deref(),
+        Some("name")
+    );
+    bad.name = "x".into();
+    bad.payload = serde_json::Value::String("x".repeat(2 << 20));
+    assert_eq!(
+        field_of(admin.job_add(&bad).await.unwrap_err()).1.as_deref(),
+        Some("payload")
+    );
+    bad.payload = serde_json::Value::Null;
+    bad.max_attempts = 0;
+    assert_eq!(
+        field_of(admin.job_add(&bad).await.unwrap_err()).1.as_deref(),
+        Some("max_attempts")
+    );
+    bad.max_attempts = 1;
+    bad.triggers.clear();
+    assert_eq!(
+        field_of(admin.job_add(&bad).await.unwrap_err()).1.as_deref(),
+        Some("triggers")
+    );
+    bad.parent = Some("nobody".into());
+    assert_eq!(
+        field_of(admin.job_add(&bad).await.unwrap_err()).1.as_deref(),
+        Some("parent")
+    );
+    assert_eq!(
+        field_of(admin.job_add(&job("keep", "log")).await.unwrap_err()).0,
+        "conflict"
+    );
+    assert_eq!(field_of(admin.job_pause("nobody").await.unwrap_err()).0, "not_found");
+    assert_eq!(field_of(admin.job("nobody").await.unwrap_err()).0, "not_found");
+    let patch = JobPatch {
+        timeout_ms: Some(-5),
+        ..JobPatch::default()
+    };
+    assert_eq!(
+        field_of(admin.job_edit("keep", &patch).await.unwrap_err()).1.as_deref(),
+        Some("timeout_ms")
+    );
+    // An unknown field in JSON is refused by the definition itself.
+    let unknown = serde_json::from_str::<JobDefinition>(r#"{"name": "y", "handler": "log", "cron": "0 * * * * ?"}"#);
+    assert!(unknown.unwrap_err().to_string().contains("cron"));
+
+    let jobs = admin.jobs(&JobFilter::default()).await.unwrap().items;
+    assert_eq!(jobs.len(), 1, "nothing stored but the one good job");
+    assert_eq!(jobs[0].name, "keep");
+    assert_eq!(jobs[0].state, "enabled");
+    assert_eq!(admin.changes(&ChangeFilter::default()).await.unwrap().items.len(), 1);
+}
+
+async fn a_job_shows_its_next_fire_times(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    let mut def = JobDefinition::new("ticker", "log");
+    let mut t = every(1_000);
+    t.start = Some(4_102_444_800_000); // 2100-01-01T00:00:00Z
+    t.repeat = Some(3);
+    def.triggers.push(t);
+    def.triggers
+        .push(TriggerDefinition::cron("0 0 12 ? * MON-FRI", "America/New_York"));
+    let view = admin.job_add(&def).await.unwrap();
+    assert_eq!(
+        view.triggers[0].upcoming,
+        [4_102_444_800_000, 4_102_444_801_000, 4_102_444_802_000],
+        "the repeat limit ends the list"
+    );
+    let weekdays = &view.triggers[1].upcoming;
+    assert_eq!(weekdays.len(), quartz::admin::UPCOMING);
+    assert!(weekdays.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(view.next_fire_time, Some(weekdays[0]));
+    let preview = quartz::admin::cron_preview(
+        "0 0 12 ? * MON-FRI",
+        "America/New_York",
+        Timestamp::from_millis(weekdays[0]),
+        2,
+    )
+    .unwrap();
+    assert_eq!(preview[0].as_millis(), weekdays[1]);
+    let bad = quartz::admin::cron_preview("0 0 12 ? * MON-FRI", "UTC", Timestamp::from_millis(0), 0).unwrap_err();
+    assert_eq!(bad.field(), Some("count"));
+}
+
+async fn the_ledger_nodes_and_overview_follow_a_running_node(db: &TestDb) {
+    let node = SchedulerBuilder::new(CLUSTER)
+        .settings(common::fast_settings())
+        .handler("tick", |_| Ok(()))
+        .start(db.store().await)
+        .await
+        .unwrap();
+    let admin = node.admin();
+    let mut def = JobDefinition::new("tick", "tick");
+    def.triggers.push(every(200));
+    admin.job_add(&def).await.unwrap();
+    wait_for(Duration::from_secs(20), "6 succeeded fires of tick", || async {
+        let filter = FireFilter {
+            job: Some("tick".into()),
+            state: Some("succeeded".into()),
+            ..FireFilter::default()
+        };
+        let page = admin.fires(&filter).await.unwrap();
+        (page.items.len() >= 6)
+            .then_some(())
+            .ok_or(format!("{} so far", page.items.len()))
+    })
+    .await;
+    let first = admin
+        .fires(&FireFilter {
+            limit: Some(2),
+            ..FireFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(first.items.len(), 2);
+    let second = admin
+        .fires(&FireFilter {
+            limit: Some(2),
+            before: first.next.clone(),
+            ..FireFilter::default()
+        })
+        .await
+        .unwrap();
+    assert!(second.items[0].id < first.items[1].id, "keyset pages do not overlap");
+    assert!(first.items.iter().all(|f| f.job.as_deref() == Some("tick")));
+
+    let nodes = admin.nodes().await.unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].state, "live");
+    assert_eq!(nodes[0].handlers, ["tick"]);
+    let overview = admin.overview(600_000).await.unwrap();
+    assert_eq!(overview.live_nodes, 1);
+    assert_eq!(overview.jobs, 1);
+    assert!(overview.succeeded >= 6, "{overview:?}");
+    assert_eq!(overview.fires_per_minute.len(), 10);
+    assert!(overview.lateness_ms.is_some());
+    let bad = admin
+        .fires(&FireFilter {
+            before: Some("yesterday".into()),
+            ..FireFilter::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.field(), Some("before"));
+    node.shutdown().await;
+}
+
+backend_tests!(
+    jobs_are_listed_filtered_searched_and_paged_by_key,
+    every_change_is_recorded_with_its_actor,
+    bad_input_names_the_field_and_keeps_what_is_stored,
+    a_job_shows_its_next_fire_times,
+    the_ledger_nodes_and_overview_follow_a_running_node,
+);

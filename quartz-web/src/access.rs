@@ -1,0 +1,223 @@
+//! Who may do what: tokens, roles, the loopback rule, and the caller of a
+//! request.
+//!
+//! - With no token configured, the server answers only requests from
+//!   loopback (as an admin), and [`Access::check_listen`] refuses a
+//!   non-loopback listening address.
+//! - `QUARTZ_ADMIN_TOKEN` reads and writes; `QUARTZ_READ_TOKEN` only reads.
+//!   The API takes `Authorization: Bearer TOKEN`; the console logs in with
+//!   the token into a session cookie (see [`crate::console`]). No or a wrong
+//!   token: 401; the read token on a change: 403.
+
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::header;
+use axum::http::request::Parts;
+
+use crate::error::ApiError;
+use crate::sessions::Sessions;
+
+/// What a caller may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Read and change.
+    Admin,
+    /// Read only.
+    Read,
+}
+
+impl Role {
+    /// `admin` or `read`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Read => "read",
+        }
+    }
+}
+
+/// The access settings: the tokens, if any.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    admin_token: Option<String>,
+    read_token: Option<String>,
+}
+
+/// The environment variable of the read-and-write token.
+pub const ADMIN_TOKEN_ENV: &str = "QUARTZ_ADMIN_TOKEN";
+/// The environment variable of the read-only token.
+pub const READ_TOKEN_ENV: &str = "QUARTZ_READ_TOKEN";
+
+/// Equal, in time that depends on the lengths only.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Access {
+    /// The tokens given (an empty token counts as none).
+    pub fn tokens(admin: Option<String>, read: Option<String>) -> Access {
+        Access {
+            admin_token: admin.filter(|t| !t.is_empty()),
+            read_token: read.filter(|t| !t.is_empty()),
+        }
+    }
+
+    /// The tokens in [`ADMIN_TOKEN_ENV`] and [`READ_TOKEN_ENV`].
+    pub fn from_env() -> Access {
+        Access::tokens(std::env::var(ADMIN_TOKEN_ENV).ok(), std::env::var(READ_TOKEN_ENV).ok())
+    }
+
+    /// No token: loopback callers only.
+    pub fn loopback_only() -> Access {
+        Access::default()
+    }
+
+    /// Whether any token is configured.
+    pub fn has_tokens(&self) -> bool {
+        self.admin_token.is_some() || self.read_token.is_some()
+    }
+
+    /// Whether a server may listen on `addr`: without a token, only on a
+    /// loopback address.
+    ///
+    /// # Errors
+    ///
+    /// Why not, for people.
+    pub fn check_listen(&self, addr: SocketAddr) -> Result<(), String> {
+        if self.has_tokens() || addr.ip().is_loopback() {
+            Ok(())
+        } else {
+            Err(format!(
+                "refusing to listen on {addr} with no token: set {ADMIN_TOKEN_ENV} (and {READ_TOKEN_ENV} for \
+                 read-only access), or listen on a loopback address such as 127.0.0.1"
+            ))
+        }
+    }
+
+    /// The role a token grants.
+    pub fn role_of(&self, token: &str) -> Option<Role> {
+        let matches = |t: &Option<String>| t.as_deref().is_some_and(|t| same(t.as_bytes(), token.as_bytes()));
+        if matches(&self.admin_token) {
+            Some(Role::Admin)
+        } else if matches(&self.read_token) {
+            Some(Role::Read)
+        } else {
+            None
+        }
+    }
+}
+
+/// Who made a request, and what they may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// What they may do.
+    pub role: Role,
+    /// How the change log names them: `http:admin`, `http:read` or
+    /// `http:local` (loopback with no token configured).
+    pub actor: &'static str,
+    /// The console session they came with, if any.
+    pub session: Option<String>,
+}
+
+impl Caller {
+    /// A 403 unless the caller may change things.
+    ///
+    /// # Errors
+    ///
+    /// 403 for the read-only role.
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        match self.role {
+            Role::Admin => Ok(()),
+            Role::Read => Err(ApiError::forbidden("the read-only token cannot change anything")),
+        }
+    }
+}
+
+/// What the caller extractor needs from the router's state.
+pub trait AccessState {
+    /// The access settings.
+    fn access(&self) -> &Access;
+    /// The console's sessions.
+    fn sessions(&self) -> &Sessions;
+}
+
+/// The name of the console's session cookie.
+pub const SESSION_COOKIE: &str = "quartz_session";
+
+/// A cookie's value from a request's `Cookie` headers.
+pub fn cookie<'a>(parts: &'a Parts, name: &str) -> Option<&'a str> {
+    parts
+        .headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// Who the request is from, by its bearer token, its session cookie, or (with
+/// no token configured) its loopback address.
+pub fn caller_of(parts: &Parts, access: &Access, sessions: &Sessions) -> Result<Caller, ApiError> {
+    if !access.has_tokens() {
+        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+        return match peer {
+            Some(addr) if addr.ip().is_loopback() => Ok(Caller {
+                role: Role::Admin,
+                actor: "http:local",
+                session: None,
+            }),
+            Some(addr) => Err(ApiError::forbidden(format!(
+                "no token is configured, so only loopback may call; {addr} is not loopback"
+            ))),
+            None => Err(ApiError::forbidden(
+                "no token is configured and the caller's address is unknown (serve the router with \
+                 into_make_service_with_connect_info::<SocketAddr>())",
+            )),
+        };
+    }
+    if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| ApiError::unauthorized("Authorization must be `Bearer TOKEN`"))?;
+        let role = access
+            .role_of(token.trim())
+            .ok_or_else(|| ApiError::unauthorized("the token is not recognised"))?;
+        return Ok(Caller {
+            role,
+            actor: actor_of(role),
+            session: None,
+        });
+    }
+    if let Some(id) = cookie(parts, SESSION_COOKIE)
+        && let Some(role) = sessions.role(id)
+    {
+        return Ok(Caller {
+            role,
+            actor: actor_of(role),
+            session: Some(id.to_owned()),
+        });
+    }
+    Err(ApiError::unauthorized(
+        "a token is required: send Authorization: Bearer TOKEN",
+    ))
+}
+
+fn actor_of(role: Role) -> &'static str {
+    match role {
+        Role::Admin => "http:admin",
+        Role::Read => "http:read",
+    }
+}
+
+impl<St: AccessState + Send + Sync> FromRequestParts<St> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Caller, ApiError> {
+        caller_of(parts, state.access(), state.sessions())
+    }
+}

@@ -1,0 +1,397 @@
+//! The JSON API under `/api/v1/`, each route a call of the admin surface,
+//! and its OpenAPI document, generated from these handlers and the admin
+//! surface's types.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use quartz_core::Timestamp;
+use quartz_core::admin::{
+    ChangeFilter, ChangeView, FireFilter, FireView, JobDefinition, JobFilter, JobPatch, JobView, NodeView, Overview,
+    Page, TriggerDefinition, TriggerKind, TriggerView,
+};
+use quartz_core::audit::AuditParams;
+use quartz_core::store::Store;
+use serde::{Deserialize, Serialize};
+use utoipa::OpenApi;
+
+use crate::access::Caller;
+use crate::error::{ApiError, ApiJson, ApiQuery, ErrorBody};
+use crate::{AppState, Router};
+
+/// The API's routes, under `/api/v1`.
+pub(crate) fn routes<S: Store + Clone>() -> Router<S> {
+    Router::new()
+        .route("/jobs", get(jobs_list::<S>).post(job_add::<S>))
+        .route(
+            "/jobs/{name}",
+            get(job_get::<S>).patch(job_edit::<S>).delete(job_delete::<S>),
+        )
+        .route("/jobs/{name}/pause", post(job_pause::<S>))
+        .route("/jobs/{name}/resume", post(job_resume::<S>))
+        .route("/jobs/{name}/trigger", post(job_trigger::<S>))
+        .route("/fires", get(fires_list::<S>))
+        .route("/nodes", get(nodes_list::<S>))
+        .route("/changes", get(changes_list::<S>))
+        .route("/audit", get(audit::<S>))
+        .route("/overview", get(overview::<S>))
+        .route("/cron/preview", get(cron_preview))
+        .route("/openapi.json", get(openapi))
+}
+
+type ApiResult<T> = Result<Json<T>, ApiError>;
+
+/// Lists jobs by name, filtered, searched and paged by key.
+#[utoipa::path(get, path = "/api/v1/jobs", params(JobFilter), tag = "jobs",
+    responses((status = 200, body = JobPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+async fn jobs_list<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    _: Caller,
+    ApiQuery(filter): ApiQuery<JobFilter>,
+) -> ApiResult<Page<JobView>> {
+    Ok(Json(state.admin.jobs(&filter).await?))
+}
+
+/// Adds a job with its triggers.
+#[utoipa::path(post, path = "/api/v1/jobs", request_body = JobDefinition, tag = "jobs",
+    responses((status = 201, body = JobView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+async fn job_add<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    ApiJson(job): ApiJson<JobDefinition>,
+) -> Result<Response, ApiError> {
+    caller.require_admin()?;
+    let view = state.admin.acting_as(caller.actor).job_add(&job).await?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+/// A job, its triggers and their next fire times.
+#[utoipa::path(get, path = "/api/v1/jobs/{name}", params(("name" = String, Path, description = "the job's name")),
+    tag = "jobs", responses((status = 200, body = JobView), (status = 404, body = ErrorBody)))]
+async fn job_get<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    _: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<JobView> {
+    Ok(Json(state.admin.job(&name).await?))
+}
+
+/// Changes a job: each field given replaces the job's; `triggers` replaces all
+/// its triggers.
+#[utoipa::path(patch, path = "/api/v1/jobs/{name}", params(("name" = String, Path, description = "the job's name")),
+    request_body = JobPatch, tag = "jobs",
+    responses((status = 200, body = JobView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+async fn job_edit<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(name): Path<String>,
+    ApiJson(patch): ApiJson<JobPatch>,
+) -> ApiResult<JobView> {
+    caller.require_admin()?;
+    Ok(Json(state.admin.acting_as(caller.actor).job_edit(&name, &patch).await?))
+}
+
+/// Deletes a job and its triggers; its fires stay as history.
+#[utoipa::path(delete, path = "/api/v1/jobs/{name}", params(("name" = String, Path, description = "the job's name")),
+    tag = "jobs", responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn job_delete<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    caller.require_admin()?;
+    state.admin.acting_as(caller.actor).job_delete(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Pauses a job.
+#[utoipa::path(post, path = "/api/v1/jobs/{name}/pause", params(("name" = String, Path, description = "the job's name")),
+    tag = "jobs", responses((status = 200, body = JobView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn job_pause<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<JobView> {
+    caller.require_admin()?;
+    Ok(Json(state.admin.acting_as(caller.actor).job_pause(&name).await?))
+}
+
+/// Resumes a paused job; missed fire times follow each trigger's misfire
+/// policy.
+#[utoipa::path(post, path = "/api/v1/jobs/{name}/resume", params(("name" = String, Path, description = "the job's name")),
+    tag = "jobs", responses((status = 200, body = JobView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn job_resume<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<JobView> {
+    caller.require_admin()?;
+    Ok(Json(state.admin.acting_as(caller.actor).job_resume(&name).await?))
+}
+
+/// When a job fired now will fire.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Triggered {
+    /// The job.
+    pub job: String,
+    /// Its one-off fire time (epoch ms, database time).
+    pub fire_time: i64,
+}
+
+/// Fires a job now, once.
+#[utoipa::path(post, path = "/api/v1/jobs/{name}/trigger", params(("name" = String, Path, description = "the job's name")),
+    tag = "jobs", responses((status = 202, body = Triggered), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn job_trigger<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    caller.require_admin()?;
+    let at = state.admin.acting_as(caller.actor).job_trigger(&name).await?;
+    let body = Triggered {
+        job: name,
+        fire_time: at.as_millis(),
+    };
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+/// The fire ledger, newest first, paged by key.
+#[utoipa::path(get, path = "/api/v1/fires", params(FireFilter), tag = "history",
+    responses((status = 200, body = FirePage), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn fires_list<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    _: Caller,
+    ApiQuery(filter): ApiQuery<FireFilter>,
+) -> ApiResult<Page<FireView>> {
+    Ok(Json(state.admin.fires(&filter).await?))
+}
+
+/// The cluster's nodes, live first.
+#[utoipa::path(get, path = "/api/v1/nodes", tag = "cluster", responses((status = 200, body = Vec<NodeView>)))]
+async fn nodes_list<S: Store + Clone>(State(state): State<AppState<S>>, _: Caller) -> ApiResult<Vec<NodeView>> {
+    Ok(Json(state.admin.nodes().await?))
+}
+
+/// The change log, newest first: who changed which job, how, when.
+#[utoipa::path(get, path = "/api/v1/changes", params(ChangeFilter), tag = "history",
+    responses((status = 200, body = ChangePage), (status = 400, body = ErrorBody)))]
+async fn changes_list<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    _: Caller,
+    ApiQuery(filter): ApiQuery<ChangeFilter>,
+) -> ApiResult<Page<ChangeView>> {
+    Ok(Json(state.admin.changes(&filter).await?))
+}
+
+/// The range of a ledger audit.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+pub struct AuditRange {
+    /// From (epoch ms; default an hour ago).
+    pub since: Option<i64>,
+    /// To (epoch ms; default now).
+    pub until: Option<i64>,
+}
+
+/// What a ledger audit found.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct AuditView {
+    /// The range checked, from (after the purge horizon) ...
+    pub since: i64,
+    /// ... to.
+    pub until: i64,
+    /// Ledger rows read.
+    pub fires: usize,
+    /// Scheduled fire times checked for gaps.
+    pub fire_times_checked: u64,
+    /// What disagrees: `duplicate`, `missing`, `late` or `stranded`, with the
+    /// job, trigger, fire time and detail.
+    pub violations: Vec<ViolationView>,
+}
+
+/// One thing the audit found.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ViolationView {
+    /// `duplicate`, `missing`, `late` or `stranded`.
+    pub kind: String,
+    /// The job.
+    pub job: String,
+    /// The trigger.
+    pub execute_id: i64,
+    /// The fire time.
+    pub fire_time: i64,
+    /// What was found.
+    pub detail: String,
+}
+
+/// Checks the ledger against the triggers (duplicates, gaps, late starts,
+/// stranded retries).
+#[utoipa::path(get, path = "/api/v1/audit", params(AuditRange), tag = "history",
+    responses((status = 200, body = AuditView)))]
+async fn audit<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    _: Caller,
+    ApiQuery(range): ApiQuery<AuditRange>,
+) -> ApiResult<AuditView> {
+    let now = state.admin.now().await?;
+    let mut params = AuditParams::last_hour(now);
+    if let Some(since) = range.since {
+        params.since = Timestamp::from_millis(since);
+    }
+    if let Some(until) = range.until {
+        params.until = Timestamp::from_millis(until).min(now);
+    }
+    let report = state.admin.audit(&params).await?;
+    Ok(Json(AuditView {
+        since: report.since.as_millis(),
+        until: report.until.as_millis(),
+        fires: report.fires,
+        fire_times_checked: report.fire_times_checked,
+        violations: report
+            .violations
+            .iter()
+            .map(|v| ViolationView {
+                kind: v.kind.as_str().to_owned(),
+                job: v.job.clone(),
+                execute_id: v.execute_id,
+                fire_time: v.fire_time.as_millis(),
+                detail: v.detail.clone(),
+            })
+            .collect(),
+    }))
+}
+
+/// The span of the overview.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+pub struct OverviewWindow {
+    /// Milliseconds back from now (default 15 minutes, at most a day).
+    pub window_ms: Option<i64>,
+}
+
+/// The cluster at a glance: nodes, jobs, and recent fires by outcome, per
+/// minute and by lateness.
+#[utoipa::path(get, path = "/api/v1/overview", params(OverviewWindow), tag = "cluster",
+    responses((status = 200, body = Overview), (status = 400, body = ErrorBody)))]
+async fn overview<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    _: Caller,
+    ApiQuery(window): ApiQuery<OverviewWindow>,
+) -> ApiResult<Overview> {
+    let window = window.window_ms.unwrap_or(15 * 60_000);
+    if !(60_000..=86_400_000).contains(&window) {
+        return Err(ApiError::invalid(
+            "window_ms",
+            format!("window_ms must be between 60000 (a minute) and 86400000 (a day), got {window}"),
+        ));
+    }
+    Ok(Json(state.admin.overview(window).await?))
+}
+
+/// A cron preview's question.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct PreviewQuery {
+    /// The expression (Quartz syntax).
+    pub cron: String,
+    /// The IANA zone (default UTC).
+    pub time_zone: Option<String>,
+    /// After this instant (epoch ms; default now on this server's clock).
+    pub after: Option<i64>,
+    /// How many (default 10, at most 100).
+    pub count: Option<usize>,
+}
+
+/// A cron preview's answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Preview {
+    /// The next fire times, epoch ms.
+    pub fire_times: Vec<i64>,
+    /// The same, RFC 3339 in UTC.
+    pub fire_times_utc: Vec<String>,
+}
+
+/// The next fire times of a cron expression in a zone.
+#[utoipa::path(get, path = "/api/v1/cron/preview", params(PreviewQuery), tag = "cron",
+    responses((status = 200, body = Preview), (status = 400, body = ErrorBody)))]
+async fn cron_preview(_: Caller, ApiQuery(q): ApiQuery<PreviewQuery>) -> ApiResult<Preview> {
+    let after = q.after.map_or_else(now_ms, Timestamp::from_millis);
+    let times = quartz_core::admin::cron_preview(
+        &q.cron,
+        q.time_zone.as_deref().unwrap_or("UTC"),
+        after,
+        q.count.unwrap_or(10),
+    )?;
+    Ok(Json(Preview {
+        fire_times: times.iter().map(|t| t.as_millis()).collect(),
+        fire_times_utc: times.iter().map(ToString::to_string).collect(),
+    }))
+}
+
+/// This server's clock, for a preview with no `after`: a preview decides
+/// nothing another node must agree with.
+fn now_ms() -> Timestamp {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    Timestamp::from_millis(ms)
+}
+
+/// A page of jobs.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct JobPage {
+    items: Vec<JobView>,
+    next: Option<String>,
+}
+
+/// A page of fires.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct FirePage {
+    items: Vec<FireView>,
+    next: Option<String>,
+}
+
+/// A page of changes.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct ChangePage {
+    items: Vec<ChangeView>,
+    next: Option<String>,
+}
+
+/// The API's OpenAPI document.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "quartz-rs admin API", description = "Jobs, triggers, the fire ledger, nodes and the change log \
+        of a quartz-rs cluster. Authenticate with `Authorization: Bearer TOKEN` (QUARTZ_ADMIN_TOKEN reads and \
+        writes, QUARTZ_READ_TOKEN reads); with no token configured only loopback callers are answered."),
+    paths(jobs_list, job_add, job_get, job_edit, job_delete, job_pause, job_resume, job_trigger, fires_list,
+        nodes_list, changes_list, audit, overview, cron_preview),
+    components(schemas(JobDefinition, JobPatch, TriggerDefinition, TriggerKind, JobView, TriggerView, FireView,
+        NodeView, ChangeView, Overview, JobPage, FirePage, ChangePage, ErrorBody, Triggered, AuditView,
+        ViolationView, Preview)),
+    modifiers(&BearerAuth),
+    security(("bearer" = []))
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The OpenAPI document (no token needed: it describes, it does not read).
+async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}

@@ -1,0 +1,199 @@
+//! The API's one error shape, `{"error": {"code", "message", "field"}}`, its
+//! status codes, and the extractors that turn bad JSON and bad query strings
+//! into it (naming the field) instead of axum's plain-text rejections.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use quartz_core::admin::AdminError;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// An error as the API answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// A stable name: `invalid`, `not_found`, `conflict`, `unauthorized`,
+    /// `forbidden`, `too_large`, `unsupported_media_type`, `unavailable`,
+    /// `internal`.
+    pub code: &'static str,
+    /// For people.
+    pub message: String,
+    /// The field at fault, for `invalid`.
+    pub field: Option<String>,
+}
+
+/// The body of an error answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// A stable name: `invalid`, `not_found`, `conflict`, `unauthorized`,
+    /// `forbidden`, `too_large`, `unsupported_media_type`, `unavailable`,
+    /// `internal`.
+    pub code: String,
+    /// For people.
+    pub message: String,
+    /// The field at fault, for `invalid`.
+    pub field: Option<String>,
+}
+
+impl ApiError {
+    /// An error with no field.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    /// A 400 naming the field at fault.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError {
+            field: Some(field.into()),
+            ..ApiError::new(StatusCode::BAD_REQUEST, "invalid", message)
+        }
+    }
+
+    /// 401: no credentials, or wrong ones.
+    pub fn unauthorized(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    /// 403: the credentials do not allow this.
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+}
+
+impl From<AdminError> for ApiError {
+    fn from(e: AdminError) -> ApiError {
+        let status = match &e {
+            AdminError::Invalid { .. } => StatusCode::BAD_REQUEST,
+            AdminError::NotFound { .. } => StatusCode::NOT_FOUND,
+            AdminError::Conflict { .. } => StatusCode::CONFLICT,
+            AdminError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(error = %e, "admin call failed");
+        }
+        let (message, field) = match &e {
+            AdminError::Invalid { field, message } => (message.clone(), Some(field.clone()).filter(|f| !f.is_empty())),
+            other => (other.to_string(), None),
+        };
+        ApiError {
+            status,
+            code: e.code(),
+            message,
+            field,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_owned(),
+                message: self.message,
+                field: self.field,
+            },
+        };
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// The field a serde error names: its path, or for a missing or unknown
+/// field at that path, the field itself.
+fn field_of(path: &str, message: &str) -> String {
+    let named = message
+        .strip_prefix("missing field `")
+        .or_else(|| message.strip_prefix("unknown field `"))
+        .and_then(|rest| rest.split('`').next());
+    match (path, named) {
+        (".", Some(name)) => name.to_owned(),
+        (".", None) => String::new(),
+        (path, Some(name)) if path == name || path.ends_with(&format!(".{name}")) => path.to_owned(),
+        (path, Some(name)) => format!("{path}.{name}"),
+        (path, None) => path.to_owned(),
+    }
+}
+
+/// A JSON body decoded with the field at fault named on error (400), a
+/// 415 for another content type, and a 413 past the body limit.
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, St: Send + Sync> FromRequest<St> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &St) -> Result<ApiJson<T>, ApiError> {
+        let json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        if !json {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "the body must be JSON (Content-Type: application/json)",
+            ));
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.body_text())
+            } else {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid", e.body_text())
+            }
+        })?;
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        match serde_path_to_error::deserialize(&mut de) {
+            Ok(value) => Ok(ApiJson(value)),
+            Err(e) => {
+                let path = e.path().to_string();
+                let message = e.inner().to_string();
+                Err(ApiError::invalid(field_of(&path, &message), message))
+            }
+        }
+    }
+}
+
+/// A query string decoded with the field at fault named on error (400).
+#[derive(Debug)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, St: Send + Sync> FromRequestParts<St> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &St) -> Result<ApiQuery<T>, ApiError> {
+        let query = parts.uri.query().unwrap_or_default();
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        match serde_path_to_error::deserialize(de) {
+            Ok(value) => Ok(ApiQuery(value)),
+            Err(e) => {
+                let path = e.path().to_string();
+                let message = e.inner().to_string();
+                Err(ApiError::invalid(field_of(&path, &message), message))
+            }
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The HTTP face of a quartz-rs cluster: a JSON API under `/api/v1/` with
+//! its OpenAPI document, a web console for people, `/healthz` and
+//! `/metrics`, as one axum [`Router`](axum::Router) that a service mounts into
+//! its own server (or `quartz serve` runs on its own).
+//!
+//! Every route goes through the admin surface ([`quartz_core::admin`]), so
+//! the API, the console, the CLI and embedding code apply the same rules and
+//! every change is recorded in the change log with who made it. Access is by
+//! token (see [`access`]): with none configured, only loopback callers are
+//! answered.
+//!
+//! A service mounts it in a few lines:
+//!
+//! ```no_run
+//! # async fn service() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::net::SocketAddr;
+//! use quartz_core::admin::Admin;
+//! use quartz_store::SqlStore;
+//! use quartz_web::{Access, Web};
+//!
+//! let store = SqlStore::connect("sqlite://quartz.db").await?;
+//! let quartz = Web::new(Admin::new(store, "billing"))
+//!     .access(Access::from_env()) // QUARTZ_ADMIN_TOKEN, QUARTZ_READ_TOKEN
+//!     .metrics(quartz_web::install_prometheus()?)
+//!     .router();
+//! let app = axum::Router::new().nest("/quartz", quartz); // beside the service's own routes
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod access;
+mod api;
+pub mod error;
+pub mod sessions;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use quartz_core::admin::Admin;
+use quartz_core::store::Store;
+
+pub use access::{Access, Caller, Role};
+pub use api::ApiDoc;
+pub use error::ApiError;
+use sessions::Sessions;
+
+/// The largest request body the server reads: a job's payload may be 1 MiB
+/// of JSON, and its definition wraps it.
+pub const BODY_LIMIT: usize = 2 << 20;
+
+/// The router's state: the admin surface and who may use it.
+#[derive(Debug)]
+pub struct AppState<S> {
+    admin: Admin<S>,
+    access: Arc<Access>,
+    sessions: Arc<Sessions>,
+    metrics: Option<PrometheusHandle>,
+}
+
+impl<S: Clone> Clone for AppState<S> {
+    fn clone(&self) -> AppState<S> {
+        AppState {
+            admin: self.admin.clone(),
+            access: Arc::clone(&self.access),
+            sessions: Arc::clone(&self.sessions),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+impl<S> access::AccessState for AppState<S> {
+    fn access(&self) -> &Access {
+        &self.access
+    }
+
+    fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+}
+
+type Router<S> = axum::Router<AppState<S>>;
+
+/// The HTTP API, console and metrics of one scheduler, to build a router
+/// from. See the [crate docs](crate).
+#[derive(Debug)]
+pub struct Web<S> {
+    admin: Admin<S>,
+    access: Access,
+    metrics: Option<PrometheusHandle>,
+}
+
+impl<S: Store + Clone> Web<S> {
+    /// The web face of an admin surface, with the tokens of the environment
+    /// ([`Access::from_env`]) and no `/metrics`.
+    pub fn new(admin: Admin<S>) -> Web<S> {
+        Web {
+            admin,
+            access: Access::from_env(),
+            metrics: None,
+        }
+    }
+
+    /// Who may call it.
+    pub fn access(mut self, access: Access) -> Web<S> {
+        self.access = access;
+        self
+    }
+
+    /// Serves `/metrics` from this Prometheus recorder (see
+    /// [`install_prometheus`]).
+    pub fn metrics(mut self, handle: PrometheusHandle) -> Web<S> {
+        self.metrics = Some(handle);
+        self
+    }
+
+    /// The router: `/api/v1/…`, `/healthz`, `/metrics`. Serve it with
+    /// `into_make_service_with_connect_info::<SocketAddr>()` so that, with no
+    /// token, loopback callers can be told apart.
+    pub fn router(self) -> axum::Router {
+        let state = AppState {
+            admin: self.admin,
+            access: Arc::new(self.access),
+            sessions: Arc::new(Sessions::default()),
+            metrics: self.metrics,
+        };
+        Router::new()
+            .nest("/api/v1", api::routes::<S>())
+            .route("/healthz", get(healthz::<S>))
+            .route("/metrics", get(metrics_text::<S>))
+            .fallback(not_found)
+            .layer(DefaultBodyLimit::max(BODY_LIMIT))
+            .with_state(state)
+    }
+}
+
+/// Installs the Prometheus recorder as the process's `metrics` recorder and
+/// returns its handle, for [`Web::metrics`]. Binaries call this once; a
+/// library never does (a process has one recorder, and it is the
+/// application's choice).
+///
+/// # Errors
+///
+/// When a recorder is installed already.
+pub fn install_prometheus() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
+    let handle = PrometheusBuilder::new().install_recorder()?;
+    let upkeep = handle.clone();
+    // Histograms are drained into their summaries by the upkeep.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                every.tick().await;
+                upkeep.run_upkeep();
+            }
+        });
+    }
+    Ok(handle)
+}
+
+/// Whether the server and its database answer.
+async fn healthz<S: Store + Clone>(State(state): State<AppState<S>>) -> Response {
+    match state.admin.now().await {
+        Ok(now) => Json(serde_json::json!({"status": "ok", "database_now": now.as_millis()})).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// The Prometheus text exposition of the process's metrics (read access).
+async fn metrics_text<S: Store + Clone>(State(state): State<AppState<S>>, _: Caller) -> Response {
+    match &state.metrics {
+        Some(handle) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render()).into_response(),
+        None => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "this server exports no metrics (Web::metrics was not given a recorder)",
+        )
+        .into_response(),
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+}
+
+/// Serves a router on `addr` until `shutdown` completes, refusing a
+/// non-loopback address when no token is configured.
+///
+/// # Errors
+///
+/// The address refused, or the socket's errors.
+pub async fn serve(
+    router: axum::Router,
+    addr: SocketAddr,
+    access: &Access,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    access
+        .check_listen(addr)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown)
+        .await
+}

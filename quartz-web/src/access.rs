@@ -6,7 +6,7 @@
 //!   non-loopback listening address.
 //! - `QUARTZ_ADMIN_TOKEN` reads and writes; `QUARTZ_READ_TOKEN` only reads.
 //!   The API takes `Authorization: Bearer TOKEN`; the console logs in with
-//!   the token into a session cookie (see [`crate::console`]). No or a wrong
+//!   the token into a session cookie ([`crate::sessions`]). No or a wrong
 //!   token: 401; the read token on a change: 403.
 
 use std::net::SocketAddr;

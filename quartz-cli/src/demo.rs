@@ -26,6 +26,10 @@ pub struct DemoArgs {
     /// Stop after this many seconds [default: at Ctrl-C].
     #[arg(long)]
     seconds: Option<u64>,
+    /// Where the web console listens (a free port is taken if this one is
+    /// busy).
+    #[arg(long, default_value = crate::web::DEFAULT_LISTEN)]
+    listen: std::net::SocketAddr,
 }
 
 const SCHEDULER: &str = "demo";
@@ -111,8 +115,10 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<()> {
     // `quartz run --allow-shell`.
     let shell = ShellPolicy::new(&["/usr/bin/echo".to_owned(), "/bin/echo".to_owned()], &[], None)?;
     let node = builder(SCHEDULER, settings, shell).start(store.clone()).await?;
+    let bound = crate::web::start(node.admin(), args.listen, true).await?;
     println!(
-        "node {} is running; fires appear as they finish. Ctrl-C to stop.\n",
+        "node {} is running; fires appear as they finish. Ctrl-C to stop.\nweb console: http://{bound}/  \
+         (API http://{bound}/api/v1/jobs, metrics http://{bound}/metrics)\n",
         node.node().node_id
     );
     println!(

@@ -6,6 +6,7 @@ mod args;
 mod demo;
 mod run;
 mod shell;
+mod web;
 
 use std::process::ExitCode;
 
@@ -91,6 +92,16 @@ enum Command {
     ///   quartz run --database-url postgres://postgres@127.0.0.1/test --node-id a --pool-max 32
     #[command(verbatim_doc_comment, alias = "node")]
     Run(run::RunArgs),
+    /// Serve the HTTP API, web console and /metrics until SIGINT or SIGTERM.
+    ///
+    /// With no token set only loopback callers are answered, and a
+    /// non-loopback --listen is refused. QUARTZ_ADMIN_TOKEN reads and writes;
+    /// QUARTZ_READ_TOKEN only reads.
+    ///
+    /// Example:
+    ///   QUARTZ_ADMIN_TOKEN=s3cret quartz serve --listen 0.0.0.0:8080 --database-url postgres://postgres@127.0.0.1/test
+    #[command(verbatim_doc_comment)]
+    Serve(web::ServeArgs),
     /// Cron expressions (Quartz syntax).
     #[command(subcommand)]
     Cron(CronCommand),
@@ -210,6 +221,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<bool> {
             Command::Audit(args) => admin::audit(&url, &scheduler, out, args).await,
             Command::Run(args) => run::run(&url, &scheduler, &args).await.map(|()| true),
             Command::Demo(args) => demo::run(&args).await.map(|()| true),
+            Command::Serve(args) => web::serve(&url, &scheduler, &args).await.map(|()| true),
             Command::Cron(_) => Ok(true),
         }
     })

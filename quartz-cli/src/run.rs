@@ -17,6 +17,11 @@ pub const BUILT_IN_HANDLERS: [&str; 3] = ["noop", "log", "sleep"];
 /// Options of `quartz run`.
 #[derive(clap::Args, Default)]
 pub struct RunArgs {
+    /// Also serve the HTTP API, web console and /metrics here (for example
+    /// 127.0.0.1:8080; a non-loopback address needs QUARTZ_ADMIN_TOKEN or
+    /// QUARTZ_READ_TOKEN).
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
     /// This node's id [default: host-pid-n].
     #[arg(long)]
     node_id: Option<String>,
@@ -208,6 +213,10 @@ pub async fn run(url: &str, scheduler: &str, args: &RunArgs) -> anyhow::Result<(
     if !allowed.is_empty() {
         println!("shell may run: {allowed}");
     }
+    if let Some(addr) = args.listen {
+        let bound = crate::web::start(node.admin().acting_as("http"), addr, false).await?;
+        println!("web console http://{bound}/, API http://{bound}/api/v1/, metrics http://{bound}/metrics");
+    }
     wait_for_signal().await?;
     let summary = node.shutdown().await;
     println!(
@@ -248,7 +257,8 @@ fn sleep(ctx: JobContext) -> JobResult {
     Ok(())
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
+/// Waits for SIGINT or SIGTERM.
+pub async fn wait_for_signal() -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;

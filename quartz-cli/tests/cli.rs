@@ -293,6 +293,10 @@ fn demo_shows_fires_within_seconds() {
     assert!(succeeded("extract") >= 1, "{text}");
     assert!(succeeded("load") >= 1, "the child after its parent:\n{text}");
     assert!(succeeded("slow-report") >= 1, "{text}");
+    assert!(
+        text.contains("web console: http://127.0.0.1:"),
+        "the demo serves its console:\n{text}"
+    );
     // Run again: a fresh file each time.
     let again = Command::new(env!("CARGO_BIN_EXE_quartz"))
         .args(["demo", "--file", file.to_str().unwrap(), "--seconds", "1"])
@@ -682,4 +686,80 @@ fn shell_runs_only_allowed_programs_cleanly_and_a_timeout_stops_the_group() {
     for job in ["envdump", "forbidden", "tree", "exclusive"] {
         assert!(fires_of(&url, job).is_empty(), "{job}");
     }
+}
+
+/// A plain HTTP/1.1 GET over a socket: the status and body.
+fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
+    (
+        status,
+        text.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default(),
+    )
+}
+
+#[test]
+fn serve_answers_the_api_and_refuses_an_open_address_without_a_token() {
+    use std::io::BufRead;
+    let (_dir, url) = scratch("serve");
+    json(&url, &["job", "add", "report", "--handler", "log", "--every", "1h"]);
+    let open = Command::new(env!("CARGO_BIN_EXE_quartz"))
+        .args(["--database-url", &url, "serve", "--listen", "0.0.0.0:0"])
+        .env_remove("QUARTZ_ADMIN_TOKEN")
+        .env_remove("QUARTZ_READ_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(open.status.code(), Some(2), "{}", stderr(&open));
+    assert!(stderr(&open).contains("QUARTZ_ADMIN_TOKEN"), "{}", stderr(&open));
+
+    let mut server = Command::new(env!("CARGO_BIN_EXE_quartz"))
+        .args([
+            "--database-url",
+            &url,
+            "--scheduler",
+            "cli",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("QUARTZ_READ_TOKEN", "reader")
+        .env_remove("QUARTZ_ADMIN_TOKEN")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_owned();
+    let (status, body) = http_get(&addr, "/api/v1/jobs", Some("reader"));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"report\""), "{body}");
+    assert_eq!(http_get(&addr, "/api/v1/jobs", None).0, 401);
+    let (status, metrics) = http_get(&addr, "/metrics", Some("reader"));
+    assert_eq!(status, 200, "quartz serve installs the Prometheus recorder: {metrics}");
+    assert_eq!(http_get(&addr, "/healthz", None).0, 200);
+    Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(server.wait().unwrap().success());
 }

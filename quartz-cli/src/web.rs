@@ -1,0 +1,65 @@
+//! `quartz serve`, and the web server beside `quartz run` and `quartz demo`:
+//! the HTTP API, console and `/metrics` of `quartz-web`, with the Prometheus
+//! recorder installed (a binary's choice; the library installs none).
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use quartz_core::admin::Admin;
+use quartz_store::SqlStore;
+use quartz_web::{Access, Web};
+
+/// The default listening address: loopback, so that with no token nothing
+/// outside the machine can call it.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Options of `quartz serve`.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Where to listen. A non-loopback address needs QUARTZ_ADMIN_TOKEN or
+    /// QUARTZ_READ_TOKEN.
+    #[arg(long, default_value = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+}
+
+/// Starts the web server on `addr` in the background (or on a free port of
+/// the same address, with `fallback`, when that one is taken); returns the
+/// address it listens on.
+pub async fn start(admin: Admin<SqlStore>, addr: SocketAddr, fallback: bool) -> anyhow::Result<SocketAddr> {
+    let access = Access::from_env();
+    access.check_listen(addr).map_err(anyhow::Error::msg)?;
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(e) if fallback && e.kind() == std::io::ErrorKind::AddrInUse => {
+            tokio::net::TcpListener::bind(SocketAddr::new(addr.ip(), 0)).await?
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr}")),
+    };
+    let bound = listener.local_addr()?;
+    let mut web = Web::new(admin).access(access);
+    match quartz_web::install_prometheus() {
+        Ok(handle) => web = web.metrics(handle),
+        Err(e) => tracing::warn!(error = %e, "no /metrics: a metrics recorder is installed already"),
+    }
+    let router = web.router();
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>()).await {
+            tracing::error!(error = %e, "the web server stopped");
+        }
+    });
+    Ok(bound)
+}
+
+/// `quartz serve`: the web server alone, until SIGINT or SIGTERM.
+pub async fn serve(url: &str, scheduler: &str, args: &ServeArgs) -> anyhow::Result<()> {
+    let store = SqlStore::connect(url).await?;
+    let bound = start(Admin::new(store, scheduler), args.listen, false).await?;
+    println!(
+        "quartz web for scheduler {scheduler:?}: http://{bound}/ (API http://{bound}/api/v1/, metrics \
+         http://{bound}/metrics); Ctrl-C to stop"
+    );
+    if !Access::from_env().has_tokens() {
+        println!("no token set: answering loopback callers only (set QUARTZ_ADMIN_TOKEN / QUARTZ_READ_TOKEN)");
+    }
+    crate::run::wait_for_signal().await
+}

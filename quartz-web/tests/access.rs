@@ -1,0 +1,229 @@
+//! Access control for every role and route: no or a wrong token gets 401,
+//! the read-only token 403 on any change (and nothing changes), the admin
+//! token passes; with no token configured only loopback callers are
+//! answered, and a server refuses to listen elsewhere.
+
+#![allow(clippy::unwrap_used)]
+
+mod http;
+
+use std::net::SocketAddr;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use quartz_core::admin::{Admin, JobDefinition, TriggerDefinition};
+use quartz_testkit::{Kind, TestDb};
+use quartz_web::{Access, Web};
+use serde_json::json;
+use tower::ServiceExt;
+
+const CLUSTER: &str = "access-cluster";
+const ADMIN: &str = "admin-secret";
+const READ: &str = "read-secret";
+
+/// Every route, with a body for the ones that take one, and whether it
+/// changes anything.
+fn routes() -> Vec<(&'static str, &'static str, Option<serde_json::Value>, bool)> {
+    let job = json!({"name": "new", "handler": "log", "triggers": [{"kind": "fixed_rate", "interval_ms": 60000}]});
+    vec![
+        ("GET", "/api/v1/jobs", None, false),
+        ("POST", "/api/v1/jobs", Some(job), true),
+        ("GET", "/api/v1/jobs/probe", None, false),
+        (
+            "PATCH",
+            "/api/v1/jobs/probe",
+            Some(json!({"description": "changed"})),
+            true,
+        ),
+        ("POST", "/api/v1/jobs/probe/pause", None, true),
+        ("POST", "/api/v1/jobs/probe/resume", None, true),
+        ("POST", "/api/v1/jobs/probe/trigger", None, true),
+        ("DELETE", "/api/v1/jobs/probe", None, true),
+        ("GET", "/api/v1/fires", None, false),
+        ("GET", "/api/v1/nodes", None, false),
+        ("GET", "/api/v1/changes", None, false),
+        ("GET", "/api/v1/audit", None, false),
+        ("GET", "/api/v1/overview", None, false),
+        ("GET", "/api/v1/cron/preview?cron=0%20*%20*%20*%20*%20%3F", None, false),
+        ("GET", "/metrics", None, false),
+    ]
+}
+
+async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &Option<serde_json::Value>,
+) -> http::Answer {
+    match body {
+        Some(body) => http::json(addr, method, path, token, body).await,
+        None => http::get(addr, method, path, token).await,
+    }
+}
+
+async fn probe(admin: &Admin<quartz_store::SqlStore>) {
+    let mut job = JobDefinition::new("probe", "log");
+    job.triggers
+        .push(TriggerDefinition::every(std::time::Duration::from_secs(60)));
+    admin.job_add(&job).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_checks_the_callers_role() {
+    quartz_testkit::run(Kind::SqliteFile, |db| Box::pin(roles(db))).await;
+}
+
+async fn roles(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    probe(&admin).await;
+    let access = Access::tokens(Some(ADMIN.into()), Some(READ.into()));
+    let addr = http::serve(Web::new(admin.clone()).access(access).router()).await;
+
+    for (method, path, body, writes) in routes() {
+        let none = send(addr, method, path, None, &body).await;
+        assert_eq!(none.status, 401, "{method} {path} with no token: {}", none.body);
+        assert_eq!(none.error().0, "unauthorized");
+        assert_eq!(none.header("www-authenticate"), Some("Bearer"));
+        let wrong = send(addr, method, path, Some("guess"), &body).await;
+        assert_eq!(wrong.status, 401, "{method} {path} with a wrong token");
+        let read = send(addr, method, path, Some(READ), &body).await;
+        if writes {
+            assert_eq!(read.status, 403, "{method} {path} with the read token: {}", read.body);
+            assert_eq!(read.error().0, "forbidden");
+        } else {
+            assert!(
+                ![401, 403].contains(&read.status),
+                "{method} {path} with the read token: {}",
+                read.status
+            );
+        }
+    }
+    let probe_job = admin.job("probe").await.unwrap();
+    assert_eq!(probe_job.state, "enabled");
+    assert_eq!(probe_job.description, "", "no change got through with the read token");
+    assert_eq!(probe_job.triggers.len(), 1);
+    assert!(admin.job("new").await.is_err());
+
+    for (method, path, body, _) in routes() {
+        let a = send(addr, method, path, Some(ADMIN), &body).await;
+        assert!(
+            ![401, 403].contains(&a.status),
+            "{method} {path} with the admin token: {}",
+            a.body
+        );
+        assert!(a.status < 500, "{method} {path}: {}", a.body);
+    }
+    assert!(admin.job("probe").await.is_err(), "the admin token deleted it");
+    assert_eq!(admin.job("new").await.unwrap().name, "new");
+
+    // What needs no token: health and the API's description.
+    assert_eq!(http::get(addr, "GET", "/healthz", None).await.status, 200);
+    assert_eq!(http::get(addr, "GET", "/api/v1/openapi.json", None).await.status, 200);
+    // A malformed Authorization header is a 401 too.
+    let basic = http::call(addr, "GET", "/api/v1/jobs", &[("Authorization", "Basic YWRtaW4=")], b"").await;
+    assert_eq!(basic.status, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_token_only_loopback_is_answered() {
+    quartz_testkit::run(Kind::SqliteFile, |db| Box::pin(loopback(db))).await;
+}
+
+async fn loopback(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    probe(&admin).await;
+    let router = Web::new(admin.clone()).access(Access::loopback_only()).router();
+    let addr = http::serve(router.clone()).await;
+    let local = http::get(addr, "POST", "/api/v1/jobs/probe/pause", None).await;
+    assert_eq!(local.status, 200, "{}", local.body);
+    let changes = http::get(addr, "GET", "/api/v1/changes", None).await.json();
+    assert_eq!(changes["items"][0]["actor"], "http:local");
+
+    let from = |peer: Option<&str>| {
+        let mut request = axum::http::Request::get("/api/v1/jobs").body(Body::empty()).unwrap();
+        if let Some(peer) = peer {
+            request
+                .extensions_mut()
+                .insert(ConnectInfo(peer.parse::<SocketAddr>().unwrap()));
+        }
+        request
+    };
+    let remote = router.clone().oneshot(from(Some("10.1.2.3:5555"))).await.unwrap();
+    assert_eq!(remote.status(), 403, "not loopback");
+    let unknown = router.clone().oneshot(from(None)).await.unwrap();
+    assert_eq!(unknown.status(), 403, "a router served without the peer's address");
+    let v6 = router.oneshot(from(Some("[::1]:5555"))).await.unwrap();
+    assert_eq!(v6.status(), 200, "IPv6 loopback");
+
+    let open = Access::loopback_only();
+    assert!(open.check_listen("127.0.0.1:8080".parse().unwrap()).is_ok());
+    let refused = open.check_listen("0.0.0.0:8080".parse().unwrap()).unwrap_err();
+    assert!(refused.contains("QUARTZ_ADMIN_TOKEN"), "{refused}");
+    let with_token = Access::tokens(Some(ADMIN.into()), None);
+    assert!(with_token.check_listen("0.0.0.0:8080".parse().unwrap()).is_ok());
+    let err = quartz_web::serve(
+        Web::new(admin).access(open.clone()).router(),
+        "0.0.0.0:0".parse().unwrap(),
+        &open,
+        async {},
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_describes_every_route_and_resolves() {
+    quartz_testkit::run(Kind::SqliteMemory, |db| Box::pin(openapi(db))).await;
+}
+
+async fn openapi(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    let addr = http::serve(Web::new(admin).access(Access::loopback_only()).router()).await;
+    let doc = http::get(addr, "GET", "/api/v1/openapi.json", None).await.json();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."), "{}", doc["openapi"]);
+    assert!(doc["info"]["title"].is_string());
+    let paths = doc["paths"].as_object().unwrap();
+    for (method, path, _, _) in routes() {
+        let Some(api) = path.strip_prefix("/api/v1") else {
+            continue;
+        };
+        let template = api.split('?').next().unwrap().replace("probe", "{name}");
+        let entry = &paths[&format!("/api/v1{template}")];
+        let op = &entry[method.to_lowercase()];
+        assert!(op.is_object(), "{method} /api/v1{template} is described");
+        assert!(
+            op["responses"].as_object().is_some_and(|r| !r.is_empty()),
+            "{method} {template} has responses"
+        );
+    }
+    // Every reference names a schema the document holds.
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    let mut refs = Vec::new();
+    collect_refs(&doc, &mut refs);
+    assert!(refs.len() > 20, "{} references", refs.len());
+    for r in refs {
+        let name = r.strip_prefix("#/components/schemas/").unwrap_or_else(|| panic!("{r}"));
+        assert!(schemas.contains_key(name), "{r} resolves");
+    }
+    assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+    for required in ["JobDefinition", "JobView", "ErrorBody", "FireView", "NodeView"] {
+        assert!(schemas.contains_key(required), "{required}");
+    }
+}
+
+fn collect_refs(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                match (k.as_str(), v) {
+                    ("$ref", serde_json::Value::String(r)) => out.push(r.clone()),
+                    _ => collect_refs(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_refs(v, out)),
+        _ => {}
+    }
+}

@@ -1,0 +1,71 @@
+//! `/metrics` after a short run: a node on a SQLite file fires a job five
+//! times a second, and a Prometheus scrape of the server shows its counters
+//! moving with the ledger.
+
+#![allow(clippy::unwrap_used)]
+
+mod http;
+
+use std::time::Duration;
+
+use quartz_core::admin::{FireFilter, JobDefinition, TriggerDefinition};
+use quartz_core::engine::SchedulerBuilder;
+use quartz_testkit::{Kind, TestDb, wait_for};
+use quartz_web::{Access, Web};
+
+const CLUSTER: &str = "metrics-web";
+
+/// The value of a counter in a Prometheus text exposition.
+fn value(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrape_shows_the_counters_moving() {
+    quartz_testkit::run(Kind::SqliteFile, |db| Box::pin(scrape(db))).await;
+}
+
+async fn scrape(db: &TestDb) {
+    let handle = quartz_web::install_prometheus().unwrap();
+    let node = SchedulerBuilder::new(CLUSTER)
+        .settings(quartz_testkit::fast_settings())
+        .handler("tick", |_| Ok(()))
+        .start(db.store().await)
+        .await
+        .unwrap();
+    let access = Access::tokens(None, Some("reader".into()));
+    let addr = http::serve(Web::new(node.admin()).access(access).metrics(handle).router()).await;
+    let before = http::get(addr, "GET", "/metrics", Some("reader")).await;
+    assert_eq!(before.status, 200, "{}", before.body);
+    assert!(before.header("content-type").unwrap().starts_with("text/plain"));
+
+    let mut job = JobDefinition::new("tick", "tick");
+    job.triggers.push(TriggerDefinition::every(Duration::from_millis(200)));
+    node.admin().job_add(&job).await.unwrap();
+    wait_for(Duration::from_secs(20), "5 succeeded fires", || async {
+        let filter = FireFilter {
+            state: Some("succeeded".into()),
+            ..FireFilter::default()
+        };
+        let n = node.admin().fires(&filter).await.unwrap().items.len();
+        if n >= 5 { Ok(()) } else { Err(format!("{n} so far")) }
+    })
+    .await;
+    wait_for(Duration::from_secs(10), "the scrape to count them", || async {
+        let text = http::get(addr, "GET", "/metrics", Some("reader")).await.body;
+        let succeeded = value(&text, "quartz_fires_succeeded_total");
+        let claimed = value(&text, "quartz_fires_claimed_total");
+        let polls = value(&text, "quartz_polls_total");
+        if succeeded >= 5.0 && claimed >= succeeded && polls >= 1.0 && text.contains("quartz_fire_lateness_seconds") {
+            Ok(())
+        } else {
+            Err(format!("succeeded {succeeded}, claimed {claimed}, polls {polls}"))
+        }
+    })
+    .await;
+    assert_eq!(http::get(addr, "GET", "/metrics", None).await.status, 401);
+    node.shutdown().await;
+}

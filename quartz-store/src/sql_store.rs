@@ -5,10 +5,9 @@ use std::collections::HashSet;
 
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    ChainedFire, ChangeAction, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DueBatch, ExecuteCas, ExecuteSpec,
-    FireQuery, FireRecord, FireState, FollowUp, Job, JobDetail, JobQuery, JobSpec, JobState, MAX_ERROR_BYTES, Node,
-    NodeRef, NodeRegistration, NodeState, Outcome, PendingClaim, RetryPolicy, SkippedRecord, Store, StoreError,
-    check_name,
+    ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DueBatch, ExecuteCas, ExecuteSpec, FireQuery,
+    FireRecord, FireState, FollowUp, Job, JobDetail, JobQuery, JobSpec, MAX_ERROR_BYTES, Node, NodeRef,
+    NodeRegistration, NodeState, Outcome, PendingClaim, RetryPolicy, SkippedRecord, Store, StoreError, check_name,
 };
 use quartz_core::trigger::TriggerState;
 use sqlx::any::AnyQueryResult;
@@ -252,27 +251,7 @@ impl Store for SqlStore {
     }
 
     async fn add_executes(&self, scheduler: &str, name: &str, executes: &[ExecuteSpec]) -> Result<(), StoreError> {
-        let job = self.require_job(scheduler, name).await?;
-        let mut tx = self.begin_change(scheduler).await?;
-        self.insert_executes(&mut tx, scheduler, job.id, executes, job.state == JobState::Paused)
-            .await?;
-        let once = executes
-            .iter()
-            .all(|e| matches!(e.trigger.schedule(), quartz_core::trigger::Schedule::Once));
-        let (action, detail) = if once && !executes.is_empty() {
-            (
-                ChangeAction::JobTrigger,
-                format!("{} one-off trigger(s)", executes.len()),
-            )
-        } else {
-            (
-                ChangeAction::JobAddTriggers,
-                format!("{} trigger(s) added", executes.len()),
-            )
-        };
-        self.changed_in(&mut tx, scheduler, Change::new(action, name, detail))
-            .await?;
-        tx.commit().await.map_err(db_error)
+        self.job_add_executes(scheduler, name, executes).await
     }
 
     async fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {
@@ -303,13 +282,9 @@ impl Store for SqlStore {
     }
 
     fn acting_as(&self, actor: &str) -> SqlStore {
-        let mut end = actor.len().min(quartz_core::store::MAX_NAME_BYTES);
-        while !actor.is_char_boundary(end) {
-            end -= 1;
-        }
         SqlStore {
             db: self.db.clone(),
-            actor: actor[..end].into(),
+            actor: changes::actor_name(actor).into(),
         }
     }
 

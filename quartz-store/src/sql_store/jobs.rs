@@ -307,6 +307,35 @@ impl SqlStore {
         Ok(created)
     }
 
+    pub(super) async fn job_add_executes(
+        &self,
+        scheduler: &str,
+        name: &str,
+        executes: &[ExecuteSpec],
+    ) -> Result<(), StoreError> {
+        let job = self.require_job(scheduler, name).await?;
+        let mut tx = self.begin_change(scheduler).await?;
+        self.insert_executes(&mut tx, scheduler, job.id, executes, job.state == JobState::Paused)
+            .await?;
+        let once = executes
+            .iter()
+            .all(|e| matches!(e.trigger.schedule(), quartz_core::trigger::Schedule::Once));
+        let (action, detail) = if once && !executes.is_empty() {
+            (
+                ChangeAction::JobTrigger,
+                format!("{} one-off trigger(s)", executes.len()),
+            )
+        } else {
+            (
+                ChangeAction::JobAddTriggers,
+                format!("{} trigger(s) added", executes.len()),
+            )
+        };
+        self.changed_in(&mut tx, scheduler, Change::new(action, name, detail))
+            .await?;
+        tx.commit().await.map_err(db_error)
+    }
+
     pub(super) async fn job_update(
         &self,
         scheduler: &str,

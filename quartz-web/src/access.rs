@@ -50,7 +50,7 @@ pub const ADMIN_TOKEN_ENV: &str = "QUARTZ_ADMIN_TOKEN";
 pub const READ_TOKEN_ENV: &str = "QUARTZ_READ_TOKEN";
 
 /// Equal, in time that depends on the lengths only.
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -118,7 +118,14 @@ pub struct Caller {
     pub actor: &'static str,
     /// The console session they came with, if any.
     pub session: Option<String>,
+    /// Whether a session caller sent the session's CSRF token in the
+    /// [`CSRF_HEADER`] header (a change by session needs it).
+    pub csrf_ok: bool,
 }
+
+/// The header a console page's script sends its session's CSRF token in,
+/// for a change through the API.
+pub const CSRF_HEADER: &str = "x-csrf-token";
 
 impl Caller {
     /// A 403 unless the caller may change things.
@@ -126,7 +133,16 @@ impl Caller {
     /// # Errors
     ///
     /// 403 for the read-only role.
+    /// 403 too for a change by session cookie without the session's CSRF
+    /// token in [`CSRF_HEADER`].
     pub fn require_admin(&self) -> Result<(), ApiError> {
+        if self.session.is_some() && !self.csrf_ok {
+            return Err(ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "csrf",
+                format!("a change by session cookie needs the session's CSRF token in the {CSRF_HEADER} header"),
+            ));
+        }
         match self.role {
             Role::Admin => Ok(()),
             Role::Read => Err(ApiError::forbidden("the read-only token cannot change anything")),
@@ -168,6 +184,7 @@ pub fn caller_of(parts: &Parts, access: &Access, sessions: &Sessions) -> Result<
                 role: Role::Admin,
                 actor: "http:local",
                 session: None,
+                csrf_ok: true,
             }),
             Some(addr) => Err(ApiError::forbidden(format!(
                 "no token is configured, so only loopback may call; {addr} is not loopback"
@@ -191,15 +208,22 @@ pub fn caller_of(parts: &Parts, access: &Access, sessions: &Sessions) -> Result<
             role,
             actor: actor_of(role),
             session: None,
+            csrf_ok: true,
         });
     }
     if let Some(id) = cookie(parts, SESSION_COOKIE)
-        && let Some(role) = sessions.role(id)
+        && let Some((role, csrf)) = sessions.get(id)
     {
+        let sent = parts
+            .headers
+            .get(CSRF_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
         return Ok(Caller {
             role,
             actor: actor_of(role),
             session: Some(id.to_owned()),
+            csrf_ok: same(sent.as_bytes(), csrf.as_bytes()),
         });
     }
     Err(ApiError::unauthorized(
@@ -207,7 +231,7 @@ pub fn caller_of(parts: &Parts, access: &Access, sessions: &Sessions) -> Result<
     ))
 }
 
-fn actor_of(role: Role) -> &'static str {
+pub(crate) fn actor_of(role: Role) -> &'static str {
     match role {
         Role::Admin => "http:admin",
         Role::Read => "http:read",
@@ -220,4 +244,67 @@ impl<St: AccessState + Send + Sync> FromRequestParts<St> for Caller {
     async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Caller, ApiError> {
         caller_of(parts, state.access(), state.sessions())
     }
+}
+
+/// Whether a `Host` header names this machine's loopback (`localhost`,
+/// `127.0.0.1`, `[::1]`, with or without a port).
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name.to_ascii_lowercase().ends_with(".localhost")
+        || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Why a request is refused before any route sees it, if it is:
+///
+/// - a change (any method but `GET`, `HEAD` and `OPTIONS`) that a browser
+///   sent on another site's behalf: `Sec-Fetch-Site` says `cross-site` or
+///   `same-site`, or `Origin` is not this server's own;
+/// - with no token configured, a `Host` that is not a loopback name, so that a
+///   page whose domain was rebound to 127.0.0.1 cannot reach the server.
+pub fn refusal(parts: &Parts, access: &Access) -> Option<ApiError> {
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if !access.has_tokens() && !host.is_empty() && !loopback_host(host) {
+        return Some(ApiError::forbidden(format!(
+            "no token is configured, so only loopback names are answered; Host {host:?} is not one"
+        )));
+    }
+    if matches!(parts.method.as_str(), "GET" | "HEAD" | "OPTIONS") {
+        return None;
+    }
+    let site = parts.headers.get("sec-fetch-site").and_then(|h| h.to_str().ok());
+    let origin = parts.headers.get(header::ORIGIN).and_then(|h| h.to_str().ok());
+    let foreign_origin = origin.is_some_and(|o| {
+        let authority = o.strip_prefix("http://").or_else(|| o.strip_prefix("https://"));
+        !authority.is_some_and(|a| a.eq_ignore_ascii_case(host))
+    });
+    if matches!(site, Some("cross-site" | "same-site")) || foreign_origin {
+        return Some(ApiError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            "cross_origin",
+            "a change sent from another site's page is refused",
+        ));
+    }
+    None
+}
+
+/// The middleware applying [`refusal`] to every request.
+pub async fn guard<St: AccessState + Clone + Send + Sync + 'static>(
+    axum::extract::State(state): axum::extract::State<St>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (parts, body) = request.into_parts();
+    if let Some(refused) = refusal(&parts, state.access()) {
+        return refused.into_response();
+    }
+    next.run(axum::extract::Request::from_parts(parts, body)).await
 }

@@ -331,7 +331,7 @@ async fn cron_preview(_: Caller, ApiQuery(q): ApiQuery<PreviewQuery>) -> ApiResu
 
 /// This server's clock, for a preview with no `after`: a preview decides
 /// nothing another node must agree with.
-fn now_ms() -> Timestamp {
+pub(crate) fn now_ms() -> Timestamp {
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));

@@ -31,6 +31,7 @@
 
 pub mod access;
 mod api;
+mod console;
 pub mod error;
 pub mod sessions;
 
@@ -121,7 +122,8 @@ impl<S: Store + Clone> Web<S> {
         self
     }
 
-    /// The router: `/api/v1/…`, `/healthz`, `/metrics`. Serve it with
+    /// The router: the console at `/`, `/api/v1/…`, `/healthz`, `/metrics`.
+    /// Serve it with
     /// `into_make_service_with_connect_info::<SocketAddr>()` so that, with no
     /// token, loopback callers can be told apart.
     pub fn router(self) -> axum::Router {
@@ -132,10 +134,16 @@ impl<S: Store + Clone> Web<S> {
             metrics: self.metrics,
         };
         Router::new()
+            .merge(console::routes::<S>())
             .nest("/api/v1", api::routes::<S>())
             .route("/healthz", get(healthz::<S>))
             .route("/metrics", get(metrics_text::<S>))
             .fallback(not_found)
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                access::guard::<AppState<S>>,
+            ))
+            .layer(axum::middleware::from_fn(console::security_headers))
             .layer(DefaultBodyLimit::max(BODY_LIMIT))
             .with_state(state)
     }

@@ -70,6 +70,11 @@ impl Sessions {
         self.live(id).map(|s| s.role)
     }
 
+    /// The role and CSRF token of a live session.
+    pub fn get(&self, id: &str) -> Option<(Role, String)> {
+        self.live(id).map(|s| (s.role, s.csrf))
+    }
+
     /// The CSRF token of a live session.
     pub fn csrf(&self, id: &str) -> Option<String> {
         self.live(id).map(|s| s.csrf)

@@ -1,0 +1,522 @@
+//! The console's job form: create and edit, with a live cron preview (the
+//! page's script asks `/api/v1/cron/preview`; the server renders the same
+//! preview first, so it works without script) and each error beside its
+//! field.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use maud::{Markup, html};
+use quartz_core::Timestamp;
+use quartz_core::admin::{AdminError, JobDefinition, JobPatch, JobView, TriggerDefinition, TriggerKind};
+use quartz_core::store::Store;
+
+use super::html::{self, Section, query, segment};
+use super::{Fields, Viewer};
+use crate::AppState;
+
+/// The misfire policies, for the select.
+const MISFIRE: [&str; 8] = [
+    "smart",
+    "fire_now",
+    "ignore_misfires",
+    "do_nothing",
+    "reschedule_now_with_existing_count",
+    "reschedule_now_with_remaining_count",
+    "reschedule_next_with_existing_count",
+    "reschedule_next_with_remaining_count",
+];
+
+/// The schedule kinds, for the select.
+const KINDS: [(&str, &str); 5] = [
+    ("cron", "Cron expression"),
+    ("fixed_rate", "Every interval"),
+    ("fixed_delay", "Interval after each run"),
+    ("once", "Once"),
+    ("none", "No trigger"),
+];
+
+/// The form's fields, as typed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct JobForm {
+    name: String,
+    handler: String,
+    description: String,
+    payload: String,
+    kind: String,
+    cron: String,
+    time_zone: String,
+    interval_ms: String,
+    start: String,
+    misfire: String,
+    max_attempts: String,
+    backoff_ms: String,
+    backoff_max_ms: String,
+    timeout_ms: String,
+    allow_concurrent: bool,
+    requests_recovery: bool,
+}
+
+/// An error beside a field.
+type FieldErrors = Vec<(String, String)>;
+
+fn opt(v: Option<i64>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+impl JobForm {
+    fn blank() -> JobForm {
+        JobForm {
+            payload: "null".into(),
+            kind: "cron".into(),
+            cron: "0 * * * * ?".into(),
+            time_zone: "UTC".into(),
+            misfire: "smart".into(),
+            max_attempts: "1".into(),
+            backoff_ms: "0".into(),
+            allow_concurrent: true,
+            ..JobForm::default()
+        }
+    }
+
+    fn from_view(job: &JobView) -> JobForm {
+        let mut form = JobForm {
+            name: job.name.clone(),
+            handler: job.handler.clone(),
+            description: job.description.clone(),
+            payload: serde_json::to_string_pretty(&job.payload).unwrap_or_default(),
+            kind: "none".into(),
+            misfire: "smart".into(),
+            max_attempts: job.max_attempts.to_string(),
+            backoff_ms: job.backoff_ms.to_string(),
+            backoff_max_ms: opt(job.backoff_max_ms),
+            timeout_ms: opt(job.timeout_ms),
+            allow_concurrent: job.allow_concurrent,
+            requests_recovery: job.requests_recovery,
+            ..JobForm::default()
+        };
+        if let Some(t) = job.triggers.first() {
+            form.kind.clone_from(&t.kind);
+            form.cron = t.cron.clone().unwrap_or_default();
+            form.time_zone = t.time_zone.clone().unwrap_or_default();
+            form.interval_ms = opt(t.interval_ms);
+            form.misfire.clone_from(&t.misfire);
+            if t.kind == "once" {
+                form.start = Timestamp::from_millis(t.start).to_string();
+            }
+        }
+        form
+    }
+
+    fn from_fields(f: &Fields) -> JobForm {
+        let text = |name: &str| f.get(name).to_owned();
+        JobForm {
+            name: text("name"),
+            handler: text("handler"),
+            description: text("description"),
+            payload: text("payload"),
+            kind: text("kind"),
+            cron: text("cron"),
+            time_zone: text("time_zone"),
+            interval_ms: text("interval_ms"),
+            start: text("start"),
+            misfire: text("misfire"),
+            max_attempts: text("max_attempts"),
+            backoff_ms: text("backoff_ms"),
+            backoff_max_ms: text("backoff_max_ms"),
+            timeout_ms: text("timeout_ms"),
+            allow_concurrent: f.on("allow_concurrent"),
+            requests_recovery: f.on("requests_recovery"),
+        }
+    }
+
+    /// What decides the fire times: an edit that leaves it alone keeps the
+    /// trigger (and where it stands).
+    fn schedule(&self) -> [&str; 6] {
+        let start = if self.kind == "once" { self.start.trim() } else { "" };
+        [
+            self.kind.trim(),
+            self.cron.trim(),
+            self.time_zone.trim(),
+            self.interval_ms.trim(),
+            start,
+            self.misfire.trim(),
+        ]
+    }
+
+    fn trigger(&self, errors: &mut FieldErrors) -> Option<TriggerDefinition> {
+        let kind = match self.kind.as_str() {
+            "cron" => TriggerKind::Cron,
+            "fixed_rate" => TriggerKind::FixedRate,
+            "fixed_delay" => TriggerKind::FixedDelay,
+            "once" => TriggerKind::Once,
+            "none" => return None,
+            other => {
+                errors.push(("kind".into(), format!("{other:?} is not a kind of schedule")));
+                return None;
+            }
+        };
+        let text = |s: &str| Some(s.trim().to_owned()).filter(|s| !s.is_empty());
+        let start = match self.start.trim() {
+            "" => None,
+            s => match chrono::DateTime::parse_from_rfc3339(s) {
+                Ok(t) => Some(t.timestamp_millis()),
+                Err(_) => {
+                    errors.push(("start".into(), "write an RFC 3339 instant: 2026-01-31T09:00:00Z".into()));
+                    None
+                }
+            },
+        };
+        let cron_kind = kind == TriggerKind::Cron;
+        let interval_kind = matches!(kind, TriggerKind::FixedRate | TriggerKind::FixedDelay);
+        Some(TriggerDefinition {
+            kind,
+            cron: text(&self.cron).filter(|_| cron_kind),
+            time_zone: text(&self.time_zone).filter(|_| cron_kind),
+            interval_ms: number(errors, "interval_ms", &self.interval_ms).filter(|_| interval_kind),
+            start,
+            end: None,
+            repeat: None,
+            misfire: text(&self.misfire),
+            priority: 0,
+        })
+    }
+
+    fn payload(&self, errors: &mut FieldErrors) -> serde_json::Value {
+        if self.payload.trim().is_empty() {
+            return serde_json::Value::Null;
+        }
+        serde_json::from_str(&self.payload).unwrap_or_else(|e| {
+            errors.push(("payload".into(), format!("not JSON: {e}")));
+            serde_json::Value::Null
+        })
+    }
+
+    fn definition(&self) -> Result<JobDefinition, FieldErrors> {
+        let mut errors = Vec::new();
+        let mut job = JobDefinition::new(self.name.trim(), self.handler.trim());
+        job.description = self.description.clone();
+        job.payload = self.payload(&mut errors);
+        job.allow_concurrent = self.allow_concurrent;
+        job.requests_recovery = self.requests_recovery;
+        job.timeout_ms = number(&mut errors, "timeout_ms", &self.timeout_ms);
+        job.max_attempts = number(&mut errors, "max_attempts", &self.max_attempts).unwrap_or(1);
+        job.backoff_ms = number(&mut errors, "backoff_ms", &self.backoff_ms).unwrap_or(0);
+        job.backoff_max_ms = number(&mut errors, "backoff_max_ms", &self.backoff_max_ms);
+        job.triggers = self.trigger(&mut errors).into_iter().collect();
+        if errors.is_empty() { Ok(job) } else { Err(errors) }
+    }
+
+    /// The change from `was` to this form; the schedule only when it changed
+    /// and the job has at most one trigger.
+    fn patch(&self, was: &JobView) -> Result<JobPatch, FieldErrors> {
+        let def = self.definition()?;
+        let before = JobForm::from_view(was);
+        let schedule_changed = was.triggers.len() <= 1 && self.schedule() != before.schedule();
+        Ok(JobPatch {
+            name: Some(def.name).filter(|n| *n != was.name),
+            handler: Some(def.handler),
+            payload: Some(def.payload),
+            description: Some(def.description),
+            requests_recovery: Some(def.requests_recovery),
+            allow_concurrent: Some(def.allow_concurrent),
+            timeout_ms: Some(def.timeout_ms.unwrap_or(0)),
+            max_attempts: Some(def.max_attempts),
+            backoff_ms: Some(def.backoff_ms),
+            backoff_max_ms: Some(def.backoff_max_ms.unwrap_or(0)),
+            parent: None,
+            triggers: schedule_changed.then_some(def.triggers),
+        })
+    }
+}
+
+/// A whole number from a field, `None` when empty.
+fn number<T: std::str::FromStr>(errors: &mut FieldErrors, field: &str, text: &str) -> Option<T> {
+    match text.trim() {
+        "" => None,
+        t => t.parse().map_or_else(
+            |_| {
+                errors.push((field.into(), format!("{t:?} is not a whole number in range")));
+                None
+            },
+            Some,
+        ),
+    }
+}
+
+/// The form field an admin error names: `triggers[0].cron` is `cron`.
+fn field_errors(e: &AdminError) -> FieldErrors {
+    let field = e.field().unwrap_or("");
+    let field = field.rsplit_once('.').map_or(field, |(_, f)| f);
+    let field = if field == "triggers" { "kind" } else { field };
+    vec![(field.to_owned(), e.to_string())]
+}
+
+fn error_for<'a>(errors: &'a FieldErrors, field: &str) -> Option<&'a str> {
+    errors.iter().find(|(f, _)| f == field).map(|(_, m)| m.as_str())
+}
+
+/// The server's own rendering of the cron preview.
+fn preview(form: &JobForm) -> Markup {
+    let now = crate::api::now_ms();
+    let zone = if form.time_zone.trim().is_empty() {
+        "UTC"
+    } else {
+        form.time_zone.trim()
+    };
+    let (times, error) = match quartz_core::admin::cron_preview(form.cron.trim(), zone, now, 5) {
+        Ok(times) => (times, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    html! {
+        div #cron-preview-box data-kinds="cron" {
+            span.label { "Next fire times (UTC)" }
+            ol #cron-preview { @for t in &times { li { (t.to_string()) } } }
+            p #cron-preview-error.field-error { @if let Some(e) = error { (e) } }
+        }
+    }
+}
+
+fn field(
+    label: &str,
+    name: &str,
+    errors: &FieldErrors,
+    input: Markup,
+    hint: Option<&str>,
+    kinds: Option<&str>,
+) -> Markup {
+    html! {
+        div.field data-kinds=[kinds] {
+            label for=(name) { (label) }
+            (input)
+            @if let Some(hint) = hint { small.hint { (hint) } }
+            @if let Some(e) = error_for(errors, name) { p.field-error data-field=(name) { (e) } }
+        }
+    }
+}
+
+fn text_input(name: &str, value: &str, placeholder: &str) -> Markup {
+    html! { input #(name) type="text" name=(name) value=(value) placeholder=(placeholder); }
+}
+
+fn render(
+    viewer: &Viewer,
+    form: &JobForm,
+    errors: &FieldErrors,
+    editing: Option<&JobView>,
+    handlers: &[String],
+) -> Markup {
+    let action = match editing {
+        Some(job) => format!("{}/jobs/{}/edit", viewer.base, segment(&job.name)),
+        None => format!("{}/new", viewer.base),
+    };
+    let locked = editing.is_some_and(|j| j.triggers.len() > 1);
+    let general = errors.iter().find(|(f, _)| {
+        ![
+            "name",
+            "handler",
+            "description",
+            "payload",
+            "kind",
+            "cron",
+            "time_zone",
+            "interval_ms",
+            "start",
+            "misfire",
+            "max_attempts",
+            "backoff_ms",
+            "backoff_max_ms",
+            "timeout_ms",
+        ]
+        .contains(&f.as_str())
+    });
+    html! {
+        @if !errors.is_empty() {
+            p.error role="alert" { "The job was not saved: " (errors.len()) " field(s) need attention." }
+        }
+        @if let Some((_, message)) = general { p.error { (message) } }
+        form.job-form method="post" action=(action) novalidate {
+            (html::csrf(viewer))
+            fieldset {
+                legend { "Job" }
+                (field("Name", "name", errors, text_input("name", &form.name, "nightly-report"), None, None))
+                (field("Handler", "handler", errors, html! {
+                    input #handler type="text" name="handler" value=(form.handler) list="handlers" placeholder="report.nightly";
+                    datalist #handlers { @for h in handlers { option value=(h) {} } }
+                }, Some("The name a node registered its handler under."), None))
+                (field("Description", "description", errors, text_input("description", &form.description, ""), None, None))
+                (field("Payload (JSON)", "payload", errors, html! {
+                    textarea #payload name="payload" rows="4" spellcheck="false" { (form.payload) }
+                }, None, None))
+            }
+            fieldset {
+                legend { "Schedule" }
+                @if locked {
+                    p.hint { "This job has several triggers; the form leaves them as they are. Change them through the API (PATCH /api/v1/jobs/{name} with triggers)." }
+                } @else {
+                    (field("Kind", "kind", errors, html! {
+                        select #kind name="kind" {
+                            @for (value, label) in KINDS { option value=(value) selected[value == form.kind] { (label) } }
+                        }
+                    }, None, None))
+                    (field("Cron expression", "cron", errors, text_input("cron", &form.cron, "0 0 2 * * ?"),
+                        Some("Quartz syntax, seconds first: sec min hour day-of-month month day-of-week [year]."), Some("cron")))
+                    (field("Time zone", "time_zone", errors, text_input("time_zone", &form.time_zone, "Europe/Paris"), None, Some("cron")))
+                    (preview(form))
+                    (field("Interval (ms)", "interval_ms", errors, text_input("interval_ms", &form.interval_ms, "60000"), None, Some("fixed_rate fixed_delay")))
+                    (field("Start", "start", errors, text_input("start", &form.start, "2026-01-31T09:00:00Z"),
+                        Some("RFC 3339. For once: when it fires; otherwise not before (default now)."), Some("cron fixed_rate fixed_delay once")))
+                    (field("Misfire policy", "misfire", errors, html! {
+                        select #misfire name="misfire" {
+                            @for m in MISFIRE { option value=(m) selected[m == form.misfire] { (m) } }
+                        }
+                    }, None, Some("cron fixed_rate fixed_delay once")))
+                }
+            }
+            fieldset {
+                legend { "Running" }
+                (field("Attempts in all", "max_attempts", errors, text_input("max_attempts", &form.max_attempts, "1"), None, None))
+                (field("Backoff between attempts (ms)", "backoff_ms", errors, text_input("backoff_ms", &form.backoff_ms, "0"), None, None))
+                (field("Longest backoff (ms)", "backoff_max_ms", errors, text_input("backoff_max_ms", &form.backoff_max_ms, ""),
+                    Some("Set it to double the backoff after each failure up to this; empty keeps it fixed."), None))
+                (field("Timeout (ms)", "timeout_ms", errors, text_input("timeout_ms", &form.timeout_ms, ""), Some("Empty: no timeout."), None))
+                div.field.check {
+                    label { input type="checkbox" name="allow_concurrent" checked[form.allow_concurrent]; " Fires may overlap" }
+                    label { input type="checkbox" name="requests_recovery" checked[form.requests_recovery]; " Run again when its node dies mid-run" }
+                }
+            }
+            div.buttons {
+                button.primary #save type="submit" { @if editing.is_some() { "Save" } @else { "Create job" } }
+                " "
+                a href={ (viewer.base) "/jobs" } { "Cancel" }
+            }
+        }
+    }
+}
+
+async fn handlers<S: Store + Clone>(state: &AppState<S>) -> Vec<String> {
+    let mut all: Vec<String> = state
+        .admin
+        .nodes()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| n.state == "live")
+        .flat_map(|n| n.handlers)
+        .collect();
+    all.sort();
+    all.dedup();
+    all
+}
+
+fn respond(
+    viewer: &Viewer,
+    status: StatusCode,
+    form: &JobForm,
+    errors: &FieldErrors,
+    editing: Option<&JobView>,
+    handlers: &[String],
+) -> Response {
+    let title = match editing {
+        Some(job) => format!("Edit {}", job.name),
+        None => "New job".to_owned(),
+    };
+    let body = render(viewer, form, errors, editing, handlers);
+    viewer.respond(status, html::page(viewer, Section::Jobs, &title, None, body))
+}
+
+pub(crate) async fn new_page<S: Store + Clone>(State(state): State<AppState<S>>, viewer: Viewer) -> Response {
+    let handlers = handlers(&state).await;
+    respond(&viewer, StatusCode::OK, &JobForm::blank(), &Vec::new(), None, &handlers)
+}
+
+pub(crate) async fn create<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    body: Bytes,
+) -> Response {
+    let fields = Fields::parse(&body);
+    if let Some(refused) = viewer.refuse_form(&fields) {
+        return refused;
+    }
+    let form = JobForm::from_fields(&fields);
+    let saved = match form.definition() {
+        Ok(job) => state
+            .admin
+            .acting_as(viewer.actor)
+            .job_add(&job)
+            .await
+            .map_err(|e| field_errors(&e)),
+        Err(errors) => Err(errors),
+    };
+    match saved {
+        Ok(job) => viewer.redirect(&format!(
+            "/jobs/{}{}",
+            segment(&job.name),
+            query(&[("notice", "created"), ("subject", &job.name)])
+        )),
+        Err(errors) => {
+            let handlers = handlers(&state).await;
+            respond(&viewer, StatusCode::BAD_REQUEST, &form, &errors, None, &handlers)
+        }
+    }
+}
+
+pub(crate) async fn edit_page<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+) -> Response {
+    match state.admin.job(&name).await {
+        Ok(job) => {
+            let handlers = handlers(&state).await;
+            respond(
+                &viewer,
+                StatusCode::OK,
+                &JobForm::from_view(&job),
+                &Vec::new(),
+                Some(&job),
+                &handlers,
+            )
+        }
+        Err(e) => viewer.failure(&e),
+    }
+}
+
+pub(crate) async fn edit<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Response {
+    let fields = Fields::parse(&body);
+    if let Some(refused) = viewer.refuse_form(&fields) {
+        return refused;
+    }
+    let was = match state.admin.job(&name).await {
+        Ok(job) => job,
+        Err(e) => return viewer.failure(&e),
+    };
+    let form = JobForm::from_fields(&fields);
+    let saved = match form.patch(&was) {
+        Ok(patch) => state
+            .admin
+            .acting_as(viewer.actor)
+            .job_edit(&name, &patch)
+            .await
+            .map_err(|e| field_errors(&e)),
+        Err(errors) => Err(errors),
+    };
+    match saved {
+        Ok(job) => viewer.redirect(&format!(
+            "/jobs/{}{}",
+            segment(&job.name),
+            query(&[("notice", "saved"), ("subject", &job.name)])
+        )),
+        Err(errors) => {
+            let handlers = handlers(&state).await;
+            respond(&viewer, StatusCode::BAD_REQUEST, &form, &errors, Some(&was), &handlers)
+        }
+    }
+}

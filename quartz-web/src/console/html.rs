@@ -1,0 +1,226 @@
+//! The console's page frame and the small pieces every page uses: links,
+//! instants, state badges and the SVG bar charts. Everything goes through
+//! maud, which escapes every value it renders.
+
+use maud::{DOCTYPE, Markup, html};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use quartz_core::Timestamp;
+
+use super::Viewer;
+use crate::access::Role;
+
+/// What a path segment keeps unencoded.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+/// A job's name as one path segment.
+pub(crate) fn segment(name: &str) -> String {
+    utf8_percent_encode(name, SEGMENT).to_string()
+}
+
+/// A query string from pairs, the empty values left out.
+pub(crate) fn query(pairs: &[(&str, &str)]) -> String {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs.iter().filter(|(_, v)| !v.is_empty()) {
+        q.append_pair(k, v);
+    }
+    let q = q.finish();
+    if q.is_empty() { q } else { format!("?{q}") }
+}
+
+/// The sections of the navigation bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Section {
+    Overview,
+    Jobs,
+    History,
+    Nodes,
+    Changes,
+    None,
+}
+
+/// A whole page: the frame, the navigation and `body`.
+pub(crate) fn page(viewer: &Viewer, section: Section, title: &str, notice: Option<&str>, body: Markup) -> Markup {
+    let base = &viewer.base;
+    let nav = [
+        (Section::Overview, "Overview", "/"),
+        (Section::Jobs, "Jobs", "/jobs"),
+        (Section::History, "History", "/fires"),
+        (Section::Nodes, "Nodes", "/nodes"),
+        (Section::Changes, "Changes", "/changes"),
+    ];
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · quartz" }
+                link rel="stylesheet" href={ (base) "/assets/console.css" };
+                script src={ (base) "/assets/console.js" } defer {}
+            }
+            body data-base=(base) data-csrf=(viewer.csrf) {
+                header.top {
+                    a.brand href={ (base) "/" } { "quartz" }
+                    span.scheduler title="scheduler" { (viewer.scheduler) }
+                    nav {
+                        @for (s, label, path) in nav {
+                            a.current[s == section] href={ (base) (path) } { (label) }
+                        }
+                    }
+                    span.who {
+                        span.badge.(viewer.role.as_str()) { (viewer.actor) }
+                        @if viewer.logged_in {
+                            form.inline method="post" action={ (base) "/logout" } {
+                                (csrf(viewer))
+                                button.link type="submit" { "Log out" }
+                            }
+                        }
+                    }
+                }
+                main {
+                    h1 { (title) }
+                    @if let Some(notice) = notice {
+                        p.notice role="status" { (notice) }
+                    }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+/// The hidden CSRF field every form carries.
+pub(crate) fn csrf(viewer: &Viewer) -> Markup {
+    html! { input type="hidden" name="csrf" value=(viewer.csrf); }
+}
+
+/// A small form posting one action on a job.
+pub(crate) fn action(viewer: &Viewer, job: &str, verb: &str, label: &str, from: &str) -> Markup {
+    html! {
+        form.inline method="post" action={ (viewer.base) "/jobs/" (segment(job)) "/" (verb) } {
+            (csrf(viewer))
+            input type="hidden" name="from" value=(from);
+            button type="submit" class={ "act " (verb) } disabled[viewer.role != Role::Admin] { (label) }
+        }
+    }
+}
+
+/// The buttons of a job: pause or resume, fire now, edit, delete.
+pub(crate) fn job_actions(viewer: &Viewer, job: &str, state: &str, from: &str) -> Markup {
+    html! {
+        span.actions {
+            @if state == "paused" {
+                (action(viewer, job, "resume", "Resume", from))
+            } @else {
+                (action(viewer, job, "pause", "Pause", from))
+            }
+            (action(viewer, job, "trigger", "Fire now", from))
+            @if viewer.role == Role::Admin {
+                a.act href={ (viewer.base) "/jobs/" (segment(job)) "/edit" } { "Edit" }
+                a.act.delete href={ (viewer.base) "/jobs/" (segment(job)) "/delete" } { "Delete" }
+            }
+        }
+    }
+}
+
+/// A link to a job's page.
+pub(crate) fn job_link(viewer: &Viewer, name: &str) -> Markup {
+    html! { a.job href={ (viewer.base) "/jobs/" (segment(name)) } { (name) } }
+}
+
+/// An instant in UTC, and how far it is from `now`.
+pub(crate) fn instant(ms: Option<i64>, now: i64) -> Markup {
+    match ms {
+        None => html! { span.none { "—" } },
+        Some(ms) => {
+            let text = Timestamp::from_millis(ms).to_string();
+            html! {
+                time datetime=(text) title=(text) {
+                    (text.replace('T', " ").trim_end_matches('Z')) " "
+                    small { (relative(ms - now)) }
+                }
+            }
+        }
+    }
+}
+
+/// `in 3 s`, `4 min ago`, …
+pub(crate) fn relative(delta_ms: i64) -> String {
+    let ago = delta_ms < 0;
+    let s = delta_ms.unsigned_abs() / 1000;
+    let amount = match s {
+        0 => return "now".to_owned(),
+        1..=119 => format!("{s} s"),
+        120..=7199 => format!("{} min", s / 60),
+        7200..=172_799 => format!("{} h", s / 3600),
+        _ => format!("{} d", s / 86_400),
+    };
+    if ago {
+        format!("{amount} ago")
+    } else {
+        format!("in {amount}")
+    }
+}
+
+/// Milliseconds for people.
+pub(crate) fn millis(ms: Option<i64>) -> Markup {
+    match ms {
+        None => html! { span.none { "—" } },
+        Some(ms) if ms.abs() < 10_000 => html! { (ms) " ms" },
+        Some(ms) => html! { (format!("{:.1}", ms as f64 / 1000.0)) " s" },
+    }
+}
+
+/// A state as a coloured badge.
+pub(crate) fn badge(state: &str) -> Markup {
+    html! { span class={ "badge " (state) } { (state) } }
+}
+
+/// A bar chart in SVG: one bar per `(label, value)`, each with a tooltip.
+pub(crate) fn bars(id: &str, caption: &str, values: &[(String, usize)], show_labels: bool) -> Markup {
+    const W: usize = 640;
+    const H: usize = 140;
+    let max = values.iter().map(|(_, v)| *v).max().unwrap_or(0).max(1);
+    let n = values.len().max(1);
+    let slot = W / n;
+    let bar = slot.saturating_sub(2).max(1);
+    let plot = if show_labels { H - 20 } else { H };
+    html! {
+        figure.chart id=(id) {
+            figcaption { (caption) }
+            svg viewBox={ "0 0 " (W) " " (H) } role="img" aria-label=(caption) preserveAspectRatio="none" {
+                @for (i, (label, value)) in values.iter().enumerate() {
+                    @let h = (value * (plot - 14)).div_ceil(max);
+                    rect.bar x=(i * slot) y=(plot - h) width=(bar) height=(h) {
+                        title { (label) ": " (value) }
+                    }
+                    @if show_labels {
+                        text.value x=(i * slot + bar / 2) y=(plot - h - 3) text-anchor="middle" { (value) }
+                        text.label x=(i * slot + bar / 2) y=(H - 4) text-anchor="middle" { (label) }
+                    }
+                }
+                line.axis x1="0" y1=(plot) x2=(W) y2=(plot) {}
+            }
+        }
+    }
+}
+
+/// Pretty JSON, for a payload.
+pub(crate) fn json(value: &serde_json::Value) -> Markup {
+    let text = serde_json::to_string_pretty(value).unwrap_or_default();
+    html! { pre.json { (text) } }
+}
+
+/// A note that a section is empty.
+pub(crate) fn empty(text: &str) -> Markup {
+    html! { p.empty { (text) } }
+}
+
+/// A link to the next page, if there is one.
+pub(crate) fn next_page(href: Option<String>) -> Markup {
+    html! {
+        @if let Some(href) = href {
+            p.pager { a href=(href) { "Next page →" } }
+        }
+    }
+}

@@ -1,0 +1,487 @@
+//! The web console: server-rendered pages over the admin surface, for people.
+//!
+//! - Overview (nodes, fires per minute, outcomes, lateness chart), jobs (a
+//!   table with search and pause, resume, fire now and delete, behind a
+//!   confirmation page), a create and edit form with a live cron preview and
+//!   errors beside the field at fault, a job's page (triggers, next fires,
+//!   history, errors, changes), history with filters, nodes and the change
+//!   log.
+//! - Login: with tokens configured, `/login` takes a token and opens a
+//!   session ([`crate::sessions`]) in an HttpOnly, SameSite=Strict cookie;
+//!   with none, loopback callers get a session without logging in. Every form
+//!   carries the session's CSRF token and is refused without it.
+//! - Every value is escaped by maud; pages run no inline script, and the
+//!   Content-Security-Policy allows only the console's own embedded assets.
+
+mod form;
+mod html;
+mod pages;
+
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequestParts, OriginalUri, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use maud::{DOCTYPE, Markup, html};
+use quartz_core::admin::AdminError;
+use quartz_core::store::Store;
+
+use crate::access::{self, Role, SESSION_COOKIE};
+use crate::{AppState, Router};
+
+/// The console's routes, at the router's root.
+pub(crate) fn routes<S: Store + Clone>() -> Router<S> {
+    Router::new()
+        .route("/", get(pages::overview::<S>))
+        .route("/login", get(login_page::<S>).post(login::<S>))
+        .route("/logout", post(logout::<S>))
+        .route("/jobs", get(pages::jobs::<S>))
+        .route("/new", get(form::new_page::<S>).post(form::create::<S>))
+        .route("/jobs/{name}", get(pages::job::<S>))
+        .route("/jobs/{name}/edit", get(form::edit_page::<S>).post(form::edit::<S>))
+        .route("/jobs/{name}/delete", get(pages::delete_page::<S>).post(delete::<S>))
+        .route("/jobs/{name}/pause", post(pause::<S>))
+        .route("/jobs/{name}/resume", post(resume::<S>))
+        .route("/jobs/{name}/trigger", post(trigger::<S>))
+        .route("/fires", get(pages::fires::<S>))
+        .route("/nodes", get(pages::nodes::<S>))
+        .route("/changes", get(pages::changes::<S>))
+        .route("/assets/console.css", get(css))
+        .route("/assets/console.js", get(js))
+}
+
+/// Who is looking at a page, and what the page needs to know of them.
+#[derive(Debug, Clone)]
+pub(crate) struct Viewer {
+    pub(crate) role: Role,
+    pub(crate) actor: &'static str,
+    /// The session's CSRF token, for the forms.
+    pub(crate) csrf: String,
+    /// Where the console is mounted (`""` at the root, `/quartz` nested).
+    pub(crate) base: String,
+    pub(crate) scheduler: String,
+    /// Logged in with a token (and so can log out).
+    pub(crate) logged_in: bool,
+    session: String,
+    /// A session opened by this request, to hand the browser.
+    set_cookie: Option<String>,
+}
+
+impl Viewer {
+    /// A page's response, with the new session's cookie if one was opened.
+    pub(crate) fn respond(&self, status: StatusCode, markup: Markup) -> Response {
+        let mut response = (status, markup).into_response();
+        if let Some(cookie) = &self.set_cookie
+            && let Ok(value) = HeaderValue::from_str(cookie)
+        {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+        response
+    }
+
+    /// A page with status 200.
+    pub(crate) fn ok(&self, markup: Markup) -> Response {
+        self.respond(StatusCode::OK, markup)
+    }
+
+    /// A 303 to a path under the console.
+    pub(crate) fn redirect(&self, path: &str) -> Response {
+        see_other(&format!("{}{path}", self.base))
+    }
+
+    /// The page of an admin error.
+    pub(crate) fn failure(&self, e: &AdminError) -> Response {
+        let status = match e {
+            AdminError::Invalid { .. } => StatusCode::BAD_REQUEST,
+            AdminError::NotFound { .. } => StatusCode::NOT_FOUND,
+            AdminError::Conflict { .. } => StatusCode::CONFLICT,
+            AdminError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let body = html! { p.error { (e.to_string()) } p { a href={ (self.base) "/jobs" } { "Back to the jobs" } } };
+        self.respond(
+            status,
+            html::page(self, html::Section::None, "Something went wrong", None, body),
+        )
+    }
+
+    /// The refusal of a form without this session's CSRF token, or of a change by the
+    /// read-only role.
+    pub(crate) fn refuse_form(&self, fields: &Fields) -> Option<Response> {
+        if !access::same(fields.get("csrf").as_bytes(), self.csrf.as_bytes()) {
+            return Some(plain(
+                StatusCode::FORBIDDEN,
+                &self.base,
+                "Form refused",
+                "This form did not carry this session's CSRF token: it is stale (the server restarted or \
+                 the session ended) or it came from another site. Reload the page and try again.",
+            ));
+        }
+        if self.role != Role::Admin {
+            return Some(plain(
+                StatusCode::FORBIDDEN,
+                &self.base,
+                "Read only",
+                "You are logged in with the read-only token, which cannot change anything.",
+            ));
+        }
+        None
+    }
+}
+
+/// Where the console is mounted: the original path less the path routed.
+fn base_of(parts: &Parts) -> String {
+    let full = parts
+        .extensions
+        .get::<OriginalUri>()
+        .map_or(parts.uri.path(), |o| o.0.path());
+    let own = parts.uri.path();
+    let base = if own == "/" {
+        full
+    } else {
+        full.strip_suffix(own).unwrap_or("")
+    };
+    base.trim_end_matches('/').to_owned()
+}
+
+fn session_cookie(base: &str, id: &str, max_age: Option<u32>) -> String {
+    let path = if base.is_empty() { "/" } else { base };
+    let age = max_age.map(|a| format!("; Max-Age={a}")).unwrap_or_default();
+    format!("{SESSION_COOKIE}={id}; Path={path}; HttpOnly; SameSite=Strict{age}")
+}
+
+impl<S: Store + Clone> FromRequestParts<AppState<S>> for Viewer {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState<S>) -> Result<Viewer, Response> {
+        let base = base_of(parts);
+        let scheduler = state.admin.scheduler().to_owned();
+        let existing = access::cookie(parts, SESSION_COOKIE)
+            .and_then(|id| state.sessions.get(id).map(|(role, csrf)| (id.to_owned(), role, csrf)));
+        if !state.access.has_tokens() {
+            // Loopback only: the caller check refuses any other peer.
+            let caller = access::caller_of(parts, &state.access, &state.sessions)
+                .map_err(|e| plain(e.status, &base, "Refused", &e.message))?;
+            let (session, csrf, set_cookie) = match existing {
+                Some((id, _, csrf)) => (id, csrf, None),
+                None => {
+                    let (id, csrf) = state.sessions.open(Role::Admin);
+                    let cookie = session_cookie(&base, &id, None);
+                    (id, csrf, Some(cookie))
+                }
+            };
+            return Ok(Viewer {
+                role: Role::Admin,
+                actor: caller.actor,
+                csrf,
+                base,
+                scheduler,
+                logged_in: false,
+                session,
+                set_cookie,
+            });
+        }
+        match existing {
+            Some((session, role, csrf)) => Ok(Viewer {
+                role,
+                actor: access::actor_of(role),
+                csrf,
+                base,
+                scheduler,
+                logged_in: true,
+                session,
+                set_cookie: None,
+            }),
+            None => {
+                let here = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+                let next = if parts.method == axum::http::Method::GET {
+                    here
+                } else {
+                    "/"
+                };
+                Err(see_other(&format!("{base}/login{}", html::query(&[("next", next)]))))
+            }
+        }
+    }
+}
+
+/// A form's fields.
+#[derive(Debug, Default)]
+pub(crate) struct Fields(HashMap<String, String>);
+
+impl Fields {
+    /// The fields of an `application/x-www-form-urlencoded` body.
+    pub(crate) fn parse(body: &[u8]) -> Fields {
+        Fields(form_urlencoded::parse(body).into_owned().collect())
+    }
+
+    /// A field's value, `""` when absent.
+    pub(crate) fn get(&self, name: &str) -> &str {
+        self.0.get(name).map_or("", String::as_str)
+    }
+
+    /// A checkbox: present means on.
+    pub(crate) fn on(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+}
+
+fn see_other(location: &str) -> Response {
+    let location = if location.is_empty() { "/" } else { location };
+    (StatusCode::SEE_OTHER, [(header::LOCATION, location.to_owned())]).into_response()
+}
+
+/// A page outside the frame (login, refusals).
+fn plain(status: StatusCode, base: &str, title: &str, message: &str) -> Response {
+    let markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { (title) " · quartz" }
+                link rel="stylesheet" href={ (base) "/assets/console.css" };
+            }
+            body.plain {
+                main.narrow {
+                    h1 { (title) }
+                    p.error { (message) }
+                    p { a href={ (base) "/" } { "Back to the console" } }
+                }
+            }
+        }
+    };
+    (status, markup).into_response()
+}
+
+/// Where a login may send the browser: a path on this server, nothing else.
+fn safe_next(next: &str) -> &str {
+    if next.starts_with('/') && !next.starts_with("//") && !next.contains('\\') {
+        next
+    } else {
+        "/"
+    }
+}
+
+fn login_form(base: &str, next: &str, error: Option<&str>) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "Log in · quartz" }
+                link rel="stylesheet" href={ (base) "/assets/console.css" };
+            }
+            body.plain {
+                main.narrow {
+                    h1 { "quartz" }
+                    form.login method="post" action={ (base) "/login" } {
+                        input type="hidden" name="next" value=(next);
+                        label for="token" { "Token" }
+                        input #token type="password" name="token" autocomplete="current-password" autofocus required;
+                        @if let Some(error) = error { p.field-error { (error) } }
+                        p.hint { "QUARTZ_ADMIN_TOKEN to read and change, QUARTZ_READ_TOKEN to read only." }
+                        button type="submit" { "Log in" }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct NextQuery {
+    next: Option<String>,
+}
+
+/// Where the console is mounted, for pages that have no viewer.
+#[derive(Debug)]
+struct Base(String);
+
+impl<St: Send + Sync> FromRequestParts<St> for Base {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &St) -> Result<Base, Self::Rejection> {
+        Ok(Base(base_of(parts)))
+    }
+}
+
+async fn login_page<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    Base(base): Base,
+    axum::extract::Query(q): axum::extract::Query<NextQuery>,
+) -> Response {
+    if !state.access.has_tokens() {
+        return see_other(&format!("{base}/"));
+    }
+    let next = safe_next(q.next.as_deref().unwrap_or("/"));
+    login_form(&base, next, None).into_response()
+}
+
+async fn login<S: Store + Clone>(State(state): State<AppState<S>>, Base(base): Base, body: Bytes) -> Response {
+    let fields = Fields::parse(&body);
+    let next = safe_next(fields.get("next"));
+    match state.access.role_of(fields.get("token").trim()) {
+        Some(role) => {
+            let (id, _) = state.sessions.open(role);
+            let mut response = see_other(&format!("{base}{next}"));
+            if let Ok(cookie) = HeaderValue::from_str(&session_cookie(&base, &id, None)) {
+                response.headers_mut().append(header::SET_COOKIE, cookie);
+            }
+            tracing::info!(role = role.as_str(), "console login");
+            response
+        }
+        None => {
+            tracing::warn!("console login refused: the token is not recognised");
+            (
+                StatusCode::UNAUTHORIZED,
+                login_form(&base, next, Some("That token is not recognised.")),
+            )
+                .into_response()
+        }
+    }
+}
+
+async fn logout<S: Store + Clone>(State(state): State<AppState<S>>, viewer: Viewer, body: Bytes) -> Response {
+    if !access::same(Fields::parse(&body).get("csrf").as_bytes(), viewer.csrf.as_bytes()) {
+        return plain(
+            StatusCode::FORBIDDEN,
+            &viewer.base,
+            "Form refused",
+            "The CSRF token is missing.",
+        );
+    }
+    state.sessions.close(&viewer.session);
+    let mut response = see_other(&format!("{}/login", viewer.base));
+    if let Ok(cookie) = HeaderValue::from_str(&session_cookie(&viewer.base, "", Some(0))) {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+/// An action on a job from a button.
+#[derive(Debug, Clone, Copy)]
+enum Verb {
+    Pause,
+    Resume,
+    Trigger,
+    Delete,
+}
+
+async fn act<S: Store + Clone>(state: AppState<S>, viewer: Viewer, name: String, body: Bytes, verb: Verb) -> Response {
+    let fields = Fields::parse(&body);
+    if let Some(refused) = viewer.refuse_form(&fields) {
+        return refused;
+    }
+    let admin = state.admin.acting_as(viewer.actor);
+    let done = match verb {
+        Verb::Pause => admin.job_pause(&name).await.map(|_| "paused"),
+        Verb::Resume => admin.job_resume(&name).await.map(|_| "resumed"),
+        Verb::Trigger => admin.job_trigger(&name).await.map(|_| "triggered"),
+        Verb::Delete => admin.job_delete(&name).await.map(|()| "deleted"),
+    };
+    match done {
+        Ok(done) => {
+            let notice = html::query(&[("notice", done), ("subject", &name)]);
+            if fields.get("from") == "detail" && !matches!(verb, Verb::Delete) {
+                viewer.redirect(&format!("/jobs/{}{notice}", html::segment(&name)))
+            } else {
+                viewer.redirect(&format!("/jobs{notice}"))
+            }
+        }
+        Err(e) => viewer.failure(&e),
+    }
+}
+
+async fn pause<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    body: Bytes,
+) -> Response {
+    act(state, viewer, name, body, Verb::Pause).await
+}
+
+async fn resume<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    body: Bytes,
+) -> Response {
+    act(state, viewer, name, body, Verb::Resume).await
+}
+
+async fn trigger<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    body: Bytes,
+) -> Response {
+    act(state, viewer, name, body, Verb::Trigger).await
+}
+
+async fn delete<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    body: Bytes,
+) -> Response {
+    act(state, viewer, name, body, Verb::Delete).await
+}
+
+/// What a notice code in a redirect says.
+pub(crate) fn notice_text(code: &str, subject: &str) -> Option<String> {
+    let verb = match code {
+        "paused" => "Paused",
+        "resumed" => "Resumed",
+        "triggered" => "Fired now:",
+        "deleted" => "Deleted",
+        "created" => "Created",
+        "saved" => "Saved",
+        _ => return None,
+    };
+    Some(format!("{verb} {subject}."))
+}
+
+const CSS: &str = include_str!("../../assets/console.css");
+const JS: &str = include_str!("../../assets/console.js");
+
+async fn css() -> Response {
+    asset("text/css; charset=utf-8", CSS)
+}
+
+async fn js() -> Response {
+    asset("text/javascript; charset=utf-8", JS)
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// The headers every response carries: no framing, no sniffing, and only
+/// the console's own scripts and styles.
+pub(crate) async fn security_headers(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    response
+}

@@ -1,0 +1,513 @@
+//! The console's read pages: overview, jobs, a job, history, nodes, changes,
+//! and the confirmation before a delete.
+
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use maud::{Markup, html};
+use quartz_core::admin::{ChangeFilter, ChangeView, FireFilter, FireView, JobFilter, JobView, NodeView};
+use quartz_core::store::Store;
+use serde::Deserialize;
+
+use super::html::{self, Section, badge, empty, instant, job_actions, job_link, millis, next_page, query, segment};
+use super::{Viewer, notice_text};
+use crate::AppState;
+
+/// The span the overview covers.
+const OVERVIEW_WINDOW_MS: i64 = 3_600_000;
+
+/// A notice carried by a redirect.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Notice {
+    notice: Option<String>,
+    subject: Option<String>,
+}
+
+impl Notice {
+    fn text(&self) -> Option<String> {
+        notice_text(self.notice.as_deref()?, self.subject.as_deref().unwrap_or(""))
+    }
+}
+
+pub(crate) async fn overview<S: Store + Clone>(State(state): State<AppState<S>>, viewer: Viewer) -> Response {
+    let overview = match state.admin.overview(OVERVIEW_WINDOW_MS).await {
+        Ok(o) => o,
+        Err(e) => return viewer.failure(&e),
+    };
+    let nodes = match state.admin.nodes().await {
+        Ok(n) => n,
+        Err(e) => return viewer.failure(&e),
+    };
+    let failures = state
+        .admin
+        .fires(&FireFilter {
+            state: Some("failed".into()),
+            limit: Some(10),
+            ..FireFilter::default()
+        })
+        .await
+        .map(|p| p.items)
+        .unwrap_or_default();
+    let minutes = overview.fires_per_minute.len();
+    let per_minute: Vec<(String, usize)> = overview
+        .fires_per_minute
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (format!("{} min ago", minutes - 1 - i), *n))
+        .collect();
+    let now = overview.now;
+    let cards = [
+        ("Live nodes", overview.live_nodes, "live"),
+        ("Jobs", overview.jobs, "jobs"),
+        ("Paused jobs", overview.paused_jobs, "paused"),
+        ("Succeeded", overview.succeeded, "succeeded"),
+        ("Failed", overview.failed, "failed"),
+        ("Misfired", overview.misfired, "misfired"),
+        ("Late (> 5 s)", overview.late, "late"),
+        ("Running", overview.open, "running"),
+    ];
+    let body = html! {
+        p.lead { "The last hour of the cluster's fire ledger, in database time (" (instant(Some(now), now)) ")." }
+        @if overview.fires_read >= quartz_core::admin::OVERVIEW_FIRES as usize {
+            p.warning { "Only the newest " (overview.fires_read) " fires are counted." }
+        }
+        section.cards {
+            @for (label, value, class) in cards {
+                div class={ "card " (class) } { span.value { (value) } span.label { (label) } }
+            }
+        }
+        div.charts {
+            (html::bars("per-minute", "Fires per minute, the last hour", &per_minute, false))
+            (html::bars("lateness", "Lateness of first attempts (start less fire time)", &overview.lateness_histogram, true))
+        }
+        @if let Some([p50, p99, max]) = overview.lateness_ms {
+            p.figures { "Lateness p50 " (millis(Some(p50))) ", p99 " (millis(Some(p99))) ", max " (millis(Some(max))) "." }
+        }
+        h2 { "Nodes" }
+        (node_table(&nodes, now))
+        h2 { "Recent failures" }
+        @if failures.is_empty() { (empty("No failed fires.")) } @else { (fire_table(&viewer, &failures, now)) }
+    };
+    viewer.ok(html::page(&viewer, Section::Overview, "Overview", None, body))
+}
+
+/// The jobs page's query.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct JobsQuery {
+    search: Option<String>,
+    state: Option<String>,
+    after: Option<String>,
+    #[serde(flatten)]
+    notice: Notice,
+}
+
+pub(crate) async fn jobs<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    Query(q): Query<JobsQuery>,
+) -> Response {
+    let filter = JobFilter {
+        search: q.search.clone().filter(|s| !s.is_empty()),
+        state: q.state.clone().filter(|s| !s.is_empty()),
+        after: q.after.clone().filter(|s| !s.is_empty()),
+        ..JobFilter::default()
+    };
+    let (page, now) = match (state.admin.jobs(&filter).await, state.admin.now().await) {
+        (Ok(p), Ok(n)) => (p, n.as_millis()),
+        (Err(e), _) | (_, Err(e)) => return viewer.failure(&e),
+    };
+    let search = q.search.as_deref().unwrap_or("");
+    let selected = q.state.as_deref().unwrap_or("");
+    let next = page.next.as_ref().map(|after| {
+        format!(
+            "{}/jobs{}",
+            viewer.base,
+            query(&[("search", search), ("state", selected), ("after", after)])
+        )
+    });
+    let body = html! {
+        form.filters method="get" action={ (viewer.base) "/jobs" } {
+            input #search type="search" name="search" value=(search) placeholder="Search by name";
+            select name="state" {
+                @for (value, label) in [("", "Any state"), ("enabled", "Enabled"), ("paused", "Paused")] {
+                    option value=(value) selected[value == selected] { (label) }
+                }
+            }
+            button type="submit" { "Filter" }
+            @if viewer.role == crate::Role::Admin {
+                a.button.primary href={ (viewer.base) "/new" } { "New job" }
+            }
+        }
+        @if page.items.is_empty() {
+            (empty("No jobs match."))
+        } @else {
+            table #jobs {
+                thead { tr { th { "Name" } th { "Handler" } th { "State" } th { "Schedule" } th { "Next fire" } th {} } }
+                tbody {
+                    @for job in &page.items {
+                        tr data-job=(job.name) {
+                            td { (job_link(&viewer, &job.name)) @if !job.description.is_empty() { br; small { (job.description) } } }
+                            td { code { (job.handler) } }
+                            td { (badge(&job.state)) }
+                            td { (schedule(job)) }
+                            td { (instant(job.next_fire_time, now)) }
+                            td { (job_actions(&viewer, &job.name, &job.state, "list")) }
+                        }
+                    }
+                }
+            }
+        }
+        (next_page(next))
+    };
+    viewer.ok(html::page(
+        &viewer,
+        Section::Jobs,
+        "Jobs",
+        q.notice.text().as_deref(),
+        body,
+    ))
+}
+
+fn schedule(job: &JobView) -> Markup {
+    html! {
+        @if let Some(parent) = &job.parent {
+            "after each success of " code { (parent) }
+        }
+        @for t in &job.triggers {
+            div { code { (t.summary) } }
+        }
+        @if job.triggers.is_empty() && job.parent.is_none() { span.none { "no trigger" } }
+    }
+}
+
+pub(crate) async fn job<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+    Query(notice): Query<Notice>,
+) -> Response {
+    let (job, now) = match (state.admin.job(&name).await, state.admin.now().await) {
+        (Ok(j), Ok(n)) => (j, n.as_millis()),
+        (Err(e), _) | (_, Err(e)) => return viewer.failure(&e),
+    };
+    let fires = |state_filter: Option<&str>, limit| FireFilter {
+        job: Some(name.clone()),
+        state: state_filter.map(str::to_owned),
+        limit: Some(limit),
+        ..FireFilter::default()
+    };
+    let recent = state
+        .admin
+        .fires(&fires(None, 20))
+        .await
+        .map(|p| p.items)
+        .unwrap_or_default();
+    let errors = state
+        .admin
+        .fires(&fires(Some("failed"), 10))
+        .await
+        .map(|p| p.items)
+        .unwrap_or_default();
+    let changes = state
+        .admin
+        .changes(&ChangeFilter {
+            job: Some(name.clone()),
+            limit: Some(10),
+            ..ChangeFilter::default()
+        })
+        .await
+        .map(|p| p.items)
+        .unwrap_or_default();
+    let history = format!("{}/fires{}", viewer.base, query(&[("job", &job.name)]));
+    let body = html! {
+        div.job-head {
+            (badge(&job.state))
+            (job_actions(&viewer, &job.name, &job.state, "detail"))
+        }
+        dl.definition {
+            dt { "Handler" } dd { code { (job.handler) } }
+            dt { "Description" } dd { @if job.description.is_empty() { span.none { "—" } } @else { (job.description) } }
+            dt { "Payload" } dd { (html::json(&job.payload)) }
+            dt { "Attempts" } dd { (job.max_attempts) ", backoff " (millis(Some(job.backoff_ms)))
+                @if let Some(cap) = job.backoff_max_ms { " doubling up to " (millis(Some(cap))) } }
+            dt { "Timeout" } dd { (millis(job.timeout_ms)) }
+            dt { "Overlapping fires" } dd { @if job.allow_concurrent { "allowed" } @else { "not allowed" } }
+            dt { "After a node dies mid-run" } dd { @if job.requests_recovery { "run again" } @else { "abandoned" } }
+            @if let Some(parent) = &job.parent { dt { "Runs after" } dd { (job_link(&viewer, parent)) } }
+            dt { "Created" } dd { (instant(Some(job.created_at), now)) }
+            dt { "Changed" } dd { (instant(Some(job.updated_at), now)) }
+        }
+        h2 { "Triggers" }
+        @if job.triggers.is_empty() { (empty("No trigger.")) } @else {
+            table #triggers {
+                thead { tr { th { "Schedule" } th { "State" } th { "Misfire policy" } th { "Last fire" } th { "Fired" } th { "Next fires" } } }
+                tbody {
+                    @for t in &job.triggers {
+                        tr {
+                            td { code { (t.summary) } @if let Some(error) = &t.error { p.error { (error) } } }
+                            td { (badge(&t.state)) }
+                            td { (t.misfire) }
+                            td { (instant(t.prev_fire_time, now)) }
+                            td { (t.times_triggered) }
+                            td { ol.upcoming { @for at in &t.upcoming { li { (instant(Some(*at), now)) } } } }
+                        }
+                    }
+                }
+            }
+        }
+        @for b in &job.broken_triggers {
+            p.error { "Trigger row " (b.id) " cannot be read: " (b.reason) }
+        }
+        h2 { "Recent fires " small { a href=(history) { "all history →" } } }
+        @if recent.is_empty() { (empty("No fires yet.")) } @else { (fire_table(&viewer, &recent, now)) }
+        h2 { "Errors" }
+        @if errors.is_empty() { (empty("No failed fires.")) } @else { (fire_table(&viewer, &errors, now)) }
+        h2 { "Changes" }
+        @if changes.is_empty() { (empty("No recorded change.")) } @else { (change_table(&viewer, &changes, now)) }
+    };
+    let title = format!("Job {}", job.name);
+    viewer.ok(html::page(
+        &viewer,
+        Section::Jobs,
+        &title,
+        notice.text().as_deref(),
+        body,
+    ))
+}
+
+pub(crate) async fn delete_page<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    Path(name): Path<String>,
+) -> Response {
+    let job = match state.admin.job(&name).await {
+        Ok(j) => j,
+        Err(e) => return viewer.failure(&e),
+    };
+    let body = html! {
+        p.warning {
+            "Delete " strong { (job.name) } " and its " (job.triggers.len()) " trigger(s)? "
+            "It will not fire again; its fires stay in the history. This cannot be undone."
+        }
+        form.confirm method="post" action={ (viewer.base) "/jobs/" (segment(&job.name)) "/delete" } {
+            (html::csrf(&viewer))
+            button.danger #confirm-delete type="submit" { "Delete " (job.name) }
+            " "
+            a href={ (viewer.base) "/jobs/" (segment(&job.name)) } { "Cancel" }
+        }
+    };
+    viewer.ok(html::page(&viewer, Section::Jobs, "Delete a job", None, body))
+}
+
+/// The history page's query.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct FiresQuery {
+    job: Option<String>,
+    state: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    before: Option<String>,
+}
+
+/// An instant typed by a person: RFC 3339, or `YYYY-MM-DD HH:MM[:SS]` and
+/// `YYYY-MM-DD` in UTC.
+fn typed_instant(text: &str) -> Result<Option<i64>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(Some(t.timestamp_millis()));
+    }
+    let spaced = text.replacen('T', " ", 1);
+    for format in ["%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"] {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(&spaced, format) {
+            return Ok(Some(t.and_utc().timestamp_millis()));
+        }
+    }
+    if let Ok(d) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return Ok(d.and_hms_opt(0, 0, 0).map(|t| t.and_utc().timestamp_millis()));
+    }
+    Err(format!(
+        "{text:?} is not an instant: write 2026-01-31 09:00 (UTC) or RFC 3339"
+    ))
+}
+
+pub(crate) async fn fires<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    Query(q): Query<FiresQuery>,
+) -> Response {
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    let (job, state_f, since, until) = (text(&q.job), text(&q.state), text(&q.since), text(&q.until));
+    let since_ms = typed_instant(&since);
+    let until_ms = typed_instant(&until);
+    let filter = FireFilter {
+        job: Some(job.clone()).filter(|s| !s.is_empty()),
+        state: Some(state_f.clone()).filter(|s| !s.is_empty()),
+        since: since_ms.clone().ok().flatten(),
+        until: until_ms.clone().ok().flatten(),
+        before: q.before.clone().filter(|s| !s.is_empty()),
+        limit: Some(100),
+    };
+    let (page, now) = match (state.admin.fires(&filter).await, state.admin.now().await) {
+        (Ok(p), Ok(n)) => (p, n.as_millis()),
+        (Err(e), _) | (_, Err(e)) => return viewer.failure(&e),
+    };
+    let next = page.next.as_ref().map(|before| {
+        format!(
+            "{}/fires{}",
+            viewer.base,
+            query(&[
+                ("job", &job),
+                ("state", &state_f),
+                ("since", &since),
+                ("until", &until),
+                ("before", before)
+            ])
+        )
+    });
+    let states = [
+        "",
+        "claimed",
+        "running",
+        "succeeded",
+        "failed",
+        "misfired",
+        "skipped",
+        "abandoned",
+        "pending",
+    ];
+    let body = html! {
+        form.filters method="get" action={ (viewer.base) "/fires" } {
+            input type="text" name="job" value=(job) placeholder="Job name";
+            select name="state" {
+                @for s in states { option value=(s) selected[s == state_f] { @if s.is_empty() { "Any state" } @else { (s) } } }
+            }
+            label { "from " input type="text" name="since" value=(since) placeholder="2026-01-31 09:00"; }
+            label { "to " input type="text" name="until" value=(until) placeholder="UTC or RFC 3339"; }
+            button type="submit" { "Filter" }
+            @if let Err(e) = &since_ms { p.field-error { "From: " (e) } }
+            @if let Err(e) = &until_ms { p.field-error { "To: " (e) } }
+        }
+        @if page.items.is_empty() { (empty("No fires match.")) } @else { (fire_table(&viewer, &page.items, now)) }
+        (next_page(next))
+    };
+    viewer.ok(html::page(&viewer, Section::History, "History", None, body))
+}
+
+/// A table of ledger rows.
+fn fire_table(viewer: &Viewer, fires: &[FireView], now: i64) -> Markup {
+    html! {
+        table.fires {
+            thead { tr { th { "#" } th { "Job" } th { "Fire time" } th { "Attempt" } th { "State" } th { "Node" }
+                th { "Late" } th { "Ran" } th { "Error" } } }
+            tbody {
+                @for f in fires {
+                    tr data-state=(f.state) {
+                        td { (f.id) }
+                        td { @match &f.job { Some(job) => (job_link(viewer, job)), None => span.none { "deleted" } } }
+                        td { (instant(Some(f.fire_time), now)) @if f.fire_count > 1 { " (" (f.fire_count) " times)" } }
+                        td { (f.attempt) }
+                        td { (badge(&f.state)) }
+                        td { @if let Some(node) = &f.node_id { code { (node) } } }
+                        td { (millis(f.lateness_ms)) }
+                        td { (millis(f.duration_ms)) }
+                        td.error-text { @if let Some(e) = &f.error { (e) } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(crate) async fn nodes<S: Store + Clone>(State(state): State<AppState<S>>, viewer: Viewer) -> Response {
+    let (nodes, now) = match (state.admin.nodes().await, state.admin.now().await) {
+        (Ok(n), Ok(now)) => (n, now.as_millis()),
+        (Err(e), _) | (_, Err(e)) => return viewer.failure(&e),
+    };
+    let body = node_table(&nodes, now);
+    viewer.ok(html::page(&viewer, Section::Nodes, "Nodes", None, body))
+}
+
+fn node_table(nodes: &[NodeView], now: i64) -> Markup {
+    html! {
+        @if nodes.is_empty() { (empty("No node has registered.")) } @else {
+            table #nodes {
+                thead { tr { th { "Node" } th { "State" } th { "Incarnation" } th { "Host" } th { "Pid" } th { "Weight" }
+                    th { "Busy" } th { "Last heartbeat" } th { "Registered" } th { "Handlers" } } }
+                tbody {
+                    @for n in nodes {
+                        tr {
+                            td { code { (n.node_id) } }
+                            td { (badge(&n.state)) }
+                            td { (n.incarnation) }
+                            td { (n.host) }
+                            td { (n.pid) }
+                            td { (n.weight) }
+                            td { (n.busy) }
+                            td { (instant(Some(n.heartbeat_at), now)) }
+                            td { (instant(Some(n.registered_at), now)) }
+                            td { @for h in &n.handlers { code { (h) } " " } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The change log page's query.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ChangesQuery {
+    job: Option<String>,
+    before: Option<String>,
+}
+
+pub(crate) async fn changes<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    Query(q): Query<ChangesQuery>,
+) -> Response {
+    let job = q.job.clone().unwrap_or_default();
+    let filter = ChangeFilter {
+        job: Some(job.clone()).filter(|s| !s.is_empty()),
+        before: q.before.clone().filter(|s| !s.is_empty()),
+        limit: Some(100),
+    };
+    let (page, now) = match (state.admin.changes(&filter).await, state.admin.now().await) {
+        (Ok(p), Ok(n)) => (p, n.as_millis()),
+        (Err(e), _) | (_, Err(e)) => return viewer.failure(&e),
+    };
+    let next = page
+        .next
+        .as_ref()
+        .map(|before| format!("{}/changes{}", viewer.base, query(&[("job", &job), ("before", before)])));
+    let body = html! {
+        form.filters method="get" action={ (viewer.base) "/changes" } {
+            input type="text" name="job" value=(job) placeholder="Job name";
+            button type="submit" { "Filter" }
+        }
+        @if page.items.is_empty() { (empty("No recorded change.")) } @else { (change_table(&viewer, &page.items, now)) }
+        (next_page(next))
+    };
+    viewer.ok(html::page(&viewer, Section::Changes, "Changes", None, body))
+}
+
+fn change_table(viewer: &Viewer, changes: &[ChangeView], now: i64) -> Markup {
+    html! {
+        table.changes {
+            thead { tr { th { "When" } th { "Who" } th { "What" } th { "Job" } th { "Detail" } } }
+            tbody {
+                @for c in changes {
+                    tr {
+                        td { (instant(Some(c.at), now)) }
+                        td { code { (c.actor) } }
+                        td { (c.action) }
+                        td { (job_link(viewer, &c.target)) }
+                        td { (c.detail) }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! The console over a real socket: login into a session cookie, every page
+//! rendered with names escaped, the job form (errors beside the field,
+//! nothing stored on a refusal), and the guards on every form: the CSRF
+//! token, the read-only role, another site's page, a rebound host name.
+
+#![allow(clippy::unwrap_used)]
+
+mod http;
+
+use std::net::SocketAddr;
+
+use quartz_core::admin::{Admin, ChangeFilter, JobDefinition, JobFilter, TriggerDefinition};
+use quartz_testkit::{Kind, TestDb, backend_tests};
+use quartz_web::{Access, Web};
+
+const CLUSTER: &str = "console-cluster";
+const ADMIN: &str = "admin-secret";
+const READ: &str = "read-secret";
+const SCRIPT_NAME: &str = "<script>alert(1)</script>";
+
+async fn server(admin: Admin<quartz_store::SqlStore>) -> SocketAddr {
+    let access = Access::tokens(Some(ADMIN.into()), Some(READ.into()));
+    http::serve(Web::new(admin).access(access).router()).await
+}
+
+fn form_body(fields: &[(&str, &str)]) -> String {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in fields {
+        q.append_pair(k, v);
+    }
+    q.finish()
+}
+
+/// Logs in with a token; the session cookie (`name=value`).
+async fn login(addr: SocketAddr, token: &str) -> String {
+    let answer = post(addr, "/login", None, &[("token", token), ("next", "/jobs")], &[]).await;
+    assert_eq!(answer.status, 303, "{}", answer.body);
+    assert_eq!(answer.header("location"), Some("/jobs"));
+    let cookie = answer.header("set-cookie").unwrap().to_owned();
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    assert!(cookie.contains("SameSite=Strict"), "{cookie}");
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+async fn page(addr: SocketAddr, path: &str, cookie: Option<&str>) -> http::Answer {
+    let headers: Vec<(&str, &str)> = cookie.iter().map(|c| ("Cookie", *c)).collect();
+    http::call(addr, "GET", path, &headers, b"").await
+}
+
+async fn post(
+    addr: SocketAddr,
+    path: &str,
+    cookie: Option<&str>,
+    fields: &[(&str, &str)],
+    extra: &[(&str, &str)],
+) -> http::Answer {
+    let mut headers = vec![("Content-Type", "application/x-www-form-urlencoded")];
+    if let Some(cookie) = cookie {
+        headers.push(("Cookie", cookie));
+    }
+    headers.extend_from_slice(extra);
+    http::call(addr, "POST", path, &headers, form_body(fields).as_bytes()).await
+}
+
+/// The session's CSRF token, as a page carries it.
+fn csrf_of(body: &str) -> String {
+    let at = body.find("data-csrf=\"").expect("a page carries the CSRF token") + 11;
+    body[at..].split('"').next().unwrap().to_owned()
+}
+
+fn segment(name: &str) -> String {
+    percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+async fn job_state(admin: &Admin<quartz_store::SqlStore>, name: &str) -> String {
+    admin.job(name).await.unwrap().state
+}
+
+async fn pages_render_with_every_name_escaped(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    let mut hostile = JobDefinition::new(SCRIPT_NAME, "log");
+    hostile.description = "<img src=x onerror=alert(2)>".into();
+    hostile.payload = serde_json::json!({"html": "</pre><script>alert(3)</script>"});
+    hostile
+        .triggers
+        .push(TriggerDefinition::cron("0 0 6 * * ?", "Europe/Paris"));
+    admin.job_add(&hostile).await.unwrap();
+    let addr = server(admin.clone()).await;
+
+    let away = page(addr, "/jobs", None).await;
+    assert_eq!(away.status, 303, "no session: to the login page");
+    assert_eq!(away.header("location"), Some("/login?next=%2Fjobs"));
+    let wrong = post(addr, "/login", None, &[("token", "guess"), ("next", "/")], &[]).await;
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.header("set-cookie").is_none());
+    let offsite = post(
+        addr,
+        "/login",
+        None,
+        &[("token", ADMIN), ("next", "//evil.example/")],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        offsite.header("location"),
+        Some("/"),
+        "a login never sends the browser elsewhere"
+    );
+
+    let cookie = login(addr, ADMIN).await;
+    let job_path = format!("/jobs/{}", segment(SCRIPT_NAME));
+    let delete_path = format!("{job_path}/delete");
+    let edit_path = format!("{job_path}/edit");
+    for path in [
+        "/",
+        "/jobs",
+        "/fires",
+        "/nodes",
+        "/changes",
+        "/new",
+        &job_path,
+        &edit_path,
+        &delete_path,
+    ] {
+        let answer = page(addr, path, Some(&cookie)).await;
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        assert!(
+            answer.header("content-type").unwrap().starts_with("text/html"),
+            "{path}"
+        );
+        let csp = answer.header("content-security-policy").unwrap();
+        assert!(csp.contains("script-src 'self'"), "{path}: {csp}");
+        for raw in ["<script>alert", "<img src=x", "</pre><script>"] {
+            assert!(!answer.body.contains(raw), "{path} renders {raw:?} unescaped");
+        }
+    }
+    let jobs = page(addr, "/jobs", Some(&cookie)).await.body;
+    assert!(
+        jobs.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "the name shows as text"
+    );
+    assert!(
+        jobs.contains(&format!("href=\"{job_path}\"")),
+        "links encode the name: {jobs}"
+    );
+    let detail = page(addr, &job_path, Some(&cookie)).await.body;
+    assert!(detail.contains("&lt;img src=x onerror=alert(2)&gt;"));
+    assert!(detail.contains("cron 0 0 6 * * ? Europe/Paris"));
+    for asset in ["/assets/console.css", "/assets/console.js"] {
+        let answer = page(addr, asset, None).await;
+        assert_eq!(answer.status, 200, "{asset}");
+        assert!(answer.body.len() > 500, "{asset} is embedded");
+    }
+}
+
+async fn the_form_creates_edits_and_refuses_bad_input(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    let addr = server(admin.clone()).await;
+    let cookie = login(addr, ADMIN).await;
+    let csrf = csrf_of(&page(addr, "/new", Some(&cookie)).await.body);
+    let mut fields = vec![
+        ("csrf", csrf.as_str()),
+        ("name", "nightly"),
+        ("handler", "report"),
+        ("payload", "{\"to\": \"ops\"}"),
+        ("kind", "cron"),
+        ("cron", "0 0 25 * * ?"),
+        ("time_zone", "Europe/Paris"),
+        ("misfire", "smart"),
+        ("max_attempts", "3"),
+        ("backoff_ms", "1000"),
+        ("allow_concurrent", "on"),
+    ];
+    let refused = post(addr, "/new", Some(&cookie), &fields, &[]).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("data-field=\"cron\""),
+        "the error sits beside the cron field"
+    );
+    assert!(refused.body.contains("value=\"nightly\""), "what was typed is kept");
+    fields[5] = ("cron", "0 0 2 * * ?");
+    fields[3] = ("payload", "{not json");
+    let refused = post(addr, "/new", Some(&cookie), &fields, &[]).await;
+    assert_eq!(refused.status, 400);
+    assert!(refused.body.contains("data-field=\"payload\""));
+    fields[8] = ("max_attempts", "many");
+    let refused = post(addr, "/new", Some(&cookie), &fields, &[]).await;
+    assert!(refused.body.contains("data-field=\"max_attempts\""));
+    assert!(
+        admin.jobs(&JobFilter::default()).await.unwrap().items.is_empty(),
+        "nothing stored"
+    );
+
+    fields[3] = ("payload", "{\"to\": \"ops\"}");
+    fields[8] = ("max_attempts", "3");
+    let created = post(addr, "/new", Some(&cookie), &fields, &[]).await;
+    assert_eq!(created.status, 303, "{}", created.body);
+    assert_eq!(
+        created.header("location"),
+        Some("/jobs/nightly?notice=created&subject=nightly")
+    );
+    let job = admin.job("nightly").await.unwrap();
+    assert_eq!(job.payload, serde_json::json!({"to": "ops"}));
+    assert_eq!(job.max_attempts, 3);
+    assert_eq!(job.triggers[0].cron.as_deref(), Some("0 0 2 * * ?"));
+    let trigger_id = job.triggers[0].id;
+
+    // An edit that leaves the schedule alone keeps the trigger.
+    fields[2] = ("handler", "report.v2");
+    let saved = post(addr, "/jobs/nightly/edit", Some(&cookie), &fields, &[]).await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    let job = admin.job("nightly").await.unwrap();
+    assert_eq!((job.handler.as_str(), job.triggers[0].id), ("report.v2", trigger_id));
+    // One that changes it replaces it.
+    fields[1] = ("name", "nightly-eu");
+    fields[5] = ("cron", "0 30 2 * * ?");
+    let saved = post(addr, "/jobs/nightly/edit", Some(&cookie), &fields, &[]).await;
+    assert_eq!(
+        saved.header("location"),
+        Some("/jobs/nightly-eu?notice=saved&subject=nightly-eu")
+    );
+    let job = admin.job("nightly-eu").await.unwrap();
+    assert_eq!(job.triggers[0].cron.as_deref(), Some("0 30 2 * * ?"));
+    assert_ne!(job.triggers[0].id, trigger_id);
+    let changes = admin.changes(&ChangeFilter::default()).await.unwrap().items;
+    assert!(changes.iter().all(|c| c.actor == "http:admin"), "{changes:?}");
+    assert_eq!(changes.len(), 3, "created, edited twice: {changes:?}");
+
+    let confirm = page(addr, "/jobs/nightly-eu/delete", Some(&cookie)).await;
+    assert!(confirm.body.contains("cannot be undone"));
+    let deleted = post(addr, "/jobs/nightly-eu/delete", Some(&cookie), &[("csrf", &csrf)], &[]).await;
+    assert_eq!(deleted.status, 303);
+    assert!(admin.job("nightly-eu").await.is_err());
+}
+
+async fn every_form_needs_the_sessions_csrf_token_and_the_admin_role(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    let mut job = JobDefinition::new("probe", "log");
+    job.triggers.push(TriggerDefinition::cron("0 0 6 * * ?", "UTC"));
+    admin.job_add(&job).await.unwrap();
+    let addr = server(admin.clone()).await;
+    let cookie = login(addr, ADMIN).await;
+    let csrf = csrf_of(&page(addr, "/jobs", Some(&cookie)).await.body);
+
+    let forms: [(&str, Vec<(&str, &str)>); 6] = [
+        ("/jobs/probe/pause", vec![]),
+        ("/jobs/probe/resume", vec![]),
+        ("/jobs/probe/trigger", vec![]),
+        ("/jobs/probe/delete", vec![]),
+        (
+            "/jobs/probe/edit",
+            vec![("name", "renamed"), ("handler", "log"), ("kind", "none")],
+        ),
+        ("/new", vec![("name", "other"), ("handler", "log"), ("kind", "none")]),
+    ];
+    for (path, fields) in &forms {
+        let none = post(addr, path, Some(&cookie), fields, &[]).await;
+        assert_eq!(none.status, 403, "{path} without the token: {}", none.body);
+        let mut wrong = fields.clone();
+        wrong.push(("csrf", "0000"));
+        assert_eq!(
+            post(addr, path, Some(&cookie), &wrong, &[]).await.status,
+            403,
+            "{path}, a wrong token"
+        );
+        let mut right = fields.clone();
+        right.push(("csrf", &csrf));
+        for foreign in [("Origin", "http://evil.example"), ("Sec-Fetch-Site", "cross-site")] {
+            let answer = post(addr, path, Some(&cookie), &right, &[foreign]).await;
+            assert_eq!(answer.status, 403, "{path} from another site ({foreign:?})");
+        }
+        let no_session = post(addr, path, None, &right, &[]).await;
+        assert_eq!(no_session.status, 303, "{path} with no session goes to the login");
+    }
+    let reader = login(addr, READ).await;
+    let read_csrf = csrf_of(&page(addr, "/jobs", Some(&reader)).await.body);
+    let jobs = page(addr, "/jobs", Some(&reader)).await.body;
+    assert!(
+        jobs.contains("disabled"),
+        "the read-only role sees the buttons disabled"
+    );
+    for (path, fields) in &forms {
+        let mut right = fields.clone();
+        right.push(("csrf", &read_csrf));
+        assert_eq!(
+            post(addr, path, Some(&reader), &right, &[]).await.status,
+            403,
+            "{path} as a reader"
+        );
+    }
+    assert_eq!(job_state(&admin, "probe").await, "enabled", "nothing changed");
+    assert_eq!(admin.jobs(&JobFilter::default()).await.unwrap().items.len(), 1);
+    assert!(
+        admin.changes(&ChangeFilter::default()).await.unwrap().items.len() == 1,
+        "only the creation"
+    );
+
+    // The API by session cookie needs the token in a header.
+    let bare = http::call(addr, "POST", "/api/v1/jobs/probe/pause", &[("Cookie", &cookie)], b"").await;
+    assert_eq!((bare.status, bare.error().0.as_str()), (403, "csrf"));
+    let with = [("Cookie", cookie.as_str()), ("X-CSRF-Token", csrf.as_str())];
+    assert_eq!(
+        http::call(addr, "POST", "/api/v1/jobs/probe/pause", &with, b"")
+            .await
+            .status,
+        200
+    );
+    // And the form with it passes.
+    let resumed = post(
+        addr,
+        "/jobs/probe/resume",
+        Some(&cookie),
+        &[("csrf", &csrf), ("from", "detail")],
+        &[],
+    )
+    .await;
+    assert_eq!(resumed.status, 303);
+    assert_eq!(
+        resumed.header("location"),
+        Some("/jobs/probe?notice=resumed&subject=probe")
+    );
+    assert_eq!(job_state(&admin, "probe").await, "enabled");
+
+    let logout = post(addr, "/logout", Some(&cookie), &[("csrf", &csrf)], &[]).await;
+    assert_eq!(logout.status, 303);
+    assert_eq!(
+        page(addr, "/jobs", Some(&cookie)).await.status,
+        303,
+        "the session is over"
+    );
+}
+
+backend_tests!(
+    pages_render_with_every_name_escaped,
+    the_form_creates_edits_and_refuses_bad_input,
+    every_form_needs_the_sessions_csrf_token_and_the_admin_role,
+);
+
+/// With no token, loopback callers get a session without logging in, a
+/// page under a rebound host name is refused, and a console nested under a
+/// prefix links within it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_loopback_gets_a_session_and_a_rebound_host_is_refused() {
+    quartz_testkit::run(Kind::SqliteMemory, |db| Box::pin(loopback(db))).await;
+}
+
+async fn loopback(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    let mut job = JobDefinition::new("probe", "log");
+    job.triggers.push(TriggerDefinition::cron("0 0 6 * * ?", "UTC"));
+    admin.job_add(&job).await.unwrap();
+    let web = Web::new(admin.clone()).access(Access::loopback_only()).router();
+    let addr = http::serve(axum::Router::new().nest("/quartz", web)).await;
+
+    let first = page(addr, "/quartz/jobs", None).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let cookie = first.header("set-cookie").unwrap().to_owned();
+    assert!(cookie.contains("Path=/quartz"), "{cookie}");
+    assert!(
+        first.body.contains("href=\"/quartz/jobs/probe\""),
+        "links stay under the prefix"
+    );
+    assert!(!first.body.contains("Log out"));
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let csrf = csrf_of(&first.body);
+
+    let rebound = http::call(addr, "GET", "/quartz/jobs", &[("Host", "evil.example")], b"").await;
+    assert_eq!(rebound.status, 403);
+    let paused = post(addr, "/quartz/jobs/probe/pause", Some(&cookie), &[("csrf", &csrf)], &[]).await;
+    assert_eq!(paused.status, 303, "{}", paused.body);
+    assert_eq!(
+        paused.header("location"),
+        Some("/quartz/jobs?notice=paused&subject=probe")
+    );
+    assert_eq!(job_state(&admin, "probe").await, "paused");
+    let change = &admin.changes(&ChangeFilter::default()).await.unwrap().items[0];
+    assert_eq!(
+        (change.actor.as_str(), change.action.as_str()),
+        ("http:local", "job.pause")
+    );
+    // A form from a page that never had the session is refused.
+    let forged = post(addr, "/quartz/jobs/probe/resume", None, &[("csrf", "")], &[]).await;
+    assert_eq!(forged.status, 403);
+    assert_eq!(job_state(&admin, "probe").await, "paused");
+}

@@ -757,6 +757,14 @@ fn serve_answers_the_api_and_refuses_an_open_address_without_a_token() {
     let (status, metrics) = http_get(&addr, "/metrics", Some("reader"));
     assert_eq!(status, 200, "quartz serve installs the Prometheus recorder: {metrics}");
     assert_eq!(http_get(&addr, "/healthz", None).0, 200);
+    let (status, login) = http_get(&addr, "/login", None);
+    assert_eq!(status, 200, "the console's login page: {login}");
+    assert!(login.contains("name=\"token\""), "{login}");
+    assert_eq!(
+        http_get(&addr, "/jobs", None).0,
+        303,
+        "the console sends a stranger to the login"
+    );
     Command::new("kill")
         .args(["-TERM", &server.id().to_string()])
         .status()

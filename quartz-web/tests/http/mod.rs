@@ -60,8 +60,7 @@ pub async fn call(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, 
     head.push_str("\r\n");
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(body).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
+    let raw = read_answer(&mut stream).await;
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.lines();
@@ -75,6 +74,35 @@ pub async fn call(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, 
         .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
     let body = if chunked { dechunk(body) } else { body.to_owned() };
     Answer { status, headers, body }
+}
+
+/// Reads one answer: to its `Content-Length`, to its last chunk, or else to
+/// the end of the stream (some servers keep the connection open).
+async fn read_answer(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            let done = match length {
+                Some(n) => raw.len() >= end + 4 + n,
+                None if head.contains("transfer-encoding: chunked") => raw.ends_with(b"0\r\n\r\n"),
+                None => false,
+            };
+            if done {
+                return raw;
+            }
+        }
+        let n = stream.read(&mut buf).await.unwrap();
+        if n == 0 {
+            return raw;
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
 }
 
 fn dechunk(mut body: &str) -> String {

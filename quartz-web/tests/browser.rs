@@ -1,0 +1,173 @@
+//! The console in a real browser (headless Chromium over WebDriver): log in,
+//! create a job through the form while the cron preview follows the typing,
+//! see it fire in the history, pause it from the jobs table, delete one
+//! behind its confirmation, and show that a job named
+//! `<script>alert(1)</script>` renders as text and runs nothing. A
+//! screenshot of each page is saved under `target/tmp/console-screenshots/`.
+
+#![allow(clippy::unwrap_used)]
+
+mod http;
+mod webdriver;
+
+use std::path::Path;
+use std::time::Duration;
+
+use quartz_core::engine::SchedulerBuilder;
+use quartz_testkit::{Kind, TestDb, wait_for};
+use quartz_web::{Access, Web};
+use webdriver::Browser;
+
+const CLUSTER: &str = "browser-cluster";
+const ADMIN: &str = "browser-admin-token";
+const JOB: &str = "browser-report";
+const SCRIPT_NAME: &str = "<script>alert(1)</script>";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_in_a_browser() {
+    quartz_testkit::run(Kind::SqliteFile, |db| Box::pin(console(db))).await;
+}
+
+/// Waits until a selector matches on the page, reloading it between looks.
+async fn wait_for_element(browser: &Browser, url: &str, css: &str, limit: Duration) {
+    wait_for(limit, &format!("{css} on {url}"), || async {
+        browser.goto(url).await;
+        if browser.count(css).await > 0 {
+            Ok(())
+        } else {
+            Err("not yet".into())
+        }
+    })
+    .await;
+}
+
+/// Fills the job form and submits it.
+async fn create_job(browser: &Browser, base: &str, name: &str, cron: &str) {
+    browser.goto(&format!("{base}/new")).await;
+    browser.type_into("#name", name).await;
+    browser.type_into("#handler", "report").await;
+    browser.type_into("#cron", cron).await;
+    browser.type_into("#time_zone", "UTC").await;
+}
+
+async fn console(db: &TestDb) {
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    let Some(browser) = Browser::start(&shots).await else {
+        return;
+    };
+    let node = SchedulerBuilder::new(CLUSTER)
+        .settings(quartz_testkit::fast_settings())
+        .handler("report", |_| Ok(()))
+        .start(db.store().await)
+        .await
+        .unwrap();
+    let admin = node.admin();
+    let access = Access::tokens(Some(ADMIN.into()), None);
+    let addr = http::serve(Web::new(admin.clone()).access(access).router()).await;
+    let base = format!("http://{addr}");
+
+    // Log in.
+    browser.goto(&format!("{base}/jobs")).await;
+    assert!(
+        browser.url().await.contains("/login?next=%2Fjobs"),
+        "{}",
+        browser.url().await
+    );
+    browser.type_into("#token", ADMIN).await;
+    browser.screenshot("login").await;
+    browser.click("form.login button").await;
+    assert_eq!(browser.url().await, format!("{base}/jobs"));
+
+    // The form: the preview follows the cron expression as it is typed.
+    create_job(&browser, &base, JOB, "* * *").await;
+    wait_for(Duration::from_secs(10), "the preview to show the error", || async {
+        let error = browser.text("#cron-preview-error").await;
+        if error.is_empty() {
+            Err("no error shown".into())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    browser.type_into("#cron", "* * * * * ?").await;
+    wait_for(
+        Duration::from_secs(10),
+        "the preview to list five fire times",
+        || async {
+            let (n, error) = (
+                browser.count("#cron-preview li").await,
+                browser.text("#cron-preview-error").await,
+            );
+            if n == 5 && error.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{n} items, error {error:?}"))
+            }
+        },
+    )
+    .await;
+    browser.screenshot("job-form").await;
+    browser.click("#save").await;
+    assert_eq!(browser.text("h1").await, format!("Job {JOB}"));
+    assert!(browser.text("p.notice").await.contains("Created"));
+
+    // It fires, and the history shows it.
+    let history = format!("{base}/fires?job={JOB}");
+    wait_for_element(
+        &browser,
+        &history,
+        "table.fires tr[data-state=succeeded]",
+        Duration::from_secs(30),
+    )
+    .await;
+    browser.screenshot("history").await;
+    browser.goto(&format!("{base}/jobs/{JOB}")).await;
+    assert!(browser.count("ol.upcoming li").await >= 1);
+    browser.screenshot("job").await;
+
+    // Pause it from the jobs table.
+    browser.goto(&format!("{base}/jobs")).await;
+    browser.click(&format!("tr[data-job=\"{JOB}\"] button.pause")).await;
+    assert!(browser.text("p.notice").await.contains(&format!("Paused {JOB}")));
+    assert_eq!(browser.text(&format!("tr[data-job=\"{JOB}\"] .badge")).await, "paused");
+    assert_eq!(admin.job(JOB).await.unwrap().state, "paused");
+
+    // A job named like a script shows as its name and runs nothing.
+    create_job(&browser, &base, SCRIPT_NAME, "0 0 6 * * ?").await;
+    browser.click("#save").await;
+    assert_eq!(browser.alert().await, None, "no script ran");
+    assert_eq!(browser.text("h1").await, format!("Job {SCRIPT_NAME}"));
+    browser.goto(&format!("{base}/jobs")).await;
+    assert_eq!(browser.alert().await, None, "no script ran");
+    let names = browser
+        .script("return [...document.querySelectorAll('a.job')].map(a => a.textContent)")
+        .await;
+    assert!(
+        names.as_array().unwrap().iter().any(|n| n == SCRIPT_NAME),
+        "the name is text: {names}"
+    );
+    let scripts = browser.script("return document.scripts.length").await;
+    assert_eq!(scripts, 1, "the console's own script only");
+    browser.screenshot("jobs").await;
+
+    // Delete it, behind its confirmation.
+    browser.click("a.act.delete").await;
+    assert!(browser.text("p.warning").await.contains("cannot be undone"));
+    browser.screenshot("delete").await;
+    browser.click("#confirm-delete").await;
+    assert!(browser.text("p.notice").await.contains("Deleted"));
+    assert!(admin.job(SCRIPT_NAME).await.is_err());
+
+    for (page, name) in [("/", "overview"), ("/nodes", "nodes"), ("/changes", "changes")] {
+        browser.goto(&format!("{base}{page}")).await;
+        assert_eq!(browser.alert().await, None);
+        browser.screenshot(name).await;
+        if name == "overview" {
+            assert_eq!(browser.text(".card.live .value").await, "1", "one live node");
+            assert_eq!(browser.count("#lateness rect.bar").await, 7, "the lateness chart");
+        }
+    }
+    eprintln!("console screenshots: {}", shots.display());
+    browser.quit().await;
+    node.shutdown().await;
+}

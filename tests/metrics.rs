@@ -1,7 +1,9 @@
 //! The metrics a node records through the `metrics` facade, read by a
 //! recorder the test installs (the library installs none): one node on a
 //! SQLite file runs a job firing every second, and the counters and the
-//! lateness histogram say what the ledger says.
+//! lateness histogram say what the ledger says; the outcomes carry their
+//! handler (and their job only where the operator opts in); the pool, live
+//! nodes and the node's phase are gauges.
 
 #![allow(clippy::unwrap_used)]
 
@@ -13,11 +15,14 @@ use std::time::Duration;
 
 use common::{Kind, TestDb, ledger, wait_for};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use quartz::engine::metrics::{CLAIMED, LATENESS, POLL_DURATION, POLLS, STARTED, SUCCEEDED};
+use quartz::engine::metrics::{
+    CLAIMED, LATENESS, LIVE_NODES, OUTCOMES, PHASE, POLL_DURATION, POLLS, POOL_THREADS, STARTED, SUCCEEDED,
+};
 use quartz::prelude::*;
 use quartz::store::FireState;
 
 const CLUSTER: &str = "metrics-cluster";
+const LABELLED: &str = "metrics-labelled";
 
 /// What the installed recorder holds.
 static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
@@ -39,6 +44,16 @@ async fn records(db: &TestDb) {
         .start(db.store().await)
         .await
         .unwrap();
+    // A cluster whose operator opted in to the job label.
+    let labelled = SchedulerBuilder::new(LABELLED)
+        .settings(Settings {
+            metrics_job_label: true,
+            ..common::fast_settings()
+        })
+        .handler("noop", |_| Ok(()))
+        .start(db.store().await)
+        .await
+        .unwrap();
     let now = store.now().await.unwrap();
     let start = Timestamp::from_millis((now.as_millis() / 1_000 + 2) * 1_000);
     let trigger = Trigger::new(
@@ -48,7 +63,11 @@ async fn records(db: &TestDb) {
     .unwrap()
     .with_end(start.saturating_add_millis(2_000))
     .unwrap();
-    node.add_job(&JobSpec::new("tick", "noop"), &[ExecuteSpec::new(trigger)])
+    node.add_job(&JobSpec::new("tick", "noop"), &[ExecuteSpec::new(trigger.clone())])
+        .await
+        .unwrap();
+    labelled
+        .add_job(&JobSpec::new("named", "noop"), &[ExecuteSpec::new(trigger)])
         .await
         .unwrap();
     wait_for(Duration::from_secs(15), "three fires succeeded", || {
@@ -60,11 +79,73 @@ async fn records(db: &TestDb) {
         }
     })
     .await;
+    wait_for(Duration::from_secs(15), "the labelled cluster's fires", || {
+        let store = store.clone();
+        async move {
+            let done = ledger(&store, LABELLED).await;
+            let n = done.iter().filter(|f| f.state == FireState::Succeeded).count();
+            if n == 3 { Ok(()) } else { Err(format!("{n} so far")) }
+        }
+    })
+    .await;
     node.shutdown().await;
+    labelled.shutdown().await;
+
+    let snapshot = snapshotter.snapshot().into_vec();
+    // Each series of a metric in a cluster: its labels and value (a
+    // histogram's count).
+    #[allow(clippy::cast_precision_loss)]
+    let series = |name: &str, scheduler: &str| -> Vec<(Vec<(String, String)>, f64)> {
+        snapshot
+            .iter()
+            .filter(|(key, ..)| key.key().name() == name)
+            .map(|(key, _, _, value)| {
+                let labels = key
+                    .key()
+                    .labels()
+                    .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                    .collect();
+                let value = match value {
+                    DebugValue::Counter(n) => *n as f64,
+                    DebugValue::Gauge(v) => v.into_inner(),
+                    DebugValue::Histogram(v) => v.len() as f64,
+                };
+                (labels, value)
+            })
+            .filter(|(labels, _): &(Vec<(String, String)>, _)| {
+                labels.iter().any(|(k, v)| k == "scheduler" && v == scheduler)
+            })
+            .collect()
+    };
+    let label = |labels: &[(String, String)], key: &str| labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+    let outcomes = series(OUTCOMES, CLUSTER);
+    assert_eq!(outcomes.len(), 1, "{outcomes:?}");
+    let (labels, value) = &outcomes[0];
+    assert_eq!(label(labels, "handler").as_deref(), Some("noop"));
+    assert_eq!(label(labels, "outcome").as_deref(), Some("succeeded"));
+    assert_eq!(label(labels, "job"), None, "no job label unless the operator opts in");
+    assert!((*value - 3.0).abs() < f64::EPSILON, "{value}");
+    let named = series(OUTCOMES, LABELLED);
+    assert_eq!(label(&named[0].0, "job").as_deref(), Some("named"), "{named:?}");
+    let gauge = |name: &str| {
+        series(name, CLUSTER)
+            .first()
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("{name}"))
+    };
+    assert!(gauge(POOL_THREADS) >= 1.0);
+    assert!(gauge(LIVE_NODES) >= 1.0, "this node saw itself live");
+    let phases = series(PHASE, CLUSTER);
+    let on: Vec<String> = phases
+        .iter()
+        .filter(|(_, v)| *v > 0.5)
+        .filter_map(|(labels, _)| label(labels, "phase"))
+        .collect();
+    assert_eq!(on, ["stopped"], "one phase at a time, the last one stopped: {phases:?}");
 
     let mut counters: HashMap<String, u64> = HashMap::new();
     let mut histograms: HashMap<String, Vec<f64>> = HashMap::new();
-    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+    for (key, _, _, value) in snapshot {
         let key = key.key();
         let labelled = key.labels().any(|l| l.key() == "scheduler" && l.value() == CLUSTER);
         if !labelled {

@@ -1,6 +1,7 @@
 //! `/metrics` after a short run: a node on a SQLite file fires a job five
 //! times a second, and a Prometheus scrape of the server shows its counters
-//! moving with the ledger.
+//! moving with the ledger, the outcomes by handler and the pool and cluster
+//! gauges.
 
 #![allow(clippy::unwrap_used)]
 
@@ -59,7 +60,21 @@ async fn scrape(db: &TestDb) {
         let succeeded = value(&text, "quartz_fires_succeeded_total");
         let claimed = value(&text, "quartz_fires_claimed_total");
         let polls = value(&text, "quartz_polls_total");
-        if succeeded >= 5.0 && claimed >= succeeded && polls >= 1.0 && text.contains("quartz_fire_lateness_seconds") {
+        let by_handler = text.lines().any(|l| {
+            l.starts_with("quartz_fire_outcomes_total{")
+                && l.contains("handler=\"tick\"")
+                && l.contains("outcome=\"succeeded\"")
+        });
+        let gauges = ["quartz_pool_threads", "quartz_nodes_live", "quartz_node_phase"]
+            .iter()
+            .all(|g| text.contains(&format!("\n{g}{{")));
+        if succeeded >= 5.0
+            && claimed >= succeeded
+            && polls >= 1.0
+            && text.contains("quartz_fire_lateness_seconds")
+            && by_handler
+            && gauges
+        {
             Ok(())
         } else {
             Err(format!("succeeded {succeeded}, claimed {claimed}, polls {polls}"))

@@ -5,6 +5,7 @@
 //! ([`super::recovery`]).
 
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 use parking_lot::{Mutex, RwLock};
 
@@ -87,8 +88,12 @@ impl<S: Store> Inner<S> {
                 }
             }
         }
+        let live = members.iter().filter(|m| m.state == NodeState::Live).count();
         *self.cluster.members.write() = members;
-        self.recover().await
+        super::metrics::beat(&self.scheduler, &self.pool.metrics(), live, *self.phase.lock());
+        self.recover()
+            .instrument(tracing::debug_span!("recovery", scheduler = self.scheduler))
+            .await
     }
 
     /// This incarnation was declared dead (a long pause): forget everything in

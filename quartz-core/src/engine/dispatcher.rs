@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 use super::launch::RunFire;
 use super::node::{Inner, duration_ms, sleep_until_or_forever};
@@ -39,7 +40,8 @@ impl<S: Store> Inner<S> {
                 }
                 let mine = self.first_or_defer(due.fires);
                 if !mine.is_empty() {
-                    self.claim_all(mine).await;
+                    let span = tracing::debug_span!("claim", scheduler = self.scheduler, fires = mine.len());
+                    self.claim_all(mine).instrument(span).await;
                 }
                 continue;
             }

@@ -44,11 +44,14 @@ impl Handler {
         Handler::Async(Arc::new(move |ctx| Box::pin(f(ctx))))
     }
 
-    /// Runs the handler on the calling (pool) thread; a panic becomes an error.
-    pub(crate) fn call(&self, ctx: JobContext, runtime: &tokio::runtime::Handle) -> JobResult {
+    /// Runs the handler on the calling (pool) thread inside the fire's span
+    /// (so the handler's own events carry the fire, for an async handler in
+    /// every poll of its future); a panic becomes an error.
+    pub(crate) fn call(&self, ctx: JobContext, runtime: &tokio::runtime::Handle, span: &tracing::Span) -> JobResult {
+        use tracing::Instrument as _;
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match self {
-            Handler::Blocking(f) => f(ctx),
-            Handler::Async(f) => runtime.block_on(f(ctx)),
+            Handler::Blocking(f) => span.in_scope(|| f(ctx)),
+            Handler::Async(f) => runtime.block_on(f(ctx).instrument(span.clone())),
         }));
         match outcome {
             Ok(result) => result,

@@ -390,6 +390,7 @@ impl<S: Store> Inner<S> {
             node_id: Arc::from(run.node.node_id.as_str()),
             cancellation,
         };
+        let span = fire_span(&self.scheduler, &run);
         let runtime = self.runtime.clone();
         let inner = Arc::clone(self);
         let owner = run.node.clone();
@@ -399,6 +400,7 @@ impl<S: Store> Inner<S> {
         let task = move || {
             // The fire's place in the room is given back when this returns.
             let _hold = hold;
+            let _in_fire = span.enter();
             let past_threshold = || {
                 let late_ms = inner.clock.db_now().as_millis() - fire_time.as_millis();
                 threshold_ms.is_some_and(|limit| late_ms > limit).then_some(late_ms)
@@ -435,7 +437,7 @@ impl<S: Store> Inner<S> {
                     return;
                 }
             }
-            let result = handler.call(ctx, &runtime);
+            let result = handler.call(ctx, &runtime, &span);
             let _ = done_tx.send(Ran::Done(result));
         };
         match self.pool.try_submit(task) {
@@ -526,6 +528,22 @@ impl<S: Store> Inner<S> {
         }
         self.release(&run).await;
     }
+}
+
+/// The span of one fire, entered on the pool thread around its handler: a
+/// handler's own log lines carry the job, the trigger (`execute`), the fire
+/// time, the attempt, the fire's ledger id and the node.
+fn fire_span(scheduler: &str, run: &RunFire) -> tracing::Span {
+    tracing::info_span!(
+        "fire",
+        scheduler,
+        job = run.job.spec.name.as_str(),
+        execute = run.execute_id,
+        fire_time = %run.fire_time,
+        attempt = run.attempt,
+        fire_id = run.fire_id,
+        node = run.node.node_id.as_str(),
+    )
 }
 
 #[cfg(test)]

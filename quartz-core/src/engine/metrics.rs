@@ -3,9 +3,13 @@
 //! that installs one (for example `metrics-exporter-prometheus`) gets these;
 //! one that does not pays a relaxed atomic load per record.
 //!
-//! Every metric carries one label, `scheduler` (the cluster's name), so its
-//! cardinality is the number of clusters a process runs. Counters end in
-//! `_total`; durations are histograms in seconds.
+//! Every metric carries the label `scheduler` (the cluster's name); a few
+//! carry one more of bounded cardinality: `handler` and `outcome` on
+//! [`OUTCOMES`], `policy` on [`MISFIRES`], `phase` on [`PHASE`]. The job's
+//! name is a label only where the operator opts in
+//! ([`Settings::metrics_job_label`](super::Settings::metrics_job_label)): a
+//! cluster may hold millions of jobs. Counters end in `_total`; durations
+//! are histograms in seconds; gauges are set at each heartbeat.
 //!
 //! | metric | kind | what |
 //! |---|---|---|
@@ -17,15 +21,21 @@
 //! | [`STARTED`] | counter | fires started (marked running) on time |
 //! | [`LATENESS`] | histogram | a started fire's recorded start less its fire time |
 //! | [`SUCCEEDED`] | counter | fires that ran to success |
+//! | [`OUTCOMES`] | counter | recorded outcomes by `handler` and `outcome` (`succeeded`, `failed`), and `job` when opted in |
 //! | [`FAILED`] | counter | fires that failed (error, panic, timeout) |
 //! | [`TIMED_OUT`] | counter | fires that passed their job's timeout |
 //! | [`REJECTED`] | counter | fires the pool refused, recorded misfired |
-//! | [`MISFIRES`] | counter | misfire decisions applied to overdue executes |
+//! | [`MISFIRES`] | counter | misfire decisions applied to overdue executes, by `policy` |
 //! | [`FENCED`] | counter | fires not started because this incarnation was fenced |
 //! | [`RECOVERED`] | counter | dead nodes' fires taken over, re-run or recorded abandoned |
+//! | [`ABANDONED`] | counter | of those, fires recorded abandoned (the job does not request recovery) |
 //! | [`RECOMPUTED`] | counter | rows written by hand, initialised or recomputed |
 //! | [`CHAINED`] | counter | child jobs' fires started after their parent succeeded |
 //! | [`PURGED`] | counter | ledger rows purged under the retention settings |
+//! | [`POOL_THREADS`], [`POOL_BUSY`], [`POOL_QUEUED`] | gauge | the worker pool's threads, busy threads and queued fires |
+//! | [`POOL_REJECTED`] | counter | submissions the pool refused |
+//! | [`LIVE_NODES`] | gauge | live nodes of the cluster, as this node saw them |
+//! | [`PHASE`] | gauge | 1 for this node's phase (`running`, `fenced`, `shutting_down`, `stopped`), 0 for the others |
 
 use super::Counters;
 
@@ -64,6 +74,75 @@ pub const RECOMPUTED: &str = "quartz_executes_recomputed_total";
 pub const CHAINED: &str = "quartz_fires_chained_total";
 /// Ledger rows this node purged under the retention settings.
 pub const PURGED: &str = "quartz_fires_purged_total";
+/// Recorded outcomes, labelled `handler` and `outcome` (`succeeded` or
+/// `failed`), and `job` when the operator opts in.
+pub const OUTCOMES: &str = "quartz_fire_outcomes_total";
+/// Dead nodes' running fires recorded abandoned (their job does not request
+/// recovery).
+pub const ABANDONED: &str = "quartz_fires_abandoned_total";
+/// The worker pool's threads alive.
+pub const POOL_THREADS: &str = "quartz_pool_threads";
+/// The worker pool's threads running a fire.
+pub const POOL_BUSY: &str = "quartz_pool_busy";
+/// Fires waiting in the worker pool's queue.
+pub const POOL_QUEUED: &str = "quartz_pool_queued";
+/// Submissions the worker pool refused since it started.
+pub const POOL_REJECTED: &str = "quartz_pool_rejected_total";
+/// Live nodes of the cluster at this node's last heartbeat.
+pub const LIVE_NODES: &str = "quartz_nodes_live";
+/// This node's phase: 1 on the label of the current one.
+pub const PHASE: &str = "quartz_node_phase";
+
+/// The phases, as [`PHASE`] labels them.
+const PHASES: [(super::Phase, &str); 4] = [
+    (super::Phase::Running, "running"),
+    (super::Phase::Fenced, "fenced"),
+    (super::Phase::ShuttingDown, "shutting_down"),
+    (super::Phase::Stopped, "stopped"),
+];
+
+/// Records an outcome by handler (and job, when opted in).
+pub(super) fn outcome(scheduler: &str, handler: &str, job: Option<&str>, outcome: &'static str) {
+    let mut labels = vec![
+        ::metrics::Label::new("scheduler", scheduler.to_owned()),
+        ::metrics::Label::new("handler", handler.to_owned()),
+        ::metrics::Label::new("outcome", outcome),
+    ];
+    if let Some(job) = job {
+        labels.push(::metrics::Label::new("job", job.to_owned()));
+    }
+    ::metrics::counter!(OUTCOMES, labels).increment(1);
+}
+
+/// Records a misfire decision by the policy applied.
+pub(super) fn misfire(scheduler: &str, policy: String) {
+    ::metrics::counter!(MISFIRES, "scheduler" => scheduler.to_owned(), "policy" => policy).increment(1);
+}
+
+/// Records a fire abandoned by recovery.
+pub(super) fn abandoned(scheduler: &str) {
+    ::metrics::counter!(ABANDONED, "scheduler" => scheduler.to_owned()).increment(1);
+}
+
+/// Records the pool, the cluster and the node's phase, at a heartbeat.
+#[allow(clippy::cast_precision_loss)]
+pub(super) fn beat(scheduler: &str, pool: &quartz_pool::PoolMetrics, live: usize, phase: super::Phase) {
+    let s = || scheduler.to_owned();
+    ::metrics::gauge!(POOL_THREADS, "scheduler" => s()).set(pool.threads as f64);
+    ::metrics::gauge!(POOL_BUSY, "scheduler" => s()).set(pool.busy as f64);
+    ::metrics::gauge!(POOL_QUEUED, "scheduler" => s()).set(pool.queued as f64);
+    ::metrics::counter!(POOL_REJECTED, "scheduler" => s()).absolute(pool.rejected);
+    ::metrics::gauge!(LIVE_NODES, "scheduler" => s()).set(live as f64);
+    phased(scheduler, phase);
+}
+
+/// Records this node's phase.
+pub(super) fn phased(scheduler: &str, phase: super::Phase) {
+    for (p, name) in PHASES {
+        let on = if p == phase { 1.0 } else { 0.0 };
+        ::metrics::gauge!(PHASE, "scheduler" => scheduler.to_owned(), "phase" => name).set(on);
+    }
+}
 
 /// Records what one update of a node's counters added.
 pub(super) fn counted(scheduler: &str, before: &Counters, after: &Counters) {
@@ -74,7 +153,6 @@ pub(super) fn counted(scheduler: &str, before: &Counters, after: &Counters) {
         (SUCCEEDED, after.succeeded - before.succeeded),
         (FAILED, after.failed - before.failed),
         (REJECTED, after.rejected - before.rejected),
-        (MISFIRES, after.misfires - before.misfires),
         (FENCED, after.fenced - before.fenced),
         (RECOVERED, after.recovered - before.recovered),
         (RECOMPUTED, after.recomputed - before.recomputed),

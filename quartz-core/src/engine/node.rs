@@ -218,6 +218,7 @@ impl<S: Store> Inner<S> {
 
     pub(crate) async fn shutdown(&self) -> ShutdownSummary {
         *self.phase.lock() = Phase::ShuttingDown;
+        super::metrics::phased(&self.scheduler, Phase::ShuttingDown);
         let _ = self.stop.send(true);
         self.queue.clear();
         let node = self.node();
@@ -252,6 +253,7 @@ impl<S: Store> Inner<S> {
         }
         self.stop_tasks();
         *self.phase.lock() = Phase::Stopped;
+        super::metrics::phased(&self.scheduler, Phase::Stopped);
         ShutdownSummary {
             released,
             still_running,

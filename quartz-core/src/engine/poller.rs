@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use super::Phase;
 use super::backlog::{PENDING_BATCH, PendingFire};
@@ -33,7 +34,10 @@ impl<S: Store> Inner<S> {
                 return;
             }
             let began = std::time::Instant::now();
-            let polled = self.poll().await;
+            let polled = self
+                .poll()
+                .instrument(tracing::debug_span!("poll", scheduler = self.scheduler))
+                .await;
             *self.poll_took.lock() = began.elapsed();
             let full = match polled {
                 Ok((full, rows)) => {
@@ -259,6 +263,7 @@ impl<S: Store> Inner<S> {
             }
             WriteKind::Misfire(decision) => {
                 self.count(|c| c.misfires += 1);
+                super::metrics::misfire(&self.scheduler, decision.applied.to_string());
                 tracing::info!(
                     scheduler = self.scheduler,
                     job,

@@ -158,6 +158,7 @@ impl<S: Store> Inner<S> {
             FireState::Running => {
                 if self.store.abandon(&fire).await? {
                     self.count(|c| c.recovered += 1);
+                    super::metrics::abandoned(&self.scheduler);
                     tracing::warn!(
                         scheduler = self.scheduler,
                         job = job.spec.name,

@@ -92,6 +92,10 @@ pub struct Settings {
     /// 7 days, the newest 10 of each job always; see
     /// [`crate::retention`]).
     pub retention: Retention,
+    /// Labels the outcome metric with the job's name too (default off: a
+    /// cluster may hold millions of jobs, and every name is a series). Turn
+    /// it on only where the jobs are few and known.
+    pub metrics_job_label: bool,
 }
 
 impl Default for Settings {
@@ -117,6 +121,7 @@ impl Default for Settings {
             weight: 1,
             clock_skew_ms: 0,
             retention: Retention::default(),
+            metrics_job_label: false,
         }
     }
 }

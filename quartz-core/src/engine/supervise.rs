@@ -110,6 +110,9 @@ impl<S: Store> Inner<S> {
                 c.failed += 1;
             }
         });
+        let job = self.settings.metrics_job_label.then_some(run.job.spec.name.as_str());
+        let what = if succeeded { "succeeded" } else { "failed" };
+        super::metrics::outcome(&self.scheduler, &run.job.spec.handler, job, what);
         if let Outcome::Failed { error } = &outcome {
             tracing::warn!(
                 scheduler = self.scheduler,

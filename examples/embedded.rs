@@ -13,8 +13,8 @@
 
 use std::time::Duration;
 
+use quartz::admin::AdminError;
 use quartz::prelude::*;
-use quartz::store::StoreError;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -60,21 +60,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     println!("node {} started on {url}; Ctrl-C to stop", node.node().node_id);
 
-    let now = node.store().now().await?;
-    let cron = |expr: &str| -> Result<Trigger, quartz::Error> {
-        Trigger::new(Schedule::cron(CronExpression::parse(expr)?, Tz::UTC), now)
-    };
-    let mut report = JobSpec::new("report", "report");
-    report.payload = "\"from the async handler\"".to_owned();
-    for (job, trigger) in [
-        (JobSpec::new("hello", "hello"), cron("0/2 * * * * ?")?),
-        (report, cron("0/5 * * * * ?")?),
-    ] {
-        match node.add_job(&job, &[ExecuteSpec::new(trigger)]).await {
+    let hello = JobDefinition::new("hello", "hello").with_trigger(TriggerDefinition::cron("0/2 * * * * ?", "UTC"));
+    let report = JobDefinition::new("report", "report")
+        .with_payload("from the async handler")?
+        .with_timeout(Duration::from_secs(10))
+        .with_trigger(TriggerDefinition::cron("0/5 * * * * ?", "UTC"));
+    let admin = node.admin();
+    for job in [hello, report] {
+        match admin.job_add(&job).await {
             Ok(_) => println!("added job {:?}", job.name),
-            Err(quartz::SchedulerError::Store(StoreError::DuplicateJob { .. })) => {
-                println!("job {:?} is already stored", job.name);
-            }
+            Err(AdminError::Conflict { .. }) => println!("job {:?} is already stored", job.name),
             Err(e) => return Err(e.into()),
         }
     }

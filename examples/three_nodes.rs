@@ -51,8 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let start = Timestamp::from_millis((now / 1000 + 2) * 1000);
     let end = Timestamp::from_millis(start.as_millis() + 9_999);
     for i in 0..20 {
-        let trigger =
-            Trigger::new(Schedule::cron(CronExpression::parse("* * * * * ?")?, Tz::UTC), start)?.with_end(end)?;
+        let trigger = Trigger::cron("* * * * * ?", "UTC", start)?.with_end(end)?;
         nodes[0]
             .add_job(
                 &JobSpec::new(format!("tick-{i:02}"), "tick"),

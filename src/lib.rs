@@ -14,18 +14,23 @@
 //! A node in a few lines: a cluster name, handlers by name, a database URL.
 //!
 //! ```no_run
+//! use std::time::Duration;
 //! use quartz::prelude::*;
 //!
 //! # async fn service() -> Result<(), Box<dyn std::error::Error>> {
 //! let node = SchedulerBuilder::new("my-service")
 //!     .handler("report", |ctx: JobContext| {
-//!         println!("{} fired for {}", ctx.job_name(), ctx.scheduled_fire_time());
+//!         let to: String = ctx.payload()?;
+//!         println!("{} fired for {} (to {to})", ctx.job_name(), ctx.scheduled_fire_time());
 //!         Ok(())
 //!     })
 //!     .connect("sqlite://quartz.db")
 //!     .await?;
-//! let every_minute = Trigger::new(Schedule::cron(CronExpression::parse("0 * * * * ?")?, Tz::UTC), Timestamp::from_millis(0))?;
-//! node.add_job(&JobSpec::new("nightly-report", "report"), &[ExecuteSpec::new(every_minute)]).await?;
+//! let report = JobDefinition::new("nightly-report", "report")
+//!     .with_payload("ops@example.com")?
+//!     .with_retry(RetryPolicy::fixed(3, Duration::from_secs(10)))
+//!     .with_trigger(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris"));
+//! node.admin().job_add(&report).await?;
 //! // ... serve ...
 //! node.shutdown().await;
 //! # Ok(()) }
@@ -62,8 +67,10 @@ impl ConnectExt for SchedulerBuilder {
 /// triggers and job definitions.
 pub mod prelude {
     pub use crate::ConnectExt;
+    pub use quartz_core::admin::{JobDefinition, TriggerDefinition};
     pub use quartz_core::cron::CronExpression;
     pub use quartz_core::engine::{JobContext, JobResult, Scheduler, SchedulerBuilder, Settings};
+    pub use quartz_core::misfire::MisfirePolicy;
     pub use quartz_core::store::{ExecuteSpec, JobSpec, RetryPolicy, Store};
     pub use quartz_core::trigger::{Schedule, Trigger};
     pub use quartz_core::{Timestamp, Tz};

@@ -90,10 +90,16 @@ impl Runs {
 }
 
 async fn node(db: &TestDb, settings: Settings, runs: &Runs) -> Scheduler<SqlStore> {
+    skewed_node(db, settings, runs, 0).await
+}
+
+/// A node whose own clock is `skew_ms` off.
+async fn skewed_node(db: &TestDb, settings: Settings, runs: &Runs, skew_ms: i64) -> Scheduler<SqlStore> {
     let counted = runs.clone();
     let slow = runs.clone();
     SchedulerBuilder::new(CLUSTER)
         .settings(settings)
+        .clock_skew_for_tests(skew_ms)
         .handler("noop", |_| Ok(()))
         .handler("count", move |ctx| {
             counted.add(ctx.job_name());
@@ -229,15 +235,14 @@ async fn three_nodes_fire_every_time_exactly_once(db: &TestDb) {
 
 async fn skewed_node_clocks_change_nothing(db: &TestDb) {
     let runs = Runs::default();
-    let skewed = |ms| Settings {
-        clock_skew_ms: ms,
+    let settings = || Settings {
         strategy: Strategy::IdHash,
         ..fast()
     };
     let nodes = [
-        node(db, skewed(0), &runs).await,
-        node(db, skewed(60_000), &runs).await,
-        node(db, skewed(-90_000), &runs).await,
+        skewed_node(db, settings(), &runs, 0).await,
+        skewed_node(db, settings(), &runs, 60_000).await,
+        skewed_node(db, settings(), &runs, -90_000).await,
     ];
     let store = nodes[0].store().clone();
     let start = next_second(&store, 2).await;
@@ -671,14 +676,10 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
     let once = Trigger::new(Schedule::Once, now).unwrap();
     let mut flaky = JobSpec::new("flaky", "flaky");
     // Exponential backoff: 25-50 ms before attempt 2, 50-100 ms before 3.
-    flaky.retry = RetryPolicy {
-        max_attempts: 3,
-        backoff_ms: 50,
-        backoff_max_ms: Some(400),
-    };
+    flaky.retry = RetryPolicy::exponential(3, Duration::from_millis(50), Duration::from_millis(400));
     n.add_job(&flaky, &[ExecuteSpec::new(once.clone())]).await.unwrap();
     let mut stuck = JobSpec::new("stuck", "stuck");
-    stuck.timeout_ms = Some(300);
+    stuck.timeout = Some(Duration::from_millis(300));
     n.add_job(&stuck, &[ExecuteSpec::new(once.clone())]).await.unwrap();
     n.add_job(&JobSpec::new("panics", "panics"), &[ExecuteSpec::new(once.clone())])
         .await
@@ -1016,11 +1017,7 @@ async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
         .unwrap();
     n.add_job(&child_of("child", "ok", "parent"), &[]).await.unwrap();
     let mut grandchild = child_of("grandchild", "second-time", "child");
-    grandchild.retry = RetryPolicy {
-        max_attempts: 2,
-        backoff_ms: 10,
-        backoff_max_ms: None,
-    };
+    grandchild.retry = RetryPolicy::fixed(2, Duration::from_millis(10));
     n.add_job(&grandchild, &[]).await.unwrap();
     n.add_job(&child_of("paused-child", "ok", "parent"), &[]).await.unwrap();
     store.set_paused(CLUSTER, "paused-child", true).await.unwrap();
@@ -1188,7 +1185,7 @@ async fn strategies_offer_executes_by_weight_and_by_load(db: &TestDb) {
     let now = store.now().await.unwrap();
     for i in 0..20 {
         let mut hog = JobSpec::new(format!("hog-{i:02}"), "hog");
-        hog.timeout_ms = Some(20_000);
+        hog.timeout = Some(Duration::from_secs(20));
         busy.add_job(&hog, &[ExecuteSpec::new(Trigger::new(Schedule::Once, now).unwrap())])
             .await
             .unwrap();
@@ -1582,7 +1579,7 @@ async fn a_timed_out_fire_blocks_its_job_until_its_code_returns(db: &TestDb) {
     let now = store.now().await.unwrap();
     let mut job = JobSpec::new("stubborn", "stubborn");
     job.allow_concurrent = false;
-    job.timeout_ms = Some(150);
+    job.timeout = Some(Duration::from_millis(150));
     // Two triggers, so that both nodes have something to claim.
     let every = |offset: i64| {
         ExecuteSpec::new(
@@ -1768,11 +1765,7 @@ async fn a_retry_survives_the_shutdown_of_the_node_that_failed(db: &TestDb) {
     let first = build("first").start(db.store().await).await.unwrap();
     let now = store.now().await.unwrap();
     let mut job = JobSpec::new("flaky", "flaky");
-    job.retry = RetryPolicy {
-        max_attempts: 3,
-        backoff_ms: 1_500,
-        backoff_max_ms: None,
-    };
+    job.retry = RetryPolicy::fixed(3, Duration::from_millis(1_500));
     first
         .add_job(&job, &[ExecuteSpec::new(Trigger::new(Schedule::Once, now).unwrap())])
         .await

@@ -199,19 +199,16 @@ impl JobArgs {
             job.allow_concurrent = false;
         }
         if let Some(timeout) = self.timeout {
-            job.timeout_ms = Some(millis(timeout));
+            job.timeout = Some(timeout);
         }
         if let Some(attempts) = self.attempts {
             job.retry.max_attempts = attempts;
         }
         if let Some(backoff) = self.backoff {
-            job.retry = RetryPolicy {
-                backoff_ms: millis(backoff),
-                ..job.retry
-            };
+            job.retry = RetryPolicy { backoff, ..job.retry };
         }
         if let Some(max) = self.backoff_max {
-            job.retry.backoff_max_ms = Some(millis(max));
+            job.retry.backoff_max = Some(max);
         }
         if let Some(parent) = &self.parent {
             job.parent = Some(parent.clone());

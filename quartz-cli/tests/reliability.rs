@@ -1053,7 +1053,7 @@ impl Run {
         job.payload = "[".repeat(100_000) + &"]".repeat(100_000);
         cases.push(("payload nested 100,000 deep".into(), job));
         let mut job = JobSpec::new("zero-timeout", "noop");
-        job.timeout_ms = Some(0);
+        job.timeout = Some(Duration::ZERO);
         cases.push(("timeout of 0 ms".into(), job));
         let mut job = JobSpec::new("huge-description", "noop");
         job.description = "d".repeat(10 << 20);
@@ -1144,7 +1144,7 @@ impl Run {
             .push((format!("panics-{serial}"), FireState::Failed, "panicked"));
         if serial == 1 || self.phases.iter().all(|p| !p.fault.starts_with("bad input")) {
             let mut hang = JobSpec::new(format!("hangs-{serial}"), "hang");
-            hang.timeout_ms = Some(500);
+            hang.timeout = Some(Duration::from_millis(500));
             self.create(hang, three.clone(), true).await;
             // Its code never returns: the fire stays running, its timeout
             // recorded (or is abandoned with it if its node dies).

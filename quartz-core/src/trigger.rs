@@ -84,6 +84,25 @@ impl Schedule {
     pub fn cron(expr: CronExpression, zone: Tz) -> Schedule {
         Schedule::Cron { expr, zone }
     }
+
+    /// A fixed-rate schedule of a [`Duration`](std::time::Duration), kept to
+    /// the millisecond.
+    ///
+    /// # Errors
+    ///
+    /// As [`fixed_rate_millis`](Self::fixed_rate_millis).
+    pub fn every(interval: std::time::Duration) -> Result<Schedule, Error> {
+        Schedule::fixed_rate_millis(crate::store::millis_of(interval))
+    }
+
+    /// A fixed-delay schedule of a [`Duration`](std::time::Duration).
+    ///
+    /// # Errors
+    ///
+    /// As [`fixed_delay_millis`](Self::fixed_delay_millis).
+    pub fn after_each(delay: std::time::Duration) -> Result<Schedule, Error> {
+        Schedule::fixed_delay_millis(crate::store::millis_of(delay))
+    }
 }
 
 fn check_interval(what: &str, ms: i64) -> Result<(), Error> {
@@ -127,6 +146,57 @@ impl Trigger {
             repeat_limit: None,
             misfire_policy: MisfirePolicy::Smart,
         })
+    }
+
+    /// A cron trigger from `start` on: a Quartz expression (seconds first) in
+    /// an IANA zone, parsed together.
+    ///
+    /// ```
+    /// use quartz_core::Timestamp;
+    /// use quartz_core::trigger::Trigger;
+    ///
+    /// let nightly = Trigger::cron("0 0 2 * * ?", "Europe/Paris", Timestamp::from_millis(0))?;
+    /// assert_eq!(nightly.start(), Timestamp::from_millis(0));
+    /// # Ok::<(), quartz_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidCron`](crate::Error) or an unknown zone.
+    pub fn cron(expr: &str, zone: &str, start: Timestamp) -> Result<Trigger, Error> {
+        let expr = CronExpression::parse(expr)?;
+        let zone = crate::cron::parse_time_zone(zone)?;
+        Trigger::new(Schedule::cron(expr, zone), start)
+    }
+
+    /// A fixed-rate trigger: every `interval` from `start`.
+    ///
+    /// # Errors
+    ///
+    /// An interval not between 1 ms and 100 years.
+    pub fn every(interval: std::time::Duration, start: Timestamp) -> Result<Trigger, Error> {
+        Trigger::new(Schedule::every(interval)?, start)
+    }
+
+    /// A fixed-delay trigger: first at `start`, then `delay` after each run
+    /// finished.
+    ///
+    /// # Errors
+    ///
+    /// A delay not between 1 ms and 100 years.
+    pub fn after_each(delay: std::time::Duration, start: Timestamp) -> Result<Trigger, Error> {
+        Trigger::new(Schedule::after_each(delay)?, start)
+    }
+
+    /// A trigger that fires once, at `at`.
+    pub fn once(at: Timestamp) -> Trigger {
+        Trigger {
+            schedule: Schedule::Once,
+            start: at,
+            end: None,
+            repeat_limit: None,
+            misfire_policy: MisfirePolicy::Smart,
+        }
     }
 
     /// The last instant the trigger may fire at (inclusive, as in Quartz).

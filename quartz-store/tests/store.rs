@@ -212,7 +212,7 @@ async fn jobs_are_created_read_updated_paused_and_deleted(db: &TestDb) {
     spec.description = "the daily report".to_owned();
     spec.requests_recovery = true;
     spec.allow_concurrent = false;
-    spec.timeout_ms = Some(30_000);
+    spec.timeout = Some(std::time::Duration::from_secs(30));
     let job = store
         .create_job(S, &spec, &[ExecuteSpec::new(cron.clone()), every_second(now)])
         .await

@@ -364,6 +364,13 @@ async fn loopback(db: &TestDb) {
     let cookie = cookie.split(';').next().unwrap().to_owned();
     let csrf = csrf_of(&first.body);
 
+    let overview = page(addr, "/quartz", Some(&cookie)).await;
+    assert_eq!(overview.status, 200, "{}", overview.body);
+    assert!(overview.body.contains("href=\"/quartz/assets/console.css\""));
+    assert!(
+        overview.body.contains("<a class=\"brand\" href=\"/quartz\">"),
+        "home is the mount point itself"
+    );
     let rebound = http::call(addr, "GET", "/quartz/jobs", &[("Host", "evil.example")], b"").await;
     assert_eq!(rebound.status, 403);
     let paused = post(addr, "/quartz/jobs/probe/pause", Some(&cookie), &[("csrf", &csrf)], &[]).await;

@@ -215,10 +215,10 @@ fn job_json(detail: &JobDetail) -> Value {
         "state": job.state.as_str(),
         "requests_recovery": job.spec.requests_recovery,
         "allow_concurrent": job.spec.allow_concurrent,
-        "timeout_ms": job.spec.timeout_ms,
+        "timeout_ms": job.spec.timeout.map(|d| d.as_millis()),
         "max_attempts": job.spec.retry.max_attempts,
-        "backoff_ms": job.spec.retry.backoff_ms,
-        "backoff_max_ms": job.spec.retry.backoff_max_ms,
+        "backoff_ms": job.spec.retry.backoff.as_millis(),
+        "backoff_max_ms": job.spec.retry.backoff_max.map(|d| d.as_millis()),
         "parent": job.spec.parent,
         "triggers": detail.executes.iter().map(|e| {
             let c = TriggerColumns::from_trigger(&e.trigger);
@@ -311,10 +311,10 @@ async fn show(store: &SqlStore, scheduler: &str, name: &str, out: Out) -> anyhow
                 "abandon"
             },
             job.spec
-                .timeout_ms
-                .map_or_else(|| "none".to_owned(), |ms| format!("{ms} ms")),
+                .timeout
+                .map_or_else(|| "none".to_owned(), |d| format!("{} ms", d.as_millis())),
             job.spec.retry.max_attempts,
-            job.spec.retry.backoff_ms
+            job.spec.retry.backoff.as_millis()
         ));
         if let Some(parent) = &job.spec.parent {
             s.push_str(&format!("  runs after each success of {parent}\n"));

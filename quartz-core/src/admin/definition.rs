@@ -112,6 +112,50 @@ impl TriggerDefinition {
         }
     }
 
+    /// A fixed-delay trigger: `delay` after each run finished, from now on.
+    pub fn after_each(delay: std::time::Duration) -> TriggerDefinition {
+        TriggerDefinition {
+            interval_ms: Some(crate::store::millis_of(delay)),
+            ..TriggerDefinition::of(TriggerKind::FixedDelay)
+        }
+    }
+
+    /// A trigger that fires once, at `at`.
+    pub fn once(at: Timestamp) -> TriggerDefinition {
+        TriggerDefinition {
+            start: Some(at.as_millis()),
+            ..TriggerDefinition::of(TriggerKind::Once)
+        }
+    }
+
+    /// Not before `start`.
+    #[must_use]
+    pub fn starting(mut self, start: Timestamp) -> TriggerDefinition {
+        self.start = Some(start.as_millis());
+        self
+    }
+
+    /// Not after `end`.
+    #[must_use]
+    pub fn ending(mut self, end: Timestamp) -> TriggerDefinition {
+        self.end = Some(end.as_millis());
+        self
+    }
+
+    /// At most `limit` fires.
+    #[must_use]
+    pub fn repeating(mut self, limit: u64) -> TriggerDefinition {
+        self.repeat = Some(limit);
+        self
+    }
+
+    /// The misfire policy.
+    #[must_use]
+    pub fn misfire(mut self, policy: crate::misfire::MisfirePolicy) -> TriggerDefinition {
+        self.misfire = Some(policy.as_str().to_owned());
+        self
+    }
+
     fn of(kind: TriggerKind) -> TriggerDefinition {
         TriggerDefinition {
             kind,
@@ -298,6 +342,69 @@ impl JobDefinition {
         }
     }
 
+    /// The payload: any serde value.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Invalid`] on `payload` when it does not serialise.
+    pub fn with_payload<T: Serialize + ?Sized>(mut self, payload: &T) -> Result<JobDefinition, AdminError> {
+        self.payload = serde_json::to_value(payload)
+            .map_err(|e| AdminError::invalid("payload", format!("the payload does not serialise: {e}")))?;
+        Ok(self)
+    }
+
+    /// A trigger more.
+    #[must_use]
+    pub fn with_trigger(mut self, trigger: TriggerDefinition) -> JobDefinition {
+        self.triggers.push(trigger);
+        self
+    }
+
+    /// The description.
+    #[must_use]
+    pub fn with_description(mut self, description: impl Into<String>) -> JobDefinition {
+        self.description = description.into();
+        self
+    }
+
+    /// A timeout.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: std::time::Duration) -> JobDefinition {
+        self.timeout_ms = Some(crate::store::millis_of(timeout));
+        self
+    }
+
+    /// A retry policy.
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> JobDefinition {
+        self.max_attempts = retry.max_attempts;
+        self.backoff_ms = crate::store::millis_of(retry.backoff);
+        self.backoff_max_ms = retry.backoff_max.map(crate::store::millis_of);
+        self
+    }
+
+    /// Re-run a fire whose node died mid-run, or not.
+    #[must_use]
+    pub fn with_recovery(mut self, requests_recovery: bool) -> JobDefinition {
+        self.requests_recovery = requests_recovery;
+        self
+    }
+
+    /// Whether fires of the job may overlap.
+    #[must_use]
+    pub fn with_concurrency(mut self, allow_concurrent: bool) -> JobDefinition {
+        self.allow_concurrent = allow_concurrent;
+        self
+    }
+
+    /// A parent: the job runs after each success of this one instead of on
+    /// triggers.
+    #[must_use]
+    pub fn with_parent(mut self, parent: impl Into<String>) -> JobDefinition {
+        self.parent = Some(parent.into());
+        self
+    }
+
     /// The stored form: the job and its triggers, every field checked.
     ///
     /// # Errors
@@ -311,11 +418,14 @@ impl JobDefinition {
             description: self.description.clone(),
             requests_recovery: self.requests_recovery,
             allow_concurrent: self.allow_concurrent,
-            timeout_ms: self.timeout_ms,
+            timeout: self.timeout_ms.map(|ms| wire_duration("timeout_ms", ms)).transpose()?,
             retry: RetryPolicy {
                 max_attempts: self.max_attempts,
-                backoff_ms: self.backoff_ms,
-                backoff_max_ms: self.backoff_max_ms,
+                backoff: wire_duration("backoff_ms", self.backoff_ms)?,
+                backoff_max: self
+                    .backoff_max_ms
+                    .map(|ms| wire_duration("backoff_max_ms", ms))
+                    .transpose()?,
             },
             parent: self.parent.clone(),
         };
@@ -397,16 +507,16 @@ impl JobPatch {
             base.allow_concurrent = v;
         }
         if let Some(ms) = self.timeout_ms {
-            base.timeout_ms = (ms != 0).then_some(ms);
+            base.timeout = (ms != 0).then(|| wire_duration("timeout_ms", ms)).transpose()?;
         }
         if let Some(n) = self.max_attempts {
             base.retry.max_attempts = n;
         }
         if let Some(ms) = self.backoff_ms {
-            base.retry.backoff_ms = ms;
+            base.retry.backoff = wire_duration("backoff_ms", ms)?;
         }
         if let Some(ms) = self.backoff_max_ms {
-            base.retry.backoff_max_ms = (ms != 0).then_some(ms);
+            base.retry.backoff_max = (ms != 0).then(|| wire_duration("backoff_max_ms", ms)).transpose()?;
         }
         if let Some(parent) = &self.parent {
             base.parent = (!parent.is_empty()).then(|| parent.clone());
@@ -425,4 +535,15 @@ impl JobPatch {
         };
         Ok((base, executes))
     }
+}
+
+/// A duration the API gives in milliseconds: never negative.
+fn wire_duration(field: &str, ms: i64) -> Result<std::time::Duration, AdminError> {
+    if ms < 0 {
+        return Err(AdminError::invalid(
+            field,
+            format!("{field} must be between 0 and 100 years, got {ms} ms"),
+        ));
+    }
+    Ok(crate::store::duration_of(ms))
 }

@@ -124,6 +124,7 @@ pub struct SchedulerBuilder {
     settings: Settings,
     handlers: HashMap<String, Handler>,
     duplicate: Option<String>,
+    clock_skew_ms: i64,
 }
 
 impl fmt::Debug for SchedulerBuilder {
@@ -139,6 +140,18 @@ impl fmt::Debug for SchedulerBuilder {
 }
 
 impl SchedulerBuilder {
+    /// Shifts this node's own clock by this many milliseconds, for tests of
+    /// clock skew (the engine takes no decision on the node's clock, so a
+    /// skewed node behaves exactly as the others). Only with the `testing`
+    /// feature.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn clock_skew_for_tests(mut self, ms: i64) -> SchedulerBuilder {
+        self.clock_skew_ms = ms;
+        self
+    }
+
     /// Replaces the settings.
     pub fn settings(mut self, settings: Settings) -> SchedulerBuilder {
         self.settings = settings;
@@ -194,7 +207,7 @@ impl SchedulerBuilder {
                 reason: e.to_string(),
             })?;
         }
-        let inner = Inner::start(store, self.scheduler, self.settings, self.handlers).await?;
+        let inner = Inner::start(store, self.scheduler, self.settings, self.handlers, self.clock_skew_ms).await?;
         Ok(Scheduler { inner })
     }
 }
@@ -299,6 +312,7 @@ impl SchedulerBuilder {
             settings: Settings::default(),
             handlers: HashMap::new(),
             duplicate: None,
+            clock_skew_ms: 0,
         }
     }
 }

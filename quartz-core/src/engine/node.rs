@@ -85,8 +85,9 @@ impl<S: Store> Inner<S> {
         scheduler: String,
         settings: Settings,
         handlers: HashMap<String, Handler>,
+        clock_skew_ms: i64,
     ) -> Result<Arc<Inner<S>>, SchedulerError> {
-        let clock = Clock::new(settings.clock_skew_ms);
+        let clock = Clock::new(clock_skew_ms);
         let registration = registration(&scheduler, &settings, &handlers);
         let pool = Pool::builder()
             .core(settings.pool_core)

@@ -83,10 +83,6 @@ pub struct Settings {
     pub node_id: Option<String>,
     /// The node's weight for [`Strategy::Weighted`] (default 1).
     pub weight: u32,
-    /// Shifts this node's own clock by this many milliseconds. For tests of
-    /// clock skew: the engine takes no decision on the node's clock, so a
-    /// skewed node behaves exactly as the others.
-    pub clock_skew_ms: i64,
     /// How long finished fires, gone nodes and complete triggers are kept, and
     /// how often the cluster purges (default: succeeded fires 24 h, others
     /// 7 days, the newest 10 of each job always; see
@@ -119,7 +115,6 @@ impl Default for Settings {
             pool_keep_alive: Duration::from_secs(60),
             node_id: None,
             weight: 1,
-            clock_skew_ms: 0,
             retention: Retention::default(),
             metrics_job_label: false,
         }

@@ -53,12 +53,7 @@ impl<S: Store> Inner<S> {
         cancel_tx: watch::Sender<Option<CancelReason>>,
     ) {
         self.running.lock().insert(run.fire_id, cancel_tx.clone());
-        let timeout = run
-            .job
-            .spec
-            .timeout_ms
-            .and_then(|ms| u64::try_from(ms).ok())
-            .map(Duration::from_millis);
+        let timeout = run.job.spec.timeout;
         let mut done_rx = done_rx;
         let result = match timeout {
             Some(limit) => {

@@ -36,6 +36,7 @@ pub use spec::{
     ExecuteSpec, JobSpec, MAX_ATTEMPTS, MAX_DESCRIPTION_BYTES, MAX_ERROR_BYTES, MAX_NAME_BYTES, MAX_PAYLOAD_BYTES,
     NodeRegistration, RetryPolicy, check_name,
 };
+pub(crate) use spec::{duration_of, millis_of};
 
 /// How many fires a batched statement of a store names at most where the
 /// database takes no array parameter (MySQL's id lists), and how many

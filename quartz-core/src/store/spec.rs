@@ -2,6 +2,10 @@
 //! registration, and the limits and validation every backend applies at the
 //! boundary, before anything is stored.
 
+use std::time::Duration;
+
+use serde::Serialize;
+
 use crate::error::Error;
 use crate::trigger::Trigger;
 
@@ -35,53 +39,94 @@ pub struct NodeRegistration {
 }
 
 /// How a failed fire is retried: up to `max_attempts` attempts in all, each
-/// `backoff_ms` after the last failed (fixed backoff), or, with
-/// `backoff_max_ms`, after a delay that doubles with each attempt from
-/// `backoff_ms` up to `backoff_max_ms`, with jitter (exponential backoff).
+/// `backoff` after the last failed (fixed backoff), or, with `backoff_max`,
+/// after a delay that doubles with each attempt from `backoff` up to
+/// `backoff_max`, with jitter (exponential backoff). Durations are kept to
+/// the millisecond.
 ///
 /// ```
+/// use std::time::Duration;
 /// use quartz_core::store::RetryPolicy;
 ///
-/// let fixed = RetryPolicy { max_attempts: 3, backoff_ms: 1_000, backoff_max_ms: None };
-/// assert_eq!(fixed.delay_ms(2, 7), 1_000);
-/// let exponential = RetryPolicy { max_attempts: 5, backoff_ms: 1_000, backoff_max_ms: Some(60_000) };
-/// let third = exponential.delay_ms(3, 7); // before attempt 3: 2 s, less jitter
-/// assert!((1_000..=2_000).contains(&third));
+/// let fixed = RetryPolicy::fixed(3, Duration::from_secs(1));
+/// assert_eq!(fixed.delay(2, 7), Duration::from_secs(1));
+/// let exponential = RetryPolicy::exponential(5, Duration::from_secs(1), Duration::from_secs(60));
+/// let third = exponential.delay(3, 7); // before attempt 3: 2 s, less jitter
+/// assert!((Duration::from_secs(1)..=Duration::from_secs(2)).contains(&third));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts in all, 1 (no retry) to [`MAX_ATTEMPTS`].
     pub max_attempts: u32,
-    /// Milliseconds between a failure and the next attempt (for exponential
+    /// The wait between a failure and the next attempt (for exponential
     /// backoff, before the second attempt).
-    pub backoff_ms: i64,
-    /// Exponential backoff: the longest delay, in milliseconds. `None` for a
-    /// fixed backoff.
-    pub backoff_max_ms: Option<i64>,
+    pub backoff: Duration,
+    /// Exponential backoff: the longest wait. `None` for a fixed backoff.
+    pub backoff_max: Option<Duration>,
 }
 
 impl Default for RetryPolicy {
     fn default() -> RetryPolicy {
-        RetryPolicy {
-            max_attempts: 1,
-            backoff_ms: 0,
-            backoff_max_ms: None,
-        }
+        RetryPolicy::none()
     }
 }
 
+/// Milliseconds of a duration, saturating.
+pub(crate) fn millis_of(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A duration of stored milliseconds (a negative count is none).
+pub(crate) fn duration_of(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
 impl RetryPolicy {
-    /// The delay before attempt `next` (2 for the first retry) of a fire.
-    /// Exponential backoff doubles `backoff_ms` for each attempt after the
-    /// second, up to `backoff_max_ms`, then takes a delay between half of that
+    /// One attempt: no retry.
+    pub const fn none() -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 1,
+            backoff: Duration::ZERO,
+            backoff_max: None,
+        }
+    }
+
+    /// `max_attempts` in all, `backoff` apart.
+    pub const fn fixed(max_attempts: u32, backoff: Duration) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts,
+            backoff,
+            backoff_max: None,
+        }
+    }
+
+    /// `max_attempts` in all, the wait doubling from `first` up to `max`,
+    /// with jitter.
+    pub const fn exponential(max_attempts: u32, first: Duration, max: Duration) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts,
+            backoff: first,
+            backoff_max: Some(max),
+        }
+    }
+
+    /// The wait before attempt `next` (2 for the first retry) of a fire.
+    /// Exponential backoff doubles `backoff` for each attempt after the
+    /// second, up to `backoff_max`, then takes a wait between half of that
     /// and all of it, chosen by `seed` (the fire's id), so that many fires that
     /// failed together do not retry together.
-    pub fn delay_ms(&self, next: u32, seed: i64) -> i64 {
-        let Some(max) = self.backoff_max_ms else {
-            return self.backoff_ms;
+    pub fn delay(&self, next: u32, seed: i64) -> Duration {
+        duration_of(self.delay_ms(next, seed))
+    }
+
+    /// [`delay`](Self::delay) in milliseconds.
+    pub(crate) fn delay_ms(&self, next: u32, seed: i64) -> i64 {
+        let backoff = millis_of(self.backoff);
+        let Some(max) = self.backoff_max.map(millis_of) else {
+            return backoff;
         };
         let doublings = next.saturating_sub(2).min(62);
-        let full = self.backoff_ms.saturating_mul(1_i64 << doublings).min(max).max(0);
+        let full = backoff.saturating_mul(1_i64 << doublings).min(max).max(0);
         let half = full / 2;
         let spread = u64::try_from(full - half + 1).unwrap_or(1);
         let mixed = crate::engine::mix(u64::from_ne_bytes(seed.to_ne_bytes()) ^ u64::from(next));
@@ -105,8 +150,9 @@ pub struct JobSpec {
     pub requests_recovery: bool,
     /// Whether fires of the job may overlap.
     pub allow_concurrent: bool,
-    /// A run longer than this is cancelled and recorded failed.
-    pub timeout_ms: Option<i64>,
+    /// A run longer than this is cancelled and recorded failed (kept to the
+    /// millisecond).
+    pub timeout: Option<Duration>,
     /// How failures are retried.
     pub retry: RetryPolicy,
     /// Run after this job (by name) succeeds, instead of on triggers of its own.
@@ -124,10 +170,65 @@ impl JobSpec {
             description: String::new(),
             requests_recovery: false,
             allow_concurrent: true,
-            timeout_ms: None,
-            retry: RetryPolicy::default(),
+            timeout: None,
+            retry: RetryPolicy::none(),
             parent: None,
         }
+    }
+
+    /// The payload: any serde value, as JSON.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidJob`] when the value does not serialise to JSON (a
+    /// map with non-string keys, a failing `Serialize`).
+    pub fn with_payload<T: Serialize + ?Sized>(mut self, payload: &T) -> Result<JobSpec, Error> {
+        self.payload = serde_json::to_string(payload).map_err(|e| Error::InvalidJob {
+            reason: format!("the payload does not serialise to JSON: {e}"),
+        })?;
+        Ok(self)
+    }
+
+    /// The description.
+    #[must_use]
+    pub fn with_description(mut self, description: impl Into<String>) -> JobSpec {
+        self.description = description.into();
+        self
+    }
+
+    /// A timeout.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> JobSpec {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// A retry policy.
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> JobSpec {
+        self.retry = retry;
+        self
+    }
+
+    /// Re-run a fire whose node died mid-run (at-least-once), or not.
+    #[must_use]
+    pub fn with_recovery(mut self, requests_recovery: bool) -> JobSpec {
+        self.requests_recovery = requests_recovery;
+        self
+    }
+
+    /// Whether fires of the job may overlap.
+    #[must_use]
+    pub fn with_concurrency(mut self, allow_concurrent: bool) -> JobSpec {
+        self.allow_concurrent = allow_concurrent;
+        self
+    }
+
+    /// A parent: the job runs after each success of this one.
+    #[must_use]
+    pub fn with_parent(mut self, parent: impl Into<String>) -> JobSpec {
+        self.parent = Some(parent.into());
+        self
     }
 
     /// Checks every field; stores call this before writing anything.
@@ -141,8 +242,8 @@ impl JobSpec {
 
     /// As [`validate`](Self::validate), with the name of the field at fault
     /// (`name`, `handler`, `payload`, `description`, `timeout_ms`,
-    /// `max_attempts`, `backoff_ms`, `backoff_max_ms`, `parent`), as the
-    /// admin API reports it.
+    /// `max_attempts`, `backoff_ms`, `backoff_max_ms`, `parent`: the admin
+    /// API's names), as the admin API reports it.
     ///
     /// # Errors
     ///
@@ -183,7 +284,7 @@ impl JobSpec {
                 ),
             );
         }
-        if let Some(timeout) = self.timeout_ms
+        if let Some(timeout) = self.timeout.map(millis_of)
             && !(1..=crate::trigger::MAX_INTERVAL_MILLIS).contains(&timeout)
         {
             return invalid(
@@ -200,23 +301,20 @@ impl JobSpec {
                 ),
             );
         }
-        if !(0..=crate::trigger::MAX_INTERVAL_MILLIS).contains(&self.retry.backoff_ms) {
+        let backoff = millis_of(self.retry.backoff);
+        if backoff > crate::trigger::MAX_INTERVAL_MILLIS {
             return invalid(
                 "backoff_ms",
-                format!(
-                    "retry backoff must be between 0 and 100 years, got {} ms",
-                    self.retry.backoff_ms
-                ),
+                format!("retry backoff must be between 0 and 100 years, got {backoff} ms"),
             );
         }
-        if let Some(max) = self.retry.backoff_max_ms
-            && !(self.retry.backoff_ms..=crate::trigger::MAX_INTERVAL_MILLIS).contains(&max)
+        if let Some(max) = self.retry.backoff_max.map(millis_of)
+            && !(backoff..=crate::trigger::MAX_INTERVAL_MILLIS).contains(&max)
         {
             return invalid(
                 "backoff_max_ms",
                 format!(
-                    "the longest retry backoff must be between the first ({} ms) and 100 years, got {max} ms",
-                    self.retry.backoff_ms
+                    "the longest retry backoff must be between the first ({backoff} ms) and 100 years, got {max} ms"
                 ),
             );
         }
@@ -269,11 +367,7 @@ mod tests {
 
     #[test]
     fn exponential_backoff_doubles_up_to_its_cap_with_jitter() {
-        let policy = RetryPolicy {
-            max_attempts: 20,
-            backoff_ms: 1_000,
-            backoff_max_ms: Some(30_000),
-        };
+        let policy = RetryPolicy::exponential(20, Duration::from_secs(1), Duration::from_secs(30));
         for seed in 0..200 {
             for (next, full) in [
                 (2, 1_000),
@@ -296,7 +390,7 @@ mod tests {
             "jitter spreads fires that failed together: {spread:?}"
         );
         let fixed = RetryPolicy {
-            backoff_max_ms: None,
+            backoff_max: None,
             ..policy
         };
         assert!((2..20).all(|next| fixed.delay_ms(next, 9) == 1_000));

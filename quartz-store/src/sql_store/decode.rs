@@ -81,11 +81,17 @@ pub(super) fn decode_job(row: &AnyRow) -> Result<Job, StoreError> {
                 description: row.try_get("description")?,
                 requests_recovery: row.try_get::<i64, _>("requests_recovery")? != 0,
                 allow_concurrent: row.try_get::<i64, _>("allow_concurrent")? != 0,
-                timeout_ms: row.try_get("timeout_ms")?,
+                timeout: row
+                    .try_get::<Option<i64>, _>("timeout_ms")?
+                    .map(stored_duration)
+                    .transpose()?,
                 retry: RetryPolicy {
                     max_attempts: u32::try_from(row.try_get::<i64, _>("max_attempts")?)?,
-                    backoff_ms: row.try_get("backoff_ms")?,
-                    backoff_max_ms: row.try_get("backoff_max_ms")?,
+                    backoff: stored_duration(row.try_get("backoff_ms")?)?,
+                    backoff_max: row
+                        .try_get::<Option<i64>, _>("backoff_max_ms")?
+                        .map(stored_duration)
+                        .transpose()?,
                 },
                 parent: row.try_get("parent_job")?,
             },
@@ -152,4 +158,11 @@ pub(super) fn decode_fire(row: &AnyRow) -> Result<FireRecord, StoreError> {
     fire.map_err(|e| StoreError::Database {
         reason: format!("fire row cannot be decoded: {e}"),
     })
+}
+
+/// A duration stored in milliseconds; a negative one is a row written wrong.
+fn stored_duration(ms: i64) -> Result<std::time::Duration, Box<dyn std::error::Error + Send + Sync>> {
+    u64::try_from(ms)
+        .map(std::time::Duration::from_millis)
+        .map_err(|_| format!("a negative duration: {ms} ms").into())
 }

@@ -42,10 +42,10 @@ fn bind_job_spec(q: AnyQuery, job: &JobSpec) -> AnyQuery {
         .bind(job.description.clone())
         .bind(i64::from(job.requests_recovery))
         .bind(i64::from(job.allow_concurrent))
-        .bind(job.timeout_ms)
+        .bind(job.timeout.map(millis))
         .bind(i64::from(job.retry.max_attempts))
-        .bind(job.retry.backoff_ms)
-        .bind(job.retry.backoff_max_ms)
+        .bind(millis(job.retry.backoff))
+        .bind(job.retry.backoff_max.map(millis))
         .bind(job.parent.clone())
 }
 
@@ -596,4 +596,9 @@ impl SqlStore {
         tx.commit().await.map_err(db_error)?;
         Ok(won)
     }
+}
+
+/// A duration as stored: whole milliseconds.
+fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

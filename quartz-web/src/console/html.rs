@@ -17,6 +17,15 @@ pub(crate) fn segment(name: &str) -> String {
     utf8_percent_encode(name, SEGMENT).to_string()
 }
 
+/// A console path under the mount point: `/` is the mount point itself
+/// (`/quartz` when nested there, since `/quartz/` is not routed).
+pub(crate) fn at(base: &str, path: &str) -> String {
+    match (base.is_empty(), path) {
+        (false, "/") => base.to_owned(),
+        _ => format!("{base}{path}"),
+    }
+}
+
 /// A query string from pairs, the empty values left out.
 pub(crate) fn query(pairs: &[(&str, &str)]) -> String {
     let mut q = form_urlencoded::Serializer::new(String::new());
@@ -60,11 +69,11 @@ pub(crate) fn page(viewer: &Viewer, section: Section, title: &str, notice: Optio
             }
             body data-base=(base) data-csrf=(viewer.csrf) {
                 header.top {
-                    a.brand href={ (base) "/" } { "quartz" }
+                    a.brand href=(at(base, "/")) { "quartz" }
                     span.scheduler title="scheduler" { (viewer.scheduler) }
                     nav {
                         @for (s, label, path) in nav {
-                            a.current[s == section] href={ (base) (path) } { (label) }
+                            a.current[s == section] href=(at(base, path)) { (label) }
                         }
                     }
                     span.who {

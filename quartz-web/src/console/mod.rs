@@ -248,7 +248,7 @@ fn plain(status: StatusCode, base: &str, title: &str, message: &str) -> Response
                 main.narrow {
                     h1 { (title) }
                     p.error { (message) }
-                    p { a href={ (base) "/" } { "Back to the console" } }
+                    p { a href=(html::at(base, "/")) { "Back to the console" } }
                 }
             }
         }
@@ -315,7 +315,7 @@ async fn login_page<S: Store + Clone>(
     axum::extract::Query(q): axum::extract::Query<NextQuery>,
 ) -> Response {
     if !state.access.has_tokens() {
-        return see_other(&format!("{base}/"));
+        return see_other(&html::at(&base, "/"));
     }
     let next = safe_next(q.next.as_deref().unwrap_or("/"));
     login_form(&base, next, None).into_response()
@@ -327,7 +327,7 @@ async fn login<S: Store + Clone>(State(state): State<AppState<S>>, Base(base): B
     match state.access.role_of(fields.get("token").trim()) {
         Some(role) => {
             let (id, _) = state.sessions.open(role);
-            let mut response = see_other(&format!("{base}{next}"));
+            let mut response = see_other(&html::at(&base, next));
             if let Ok(cookie) = HeaderValue::from_str(&session_cookie(&base, &id, None)) {
                 response.headers_mut().append(header::SET_COOKIE, cookie);
             }

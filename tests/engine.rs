@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use quartz::store::internal::EngineStore as _;
 use quartz_testkit as common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

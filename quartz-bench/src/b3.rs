@@ -11,6 +11,7 @@
 use std::time::{Duration, Instant};
 
 use quartz_core::Timestamp;
+use quartz_core::store::internal::EngineStore as _;
 use quartz_core::store::{ExecuteSpec, JobSpec, Store};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_store::SqlStore;

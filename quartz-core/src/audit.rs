@@ -13,7 +13,7 @@
 //!
 //! Fixed-delay triggers have no grid to check gaps against, and triggers in
 //! error are skipped. The audit starts no earlier than the purge horizon
-//! ([`Store::purge_horizon`]): before it, succeeded fires may have been purged
+//! ([`EngineStore::purge_horizon`](crate::store::internal::EngineStore::purge_horizon)): before it, succeeded fires may have been purged
 //! under the retention settings.
 //!
 //! ```no_run

@@ -3,7 +3,7 @@
 //! At a thousand fires a second the ledger gains 86 million rows a day; nothing
 //! may grow for ever in a scheduler that runs for months. Every node runs a
 //! maintenance task: once per [`Retention::every`] one node of the cluster wins
-//! the purge turn by compare-and-set ([`Store::purge_turn`]) and deletes, in
+//! the purge turn by compare-and-set ([`EngineStore::purge_turn`](crate::store::internal::EngineStore::purge_turn)) and deletes, in
 //! batches of [`PURGE_BATCH`] rows, one statement at a time:
 //!
 //! - succeeded fires scheduled more than [`Retention::succeeded`] ago;
@@ -18,7 +18,7 @@
 //!
 //! The audit needs every fire time after the point where it starts checking:
 //! the store remembers the fire time before which succeeded fires may be gone
-//! ([`Store::purge_horizon`]) and the audit starts there.
+//! ([`EngineStore::purge_horizon`](crate::store::internal::EngineStore::purge_horizon)) and the audit starts there.
 //!
 //! ```
 //! use std::time::Duration;

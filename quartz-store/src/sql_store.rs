@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 
 use quartz_core::Timestamp;
+use quartz_core::store::internal::EngineStore;
 use quartz_core::store::{
     ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DueBatch, ExecuteCas, ExecuteSpec, FireQuery,
     FireRecord, FireState, FollowUp, Job, JobDetail, JobQuery, JobSpec, MAX_ERROR_BYTES, Node, NodeRef,
@@ -187,28 +188,6 @@ impl Store for SqlStore {
         Ok(Timestamp::from_millis(row.try_get::<i64, _>(0).map_err(db_error)?))
     }
 
-    async fn register_node(&self, node: &NodeRegistration) -> Result<Node, StoreError> {
-        check_name("scheduler name", &node.scheduler)?;
-        check_name("node id", &node.node_id)?;
-        // Nodes starting together take gap locks on MySQL (the UPDATE of a
-        // row not there yet) before they insert, and deadlock: again.
-        retry_conflicts(|| self.register_node_once(node)).await
-    }
-
-    async fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
-        self.changed_one(
-            self.query(
-                "UPDATE quartz_node SET heartbeat_at = {now}, busy = ? \
-                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live'",
-            )
-            .bind(count_to_i64(busy))
-            .bind(scheduler.to_owned())
-            .bind(node.node_id.clone())
-            .bind(node.incarnation),
-        )
-        .await
-    }
-
     async fn list_nodes(&self, scheduler: &str) -> Result<Vec<Node>, StoreError> {
         let rows = self
             .query(concat!(
@@ -221,33 +200,6 @@ impl Store for SqlStore {
             .await
             .map_err(db_error)?;
         rows.iter().map(decode_node).collect()
-    }
-
-    async fn retire_node(&self, scheduler: &str, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError> {
-        self.changed_one(
-            self.query(
-                "UPDATE quartz_node SET state = 'dead' \
-                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live' AND heartbeat_at < {now} - ?",
-            )
-            .bind(scheduler.to_owned())
-            .bind(node.node_id.clone())
-            .bind(node.incarnation)
-            .bind(dead_after_ms),
-        )
-        .await
-    }
-
-    async fn leave(&self, scheduler: &str, node: &NodeRef) -> Result<bool, StoreError> {
-        self.changed_one(
-            self.query(
-                "UPDATE quartz_node SET state = 'gone' \
-                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live'",
-            )
-            .bind(scheduler.to_owned())
-            .bind(node.node_id.clone())
-            .bind(node.incarnation),
-        )
-        .await
     }
 
     async fn add_executes(&self, scheduler: &str, name: &str, executes: &[ExecuteSpec]) -> Result<(), StoreError> {
@@ -304,6 +256,61 @@ impl Store for SqlStore {
 
     async fn delete_job(&self, scheduler: &str, name: &str) -> Result<(), StoreError> {
         self.job_delete(scheduler, name).await
+    }
+
+    async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
+        self.fires_query(query).await
+    }
+}
+
+impl EngineStore for SqlStore {
+    async fn register_node(&self, node: &NodeRegistration) -> Result<Node, StoreError> {
+        check_name("scheduler name", &node.scheduler)?;
+        check_name("node id", &node.node_id)?;
+        // Nodes starting together take gap locks on MySQL (the UPDATE of a
+        // row not there yet) before they insert, and deadlock: again.
+        retry_conflicts(|| self.register_node_once(node)).await
+    }
+
+    async fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
+        self.changed_one(
+            self.query(
+                "UPDATE quartz_node SET heartbeat_at = {now}, busy = ? \
+                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live'",
+            )
+            .bind(count_to_i64(busy))
+            .bind(scheduler.to_owned())
+            .bind(node.node_id.clone())
+            .bind(node.incarnation),
+        )
+        .await
+    }
+
+    async fn retire_node(&self, scheduler: &str, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError> {
+        self.changed_one(
+            self.query(
+                "UPDATE quartz_node SET state = 'dead' \
+                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live' AND heartbeat_at < {now} - ?",
+            )
+            .bind(scheduler.to_owned())
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .bind(dead_after_ms),
+        )
+        .await
+    }
+
+    async fn leave(&self, scheduler: &str, node: &NodeRef) -> Result<bool, StoreError> {
+        self.changed_one(
+            self.query(
+                "UPDATE quartz_node SET state = 'gone' \
+                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live'",
+            )
+            .bind(scheduler.to_owned())
+            .bind(node.node_id.clone())
+            .bind(node.incarnation),
+        )
+        .await
     }
 
     async fn due_executes(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError> {
@@ -506,10 +513,6 @@ impl Store for SqlStore {
 
     async fn executes_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
         self.executes_delete(scheduler, before, limit).await
-    }
-
-    async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
-        self.fires_query(query).await
     }
 }
 

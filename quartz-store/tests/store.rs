@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use quartz_core::store::internal::EngineStore as _;
 use quartz_testkit as common;
 use quartz_testkit::backend_tests;
 

@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use quartz_core::Timestamp;
+use quartz_core::store::internal::EngineStore;
 use quartz_core::store::{
     ChainedFire, ChangeQuery, ChangeRecord, Claim, DueBatch, ExecuteCas, ExecuteSpec, FireQuery, FireRecord, FireState,
     FollowUp, Job, JobDetail, JobQuery, JobSpec, Node, NodeRef, NodeRegistration, Outcome, PendingClaim, SkippedRecord,
@@ -218,7 +219,7 @@ impl<S: Store> FaultyStore<S> {
 
 /// The decorator's methods: each one runs the inner store's under the plan.
 macro_rules! faulty {
-    ($( fn $name:ident(&self $(, $arg:ident : $ty:ty)* ) -> $ret:ty; )*) => {
+    (impl Store; $( fn $name:ident(&self $(, $arg:ident : $ty:ty)* ) -> $ret:ty; )*) => {
         impl<S: Store> Store for FaultyStore<S> {
             fn acting_as(&self, actor: &str) -> FaultyStore<S> {
                 FaultyStore { inner: self.inner.acting_as(actor), faults: Arc::clone(&self.faults) }
@@ -231,15 +232,21 @@ macro_rules! faulty {
             )*
         }
     };
+    (impl EngineStore; $( fn $name:ident(&self $(, $arg:ident : $ty:ty)* ) -> $ret:ty; )*) => {
+        impl<S: Store> EngineStore for FaultyStore<S> {
+            $(
+                async fn $name(&self $(, $arg: $ty)*) -> Result<$ret, StoreError> {
+                    self.faults.around(stringify!($name), self.inner.$name($($arg),*)).await
+                }
+            )*
+        }
+    };
 }
 
 faulty! {
+    impl Store;
     fn now(&self) -> Timestamp;
-    fn register_node(&self, node: &NodeRegistration) -> Node;
-    fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> bool;
     fn list_nodes(&self, scheduler: &str) -> Vec<Node>;
-    fn retire_node(&self, scheduler: &str, node: &NodeRef, dead_after_ms: i64) -> bool;
-    fn leave(&self, scheduler: &str, node: &NodeRef) -> bool;
     fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Job;
     fn get_job(&self, scheduler: &str, name: &str) -> Option<JobDetail>;
     fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> Vec<Job>;
@@ -250,6 +257,15 @@ faulty! {
     fn set_paused(&self, scheduler: &str, name: &str, paused: bool) -> Job;
     fn add_executes(&self, scheduler: &str, name: &str, executes: &[ExecuteSpec]) -> ();
     fn delete_job(&self, scheduler: &str, name: &str) -> ();
+    fn fires(&self, query: &FireQuery) -> Vec<FireRecord>;
+}
+
+faulty! {
+    impl EngineStore;
+    fn register_node(&self, node: &NodeRegistration) -> Node;
+    fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> bool;
+    fn retire_node(&self, scheduler: &str, node: &NodeRef, dead_after_ms: i64) -> bool;
+    fn leave(&self, scheduler: &str, node: &NodeRef) -> bool;
     fn due_executes(&self, scheduler: &str, before: Timestamp, limit: u32) -> DueBatch;
     fn orphaned_executes(&self, scheduler: &str, limit: u32) -> DueBatch;
     fn update_execute(&self, cas: &ExecuteCas, records: &[SkippedRecord]) -> bool;
@@ -276,7 +292,6 @@ faulty! {
     fn fire_misfire_and_run_late(&self, fire_id: i64, node: &NodeRef, reason: &str, one_per_execute: bool) -> FollowUp;
     fn fires_pending(&self, scheduler: &str, before: Timestamp, limit: u32) -> Vec<FireRecord>;
     fn pending_claim(&self, fire_id: i64, node: &NodeRef, exclusive: bool) -> PendingClaim;
-    fn fires(&self, query: &FireQuery) -> Vec<FireRecord>;
     fn changes(&self, scheduler: &str) -> i64;
     fn change_wait(&self, scheduler: &str, seen: i64, max_wait: Duration) -> i64;
     fn purge_turn(&self, scheduler: &str, every_ms: i64) -> bool;

@@ -450,15 +450,28 @@ pub(crate) async fn create<S: Store + Clone>(
             .map_err(|e| field_errors(&e)),
         Err(errors) => Err(errors),
     };
+    settle(&state, &viewer, saved, &form, None, "created").await
+}
+
+/// After a save: to the job's page with `notice`, or the form again with
+/// each error beside its field.
+async fn settle<S: Store + Clone>(
+    state: &AppState<S>,
+    viewer: &Viewer,
+    saved: Result<JobView, FieldErrors>,
+    form: &JobForm,
+    editing: Option<&JobView>,
+    notice: &str,
+) -> Response {
     match saved {
         Ok(job) => viewer.redirect(&format!(
             "/jobs/{}{}",
             segment(&job.name),
-            query(&[("notice", "created"), ("subject", &job.name)])
+            query(&[("notice", notice), ("subject", &job.name)])
         )),
         Err(errors) => {
-            let handlers = handlers(&state).await;
-            respond(&viewer, StatusCode::BAD_REQUEST, &form, &errors, None, &handlers)
+            let handlers = handlers(state).await;
+            respond(viewer, StatusCode::BAD_REQUEST, form, &errors, editing, &handlers)
         }
     }
 }
@@ -508,15 +521,5 @@ pub(crate) async fn edit<S: Store + Clone>(
             .map_err(|e| field_errors(&e)),
         Err(errors) => Err(errors),
     };
-    match saved {
-        Ok(job) => viewer.redirect(&format!(
-            "/jobs/{}{}",
-            segment(&job.name),
-            query(&[("notice", "saved"), ("subject", &job.name)])
-        )),
-        Err(errors) => {
-            let handlers = handlers(&state).await;
-            respond(&viewer, StatusCode::BAD_REQUEST, &form, &errors, Some(&was), &handlers)
-        }
-    }
+    settle(&state, &viewer, saved, &form, Some(&was), "saved").await
 }

@@ -60,13 +60,7 @@ pub(crate) fn page(viewer: &Viewer, section: Section, title: &str, notice: Optio
     html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · quartz" }
-                link rel="stylesheet" href={ (base) "/assets/console.css" };
-                script src={ (base) "/assets/console.js" } defer {}
-            }
+            (head(base, title, true))
             body data-base=(base) data-csrf=(viewer.csrf) {
                 header.top {
                     a.brand href=(at(base, "/")) { "quartz" }
@@ -94,6 +88,19 @@ pub(crate) fn page(viewer: &Viewer, section: Section, title: &str, notice: Optio
                     (body)
                 }
             }
+        }
+    }
+}
+
+/// A page's head: its title, the stylesheet, and the script if it needs it.
+pub(crate) fn head(base: &str, title: &str, script: bool) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            title { (title) " · quartz" }
+            link rel="stylesheet" href={ (base) "/assets/console.css" };
+            @if script { script src={ (base) "/assets/console.js" } defer {} }
         }
     }
 }

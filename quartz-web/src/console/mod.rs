@@ -239,11 +239,7 @@ fn plain(status: StatusCode, base: &str, title: &str, message: &str) -> Response
     let markup = html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                title { (title) " · quartz" }
-                link rel="stylesheet" href={ (base) "/assets/console.css" };
-            }
+            (html::head(base, title, false))
             body.plain {
                 main.narrow {
                     h1 { (title) }
@@ -269,12 +265,7 @@ fn login_form(base: &str, next: &str, error: Option<&str>) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { "Log in · quartz" }
-                link rel="stylesheet" href={ (base) "/assets/console.css" };
-            }
+            (html::head(base, "Log in", false))
             body.plain {
                 main.narrow {
                     h1 { "quartz" }

@@ -76,7 +76,8 @@ async fn console(db: &TestDb) {
     browser.type_into("#token", ADMIN).await;
     browser.screenshot("login").await;
     browser.click("form.login button").await;
-    assert_eq!(browser.url().await, format!("{base}/jobs"));
+    browser.wait_url(&format!("{base}/jobs")).await;
+    browser.wait_text("h1", "Jobs").await;
 
     // The form: the preview follows the cron expression as it is typed.
     create_job(&browser, &base, JOB, "* * *").await;
@@ -108,7 +109,7 @@ async fn console(db: &TestDb) {
     .await;
     browser.screenshot("job-form").await;
     browser.click("#save").await;
-    assert_eq!(browser.text("h1").await, format!("Job {JOB}"));
+    browser.wait_text("h1", &format!("Job {JOB}")).await;
     assert!(browser.text("p.notice").await.contains("Created"));
 
     // It fires, and the history shows it.
@@ -128,13 +129,14 @@ async fn console(db: &TestDb) {
     // Pause it from the jobs table.
     browser.goto(&format!("{base}/jobs")).await;
     browser.click(&format!("tr[data-job=\"{JOB}\"] button.pause")).await;
-    assert!(browser.text("p.notice").await.contains(&format!("Paused {JOB}")));
+    browser.wait_text("p.notice", &format!("Paused {JOB}")).await;
     assert_eq!(browser.text(&format!("tr[data-job=\"{JOB}\"] .badge")).await, "paused");
     assert_eq!(admin.job(JOB).await.unwrap().state, "paused");
 
     // A job named like a script shows as its name and runs nothing.
     create_job(&browser, &base, SCRIPT_NAME, "0 0 6 * * ?").await;
     browser.click("#save").await;
+    browser.wait_text("h1", &format!("Job {SCRIPT_NAME}")).await;
     assert_eq!(browser.alert().await, None, "no script ran");
     assert_eq!(browser.text("h1").await, format!("Job {SCRIPT_NAME}"));
     browser.goto(&format!("{base}/jobs")).await;
@@ -152,10 +154,10 @@ async fn console(db: &TestDb) {
 
     // Delete it, behind its confirmation.
     browser.click("a.act.delete").await;
-    assert!(browser.text("p.warning").await.contains("cannot be undone"));
+    browser.wait_text("p.warning", "cannot be undone").await;
     browser.screenshot("delete").await;
     browser.click("#confirm-delete").await;
-    assert!(browser.text("p.notice").await.contains("Deleted"));
+    browser.wait_text("p.notice", "Deleted").await;
     assert!(admin.job(SCRIPT_NAME).await.is_err());
 
     for (page, name) in [("/", "overview"), ("/nodes", "nodes"), ("/changes", "changes")] {

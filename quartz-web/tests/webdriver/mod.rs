@@ -214,6 +214,31 @@ impl Browser {
         text.as_str().unwrap().to_owned()
     }
 
+    /// Waits until an element matching `css` shows text containing `text`
+    /// (a click that submits a form returns before the next page is built).
+    pub async fn wait_text(&self, css: &str, text: &str) {
+        quartz_testkit::wait_for(Duration::from_secs(15), &format!("{css} to show {text:?}"), || async {
+            let Some(e) = self.try_find(css).await else {
+                return Err(format!("no {css} on {}", self.url().await));
+            };
+            match self.session("GET", &format!("/element/{e}/text"), Value::Null).await {
+                Ok(shown) if shown.as_str().is_some_and(|s| s.contains(text)) => Ok(()),
+                Ok(shown) => Err(format!("{css} shows {shown}")),
+                Err(e) => Err(e), // the page changed under the lookup
+            }
+        })
+        .await;
+    }
+
+    /// Waits until the page's URL is `url`.
+    pub async fn wait_url(&self, url: &str) {
+        quartz_testkit::wait_for(Duration::from_secs(15), &format!("the page {url}"), || async {
+            let now = self.url().await;
+            if now == url { Ok(()) } else { Err(now) }
+        })
+        .await;
+    }
+
     /// Runs a script in the page and returns its value.
     pub async fn script(&self, script: &str) -> Value {
         self.session("POST", "/execute/sync", json!({"script": script, "args": []}))

@@ -38,6 +38,30 @@
 //! evaluator here is a port of Quartz's `getTimeAfter` over an emulation of that
 //! calendar, checked against next fire times computed by Quartz itself.
 //!
+//! # Which Quartz: 2.3.2
+//!
+//! The evaluator follows Quartz **2.3.2**: the release the cluster-enhanced fork
+//! this project grew from was built on, and the one Linux distributions ship
+//! (Debian's `libquartz2-java`). Quartz 2.5 rewrote the day-of-month walk, and
+//! 2.5.2 fixed part of it (quartz #1420); the two releases still disagree on
+//! `nW`, and every such answer here is 2.3.2's:
+//!
+//! - `31W` (or `30W`, `29W`) in a month without that day: 2.5.2 never fires
+//!   there; 2.3.2, asked after the previous month's fire, can fire on the
+//!   month's last weekday. `0 0 12 31W * ?` after 2027-03-31 12:00 UTC: 2.3.2
+//!   fires 2027-04-30 12:00, 2.5.2 2027-05-31 12:00.
+//! - `nW` whose day falls on a weekend, asked between that day and the weekday
+//!   it moves to: 2.3.2 fires on that weekday, 2.5.2 skips the month. Sunday
+//!   1 February 2026: `0 0 12 1W * ?` after 2026-02-01 12:00 UTC fires
+//!   2026-02-02 12:00 in 2.3.2, 2026-03-02 12:00 in 2.5.2 (the same for `15W`
+//!   after Sunday 15 February).
+//!
+//! Where they agree, so do we (`1W` on a Saturday 1st is Monday the 3rd in
+//! both). `LW` does not differ. The 419 cases where the releases disagree over
+//! 2026 and 2027 (n = 1..31 and `LW`, UTC and New York), computed by each
+//! release's own `CronExpression`, are a test
+//! (`tests/cron_quartz_version.rs`).
+//!
 //! # Where we are stricter than Quartz
 //!
 //! Quartz silently misreads some strings; those are refused here with an error

@@ -24,6 +24,7 @@
 
 pub mod admin;
 pub mod audit;
+pub mod calendar;
 pub mod cron;
 pub mod engine;
 mod error;

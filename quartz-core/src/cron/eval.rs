@@ -434,6 +434,21 @@ fn days_until(from: i64, to: i64) -> i64 {
     }
 }
 
+/// The instant, in milliseconds, of a local date and time of day in the zone,
+/// as a lenient Java calendar sets it (a time in a gap moves forward; a time
+/// in an overlap takes the later instant).
+pub(crate) fn java_instant_ms(tz: &Tz, date: NaiveDate, ms_of_day: i64) -> Option<i64> {
+    let wall = wall_seconds(
+        i64::from(date.year()),
+        i64::from(date.month()),
+        i64::from(date.day()),
+        0,
+        0,
+        ms_of_day.div_euclid(1000),
+    )?;
+    Some(resolve(tz, wall)? * 1000 + ms_of_day.rem_euclid(1000))
+}
+
 /// The instant of a wall time in the zone (Quartz's temporary calendar `tcal`).
 fn instant_of(tz: &Tz, year: i64, month: i64, day: i64, hour: i64, minute: i64, second: i64) -> Option<i64> {
     resolve(tz, wall_seconds(year, month, day, hour, minute, second)?)

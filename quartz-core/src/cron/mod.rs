@@ -71,7 +71,7 @@
 //!
 //! The last year evaluated is 2099, the last year an expression may name.
 
-mod eval;
+pub(crate) mod eval;
 mod parse;
 
 /// The longest cron expression accepted, in bytes (the stores' column holds
@@ -159,6 +159,24 @@ impl CronExpression {
     /// increasing: `next_after(t) > t`.
     pub fn next_after(&self, after: Timestamp, zone: Tz) -> Option<Timestamp> {
         eval::next_after(&self.inner.fields, &zone, after.as_millis()).map(Timestamp::from_millis)
+    }
+
+    /// Whether the expression matches the second `at` falls in, as Quartz's
+    /// `isSatisfiedBy`: the second is set again as a wall time in the zone
+    /// (so in a fall-back overlap it is the later of the two), and the next
+    /// time after the second before it must be it.
+    pub fn is_satisfied_by(&self, at: Timestamp, zone: Tz) -> bool {
+        use chrono::Timelike;
+        let Some(utc) = chrono::DateTime::from_timestamp_millis(at.as_millis()) else {
+            return false;
+        };
+        let local = utc.with_timezone(&zone);
+        let second_of_day = i64::from(local.num_seconds_from_midnight());
+        let Some(second) = eval::java_instant_ms(&zone, local.date_naive(), second_of_day * 1000) else {
+            return false;
+        };
+        self.next_after(Timestamp::from_millis(second - 1000), zone)
+            .is_some_and(|t| t.as_millis() == second)
     }
 
     /// The fire times after `after`, in order, until the expression ends.

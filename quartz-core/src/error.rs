@@ -80,6 +80,15 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A calendar whose definition is out of range or contradicts itself, or
+    /// whose chain of bases is broken (a base missing, a cycle).
+    #[error("invalid calendar: {field}: {reason}")]
+    InvalidCalendar {
+        /// The field at fault (`days`, `range`, `cron`, `time_zone`, `base`, …).
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
     /// A time zone name that is not in the IANA database.
     #[error("unknown time zone {zone:?} (expected an IANA name such as \"Europe/London\")")]
     UnknownTimeZone {

@@ -1239,8 +1239,12 @@ async fn strategies_offer_executes_by_weight_and_by_load(db: &TestDb) {
     assert!((58..=92).contains(&heavy_share), "weights 3 : 1 gave {weighted:?}");
     let loaded = executes_won_by(&rows, &jobs, "l-");
     let busy_share = loaded.get("busy").copied().unwrap_or(0);
-    // Expected about 5 of 100 (weights 1/21 : 1).
-    assert!(busy_share <= 20, "a node running 20 fires was offered {loaded:?}");
+    // About 5 of 100 when both nodes see each other's load at once (weights
+    // 1/21 : 1). Each node reads the other's load from its own last heartbeat,
+    // and a fire the preferred node has not claimed a strategy grace later is
+    // any node's: on a loaded 2-core machine the busy node has taken up to 28.
+    // With no preference it would take 50 ± 5; 35 is three deviations below.
+    assert!(busy_share <= 35, "a node running 20 fires was offered {loaded:?}");
 }
 
 /// A job whose handler only some nodes have runs on those; once none of them

@@ -56,6 +56,7 @@ type AnyQuery = sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>;
 
 mod claims;
 mod decode;
+mod executes;
 mod fires;
 mod jobs;
 mod nodes;

@@ -20,7 +20,7 @@ use quartz_core::trigger::TriggerState;
 use serde_json::{Value, json};
 use sqlx::{Any, Row, Transaction};
 
-use super::jobs::{bind_cas_expect, bind_cas_set};
+use super::executes::{bind_cas_expect, bind_cas_set};
 use super::*;
 
 /// A ledger row for one fire of an execute (binds: the job, when not the

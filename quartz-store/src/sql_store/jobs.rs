@@ -1,36 +1,15 @@
-//! Jobs and their executes: creation, edits, pause and delete (each a
-//! change the nodes see at once), the poll's due executes, and the
-//! compare-and-set on an execute row.
+//! Jobs and their executes: creation, edits, pause and delete, each a
+//! change the nodes see at once. The poll's reads and the compare-and-set on
+//! an execute row are in `executes.rs`.
 
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    CHANGE_VISIBILITY_MS, ChangeAction, DueBatch, ExecuteCas, ExecuteSpec, ExecuteState, Job, JobDetail, JobQuery,
-    JobSpec, JobState, RejectedRow, SkippedRecord, StoreError, TriggerColumns, check_name,
+    CHANGE_VISIBILITY_MS, ChangeAction, ExecuteSpec, ExecuteState, Job, JobDetail, JobQuery, JobSpec, JobState,
+    RejectedRow, StoreError, TriggerColumns, check_name,
 };
-use sqlx::any::AnyRow;
 use sqlx::{Any, Transaction};
 
 use super::*;
-
-/// Binds the state a compare-and-set writes: previous and next fire time,
-/// times triggered, state, owner's node id and incarnation.
-pub(super) fn bind_cas_set(q: AnyQuery, cas: &ExecuteCas) -> AnyQuery {
-    q.bind(cas.set.prev_fire_time.map(Timestamp::as_millis))
-        .bind(cas.set.next_fire_time.map(Timestamp::as_millis))
-        .bind(count_to_i64(cas.set.times_triggered))
-        .bind(cas.set_state.as_str())
-        .bind(cas.set_owner.as_ref().map(|n| n.node_id.clone()))
-        .bind(cas.set_owner.as_ref().map(|n| n.incarnation))
-}
-
-/// Binds what a compare-and-set expects: the execute, its state, its
-/// previous and next fire time.
-pub(super) fn bind_cas_expect(q: AnyQuery, cas: &ExecuteCas) -> AnyQuery {
-    q.bind(cas.execute_id)
-        .bind(cas.expect_state.as_str())
-        .bind(cas.expect.prev_fire_time.map(Timestamp::as_millis))
-        .bind(cas.expect.next_fire_time.map(Timestamp::as_millis))
-}
 
 /// Binds a job's own columns, as written on create and on edit: name,
 /// handler, payload, description, recovery, concurrency, timeout, attempts,
@@ -145,111 +124,6 @@ impl SqlStore {
             }
         }
         Ok(detail)
-    }
-
-    /// Decodes execute rows; marks the ones that cannot be decoded as errors.
-    pub(super) async fn serve(&self, rows: Vec<AnyRow>, batch: &mut DueBatch) -> Result<(), StoreError> {
-        for row in rows {
-            match decode_execute(&row) {
-                Ok(execute) => batch.executes.push(execute),
-                Err(RowError { id, reason }) => {
-                    tracing::warn!(execute_id = id, %reason, "execute row cannot be understood; marked as an error");
-                    self.query("UPDATE quartz_execute SET state = ?, error = ?, updated_at = {now} WHERE id = ?")
-                        .bind(ExecuteState::Error.as_str())
-                        .bind(truncate(&reason))
-                        .bind(id)
-                        .execute(&self.db.pool)
-                        .await
-                        .map_err(db_error)?;
-                    batch.rejected.push(RejectedRow { execute_id: id, reason });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    pub(super) async fn cas_execute(
-        &self,
-        tx: &mut Transaction<'static, Any>,
-        cas: &ExecuteCas,
-    ) -> Result<bool, StoreError> {
-        let (set_start, set_limit) = match &cas.set_trigger {
-            Some(t) => (
-                Some(t.start().as_millis()),
-                t.repeat_limit().map(|l| i64::try_from(l).unwrap_or(i64::MAX)),
-            ),
-            None => (None, None),
-        };
-        let reschedule = cas.set_trigger.is_some();
-        let signature = cas
-            .set_trigger
-            .as_ref()
-            .map(|t| TriggerColumns::from_trigger(t).signature())
-            .or(cas.set_signature);
-        let q = match (reschedule, cas.expect_owner.is_some()) {
-            (false, false) => self.query(
-                "UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, state = ?, \
-                 node_id = ?, incarnation = ?, schedule_sig = COALESCE(?, schedule_sig), updated_at = {now} \
-                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ?",
-            ),
-            (false, true) => self.query(
-                "UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, state = ?, \
-                 node_id = ?, incarnation = ?, schedule_sig = COALESCE(?, schedule_sig), updated_at = {now} \
-                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? \
-                 AND node_id {is} ? AND incarnation {is} ?",
-            ),
-            (true, false) => self.query(
-                "UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, state = ?, \
-                 node_id = ?, incarnation = ?, schedule_sig = COALESCE(?, schedule_sig), updated_at = {now}, \
-                 start_time = ?, repeat_limit = ? \
-                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ?",
-            ),
-            (true, true) => self.query(
-                "UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, state = ?, \
-                 node_id = ?, incarnation = ?, schedule_sig = COALESCE(?, schedule_sig), updated_at = {now}, \
-                 start_time = ?, repeat_limit = ? \
-                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? \
-                 AND node_id {is} ? AND incarnation {is} ?",
-            ),
-        };
-        let mut q = bind_cas_set(q, cas).bind(signature);
-        if reschedule {
-            q = q.bind(set_start).bind(set_limit);
-        }
-        q = bind_cas_expect(q, cas);
-        if let Some(owner) = &cas.expect_owner {
-            q = q.bind(owner.node_id.clone()).bind(owner.incarnation);
-        }
-        let done = q.execute(&mut **tx).await.map_err(db_error)?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    /// An execute's compare-and-set and, when it wins, its ledger records,
-    /// inside a transaction.
-    pub(super) async fn update_in(
-        &self,
-        tx: &mut Transaction<'static, Any>,
-        cas: &ExecuteCas,
-        records: &[SkippedRecord],
-    ) -> Result<bool, StoreError> {
-        if !self.cas_execute(tx, cas).await? {
-            return Ok(false);
-        }
-        for record in records {
-            self.insert_fire(
-                tx,
-                cas.execute_id,
-                None,
-                record.from,
-                1,
-                None,
-                record.state,
-                Some(&record.reason),
-                Some((record.until, record.count)),
-            )
-            .await?;
-        }
-        Ok(true)
     }
 
     pub(super) async fn job_create(
@@ -515,86 +389,6 @@ impl SqlStore {
             .await
             .map_err(db_error)?;
         rows.iter().map(decode_job).collect()
-    }
-
-    pub(super) async fn executes_due(
-        &self,
-        scheduler: &str,
-        before: Timestamp,
-        limit: u32,
-    ) -> Result<DueBatch, StoreError> {
-        let mut batch = DueBatch::default();
-        let due = self
-            .query(concat!(
-                "SELECT ",
-                execute_cols!(),
-                " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time < ? \
-                 ORDER BY next_fire_time, priority DESC LIMIT ?"
-            ))
-            .bind(scheduler.to_owned())
-            .bind(before.as_millis())
-            .bind(i64::from(limit))
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
-        let room = u32::try_from(due.len()).map_or(0, |n| limit.saturating_sub(n));
-        self.serve(due, &mut batch).await?;
-        if room > 0 {
-            let uninitialised = self
-                .query(concat!(
-                    "SELECT ",
-                    execute_cols!(),
-                    " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time IS NULL \
-                     ORDER BY id LIMIT ?"
-                ))
-                .bind(scheduler.to_owned())
-                .bind(i64::from(room))
-                .fetch_all(&self.db.pool)
-                .await
-                .map_err(db_error)?;
-            self.serve(uninitialised, &mut batch).await?;
-        }
-        Ok(batch)
-    }
-
-    pub(super) async fn executes_orphaned(&self, scheduler: &str, limit: u32) -> Result<DueBatch, StoreError> {
-        let rows = self
-            .query(concat!(
-                "SELECT ",
-                execute_cols!(),
-                " FROM quartz_execute e WHERE e.scheduler = ? AND e.state = 'running' AND NOT EXISTS \
-                 (SELECT 1 FROM quartz_node n WHERE n.scheduler = e.scheduler AND n.node_id = e.node_id \
-                 AND n.incarnation = e.incarnation AND n.state = 'live') ORDER BY e.id LIMIT ?"
-            ))
-            .bind(scheduler.to_owned())
-            .bind(i64::from(limit))
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
-        let mut batch = DueBatch::default();
-        self.serve(rows, &mut batch).await?;
-        Ok(batch)
-    }
-
-    pub(super) async fn executes_update(
-        &self,
-        updates: &[(ExecuteCas, Vec<SkippedRecord>)],
-    ) -> Result<Vec<bool>, StoreError> {
-        let mut won = Vec::with_capacity(updates.len());
-        if updates.is_empty() {
-            return Ok(won);
-        }
-        // One lock order on every node: by row.
-        let mut order: Vec<usize> = (0..updates.len()).collect();
-        order.sort_by_key(|&i| updates[i].0.execute_id);
-        won.resize(updates.len(), false);
-        let mut tx = self.begin().await?;
-        for i in order {
-            let (cas, records) = &updates[i];
-            won[i] = self.update_in(&mut tx, cas, records).await?;
-        }
-        tx.commit().await.map_err(db_error)?;
-        Ok(won)
     }
 }
 

@@ -35,11 +35,11 @@ pub use rows::{
     FireRecord, FireState, FollowUp, Job, JobDetail, JobQuery, JobState, Node, NodeRef, NodeState, Outcome,
     PendingClaim, RejectedRow,
 };
+pub(crate) use spec::duration_of;
 pub use spec::{
     ExecuteSpec, JobSpec, MAX_ATTEMPTS, MAX_DESCRIPTION_BYTES, MAX_ERROR_BYTES, MAX_NAME_BYTES, MAX_PAYLOAD_BYTES,
-    NodeRegistration, RetryPolicy, check_name,
+    NodeRegistration, RetryPolicy, check_name, millis_of,
 };
-pub(crate) use spec::{duration_of, millis_of};
 
 /// How many fires a batched statement of a store names at most where the
 /// database takes no array parameter (MySQL's id lists), and how many

@@ -71,8 +71,8 @@ impl Default for RetryPolicy {
     }
 }
 
-/// Milliseconds of a duration, saturating.
-pub(crate) fn millis_of(d: Duration) -> i64 {
+/// Milliseconds of a duration, saturating: how stores keep durations.
+pub fn millis_of(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 

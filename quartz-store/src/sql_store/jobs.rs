@@ -5,7 +5,7 @@
 use quartz_core::Timestamp;
 use quartz_core::store::{
     CHANGE_VISIBILITY_MS, ChangeAction, ExecuteSpec, ExecuteState, Job, JobDetail, JobQuery, JobSpec, JobState,
-    RejectedRow, StoreError, TriggerColumns, check_name,
+    RejectedRow, StoreError, TriggerColumns, check_name, millis_of,
 };
 use sqlx::{Any, Transaction};
 
@@ -21,10 +21,10 @@ fn bind_job_spec(q: AnyQuery, job: &JobSpec) -> AnyQuery {
         .bind(job.description.clone())
         .bind(i64::from(job.requests_recovery))
         .bind(i64::from(job.allow_concurrent))
-        .bind(job.timeout.map(millis))
+        .bind(job.timeout.map(millis_of))
         .bind(i64::from(job.retry.max_attempts))
-        .bind(millis(job.retry.backoff))
-        .bind(job.retry.backoff_max.map(millis))
+        .bind(millis_of(job.retry.backoff))
+        .bind(job.retry.backoff_max.map(millis_of))
         .bind(job.parent.clone())
 }
 
@@ -390,9 +390,4 @@ impl SqlStore {
             .map_err(db_error)?;
         rows.iter().map(decode_job).collect()
     }
-}
-
-/// A duration as stored: whole milliseconds.
-fn millis(d: std::time::Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

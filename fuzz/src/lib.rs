@@ -112,6 +112,7 @@ pub fn trigger_row(data: &[u8]) {
         end_time: (flags & 32 == 0).then(|| number(2)),
         repeat_limit: (flags & 64 == 0).then(|| number(3)),
         misfire_policy: next().unwrap_or_else(|| "smart".to_owned()),
+        calendar: None,
     };
     if let Ok(trigger) = columns.to_trigger() {
         let mut t = Timestamp::from_millis(columns.start_time.saturating_sub(1));

@@ -29,7 +29,7 @@
 
 use std::collections::BTreeSet;
 
-use chrono::{DateTime, Datelike, NaiveDate, Weekday};
+use chrono::{DateTime, Datelike, NaiveDate, Offset, Weekday};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
@@ -114,6 +114,66 @@ impl Calendar {
             } => self.daily_includes(t.as_millis(), local.date_naive(), *start_ms, *end_ms, *invert),
             CalendarKind::Cron(expr) => !expr.is_satisfied_by(t, self.zone),
         }
+    }
+
+    /// When `t` is excluded, an instant after it up to which every instant
+    /// is excluded too (not always the last one: a lower bound, so a search
+    /// for the next included time can jump there); `None` when `t` is
+    /// included.
+    pub fn excluded_until(&self, t: Timestamp) -> Option<Timestamp> {
+        if let Some(base) = &self.base
+            && let Some(until) = base.excluded_until(t)
+        {
+            return Some(until);
+        }
+        if self.is_time_included(t) {
+            return None;
+        }
+        let ms = t.as_millis();
+        let local = DateTime::from_timestamp_millis(ms)?.with_timezone(&self.zone);
+        let date = local.date_naive();
+        let until = match &self.kind {
+            CalendarKind::Holiday(_) | CalendarKind::Annual(_) | CalendarKind::Monthly(_) | CalendarKind::Weekly(_) => {
+                self.next_day_bound(ms, date)
+            }
+            CalendarKind::Daily {
+                start_ms,
+                end_ms,
+                invert,
+            } => {
+                let at = |date: NaiveDate, ms: u32| crate::cron::eval::java_instant_ms(&self.zone, date, i64::from(ms));
+                match (at(date, *start_ms), at(date, *end_ms)) {
+                    (Some(start), Some(end)) if !invert && (start..=end).contains(&ms) => end + 1,
+                    (Some(start), Some(_)) if *invert && ms < start => start,
+                    (Some(_), Some(end)) if *invert && ms > end => {
+                        date.succ_opt().and_then(|next| at(next, *start_ms)).unwrap_or(ms + 1)
+                    }
+                    _ => ms + 1,
+                }
+            }
+            CalendarKind::Cron(_) => (ms.div_euclid(1000) + 1) * 1000,
+        };
+        Some(Timestamp::from_millis(until.max(ms + 1)))
+    }
+
+    /// An instant no later than the first one whose local date is after
+    /// `date` (the offsets around the change of day may differ from `t`'s:
+    /// the largest of those over the next two days gives the earliest).
+    fn next_day_bound(&self, t: i64, date: NaiveDate) -> i64 {
+        let Some(midnight) = date.succ_opt().and_then(|d| d.and_hms_opt(0, 0, 0)) else {
+            return t + 1;
+        };
+        let offset_ms = |at: i64| {
+            DateTime::from_timestamp_millis(at).map_or(0, |u| {
+                i64::from(u.with_timezone(&self.zone).offset().fix().local_minus_utc()) * 1000
+            })
+        };
+        let largest = [0, 1, 2]
+            .iter()
+            .map(|d| offset_ms(t + d * i64::from(MS_PER_DAY)))
+            .max()
+            .unwrap_or(0);
+        midnight.and_utc().timestamp_millis() - largest
     }
 
     /// Quartz's `DailyCalendar.isTimeIncluded`: the day's bounds and the

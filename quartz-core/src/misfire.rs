@@ -458,6 +458,7 @@ impl Decider<'_> {
             next_fire_time: next,
             times_triggered,
             awaiting_finish: false,
+            calendar_stamp: self.state.calendar_stamp,
         }
     }
 
@@ -511,6 +512,7 @@ impl Decider<'_> {
                 next_fire_time: Some(first_kept),
                 times_triggered: self.state.times_triggered,
                 awaiting_finish: false,
+                calendar_stamp: self.state.calendar_stamp,
             };
             (state, self.trigger.skipped(self.overdue, first_kept), kept)
         };

@@ -20,8 +20,11 @@
 //! # Ok::<(), quartz_core::Error>(())
 //! ```
 
+use std::sync::Arc;
+
 use chrono_tz::Tz;
 
+use crate::calendar::Calendar;
 use crate::cron::CronExpression;
 use crate::error::Error;
 use crate::misfire::MisfirePolicy;
@@ -123,7 +126,23 @@ pub struct Trigger {
     end: Option<Timestamp>,
     repeat_limit: Option<u64>,
     misfire_policy: MisfirePolicy,
+    calendar: Option<TriggerCalendar>,
 }
+
+/// The calendar a trigger names and, once the store has read it, the
+/// calendar itself (its chain of bases resolved).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerCalendar {
+    /// The calendar's name in the scheduler.
+    pub name: String,
+    /// The calendar, when read; a trigger whose calendar is not read has no
+    /// fire time (the store reads it with the trigger).
+    pub calendar: Option<Arc<Calendar>>,
+}
+
+/// How far past a candidate the search for a fire time its calendar
+/// includes goes before it gives up (Quartz gives up 100 years ahead).
+const CALENDAR_GIVE_UP_MS: i64 = 100 * 366 * 86_400_000;
 
 impl Trigger {
     /// A trigger that may fire from `start` on (for `Once`, exactly at `start`),
@@ -145,6 +164,7 @@ impl Trigger {
             end: None,
             repeat_limit: None,
             misfire_policy: MisfirePolicy::Smart,
+            calendar: None,
         })
     }
 
@@ -196,6 +216,7 @@ impl Trigger {
             end: None,
             repeat_limit: None,
             misfire_policy: MisfirePolicy::Smart,
+            calendar: None,
         }
     }
 
@@ -247,6 +268,81 @@ impl Trigger {
     /// The misfire policy.
     pub fn misfire_policy(&self) -> MisfirePolicy {
         self.misfire_policy
+    }
+
+    /// Names the calendar whose excluded times are not fire times (see
+    /// [`crate::calendar`]). The store reads it with the trigger; until then
+    /// the trigger has no fire time.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTrigger`] when the name is empty or over 200 bytes.
+    pub fn with_calendar(mut self, name: &str) -> Result<Trigger, Error> {
+        if name.trim().is_empty() || name.len() > 200 {
+            return Err(Error::InvalidTrigger {
+                reason: format!("a calendar name must be 1 to 200 bytes, not blank; got {name:?}"),
+            });
+        }
+        self.calendar = Some(TriggerCalendar {
+            name: name.to_owned(),
+            calendar: None,
+        });
+        Ok(self)
+    }
+
+    /// The trigger with its named calendar read: `calendar` is what the
+    /// name stands for. Without a name, the trigger is unchanged.
+    #[must_use]
+    pub fn with_calendar_read(mut self, calendar: Arc<Calendar>) -> Trigger {
+        if let Some(named) = &mut self.calendar {
+            named.calendar = Some(calendar);
+        }
+        self
+    }
+
+    /// The name of the calendar the trigger uses, if any.
+    pub fn calendar_name(&self) -> Option<&str> {
+        self.calendar.as_ref().map(|c| c.name.as_str())
+    }
+
+    /// The calendar the trigger uses, with whether it has been read.
+    pub fn calendar(&self) -> Option<&TriggerCalendar> {
+        self.calendar.as_ref()
+    }
+
+    /// Whether `t` may be a fire time as far as the calendar says (always,
+    /// without one).
+    pub fn calendar_includes(&self, t: Timestamp) -> bool {
+        match &self.calendar {
+            None => true,
+            Some(TriggerCalendar { calendar: None, .. }) => false,
+            Some(TriggerCalendar {
+                calendar: Some(calendar),
+                ..
+            }) => calendar.is_time_included(t),
+        }
+    }
+
+    /// The first of `first` and the candidates after it (`after(t)` is the
+    /// next candidate after `t`) that the calendar includes, as Quartz's
+    /// triggers search: `None` when there is none within
+    /// [`CALENDAR_GIVE_UP_MS`], or when the calendar is not read.
+    fn included(&self, first: Timestamp, after: impl Fn(Timestamp) -> Option<Timestamp>) -> Option<Timestamp> {
+        let Some(named) = &self.calendar else {
+            return Some(first);
+        };
+        let calendar = named.calendar.as_ref()?;
+        let give_up = first.checked_add_millis(CALENDAR_GIVE_UP_MS)?;
+        let mut t = first;
+        while let Some(until) = calendar.excluded_until(t) {
+            // Every instant before `until` is excluded: the next candidate is
+            // the first at or after it.
+            t = after(until.checked_add_millis(-1)?.max(t))?;
+            if t > give_up {
+                return None;
+            }
+        }
+        Some(t)
     }
 
     /// The same trigger started afresh at `start` with a new repeat limit, as a
@@ -305,6 +401,16 @@ impl Trigger {
     /// The first fire time: the start itself, or for cron the first matching time
     /// at or after it. `None` when there is none inside the window.
     pub fn first_fire_time(&self) -> Option<Timestamp> {
+        let first = self.first_candidate()?;
+        match &self.schedule {
+            Schedule::Once => self.included(first, |_| None),
+            Schedule::FixedDelay { .. } => self.included(first, |t| self.within_end(t.checked_add_millis(1)?)),
+            Schedule::Cron { .. } | Schedule::FixedRate { .. } => self.included(first, |t| self.candidate_after(t)),
+        }
+    }
+
+    /// The first fire time before the calendar is asked.
+    fn first_candidate(&self) -> Option<Timestamp> {
         let first = match &self.schedule {
             Schedule::Cron { expr, zone } => expr.next_after(self.start.checked_add_millis(-1)?, *zone)?,
             Schedule::FixedRate { .. } | Schedule::FixedDelay { .. } | Schedule::Once => self.start,
@@ -319,9 +425,22 @@ impl Trigger {
     /// whatever was missed. For a fixed-delay trigger
     /// this is only the start, if after `after`: later fire times follow finishes,
     /// see [`next_after_finish`](Self::next_after_finish).
+    ///
+    /// With a calendar, times it excludes are passed over, as Quartz's
+    /// triggers do (a fixed-rate trigger's excluded times still count against
+    /// its limit's grid, as in Quartz).
     pub fn fire_time_after(&self, after: Timestamp) -> Option<Timestamp> {
         if after < self.start {
             return self.first_fire_time();
+        }
+        self.included(self.candidate_after(after)?, |t| self.candidate_after(t))
+    }
+
+    /// The next scheduled time after `after` (at or after the start) before
+    /// the calendar is asked.
+    fn candidate_after(&self, after: Timestamp) -> Option<Timestamp> {
+        if after < self.start {
+            return self.first_candidate();
         }
         let next = match &self.schedule {
             Schedule::Cron { expr, zone } => expr.next_after(after, *zone)?,
@@ -341,11 +460,41 @@ impl Trigger {
         self.within_end(next)
     }
 
+    /// The first fire time at or after `now` of a trigger in `state`, as a
+    /// recomputed row takes it (a schedule edited by hand, a calendar
+    /// changed): `None` once the repeat limit is reached. A fixed-delay
+    /// trigger, and a once trigger that has not fired, are due at `now` (or
+    /// the first instant after it the calendar includes).
+    pub fn first_at_or_after(&self, state: &TriggerState, now: Timestamp) -> Option<Timestamp> {
+        if self.repeat_limit.is_some_and(|limit| state.times_triggered >= limit) {
+            return None;
+        }
+        let first = self.first_fire_time()?;
+        if first >= now {
+            return Some(first);
+        }
+        match self.schedule {
+            Schedule::Cron { .. } | Schedule::FixedRate { .. } => self.fire_time_after(now.checked_add_millis(-1)?),
+            // Already due: fire now, unless a once trigger has fired.
+            Schedule::Once if state.times_triggered > 0 => None,
+            Schedule::Once => self.within_end(now).and_then(|now| self.included(now, |_| None)),
+            Schedule::FixedDelay { .. } => self
+                .within_end(now)
+                .and_then(|now| self.included(now, |t| self.within_end(t.checked_add_millis(1)?))),
+        }
+    }
+
     /// For a fixed-delay trigger: the next fire time once a run finished at
     /// `finished_at`. `None` for other schedules, or past the end.
     pub fn next_after_finish(&self, finished_at: Timestamp) -> Option<Timestamp> {
         match &self.schedule {
-            Schedule::FixedDelay { delay_ms } => self.within_end(finished_at.checked_add_millis(*delay_ms)?),
+            Schedule::FixedDelay { delay_ms } => {
+                // Any instant may follow a finish: the first the calendar
+                // includes, within the end.
+                let first = finished_at.checked_add_millis(*delay_ms)?;
+                self.within_end(first)?;
+                self.included(first, |t| self.within_end(t.checked_add_millis(1)?))
+            }
             _ => None,
         }
     }
@@ -386,6 +535,7 @@ impl Trigger {
                 },
                 times_triggered,
                 awaiting_finish: next == NextFire::AfterFinish,
+                calendar_stamp: current.calendar_stamp,
             };
             let fire = Fire {
                 fire_time,
@@ -410,6 +560,11 @@ pub struct TriggerState {
     pub times_triggered: u64,
     /// A fixed-delay trigger waiting for its running fire to finish.
     pub awaiting_finish: bool,
+    /// The row's calendar stamp, which moves when a calendar the trigger
+    /// uses changes (its fire times recomputed): compared by every
+    /// compare-and-set, so that fire times expanded under the calendar as
+    /// it was are not won; never written by one.
+    pub calendar_stamp: i64,
 }
 
 impl TriggerState {
@@ -420,6 +575,7 @@ impl TriggerState {
             next_fire_time: trigger.first_fire_time(),
             times_triggered: 0,
             awaiting_finish: false,
+            calendar_stamp: 0,
         }
     }
 

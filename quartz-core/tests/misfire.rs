@@ -45,6 +45,7 @@ fn state(prev: Option<i64>, next: i64, fired: u64) -> TriggerState {
         next_fire_time: Some(ts(next)),
         times_triggered: fired,
         awaiting_finish: false,
+        calendar_stamp: 0,
     }
 }
 

@@ -94,6 +94,7 @@ fn a_repeat_limit_counts_every_fire() {
         next_fire_time: Some(ts(500)),
         times_triggered: 2,
         awaiting_finish: false,
+        calendar_stamp: 0,
     };
     assert_eq!(times(&expand(&trigger, &state, 60_000)), [500]);
 }

@@ -129,10 +129,14 @@ impl Backend {
                         "change log",
                         include_str!(concat!("../../migrations/", $dir, "/0008_change_log.sql")),
                     ),
+                    (
+                        "calendars",
+                        include_str!(concat!("../../migrations/", $dir, "/0009_calendars.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 8] = match self {
+        let files: [(&str, &'static str); 9] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

@@ -4,10 +4,11 @@
 use std::collections::HashSet;
 
 use quartz_core::Timestamp;
+use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::internal::EngineStore;
 use quartz_core::store::{
-    ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DueBatch, ExecuteCas, ExecuteSpec, FireQuery,
-    FireRecord, FireState, FollowUp, Job, JobDetail, JobQuery, JobSpec, MAX_ERROR_BYTES, Node, NodeRef,
+    CalendarRecord, ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DueBatch, ExecuteCas, ExecuteSpec,
+    FireQuery, FireRecord, FireState, FollowUp, Job, JobDetail, JobQuery, JobSpec, MAX_ERROR_BYTES, Node, NodeRef,
     NodeRegistration, NodeState, Outcome, PendingClaim, RetryPolicy, SkippedRecord, Store, StoreError, check_name,
 };
 use quartz_core::trigger::TriggerState;
@@ -40,7 +41,7 @@ macro_rules! execute_cols {
     () => {
         "id, job_id, scheduler, kind, cron_expression, time_zone, interval_ms, start_time, end_time, \
          repeat_limit, times_triggered, misfire_policy, priority, state, prev_fire_time, next_fire_time, \
-         node_id, incarnation, error, schedule_sig"
+         node_id, incarnation, error, schedule_sig, calendar, calendar_stamp"
     };
 }
 macro_rules! fire_cols {
@@ -54,6 +55,7 @@ macro_rules! fire_cols {
 /// A query under construction, as [`SqlStore::query`] makes it.
 type AnyQuery = sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>;
 
+mod calendars;
 mod claims;
 mod decode;
 mod executes;
@@ -62,6 +64,7 @@ mod jobs;
 mod nodes;
 mod pending;
 
+use calendars::CalendarSet;
 use decode::{RowError, decode_execute, decode_fire, decode_job, decode_node};
 use fires::{
     CONFIRM_START, CONFIRM_START_RETURNING, FAIL_CLAIMED, MARK_RUNNING, MARK_RUNNING_RETURNING, MISFIRE_CLAIMED,
@@ -257,6 +260,27 @@ impl Store for SqlStore {
 
     async fn delete_job(&self, scheduler: &str, name: &str) -> Result<(), StoreError> {
         self.job_delete(scheduler, name).await
+    }
+
+    async fn put_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        def: &CalendarDefinition,
+    ) -> Result<CalendarRecord, StoreError> {
+        self.calendar_put(scheduler, name, def).await
+    }
+
+    async fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
+        self.calendar_get(scheduler, name).await
+    }
+
+    async fn list_calendars(&self, scheduler: &str) -> Result<Vec<CalendarRecord>, StoreError> {
+        self.calendar_list(scheduler).await
+    }
+
+    async fn delete_calendar(&self, scheduler: &str, name: &str) -> Result<(), StoreError> {
+        self.calendar_delete(scheduler, name).await
     }
 
     async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {

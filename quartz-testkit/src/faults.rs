@@ -33,11 +33,12 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use quartz_core::Timestamp;
+use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::internal::EngineStore;
 use quartz_core::store::{
-    ChainedFire, ChangeQuery, ChangeRecord, Claim, DueBatch, ExecuteCas, ExecuteSpec, FireQuery, FireRecord, FireState,
-    FollowUp, Job, JobDetail, JobQuery, JobSpec, Node, NodeRef, NodeRegistration, Outcome, PendingClaim, SkippedRecord,
-    Store, StoreError,
+    CalendarRecord, ChainedFire, ChangeQuery, ChangeRecord, Claim, DueBatch, ExecuteCas, ExecuteSpec, FireQuery,
+    FireRecord, FireState, FollowUp, Job, JobDetail, JobQuery, JobSpec, Node, NodeRef, NodeRegistration, Outcome,
+    PendingClaim, SkippedRecord, Store, StoreError,
 };
 
 /// What one faulted call does.
@@ -258,6 +259,10 @@ faulty! {
     fn add_executes(&self, scheduler: &str, name: &str, executes: &[ExecuteSpec]) -> ();
     fn delete_job(&self, scheduler: &str, name: &str) -> ();
     fn fires(&self, query: &FireQuery) -> Vec<FireRecord>;
+    fn put_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition) -> CalendarRecord;
+    fn get_calendar(&self, scheduler: &str, name: &str) -> Option<CalendarRecord>;
+    fn list_calendars(&self, scheduler: &str) -> Vec<CalendarRecord>;
+    fn delete_calendar(&self, scheduler: &str, name: &str) -> ();
 }
 
 faulty! {

@@ -28,7 +28,7 @@ use super::queue::FireQueue;
 use super::{Counters, NodeStatus, Phase, SchedulerError, Settings, ShutdownSummary};
 use crate::store::{Execute, ExecuteCas, ExecuteState, Job, JobSpec, NodeRef, NodeRegistration, Store, StoreError};
 use crate::time::Timestamp;
-use crate::trigger::{Schedule, Trigger, TriggerState};
+use crate::trigger::{Trigger, TriggerState};
 
 /// How many times recording an outcome is tried before it is left to recovery.
 pub(super) const FINISH_TRIES: u32 = 5;
@@ -355,25 +355,7 @@ pub(super) fn waiting_or_complete(next: Option<Timestamp>) -> ExecuteState {
 /// The first fire time at or after `now` of a row whose schedule is new or was
 /// edited (a repeat limit already reached completes it).
 pub(super) fn first_at_or_after(trigger: &Trigger, state: &TriggerState, now: Timestamp) -> Option<Timestamp> {
-    if trigger
-        .repeat_limit()
-        .is_some_and(|limit| state.times_triggered >= limit)
-    {
-        return None;
-    }
-    let first = trigger.first_fire_time()?;
-    if first >= now {
-        return Some(first);
-    }
-    match trigger.schedule() {
-        Schedule::Cron { .. } | Schedule::FixedRate { .. } => trigger.fire_time_after(now.saturating_add_millis(-1)),
-        // Already due: fire now, unless a once trigger has fired.
-        Schedule::Once if state.times_triggered > 0 => None,
-        Schedule::Once | Schedule::FixedDelay { .. } => match trigger.end() {
-            Some(end) if now > end => None,
-            _ => Some(now),
-        },
-    }
+    trigger.first_at_or_after(state, now)
 }
 
 pub(super) fn duration_ms(d: Duration) -> i64 {

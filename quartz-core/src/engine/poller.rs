@@ -167,7 +167,15 @@ impl<S: Store> Inner<S> {
                 kind: WriteKind::Paused,
             });
         }
+        // A next fire time its calendar excludes was computed under the
+        // calendar as it was (a fixed-delay row released by a node that had
+        // not seen the change): recomputed too.
+        let excluded = execute
+            .fire_state
+            .next_fire_time
+            .is_some_and(|t| !execute.trigger.calendar_includes(t));
         if execute.schedule_changed
+            || excluded
             || (execute.fire_state.next_fire_time.is_none() && !execute.fire_state.awaiting_finish)
         {
             return Decision::Write(recompute(execute, job, db_now));
@@ -360,6 +368,7 @@ fn recompute(execute: Execute, job: &Arc<Job>, db_now: Timestamp) -> RowWrite {
         next_fire_time: next,
         times_triggered: execute.fire_state.times_triggered,
         awaiting_finish: false,
+        calendar_stamp: execute.fire_state.calendar_stamp,
     };
     let mut cas = cas_from(&execute, waiting_or_complete(next), state.clone());
     cas.set_signature = Some(TriggerColumns::from_trigger(&execute.trigger).signature());

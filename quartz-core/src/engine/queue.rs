@@ -285,6 +285,7 @@ mod tests {
             next_fire_time: Some(Timestamp::from_millis(0)),
             times_triggered: 0,
             awaiting_finish: false,
+            calendar_stamp: 0,
         };
         let fires = trigger
             .fires_until(&state, Timestamp::from_millis(count * 1000))

@@ -25,6 +25,8 @@ pub struct TriggerColumns {
     pub repeat_limit: Option<i64>,
     /// The misfire policy's name.
     pub misfire_policy: String,
+    /// The calendar's name, if the trigger uses one.
+    pub calendar: Option<String>,
 }
 
 impl TriggerColumns {
@@ -50,11 +52,13 @@ impl TriggerColumns {
             end_time: trigger.end().map(Timestamp::as_millis),
             repeat_limit: trigger.repeat_limit().map(|l| i64::try_from(l).unwrap_or(i64::MAX)),
             misfire_policy: trigger.misfire_policy().as_str().to_owned(),
+            calendar: trigger.calendar_name().map(str::to_owned),
         }
     }
 
     /// A stable 64-bit signature of the schedule columns (kind, expression,
-    /// zone, interval, window and repeat limit; not the misfire policy). The
+    /// zone, interval, window, repeat limit and calendar name; not the
+    /// misfire policy). The
     /// row keeps the signature its fire times were computed from, so that a
     /// schedule edited with plain SQL is noticed and recomputed once.
     pub fn signature(&self) -> i64 {
@@ -74,6 +78,12 @@ impl TriggerColumns {
         feed(self.start_time.to_string().as_bytes());
         feed(num(self.end_time).as_bytes());
         feed(num(self.repeat_limit).as_bytes());
+        // Fed only when there is one, so that a row from before calendars
+        // keeps its signature.
+        if let Some(calendar) = &self.calendar {
+            feed(b"calendar");
+            feed(calendar.as_bytes());
+        }
         i64::from_ne_bytes(hash.to_ne_bytes())
     }
 
@@ -119,6 +129,10 @@ impl TriggerColumns {
             })?;
             trigger = trigger.with_repeat_limit(limit)?;
         }
-        trigger.with_misfire_policy(self.misfire_policy.parse::<MisfirePolicy>()?)
+        trigger = trigger.with_misfire_policy(self.misfire_policy.parse::<MisfirePolicy>()?)?;
+        match &self.calendar {
+            Some(name) => trigger.with_calendar(name),
+            None => Ok(trigger),
+        }
     }
 }

@@ -25,6 +25,22 @@ pub enum StoreError {
         /// The job name.
         name: String,
     },
+    /// No calendar of that name exists in the scheduler.
+    #[error("no calendar named {name:?} in scheduler {scheduler:?}")]
+    UnknownCalendar {
+        /// The scheduler (cluster) name.
+        scheduler: String,
+        /// The calendar name.
+        name: String,
+    },
+    /// A calendar that triggers or other calendars use cannot be deleted.
+    #[error("calendar {name:?} is in use by {}", users.join(", "))]
+    CalendarInUse {
+        /// The calendar name.
+        name: String,
+        /// Who uses it: `job NAME` or `calendar NAME`.
+        users: Vec<String>,
+    },
     /// A database URL that names no supported backend or cannot be parsed.
     #[error("invalid database URL {url:?}: {reason}")]
     InvalidUrl {

@@ -8,7 +8,7 @@
 //! ([`Store::now`]), the only clock the cluster uses.
 //!
 //! The claim ([`EngineStore::claim`](internal::EngineStore::claim)) is the heart: one compare-and-set on the execute
-//! row's `(state, prev_fire_time, next_fire_time)` and, in the same transaction,
+//! row's `(state, prev_fire_time, next_fire_time, calendar_stamp)` and, in the same transaction,
 //! the insert of the fire's ledger row, whose unique key on
 //! `(execute_id, fire_time, attempt)` makes a second claim of the same fire
 //! impossible by construction.
@@ -25,6 +25,7 @@ mod spec;
 
 use std::future::Future;
 
+use crate::calendar::CalendarDefinition;
 use crate::time::Timestamp;
 
 pub use cas::{Claim, ExecuteCas, SkippedRecord};
@@ -145,4 +146,45 @@ pub trait Store: internal::EngineStore {
     /// The change log: changes made through the store, newest first (see
     /// [`ChangeRecord`]).
     fn change_log(&self, query: &ChangeQuery) -> impl Future<Output = Result<Vec<ChangeRecord>, StoreError>> + Send;
+
+    /// Adds a calendar, or replaces the one of that name. Its chain of bases
+    /// must resolve (no missing base, no cycle), and so must every calendar
+    /// built on it. In the same transaction, the waiting and paused triggers
+    /// that use it (directly or through a base) have their next fire time
+    /// recomputed (from the earlier of their next fire time and the moment
+    /// every node has seen the change) and their calendar stamp moved, so no
+    /// node wins a fire it expanded under the calendar as it was.
+    fn put_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        definition: &CalendarDefinition,
+    ) -> impl Future<Output = Result<CalendarRecord, StoreError>> + Send;
+
+    /// A calendar, by name.
+    fn get_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<CalendarRecord>, StoreError>> + Send;
+
+    /// Every calendar of the scheduler, by name.
+    fn list_calendars(&self, scheduler: &str) -> impl Future<Output = Result<Vec<CalendarRecord>, StoreError>> + Send;
+
+    /// Deletes a calendar that no trigger and no other calendar uses
+    /// ([`StoreError::CalendarInUse`] otherwise, naming them).
+    fn delete_calendar(&self, scheduler: &str, name: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// A calendar as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CalendarRecord {
+    /// Its name, unique in the scheduler.
+    pub name: String,
+    /// What it excludes.
+    pub definition: CalendarDefinition,
+    /// When it was added (database time).
+    pub created_at: Timestamp,
+    /// When it was last replaced.
+    pub updated_at: Timestamp,
 }

@@ -402,6 +402,11 @@ pub enum ChangeAction {
     JobAddTriggers,
     /// A job and its triggers were deleted.
     JobDelete,
+    /// A calendar was added or replaced (the triggers that use it
+    /// recomputed).
+    CalendarPut,
+    /// A calendar was deleted.
+    CalendarDelete,
 }
 
 names!(ChangeAction {
@@ -412,6 +417,8 @@ names!(ChangeAction {
     JobTrigger = "job.trigger",
     JobAddTriggers = "job.add_triggers",
     JobDelete = "job.delete",
+    CalendarPut = "calendar.put",
+    CalendarDelete = "calendar.delete",
 });
 
 /// The actor a store acts as until told otherwise: code that embeds the
@@ -436,7 +443,8 @@ pub struct ChangeRecord {
     /// What it did (its name, as [`ChangeAction::as_str`], kept as stored so
     /// that rows of a later version still read).
     pub action: String,
-    /// The job it changed, by name (for an edit that renamed it, the new name).
+    /// The job it changed, by name (for an edit that renamed it, the new
+    /// name), or the calendar.
     pub target: String,
     /// A short account: the triggers added, the old name of a renamed job.
     pub detail: String,

@@ -39,17 +39,19 @@ macro_rules! insert_fire {
 /// The batch: one row per run of an execute, one row per fire (binds: the
 /// runs, the fires, node id, incarnation).
 const CLAIM_RUNS: &str = "WITH r AS (SELECT * FROM json_to_recordset(CAST(? AS json)) AS r(execute_id BIGINT, \
-     expect_state TEXT, expect_prev BIGINT, expect_next BIGINT, set_state TEXT, set_prev BIGINT, set_next BIGINT, \
+     expect_state TEXT, expect_prev BIGINT, expect_next BIGINT, expect_stamp BIGINT, set_state TEXT, set_prev BIGINT, set_next BIGINT, \
      set_times BIGINT, set_node TEXT, set_inc BIGINT)), \
      f AS (SELECT * FROM json_to_recordset(CAST(? AS json)) AS f(execute_id BIGINT, fire_time BIGINT, attempt BIGINT)), \
      locked AS (SELECT e.id FROM quartz_execute e JOIN r ON e.id = r.execute_id WHERE e.state = r.expect_state \
      AND e.prev_fire_time IS NOT DISTINCT FROM r.expect_prev AND e.next_fire_time IS NOT DISTINCT FROM r.expect_next \
+     AND e.calendar_stamp = r.expect_stamp \
      ORDER BY e.id FOR UPDATE OF e), \
      won AS (UPDATE quartz_execute e SET prev_fire_time = r.set_prev, next_fire_time = r.set_next, \
      times_triggered = r.set_times, state = r.set_state, node_id = r.set_node, incarnation = r.set_inc, \
      updated_at = {now} FROM r WHERE e.id = r.execute_id AND e.id IN (SELECT id FROM locked) \
      AND e.state = r.expect_state \
      AND e.prev_fire_time IS NOT DISTINCT FROM r.expect_prev AND e.next_fire_time IS NOT DISTINCT FROM r.expect_next \
+     AND e.calendar_stamp = r.expect_stamp \
      RETURNING e.scheduler, e.id, e.job_id) \
      INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, state, \
      claimed_at, fire_count) \
@@ -110,7 +112,7 @@ fn follows(prev: &Claim, next: &Claim) -> bool {
 }
 
 fn same(a: &TriggerState, b: &TriggerState) -> bool {
-    a.prev_fire_time == b.prev_fire_time && a.next_fire_time == b.next_fire_time
+    a.prev_fire_time == b.prev_fire_time && a.next_fire_time == b.next_fire_time && a.calendar_stamp == b.calendar_stamp
 }
 
 fn millis(t: Option<quartz_core::Timestamp>) -> Value {
@@ -135,6 +137,7 @@ impl SqlStore {
                     "expect_state": expect.expect_state.as_str(),
                     "expect_prev": millis(expect.expect.prev_fire_time),
                     "expect_next": millis(expect.expect.next_fire_time),
+                    "expect_stamp": expect.expect.calendar_stamp,
                     "set_state": set.set_state.as_str(),
                     "set_prev": millis(set.set.prev_fire_time),
                     "set_next": millis(set.set.next_fire_time),
@@ -370,7 +373,7 @@ impl SqlStore {
         let statement = self.query(
             "WITH won AS (UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, \
                  state = ?, node_id = ?, incarnation = ?, updated_at = {now} \
-                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? \
+                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? AND calendar_stamp = ? \
                  RETURNING scheduler, id, job_id) \
                  INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
                  state, claimed_at, fire_count) \

@@ -17,7 +17,9 @@ pub(super) struct RowError {
     pub(super) reason: String,
 }
 
-pub(super) fn decode_execute(row: &AnyRow) -> Result<Execute, RowError> {
+/// An execute row, its trigger's calendar taken from `calendars` (read for
+/// the rows by [`SqlStore::calendars_for`]).
+pub(super) fn decode_execute(row: &AnyRow, calendars: &CalendarSet) -> Result<Execute, RowError> {
     let id: i64 = row.try_get("id").map_err(|e| RowError {
         id: -1,
         reason: e.to_string(),
@@ -36,8 +38,11 @@ pub(super) fn decode_execute(row: &AnyRow) -> Result<Execute, RowError> {
         end_time: get_opt_i64("end_time")?,
         repeat_limit: get_opt_i64("repeat_limit")?,
         misfire_policy: get_str("misfire_policy")?,
+        calendar: get_opt_str("calendar")?,
     };
-    let trigger = columns.to_trigger().map_err(|e| fail(e.to_string()))?;
+    let trigger = calendars
+        .attach(columns.to_trigger().map_err(|e| fail(e.to_string()))?)
+        .map_err(fail)?;
     let schedule_changed = get_opt_i64("schedule_sig")? != Some(columns.signature());
     let state = ExecuteState::parse(&get_str("state")?).map_err(|e| fail(e.to_string()))?;
     let times_triggered =
@@ -60,6 +65,7 @@ pub(super) fn decode_execute(row: &AnyRow) -> Result<Execute, RowError> {
             next_fire_time,
             times_triggered,
             awaiting_finish: state == ExecuteState::Running && next_fire_time.is_none(),
+            calendar_stamp: get_i64("calendar_stamp")?,
         },
         trigger,
         state,

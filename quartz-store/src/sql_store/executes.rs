@@ -19,20 +19,28 @@ pub(super) fn bind_cas_set(q: AnyQuery, cas: &ExecuteCas) -> AnyQuery {
         .bind(cas.set_owner.as_ref().map(|n| n.incarnation))
 }
 
-/// Binds what a compare-and-set expects: the execute, its state, its
-/// previous and next fire time.
+/// Binds what a compare-and-set expects (the `WHERE` of each compare-and-set statement):
+/// the execute, its state, its previous and next fire time, its calendar
+/// stamp.
 pub(super) fn bind_cas_expect(q: AnyQuery, cas: &ExecuteCas) -> AnyQuery {
     q.bind(cas.execute_id)
         .bind(cas.expect_state.as_str())
         .bind(cas.expect.prev_fire_time.map(Timestamp::as_millis))
         .bind(cas.expect.next_fire_time.map(Timestamp::as_millis))
+        .bind(cas.expect.calendar_stamp)
 }
 
 impl SqlStore {
     /// Decodes execute rows; marks the ones that cannot be decoded as errors.
-    pub(super) async fn serve(&self, rows: Vec<AnyRow>, batch: &mut DueBatch) -> Result<(), StoreError> {
+    pub(super) async fn serve(
+        &self,
+        scheduler: &str,
+        rows: Vec<AnyRow>,
+        batch: &mut DueBatch,
+    ) -> Result<(), StoreError> {
+        let calendars = self.calendars_for(scheduler, &rows).await?;
         for row in rows {
-            match decode_execute(&row) {
+            match decode_execute(&row, &calendars) {
                 Ok(execute) => batch.executes.push(execute),
                 Err(RowError { id, reason }) => {
                     tracing::warn!(execute_id = id, %reason, "execute row cannot be understood; marked as an error");
@@ -72,25 +80,25 @@ impl SqlStore {
             (false, false) => self.query(
                 "UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, state = ?, \
                  node_id = ?, incarnation = ?, schedule_sig = COALESCE(?, schedule_sig), updated_at = {now} \
-                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ?",
+                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? AND calendar_stamp = ?",
             ),
             (false, true) => self.query(
                 "UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, state = ?, \
                  node_id = ?, incarnation = ?, schedule_sig = COALESCE(?, schedule_sig), updated_at = {now} \
-                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? \
+                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? AND calendar_stamp = ? \
                  AND node_id {is} ? AND incarnation {is} ?",
             ),
             (true, false) => self.query(
                 "UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, state = ?, \
                  node_id = ?, incarnation = ?, schedule_sig = COALESCE(?, schedule_sig), updated_at = {now}, \
                  start_time = ?, repeat_limit = ? \
-                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ?",
+                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? AND calendar_stamp = ?",
             ),
             (true, true) => self.query(
                 "UPDATE quartz_execute SET prev_fire_time = ?, next_fire_time = ?, times_triggered = ?, state = ?, \
                  node_id = ?, incarnation = ?, schedule_sig = COALESCE(?, schedule_sig), updated_at = {now}, \
                  start_time = ?, repeat_limit = ? \
-                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? \
+                 WHERE id = ? AND state = ? AND prev_fire_time {is} ? AND next_fire_time {is} ? AND calendar_stamp = ? \
                  AND node_id {is} ? AND incarnation {is} ?",
             ),
         };
@@ -155,7 +163,7 @@ impl SqlStore {
             .await
             .map_err(db_error)?;
         let room = u32::try_from(due.len()).map_or(0, |n| limit.saturating_sub(n));
-        self.serve(due, &mut batch).await?;
+        self.serve(scheduler, due, &mut batch).await?;
         if room > 0 {
             let uninitialised = self
                 .query(concat!(
@@ -169,7 +177,7 @@ impl SqlStore {
                 .fetch_all(&self.db.pool)
                 .await
                 .map_err(db_error)?;
-            self.serve(uninitialised, &mut batch).await?;
+            self.serve(scheduler, uninitialised, &mut batch).await?;
         }
         Ok(batch)
     }
@@ -189,7 +197,7 @@ impl SqlStore {
             .await
             .map_err(db_error)?;
         let mut batch = DueBatch::default();
-        self.serve(rows, &mut batch).await?;
+        self.serve(scheduler, rows, &mut batch).await?;
         Ok(batch)
     }
 

@@ -63,9 +63,17 @@ impl SqlStore {
     ) -> Result<(), StoreError> {
         let now = self.now_in(tx).await?;
         let visible_at = now.saturating_add_millis(CHANGE_VISIBILITY_MS);
+        let named: Vec<&str> = executes.iter().filter_map(|e| e.trigger.calendar_name()).collect();
+        let calendars = self.calendars_in(tx, scheduler, &named).await?;
         for spec in executes {
+            let trigger = calendars.attach(spec.trigger.clone()).map_err(|reason| {
+                StoreError::Invalid(quartz_core::Error::InvalidCalendar {
+                    field: "calendar",
+                    reason,
+                })
+            })?;
             // No fire time earlier than the moment every node has seen it.
-            let trigger = spec.trigger.visible_from(now, visible_at);
+            let trigger = trigger.visible_from(now, visible_at);
             let c = TriggerColumns::from_trigger(&trigger);
             let signature = c.signature();
             let first = TriggerState::initial(&trigger);
@@ -77,8 +85,8 @@ impl SqlStore {
             self.query(
                 "INSERT INTO quartz_execute (job_id, scheduler, kind, cron_expression, time_zone, interval_ms, \
                  start_time, end_time, repeat_limit, times_triggered, misfire_policy, priority, state, \
-                 prev_fire_time, next_fire_time, schedule_sig, updated_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, ?, ?, {now})",
+                 prev_fire_time, next_fire_time, schedule_sig, calendar, updated_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, ?, ?, ?, {now})",
             )
             .bind(job_id)
             .bind(scheduler.to_owned())
@@ -94,6 +102,7 @@ impl SqlStore {
             .bind(state.as_str())
             .bind(first.next_fire_time.map(Timestamp::as_millis))
             .bind(signature)
+            .bind(c.calendar)
             .execute(&mut **tx)
             .await
             .map_err(db_error)?;
@@ -112,13 +121,14 @@ impl SqlStore {
             .fetch_all(&self.db.pool)
             .await
             .map_err(db_error)?;
+        let calendars = self.calendars_for(&job.scheduler, &rows).await?;
         let mut detail = JobDetail {
             job,
             executes: Vec::with_capacity(rows.len()),
             broken: Vec::new(),
         };
         for row in &rows {
-            match decode_execute(row) {
+            match decode_execute(row, &calendars) {
                 Ok(execute) => detail.executes.push(execute),
                 Err(RowError { id, reason }) => detail.broken.push(RejectedRow { execute_id: id, reason }),
             }

@@ -1,0 +1,334 @@
+//! Calendars: the `quartz_calendar` rows, read with the execute rows that
+//! name them, and their changes, which reschedule the triggers that use
+//! them in the change's own transaction.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use quartz_core::calendar::{self, Calendar, CalendarDefinition};
+use quartz_core::store::{CHANGE_VISIBILITY_MS, CalendarRecord, ChangeAction, ExecuteState, StoreError, check_name};
+use quartz_core::trigger::{Schedule, Trigger};
+use quartz_core::{Error, Timestamp};
+use sqlx::any::AnyRow;
+use sqlx::{Any, Row, Transaction};
+
+use super::*;
+
+/// The calendars a set of triggers name, each resolved (its bases
+/// followed), or why it cannot be.
+#[derive(Debug, Default)]
+pub(crate) struct CalendarSet {
+    resolved: HashMap<String, Result<Arc<Calendar>, String>>,
+}
+
+impl CalendarSet {
+    /// Resolves `names` among `definitions`.
+    fn resolve<'a>(definitions: &BTreeMap<String, CalendarDefinition>, names: impl Iterator<Item = &'a str>) -> Self {
+        let resolved = names
+            .map(|name| {
+                let calendar = calendar::resolve(name, |n| definitions.get(n).cloned())
+                    .map(Arc::new)
+                    .map_err(|e| format!("calendar {name:?}: {e}"));
+                (name.to_owned(), calendar)
+            })
+            .collect();
+        CalendarSet { resolved }
+    }
+
+    /// The trigger with its calendar read; why not, when it cannot be.
+    pub(crate) fn attach(&self, trigger: Trigger) -> Result<Trigger, String> {
+        let Some(name) = trigger.calendar_name() else {
+            return Ok(trigger);
+        };
+        match self.resolved.get(name) {
+            Some(Ok(calendar)) => Ok(trigger.with_calendar_read(Arc::clone(calendar))),
+            Some(Err(reason)) => Err(reason.clone()),
+            None => Err(format!("no calendar named {name:?}")),
+        }
+    }
+}
+
+fn decode_record(row: &AnyRow) -> Result<CalendarRecord, StoreError> {
+    let name: String = row.try_get("name").map_err(db_error)?;
+    let json: String = row.try_get("definition").map_err(db_error)?;
+    let definition = serde_json::from_str(&json).map_err(|e| Error::InvalidCalendar {
+        field: "definition",
+        reason: format!("the stored definition of {name:?} cannot be read: {e}"),
+    })?;
+    Ok(CalendarRecord {
+        name,
+        definition,
+        created_at: Timestamp::from_millis(row.try_get("created_at").map_err(db_error)?),
+        updated_at: Timestamp::from_millis(row.try_get("updated_at").map_err(db_error)?),
+    })
+}
+
+/// The definitions by name, for resolving.
+fn by_name(records: Vec<CalendarRecord>) -> BTreeMap<String, CalendarDefinition> {
+    records.into_iter().map(|r| (r.name, r.definition)).collect()
+}
+
+/// Whether the chain from `name` reaches `target` (itself included).
+fn builds_on(definitions: &BTreeMap<String, CalendarDefinition>, name: &str, target: &str) -> bool {
+    let mut at = Some(name);
+    for _ in 0..=calendar::MAX_CHAIN {
+        match at {
+            Some(n) if n == target => return true,
+            Some(n) => at = definitions.get(n).and_then(|d| d.base.as_deref()),
+            None => return false,
+        }
+    }
+    false
+}
+
+/// The next fire time of a trigger whose calendar changed at `now`: from the
+/// earlier of its next fire time and the moment every node has seen the
+/// change (a cron or fixed-rate trigger may fire sooner than before), after
+/// its previous one; a fixed-delay or once trigger keeps its time if the
+/// calendar still includes it.
+fn rescheduled(execute: &quartz_core::store::Execute, now: Timestamp) -> Option<Timestamp> {
+    let state = &execute.fire_state;
+    let visible_at = now.saturating_add_millis(CHANGE_VISIBILITY_MS);
+    let next = state.next_fire_time?;
+    let from = match execute.trigger.schedule() {
+        Schedule::Cron { .. } | Schedule::FixedRate { .. } => next.min(visible_at),
+        _ => next,
+    };
+    let from = match state.prev_fire_time {
+        Some(prev) if prev >= from => prev.checked_add_millis(1)?,
+        _ => from,
+    };
+    execute.trigger.first_at_or_after(state, from)
+}
+
+impl SqlStore {
+    async fn calendar_records<'e, E>(&self, executor: E, scheduler: &str) -> Result<Vec<CalendarRecord>, StoreError>
+    where
+        E: sqlx::Executor<'e, Database = Any>,
+    {
+        let rows = self
+            .query(
+                "SELECT name, definition, created_at, updated_at FROM quartz_calendar WHERE scheduler = ? \
+                 ORDER BY name",
+            )
+            .bind(scheduler.to_owned())
+            .fetch_all(executor)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(decode_record).collect()
+    }
+
+    /// The calendars execute rows name, read after the rows: a calendar
+    /// changed since moved the rows' calendar stamp in the change's
+    /// transaction, so a fire expanded under the calendar as read here is
+    /// won only if the rows are still as read.
+    pub(super) async fn calendars_for(&self, scheduler: &str, rows: &[AnyRow]) -> Result<CalendarSet, StoreError> {
+        let names: HashSet<String> = rows
+            .iter()
+            .filter_map(|row| row.try_get::<Option<String>, _>("calendar").ok().flatten())
+            .collect();
+        if names.is_empty() {
+            return Ok(CalendarSet::default());
+        }
+        let definitions = by_name(self.calendar_records(&self.db.pool, scheduler).await?);
+        Ok(CalendarSet::resolve(&definitions, names.iter().map(String::as_str)))
+    }
+
+    /// The calendars new triggers name, inside their transaction: each must
+    /// exist and resolve.
+    pub(super) async fn calendars_in(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        scheduler: &str,
+        names: &[&str],
+    ) -> Result<CalendarSet, StoreError> {
+        if names.is_empty() {
+            return Ok(CalendarSet::default());
+        }
+        let definitions = by_name(self.calendar_records(&mut **tx, scheduler).await?);
+        for name in names {
+            if !definitions.contains_key(*name) {
+                return Err(StoreError::UnknownCalendar {
+                    scheduler: scheduler.to_owned(),
+                    name: (*name).to_owned(),
+                });
+            }
+        }
+        Ok(CalendarSet::resolve(&definitions, names.iter().copied()))
+    }
+
+    pub(super) async fn calendar_get(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
+        let records = self.calendar_records(&self.db.pool, scheduler).await?;
+        Ok(records.into_iter().find(|r| r.name == name))
+    }
+
+    pub(super) async fn calendar_list(&self, scheduler: &str) -> Result<Vec<CalendarRecord>, StoreError> {
+        self.calendar_records(&self.db.pool, scheduler).await
+    }
+
+    pub(super) async fn calendar_put(
+        &self,
+        scheduler: &str,
+        name: &str,
+        definition: &CalendarDefinition,
+    ) -> Result<CalendarRecord, StoreError> {
+        check_name("scheduler name", scheduler)?;
+        check_name("calendar name", name)?;
+        definition.calendar(None)?;
+        let json = serde_json::to_string(definition).map_err(|e| StoreError::Database {
+            reason: format!("cannot write the calendar: {e}"),
+        })?;
+        let mut tx = self.begin_change(scheduler).await?;
+        let mut definitions = by_name(self.calendar_records(&mut *tx, scheduler).await?);
+        let existed = definitions.insert(name.to_owned(), definition.clone()).is_some();
+        let users: Vec<String> = definitions
+            .keys()
+            .filter(|n| builds_on(&definitions, n, name))
+            .cloned()
+            .collect();
+        for user in &users {
+            calendar::resolve(user, |n| definitions.get(n).cloned())?;
+        }
+        let statement = if existed {
+            "UPDATE quartz_calendar SET definition = ?, updated_at = {now} WHERE scheduler = ? AND name = ?"
+        } else {
+            "INSERT INTO quartz_calendar (definition, scheduler, name, created_at, updated_at) \
+             VALUES (?, ?, ?, {now}, {now})"
+        };
+        self.query(statement)
+            .bind(json)
+            .bind(scheduler.to_owned())
+            .bind(name.to_owned())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let set = CalendarSet::resolve(&definitions, users.iter().map(String::as_str));
+        let moved = self.reschedule_users(&mut tx, scheduler, &users, &set).await?;
+        let detail = match (existed, moved) {
+            (false, _) => format!("added ({:?})", definition.kind),
+            (true, n) => format!("replaced; {n} trigger(s) rescheduled"),
+        };
+        self.changed_in(&mut tx, scheduler, Change::new(ChangeAction::CalendarPut, name, detail))
+            .await?;
+        tx.commit().await.map_err(db_error)?;
+        self.calendar_get(scheduler, name)
+            .await?
+            .ok_or_else(|| StoreError::UnknownCalendar {
+                scheduler: scheduler.to_owned(),
+                name: name.to_owned(),
+            })
+    }
+
+    /// Recomputes the waiting and paused triggers that use `users`, locked
+    /// in id order (the claims' order) so no claim slips between the read
+    /// and the write, and moves their calendar stamp. How many there were.
+    async fn reschedule_users(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        scheduler: &str,
+        users: &[String],
+        set: &CalendarSet,
+    ) -> Result<usize, StoreError> {
+        let select = if self.db.backend == Backend::Sqlite {
+            concat!(
+                "SELECT ",
+                execute_cols!(),
+                " FROM quartz_execute WHERE scheduler = ? AND calendar IS NOT NULL \
+                 AND state IN ('waiting', 'paused') ORDER BY id"
+            )
+        } else {
+            concat!(
+                "SELECT ",
+                execute_cols!(),
+                " FROM quartz_execute WHERE scheduler = ? AND calendar IS NOT NULL \
+                 AND state IN ('waiting', 'paused') ORDER BY id FOR UPDATE"
+            )
+        };
+        let rows = self
+            .query(select)
+            .bind(scheduler.to_owned())
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        let now = self.now_in(tx).await?;
+        let mut moved = 0;
+        for row in &rows {
+            let named: Option<String> = row.try_get("calendar").map_err(db_error)?;
+            if !named.is_some_and(|n| users.contains(&n)) {
+                continue;
+            }
+            // A row that cannot be read is left to the poll, which marks it.
+            let Ok(execute) = decode_execute(row, set) else {
+                continue;
+            };
+            let next = rescheduled(&execute, now);
+            let state = match (next, execute.state) {
+                (None, _) => ExecuteState::Complete,
+                (Some(_), state) => state,
+            };
+            self.query(
+                "UPDATE quartz_execute SET next_fire_time = ?, state = ?, calendar_stamp = calendar_stamp + 1, \
+                 updated_at = {now} WHERE id = ?",
+            )
+            .bind(next.map(Timestamp::as_millis))
+            .bind(state.as_str())
+            .bind(execute.id)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+            moved += 1;
+        }
+        Ok(moved)
+    }
+
+    pub(super) async fn calendar_delete(&self, scheduler: &str, name: &str) -> Result<(), StoreError> {
+        let mut tx = self.begin_change(scheduler).await?;
+        let definitions = by_name(self.calendar_records(&mut *tx, scheduler).await?);
+        if !definitions.contains_key(name) {
+            return Err(StoreError::UnknownCalendar {
+                scheduler: scheduler.to_owned(),
+                name: name.to_owned(),
+            });
+        }
+        let jobs = self
+            .query(
+                "SELECT DISTINCT j.name FROM quartz_execute e JOIN quartz_job j ON j.id = e.job_id \
+                 WHERE e.scheduler = ? AND e.calendar = ? ORDER BY j.name",
+            )
+            .bind(scheduler.to_owned())
+            .bind(name.to_owned())
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let mut users: Vec<String> = jobs
+            .iter()
+            .map(|row| row.try_get::<String, _>(0).map(|job| format!("job {job}")))
+            .collect::<Result<_, _>>()
+            .map_err(db_error)?;
+        users.extend(
+            definitions
+                .iter()
+                .filter(|(_, d)| d.base.as_deref() == Some(name))
+                .map(|(n, _)| format!("calendar {n}")),
+        );
+        if !users.is_empty() {
+            return Err(StoreError::CalendarInUse {
+                name: name.to_owned(),
+                users,
+            });
+        }
+        self.query("DELETE FROM quartz_calendar WHERE scheduler = ? AND name = ?")
+            .bind(scheduler.to_owned())
+            .bind(name.to_owned())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        self.changed_in(
+            &mut tx,
+            scheduler,
+            Change::new(ChangeAction::CalendarDelete, name, String::new()),
+        )
+        .await?;
+        tx.commit().await.map_err(db_error)
+    }
+}

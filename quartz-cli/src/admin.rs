@@ -12,9 +12,11 @@ use serde_json::{Value, json};
 
 use crate::args::show_instant;
 
+mod calendars;
 mod history;
 mod jobs;
 
+pub use calendars::{CalendarCommand, calendar};
 pub use history::{AuditArgs, HistoryCommand, audit, history_command};
 use history::{all_fires, fire_json};
 pub use jobs::{JobCommand, job};

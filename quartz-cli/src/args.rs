@@ -98,6 +98,9 @@ pub struct TriggerArgs {
     /// smart, fire_now, ignore_misfires, do_nothing, reschedule_now_with_existing_count, …
     #[arg(long)]
     pub misfire: Option<String>,
+    /// A calendar (see `quartz calendar`) whose excluded times are not fire times.
+    #[arg(long)]
+    pub calendar: Option<String>,
 }
 
 impl TriggerArgs {
@@ -136,6 +139,9 @@ impl TriggerArgs {
         if let Some(policy) = &self.misfire {
             let policy: MisfirePolicy = policy.parse()?;
             trigger = trigger.with_misfire_policy(policy)?;
+        }
+        if let Some(calendar) = &self.calendar {
+            trigger = trigger.with_calendar(calendar)?;
         }
         Ok(ExecuteSpec::new(trigger))
     }

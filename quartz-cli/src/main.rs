@@ -63,6 +63,9 @@ enum Command {
     /// Add, list, show, pause, resume, trigger, edit and delete jobs.
     #[command(subcommand)]
     Job(admin::JobCommand),
+    /// Add, list, show and delete calendars: times triggers do not fire at.
+    #[command(subcommand)]
+    Calendar(admin::CalendarCommand),
     /// The nodes of the scheduler: live or dead, heartbeat age, incarnation, running fires.
     ///
     /// Example:
@@ -123,6 +126,7 @@ enum CronCommand {
     ///   quartz cron next "0 0/5 14,18 * * ?" --tz Europe/London --count 3
     ///   quartz cron next "0 30 2 * * ?" --tz America/New_York --after 2026-03-07T12:00:00Z
     ///   quartz cron next "*/5 * * * *" --unix --format epoch-ms
+    ///   quartz cron next "0 0 9 ? * *" --calendar holidays --database-url postgres://postgres@127.0.0.1/test
     ///
     /// Prints fewer lines (possibly none) when the expression has fewer fire times
     /// left, and exits 0. An invalid expression or zone exits with status 2.
@@ -149,6 +153,10 @@ struct NextArgs {
     /// Read a standard 5-field Unix expression (minute hour day month weekday).
     #[arg(long)]
     unix: bool,
+    /// Pass over the times this calendar of the scheduler excludes (read
+    /// from --database-url).
+    #[arg(long)]
+    calendar: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -207,8 +215,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<bool> {
         )
         .with_writer(std::io::stderr)
         .init();
-    if let Command::Cron(CronCommand::Next(args)) = &command {
-        cron_next(args)?;
+    if let Command::Cron(CronCommand::Next(args)) = &command
+        && args.calendar.is_none()
+    {
+        let (cron, zone) = parse_next(args)?;
+        print_times(args, zone, cron.iter_after(after_of(args)?, zone).take(args.count))?;
         return Ok(true);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -216,30 +227,56 @@ fn dispatch(cli: Cli) -> anyhow::Result<bool> {
         match command {
             Command::Migrate => admin::migrate(&url, out).await.map(|()| true),
             Command::Job(job) => admin::job(&url, &scheduler, out, job).await.map(|()| true),
+            Command::Calendar(c) => admin::calendar(&url, &scheduler, out, c).await.map(|()| true),
             Command::Nodes => admin::nodes(&url, &scheduler, out).await.map(|()| true),
             Command::History(args) => admin::history_command(&url, &scheduler, out, args).await.map(|()| true),
             Command::Audit(args) => admin::audit(&url, &scheduler, out, args).await,
             Command::Run(args) => run::run(&url, &scheduler, &args).await.map(|()| true),
             Command::Demo(args) => demo::run(&args).await.map(|()| true),
             Command::Serve(args) => web::serve(&url, &scheduler, &args).await.map(|()| true),
-            Command::Cron(_) => Ok(true),
+            Command::Cron(CronCommand::Next(args)) => {
+                cron_next_with_calendar(&url, &scheduler, &args).await.map(|()| true)
+            }
         }
     })
 }
 
-fn cron_next(args: &NextArgs) -> anyhow::Result<()> {
+fn parse_next(args: &NextArgs) -> anyhow::Result<(CronExpression, quartz_core::Tz)> {
     let cron = if args.unix {
         CronExpression::parse_unix(&args.expression)?
     } else {
         CronExpression::parse(&args.expression)?
     };
-    let zone = parse_time_zone(&args.tz)?;
-    let after = match &args.after {
-        Some(text) => args::parse_instant(text).context("--after")?,
-        None => Timestamp::from(Utc::now()),
-    };
+    Ok((cron, parse_time_zone(&args.tz)?))
+}
+
+fn after_of(args: &NextArgs) -> anyhow::Result<Timestamp> {
+    match &args.after {
+        Some(text) => args::parse_instant(text).context("--after"),
+        None => Ok(Timestamp::from(Utc::now())),
+    }
+}
+
+/// `quartz cron next --calendar NAME`: the calendar read from the database.
+async fn cron_next_with_calendar(url: &str, scheduler: &str, args: &NextArgs) -> anyhow::Result<()> {
+    let (cron, zone) = parse_next(args)?;
+    let store = quartz_store::SqlStore::connect(url).await?;
+    let admin = quartz_core::admin::Admin::new(store, scheduler);
+    let times = admin
+        .cron_preview_with(
+            cron.as_str(),
+            &args.tz,
+            args.calendar.as_deref(),
+            after_of(args)?,
+            args.count,
+        )
+        .await?;
+    print_times(args, zone, times.into_iter())
+}
+
+fn print_times(args: &NextArgs, zone: quartz_core::Tz, times: impl Iterator<Item = Timestamp>) -> anyhow::Result<()> {
     let mut out = String::new();
-    for fire in cron.iter_after(after, zone).take(args.count) {
+    for fire in times {
         match args.format {
             Format::EpochMs => out.push_str(&fire.as_millis().to_string()),
             Format::Rfc3339 => {

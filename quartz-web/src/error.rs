@@ -81,8 +81,8 @@ impl From<AdminError> for ApiError {
     fn from(e: AdminError) -> ApiError {
         let status = match &e {
             AdminError::Invalid { .. } => StatusCode::BAD_REQUEST,
-            AdminError::NotFound { .. } => StatusCode::NOT_FOUND,
-            AdminError::Conflict { .. } => StatusCode::CONFLICT,
+            AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } => StatusCode::NOT_FOUND,
+            AdminError::Conflict { .. } | AdminError::InUse { .. } => StatusCode::CONFLICT,
             AdminError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };

@@ -92,6 +92,10 @@ pub struct TriggerDefinition {
     /// Higher fires first among fires due at the same instant.
     #[serde(default)]
     pub priority: i32,
+    /// The calendar, by name, whose excluded times are not fire times (see
+    /// [`crate::calendar`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<String>,
 }
 
 impl TriggerDefinition {
@@ -149,6 +153,13 @@ impl TriggerDefinition {
         self
     }
 
+    /// The times calendar `name` excludes are not fire times.
+    #[must_use]
+    pub fn calendar(mut self, name: impl Into<String>) -> TriggerDefinition {
+        self.calendar = Some(name.into());
+        self
+    }
+
     /// The misfire policy.
     #[must_use]
     pub fn misfire(mut self, policy: crate::misfire::MisfirePolicy) -> TriggerDefinition {
@@ -167,6 +178,7 @@ impl TriggerDefinition {
             repeat: None,
             misfire: None,
             priority: 0,
+            calendar: None,
         }
     }
 
@@ -243,6 +255,9 @@ impl TriggerDefinition {
             trigger = trigger
                 .with_misfire_policy(policy)
                 .map_err(|e| invalid("misfire", &e))?;
+        }
+        if let Some(name) = &self.calendar {
+            trigger = trigger.with_calendar(name).map_err(|e| invalid("calendar", &e))?;
         }
         Ok(ExecuteSpec {
             trigger,

@@ -26,11 +26,13 @@
 //! # Ok(()) }
 //! ```
 
+mod calendars;
 mod definition;
 mod views;
 
 use std::collections::HashMap;
 
+pub use calendars::CalendarView;
 pub use definition::{JobDefinition, JobPatch, TriggerDefinition, TriggerKind};
 pub use views::{BrokenTrigger, ChangeView, FireView, JobView, NodeView, Overview, Page, TriggerView, summary};
 
@@ -70,6 +72,20 @@ pub enum AdminError {
         /// The name asked for.
         name: String,
     },
+    /// No such calendar.
+    #[error("no calendar named {name:?}")]
+    CalendarNotFound {
+        /// The name asked for.
+        name: String,
+    },
+    /// A calendar still in use cannot be deleted.
+    #[error("calendar {name:?} is in use by {}", users.join(", "))]
+    InUse {
+        /// The calendar.
+        name: String,
+        /// Who uses it: `job NAME`, `calendar NAME`.
+        users: Vec<String>,
+    },
     /// A job of that name exists already.
     #[error("a job named {name:?} already exists")]
     Conflict {
@@ -101,8 +117,8 @@ impl AdminError {
     pub fn code(&self) -> &'static str {
         match self {
             AdminError::Invalid { .. } => "invalid",
-            AdminError::NotFound { .. } => "not_found",
-            AdminError::Conflict { .. } => "conflict",
+            AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } => "not_found",
+            AdminError::Conflict { .. } | AdminError::InUse { .. } => "conflict",
             AdminError::Unavailable { .. } => "unavailable",
             AdminError::Store(_) => "internal",
         }
@@ -120,7 +136,10 @@ impl AdminError {
 impl From<StoreError> for AdminError {
     fn from(e: StoreError) -> AdminError {
         match e {
+            StoreError::Invalid(crate::Error::InvalidCalendar { field, reason }) => AdminError::invalid(field, reason),
             StoreError::Invalid(e) => AdminError::invalid("", e.to_string()),
+            StoreError::UnknownCalendar { name, .. } => AdminError::CalendarNotFound { name },
+            StoreError::CalendarInUse { name, users } => AdminError::InUse { name, users },
             StoreError::UnknownJob { name, .. } => AdminError::NotFound { name },
             StoreError::DuplicateJob { name, .. } => AdminError::Conflict { name },
             StoreError::Unavailable { reason } => AdminError::Unavailable { reason },
@@ -305,6 +324,7 @@ impl<S: Store> Admin<S> {
         spec.check_fields()
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
         self.check_parent(spec).await?;
+        self.check_calendars(executes).await?;
         self.store.create_job(&self.scheduler, spec, executes).await?;
         self.job(&spec.name).await
     }
@@ -351,6 +371,9 @@ impl<S: Store> Admin<S> {
         spec.check_fields()
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
         self.check_parent(spec).await?;
+        if let Some(executes) = executes {
+            self.check_calendars(executes).await?;
+        }
         self.store.update_job(&self.scheduler, name, spec, executes).await?;
         self.job(&spec.name).await
     }

@@ -47,6 +47,9 @@ pub struct TriggerView {
     pub repeat: Option<u64>,
     /// Its misfire policy.
     pub misfire: String,
+    /// The calendar whose excluded times are not fire times, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<String>,
     /// Its priority.
     pub priority: i32,
     /// `waiting`, `running`, `paused`, `complete` or `error`.
@@ -85,6 +88,7 @@ impl TriggerView {
             end: ms(e.trigger.end()),
             repeat: e.trigger.repeat_limit(),
             misfire: e.trigger.misfire_policy().as_str().to_owned(),
+            calendar: c.calendar,
             priority: e.priority,
             state: e.state.as_str().to_owned(),
             prev_fire_time: ms(e.fire_state.prev_fire_time),
@@ -99,11 +103,15 @@ impl TriggerView {
 /// How a trigger reads for people: `cron 0/2 * * * * ? UTC`, `every 5000 ms`,
 /// `delay 1000 ms`, `once at 2026-01-01T00:00:00.000Z`.
 pub fn summary(trigger: &crate::trigger::Trigger) -> String {
-    match trigger.schedule() {
+    let schedule = match trigger.schedule() {
         Schedule::Cron { expr, zone } => format!("cron {expr} {zone}"),
         Schedule::FixedRate { interval_ms } => format!("every {interval_ms} ms"),
         Schedule::FixedDelay { delay_ms } => format!("delay {delay_ms} ms"),
         Schedule::Once => format!("once at {}", trigger.start()),
+    };
+    match trigger.calendar_name() {
+        Some(calendar) => format!("{schedule}, except calendar {calendar}"),
+        None => schedule,
     }
 }
 

@@ -50,6 +50,7 @@ struct JobForm {
     interval_ms: String,
     start: String,
     misfire: String,
+    calendar: String,
     max_attempts: String,
     backoff_ms: String,
     backoff_max_ms: String,
@@ -102,6 +103,7 @@ impl JobForm {
             form.time_zone = t.time_zone.clone().unwrap_or_default();
             form.interval_ms = opt(t.interval_ms);
             form.misfire.clone_from(&t.misfire);
+            form.calendar = t.calendar.clone().unwrap_or_default();
             if t.kind == "once" {
                 form.start = Timestamp::from_millis(t.start).to_string();
             }
@@ -122,6 +124,7 @@ impl JobForm {
             interval_ms: text("interval_ms"),
             start: text("start"),
             misfire: text("misfire"),
+            calendar: text("calendar"),
             max_attempts: text("max_attempts"),
             backoff_ms: text("backoff_ms"),
             backoff_max_ms: text("backoff_max_ms"),
@@ -133,7 +136,7 @@ impl JobForm {
 
     /// What decides the fire times: an edit that leaves it alone keeps the
     /// trigger (and where it stands).
-    fn schedule(&self) -> [&str; 6] {
+    fn schedule(&self) -> [&str; 7] {
         let start = if self.kind == "once" { self.start.trim() } else { "" };
         [
             self.kind.trim(),
@@ -142,6 +145,7 @@ impl JobForm {
             self.interval_ms.trim(),
             start,
             self.misfire.trim(),
+            self.calendar.trim(),
         ]
     }
 
@@ -180,6 +184,7 @@ impl JobForm {
             repeat: None,
             misfire: text(&self.misfire),
             priority: 0,
+            calendar: text(&self.calendar),
         })
     }
 
@@ -324,6 +329,7 @@ fn render(
             "interval_ms",
             "start",
             "misfire",
+            "calendar",
             "max_attempts",
             "backoff_ms",
             "backoff_max_ms",
@@ -372,6 +378,8 @@ fn render(
                             @for m in MISFIRE { option value=(m) selected[m == form.misfire] { (m) } }
                         }
                     }, None, Some("cron fixed_rate fixed_delay once")))
+                    (field("Calendar", "calendar", errors, text_input("calendar", &form.calendar, ""),
+                        Some("The name of a calendar whose excluded times are not fire times; empty: none."), Some("cron fixed_rate fixed_delay once")))
                 }
             }
             fieldset {

@@ -96,8 +96,8 @@ impl Viewer {
     pub(crate) fn failure(&self, e: &AdminError) -> Response {
         let status = match e {
             AdminError::Invalid { .. } => StatusCode::BAD_REQUEST,
-            AdminError::NotFound { .. } => StatusCode::NOT_FOUND,
-            AdminError::Conflict { .. } => StatusCode::CONFLICT,
+            AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } => StatusCode::NOT_FOUND,
+            AdminError::Conflict { .. } | AdminError::InUse { .. } => StatusCode::CONFLICT,
             AdminError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };

@@ -1,0 +1,172 @@
+//! Calendars through the admin surface: add or replace, read, list,
+//! delete, and previews of fire times with a calendar's exclusions.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Admin, AdminError, MAX_PREVIEW};
+use crate::calendar::{self, CalendarDefinition};
+use crate::store::{CalendarRecord, ExecuteSpec, Store};
+use crate::time::Timestamp;
+use crate::trigger::{Schedule, Trigger};
+
+/// A calendar as the admin surface shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CalendarView {
+    /// Its name.
+    pub name: String,
+    /// What it excludes, as given (`kind`, `days`, `range`, `invert`,
+    /// `cron`, `time_zone`, `base`, `description`).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub definition: CalendarDefinition,
+    /// When it was added (epoch ms, database time).
+    pub created_at: i64,
+    /// When it was last replaced.
+    pub updated_at: i64,
+}
+
+impl From<CalendarRecord> for CalendarView {
+    fn from(r: CalendarRecord) -> CalendarView {
+        CalendarView {
+            name: r.name,
+            definition: r.definition,
+            created_at: r.created_at.as_millis(),
+            updated_at: r.updated_at.as_millis(),
+        }
+    }
+}
+
+impl<S: Store> Admin<S> {
+    /// Adds a calendar, or replaces the one of that name; the triggers that
+    /// use it (directly or through a base) are rescheduled in the same
+    /// transaction, on every node.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Invalid`] naming the field (`days`, `range`, `base`, …);
+    /// the store's errors.
+    pub async fn calendar_put(&self, name: &str, definition: &CalendarDefinition) -> Result<CalendarView, AdminError> {
+        definition.calendar(None).map_err(|e| invalid_calendar(&e))?;
+        let record = self.store.put_calendar(&self.scheduler, name, definition).await?;
+        Ok(record.into())
+    }
+
+    /// A calendar, by name.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::CalendarNotFound`]; the store's errors.
+    pub async fn calendar(&self, name: &str) -> Result<CalendarView, AdminError> {
+        self.store
+            .get_calendar(&self.scheduler, name)
+            .await?
+            .map(CalendarView::from)
+            .ok_or_else(|| AdminError::CalendarNotFound { name: name.to_owned() })
+    }
+
+    /// Every calendar, by name.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    pub async fn calendars(&self) -> Result<Vec<CalendarView>, AdminError> {
+        let records = self.store.list_calendars(&self.scheduler).await?;
+        Ok(records.into_iter().map(CalendarView::from).collect())
+    }
+
+    /// Deletes a calendar no trigger and no calendar uses.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::CalendarNotFound`], [`AdminError::InUse`] naming its
+    /// users; the store's errors.
+    pub async fn calendar_delete(&self, name: &str) -> Result<(), AdminError> {
+        Ok(self.store.delete_calendar(&self.scheduler, name).await?)
+    }
+
+    /// The next `count` fire times after `after` of a cron expression in a
+    /// zone, passing over the times calendar `calendar` excludes when one is
+    /// named.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Invalid`] for the expression, the zone or the count;
+    /// [`AdminError::CalendarNotFound`]; the store's errors.
+    pub async fn cron_preview_with(
+        &self,
+        expr: &str,
+        time_zone: &str,
+        calendar: Option<&str>,
+        after: Timestamp,
+        count: usize,
+    ) -> Result<Vec<Timestamp>, AdminError> {
+        let Some(name) = calendar else {
+            return super::cron_preview(expr, time_zone, after, count);
+        };
+        super::cron_preview(expr, time_zone, after, 1)?;
+        let trigger = Trigger::cron(expr, time_zone, Timestamp::from_millis(0))
+            .and_then(|t| t.with_calendar(name))
+            .map_err(|e| AdminError::invalid("calendar", e.to_string()))?;
+        let trigger = trigger.with_calendar_read(Arc::new(self.resolved(name).await?));
+        Ok(preview(&trigger, after, count))
+    }
+
+    /// A calendar with its bases, read.
+    async fn resolved(&self, name: &str) -> Result<calendar::Calendar, AdminError> {
+        let records = self.store.list_calendars(&self.scheduler).await?;
+        if !records.iter().any(|r| r.name == name) {
+            return Err(AdminError::CalendarNotFound { name: name.to_owned() });
+        }
+        calendar::resolve(name, |n| {
+            records.iter().find(|r| r.name == n).map(|r| r.definition.clone())
+        })
+        .map_err(|e| invalid_calendar(&e))
+    }
+
+    /// Checks that the calendars new triggers name exist, naming the field
+    /// (`triggers[i].calendar`) of the first that does not.
+    pub(super) async fn check_calendars(&self, executes: &[ExecuteSpec]) -> Result<(), AdminError> {
+        let mut known: Option<Vec<CalendarRecord>> = None;
+        for (i, execute) in executes.iter().enumerate() {
+            let Some(name) = execute.trigger.calendar_name() else {
+                continue;
+            };
+            if known.is_none() {
+                known = Some(self.store.list_calendars(&self.scheduler).await?);
+            }
+            if !known.iter().flatten().any(|r| r.name == name) {
+                return Err(AdminError::invalid(
+                    format!("triggers[{i}].calendar"),
+                    format!("no calendar named {name:?}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Up to `count` fire times of `trigger` after `after` (at most
+/// [`MAX_PREVIEW`]).
+pub(super) fn preview(trigger: &Trigger, after: Timestamp, count: usize) -> Vec<Timestamp> {
+    let mut times = Vec::new();
+    let mut at = after;
+    while times.len() < count.min(MAX_PREVIEW) {
+        let next = match trigger.schedule() {
+            Schedule::Cron { .. } | Schedule::FixedRate { .. } => trigger.fire_time_after(at),
+            _ => None,
+        };
+        let Some(next) = next else { break };
+        times.push(next);
+        at = next;
+    }
+    times
+}
+
+fn invalid_calendar(e: &crate::Error) -> AdminError {
+    match e {
+        crate::Error::InvalidCalendar { field, reason } => AdminError::invalid(*field, reason.clone()),
+        other => AdminError::invalid("", other.to_string()),
+    }
+}

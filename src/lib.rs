@@ -41,7 +41,7 @@ use std::future::Future;
 pub use quartz_core::engine::{
     Cancellation, JobContext, JobError, JobResult, Scheduler, SchedulerBuilder, SchedulerError, Settings, Strategy,
 };
-pub use quartz_core::{Error, Timestamp, Tz, admin, audit, cron, engine, misfire, retention, trigger};
+pub use quartz_core::{Error, Timestamp, Tz, admin, audit, calendar, cron, engine, misfire, retention, trigger};
 pub use quartz_pool as pool;
 
 /// Starting a node on a database URL.

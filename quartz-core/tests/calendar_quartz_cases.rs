@@ -94,3 +94,104 @@ fn every_calendar_kind_alone_and_chained_agrees_with_quartz_2_3_2() {
         failures.iter().take(40).cloned().collect::<Vec<_>>().join("\n")
     );
 }
+
+/// Triggers with a calendar against Quartz 2.3.2's `computeFirstFireTime`
+/// and `triggered` (computed by `tools/quartz-calendars/`): cron triggers
+/// in the calendar's zone and simple (fixed-rate) triggers, behind every
+/// calendar of the test above, in the four zones, from the start of 2026 and
+/// from just before each zone's DST shifts.
+///
+/// One test per zone, so they run side by side: the cases where Quartz
+/// finds no fire time search 100 years before giving up.
+#[test]
+fn triggers_pass_over_excluded_times_as_quartz_2_3_2_does_in_utc() {
+    triggers_agree_with_quartz_in("UTC");
+}
+
+#[test]
+fn triggers_pass_over_excluded_times_as_quartz_2_3_2_does_in_new_york() {
+    triggers_agree_with_quartz_in("America/New_York");
+}
+
+#[test]
+fn triggers_pass_over_excluded_times_as_quartz_2_3_2_does_in_london() {
+    triggers_agree_with_quartz_in("Europe/London");
+}
+
+#[test]
+fn triggers_pass_over_excluded_times_as_quartz_2_3_2_does_in_lord_howe() {
+    triggers_agree_with_quartz_in("Australia/Lord_Howe");
+}
+
+fn triggers_agree_with_quartz_in(only: &str) {
+    use quartz_core::trigger::{Schedule, Trigger};
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/trigger-calendar-quartz-cases.tsv"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let (mut cases, mut checked) = (0, 0);
+    let mut failures = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let mut cols: Vec<&str> = line.split('\t').collect();
+        if cols.len() == 5 {
+            cols.push(""); // no fire time at all
+        }
+        let ["fires", zone, spec, trigger, start, times] = cols[..] else {
+            panic!("malformed line {line:?}");
+        };
+        if zone != only {
+            continue;
+        }
+        let tz = parse_time_zone(zone).unwrap();
+        let start = Timestamp::from_millis(start.parse().unwrap());
+        let schedule = match trigger.split_once(':').unwrap() {
+            ("cron", expr) => Schedule::cron(CronExpression::parse(expr).unwrap(), tz),
+            ("every", ms) => Schedule::fixed_rate_millis(ms.parse().unwrap()).unwrap(),
+            other => panic!("unknown trigger {other:?}"),
+        };
+        let trigger_at = Trigger::new(schedule, start)
+            .unwrap()
+            .with_calendar("c")
+            .unwrap()
+            .with_calendar_read(std::sync::Arc::new(build(spec, tz)));
+        let want: Vec<i64> = times
+            .split(',')
+            .filter(|t| !t.is_empty())
+            .map(|t| t.parse().unwrap())
+            .collect();
+        let mut got = Vec::new();
+        let mut next = trigger_at.first_fire_time();
+        while let Some(t) = next
+            && got.len() < want.len().max(1)
+        {
+            got.push(t.as_millis());
+            next = trigger_at.fire_time_after(t);
+        }
+        got.truncate(want.len());
+        cases += 1;
+        checked += want.len();
+        if got != want {
+            let at = got
+                .iter()
+                .zip(&want)
+                .position(|(g, w)| g != w)
+                .unwrap_or(got.len().min(want.len()));
+            failures.push(format!(
+                "{trigger} from {start} behind {spec} in {zone}: fire {at}: Quartz {:?}, we {:?}",
+                want.get(at).map(|t| Timestamp::from_millis(*t)),
+                got.get(at).map(|t| Timestamp::from_millis(*t)),
+            ));
+        }
+    }
+    assert!(
+        cases >= 250 && checked > 7_500,
+        "{cases} triggers, {checked} fire times in {only}"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} differ from Quartz:\n{}",
+        failures.len(),
+        failures.iter().take(30).cloned().collect::<Vec<_>>().join("\n")
+    );
+}

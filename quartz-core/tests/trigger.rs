@@ -171,3 +171,65 @@ fn contradictory_or_out_of_range_triggers_are_refused() {
         Err(Error::InvalidTrigger { .. })
     ));
 }
+
+/// A weekend calendar in Paris, for the fixed-delay and once triggers (the
+/// cron and fixed-rate ones are checked against Quartz itself in
+/// `calendar_quartz_cases.rs`).
+fn weekends() -> std::sync::Arc<quartz_core::calendar::Calendar> {
+    use chrono::Weekday;
+    use quartz_core::calendar::{Calendar, CalendarKind};
+    let days = [Weekday::Sat, Weekday::Sun].into_iter().collect();
+    std::sync::Arc::new(Calendar::new(CalendarKind::Weekly(days), chrono_tz::Europe::Paris))
+}
+
+fn at(rfc3339: &str) -> Timestamp {
+    Timestamp::from_millis(
+        chrono::DateTime::parse_from_rfc3339(rfc3339)
+            .unwrap()
+            .timestamp_millis(),
+    )
+}
+
+#[test]
+fn a_fixed_delay_after_an_excluded_time_waits_for_the_first_included_instant() {
+    let friday = at("2026-12-04T20:00:00+01:00");
+    let trigger = Trigger::after_each(std::time::Duration::from_secs(3_600), friday)
+        .unwrap()
+        .with_calendar("weekends")
+        .unwrap()
+        .with_calendar_read(weekends());
+    // A run finishing at 23:30 on Friday: one hour later is Saturday, so the
+    // next fire is Monday's first instant in Paris.
+    let next = trigger.next_after_finish(at("2026-12-04T23:30:00+01:00"));
+    assert_eq!(next, Some(at("2026-12-07T00:00:00+01:00")));
+    assert_eq!(
+        trigger.next_after_finish(at("2026-12-04T21:00:00+01:00")),
+        Some(at("2026-12-04T22:00:00+01:00")),
+        "an included time is kept"
+    );
+    let ending = trigger.clone().with_end(at("2026-12-06T12:00:00+01:00")).unwrap();
+    assert_eq!(
+        ending.next_after_finish(at("2026-12-04T23:30:00+01:00")),
+        None,
+        "no included instant before the end"
+    );
+}
+
+#[test]
+fn a_once_trigger_at_an_excluded_time_never_fires_and_an_unread_calendar_gives_no_time() {
+    let saturday = at("2026-12-05T10:00:00+01:00");
+    let once = Trigger::once(saturday).with_calendar("weekends").unwrap();
+    assert_eq!(once.first_fire_time(), None, "the calendar is not read yet");
+    assert!(!once.calendar_includes(saturday));
+    let once = once.with_calendar_read(weekends());
+    assert_eq!(once.first_fire_time(), None, "as in Quartz: excluded, so no fire");
+    let monday = Trigger::once(at("2026-12-07T10:00:00+01:00"))
+        .with_calendar("weekends")
+        .unwrap()
+        .with_calendar_read(weekends());
+    assert_eq!(monday.first_fire_time(), Some(at("2026-12-07T10:00:00+01:00")));
+    assert!(matches!(
+        Trigger::once(saturday).with_calendar(" "),
+        Err(Error::InvalidTrigger { .. })
+    ));
+}

@@ -8,8 +8,8 @@ use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::internal::EngineStore;
 use quartz_core::store::{
     CalendarRecord, ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DueBatch, ExecuteCas, ExecuteSpec,
-    FireQuery, FireRecord, FireState, FollowUp, Job, JobDetail, JobQuery, JobSpec, MAX_ERROR_BYTES, Node, NodeRef,
-    NodeRegistration, NodeState, Outcome, PendingClaim, RetryPolicy, SkippedRecord, Store, StoreError, check_name,
+    FireQuery, FireRecord, FireState, FollowUp, Job, JobDetail, JobQuery, JobSpec, Node, NodeRef, NodeRegistration,
+    NodeState, Outcome, PendingClaim, RetryPolicy, SkippedRecord, Store, StoreError, check_name,
 };
 use quartz_core::trigger::TriggerState;
 use sqlx::any::AnyQueryResult;
@@ -57,6 +57,7 @@ type AnyQuery = sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>;
 
 mod calendars;
 mod claims;
+mod convert;
 mod decode;
 mod executes;
 mod fires;
@@ -65,6 +66,8 @@ mod nodes;
 mod pending;
 
 use calendars::CalendarSet;
+pub(crate) use convert::db_error;
+use convert::{bind_id_list, count_to_i64, is_unique_violation, retry_conflicts, truncate};
 use decode::{RowError, decode_execute, decode_fire, decode_job, decode_node};
 use fires::{
     CONFIRM_START, CONFIRM_START_RETURNING, FAIL_CLAIMED, MARK_RUNNING, MARK_RUNNING_RETURNING, MISFIRE_CLAIMED,
@@ -268,7 +271,7 @@ impl Store for SqlStore {
         name: &str,
         def: &CalendarDefinition,
     ) -> Result<CalendarRecord, StoreError> {
-        self.calendar_put(scheduler, name, def).await
+        retry_conflicts(|| self.calendar_put(scheduler, name, def)).await
     }
 
     async fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
@@ -539,76 +542,4 @@ impl EngineStore for SqlStore {
     async fn executes_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
         self.executes_delete(scheduler, before, limit).await
     }
-}
-
-// ---- errors and small conversions ----
-
-fn is_unique_violation(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
-}
-
-/// Maps a driver error: connection trouble is [`StoreError::Unavailable`] (the
-/// caller may retry), a deadlock or serialization failure is
-/// [`StoreError::Conflict`], the rest [`StoreError::Database`].
-pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
-    match e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::Protocol(_) => StoreError::Unavailable { reason: e.to_string() },
-        sqlx::Error::Database(ref db) if is_conflict(db.code().as_deref()) => {
-            StoreError::Conflict { reason: e.to_string() }
-        }
-        other => StoreError::Database {
-            reason: other.to_string(),
-        },
-    }
-}
-
-/// Runs a transaction again, up to three times in all, when the database
-/// rolled it back to break a deadlock.
-async fn retry_conflicts<T, F, Fut>(mut attempt: F) -> Result<T, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, StoreError>>,
-{
-    let mut tries = 1;
-    loop {
-        match attempt().await {
-            Err(StoreError::Conflict { .. }) if tries < 3 => tries += 1,
-            other => return other,
-        }
-    }
-}
-
-/// SQLSTATE 40001 (serialization failure; MySQL's deadlock 1213 carries it)
-/// and 40P01 (PostgreSQL's deadlock): the server rolled the transaction back.
-fn is_conflict(code: Option<&str>) -> bool {
-    matches!(code, Some("40001" | "40P01"))
-}
-
-/// Binds a MySQL `{ids}` list of [`IDS_PER_LIST`] placeholders: the ids,
-/// the last repeated to fill it (one prepared text for every size).
-fn bind_id_list(mut q: AnyQuery, ids: &[i64]) -> AnyQuery {
-    for i in 0..IDS_PER_LIST {
-        q = q.bind(ids.get(i).or(ids.last()).copied().unwrap_or(0));
-    }
-    q
-}
-
-fn count_to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn truncate(text: &str) -> String {
-    if text.len() <= MAX_ERROR_BYTES {
-        return text.to_owned();
-    }
-    let mut end = MAX_ERROR_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
 }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Admin, AdminError, MAX_PREVIEW};
 use crate::calendar::{self, CalendarDefinition};
+use crate::cron::{CronExpression, parse_time_zone};
 use crate::store::{CalendarRecord, ExecuteSpec, Store};
 use crate::time::Timestamp;
 use crate::trigger::{Schedule, Trigger};
@@ -103,9 +104,9 @@ impl<S: Store> Admin<S> {
         count: usize,
     ) -> Result<Vec<Timestamp>, AdminError> {
         let Some(name) = calendar else {
-            return super::cron_preview(expr, time_zone, after, count);
+            return cron_preview(expr, time_zone, after, count);
         };
-        super::cron_preview(expr, time_zone, after, 1)?;
+        cron_preview(expr, time_zone, after, 1)?;
         let trigger = Trigger::cron(expr, time_zone, Timestamp::from_millis(0))
             .and_then(|t| t.with_calendar(name))
             .map_err(|e| AdminError::invalid("calendar", e.to_string()))?;
@@ -169,4 +170,22 @@ fn invalid_calendar(e: &crate::Error) -> AdminError {
         crate::Error::InvalidCalendar { field, reason } => AdminError::invalid(*field, reason.clone()),
         other => AdminError::invalid("", other.to_string()),
     }
+}
+
+/// The next `count` fire times of a cron expression in a zone after an
+/// instant, as `quartz cron next` and the console's preview show them.
+///
+/// # Errors
+///
+/// [`AdminError::Invalid`] naming `cron`, `time_zone` or `count`.
+pub fn cron_preview(expr: &str, time_zone: &str, after: Timestamp, count: usize) -> Result<Vec<Timestamp>, AdminError> {
+    if !(1..=MAX_PREVIEW).contains(&count) {
+        return Err(AdminError::invalid(
+            "count",
+            format!("count must be between 1 and {MAX_PREVIEW}, got {count}"),
+        ));
+    }
+    let expr = CronExpression::parse(expr).map_err(|e| AdminError::invalid("cron", e.to_string()))?;
+    let zone = parse_time_zone(time_zone).map_err(|e| AdminError::invalid("time_zone", e.to_string()))?;
+    Ok(expr.iter_after(after, zone).take(count).collect())
 }

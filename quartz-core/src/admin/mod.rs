@@ -32,12 +32,11 @@ mod views;
 
 use std::collections::HashMap;
 
-pub use calendars::CalendarView;
+pub use calendars::{CalendarView, cron_preview};
 pub use definition::{JobDefinition, JobPatch, TriggerDefinition, TriggerKind};
 pub use views::{BrokenTrigger, ChangeView, FireView, JobView, NodeView, Overview, Page, TriggerView, summary};
 
 use crate::audit::{AuditParams, AuditReport};
-use crate::cron::{CronExpression, parse_time_zone};
 use crate::store::{
     ChangeQuery, ExecuteSpec, FireQuery, FireState, JobQuery, JobSpec, JobState, NodeState, Store, StoreError,
 };
@@ -579,22 +578,4 @@ impl<S: Store> Admin<S> {
         let fires = self.store.fires(&query).await?;
         Ok(views::overview(now, window_ms, &nodes, &jobs, &fires))
     }
-}
-
-/// The next `count` fire times of a cron expression in a zone after an
-/// instant, as `quartz cron next` and the console's preview show them.
-///
-/// # Errors
-///
-/// [`AdminError::Invalid`] naming `cron`, `time_zone` or `count`.
-pub fn cron_preview(expr: &str, time_zone: &str, after: Timestamp, count: usize) -> Result<Vec<Timestamp>, AdminError> {
-    if !(1..=MAX_PREVIEW).contains(&count) {
-        return Err(AdminError::invalid(
-            "count",
-            format!("count must be between 1 and {MAX_PREVIEW}, got {count}"),
-        ));
-    }
-    let expr = CronExpression::parse(expr).map_err(|e| AdminError::invalid("cron", e.to_string()))?;
-    let zone = parse_time_zone(time_zone).map_err(|e| AdminError::invalid("time_zone", e.to_string()))?;
-    Ok(expr.iter_after(after, zone).take(count).collect())
 }

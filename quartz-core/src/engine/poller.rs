@@ -224,7 +224,7 @@ impl<S: Store> Inner<S> {
             records,
             job: Arc::clone(job),
             then: (set_state == ExecuteState::Waiting).then(|| (trigger, decision.state.clone())),
-            kind: WriteKind::Misfire(decision),
+            kind: WriteKind::Misfire(Box::new(decision)),
         }
     }
 
@@ -346,7 +346,7 @@ enum Decision {
 enum WriteKind {
     Paused,
     Recomputed,
-    Misfire(MisfireDecision),
+    Misfire(Box<MisfireDecision>),
 }
 
 /// A row write a poll decided: the compare-and-set, the ledger records that

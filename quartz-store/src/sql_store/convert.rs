@@ -1,0 +1,76 @@
+//! Driver errors as store errors, and small conversions the statements share.
+
+use quartz_core::store::{MAX_ERROR_BYTES, StoreError};
+
+use super::AnyQuery;
+use crate::dialect::IDS_PER_LIST;
+
+pub(super) fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+/// Maps a driver error: connection trouble is [`StoreError::Unavailable`] (the
+/// caller may retry), a deadlock or serialization failure is
+/// [`StoreError::Conflict`], the rest [`StoreError::Database`].
+pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => StoreError::Unavailable { reason: e.to_string() },
+        sqlx::Error::Database(ref db) if is_conflict(db.code().as_deref()) => {
+            StoreError::Conflict { reason: e.to_string() }
+        }
+        other => StoreError::Database {
+            reason: other.to_string(),
+        },
+    }
+}
+
+/// Runs a transaction again, up to three times in all, when the database
+/// rolled it back to break a deadlock.
+pub(super) async fn retry_conflicts<T, F, Fut>(mut attempt: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut tries = 1;
+    loop {
+        match attempt().await {
+            Err(StoreError::Conflict { .. }) if tries < 3 => tries += 1,
+            other => return other,
+        }
+    }
+}
+
+/// SQLSTATE 40001 (serialization failure; MySQL's deadlock 1213 carries it)
+/// and 40P01 (PostgreSQL's deadlock): the server rolled the transaction back.
+pub(super) fn is_conflict(code: Option<&str>) -> bool {
+    matches!(code, Some("40001" | "40P01"))
+}
+
+/// Binds a MySQL `{ids}` list of [`IDS_PER_LIST`] placeholders: the ids,
+/// the last repeated to fill it (one prepared text for every size).
+pub(super) fn bind_id_list(mut q: AnyQuery, ids: &[i64]) -> AnyQuery {
+    for i in 0..IDS_PER_LIST {
+        q = q.bind(ids.get(i).or(ids.last()).copied().unwrap_or(0));
+    }
+    q
+}
+
+pub(super) fn count_to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+pub(super) fn truncate(text: &str) -> String {
+    if text.len() <= MAX_ERROR_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_ERROR_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}

@@ -198,6 +198,7 @@ pub const MAX_CHAIN: usize = 16;
 
 /// The kinds of calendar, by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CalendarType {
     /// Listed dates.
@@ -228,6 +229,7 @@ pub enum CalendarType {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CalendarDefinition {
     /// What it excludes.

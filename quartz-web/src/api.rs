@@ -9,10 +9,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use quartz_core::Timestamp;
 use quartz_core::admin::{
-    ChangeFilter, ChangeView, FireFilter, FireView, JobDefinition, JobFilter, JobPatch, JobView, NodeView, Overview,
-    Page, TriggerDefinition, TriggerKind, TriggerView,
+    CalendarView, ChangeFilter, ChangeView, FireFilter, FireView, JobDefinition, JobFilter, JobPatch, JobView,
+    NodeView, Overview, Page, TriggerDefinition, TriggerKind, TriggerView,
 };
 use quartz_core::audit::AuditParams;
+use quartz_core::calendar::{CalendarDefinition, CalendarType};
 use quartz_core::store::Store;
 use serde::{Deserialize, Serialize};
 use utoipa::OpenApi;
@@ -37,7 +38,14 @@ pub(crate) fn routes<S: Store + Clone>() -> Router<S> {
         .route("/changes", get(changes_list::<S>))
         .route("/audit", get(audit::<S>))
         .route("/overview", get(overview::<S>))
-        .route("/cron/preview", get(cron_preview))
+        .route("/calendars", get(calendars_list::<S>))
+        .route(
+            "/calendars/{name}",
+            get(calendar_get::<S>)
+                .put(calendar_put::<S>)
+                .delete(calendar_delete::<S>),
+        )
+        .route("/cron/preview", get(cron_preview::<S>))
         .route("/openapi.json", get(openapi))
 }
 
@@ -301,6 +309,8 @@ pub struct PreviewQuery {
     pub after: Option<i64>,
     /// How many (default 10, at most 100).
     pub count: Option<usize>,
+    /// Pass over the times this calendar (by name) excludes.
+    pub calendar: Option<String>,
 }
 
 /// A cron preview's answer.
@@ -312,21 +322,84 @@ pub struct Preview {
     pub fire_times_utc: Vec<String>,
 }
 
-/// The next fire times of a cron expression in a zone.
+/// The next fire times of a cron expression in a zone, passing over the
+/// times a calendar excludes when one is named.
 #[utoipa::path(get, path = "/api/v1/cron/preview", params(PreviewQuery), tag = "cron",
-    responses((status = 200, body = Preview), (status = 400, body = ErrorBody)))]
-async fn cron_preview(_: Caller, ApiQuery(q): ApiQuery<PreviewQuery>) -> ApiResult<Preview> {
+    responses((status = 200, body = Preview), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn cron_preview<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    _: Caller,
+    ApiQuery(q): ApiQuery<PreviewQuery>,
+) -> ApiResult<Preview> {
     let after = q.after.map_or_else(now_ms, Timestamp::from_millis);
-    let times = quartz_core::admin::cron_preview(
-        &q.cron,
-        q.time_zone.as_deref().unwrap_or("UTC"),
-        after,
-        q.count.unwrap_or(10),
-    )?;
+    let times = state
+        .admin
+        .cron_preview_with(
+            &q.cron,
+            q.time_zone.as_deref().unwrap_or("UTC"),
+            q.calendar.as_deref(),
+            after,
+            q.count.unwrap_or(10),
+        )
+        .await?;
     Ok(Json(Preview {
         fire_times: times.iter().map(|t| t.as_millis()).collect(),
         fire_times_utc: times.iter().map(ToString::to_string).collect(),
     }))
+}
+
+/// Every calendar, by name.
+#[utoipa::path(get, path = "/api/v1/calendars", tag = "calendars",
+    responses((status = 200, body = [CalendarView]), (status = 401, body = ErrorBody)))]
+async fn calendars_list<S: Store + Clone>(State(state): State<AppState<S>>, _: Caller) -> ApiResult<Vec<CalendarView>> {
+    Ok(Json(state.admin.calendars().await?))
+}
+
+/// A calendar.
+#[utoipa::path(get, path = "/api/v1/calendars/{name}", params(("name" = String, Path, description = "the calendar's name")),
+    tag = "calendars", responses((status = 200, body = CalendarView), (status = 404, body = ErrorBody)))]
+async fn calendar_get<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    _: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<CalendarView> {
+    Ok(Json(state.admin.calendar(&name).await?))
+}
+
+/// Adds a calendar or replaces the one of that name; the triggers that use
+/// it are rescheduled on every node.
+#[utoipa::path(put, path = "/api/v1/calendars/{name}", params(("name" = String, Path, description = "the calendar's name")),
+    request_body = CalendarDefinition, tag = "calendars",
+    responses((status = 200, body = CalendarView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+async fn calendar_put<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(name): Path<String>,
+    ApiJson(definition): ApiJson<CalendarDefinition>,
+) -> ApiResult<CalendarView> {
+    caller.require_admin()?;
+    Ok(Json(
+        state
+            .admin
+            .acting_as(caller.actor)
+            .calendar_put(&name, &definition)
+            .await?,
+    ))
+}
+
+/// Deletes a calendar no trigger and no calendar uses (409 naming them
+/// otherwise).
+#[utoipa::path(delete, path = "/api/v1/calendars/{name}", params(("name" = String, Path, description = "the calendar's name")),
+    tag = "calendars", responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+async fn calendar_delete<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    caller.require_admin()?;
+    state.admin.acting_as(caller.actor).calendar_delete(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// This server's clock, for a preview with no `after`: a preview decides
@@ -369,10 +442,11 @@ struct ChangePage {
         of a quartz-rs cluster. Authenticate with `Authorization: Bearer TOKEN` (QUARTZ_ADMIN_TOKEN reads and \
         writes, QUARTZ_READ_TOKEN reads); with no token configured only loopback callers are answered."),
     paths(jobs_list, job_add, job_get, job_edit, job_delete, job_pause, job_resume, job_trigger, fires_list,
-        nodes_list, changes_list, audit, overview, cron_preview),
+        nodes_list, changes_list, audit, overview, cron_preview, calendars_list, calendar_get, calendar_put,
+        calendar_delete),
     components(schemas(JobDefinition, JobPatch, TriggerDefinition, TriggerKind, JobView, TriggerView, FireView,
         NodeView, ChangeView, Overview, JobPage, FirePage, ChangePage, ErrorBody, Triggered, AuditView,
-        ViolationView, Preview)),
+        ViolationView, Preview, CalendarDefinition, CalendarType, CalendarView)),
     modifiers(&BearerAuth),
     security(("bearer" = []))
 )]

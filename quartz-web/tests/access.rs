@@ -45,6 +45,15 @@ fn routes() -> Vec<(&'static str, &'static str, Option<serde_json::Value>, bool)
         ("GET", "/api/v1/audit", None, false),
         ("GET", "/api/v1/overview", None, false),
         ("GET", "/api/v1/cron/preview?cron=0%20*%20*%20*%20*%20%3F", None, false),
+        ("GET", "/api/v1/calendars", None, false),
+        (
+            "PUT",
+            "/api/v1/calendars/probe",
+            Some(json!({"kind": "weekly", "days": ["sat", "sun"]})),
+            true,
+        ),
+        ("GET", "/api/v1/calendars/probe", None, false),
+        ("DELETE", "/api/v1/calendars/probe", None, true),
         ("GET", "/metrics", None, false),
     ]
 }
@@ -208,7 +217,15 @@ async fn openapi(db: &TestDb) {
         assert!(schemas.contains_key(name), "{r} resolves");
     }
     assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
-    for required in ["JobDefinition", "JobView", "ErrorBody", "FireView", "NodeView"] {
+    for required in [
+        "JobDefinition",
+        "JobView",
+        "ErrorBody",
+        "FireView",
+        "NodeView",
+        "CalendarDefinition",
+        "CalendarView",
+    ] {
         assert!(schemas.contains_key(required), "{required}");
     }
 }

@@ -232,7 +232,87 @@ async fn bad_input_gets_a_4xx_naming_the_field(db: &TestDb) {
     assert_eq!(jobs["items"][0]["timeout_ms"], Value::Null);
 }
 
+async fn calendars_are_put_read_used_and_deleted(db: &TestDb) {
+    let addr = server(db).await;
+    let holidays = json!({"kind": "holiday", "days": ["2026-12-25"], "time_zone": "Europe/Paris"});
+    let put = http::json(addr, "PUT", "/api/v1/calendars/holidays", Some(ADMIN), &holidays).await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    assert_eq!(put.json()["definition"]["days"], json!(["2026-12-25"]));
+    let weekends = json!({"kind": "weekly", "days": ["sat", "sun"], "base": "holidays", "time_zone": "Europe/Paris"});
+    let put = http::json(addr, "PUT", "/api/v1/calendars/workdays", Some(ADMIN), &weekends).await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    let list = http::get(addr, "GET", "/api/v1/calendars", Some(READ)).await.json();
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["holidays", "workdays"]);
+
+    // 2026-12-24 is a Thursday; the 25th a holiday, the 26th and 27th a weekend.
+    let preview = http::get(
+        addr,
+        "GET",
+        "/api/v1/cron/preview?cron=0%200%209%20*%20*%20%3F&time_zone=Europe/Paris&after=1798070400000&count=2&calendar=workdays",
+        Some(READ),
+    )
+    .await;
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    assert_eq!(
+        preview.json()["fire_times_utc"],
+        json!(["2026-12-24T08:00:00.000Z", "2026-12-28T08:00:00.000Z"])
+    );
+
+    let job = json!({"name": "report", "handler": "log",
+        "triggers": [{"kind": "cron", "cron": "0 0 9 * * ?", "time_zone": "Europe/Paris", "calendar": "workdays"}]});
+    let created = http::json(addr, "POST", "/api/v1/jobs", Some(ADMIN), &job).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert_eq!(created.json()["triggers"][0]["calendar"], "workdays");
+
+    let in_use = http::get(addr, "DELETE", "/api/v1/calendars/holidays", Some(ADMIN)).await;
+    assert_eq!(in_use.status, 409, "{}", in_use.body);
+    assert!(in_use.body.contains("calendar workdays"), "{}", in_use.body);
+    let bad = json!({"kind": "daily", "range": "17:00-09:00"});
+    let refused = http::json(addr, "PUT", "/api/v1/calendars/holidays", Some(ADMIN), &bad).await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.json()["error"]["field"], "range");
+    let kept = http::get(addr, "GET", "/api/v1/calendars/holidays", Some(READ)).await;
+    assert_eq!(kept.json()["definition"]["kind"], "holiday", "nothing stored lost");
+    let unknown = json!({"name": "other", "handler": "log",
+        "triggers": [{"kind": "fixed_rate", "interval_ms": 1000, "calendar": "nope"}]});
+    let refused = http::json(addr, "POST", "/api/v1/jobs", Some(ADMIN), &unknown).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert_eq!(refused.json()["error"]["field"], "triggers[0].calendar");
+
+    assert_eq!(
+        http::get(addr, "DELETE", "/api/v1/jobs/report", Some(ADMIN))
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        http::get(addr, "DELETE", "/api/v1/calendars/workdays", Some(ADMIN))
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        http::get(addr, "DELETE", "/api/v1/calendars/holidays", Some(ADMIN))
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        http::get(addr, "GET", "/api/v1/calendars/holidays", Some(READ))
+            .await
+            .status,
+        404
+    );
+}
+
 backend_tests!(
     jobs_are_created_read_changed_fired_and_deleted,
     bad_input_gets_a_4xx_naming_the_field,
+    calendars_are_put_read_used_and_deleted,
 );

@@ -20,7 +20,6 @@ pub struct CalendarView {
     pub name: String,
     /// What it excludes, as given (`kind`, `days`, `range`, `invert`,
     /// `cron`, `time_zone`, `base`, `description`).
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub definition: CalendarDefinition,
     /// When it was added (epoch ms, database time).
     pub created_at: i64,

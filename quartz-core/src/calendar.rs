@@ -98,10 +98,17 @@ impl Calendar {
         {
             return false;
         }
-        let Some(utc) = DateTime::from_timestamp_millis(t.as_millis()) else {
-            return true;
-        };
-        let local = utc.with_timezone(&self.zone);
+        self.local(t).is_none_or(|local| self.own_includes(t, &local))
+    }
+
+    /// `t` in the calendar's zone (`None` out of chrono's range, where
+    /// every time is included).
+    fn local(&self, t: Timestamp) -> Option<DateTime<Tz>> {
+        DateTime::from_timestamp_millis(t.as_millis()).map(|utc| utc.with_timezone(&self.zone))
+    }
+
+    /// Whether this calendar's own kind, without its bases, includes `t`.
+    fn own_includes(&self, t: Timestamp, local: &DateTime<Tz>) -> bool {
         match &self.kind {
             CalendarKind::Holiday(dates) => !dates.contains(&local.date_naive()),
             CalendarKind::Annual(days) => !days.contains(&(local.month(), local.day())),
@@ -126,11 +133,12 @@ impl Calendar {
         {
             return Some(until);
         }
-        if self.is_time_included(t) {
+        // The bases include `t`: only this calendar's own kind can exclude it.
+        let local = self.local(t)?;
+        if self.own_includes(t, &local) {
             return None;
         }
         let ms = t.as_millis();
-        let local = DateTime::from_timestamp_millis(ms)?.with_timezone(&self.zone);
         let date = local.date_naive();
         let until = match &self.kind {
             CalendarKind::Holiday(_) | CalendarKind::Annual(_) | CalendarKind::Monthly(_) | CalendarKind::Weekly(_) => {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{Admin, AdminError, MAX_PREVIEW};
 use crate::calendar::{self, CalendarDefinition};
 use crate::cron::{CronExpression, parse_time_zone};
-use crate::store::{CalendarRecord, ExecuteSpec, Store};
+use crate::store::{CalendarRecord, ExecuteSpec, Store, StoreError};
 use crate::time::Timestamp;
 use crate::trigger::{Schedule, Trigger};
 
@@ -102,15 +102,23 @@ impl<S: Store> Admin<S> {
         after: Timestamp,
         count: usize,
     ) -> Result<Vec<Timestamp>, AdminError> {
+        let (expr, zone) = parse_preview(expr, time_zone, count)?;
         let Some(name) = calendar else {
-            return cron_preview(expr, time_zone, after, count);
+            return Ok(expr.iter_after(after, zone).take(count).collect());
         };
-        cron_preview(expr, time_zone, after, 1)?;
-        let trigger = Trigger::cron(expr, time_zone, Timestamp::from_millis(0))
+        let trigger = Trigger::new(Schedule::cron(expr, zone), Timestamp::from_millis(0))
             .and_then(|t| t.with_calendar(name))
-            .map_err(|e| AdminError::invalid("calendar", e.to_string()))?;
-        let trigger = trigger.with_calendar_read(Arc::new(self.resolved(name).await?));
-        Ok(preview(&trigger, after, count))
+            .map_err(|e| AdminError::invalid("calendar", e.to_string()))?
+            .with_calendar_read(Arc::new(self.resolved(name).await?));
+        let mut times = Vec::with_capacity(count);
+        let mut at = after;
+        while times.len() < count
+            && let Some(next) = trigger.fire_time_after(at)
+        {
+            times.push(next);
+            at = next;
+        }
+        Ok(times)
     }
 
     /// A calendar with its bases, read.
@@ -124,44 +132,22 @@ impl<S: Store> Admin<S> {
         })
         .map_err(|e| invalid_calendar(&e))
     }
-
-    /// Checks that the calendars new triggers name exist, naming the field
-    /// (`triggers[i].calendar`) of the first that does not.
-    pub(super) async fn check_calendars(&self, executes: &[ExecuteSpec]) -> Result<(), AdminError> {
-        let mut known: Option<Vec<CalendarRecord>> = None;
-        for (i, execute) in executes.iter().enumerate() {
-            let Some(name) = execute.trigger.calendar_name() else {
-                continue;
-            };
-            if known.is_none() {
-                known = Some(self.store.list_calendars(&self.scheduler).await?);
-            }
-            if !known.iter().flatten().any(|r| r.name == name) {
-                return Err(AdminError::invalid(
-                    format!("triggers[{i}].calendar"),
-                    format!("no calendar named {name:?}"),
-                ));
-            }
-        }
-        Ok(())
-    }
 }
 
-/// Up to `count` fire times of `trigger` after `after` (at most
-/// [`MAX_PREVIEW`]).
-pub(super) fn preview(trigger: &Trigger, after: Timestamp, count: usize) -> Vec<Timestamp> {
-    let mut times = Vec::new();
-    let mut at = after;
-    while times.len() < count.min(MAX_PREVIEW) {
-        let next = match trigger.schedule() {
-            Schedule::Cron { .. } | Schedule::FixedRate { .. } => trigger.fire_time_after(at),
-            _ => None,
-        };
-        let Some(next) = next else { break };
-        times.push(next);
-        at = next;
+/// A store's refusal of triggers naming an unknown calendar, as the field
+/// of the first trigger naming it (`triggers[i].calendar`); other errors as
+/// they are.
+pub(super) fn calendar_field(e: StoreError, executes: &[ExecuteSpec]) -> AdminError {
+    match e {
+        StoreError::UnknownCalendar { name, .. } => {
+            let i = executes
+                .iter()
+                .position(|x| x.trigger.calendar_name() == Some(name.as_str()))
+                .unwrap_or(0);
+            AdminError::invalid(format!("triggers[{i}].calendar"), format!("no calendar named {name:?}"))
+        }
+        other => other.into(),
     }
-    times
 }
 
 fn invalid_calendar(e: &crate::Error) -> AdminError {
@@ -178,6 +164,13 @@ fn invalid_calendar(e: &crate::Error) -> AdminError {
 ///
 /// [`AdminError::Invalid`] naming `cron`, `time_zone` or `count`.
 pub fn cron_preview(expr: &str, time_zone: &str, after: Timestamp, count: usize) -> Result<Vec<Timestamp>, AdminError> {
+    let (expr, zone) = parse_preview(expr, time_zone, count)?;
+    Ok(expr.iter_after(after, zone).take(count).collect())
+}
+
+/// A preview's expression and zone, each error naming its field, and its
+/// count checked.
+fn parse_preview(expr: &str, time_zone: &str, count: usize) -> Result<(CronExpression, crate::Tz), AdminError> {
     if !(1..=MAX_PREVIEW).contains(&count) {
         return Err(AdminError::invalid(
             "count",
@@ -186,5 +179,5 @@ pub fn cron_preview(expr: &str, time_zone: &str, after: Timestamp, count: usize)
     }
     let expr = CronExpression::parse(expr).map_err(|e| AdminError::invalid("cron", e.to_string()))?;
     let zone = parse_time_zone(time_zone).map_err(|e| AdminError::invalid("time_zone", e.to_string()))?;
-    Ok(expr.iter_after(after, zone).take(count).collect())
+    Ok((expr, zone))
 }

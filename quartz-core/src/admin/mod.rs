@@ -32,6 +32,7 @@ mod views;
 
 use std::collections::HashMap;
 
+use calendars::calendar_field;
 pub use calendars::{CalendarView, cron_preview};
 pub use definition::{JobDefinition, JobPatch, TriggerDefinition, TriggerKind};
 pub use views::{BrokenTrigger, ChangeView, FireView, JobView, NodeView, Overview, Page, TriggerView, summary};
@@ -323,8 +324,10 @@ impl<S: Store> Admin<S> {
         spec.check_fields()
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
         self.check_parent(spec).await?;
-        self.check_calendars(executes).await?;
-        self.store.create_job(&self.scheduler, spec, executes).await?;
+        self.store
+            .create_job(&self.scheduler, spec, executes)
+            .await
+            .map_err(|e| calendar_field(e, executes))?;
         self.job(&spec.name).await
     }
 
@@ -370,10 +373,10 @@ impl<S: Store> Admin<S> {
         spec.check_fields()
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
         self.check_parent(spec).await?;
-        if let Some(executes) = executes {
-            self.check_calendars(executes).await?;
-        }
-        self.store.update_job(&self.scheduler, name, spec, executes).await?;
+        self.store
+            .update_job(&self.scheduler, name, spec, executes)
+            .await
+            .map_err(|e| calendar_field(e, executes.unwrap_or_default()))?;
         self.job(&spec.name).await
     }
 

@@ -270,12 +270,20 @@ async fn a_job_shows_its_next_fire_times(db: &TestDb) {
     let preview = quartz::admin::cron_preview(
         "0 0 12 ? * MON-FRI",
         "America/New_York",
+        quartz::cron::DstChoice::QUARTZ,
         Timestamp::from_millis(weekdays[0]),
         2,
     )
     .unwrap();
     assert_eq!(preview[0].as_millis(), weekdays[1]);
-    let bad = quartz::admin::cron_preview("0 0 12 ? * MON-FRI", "UTC", Timestamp::from_millis(0), 0).unwrap_err();
+    let bad = quartz::admin::cron_preview(
+        "0 0 12 ? * MON-FRI",
+        "UTC",
+        quartz::cron::DstChoice::QUARTZ,
+        Timestamp::from_millis(0),
+        0,
+    )
+    .unwrap_err();
     assert_eq!(bad.field(), Some("count"));
 }
 

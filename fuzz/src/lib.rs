@@ -113,6 +113,8 @@ pub fn trigger_row(data: &[u8]) {
         repeat_limit: (flags & 64 == 0).then(|| number(3)),
         misfire_policy: next().unwrap_or_else(|| "smart".to_owned()),
         calendar: None,
+        dst_skipped: next(),
+        dst_repeated: next(),
     };
     if let Ok(trigger) = columns.to_trigger() {
         let mut t = Timestamp::from_millis(columns.start_time.saturating_sub(1));

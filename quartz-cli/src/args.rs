@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use chrono::{DateTime, SecondsFormat};
 use quartz_core::Timestamp;
-use quartz_core::cron::{CronExpression, parse_time_zone};
+use quartz_core::cron::{CronExpression, DstChoice, parse_time_zone};
 use quartz_core::misfire::MisfirePolicy;
 use quartz_core::store::{ExecuteSpec, JobSpec, RetryPolicy};
 use quartz_core::trigger::{Schedule, Trigger};
@@ -101,12 +101,55 @@ pub struct TriggerArgs {
     /// A calendar (see `quartz calendar`) whose excluded times are not fire times.
     #[arg(long)]
     pub calendar: Option<String>,
+    #[command(flatten)]
+    pub dst: DstArgs,
+}
+
+/// A cron trigger's DST choice, for `job add|edit` and `cron next`.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct DstArgs {
+    /// With --cron: a local time that a DST change skips (spring forward)
+    /// fires at the shifted instant (shift), or not at all (skip)
+    /// [default: quartz, Quartz's own behaviour].
+    #[arg(long, value_name = "CHOICE", value_parser = ["quartz", "shift", "skip"])]
+    pub dst_skipped: Option<String>,
+    /// With --cron: a local time that a DST change repeats (fall back)
+    /// fires at its first occurrence, its second, or both
+    /// [default: quartz, once at the later instant].
+    #[arg(long, value_name = "CHOICE", value_parser = ["quartz", "first", "second", "both"])]
+    pub dst_repeated: Option<String>,
+}
+
+impl DstArgs {
+    /// Whether either choice was given.
+    pub fn given(&self) -> bool {
+        self.dst_skipped.is_some() || self.dst_repeated.is_some()
+    }
+
+    /// The choice; Quartz's where not given.
+    pub fn choice(&self) -> anyhow::Result<DstChoice> {
+        Ok(quartz_core::admin::parse_dst(
+            self.dst_skipped.as_deref(),
+            self.dst_repeated.as_deref(),
+        )?)
+    }
 }
 
 impl TriggerArgs {
-    /// Whether any trigger option was given.
+    /// Whether any trigger option was given (so that one given without a
+    /// schedule, as `job edit --calendar`, is refused rather than ignored).
     pub fn given(&self) -> bool {
-        self.cron.is_some() || self.every.is_some() || self.delay.is_some() || self.at.is_some()
+        self.cron.is_some()
+            || self.every.is_some()
+            || self.delay.is_some()
+            || self.at.is_some()
+            || self.tz.is_some()
+            || self.start.is_some()
+            || self.end.is_some()
+            || self.repeat.is_some()
+            || self.misfire.is_some()
+            || self.calendar.is_some()
+            || self.dst.given()
     }
 
     /// The execute these options describe; `now` is the default start.
@@ -114,9 +157,13 @@ impl TriggerArgs {
         if self.tz.is_some() && self.cron.is_none() {
             bail!("--tz is the time zone of a --cron expression");
         }
+        if self.dst.given() && self.cron.is_none() {
+            bail!("--dst-skipped and --dst-repeated apply to a --cron trigger, whose times are local times");
+        }
         let (schedule, start) = if let Some(expr) = &self.cron {
             let zone = parse_time_zone(self.tz.as_deref().unwrap_or("UTC"))?;
-            (Schedule::cron(CronExpression::parse(expr)?, zone), self.start)
+            let expr = CronExpression::parse(expr)?;
+            (Schedule::cron_with_dst(expr, zone, self.dst.choice()?), self.start)
         } else if let Some(every) = self.every {
             (Schedule::fixed_rate_millis(millis(every))?, self.start)
         } else if let Some(delay) = self.delay {

@@ -125,6 +125,7 @@ enum CronCommand {
     ///   quartz cron next "0 15 10 ? * 6L"
     ///   quartz cron next "0 0/5 14,18 * * ?" --tz Europe/London --count 3
     ///   quartz cron next "0 30 2 * * ?" --tz America/New_York --after 2026-03-07T12:00:00Z
+    ///   quartz cron next "0 30 1 * * ?" --tz America/New_York --after 2026-10-31T12:00:00Z --dst-repeated both
     ///   quartz cron next "*/5 * * * *" --unix --format epoch-ms
     ///   quartz cron next "0 0 9 ? * *" --calendar holidays --database-url postgres://postgres@127.0.0.1/test
     ///
@@ -157,6 +158,8 @@ struct NextArgs {
     /// from --database-url).
     #[arg(long)]
     calendar: Option<String>,
+    #[command(flatten)]
+    dst: args::DstArgs,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -219,7 +222,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<bool> {
         && args.calendar.is_none()
     {
         let (cron, zone) = parse_next(args)?;
-        print_times(args, zone, cron.iter_after(after_of(args)?, zone).take(args.count))?;
+        let fires = cron.iter_after_with(after_of(args)?, zone, args.dst.choice()?);
+        print_times(args, zone, fires.take(args.count))?;
         return Ok(true);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -266,6 +270,7 @@ async fn cron_next_with_calendar(url: &str, scheduler: &str, args: &NextArgs) ->
         .cron_preview_with(
             cron.as_str(),
             &args.tz,
+            args.dst.choice()?,
             args.calendar.as_deref(),
             after_of(args)?,
             args.count,

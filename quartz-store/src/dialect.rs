@@ -133,10 +133,14 @@ impl Backend {
                         "calendars",
                         include_str!(concat!("../../migrations/", $dir, "/0009_calendars.sql")),
                     ),
+                    (
+                        "dst choice",
+                        include_str!(concat!("../../migrations/", $dir, "/0010_dst_choice.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 9] = match self {
+        let files: [(&str, &'static str); 10] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

@@ -25,6 +25,10 @@
     if (!cron || !list || !error) return;
     const ask = ++asked;
     const params = new URLSearchParams({ cron: cron.value.trim(), time_zone: zone.value.trim() || "UTC", count: "5" });
+    for (const id of ["dst_skipped", "dst_repeated"]) {
+      const choice = document.getElementById(id);
+      if (choice) params.set(id, choice.value);
+    }
     try {
       const answer = await fetch(base + "/api/v1/cron/preview?" + params, { credentials: "same-origin" });
       const body = await answer.json();
@@ -57,9 +61,9 @@
       kind.addEventListener("change", showKindFields);
       showKindFields();
     }
-    for (const id of ["cron", "time_zone"]) {
+    for (const id of ["cron", "time_zone", "dst_skipped", "dst_repeated"]) {
       const input = document.getElementById(id);
-      if (input) input.addEventListener("input", schedulePreview);
+      if (input) input.addEventListener(input.tagName === "SELECT" ? "change" : "input", schedulePreview);
     }
   });
 })();

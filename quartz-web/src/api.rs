@@ -311,6 +311,12 @@ pub struct PreviewQuery {
     pub count: Option<usize>,
     /// Pass over the times this calendar (by name) excludes.
     pub calendar: Option<String>,
+    /// A local time a DST change skips: `shift`, `skip` or `quartz` (the
+    /// default, Quartz's behaviour).
+    pub dst_skipped: Option<String>,
+    /// A local time a DST change repeats: `first`, `second`, `both` or
+    /// `quartz` (the default).
+    pub dst_repeated: Option<String>,
 }
 
 /// A cron preview's answer.
@@ -337,6 +343,7 @@ async fn cron_preview<S: Store + Clone>(
         .cron_preview_with(
             &q.cron,
             q.time_zone.as_deref().unwrap_or("UTC"),
+            quartz_core::admin::parse_dst(q.dst_skipped.as_deref(), q.dst_repeated.as_deref())?,
             q.calendar.as_deref(),
             after,
             q.count.unwrap_or(10),

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Admin, AdminError, MAX_PREVIEW};
 use crate::calendar::{self, CalendarDefinition};
-use crate::cron::{CronExpression, parse_time_zone};
+use crate::cron::{CronExpression, DstChoice, RepeatedTime, SkippedTime, parse_time_zone};
 use crate::store::{CalendarRecord, ExecuteSpec, Store, StoreError};
 use crate::time::Timestamp;
 use crate::trigger::{Schedule, Trigger};
@@ -87,8 +87,8 @@ impl<S: Store> Admin<S> {
     }
 
     /// The next `count` fire times after `after` of a cron expression in a
-    /// zone, passing over the times calendar `calendar` excludes when one is
-    /// named.
+    /// zone under a DST choice, passing over the times calendar `calendar`
+    /// excludes when one is named.
     ///
     /// # Errors
     ///
@@ -98,15 +98,16 @@ impl<S: Store> Admin<S> {
         &self,
         expr: &str,
         time_zone: &str,
+        dst: DstChoice,
         calendar: Option<&str>,
         after: Timestamp,
         count: usize,
     ) -> Result<Vec<Timestamp>, AdminError> {
         let (expr, zone) = parse_preview(expr, time_zone, count)?;
         let Some(name) = calendar else {
-            return Ok(expr.iter_after(after, zone).take(count).collect());
+            return Ok(expr.iter_after_with(after, zone, dst).take(count).collect());
         };
-        let trigger = Trigger::new(Schedule::cron(expr, zone), Timestamp::from_millis(0))
+        let trigger = Trigger::new(Schedule::cron_with_dst(expr, zone, dst), Timestamp::from_millis(0))
             .and_then(|t| t.with_calendar(name))
             .map_err(|e| AdminError::invalid("calendar", e.to_string()))?
             .with_calendar_read(Arc::new(self.resolved(name).await?));
@@ -157,15 +158,39 @@ fn invalid_calendar(e: &crate::Error) -> AdminError {
     }
 }
 
-/// The next `count` fire times of a cron expression in a zone after an
-/// instant, as `quartz cron next` and the console's preview show them.
+/// The next `count` fire times of a cron expression in a zone under a DST
+/// choice after an instant, as `quartz cron next` and the console's preview
+/// show them.
 ///
 /// # Errors
 ///
 /// [`AdminError::Invalid`] naming `cron`, `time_zone` or `count`.
-pub fn cron_preview(expr: &str, time_zone: &str, after: Timestamp, count: usize) -> Result<Vec<Timestamp>, AdminError> {
+pub fn cron_preview(
+    expr: &str,
+    time_zone: &str,
+    dst: DstChoice,
+    after: Timestamp,
+    count: usize,
+) -> Result<Vec<Timestamp>, AdminError> {
     let (expr, zone) = parse_preview(expr, time_zone, count)?;
-    Ok(expr.iter_after(after, zone).take(count).collect())
+    Ok(expr.iter_after_with(after, zone, dst).take(count).collect())
+}
+
+/// A DST choice from its two names (`None` is `quartz`), each error naming
+/// its field, `dst_skipped` or `dst_repeated`.
+///
+/// # Errors
+///
+/// [`AdminError::Invalid`] for an unknown name.
+pub fn parse_dst(skipped: Option<&str>, repeated: Option<&str>) -> Result<DstChoice, AdminError> {
+    Ok(DstChoice {
+        skipped: skipped
+            .map_or(Ok(SkippedTime::Quartz), str::parse)
+            .map_err(|e| AdminError::invalid("dst_skipped", e.to_string()))?,
+        repeated: repeated
+            .map_or(Ok(RepeatedTime::Quartz), str::parse)
+            .map_err(|e| AdminError::invalid("dst_repeated", e.to_string()))?,
+    })
 }
 
 /// A preview's expression and zone, each error naming its field, and its

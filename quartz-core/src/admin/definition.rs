@@ -5,7 +5,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::AdminError;
-use crate::cron::{CronExpression, parse_time_zone};
+use crate::cron::{CronExpression, DstChoice, parse_time_zone};
 use crate::misfire::MisfirePolicy;
 use crate::store::{ExecuteSpec, JobSpec, RetryPolicy};
 use crate::time::Timestamp;
@@ -96,6 +96,16 @@ pub struct TriggerDefinition {
     /// [`crate::calendar`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calendar: Option<String>,
+    /// For `cron`: a local time a DST change skips fires at the shifted
+    /// instant (`shift`) or not at all (`skip`); default `quartz`, Quartz's
+    /// own behaviour (see [`crate::cron::DstChoice`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_skipped: Option<String>,
+    /// For `cron`: a local time a DST change repeats fires at its `first`
+    /// occurrence, its `second`, or `both`; default `quartz` (once, at the
+    /// later instant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_repeated: Option<String>,
 }
 
 impl TriggerDefinition {
@@ -160,6 +170,15 @@ impl TriggerDefinition {
         self
     }
 
+    /// For a cron trigger: what it does with a local time a DST change
+    /// skips or repeats.
+    #[must_use]
+    pub fn dst(mut self, choice: DstChoice) -> TriggerDefinition {
+        self.dst_skipped = Some(choice.skipped.as_str().to_owned());
+        self.dst_repeated = Some(choice.repeated.as_str().to_owned());
+        self
+    }
+
     /// The misfire policy.
     #[must_use]
     pub fn misfire(mut self, policy: crate::misfire::MisfirePolicy) -> TriggerDefinition {
@@ -179,6 +198,8 @@ impl TriggerDefinition {
             misfire: None,
             priority: 0,
             calendar: None,
+            dst_skipped: None,
+            dst_repeated: None,
         }
     }
 
@@ -220,7 +241,30 @@ impl TriggerDefinition {
                 let expr = CronExpression::parse(text).map_err(|e| invalid("cron", &e))?;
                 let zone = parse_time_zone(self.time_zone.as_deref().unwrap_or("UTC"))
                     .map_err(|e| invalid("time_zone", &e))?;
-                Schedule::cron(expr, zone)
+                let dst =
+                    super::parse_dst(self.dst_skipped.as_deref(), self.dst_repeated.as_deref()).map_err(
+                        |e| match e {
+                            AdminError::Invalid { field: name, message } => AdminError::invalid(field(&name), message),
+                            other => other,
+                        },
+                    )?;
+                Schedule::cron_with_dst(expr, zone, dst)
+            }
+            TriggerKind::FixedRate | TriggerKind::FixedDelay | TriggerKind::Once
+                if self.dst_skipped.is_some() || self.dst_repeated.is_some() =>
+            {
+                let name = if self.dst_skipped.is_some() {
+                    "dst_skipped"
+                } else {
+                    "dst_repeated"
+                };
+                return Err(AdminError::invalid(
+                    field(name),
+                    format!(
+                        "a DST choice does not apply to a {} trigger: only cron triggers have local times",
+                        self.kind_name()
+                    ),
+                ));
             }
             TriggerKind::FixedRate | TriggerKind::FixedDelay => {
                 unused("cron", self.cron.is_some())?;

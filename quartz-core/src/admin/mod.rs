@@ -33,7 +33,7 @@ mod views;
 use std::collections::HashMap;
 
 use calendars::calendar_field;
-pub use calendars::{CalendarView, cron_preview};
+pub use calendars::{CalendarView, cron_preview, parse_dst};
 pub use definition::{JobDefinition, JobPatch, TriggerDefinition, TriggerKind};
 pub use views::{BrokenTrigger, ChangeView, FireView, JobView, NodeView, Overview, Page, TriggerView, summary};
 

@@ -50,6 +50,12 @@ pub struct TriggerView {
     /// The calendar whose excluded times are not fire times, by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calendar: Option<String>,
+    /// A cron trigger's choice for skipped local times, when not Quartz's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_skipped: Option<String>,
+    /// A cron trigger's choice for repeated local times, when not Quartz's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_repeated: Option<String>,
     /// Its priority.
     pub priority: i32,
     /// `waiting`, `running`, `paused`, `complete` or `error`.
@@ -89,6 +95,8 @@ impl TriggerView {
             repeat: e.trigger.repeat_limit(),
             misfire: e.trigger.misfire_policy().as_str().to_owned(),
             calendar: c.calendar,
+            dst_skipped: c.dst_skipped,
+            dst_repeated: c.dst_repeated,
             priority: e.priority,
             state: e.state.as_str().to_owned(),
             prev_fire_time: ms(e.fire_state.prev_fire_time),
@@ -104,7 +112,8 @@ impl TriggerView {
 /// `delay 1000 ms`, `once at 2026-01-01T00:00:00.000Z`.
 pub fn summary(trigger: &crate::trigger::Trigger) -> String {
     let schedule = match trigger.schedule() {
-        Schedule::Cron { expr, zone } => format!("cron {expr} {zone}"),
+        Schedule::Cron { expr, zone, dst } if dst.is_quartz() => format!("cron {expr} {zone}"),
+        Schedule::Cron { expr, zone, dst } => format!("cron {expr} {zone} (DST: {dst})"),
         Schedule::FixedRate { interval_ms } => format!("every {interval_ms} ms"),
         Schedule::FixedDelay { delay_ms } => format!("delay {delay_ms} ms"),
         Schedule::Once => format!("once at {}", trigger.start()),

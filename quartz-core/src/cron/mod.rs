@@ -71,8 +71,11 @@
 //!
 //! The last year evaluated is 2099, the last year an expression may name.
 
+mod dst;
 pub(crate) mod eval;
 mod parse;
+
+pub use dst::{DstChoice, RepeatedTime, SkippedTime};
 
 /// The longest cron expression accepted, in bytes (the stores' column holds
 /// 512 characters).
@@ -161,6 +164,16 @@ impl CronExpression {
         eval::next_after(&self.inner.fields, &zone, after.as_millis()).map(Timestamp::from_millis)
     }
 
+    /// The first fire time strictly after `after` under a DST choice: with
+    /// [`DstChoice::QUARTZ`] this is [`next_after`](Self::next_after); any
+    /// other choice follows the wall clock exactly (see [`DstChoice`]).
+    pub fn next_after_with(&self, after: Timestamp, zone: Tz, dst: DstChoice) -> Option<Timestamp> {
+        if dst.is_quartz() {
+            return self.next_after(after, zone);
+        }
+        dst::next_after(&self.inner.fields, &zone, after.as_millis(), dst).map(Timestamp::from_millis)
+    }
+
     /// Whether the expression matches the second `at` falls in, as Quartz's
     /// `isSatisfiedBy`: the second is set again as a wall time in the zone
     /// (so in a fall-back overlap it is the later of the two), and the next
@@ -181,9 +194,14 @@ impl CronExpression {
 
     /// The fire times after `after`, in order, until the expression ends.
     pub fn iter_after(&self, after: Timestamp, zone: Tz) -> impl Iterator<Item = Timestamp> + '_ {
+        self.iter_after_with(after, zone, DstChoice::QUARTZ)
+    }
+
+    /// The fire times after `after` under a DST choice, in order.
+    pub fn iter_after_with(&self, after: Timestamp, zone: Tz, dst: DstChoice) -> impl Iterator<Item = Timestamp> + '_ {
         let mut at = after;
         std::iter::from_fn(move || {
-            let next = self.next_after(at, zone)?;
+            let next = self.next_after_with(at, zone, dst)?;
             at = next;
             Some(next)
         })

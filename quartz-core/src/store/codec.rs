@@ -1,6 +1,7 @@
 //! The column codec: a [`Trigger`] as the execute row's columns, the one
 //! format every backend stores.
 
+use crate::cron::{DstChoice, RepeatedTime, SkippedTime};
 use crate::error::Error;
 use crate::misfire::MisfirePolicy;
 use crate::time::Timestamp;
@@ -27,13 +28,20 @@ pub struct TriggerColumns {
     pub misfire_policy: String,
     /// The calendar's name, if the trigger uses one.
     pub calendar: Option<String>,
+    /// A cron trigger's choice for skipped local times (`shift` or `skip`);
+    /// `None` for Quartz's behaviour.
+    pub dst_skipped: Option<String>,
+    /// A cron trigger's choice for repeated local times (`first`, `second`
+    /// or `both`); `None` for Quartz's behaviour.
+    pub dst_repeated: Option<String>,
 }
 
 impl TriggerColumns {
     /// The columns of a trigger.
     pub fn from_trigger(trigger: &Trigger) -> TriggerColumns {
+        let dst = trigger.dst();
         let (kind, cron_expression, time_zone, interval_ms) = match trigger.schedule() {
-            Schedule::Cron { expr, zone } => (
+            Schedule::Cron { expr, zone, .. } => (
                 "cron",
                 Some(expr.as_str().to_owned()),
                 Some(zone.name().to_owned()),
@@ -53,12 +61,18 @@ impl TriggerColumns {
             repeat_limit: trigger.repeat_limit().map(|l| i64::try_from(l).unwrap_or(i64::MAX)),
             misfire_policy: trigger.misfire_policy().as_str().to_owned(),
             calendar: trigger.calendar_name().map(str::to_owned),
+            dst_skipped: Some(dst.skipped)
+                .filter(|s| *s != SkippedTime::Quartz)
+                .map(|s| s.as_str().to_owned()),
+            dst_repeated: Some(dst.repeated)
+                .filter(|r| *r != RepeatedTime::Quartz)
+                .map(|r| r.as_str().to_owned()),
         }
     }
 
     /// A stable 64-bit signature of the schedule columns (kind, expression,
-    /// zone, interval, window, repeat limit and calendar name; not the
-    /// misfire policy). The
+    /// zone, interval, window, repeat limit, calendar name and DST choice;
+    /// not the misfire policy). The
     /// row keeps the signature its fire times were computed from, so that a
     /// schedule edited with plain SQL is noticed and recomputed once.
     pub fn signature(&self) -> i64 {
@@ -83,6 +97,16 @@ impl TriggerColumns {
         if let Some(calendar) = &self.calendar {
             feed(b"calendar");
             feed(calendar.as_bytes());
+        }
+        // The same for the DST choice, new after calendars.
+        for (name, choice) in [
+            (&b"dst_skipped"[..], &self.dst_skipped),
+            (b"dst_repeated", &self.dst_repeated),
+        ] {
+            if let Some(choice) = choice {
+                feed(name);
+                feed(choice.as_bytes());
+            }
         }
         i64::from_ne_bytes(hash.to_ne_bytes())
     }
@@ -130,6 +154,17 @@ impl TriggerColumns {
             trigger = trigger.with_repeat_limit(limit)?;
         }
         trigger = trigger.with_misfire_policy(self.misfire_policy.parse::<MisfirePolicy>()?)?;
+        let dst = DstChoice {
+            skipped: self
+                .dst_skipped
+                .as_deref()
+                .map_or(Ok(SkippedTime::Quartz), str::parse)?,
+            repeated: self
+                .dst_repeated
+                .as_deref()
+                .map_or(Ok(RepeatedTime::Quartz), str::parse)?,
+        };
+        trigger = trigger.with_dst(dst)?;
         match &self.calendar {
             Some(name) => trigger.with_calendar(name),
             None => Ok(trigger),

@@ -26,7 +26,7 @@ use chrono_tz::Tz;
 
 pub use calendar::TriggerCalendar;
 
-use crate::cron::CronExpression;
+use crate::cron::{CronExpression, DstChoice};
 use crate::error::Error;
 use crate::misfire::MisfirePolicy;
 use crate::time::Timestamp;
@@ -44,6 +44,9 @@ pub enum Schedule {
         expr: CronExpression,
         /// The zone its wall times are in.
         zone: Tz,
+        /// What it does with a local time a DST change skips or repeats
+        /// (Quartz's behaviour by default).
+        dst: DstChoice,
     },
     /// Every `interval_ms` from the trigger's start: start, start + i, start + 2i, …
     /// regardless of how long each run takes (Quartz's simple trigger).
@@ -84,9 +87,15 @@ impl Schedule {
         Ok(Schedule::FixedDelay { delay_ms })
     }
 
-    /// A cron schedule.
+    /// A cron schedule, with Quartz's behaviour at DST changes.
     pub fn cron(expr: CronExpression, zone: Tz) -> Schedule {
-        Schedule::Cron { expr, zone }
+        Schedule::cron_with_dst(expr, zone, DstChoice::QUARTZ)
+    }
+
+    /// A cron schedule with an explicit choice for the local times a DST
+    /// change skips or repeats.
+    pub fn cron_with_dst(expr: CronExpression, zone: Tz, dst: DstChoice) -> Schedule {
+        Schedule::Cron { expr, zone, dst }
     }
 
     /// A fixed-rate schedule of a [`Duration`](std::time::Duration), kept to
@@ -256,6 +265,35 @@ impl Trigger {
         self.misfire_policy
     }
 
+    /// The same cron trigger with an explicit choice for the local times a
+    /// DST change skips or repeats (see [`DstChoice`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTrigger`] for a trigger that is not a cron trigger and
+    /// a choice other than Quartz's: only wall times can be skipped or
+    /// repeated.
+    pub fn with_dst(mut self, choice: DstChoice) -> Result<Trigger, Error> {
+        match &mut self.schedule {
+            Schedule::Cron { dst, .. } => *dst = choice,
+            _ if choice.is_quartz() => {}
+            _ => {
+                return Err(Error::InvalidTrigger {
+                    reason: "a DST choice applies to cron triggers only".to_owned(),
+                });
+            }
+        }
+        Ok(self)
+    }
+
+    /// The DST choice: a cron trigger's, or Quartz's for other schedules.
+    pub fn dst(&self) -> DstChoice {
+        match &self.schedule {
+            Schedule::Cron { dst, .. } => *dst,
+            _ => DstChoice::QUARTZ,
+        }
+    }
+
     /// The same trigger started afresh at `start` with a new repeat limit, as a
     /// reschedule-now misfire policy leaves it.
     pub(crate) fn restarted(&self, start: Timestamp, repeat_limit: Option<u64>) -> Trigger {
@@ -323,7 +361,9 @@ impl Trigger {
     /// The first fire time before the calendar is asked.
     fn first_candidate(&self) -> Option<Timestamp> {
         let first = match &self.schedule {
-            Schedule::Cron { expr, zone } => expr.next_after(self.start.checked_add_millis(-1)?, *zone)?,
+            Schedule::Cron { expr, zone, dst } => {
+                expr.next_after_with(self.start.checked_add_millis(-1)?, *zone, *dst)?
+            }
             Schedule::FixedRate { .. } | Schedule::FixedDelay { .. } | Schedule::Once => self.start,
         };
         self.within_end(first)
@@ -354,7 +394,7 @@ impl Trigger {
             return self.first_candidate();
         }
         let next = match &self.schedule {
-            Schedule::Cron { expr, zone } => expr.next_after(after, *zone)?,
+            Schedule::Cron { expr, zone, dst } => expr.next_after_with(after, *zone, *dst)?,
             Schedule::FixedRate { interval_ms } => {
                 let elapsed = after.as_millis() - self.start.as_millis();
                 let n = elapsed / interval_ms + 1;

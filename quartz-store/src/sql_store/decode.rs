@@ -39,6 +39,8 @@ pub(super) fn decode_execute(row: &AnyRow, calendars: &CalendarSet) -> Result<Ex
         repeat_limit: get_opt_i64("repeat_limit")?,
         misfire_policy: get_str("misfire_policy")?,
         calendar: get_opt_str("calendar")?,
+        dst_skipped: get_opt_str("dst_skipped")?,
+        dst_repeated: get_opt_str("dst_repeated")?,
     };
     let trigger = calendars
         .attach(columns.to_trigger().map_err(|e| fail(e.to_string()))?)

@@ -85,8 +85,8 @@ impl SqlStore {
             self.query(
                 "INSERT INTO quartz_execute (job_id, scheduler, kind, cron_expression, time_zone, interval_ms, \
                  start_time, end_time, repeat_limit, times_triggered, misfire_policy, priority, state, \
-                 prev_fire_time, next_fire_time, schedule_sig, calendar, updated_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, ?, ?, ?, {now})",
+                 prev_fire_time, next_fire_time, schedule_sig, calendar, dst_skipped, dst_repeated, updated_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, ?, ?, ?, ?, ?, {now})",
             )
             .bind(job_id)
             .bind(scheduler.to_owned())
@@ -103,6 +103,8 @@ impl SqlStore {
             .bind(first.next_fire_time.map(Timestamp::as_millis))
             .bind(signature)
             .bind(c.calendar)
+            .bind(c.dst_skipped)
+            .bind(c.dst_repeated)
             .execute(&mut **tx)
             .await
             .map_err(db_error)?;

@@ -51,6 +51,8 @@ struct JobForm {
     start: String,
     misfire: String,
     calendar: String,
+    dst_skipped: String,
+    dst_repeated: String,
     max_attempts: String,
     backoff_ms: String,
     backoff_max_ms: String,
@@ -74,6 +76,8 @@ impl JobForm {
             cron: "0 * * * * ?".into(),
             time_zone: "UTC".into(),
             misfire: "smart".into(),
+            dst_skipped: "quartz".into(),
+            dst_repeated: "quartz".into(),
             max_attempts: "1".into(),
             backoff_ms: "0".into(),
             allow_concurrent: true,
@@ -89,6 +93,8 @@ impl JobForm {
             payload: serde_json::to_string_pretty(&job.payload).unwrap_or_default(),
             kind: "none".into(),
             misfire: "smart".into(),
+            dst_skipped: "quartz".into(),
+            dst_repeated: "quartz".into(),
             max_attempts: job.max_attempts.to_string(),
             backoff_ms: job.backoff_ms.to_string(),
             backoff_max_ms: opt(job.backoff_max_ms),
@@ -104,6 +110,8 @@ impl JobForm {
             form.interval_ms = opt(t.interval_ms);
             form.misfire.clone_from(&t.misfire);
             form.calendar = t.calendar.clone().unwrap_or_default();
+            form.dst_skipped = t.dst_skipped.clone().unwrap_or_else(|| "quartz".into());
+            form.dst_repeated = t.dst_repeated.clone().unwrap_or_else(|| "quartz".into());
             if t.kind == "once" {
                 form.start = Timestamp::from_millis(t.start).to_string();
             }
@@ -125,6 +133,8 @@ impl JobForm {
             start: text("start"),
             misfire: text("misfire"),
             calendar: text("calendar"),
+            dst_skipped: text("dst_skipped"),
+            dst_repeated: text("dst_repeated"),
             max_attempts: text("max_attempts"),
             backoff_ms: text("backoff_ms"),
             backoff_max_ms: text("backoff_max_ms"),
@@ -136,7 +146,7 @@ impl JobForm {
 
     /// What decides the fire times: an edit that leaves it alone keeps the
     /// trigger (and where it stands).
-    fn schedule(&self) -> [&str; 7] {
+    fn schedule(&self) -> [&str; 9] {
         let start = if self.kind == "once" { self.start.trim() } else { "" };
         [
             self.kind.trim(),
@@ -146,6 +156,8 @@ impl JobForm {
             start,
             self.misfire.trim(),
             self.calendar.trim(),
+            dst_name(&self.dst_skipped),
+            dst_name(&self.dst_repeated),
         ]
     }
 
@@ -185,6 +197,8 @@ impl JobForm {
             misfire: text(&self.misfire),
             priority: 0,
             calendar: text(&self.calendar),
+            dst_skipped: Some(dst_name(&self.dst_skipped).to_owned()).filter(|s| s != "quartz" && cron_kind),
+            dst_repeated: Some(dst_name(&self.dst_repeated).to_owned()).filter(|s| s != "quartz" && cron_kind),
         })
     }
 
@@ -236,6 +250,35 @@ impl JobForm {
     }
 }
 
+/// A DST choice as typed; empty is Quartz's.
+fn dst_name(text: &str) -> &str {
+    match text.trim() {
+        "" => "quartz",
+        name => name,
+    }
+}
+
+/// A DST select's options: the choice's name and what it means.
+const DST_SKIPPED: [(&str, &str); 3] = [
+    ("quartz", "As Quartz (not fired)"),
+    ("shift", "Fire at the shifted instant"),
+    ("skip", "Skip it"),
+];
+const DST_REPEATED: [(&str, &str); 4] = [
+    ("quartz", "As Quartz (once, the later)"),
+    ("first", "Once, the first"),
+    ("second", "Once, the second"),
+    ("both", "Both"),
+];
+
+fn select(name: &str, options: &[(&str, &str)], chosen: &str) -> Markup {
+    html! {
+        select #(name) name=(name) {
+            @for (value, label) in options { option value=(value) selected[*value == dst_name(chosen)] { (label) } }
+        }
+    }
+}
+
 /// A whole number from a field, `None` when empty.
 fn number<T: std::str::FromStr>(errors: &mut FieldErrors, field: &str, text: &str) -> Option<T> {
     match text.trim() {
@@ -270,7 +313,9 @@ fn preview(form: &JobForm) -> Markup {
     } else {
         form.time_zone.trim()
     };
-    let (times, error) = match quartz_core::admin::cron_preview(form.cron.trim(), zone, now, 5) {
+    let dst = quartz_core::admin::parse_dst(Some(dst_name(&form.dst_skipped)), Some(dst_name(&form.dst_repeated)));
+    let times = dst.and_then(|dst| quartz_core::admin::cron_preview(form.cron.trim(), zone, dst, now, 5));
+    let (times, error) = match times {
         Ok(times) => (times, None),
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
@@ -330,6 +375,8 @@ fn render(
             "start",
             "misfire",
             "calendar",
+            "dst_skipped",
+            "dst_repeated",
             "max_attempts",
             "backoff_ms",
             "backoff_max_ms",
@@ -369,6 +416,10 @@ fn render(
                     (field("Cron expression", "cron", errors, text_input("cron", &form.cron, "0 0 2 * * ?"),
                         Some("Quartz syntax, seconds first: sec min hour day-of-month month day-of-week [year]."), Some("cron")))
                     (field("Time zone", "time_zone", errors, text_input("time_zone", &form.time_zone, "Europe/Paris"), None, Some("cron")))
+                    (field("A local time the clocks skip", "dst_skipped", errors, select("dst_skipped", &DST_SKIPPED, &form.dst_skipped),
+                        Some("Spring forward: 02:30 on a day the clocks jump from 02:00 to 03:00."), Some("cron")))
+                    (field("A local time the clocks repeat", "dst_repeated", errors, select("dst_repeated", &DST_REPEATED, &form.dst_repeated),
+                        Some("Fall back: 01:30 on a day the clocks go from 02:00 back to 01:00."), Some("cron")))
                     (preview(form))
                     (field("Interval (ms)", "interval_ms", errors, text_input("interval_ms", &form.interval_ms, "60000"), None, Some("fixed_rate fixed_delay")))
                     (field("Start", "start", errors, text_input("start", &form.start, "2026-01-31T09:00:00Z"),

@@ -287,6 +287,94 @@ async fn a_job_shows_its_next_fire_times(db: &TestDb) {
     assert_eq!(bad.field(), Some("count"));
 }
 
+async fn a_cron_trigger_keeps_its_dst_choice(db: &TestDb) {
+    use quartz::cron::{DstChoice, RepeatedTime, SkippedTime};
+    let admin = Admin::new(db.store().await, CLUSTER);
+    // 01:30 in New York, from 31 October 2026: 1 November has it twice.
+    let trigger = |dst: Option<DstChoice>| {
+        let t = TriggerDefinition::cron("0 30 1 * * ?", "America/New_York")
+            .starting(Timestamp::from_millis(1793448000000 /* 2026-10-31T12:00:00Z */));
+        match dst {
+            Some(dst) => t.dst(dst),
+            None => t,
+        }
+    };
+    let both = DstChoice {
+        skipped: SkippedTime::Skip,
+        repeated: RepeatedTime::Both,
+    };
+    let mut def = JobDefinition::new("dst-both", "log");
+    def.triggers.push(trigger(Some(both)));
+    admin.job_add(&def).await.unwrap();
+    let mut quartz = JobDefinition::new("dst-quartz", "log");
+    quartz.triggers.push(trigger(None));
+    admin.job_add(&quartz).await.unwrap();
+
+    // Read back from the store.
+    let view = admin.job("dst-both").await.unwrap();
+    let t = &view.triggers[0];
+    assert_eq!(
+        (t.dst_skipped.as_deref(), t.dst_repeated.as_deref()),
+        (Some("skip"), Some("both"))
+    );
+    assert!(
+        t.summary.ends_with("(DST: skipped skip, repeated both)"),
+        "{}",
+        t.summary
+    );
+    assert_eq!(
+        t.upcoming[..3],
+        [
+            1793511000000, /* 2026-11-01T05:30:00Z */
+            1793514600000, /* 2026-11-01T06:30:00Z */
+            1793601000000  /* 2026-11-02T06:30:00Z */
+        ]
+    );
+    let view = admin.job("dst-quartz").await.unwrap();
+    let t = &view.triggers[0];
+    assert_eq!((t.dst_skipped.as_deref(), t.dst_repeated.as_deref()), (None, None));
+    assert_eq!(
+        t.upcoming[..2],
+        [
+            1793514600000, /* 2026-11-01T06:30:00Z */
+            1793601000000  /* 2026-11-02T06:30:00Z */
+        ],
+        "Quartz: the later, once"
+    );
+
+    // Edited to the first occurrence.
+    let first = DstChoice {
+        skipped: SkippedTime::Quartz,
+        repeated: RepeatedTime::First,
+    };
+    let patch = JobPatch {
+        triggers: Some(vec![trigger(Some(first))]),
+        ..JobPatch::default()
+    };
+    let view = admin.job_edit("dst-both", &patch).await.unwrap();
+    assert_eq!(
+        view.triggers[0].upcoming[..2],
+        [
+            1793511000000, /* 2026-11-01T05:30:00Z */
+            1793601000000  /* 2026-11-02T06:30:00Z */
+        ]
+    );
+    assert_eq!(view.triggers[0].dst_repeated.as_deref(), Some("first"));
+
+    // Refused, naming the field, with nothing stored.
+    let mut bad = JobDefinition::new("dst-bad", "log");
+    let mut t = trigger(None);
+    t.dst_repeated = Some("later".into());
+    bad.triggers.push(t);
+    let e = admin.job_add(&bad).await.unwrap_err();
+    assert_eq!(e.field(), Some("triggers[0].dst_repeated"), "{e}");
+    let mut bad = JobDefinition::new("dst-bad", "log");
+    bad.triggers.push(every(1_000).dst(both));
+    let e = admin.job_add(&bad).await.unwrap_err();
+    assert_eq!(e.field(), Some("triggers[0].dst_skipped"), "{e}");
+    assert!(matches!(admin.job("dst-bad").await, Err(AdminError::NotFound { .. })));
+}
+
 async fn the_ledger_nodes_and_overview_follow_a_running_node(db: &TestDb) {
     let node = SchedulerBuilder::new(CLUSTER)
         .settings(common::fast_settings())
@@ -355,5 +443,6 @@ backend_tests!(
     every_change_is_recorded_with_its_actor,
     bad_input_names_the_field_and_keeps_what_is_stored,
     a_job_shows_its_next_fire_times,
+    a_cron_trigger_keeps_its_dst_choice,
     the_ledger_nodes_and_overview_follow_a_running_node,
 );

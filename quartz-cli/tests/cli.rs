@@ -230,6 +230,44 @@ fn jobs_are_added_listed_shown_paused_triggered_edited_and_deleted() {
         ],
         "",
     );
+    refused(
+        &url,
+        &[
+            "job",
+            "add",
+            "x",
+            "--handler",
+            "noop",
+            "--every",
+            "1s",
+            "--dst-skipped",
+            "shift",
+        ],
+        "apply to a --cron trigger",
+    );
+    refused(
+        &url,
+        &["job", "edit", "report", "--dst-repeated", "both"],
+        "apply to a --cron trigger",
+    );
+    let dst = json(
+        &url,
+        &[
+            "job",
+            "edit",
+            "report",
+            "--cron",
+            "0 30 1 * * ?",
+            "--tz",
+            "Europe/London",
+            "--dst-skipped",
+            "shift",
+            "--dst-repeated",
+            "both",
+        ],
+    );
+    assert_eq!(dst["triggers"][0]["dst_skipped"], "shift");
+    assert_eq!(dst["triggers"][0]["dst_repeated"], "both");
     refused(&url, &["job", "show", "nobody"], "nobody");
     refused(&url, &["job", "pause", "nobody"], "nobody");
     refused(&url, &["history", "--state", "sleeping"], "sleeping");

@@ -126,3 +126,56 @@ fn invalid_expressions_zones_and_instants_exit_two_with_the_error_on_stderr() {
     let stderr = String::from_utf8(quartz(&["cron", "next", "0 60 * * * ?"]).stderr).unwrap();
     assert!(stderr.contains("minutes field \"60\""), "{stderr}");
 }
+
+#[test]
+fn the_dst_choice_is_shown_for_skipped_and_repeated_local_times() {
+    let next = |args: &[&str]| {
+        let mut all = vec!["cron", "next"];
+        all.extend_from_slice(args);
+        let out = quartz(&all);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        stdout_lines(&out)
+    };
+    // New York's spring day: 02:30 does not exist; shifted, it is 03:30 EDT.
+    let spring = [
+        "0 30 2 * * ?",
+        "--tz",
+        "America/New_York",
+        "--after",
+        "2026-03-08T00:00:00Z",
+        "--count",
+        "2",
+    ];
+    let shifted = [&spring[..], &["--dst-skipped", "shift"]].concat();
+    assert_eq!(
+        next(&shifted),
+        ["2026-03-08T03:30:00-04:00", "2026-03-09T02:30:00-04:00"]
+    );
+    assert_eq!(
+        next(&spring),
+        ["2026-03-09T02:30:00-04:00", "2026-03-10T02:30:00-04:00"]
+    );
+    // London's autumn day: 01:30 happens in BST, then in GMT.
+    let autumn = [
+        "0 30 1 * * ?",
+        "--tz",
+        "Europe/London",
+        "--after",
+        "2026-10-25T00:00:00Z",
+        "--count",
+        "2",
+    ];
+    let both = [&autumn[..], &["--dst-repeated", "both"]].concat();
+    assert_eq!(next(&both), ["2026-10-25T01:30:00+01:00", "2026-10-25T01:30:00Z"]);
+    let first = [&autumn[..], &["--dst-repeated", "first"]].concat();
+    assert_eq!(next(&first), ["2026-10-25T01:30:00+01:00", "2026-10-26T01:30:00Z"]);
+    assert_eq!(
+        next(&autumn),
+        ["2026-10-25T01:30:00Z", "2026-10-26T01:30:00Z"]
+    );
+
+    let out = quartz(&["cron", "next", "0 30 1 * * ?", "--dst-repeated", "later"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("later") && err.contains("both"), "{err}");
+}

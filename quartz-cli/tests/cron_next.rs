@@ -169,10 +169,7 @@ fn the_dst_choice_is_shown_for_skipped_and_repeated_local_times() {
     assert_eq!(next(&both), ["2026-10-25T01:30:00+01:00", "2026-10-25T01:30:00Z"]);
     let first = [&autumn[..], &["--dst-repeated", "first"]].concat();
     assert_eq!(next(&first), ["2026-10-25T01:30:00+01:00", "2026-10-26T01:30:00Z"]);
-    assert_eq!(
-        next(&autumn),
-        ["2026-10-25T01:30:00Z", "2026-10-26T01:30:00Z"]
-    );
+    assert_eq!(next(&autumn), ["2026-10-25T01:30:00Z", "2026-10-26T01:30:00Z"]);
 
     let out = quartz(&["cron", "next", "0 30 1 * * ?", "--dst-repeated", "later"]);
     assert_eq!(out.status.code(), Some(2));

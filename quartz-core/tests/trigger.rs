@@ -233,3 +233,48 @@ fn a_once_trigger_at_an_excluded_time_never_fires_and_an_unread_calendar_gives_n
         Err(Error::InvalidTrigger { .. })
     ));
 }
+
+#[test]
+fn a_dst_choice_belongs_to_cron_triggers_and_moves_their_fire_times() {
+    use quartz_core::cron::{DstChoice, RepeatedTime, SkippedTime};
+    let both = DstChoice {
+        skipped: SkippedTime::Shift,
+        repeated: RepeatedTime::Both,
+    };
+    let start = Timestamp::from_millis(1_793_491_200_000); // 2026-11-01T00:00:00Z
+    let every = Trigger::every(std::time::Duration::from_secs(1), start).unwrap();
+    assert!(
+        every
+            .clone()
+            .with_dst(both)
+            .unwrap_err()
+            .to_string()
+            .contains("cron triggers only")
+    );
+    assert_eq!(every.with_dst(DstChoice::QUARTZ).unwrap().dst(), DstChoice::QUARTZ);
+
+    let cron = Trigger::cron("0 30 1 * * ?", "America/New_York", start)
+        .unwrap()
+        .with_dst(both)
+        .unwrap();
+    let fires: Vec<i64> = cron
+        .fires_until(&TriggerState::initial(&cron), Timestamp::from_millis(1_793_577_600_000))
+        .map(|f| f.fire_time.as_millis())
+        .collect();
+    // 01:30 EDT and 01:30 EST on 1 November.
+    assert_eq!(fires, [1_793_511_000_000, 1_793_514_600_000]);
+    // Stored and read back as columns, the choice stays, and so does the signature.
+    let columns = quartz_core::store::TriggerColumns::from_trigger(&cron);
+    assert_eq!(
+        (columns.dst_skipped.as_deref(), columns.dst_repeated.as_deref()),
+        (Some("shift"), Some("both"))
+    );
+    assert_eq!(columns.to_trigger().unwrap().dst(), both);
+    let quartz = quartz_core::store::TriggerColumns::from_trigger(&cron.clone().with_dst(DstChoice::QUARTZ).unwrap());
+    assert_ne!(
+        columns.signature(),
+        quartz.signature(),
+        "a changed choice is a changed schedule"
+    );
+    assert_eq!((quartz.dst_skipped, quartz.dst_repeated), (None, None));
+}

@@ -108,6 +108,20 @@ async fn jobs_are_created_read_changed_fired_and_deleted(db: &TestDb) {
     )
     .await;
     assert_eq!(preview.json()["fire_times"], json!([43_200_000, 129_600_000]));
+    // 01:30 on New York's autumn day 2026, at both occurrences (EDT, EST).
+    let both = http::get(
+        addr,
+        "GET",
+        "/api/v1/cron/preview?cron=0%2030%201%20*%20*%20%3F&time_zone=America/New_York&after=1793491200000&count=2&dst_repeated=both",
+        Some(READ),
+    )
+    .await;
+    assert_eq!(
+        both.json()["fire_times_utc"],
+        json!(["2026-11-01T05:30:00.000Z", "2026-11-01T06:30:00.000Z"]),
+        "{}",
+        both.body
+    );
     let audit = http::get(addr, "GET", "/api/v1/audit", Some(READ)).await;
     assert_eq!(audit.status, 200, "{}", audit.body);
     assert_eq!(audit.json()["violations"], json!([]));
@@ -202,6 +216,10 @@ async fn bad_input_gets_a_4xx_naming_the_field(db: &TestDb) {
             "time_zone",
         ),
         ("/api/v1/cron/preview?time_zone=UTC", "cron"),
+        (
+            "/api/v1/cron/preview?cron=0%20*%20*%20*%20*%20%3F&dst_skipped=later",
+            "dst_skipped",
+        ),
         ("/api/v1/overview?window_ms=1", "window_ms"),
     ] {
         let a = http::get(addr, "GET", path, Some(READ)).await;

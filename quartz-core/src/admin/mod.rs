@@ -28,13 +28,15 @@
 
 mod calendars;
 mod definition;
+mod patch;
 mod views;
 
 use std::collections::HashMap;
 
 use calendars::calendar_field;
 pub use calendars::{CalendarView, cron_preview, parse_dst};
-pub use definition::{JobDefinition, JobPatch, TriggerDefinition, TriggerKind};
+pub use definition::{JobDefinition, TriggerDefinition, TriggerKind};
+pub use patch::JobPatch;
 pub use views::{BrokenTrigger, ChangeView, FireView, JobView, NodeView, Overview, Page, TriggerView, summary};
 
 use crate::audit::{AuditParams, AuditReport};

@@ -1,31 +1,8 @@
 //! The explicit DST choice: what a cron trigger does with a local time that a
 //! daylight-saving change skips (spring forward) or repeats (fall back).
 //!
-//! By default ([`DstChoice::QUARTZ`]) an expression is evaluated as Quartz
-//! 2.3.2 evaluates it, which no single rule describes. A time in a repeated
-//! hour fires once, at the later instant (01:30 on New York's autumn day is
-//! 01:30 EST, and an hourly trigger leaves two hours between 00:00 EDT and
-//! 01:00 EST). A time in a skipped hour does not fire (02:30 daily does not
-//! fire on New York's spring day), and the walk can pass over times just
-//! after the gap that do exist: in Lord Howe, whose clocks jump from 02:00
-//! to 02:30, `0 5/7 * * * ?` fires 01:54 and then 02:40, never 02:33 (see
-//! the `eval` module).
-//!
-//! Choosing either half makes the trigger follow the wall clock exactly.
-//! Every local time the expression matches is a fire time at each of its
-//! instants the choice keeps:
-//!
-//! | local time | [`SkippedTime`] / [`RepeatedTime`] | fires at |
-//! |---|---|---|
-//! | exists once | any | its instant |
-//! | skipped | `Shift` | the instant it would have been without the change: the time plus the gap, in the new offset |
-//! | skipped | `Skip` (or `Quartz`, with an explicit repeated choice) | nowhere |
-//! | repeated | `First` | the earlier instant |
-//! | repeated | `Second` (or `Quartz`) | the later instant |
-//! | repeated | `Both` | both instants |
-//!
-//! Two matched times that land on the same instant (a shifted 02:30 and a
-//! regular 03:30) fire once.
+//! The evaluation under an explicit choice is [`next_after`]; the
+//! choice's meaning is documented on [`DstChoice`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -67,7 +44,33 @@ pub enum RepeatedTime {
 }
 
 /// A cron trigger's choice for the local times a DST change skips and
-/// repeats. See the [module docs](self) for what each choice fires.
+/// repeats.
+///
+/// By default ([`DstChoice::QUARTZ`]) an expression is evaluated as Quartz
+/// 2.3.2 evaluates it, which no single rule describes. A time in a repeated
+/// hour fires once, at the later instant (01:30 on New York's autumn day is
+/// 01:30 EST, and an hourly trigger leaves two hours between 00:00 EDT and
+/// 01:00 EST). A time in a skipped hour does not fire (02:30 daily does not
+/// fire on New York's spring day), and the walk can pass over times just
+/// after the gap that do exist: in Lord Howe, whose clocks jump from 02:00
+/// to 02:30, `0 5/7 * * * ?` fires 01:54 and then 02:40, never 02:33 (see
+/// the `eval` module).
+///
+/// Choosing either half makes the trigger follow the wall clock exactly.
+/// Every local time the expression matches is a fire time at each of its
+/// instants the choice keeps:
+///
+/// | local time | [`SkippedTime`] / [`RepeatedTime`] | fires at |
+/// |---|---|---|
+/// | exists once | any | its instant |
+/// | skipped | `Shift` | the instant it would have been without the change: the time plus the gap, in the new offset |
+/// | skipped | `Skip` (or `Quartz`, with an explicit repeated choice) | nowhere |
+/// | repeated | `First` | the earlier instant |
+/// | repeated | `Second` (or `Quartz`) | the later instant |
+/// | repeated | `Both` | both instants |
+///
+/// Two matched times that land on the same instant (a shifted 02:30 and a
+/// regular 03:30) fire once.
 ///
 /// ```
 /// use quartz_core::cron::{CronExpression, DstChoice, RepeatedTime, SkippedTime, parse_time_zone};
@@ -188,24 +191,25 @@ pub(crate) fn next_after(f: &Fields, tz: &Tz, after_ms: i64, choice: DstChoice) 
         // A fall-back ahead: the repeated walls up to this one have their
         // second instant still to come.
         let gap = change.before - change.after;
-        if gap > 0 && wall >= change.at + change.after {
-            if let Some(w) = wall_after(f, (change.at + change.after - 1).max(wall - gap)) {
-                keep(w, &mut best);
-            }
+        if gap > 0
+            && wall >= change.at + change.after
+            && let Some(w) = wall_after(f, (change.at + change.after - 1).max(wall - gap))
+        {
+            keep(w, &mut best);
         }
     }
     if let Some(change) = change_between(tz, after_ms.saturating_sub(DAY_MS), after_ms) {
         // Just past a spring-forward: skipped walls whose shifted instant is
         // still to come.
-        if change.after > change.before && after_ms < change.at + (change.after - change.before) {
-            if let Some(w) = wall_after(f, after_ms + change.before) {
-                keep(w, &mut best);
-            }
+        if change.after > change.before
+            && after_ms < change.at + (change.after - change.before)
+            && let Some(w) = wall_after(f, after_ms + change.before)
+        {
+            keep(w, &mut best);
         }
     }
     let mut at = wall;
-    loop {
-        let Some(next) = wall_after(f, at) else { break };
+    while let Some(next) = wall_after(f, at) {
         // Every instant of a later wall is at least the wall minus the
         // largest offset near the best instant.
         if best.is_some_and(|b| next > b.saturating_add(largest_offset_near(tz, b).unwrap_or(0))) {

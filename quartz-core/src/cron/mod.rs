@@ -62,6 +62,13 @@
 //! release's own `CronExpression`, are a test
 //! (`tests/cron_quartz_version.rs`).
 //!
+//! # DST: Quartz's behaviour, or an explicit choice
+//!
+//! [`CronExpression::next_after`] is Quartz's answer at DST changes too. A
+//! trigger may instead choose, per side, what a skipped local time (shift or
+//! skip) and a repeated one (first, second or both) do:
+//! [`CronExpression::next_after_with`] and [`DstChoice`].
+//!
 //! # Where we are stricter than Quartz
 //!
 //! Quartz silently misreads some strings; those are refused here with an error

@@ -160,13 +160,24 @@ async fn console(db: &TestDb) {
     browser.wait_text("p.notice", "Deleted").await;
     assert!(admin.job(SCRIPT_NAME).await.is_err());
 
-    for (page, name) in [("/", "overview"), ("/nodes", "nodes"), ("/changes", "changes")] {
+    let weekends =
+        serde_json::from_str(r#"{"kind": "weekly", "days": ["sat", "sun"], "time_zone": "Europe/Paris"}"#).unwrap();
+    admin.calendar_put("weekends", &weekends).await.unwrap();
+    for (page, name) in [
+        ("/", "overview"),
+        ("/nodes", "nodes"),
+        ("/changes", "changes"),
+        ("/calendars", "calendars"),
+    ] {
         browser.goto(&format!("{base}{page}")).await;
         assert_eq!(browser.alert().await, None);
         browser.screenshot(name).await;
         if name == "overview" {
             assert_eq!(browser.text(".card.live .value").await, "1", "one live node");
             assert_eq!(browser.count("#lateness rect.bar").await, 7, "the lateness chart");
+        }
+        if name == "calendars" {
+            assert_eq!(browser.text("tbody tr td:nth-child(2)").await, "weekly: sat, sun");
         }
     }
     eprintln!("console screenshots: {}", shots.display());

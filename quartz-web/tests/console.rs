@@ -117,6 +117,8 @@ async fn pages_render_with_every_name_escaped(db: &TestDb) {
         "/fires",
         "/nodes",
         "/changes",
+        "/calendars",
+        "/calendars/new",
         "/new",
         &job_path,
         &edit_path,
@@ -170,6 +172,8 @@ async fn the_form_creates_edits_and_refuses_bad_input(db: &TestDb) {
         ("max_attempts", "3"),
         ("backoff_ms", "1000"),
         ("allow_concurrent", "on"),
+        ("dst_skipped", "quartz"),
+        ("dst_repeated", "both"),
     ];
     let refused = post(addr, "/new", Some(&cookie), &fields, &[]).await;
     assert_eq!(refused.status, 400, "{}", refused.body);
@@ -203,6 +207,19 @@ async fn the_form_creates_edits_and_refuses_bad_input(db: &TestDb) {
     assert_eq!(job.payload, serde_json::json!({"to": "ops"}));
     assert_eq!(job.max_attempts, 3);
     assert_eq!(job.triggers[0].cron.as_deref(), Some("0 0 2 * * ?"));
+    assert_eq!(
+        (
+            job.triggers[0].dst_skipped.as_deref(),
+            job.triggers[0].dst_repeated.as_deref()
+        ),
+        (None, Some("both")),
+        "the DST choice, Quartz's where left so"
+    );
+    let edit = page(addr, "/jobs/nightly/edit", Some(&cookie)).await;
+    assert!(
+        edit.body.contains(r#"<option value="both" selected>"#),
+        "the edit form shows the choice"
+    );
     let trigger_id = job.triggers[0].id;
 
     // An edit that leaves the schedule alone keeps the trigger.
@@ -330,7 +347,167 @@ async fn every_form_needs_the_sessions_csrf_token_and_the_admin_role(db: &TestDb
     );
 }
 
+async fn calendars_are_listed_added_replaced_and_deleted(db: &TestDb) {
+    use quartz_core::calendar::CalendarDefinition;
+    let admin = Admin::new(db.store().await, CLUSTER);
+    let definition = |json: &str| serde_json::from_str::<CalendarDefinition>(json).unwrap();
+    let holidays = format!(r#"{{"kind": "holiday", "days": ["2026-12-25"], "description": "{SCRIPT_NAME}"}}"#);
+    admin.calendar_put("holidays", &definition(&holidays)).await.unwrap();
+    let mut job = JobDefinition::new("daily", "log");
+    job.triggers
+        .push(TriggerDefinition::cron("0 0 9 * * ?", "UTC").calendar("holidays"));
+    admin.job_add(&job).await.unwrap();
+    let addr = server(admin.clone()).await;
+    let cookie = login(addr, ADMIN).await;
+
+    let list = page(addr, "/calendars", Some(&cookie)).await;
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert!(list.body.contains("holiday: 2026-12-25"), "{}", list.body);
+    assert!(!list.body.contains(SCRIPT_NAME), "escaped");
+    assert!(list.body.contains(">Calendars</a>"), "in the navigation");
+    let csrf = csrf_of(&page(addr, "/calendars/new", Some(&cookie)).await.body);
+
+    // Refusals keep what was typed, beside the field, and store nothing.
+    let add = |name: &'static str, json: &'static str| {
+        let csrf = csrf.clone();
+        let cookie = cookie.clone();
+        async move {
+            post(
+                addr,
+                "/calendars/new",
+                Some(&cookie),
+                &[("csrf", &csrf), ("name", name), ("definition", json)],
+                &[],
+            )
+            .await
+        }
+    };
+    for (name, json, field, says) in [
+        ("weekends", "{not json", "definition", "not a calendar definition"),
+        (
+            "weekends",
+            r#"{"kind": "daily", "range": "25:00-26:00"}"#,
+            "definition",
+            "range",
+        ),
+        (
+            "weekends",
+            r#"{"kind": "weekly", "days": ["sat"], "base": "nope"}"#,
+            "definition",
+            "nope",
+        ),
+        ("holidays", r#"{"kind": "weekly", "days": ["sat"]}"#, "name", "exists"),
+        ("", r#"{"kind": "weekly", "days": ["sat"]}"#, "name", "needs a name"),
+    ] {
+        let refused = add(name, json).await;
+        assert_eq!(refused.status, 400, "{json}: {}", refused.body);
+        assert!(
+            refused.body.contains(&format!("data-field=\"{field}\"")),
+            "{json}: {}",
+            refused.body
+        );
+        assert!(refused.body.contains(says), "{json}: {}", refused.body);
+    }
+    assert_eq!(admin.calendars().await.unwrap().len(), 1, "nothing stored");
+
+    let created = add(
+        "weekends",
+        r#"{"kind": "weekly", "days": ["sat", "sun"], "base": "holidays"}"#,
+    )
+    .await;
+    assert_eq!(created.status, 303, "{}", created.body);
+    assert_eq!(
+        created.header("location"),
+        Some("/calendars/weekends?notice=created&subject=weekends")
+    );
+    let shown = page(
+        addr,
+        "/calendars/weekends?notice=created&subject=weekends",
+        Some(&cookie),
+    )
+    .await;
+    assert!(shown.body.contains("weekly: sat, sun"), "{}", shown.body);
+    assert!(shown.body.contains("Created weekends."), "the notice");
+    assert!(shown.body.contains("href=\"/calendars/holidays\""), "its base, linked");
+
+    let replace = |json: &'static str| {
+        let csrf = csrf.clone();
+        let cookie = cookie.clone();
+        async move {
+            post(
+                addr,
+                "/calendars/weekends",
+                Some(&cookie),
+                &[("csrf", &csrf), ("definition", json)],
+                &[],
+            )
+            .await
+        }
+    };
+    let saved = replace(r#"{"kind": "weekly", "days": ["sun"], "base": "holidays"}"#).await;
+    assert_eq!(
+        saved.header("location"),
+        Some("/calendars/weekends?notice=saved&subject=weekends")
+    );
+    assert_eq!(admin.calendar("weekends").await.unwrap().definition.days, ["sun"]);
+    let refused = replace(r#"{"kind": "weekly", "days": ["someday"]}"#).await;
+    assert_eq!(refused.status, 400);
+    assert!(
+        refused.body.contains("someday"),
+        "what was typed is kept: {}",
+        refused.body
+    );
+    assert_eq!(
+        admin.calendar("weekends").await.unwrap().definition.days,
+        ["sun"],
+        "unchanged"
+    );
+
+    // The read-only role sees it and changes nothing.
+    let reader = login(addr, READ).await;
+    let read = page(addr, "/calendars/weekends", Some(&reader)).await;
+    assert_eq!(read.status, 200);
+    assert!(!read.body.contains("Replace"), "{}", read.body);
+    let reader_csrf = csrf_of(&read.body);
+    let denied = post(
+        addr,
+        "/calendars/weekends/delete",
+        Some(&reader),
+        &[("csrf", &reader_csrf)],
+        &[],
+    )
+    .await;
+    assert_eq!(denied.status, 403);
+
+    // A calendar in use is not deleted; the refusal names its users.
+    let in_use = post(
+        addr,
+        "/calendars/holidays/delete",
+        Some(&cookie),
+        &[("csrf", &csrf)],
+        &[],
+    )
+    .await;
+    assert_eq!(in_use.status, 409, "{}", in_use.body);
+    assert!(in_use.body.contains("weekends"), "{}", in_use.body);
+    let deleted = post(
+        addr,
+        "/calendars/weekends/delete",
+        Some(&cookie),
+        &[("csrf", &csrf)],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        deleted.header("location"),
+        Some("/calendars?notice=deleted&subject=weekends")
+    );
+    assert!(admin.calendar("weekends").await.is_err());
+    assert_eq!(page(addr, "/calendars/weekends", Some(&cookie)).await.status, 404);
+}
+
 backend_tests!(
+    calendars_are_listed_added_replaced_and_deleted,
     pages_render_with_every_name_escaped,
     the_form_creates_edits_and_refuses_bad_input,
     every_form_needs_the_sessions_csrf_token_and_the_admin_role,

@@ -43,6 +43,7 @@ pub(crate) enum Section {
     Jobs,
     History,
     Nodes,
+    Calendars,
     Changes,
     None,
 }
@@ -55,6 +56,7 @@ pub(crate) fn page(viewer: &Viewer, section: Section, title: &str, notice: Optio
         (Section::Jobs, "Jobs", "/jobs"),
         (Section::History, "History", "/fires"),
         (Section::Nodes, "Nodes", "/nodes"),
+        (Section::Calendars, "Calendars", "/calendars"),
         (Section::Changes, "Changes", "/changes"),
     ];
     html! {

@@ -13,6 +13,7 @@
 //! - Every value is escaped by maud; pages run no inline script, and the
 //!   Content-Security-Policy allows only the console's own embedded assets.
 
+mod calendars;
 mod form;
 mod html;
 mod pages;
@@ -49,6 +50,13 @@ pub(crate) fn routes<S: Store + Clone>() -> Router<S> {
         .route("/fires", get(pages::fires::<S>))
         .route("/nodes", get(pages::nodes::<S>))
         .route("/changes", get(pages::changes::<S>))
+        .route("/calendars", get(calendars::list::<S>))
+        .route("/calendars/new", get(calendars::new_page).post(calendars::create::<S>))
+        .route(
+            "/calendars/{name}",
+            get(calendars::show::<S>).post(calendars::replace::<S>),
+        )
+        .route("/calendars/{name}/delete", post(calendars::delete::<S>))
         .route("/assets/console.css", get(css))
         .route("/assets/console.js", get(js))
 }
@@ -101,7 +109,11 @@ impl Viewer {
             AdminError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        let body = html! { p.error { (e.to_string()) } p { a href={ (self.base) "/jobs" } { "Back to the jobs" } } };
+        let (back, label) = match e {
+            AdminError::CalendarNotFound { .. } | AdminError::InUse { .. } => ("/calendars", "Back to the calendars"),
+            _ => ("/jobs", "Back to the jobs"),
+        };
+        let body = html! { p.error { (e.to_string()) } p { a href={ (self.base) (back) } { (label) } } };
         self.respond(
             status,
             html::page(self, html::Section::None, "Something went wrong", None, body),

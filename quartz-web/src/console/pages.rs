@@ -23,7 +23,7 @@ pub(crate) struct Notice {
 }
 
 impl Notice {
-    fn text(&self) -> Option<String> {
+    pub(crate) fn text(&self) -> Option<String> {
         notice_text(self.notice.as_deref()?, self.subject.as_deref().unwrap_or(""))
     }
 }

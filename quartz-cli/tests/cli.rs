@@ -809,3 +809,85 @@ fn serve_answers_the_api_and_refuses_an_open_address_without_a_token() {
         .unwrap();
     assert!(server.wait().unwrap().success());
 }
+
+/// A node living through New York's autumn change: its clock, and so its
+/// SQLite database's, starts at 01:59:40 EDT on 1 November 2026 (libfaketime),
+/// twenty seconds before 02:00 EDT becomes 01:00 EST. Three triggers fire
+/// every five seconds of the 01:00 hour, choosing the first occurrence of the
+/// repeated hour, the second, or both; each fires exactly the times its
+/// choice keeps, once each.
+#[test]
+fn a_node_fires_the_repeated_hour_as_each_trigger_chose() {
+    let Some(faketime) = quartz_testkit::faketime::library("move a node's clock to a DST change") else {
+        return;
+    };
+    let (_dir, url) = scratch("dst");
+    json(&url, &["migrate"]);
+    for choice in ["first", "second", "both"] {
+        json(
+            &url,
+            &[
+                "job",
+                "add",
+                choice,
+                "--handler",
+                "noop",
+                "--cron",
+                "*/5 * 1 * * ?",
+                "--tz",
+                "America/New_York",
+                "--start",
+                "2026-11-01T05:59:41Z",
+                "--dst-repeated",
+                choice,
+            ],
+        );
+    }
+    let faketime = faketime.to_str().unwrap();
+    let node = RunProcess::start_with(
+        &url,
+        "dst",
+        &[],
+        &[
+            ("LD_PRELOAD", faketime),
+            ("FAKETIME", "@2026-11-01 05:59:40"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+            ("TZ", "UTC"),
+        ],
+    );
+    // 06:00:10Z is 01:00:10 EST, the third time of the repeated hour's
+    // second occurrence.
+    let last = 1_793_512_810_000;
+    // Thirty seconds of the node's clock from its start.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let done = |r: &Value| r["fire_time"].as_i64() >= Some(last) && r["state"] == "succeeded";
+    while !["second", "both"]
+        .iter()
+        .all(|job| fires_of(&url, job).iter().any(done))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out: {:?}",
+            fires_of(&url, "second")
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    node.stop();
+    let times = |job: &str| {
+        let mut times: Vec<i64> = fires_of(&url, job)
+            .iter()
+            .filter(|r| r["state"] == "succeeded")
+            .map(|r| r["fire_time"].as_i64().unwrap())
+            .filter(|t| *t <= last)
+            .collect();
+        times.sort_unstable();
+        times
+    };
+    // 05:59:45Z to 05:59:55Z are 01:59:45 to 01:59:55 EDT, the first
+    // occurrence; 06:00:00Z to 06:00:10Z are 01:00:00 to 01:00:10 EST.
+    let edt = [1_793_512_785_000, 1_793_512_790_000, 1_793_512_795_000];
+    let est = [1_793_512_800_000, 1_793_512_805_000, 1_793_512_810_000];
+    assert_eq!(times("first"), edt, "first: {:?}", fires_of(&url, "first"));
+    assert_eq!(times("second"), est, "second: {:?}", fires_of(&url, "second"));
+    assert_eq!(times("both"), [edt, est].concat(), "both: {:?}", fires_of(&url, "both"));
+}

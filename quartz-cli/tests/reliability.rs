@@ -30,7 +30,7 @@ use quartz_testkit as common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -225,46 +225,10 @@ fn cannot_inject(what: &str) -> Option<String> {
     None
 }
 
-/// libfaketime's library, installing Debian's package when it is missing.
-/// Once per process: the backends' suites run side by side and would
-/// otherwise both take dpkg's lock.
+/// libfaketime's library, installing Debian's package when it is missing
+/// (see [`common::faketime::library`]).
 fn faketime_library() -> Option<PathBuf> {
-    static FOUND: std::sync::Mutex<Option<Option<PathBuf>>> = std::sync::Mutex::new(None);
-    let mut found = FOUND.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(lib) = found.as_ref() {
-        return lib.clone();
-    }
-    let lib = find_or_install_faketime();
-    *found = Some(lib.clone());
-    lib
-}
-
-fn find_or_install_faketime() -> Option<PathBuf> {
-    let find = || {
-        [
-            "/usr/lib/x86_64-linux-gnu/faketime",
-            "/usr/lib/aarch64-linux-gnu/faketime",
-            "/usr/lib/faketime",
-        ]
-        .iter()
-        .map(|d| Path::new(d).join("libfaketime.so.1"))
-        .find(|p| p.exists())
-    };
-    if let Some(lib) = find() {
-        return Some(lib);
-    }
-    eprintln!("libfaketime is missing: installing Debian's package libfaketime");
-    // Waits for dpkg's lock when another installation holds it.
-    let install = "apt-get -o DPkg::Lock::Timeout=300 install -y libfaketime || \
-         (apt-get -o DPkg::Lock::Timeout=300 update && apt-get -o DPkg::Lock::Timeout=300 install -y libfaketime)";
-    let status = Command::new("sh").args(["-c", install]).stdout(Stdio::null()).status();
-    find().or_else(|| {
-        cannot_inject(&format!(
-            "skew node clocks: libfaketime could not be installed ({status:?}); install it with \
-             `apt-get install -y libfaketime`"
-        ))
-        .map(PathBuf::from)
-    })
+    common::faketime::library("skew node clocks")
 }
 
 /// A small deterministic generator, seeded from the clock (the seed is in the results).

@@ -25,6 +25,7 @@
 // Set-up failures are test failures: they panic with the cause.
 #![allow(clippy::unwrap_used)]
 
+pub mod faketime;
 pub mod faults;
 
 /// Engine settings for tests: short intervals, the same guarantees. Polls

@@ -28,7 +28,9 @@
 
 mod connect;
 mod dialect;
+pub mod redis_store;
 mod sql_store;
 
 pub use connect::{Backend, MIGRATIONS_TABLE, StoreOptions};
+pub use redis_store::RedisStore;
 pub use sql_store::{CHANGE_POLL, SqlStore};

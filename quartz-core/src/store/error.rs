@@ -70,6 +70,18 @@ pub enum StoreError {
         /// What the driver said.
         reason: String,
     },
+    /// A database whose settings could lose the scheduler's data in normal
+    /// operation (a Redis that evicts keys under memory pressure): refused
+    /// at connect.
+    #[error("refusing a database with {setting} = {value}: {reason}")]
+    UnsafeSettings {
+        /// The setting.
+        setting: String,
+        /// Its value.
+        value: String,
+        /// What it could lose, and the safe values.
+        reason: String,
+    },
     /// Any other database error.
     #[error("database error: {reason}")]
     Database {

@@ -1,0 +1,299 @@
+//! The store on Redis, for services without a SQL database: connecting, the
+//! database's clock, the durability checks, the schema version and the key
+//! layout. (Work in progress: the [`Store`](quartz_core::store::Store)
+//! contract is implemented on top of these in the following steps; until
+//! then a `redis://` URL reaches this type only.)
+//!
+//! # The client: `redis` (redis-rs), not `fred`
+//!
+//! Both are maintained async clients with Lua scripts and reconnection. The
+//! store needs one multiplexed connection that reconnects by itself, and
+//! scripts run by `EVALSHA` that load themselves when the server has
+//! forgotten them (after a restart). `redis`'s `ConnectionManager` and
+//! `Script::invoke_async` are exactly that. With the features used here
+//! (`tokio-comp`, `connection-manager`, `script`), `redis` 1.8 adds 12
+//! crates to the workspace's tree and no proc-macro. `fred` 10.1 with only
+//! its script interface adds 19, two of them proc-macro crates, for
+//! clustering, sentinel, pooling and client tracking the store does not use
+//! (measured with `cargo tree` against this workspace's lock file).
+//!
+//! # Keys
+//!
+//! Every key of a scheduler starts with `quartz:{SCHEDULER}:`; the braces
+//! are Redis Cluster's hash tag, so a later cluster deployment keeps each
+//! scheduler's keys in one slot and every script may touch them together.
+//! The names are in [`Keys`]. The schema version is the one key outside a
+//! scheduler: `quartz:schema`.
+//!
+//! # The clock
+//!
+//! `TIME` on the server is the database clock, the only clock the cluster
+//! uses, as `now()` is on the SQL backends.
+//!
+//! # Durability
+//!
+//! Redis keeps what its persistence settings keep. At connect the store
+//! reads them ([`Durability`]):
+//!
+//! - `maxmemory-policy` `allkeys-*` could evict the scheduler's keys under
+//!   memory pressure, silently losing jobs and the fire ledger: refused
+//!   ([`StoreError::UnsafeSettings`]). `noeviction` and the `volatile-*`
+//!   policies (which evict only keys with a time to live; the store sets
+//!   none) are accepted.
+//! - `appendonly no`: a restart of the server loses everything since the
+//!   last snapshot (or everything, with snapshots off). Accepted, with a
+//!   warning.
+//! - `appendfsync everysec`: a crash of the server (not of a node) loses up
+//!   to about a second of claims and outcomes. `always` loses none; `no`
+//!   leaves it to the kernel (typically up to 30 s).
+//!
+//! Where `CONFIG` is disabled (some managed services rename it), the store
+//! cannot check and says so with a warning.
+
+mod keys;
+
+use std::time::Duration;
+
+use quartz_core::Timestamp;
+use quartz_core::store::StoreError;
+use redis::aio::ConnectionManager;
+
+pub use keys::Keys;
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The key holding the schema version.
+pub const SCHEMA_KEY: &str = "quartz:schema";
+
+/// Sets the schema version when there is none, and answers the version
+/// found: atomically, so that nodes starting at once agree.
+const SCHEMA_SCRIPT: &str = r"
+local found = redis.call('GET', KEYS[1])
+if not found then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return tonumber(ARGV[1])
+end
+return tonumber(found)
+";
+
+/// The persistence and eviction settings read at connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Durability {
+    /// `appendonly`: `Some(true)` when the append-only file is on; `None`
+    /// when `CONFIG` could not be read.
+    pub append_only: Option<bool>,
+    /// `appendfsync`: `always`, `everysec` or `no`.
+    pub append_fsync: Option<String>,
+    /// `maxmemory-policy`.
+    pub eviction: Option<String>,
+}
+
+impl Durability {
+    /// What a crash of the Redis server can lose, in words.
+    pub fn describe(&self) -> String {
+        match (self.append_only, self.append_fsync.as_deref()) {
+            (None, _) => "unknown: CONFIG is not available to check the persistence settings".to_owned(),
+            (Some(false), _) => "everything since the last snapshot: the append-only file is off".to_owned(),
+            (Some(true), Some("always")) => "nothing acknowledged: appendfsync always".to_owned(),
+            (Some(true), Some("everysec")) => {
+                "up to about a second of claims and outcomes: appendfsync everysec".to_owned()
+            }
+            (Some(true), other) => format!(
+                "what the kernel had not yet written (typically up to 30 s): appendfsync {}",
+                other.unwrap_or("?")
+            ),
+        }
+    }
+}
+
+/// The store on a Redis server (see the [module docs](self)).
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    durability: Durability,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("durability", &self.durability)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long connecting may take before the server counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl RedisStore {
+    /// Connects to `redis://HOST[:PORT][/DB]`, checks the server's
+    /// persistence and eviction settings, and sets or checks the schema
+    /// version.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InvalidUrl`]; [`StoreError::Unavailable`] when the
+    /// server cannot be reached; [`StoreError::UnsafeSettings`] for an
+    /// eviction policy that could drop the scheduler's keys;
+    /// [`StoreError::Migration`] for data written by a newer schema.
+    pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
+        let client = redis::Client::open(url).map_err(|e| StoreError::InvalidUrl {
+            url: hide_password(url),
+            reason: e.to_string(),
+        })?;
+        let no_answer = |_| StoreError::Unavailable {
+            reason: format!("no answer from {} within {CONNECT_TIMEOUT:?}", hide_password(url)),
+        };
+        // One plain attempt first, so that a refused connection is reported
+        // at once rather than after the manager's retries.
+        tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection())
+            .await
+            .map_err(no_answer)?
+            .map_err(|e| unavailable(&e))?;
+        // Later reconnections: quick retries, capped at a second apart.
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_max_delay(Duration::from_secs(1));
+        let conn = tokio::time::timeout(CONNECT_TIMEOUT, client.get_connection_manager_with_config(config))
+            .await
+            .map_err(no_answer)?
+            .map_err(|e| unavailable(&e))?;
+        let mut store = RedisStore {
+            conn,
+            durability: Durability {
+                append_only: None,
+                append_fsync: None,
+                eviction: None,
+            },
+        };
+        store.durability = store.check_durability().await?;
+        store.check_schema().await?;
+        Ok(store)
+    }
+
+    /// The persistence and eviction settings read at connect.
+    pub fn durability(&self) -> &Durability {
+        &self.durability
+    }
+
+    /// The server's clock (`TIME`), to the millisecond.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the server cannot be reached.
+    pub async fn now(&self) -> Result<Timestamp, StoreError> {
+        let (seconds, micros): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| error(&e))?;
+        Ok(Timestamp::from_millis(seconds * 1000 + micros / 1000))
+    }
+
+    async fn config(&self, name: &str) -> Result<Option<String>, redis::RedisError> {
+        let pairs: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(name)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(pairs.get(1).cloned())
+    }
+
+    async fn check_durability(&self) -> Result<Durability, StoreError> {
+        let read = async {
+            Ok::<_, redis::RedisError>(Durability {
+                append_only: self.config("appendonly").await?.map(|v| v == "yes"),
+                append_fsync: self.config("appendfsync").await?,
+                eviction: self.config("maxmemory-policy").await?,
+            })
+        };
+        let durability = match read.await {
+            Ok(d) => d,
+            Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() => {
+                return Err(unavailable(&e));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the Redis server's persistence and eviction settings \
+                    (CONFIG GET); the store cannot check that the server keeps the scheduler's keys");
+                return Ok(Durability {
+                    append_only: None,
+                    append_fsync: None,
+                    eviction: None,
+                });
+            }
+        };
+        if let Some(policy) = durability.eviction.as_deref().filter(|p| p.starts_with("allkeys-")) {
+            return Err(StoreError::UnsafeSettings {
+                setting: "maxmemory-policy".to_owned(),
+                value: policy.to_owned(),
+                reason: "under memory pressure Redis would evict the scheduler's keys (jobs, triggers, the fire \
+                         ledger) and fires would be lost or run twice; use noeviction (or a volatile-* policy: the \
+                         store sets no time to live)"
+                    .to_owned(),
+            });
+        }
+        if durability.append_only == Some(false) {
+            tracing::warn!(
+                "the Redis server's append-only file is off (appendonly no): a restart of the server loses \
+                 every job, trigger and fire since its last snapshot; set appendonly yes"
+            );
+        }
+        Ok(durability)
+    }
+
+    async fn check_schema(&self) -> Result<(), StoreError> {
+        let found: i64 = redis::Script::new(SCHEMA_SCRIPT)
+            .key(SCHEMA_KEY)
+            .arg(SCHEMA_VERSION)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| error(&e))?;
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::Migration {
+                reason: format!(
+                    "the Redis database holds schema version {found}, newer than this build's {SCHEMA_VERSION}: \
+                     upgrade this node"
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A URL with its password replaced by `***`.
+fn hide_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn unavailable(e: &redis::RedisError) -> StoreError {
+    StoreError::Unavailable { reason: e.to_string() }
+}
+
+/// A client error as the store's: lost connections may be retried.
+fn error(e: &redis::RedisError) -> StoreError {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+        unavailable(e)
+    } else {
+        StoreError::Database { reason: e.to_string() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_hidden_in_errors() {
+        assert_eq!(hide_password("redis://:secret@host:6379/0"), "redis://:***@host:6379/0");
+        assert_eq!(hide_password("redis://user:secret@host/0"), "redis://user:***@host/0");
+        assert_eq!(hide_password("redis://host:6379"), "redis://host:6379");
+    }
+}

@@ -25,6 +25,35 @@
 //! The names are in [`Keys`]. The schema version is the one key outside a
 //! scheduler: `quartz:schema`.
 //!
+//! # Data model
+//!
+//! What a scheduler keeps, as the SQL backends' tables become keys (the
+//! layout the next steps fill in; [`Keys`] names them):
+//!
+//! - `ids`: a hash of counters (`HINCRBY`) handing out the ids of jobs,
+//!   executes, fires and changes, so ids stay numbers as on SQL.
+//! - `jobs` (name to id) and `job:ID`: a job's fields; the name hash is the
+//!   unique-name rule, checked in the script that inserts.
+//! - `execute:ID`: a trigger's columns (those of
+//!   [`TriggerColumns`](quartz_core::store::TriggerColumns)) and where it
+//!   stands: state, previous and next fire time, count, owner, calendar
+//!   stamp.
+//! - `due`: a sorted set of the waiting executes by next fire time, the
+//!   poll's window query (`ZRANGE ... BYSCORE`); a paused or complete
+//!   execute is not in it.
+//! - `fire:ID`: a ledger row; `fire-keys` maps `execute:fire time:attempt`
+//!   to its id, the unique rule, which the claim script checks before it
+//!   writes and the audit reads back; `job-fires:JOB` (by fire time) is a
+//!   job's history.
+//! - `node:ID` and `nodes`: membership, with each node's incarnation.
+//! - `changes`: the change counter every node watches.
+//! - `calendars`: each calendar's definition, by name.
+//!
+//! Every compare-and-set is one Lua script run by `EVALSHA`: the claim with
+//! its ledger row, fenced starts and finishes (the owner's incarnation
+//! compared), take-overs. The atomicity of a script is the transaction, and
+//! a script reads `TIME` itself where the SQL statements read `now()`.
+//!
 //! # The clock
 //!
 //! `TIME` on the server is the database clock, the only clock the cluster

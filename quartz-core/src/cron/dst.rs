@@ -210,9 +210,10 @@ pub(crate) fn next_after(f: &Fields, tz: &Tz, after_ms: i64, choice: DstChoice) 
     }
     let mut at = wall;
     while let Some(next) = wall_after(f, at) {
-        // Every instant of a later wall is at least the wall minus the
-        // largest offset near the best instant.
-        if best.is_some_and(|b| next > b.saturating_add(largest_offset_near(tz, b).unwrap_or(0))) {
+        // A later wall's instant is at least the wall minus the zone's
+        // largest offset between `after_ms` and the best instant: past
+        // that, no wall can beat the best.
+        if best.is_some_and(|b| next > b.saturating_add(largest_offset_between(tz, after_ms, b).unwrap_or(0))) {
             break;
         }
         at = next;
@@ -266,9 +267,15 @@ fn offset_ms(tz: &Tz, at_ms: i64) -> Option<i64> {
     Some(offset_of(&tz.offset_from_utc_datetime(&utc.naive_utc())))
 }
 
-fn largest_offset_near(tz: &Tz, at_ms: i64) -> Option<i64> {
-    let around = [at_ms.saturating_sub(DAY_MS), at_ms, at_ms.saturating_add(DAY_MS)];
-    around.into_iter().filter_map(|t| offset_ms(tz, t)).max()
+/// The zone's largest offset at the instants in `(from, to]` that matter:
+/// a later wall could map before `to` only by hours, so the last day
+/// before `to` (or from `from`, if later), which holds at most one change.
+/// Taking the offsets a day around `to` instead would make every step in
+/// the day after a fall-back (or before a spring-forward) walk an hour of
+/// walls.
+fn largest_offset_between(tz: &Tz, from: i64, to: i64) -> Option<i64> {
+    let start = from.max(to.saturating_sub(DAY_MS));
+    Some(offset_ms(tz, start)?.max(offset_ms(tz, to)?))
 }
 
 /// A change of the zone's offset.

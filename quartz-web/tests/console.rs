@@ -118,7 +118,7 @@ async fn pages_render_with_every_name_escaped(db: &TestDb) {
         "/nodes",
         "/changes",
         "/calendars",
-        "/calendars/new",
+        "/new-calendar",
         "/new",
         &job_path,
         &edit_path,
@@ -365,7 +365,7 @@ async fn calendars_are_listed_added_replaced_and_deleted(db: &TestDb) {
     assert!(list.body.contains("holiday: 2026-12-25"), "{}", list.body);
     assert!(!list.body.contains(SCRIPT_NAME), "escaped");
     assert!(list.body.contains(">Calendars</a>"), "in the navigation");
-    let csrf = csrf_of(&page(addr, "/calendars/new", Some(&cookie)).await.body);
+    let csrf = csrf_of(&page(addr, "/new-calendar", Some(&cookie)).await.body);
 
     // Refusals keep what was typed, beside the field, and store nothing.
     let add = |name: &'static str, json: &'static str| {
@@ -374,7 +374,7 @@ async fn calendars_are_listed_added_replaced_and_deleted(db: &TestDb) {
         async move {
             post(
                 addr,
-                "/calendars/new",
+                "/new-calendar",
                 Some(&cookie),
                 &[("csrf", &csrf), ("name", name), ("definition", json)],
                 &[],

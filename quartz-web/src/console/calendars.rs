@@ -75,7 +75,7 @@ pub(crate) async fn list<S: Store + Clone>(
             "Times a trigger does not fire at. A trigger names its calendar; a calendar may add a base calendar's exclusions to its own."
         }
         @if viewer.role == crate::Role::Admin {
-            p { a.button.primary href={ (viewer.base) "/calendars/new" } { "New calendar" } }
+            p { a.button.primary href={ (viewer.base) "/new-calendar" } { "New calendar" } }
         }
         @if calendars.is_empty() {
             (empty("No calendars. Add one here, with quartz calendar add, or with PUT /api/v1/calendars/{name}."))
@@ -106,7 +106,7 @@ fn form(viewer: &Viewer, form: &CalendarForm, error: &FieldError, editing: bool)
     let action = if editing {
         format!("{}/calendars/{}", viewer.base, segment(&form.name))
     } else {
-        format!("{}/calendars/new", viewer.base)
+        format!("{}/new-calendar", viewer.base)
     };
     let error_for = |field: &str| error.as_ref().filter(|(f, _)| *f == field).map(|(_, m)| m.clone());
     html! {

@@ -51,7 +51,7 @@ pub(crate) fn routes<S: Store + Clone>() -> Router<S> {
         .route("/nodes", get(pages::nodes::<S>))
         .route("/changes", get(pages::changes::<S>))
         .route("/calendars", get(calendars::list::<S>))
-        .route("/calendars/new", get(calendars::new_page).post(calendars::create::<S>))
+        .route("/new-calendar", get(calendars::new_page).post(calendars::create::<S>))
         .route(
             "/calendars/{name}",
             get(calendars::show::<S>).post(calendars::replace::<S>),

@@ -291,6 +291,28 @@ fn time_of_day(text: &str) -> Option<u32> {
 }
 
 impl CalendarDefinition {
+    /// What it excludes, in words, as the CLI and the console show it:
+    /// `holiday: 2026-12-25, 2027-01-01`, `weekly: sat, sun`, `monthly: day
+    /// 1, 15`, `daily: all but 09:00-17:30`, `cron: * * 0-6 ? * *`.
+    pub fn describe(&self) -> String {
+        let days = self.days.join(", ");
+        match self.kind {
+            CalendarType::Holiday => format!("holiday: {days}"),
+            CalendarType::Annual => format!("annual: {days}"),
+            CalendarType::Monthly => format!("monthly: day {days}"),
+            CalendarType::Weekly => format!("weekly: {days}"),
+            CalendarType::Daily => {
+                let range = self.range.as_deref().unwrap_or("?");
+                if self.invert {
+                    format!("daily: all but {range}")
+                } else {
+                    format!("daily: {range}")
+                }
+            }
+            CalendarType::Cron => format!("cron: {}", self.cron.as_deref().unwrap_or("?")),
+        }
+    }
+
     /// What it excludes, checked.
     ///
     /// # Errors

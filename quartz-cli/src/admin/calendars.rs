@@ -92,18 +92,9 @@ fn view_json(c: &CalendarView) -> Value {
 }
 
 /// What a calendar excludes, in a line: `weekly sat,sun (UTC), base holidays`.
+/// What a calendar excludes, its zone and its base, on one line.
 fn describe_calendar(d: &CalendarDefinition) -> String {
-    let kind = serde_json::to_value(d.kind)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
-    let what = match (&d.range, &d.cron) {
-        (Some(range), _) if d.invert => format!("all but {range}"),
-        (Some(range), _) => range.clone(),
-        (_, Some(cron)) => cron.clone(),
-        _ => d.days.join(","),
-    };
-    let mut line = format!("{kind} {what} ({})", d.time_zone.as_deref().unwrap_or("UTC"));
+    let mut line = format!("{} ({})", d.describe(), d.time_zone.as_deref().unwrap_or("UTC"));
     if let Some(base) = &d.base {
         line.push_str(&format!(", base {base}"));
     }

@@ -8,34 +8,13 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 use quartz_core::admin::{AdminError, CalendarView};
-use quartz_core::calendar::{CalendarDefinition, CalendarType};
+use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::Store;
 
 use super::html::{self, Section, empty, instant, query, segment};
 use super::pages::Notice;
 use super::{Fields, Viewer};
 use crate::AppState;
-
-/// A calendar's kind and what it excludes, in words: `weekly: sat, sun`,
-/// `daily: all but 09:00-17:30`.
-fn excludes(d: &CalendarDefinition) -> String {
-    let days = d.days.join(", ");
-    match d.kind {
-        CalendarType::Holiday => format!("holiday: {days}"),
-        CalendarType::Annual => format!("annual: {days}"),
-        CalendarType::Monthly => format!("monthly: day {days}"),
-        CalendarType::Weekly => format!("weekly: {days}"),
-        CalendarType::Daily => {
-            let range = d.range.as_deref().unwrap_or("?");
-            if d.invert {
-                format!("daily: all but {range}")
-            } else {
-                format!("daily: {range}")
-            }
-        }
-        CalendarType::Cron => format!("cron: {}", d.cron.as_deref().unwrap_or("?")),
-    }
-}
 
 fn table(viewer: &Viewer, calendars: &[CalendarView], now: i64) -> Markup {
     html! {
@@ -45,7 +24,7 @@ fn table(viewer: &Viewer, calendars: &[CalendarView], now: i64) -> Markup {
                 @for c in calendars {
                     tr {
                         td { a href={ (viewer.base) "/calendars/" (segment(&c.name)) } { (c.name) } }
-                        td { (excludes(&c.definition)) }
+                        td { (c.definition.describe()) }
                         td { (c.definition.time_zone.as_deref().unwrap_or("UTC")) }
                         td {
                             @if let Some(base) = &c.definition.base {

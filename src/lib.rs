@@ -46,19 +46,20 @@ pub use quartz_pool as pool;
 
 /// Starting a node on a database URL.
 pub trait ConnectExt {
-    /// Connects to `url` (`sqlite://…`, `postgres://…`, `mysql://…`), creating
-    /// or upgrading the schema, and starts the node on it.
+    /// Connects to `url` (`sqlite://…`, `postgres://…`, `mysql://…`,
+    /// `redis://…`), creating or upgrading the schema, and starts the node on
+    /// it.
     ///
     /// # Errors
     ///
     /// An invalid URL, an unreachable database, a failed migration, or what
     /// [`SchedulerBuilder::start`] refuses.
-    fn connect(self, url: &str) -> impl Future<Output = Result<Scheduler<store::SqlStore>, SchedulerError>> + Send;
+    fn connect(self, url: &str) -> impl Future<Output = Result<Scheduler<store::AnyStore>, SchedulerError>> + Send;
 }
 
 impl ConnectExt for SchedulerBuilder {
-    async fn connect(self, url: &str) -> Result<Scheduler<store::SqlStore>, SchedulerError> {
-        let store = store::SqlStore::connect(url).await?;
+    async fn connect(self, url: &str) -> Result<Scheduler<store::AnyStore>, SchedulerError> {
+        let store = store::AnyStore::connect(url).await?;
         self.start(store).await
     }
 }
@@ -74,11 +75,13 @@ pub mod prelude {
     pub use quartz_core::store::{ExecuteSpec, JobSpec, RetryPolicy, Store};
     pub use quartz_core::trigger::{Schedule, Trigger};
     pub use quartz_core::{Timestamp, Tz};
-    pub use quartz_store::SqlStore;
+    pub use quartz_store::{AnyStore, RedisStore, SqlStore};
 }
 
-/// The store: the contract ([`Store`](store::Store)) and [`SqlStore`](store::SqlStore), its implementation on
-/// SQLite, PostgreSQL and MySQL/MariaDB.
+/// The store: the contract ([`Store`](store::Store)) and its implementations,
+/// [`SqlStore`](store::SqlStore) on SQLite, PostgreSQL and MySQL/MariaDB,
+/// [`RedisStore`](store::RedisStore) on Redis, and
+/// [`AnyStore`](store::AnyStore), whichever a URL names.
 pub mod store {
     pub use quartz_core::store::*;
     pub use quartz_store::*;

@@ -31,7 +31,7 @@ calendar_tests!(a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost)
 
 const CLUSTER: &str = "calendar-cluster";
 
-async fn node(db: &TestDb) -> Scheduler<SqlStore> {
+async fn node(db: &TestDb) -> Scheduler<AnyStore> {
     SchedulerBuilder::new(CLUSTER)
         .settings(common::fast_settings())
         .handler("noop", |_| Ok(()))

@@ -90,12 +90,12 @@ impl Runs {
     }
 }
 
-async fn node(db: &TestDb, settings: Settings, runs: &Runs) -> Scheduler<SqlStore> {
+async fn node(db: &TestDb, settings: Settings, runs: &Runs) -> Scheduler<AnyStore> {
     skewed_node(db, settings, runs, 0).await
 }
 
 /// A node whose own clock is `skew_ms` off.
-async fn skewed_node(db: &TestDb, settings: Settings, runs: &Runs, skew_ms: i64) -> Scheduler<SqlStore> {
+async fn skewed_node(db: &TestDb, settings: Settings, runs: &Runs, skew_ms: i64) -> Scheduler<AnyStore> {
     let counted = runs.clone();
     let slow = runs.clone();
     SchedulerBuilder::new(CLUSTER)
@@ -143,17 +143,17 @@ fn every_second(start: Timestamp) -> Trigger {
 }
 
 /// The database's now, rounded up to the next whole second plus `ahead_s`.
-async fn next_second(store: &SqlStore, ahead_s: i64) -> Timestamp {
+async fn next_second(store: &AnyStore, ahead_s: i64) -> Timestamp {
     let now = store.now().await.unwrap().as_millis();
     Timestamp::from_millis((now / 1000 + 1 + ahead_s) * 1000)
 }
 
-async fn rows_in(store: &SqlStore, state: FireState) -> usize {
+async fn rows_in(store: &AnyStore, state: FireState) -> usize {
     ledger(store, CLUSTER).await.iter().filter(|f| f.state == state).count()
 }
 
 /// Job names by id.
-async fn job_names(store: &SqlStore) -> HashMap<i64, String> {
+async fn job_names(store: &AnyStore) -> HashMap<i64, String> {
     store
         .list_jobs(CLUSTER)
         .await
@@ -633,7 +633,7 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
     let inside = Arc::new(AtomicUsize::new(0));
     let store = db.store().await;
     // Two nodes: the exclusive job's two triggers may be claimed on either.
-    let build = |store: SqlStore| {
+    let build = |store: AnyStore| {
         SchedulerBuilder::new(CLUSTER)
             .settings(fast())
             .handler("flaky", {
@@ -985,7 +985,7 @@ async fn bad_input_is_refused_at_the_boundary(db: &TestDb) {
 /// paused child is recorded skipped; a child's retries are its own; a cycle of
 /// jobs ends where it would repeat.
 async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
-    let build = |store: SqlStore| {
+    let build = |store: AnyStore| {
         SchedulerBuilder::new(CLUSTER)
             .settings(fast())
             .handler("ok", |_| Ok(()))
@@ -1427,7 +1427,7 @@ async fn a_claim_its_live_node_lost_track_of_is_recovered(db: &TestDb) {
 type Seen = Arc<parking_lot::Mutex<Vec<(Timestamp, String)>>>;
 
 /// A node whose `seen` handler records each fire's time and payload.
-async fn watching_node(db: &TestDb, settings: Settings, seen: &Seen) -> Scheduler<SqlStore> {
+async fn watching_node(db: &TestDb, settings: Settings, seen: &Seen) -> Scheduler<AnyStore> {
     let seen = Arc::clone(seen);
     SchedulerBuilder::new(CLUSTER)
         .settings(settings)
@@ -1565,7 +1565,7 @@ async fn changes_reach_every_node_at_once(db: &TestDb) {
 /// real end.
 async fn a_timed_out_fire_blocks_its_job_until_its_code_returns(db: &TestDb) {
     let spans: Arc<parking_lot::Mutex<Vec<(std::time::Instant, std::time::Instant)>>> = Arc::default();
-    let build = |store: SqlStore| {
+    let build = |store: AnyStore| {
         let spans = Arc::clone(&spans);
         SchedulerBuilder::new(CLUSTER)
             .settings(fast())
@@ -1725,7 +1725,7 @@ async fn retention_keeps_the_ledger_bounded_while_fires_go_on(db: &TestDb) {
 }
 
 /// Registers a node and has it leave the cluster.
-async fn register_and_leave(store: &SqlStore, id: &str) -> NodeRef {
+async fn register_and_leave(store: &AnyStore, id: &str) -> NodeRef {
     let node = store
         .register_node(&NodeRegistration {
             scheduler: CLUSTER.to_owned(),
@@ -1875,7 +1875,7 @@ async fn a_late_run_survives_the_shutdown_of_the_node_that_misfired_it(db: &Test
 }
 
 /// Waits up to `secs` for the cluster's ledger to satisfy `done`.
-async fn wait_for_ledger(store: &SqlStore, secs: u64, what: &str, done: impl Fn(&[FireRecord]) -> bool + Clone) {
+async fn wait_for_ledger(store: &AnyStore, secs: u64, what: &str, done: impl Fn(&[FireRecord]) -> bool + Clone) {
     wait_for(Duration::from_secs(secs), what, || {
         let (store, done) = (store.clone(), done.clone());
         async move {
@@ -1887,7 +1887,7 @@ async fn wait_for_ledger(store: &SqlStore, secs: u64, what: &str, done: impl Fn(
 }
 
 /// The audit over the last hour finds nothing.
-async fn assert_audit_clean(store: &SqlStore) {
+async fn assert_audit_clean(store: &AnyStore) {
     let now = store.now().await.unwrap();
     let report = quartz::audit::audit(store, CLUSTER, &quartz::audit::AuditParams::last_hour(now))
         .await

@@ -17,7 +17,7 @@ use quartz_core::misfire::MisfireSettings;
 use quartz_core::store::{ExecuteSpec, FireRecord, FireState, JobSpec, NodeState, Store};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_core::{Timestamp, Tz};
-use quartz_store::SqlStore;
+use quartz_store::AnyStore;
 
 macro_rules! process_tests {
     ($($name:ident),* $(,)?) => {
@@ -97,7 +97,7 @@ fn settings() -> Settings {
 }
 
 /// The survivor: a node in this process with the same handler names.
-async fn survivor(db: &TestDb) -> Scheduler<SqlStore> {
+async fn survivor(db: &TestDb) -> Scheduler<AnyStore> {
     SchedulerBuilder::new(CLUSTER)
         .settings(Settings {
             node_id: Some("survivor".to_owned()),
@@ -113,7 +113,7 @@ async fn survivor(db: &TestDb) -> Scheduler<SqlStore> {
         .unwrap()
 }
 
-async fn job_ids(store: &SqlStore) -> HashMap<String, i64> {
+async fn job_ids(store: &AnyStore) -> HashMap<String, i64> {
     store
         .list_jobs(CLUSTER)
         .await

@@ -41,7 +41,7 @@ use quartz_core::misfire::MisfireSettings;
 use quartz_core::store::{ExecuteSpec, ExecuteState, FireRecord, FireState, JobSpec, Store};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_core::{Timestamp, Tz};
-use quartz_store::SqlStore;
+use quartz_store::AnyStore;
 use sqlx::{AnyConnection, AssertSqlSafe, Connection, Row};
 
 const NODES: usize = 3;
@@ -77,7 +77,7 @@ fn node_process() {
         .unwrap();
     runtime.block_on(async move {
         let store = loop {
-            match SqlStore::connect(url).await {
+            match AnyStore::connect(url).await {
                 Ok(s) => break s,
                 Err(e) => {
                     eprintln!("waiting for the database: {e}");
@@ -298,7 +298,7 @@ struct Run {
     kind: Kind,
     url: String,
     scheduler: String,
-    store: SqlStore,
+    store: AnyStore,
     faketime: Option<PathBuf>,
     nodes: Vec<Node>,
     jobs: HashMap<i64, JobInfo>,
@@ -488,7 +488,7 @@ impl Run {
     }
 
     async fn sql(&self, text: String) -> u64 {
-        let pool = self.store.pool().clone();
+        let pool = self.store.as_sql().unwrap().pool().clone();
         self.retry(&text.clone(), || {
             let (pool, text) = (pool.clone(), text.clone());
             async move {
@@ -504,7 +504,7 @@ impl Run {
 
     /// The rows a query returns, retried while the database is away.
     async fn rows(&self, what: &str, text: String) -> Vec<sqlx::any::AnyRow> {
-        let pool = self.store.pool().clone();
+        let pool = self.store.as_sql().unwrap().pool().clone();
         self.retry(what, || {
             let (pool, text) = (pool.clone(), text.clone());
             async move {

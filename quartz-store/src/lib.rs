@@ -26,11 +26,14 @@
 //! # }).unwrap();
 //! ```
 
+mod any_store;
+mod common;
 mod connect;
 mod dialect;
 pub mod redis_store;
 mod sql_store;
 
+pub use any_store::{AnyStore, is_redis_url};
 pub use connect::{Backend, MIGRATIONS_TABLE, StoreOptions};
 pub use redis_store::RedisStore;
 pub use sql_store::{CHANGE_POLL, SqlStore};

@@ -65,9 +65,9 @@ mod jobs;
 mod nodes;
 mod pending;
 
-use calendars::CalendarSet;
+use crate::common::{CalendarSet, truncate};
 pub(crate) use convert::db_error;
-use convert::{bind_id_list, count_to_i64, is_unique_violation, retry_conflicts, truncate};
+use convert::{bind_id_list, count_to_i64, is_unique_violation, retry_conflicts};
 use decode::{RowError, decode_execute, decode_fire, decode_job, decode_node};
 use fires::{
     CONFIRM_START, CONFIRM_START_RETURNING, FAIL_CLAIMED, MARK_RUNNING, MARK_RUNNING_RETURNING, MISFIRE_CLAIMED,
@@ -243,7 +243,7 @@ impl Store for SqlStore {
     fn acting_as(&self, actor: &str) -> SqlStore {
         SqlStore {
             db: self.db.clone(),
-            actor: changes::actor_name(actor).into(),
+            actor: crate::common::actor_name(actor).into(),
         }
     }
 

@@ -8,6 +8,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use quartz_core::store::Store as _;
 use quartz_core::store::StoreError;
 use quartz_store::RedisStore;
 use quartz_store::redis_store::{Keys, SCHEMA_KEY, SCHEMA_VERSION};

@@ -19,16 +19,14 @@ use quartz_core::store::{
 };
 use quartz_core::trigger::{Fire, Schedule, Trigger};
 use quartz_core::{Error, Timestamp, Tz};
-use quartz_store::{SqlStore, StoreOptions};
+use quartz_store::{AnyStore, StoreOptions};
 
 const S: &str = "suite";
 
 backend_tests!(
-    migrations_run_twice_and_concurrently,
     the_clock_is_the_databases,
     jobs_are_created_read_updated_paused_and_deleted,
     bad_input_is_refused_and_nothing_is_stored,
-    due_executes_come_in_time_order_and_bad_rows_are_set_aside,
     concurrent_claimers_win_each_fire_exactly_once,
     a_retired_incarnation_is_fenced,
     a_dead_nodes_fires_are_recovered_by_exactly_one_node,
@@ -38,14 +36,16 @@ backend_tests!(
     fires_start_and_succeed_in_batches_fenced,
     fires_that_never_ran_are_recorded_without_a_start,
     nodes_registering_together_all_register,
-    a_node_purged_and_back_is_newer_than_before,
+    a_node_purged_and_back_is_newer_than_before;
+    sql: migrations_run_twice_and_concurrently,
+    due_executes_come_in_time_order_and_bad_rows_are_set_aside,
 );
 
 fn every_second(start: Timestamp) -> ExecuteSpec {
     ExecuteSpec::new(Trigger::new(Schedule::fixed_rate_millis(1000).unwrap(), start).unwrap())
 }
 
-async fn register(store: &SqlStore, node_id: &str) -> NodeRef {
+async fn register(store: &AnyStore, node_id: &str) -> NodeRef {
     let node = store
         .register_node(&NodeRegistration {
             scheduler: S.to_owned(),
@@ -68,7 +68,7 @@ fn claim_of(execute_id: i64, fire: &Fire, node: &NodeRef) -> Claim {
 }
 
 /// A job firing every second from `start`, and its execute's id and trigger.
-async fn ticking_job(store: &SqlStore, name: &str, start: Timestamp) -> (i64, Trigger) {
+async fn ticking_job(store: &AnyStore, name: &str, start: Timestamp) -> (i64, Trigger) {
     store
         .create_job(S, &JobSpec::new(name, "noop"), &[every_second(start)])
         .await
@@ -77,22 +77,16 @@ async fn ticking_job(store: &SqlStore, name: &str, start: Timestamp) -> (i64, Tr
     (executes[0].id, executes[0].trigger.clone())
 }
 
-async fn count_fires(store: &SqlStore) -> i64 {
-    use sqlx::Row;
-    sqlx::query("SELECT COUNT(*) FROM quartz_fire")
-        .fetch_one(store.pool())
-        .await
-        .unwrap()
-        .try_get::<i64, _>(0)
-        .unwrap()
+async fn count_fires(store: &AnyStore) -> i64 {
+    common::ledger(store, S).await.len() as i64
 }
 
 async fn migrations_run_twice_and_concurrently(db: &TestDb) {
     if db.kind == Kind::SqliteMemory {
         // One connection, one database: nothing runs concurrently.
         let store = db.store().await;
-        store.migrate().await.unwrap();
-        store.migrate().await.unwrap();
+        store.as_sql().unwrap().migrate().await.unwrap();
+        store.as_sql().unwrap().migrate().await.unwrap();
         return;
     }
     // Eight nodes start at the same instant on an empty database.
@@ -103,7 +97,7 @@ async fn migrations_run_twice_and_concurrently(db: &TestDb) {
         let gate = gate.clone();
         starts.push(tokio::spawn(async move {
             gate.wait().await;
-            SqlStore::connect(&url).await
+            AnyStore::connect(&url).await
         }));
     }
     let mut stores = Vec::new();
@@ -113,8 +107,8 @@ async fn migrations_run_twice_and_concurrently(db: &TestDb) {
     if db.kind == Kind::MySql {
         mysql_migration_waits_for_the_lock(db).await;
     }
-    stores[0].migrate().await.unwrap();
-    stores[1].migrate().await.unwrap();
+    stores[0].as_sql().unwrap().migrate().await.unwrap();
+    stores[1].as_sql().unwrap().migrate().await.unwrap();
     // The schema works after all that.
     stores[2]
         .create_job(S, &JobSpec::new("after-migrations", "noop"), &[])
@@ -143,7 +137,7 @@ async fn mysql_migration_waits_for_the_lock(db: &TestDb) {
         .get(0);
     assert_eq!(got, 1);
     let url = db.url.clone();
-    let start = tokio::spawn(async move { SqlStore::connect(&url).await });
+    let start = tokio::spawn(async move { AnyStore::connect(&url).await });
     let probe = sqlx::AnyPool::connect(&db.url).await.unwrap();
     common::wait_until(
         std::time::Duration::from_secs(10),
@@ -465,12 +459,15 @@ async fn concurrent_claimers_win_each_fire_exactly_once(db: &TestDb) {
         setup.claim(&claim_of(execute_id, &fires[0], &node)).await.unwrap(),
         None
     );
-    db.sql(
+    db.edit_execute(
         &setup,
-        &format!(
-            "UPDATE quartz_execute SET prev_fire_time = NULL, next_fire_time = {}, times_triggered = 0 WHERE id = {execute_id}",
-            start.as_millis()
-        ),
+        S,
+        execute_id,
+        &[
+            ("prev_fire_time", None),
+            ("next_fire_time", Some(start.as_millis().to_string())),
+            ("times_triggered", Some("0".to_owned())),
+        ],
     )
     .await;
     assert_eq!(
@@ -687,12 +684,15 @@ async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
     );
 
     // An execute left running by the dead node is found, and released once.
-    db.sql(
+    db.edit_execute(
         &store,
-        &format!(
-            "UPDATE quartz_execute SET state = 'running', node_id = 'dying', incarnation = {} WHERE id = {execute_id}",
-            dead.incarnation
-        ),
+        S,
+        execute_id,
+        &[
+            ("state", Some("running".to_owned())),
+            ("node_id", Some("dying".to_owned())),
+            ("incarnation", Some(dead.incarnation.to_string())),
+        ],
     )
     .await;
     let stuck = store.orphaned_executes(S, 10).await.unwrap().executes;
@@ -866,11 +866,8 @@ async fn edited_schedules_are_noticed_and_jobs_are_read_by_id(db: &TestDb) {
     let detail = store.get_job(S, "sig-0").await.unwrap().unwrap();
     let execute = &detail.executes[0];
     assert!(!execute.schedule_changed, "created by the library: signed");
-    db.sql(
-        &store,
-        &format!("UPDATE quartz_execute SET interval_ms = 2000 WHERE id = {}", execute.id),
-    )
-    .await;
+    db.edit_execute(&store, S, execute.id, &[("interval_ms", Some("2000".to_owned()))])
+        .await;
     let edited = store.get_job(S, "sig-0").await.unwrap().unwrap().executes[0].clone();
     assert!(edited.schedule_changed, "an edit by hand is noticed");
     let cas = ExecuteCas {
@@ -890,7 +887,7 @@ async fn edited_schedules_are_noticed_and_jobs_are_read_by_id(db: &TestDb) {
 }
 
 /// `n` ticking jobs named `prefix-i`, the first fire of each claimed by `node`.
-async fn claimed_fires(store: &SqlStore, prefix: &str, n: usize, start: Timestamp, node: &NodeRef) -> Vec<i64> {
+async fn claimed_fires(store: &AnyStore, prefix: &str, n: usize, start: Timestamp, node: &NodeRef) -> Vec<i64> {
     let mut ids = Vec::new();
     for i in 0..n {
         let (execute_id, trigger) = ticking_job(store, &format!("{prefix}-{i}"), start).await;

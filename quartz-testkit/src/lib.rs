@@ -2,10 +2,12 @@
 //! each backend, dropped after, helpers to read the ledger and wait on
 //! conditions, and a seeded fault-injecting store ([`faults`]).
 //!
-//! PostgreSQL and MariaDB come from `QUARTZ_PG_URL` and `QUARTZ_MYSQL_URL`
-//! (defaults: the local servers, `postgres://postgres@127.0.0.1:5432/test` and
-//! `mysql://root@127.0.0.1:3306/test`). When a server cannot be reached the test
-//! says so loudly on stderr and skips that backend; with `CI=true` it fails.
+//! PostgreSQL, MariaDB and Redis come from `QUARTZ_PG_URL`, `QUARTZ_MYSQL_URL`
+//! and `QUARTZ_REDIS_URL` (defaults: the local servers,
+//! `postgres://postgres@127.0.0.1:5432/test`, `mysql://root@127.0.0.1:3306/test`
+//! and `redis://127.0.0.1:6379/0`). A Redis test gets a key namespace of its
+//! own, deleted after. When a server cannot be reached the test says so
+//! loudly on stderr and skips that backend; with `CI=true` it fails.
 //!
 //! ```no_run
 //! use quartz_testkit::{Kind, TestDb};
@@ -52,7 +54,7 @@ pub fn fast_settings() -> quartz_core::engine::Settings {
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use quartz_store::{SqlStore, StoreOptions};
+use quartz_store::{AnyStore, StoreOptions};
 use sqlx::any::install_default_drivers;
 use sqlx::{AnyConnection, AssertSqlSafe, Connection, Executor};
 
@@ -67,6 +69,29 @@ pub enum Kind {
     Postgres,
     /// MySQL or MariaDB (`QUARTZ_MYSQL_URL`).
     MySql,
+    /// Redis (`QUARTZ_REDIS_URL`), in a key namespace of the test's own.
+    Redis,
+}
+
+/// The Redis server's URL: `QUARTZ_REDIS_URL`, or the local server.
+pub fn redis_url() -> String {
+    std::env::var("QUARTZ_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_owned())
+}
+
+/// Says loudly that a server is unreachable and its tests are skipped; with
+/// `CI=true`, fails instead.
+fn unreachable_server(kind: Kind, url: &str, env: &str, error: &dyn std::fmt::Display) {
+    let message = format!(
+        "\n\n*** {kind:?} IS UNREACHABLE at {url} ({error}).\n*** Set {env} or start the server; \
+         the {kind:?} tests are SKIPPED.\n"
+    );
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{message}*** CI=true: failing instead of skipping.");
+    }
+    // Straight to the terminal: test output capture would hide a message
+    // printed with eprintln!.
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{message}");
 }
 
 /// The PostgreSQL server's URL: `QUARTZ_PG_URL`, or the local server.
@@ -156,6 +181,26 @@ impl TestDb {
                     _dir: Some(TempDir(dir)),
                 })
             }
+            Kind::Redis => {
+                let server = redis_url();
+                let reachable = async {
+                    let client = redis::Client::open(server.as_str())?;
+                    let mut conn = client.get_multiplexed_async_connection().await?;
+                    redis::cmd("PING").query_async::<String>(&mut conn).await
+                };
+                if let Err(e) = reachable.await {
+                    unreachable_server(kind, &server, "QUARTZ_REDIS_URL", &e);
+                    return None;
+                }
+                let separator = if server.contains('?') { '&' } else { '?' };
+                Some(TestDb {
+                    kind,
+                    url: format!("{server}{separator}namespace={name}"),
+                    admin_url: Some(server),
+                    name,
+                    _dir: None,
+                })
+            }
             Kind::Postgres | Kind::MySql => {
                 let (admin_url, env) = if kind == Kind::Postgres {
                     (pg_url(), "QUARTZ_PG_URL")
@@ -165,17 +210,7 @@ impl TestDb {
                 let mut admin = match AnyConnection::connect(&admin_url).await {
                     Ok(c) => c,
                     Err(e) => {
-                        let message = format!(
-                            "\n\n*** {kind:?} IS UNREACHABLE at {admin_url} ({e}).\n*** Set {env} or start the server; \
-                             the {kind:?} tests are SKIPPED.\n"
-                        );
-                        if std::env::var("CI").is_ok_and(|v| v == "true") {
-                            panic!("{message}*** CI=true: failing instead of skipping.");
-                        }
-                        // Straight to the terminal: test output capture would
-                        // hide a message printed with eprintln!.
-                        use std::io::Write as _;
-                        let _ = writeln!(std::io::stderr(), "{message}");
+                        unreachable_server(kind, &admin_url, env, &e);
                         return None;
                     }
                 };
@@ -196,22 +231,71 @@ impl TestDb {
     }
 
     /// A store on the test database (a new pool).
-    pub async fn store(&self) -> SqlStore {
-        SqlStore::connect(&self.url).await.unwrap()
+    pub async fn store(&self) -> AnyStore {
+        AnyStore::connect(&self.url).await.unwrap()
     }
 
     /// A store with options.
-    pub async fn store_with(&self, options: &StoreOptions) -> SqlStore {
-        SqlStore::connect_with(&self.url, options).await.unwrap()
+    pub async fn store_with(&self, options: &StoreOptions) -> AnyStore {
+        AnyStore::connect_with(&self.url, options).await.unwrap()
     }
 
-    /// Runs plain SQL on the test database (as an operator would by hand).
-    pub async fn sql(&self, store: &SqlStore, text: &str) {
-        store.pool().execute(AssertSqlSafe(text.to_owned())).await.unwrap();
+    /// Edits an execute by hand, as an operator would (`None` clears a
+    /// field): plain SQL on the SQL backends; on Redis, the execute's hash,
+    /// then [`RedisStore::reindex_execute`](quartz_store::RedisStore::reindex_execute).
+    pub async fn edit_execute(&self, store: &AnyStore, scheduler: &str, id: i64, fields: &[(&str, Option<String>)]) {
+        match store {
+            AnyStore::Sql(_) => {
+                let set: Vec<String> = fields
+                    .iter()
+                    .map(|(f, v)| match v {
+                        Some(v) if v.parse::<i64>().is_ok() => format!("{f} = {v}"),
+                        Some(v) => format!("{f} = '{v}'"),
+                        None => format!("{f} = NULL"),
+                    })
+                    .collect();
+                let text = format!("UPDATE quartz_execute SET {} WHERE id = {id}", set.join(", "));
+                self.sql(store, &text).await;
+            }
+            AnyStore::Redis(redis) => {
+                let key = redis.keys_of(scheduler).unwrap().execute(id);
+                let client = redis::Client::open(self.admin_url.as_deref().unwrap()).unwrap();
+                let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+                for (field, value) in fields {
+                    let cmd = match value {
+                        Some(v) => {
+                            let mut c = redis::cmd("HSET");
+                            c.arg(&key).arg(*field).arg(v);
+                            c
+                        }
+                        None => {
+                            let mut c = redis::cmd("HDEL");
+                            c.arg(&key).arg(*field);
+                            c
+                        }
+                    };
+                    cmd.query_async::<()>(&mut conn).await.unwrap();
+                }
+                assert!(redis.reindex_execute(scheduler, id).await.unwrap());
+            }
+        }
+    }
+
+    /// Runs plain SQL on the test database (as an operator would by hand);
+    /// only for tests of the SQL backends.
+    pub async fn sql(&self, store: &AnyStore, text: &str) {
+        let sql = store.as_sql().expect("plain SQL runs on the SQL backends only");
+        sql.pool().execute(AssertSqlSafe(text.to_owned())).await.unwrap();
     }
 
     /// Drops the database.
     pub async fn drop_db(self) {
+        if self.kind == Kind::Redis {
+            if let Some(server) = &self.admin_url {
+                drop_namespace(server, &self.name).await;
+            }
+            return;
+        }
         if let Some(admin_url) = &self.admin_url {
             let mut admin = AnyConnection::connect(admin_url).await.unwrap();
             let sql = if self.kind == Kind::Postgres {
@@ -225,15 +309,46 @@ impl TestDb {
     }
 }
 
-/// Defines one test per backend: `backend_tests!(name => body_fn)` where
-/// `body_fn(db: &TestDb) -> impl Future`.
+/// Deletes every key of a Redis namespace.
+async fn drop_namespace(server: &str, namespace: &str) {
+    let client = redis::Client::open(server).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut cursor = 0_u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{namespace}:*"))
+            .arg("COUNT")
+            .arg(1_000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if !keys.is_empty() {
+            redis::cmd("DEL").arg(&keys).query_async::<()>(&mut conn).await.unwrap();
+        }
+        if next == 0 {
+            return;
+        }
+        cursor = next;
+    }
+}
+
+/// Defines one test per backend: `backend_tests!(a, b; sql: c)` runs `a`
+/// and `b` on every backend, Redis included, and `c` (a test of what only
+/// SQL has: plain SQL by hand, pool options) on the four SQL ones; each
+/// `name(db: &TestDb) -> impl Future`.
 #[macro_export]
 macro_rules! backend_tests {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite_memory { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run($crate::Kind::SqliteMemory, |db| Box::pin(super::$name(db))).await } )* }
-        mod sqlite_file { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run($crate::Kind::SqliteFile, |db| Box::pin(super::$name(db))).await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run($crate::Kind::Postgres, |db| Box::pin(super::$name(db))).await } )* }
-        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run($crate::Kind::MySql, |db| Box::pin(super::$name(db))).await } )* }
+    (@sql $module:ident, $kind:ident, $($name:ident,)*) => {
+        mod $module { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run($crate::Kind::$kind, |db| Box::pin(super::$name(db))).await } )* }
+    };
+    ($($name:ident),* $(,)? $(; sql: $($sql:ident),* $(,)?)?) => {
+        $crate::backend_tests!(@sql sqlite_memory, SqliteMemory, $($name,)* $($($sql,)*)?);
+        $crate::backend_tests!(@sql sqlite_file, SqliteFile, $($name,)* $($($sql,)*)?);
+        $crate::backend_tests!(@sql postgres, Postgres, $($name,)* $($($sql,)*)?);
+        $crate::backend_tests!(@sql mysql, MySql, $($name,)* $($($sql,)*)?);
+        $crate::backend_tests!(@sql redis, Redis, $($name,)*);
     };
 }
 
@@ -258,8 +373,7 @@ pub async fn run(
 }
 
 /// Every ledger row of a scheduler, newest first, through the history pages.
-pub async fn ledger(store: &SqlStore, scheduler: &str) -> Vec<quartz_core::store::FireRecord> {
-    use quartz_core::store::Store as _;
+pub async fn ledger<S: quartz_core::store::Store>(store: &S, scheduler: &str) -> Vec<quartz_core::store::FireRecord> {
     let mut all = Vec::new();
     let mut query = quartz_core::store::FireQuery::new(scheduler);
     query.limit = 1_000;

@@ -71,7 +71,7 @@ async fn send(
     }
 }
 
-async fn probe(admin: &Admin<quartz_store::SqlStore>) {
+async fn probe(admin: &Admin<quartz_store::AnyStore>) {
     let mut job = JobDefinition::new("probe", "log");
     job.triggers
         .push(TriggerDefinition::every(std::time::Duration::from_secs(60)));

@@ -18,7 +18,7 @@ const ADMIN: &str = "admin-secret";
 const READ: &str = "read-secret";
 const SCRIPT_NAME: &str = "<script>alert(1)</script>";
 
-async fn server(admin: Admin<quartz_store::SqlStore>) -> SocketAddr {
+async fn server(admin: Admin<quartz_store::AnyStore>) -> SocketAddr {
     let access = Access::tokens(Some(ADMIN.into()), Some(READ.into()));
     http::serve(Web::new(admin).access(access).router()).await
 }
@@ -72,7 +72,7 @@ fn segment(name: &str) -> String {
     percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
-async fn job_state(admin: &Admin<quartz_store::SqlStore>, name: &str) -> String {
+async fn job_state(admin: &Admin<quartz_store::AnyStore>, name: &str) -> String {
     admin.job(name).await.unwrap().state
 }
 

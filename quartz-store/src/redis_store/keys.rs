@@ -4,6 +4,9 @@
 
 use quartz_core::store::StoreError;
 
+/// The namespace of every key unless the URL names another.
+pub const DEFAULT_NAMESPACE: &str = "quartz";
+
 /// The keys of one scheduler.
 ///
 /// ```
@@ -27,14 +30,29 @@ impl Keys {
     /// [`StoreError::Invalid`] for a name with `{` or `}`, which would move
     /// the hash tag and split the scheduler's keys across slots.
     pub fn of(scheduler: &str) -> Result<Keys, StoreError> {
+        Keys::in_namespace(DEFAULT_NAMESPACE, scheduler)
+    }
+
+    /// The keys of `scheduler` under a namespace other than `quartz` (see
+    /// [`RedisStore::connect`](super::RedisStore::connect)'s `namespace`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Keys::of`].
+    pub fn in_namespace(namespace: &str, scheduler: &str) -> Result<Keys, StoreError> {
         if scheduler.contains(['{', '}']) {
             return Err(StoreError::Invalid(quartz_core::Error::InvalidJob {
                 reason: format!("a scheduler name on Redis may not contain {{ or }}: {scheduler:?}"),
             }));
         }
         Ok(Keys {
-            prefix: format!("quartz:{{{scheduler}}}:"),
+            prefix: format!("{namespace}:{{{scheduler}}}:"),
         })
+    }
+
+    /// The prefix every key of the scheduler starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     fn key(&self, rest: &str) -> String {

@@ -79,7 +79,12 @@
 //! Where `CONFIG` is disabled (some managed services rename it), the store
 //! cannot check and says so with a warning.
 
+mod decode;
+mod engine;
 mod keys;
+mod registry;
+mod script;
+mod store;
 
 use std::time::Duration;
 
@@ -88,11 +93,12 @@ use quartz_core::store::StoreError;
 use redis::aio::ConnectionManager;
 
 pub use keys::Keys;
+pub use registry::{MAX_SCHEDULERS, SEQUENCE_BITS};
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = 1;
 
-/// The key holding the schema version.
+/// The key holding the schema version (in the default namespace).
 pub const SCHEMA_KEY: &str = "quartz:schema";
 
 /// Sets the schema version when there is none, and answers the version
@@ -141,6 +147,11 @@ impl Durability {
 pub struct RedisStore {
     conn: ConnectionManager,
     durability: Durability,
+    registry: std::sync::Arc<registry::Registry>,
+    /// Who the change log says made the changes made through this handle.
+    actor: std::sync::Arc<str>,
+    /// The first part of every key (`quartz` unless the URL names another).
+    namespace: std::sync::Arc<str>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -155,9 +166,13 @@ impl std::fmt::Debug for RedisStore {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl RedisStore {
-    /// Connects to `redis://HOST[:PORT][/DB]`, checks the server's
-    /// persistence and eviction settings, and sets or checks the schema
-    /// version.
+    /// Connects to `redis://[:PASSWORD@]HOST[:PORT][/DB][?namespace=NAME]`
+    /// (or `rediss://` for TLS), checks the server's persistence and
+    /// eviction settings, and sets or checks the schema version.
+    ///
+    /// Every key starts with the namespace, `quartz` unless `namespace`
+    /// names another: deployments (or test runs) that share one Redis
+    /// database keep apart by it.
     ///
     /// # Errors
     ///
@@ -166,6 +181,8 @@ impl RedisStore {
     /// eviction policy that could drop the scheduler's keys;
     /// [`StoreError::Migration`] for data written by a newer schema.
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
+        let (url, namespace) = split_namespace(url)?;
+        let url = url.as_str();
         let client = redis::Client::open(url).map_err(|e| StoreError::InvalidUrl {
             url: hide_password(url),
             reason: e.to_string(),
@@ -194,10 +211,28 @@ impl RedisStore {
                 append_fsync: None,
                 eviction: None,
             },
+            registry: std::sync::Arc::default(),
+            actor: quartz_core::store::DEFAULT_ACTOR.into(),
+            namespace: namespace.into(),
         };
         store.durability = store.check_durability().await?;
         store.check_schema().await?;
         Ok(store)
+    }
+
+    /// The keys of a scheduler in this store's namespace.
+    pub(super) fn keys(&self, scheduler: &str) -> Result<Keys, StoreError> {
+        Keys::in_namespace(&self.namespace, scheduler)
+    }
+
+    /// A key of the namespace outside any scheduler.
+    pub(super) fn namespaced(&self, name: &str) -> String {
+        format!("{}:{name}", self.namespace)
+    }
+
+    /// The namespace every key starts with.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     /// The persistence and eviction settings read at connect.
@@ -206,11 +241,7 @@ impl RedisStore {
     }
 
     /// The server's clock (`TIME`), to the millisecond.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::Unavailable`] when the server cannot be reached.
-    pub async fn now(&self) -> Result<Timestamp, StoreError> {
+    pub(super) async fn clock(&self) -> Result<Timestamp, StoreError> {
         let (seconds, micros): (i64, i64) = redis::cmd("TIME")
             .query_async(&mut self.conn.clone())
             .await
@@ -271,7 +302,7 @@ impl RedisStore {
 
     async fn check_schema(&self) -> Result<(), StoreError> {
         let found: i64 = redis::Script::new(SCHEMA_SCRIPT)
-            .key(SCHEMA_KEY)
+            .key(self.namespaced("schema"))
             .arg(SCHEMA_VERSION)
             .invoke_async(&mut self.conn.clone())
             .await
@@ -286,6 +317,33 @@ impl RedisStore {
         }
         Ok(())
     }
+}
+
+/// The URL without its `namespace` parameter, and the namespace.
+fn split_namespace(url: &str) -> Result<(String, String), StoreError> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), keys::DEFAULT_NAMESPACE.to_owned()));
+    };
+    let mut namespace = keys::DEFAULT_NAMESPACE.to_owned();
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.strip_prefix("namespace=") {
+            Some(name) => namespace = name.to_owned(),
+            None => rest.push(pair),
+        }
+    }
+    if namespace.is_empty() || namespace.contains(['{', '}', ' ']) {
+        return Err(StoreError::InvalidUrl {
+            url: hide_password(url),
+            reason: format!("namespace {namespace:?} must be non-empty, without braces or spaces"),
+        });
+    }
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Ok((url, namespace))
 }
 
 /// A URL with its password replaced by `***`.

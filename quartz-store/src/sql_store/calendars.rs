@@ -2,51 +2,16 @@
 //! name them, and their changes, which reschedule the triggers that use
 //! them in the change's own transaction.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashSet;
 
-use quartz_core::calendar::{self, Calendar, CalendarDefinition};
-use quartz_core::store::{CHANGE_VISIBILITY_MS, CalendarRecord, ChangeAction, ExecuteState, StoreError, check_name};
-use quartz_core::trigger::{Schedule, Trigger};
+use quartz_core::calendar::{self, CalendarDefinition};
+use quartz_core::store::{CalendarRecord, ChangeAction, ExecuteState, StoreError, check_name};
 use quartz_core::{Error, Timestamp};
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
 use super::*;
-
-/// The calendars a set of triggers name, each resolved (its bases
-/// followed), or why it cannot be.
-#[derive(Debug, Default)]
-pub(crate) struct CalendarSet {
-    resolved: HashMap<String, Result<Arc<Calendar>, String>>,
-}
-
-impl CalendarSet {
-    /// Resolves `names` among `definitions`.
-    fn resolve<'a>(definitions: &BTreeMap<String, CalendarDefinition>, names: impl Iterator<Item = &'a str>) -> Self {
-        let resolved = names
-            .map(|name| {
-                let calendar = calendar::resolve(name, |n| definitions.get(n).cloned())
-                    .map(Arc::new)
-                    .map_err(|e| format!("calendar {name:?}: {e}"));
-                (name.to_owned(), calendar)
-            })
-            .collect();
-        CalendarSet { resolved }
-    }
-
-    /// The trigger with its calendar read; why not, when it cannot be.
-    pub(crate) fn attach(&self, trigger: Trigger) -> Result<Trigger, String> {
-        let Some(name) = trigger.calendar_name() else {
-            return Ok(trigger);
-        };
-        match self.resolved.get(name) {
-            Some(Ok(calendar)) => Ok(trigger.with_calendar_read(Arc::clone(calendar))),
-            Some(Err(reason)) => Err(reason.clone()),
-            None => Err(format!("no calendar named {name:?}")),
-        }
-    }
-}
+use crate::common::{builds_on, by_name, rescheduled};
 
 fn decode_record(row: &AnyRow) -> Result<CalendarRecord, StoreError> {
     let name: String = row.try_get("name").map_err(db_error)?;
@@ -61,44 +26,6 @@ fn decode_record(row: &AnyRow) -> Result<CalendarRecord, StoreError> {
         created_at: Timestamp::from_millis(row.try_get("created_at").map_err(db_error)?),
         updated_at: Timestamp::from_millis(row.try_get("updated_at").map_err(db_error)?),
     })
-}
-
-/// The definitions by name, for resolving.
-fn by_name(records: Vec<CalendarRecord>) -> BTreeMap<String, CalendarDefinition> {
-    records.into_iter().map(|r| (r.name, r.definition)).collect()
-}
-
-/// Whether the chain from `name` reaches `target` (itself included).
-fn builds_on(definitions: &BTreeMap<String, CalendarDefinition>, name: &str, target: &str) -> bool {
-    let mut at = Some(name);
-    for _ in 0..=calendar::MAX_CHAIN {
-        match at {
-            Some(n) if n == target => return true,
-            Some(n) => at = definitions.get(n).and_then(|d| d.base.as_deref()),
-            None => return false,
-        }
-    }
-    false
-}
-
-/// The next fire time of a trigger whose calendar changed at `now`: from the
-/// earlier of its next fire time and the moment every node has seen the
-/// change (a cron or fixed-rate trigger may fire sooner than before), after
-/// its previous one; a fixed-delay or once trigger keeps its time if the
-/// calendar still includes it.
-fn rescheduled(execute: &quartz_core::store::Execute, now: Timestamp) -> Option<Timestamp> {
-    let state = &execute.fire_state;
-    let visible_at = now.saturating_add_millis(CHANGE_VISIBILITY_MS);
-    let next = state.next_fire_time?;
-    let from = match execute.trigger.schedule() {
-        Schedule::Cron { .. } | Schedule::FixedRate { .. } => next.min(visible_at),
-        _ => next,
-    };
-    let from = match state.prev_fire_time {
-        Some(prev) if prev >= from => prev.checked_add_millis(1)?,
-        _ => from,
-    };
-    execute.trigger.first_at_or_after(state, from)
 }
 
 impl SqlStore {
@@ -204,10 +131,7 @@ impl SqlStore {
             .map_err(db_error)?;
         let set = CalendarSet::resolve(&definitions, users.iter().map(String::as_str));
         let moved = self.reschedule_users(&mut tx, scheduler, &users, &set).await?;
-        let detail = match (existed, moved) {
-            (false, _) => format!("added ({:?})", definition.kind),
-            (true, n) => format!("replaced; {n} trigger(s) rescheduled"),
-        };
+        let detail = crate::common::calendar_detail(existed, definition, moved);
         self.changed_in(&mut tx, scheduler, Change::new(ChangeAction::CalendarPut, name, detail))
             .await?;
         tx.commit().await.map_err(db_error)?;

@@ -98,17 +98,6 @@ async fn listen(url: String, signal: Weak<ChangeSignal>) {
     }
 }
 
-/// An actor's name as the change log keeps it: at most
-/// [`MAX_NAME_BYTES`](quartz_core::store::MAX_NAME_BYTES), cut on a character
-/// boundary.
-pub(super) fn actor_name(actor: &str) -> &str {
-    let mut end = actor.len().min(quartz_core::store::MAX_NAME_BYTES);
-    while !actor.is_char_boundary(end) {
-        end -= 1;
-    }
-    &actor[..end]
-}
-
 /// A change, as the change log records it.
 pub(super) struct Change<'a> {
     action: ChangeAction,

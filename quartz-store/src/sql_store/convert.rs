@@ -1,6 +1,6 @@
 //! Driver errors as store errors, and small conversions the statements share.
 
-use quartz_core::store::{MAX_ERROR_BYTES, StoreError};
+use quartz_core::store::StoreError;
 
 use super::AnyQuery;
 use crate::dialect::IDS_PER_LIST;
@@ -62,15 +62,4 @@ pub(super) fn bind_id_list(mut q: AnyQuery, ids: &[i64]) -> AnyQuery {
 
 pub(super) fn count_to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-pub(super) fn truncate(text: &str) -> String {
-    if text.len() <= MAX_ERROR_BYTES {
-        return text.to_owned();
-    }
-    let mut end = MAX_ERROR_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
 }

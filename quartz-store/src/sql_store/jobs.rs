@@ -4,8 +4,8 @@
 
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    CHANGE_VISIBILITY_MS, ChangeAction, ExecuteSpec, ExecuteState, Job, JobDetail, JobQuery, JobSpec, JobState,
-    RejectedRow, StoreError, TriggerColumns, check_name, millis_of,
+    ChangeAction, ExecuteSpec, ExecuteState, Job, JobDetail, JobQuery, JobSpec, JobState, RejectedRow, StoreError,
+    check_name, millis_of,
 };
 use sqlx::{Any, Transaction};
 
@@ -62,26 +62,11 @@ impl SqlStore {
         paused: bool,
     ) -> Result<(), StoreError> {
         let now = self.now_in(tx).await?;
-        let visible_at = now.saturating_add_millis(CHANGE_VISIBILITY_MS);
         let named: Vec<&str> = executes.iter().filter_map(|e| e.trigger.calendar_name()).collect();
         let calendars = self.calendars_in(tx, scheduler, &named).await?;
-        for spec in executes {
-            let trigger = calendars.attach(spec.trigger.clone()).map_err(|reason| {
-                StoreError::Invalid(quartz_core::Error::InvalidCalendar {
-                    field: "calendar",
-                    reason,
-                })
-            })?;
-            // No fire time earlier than the moment every node has seen it.
-            let trigger = trigger.visible_from(now, visible_at);
-            let c = TriggerColumns::from_trigger(&trigger);
-            let signature = c.signature();
-            let first = TriggerState::initial(&trigger);
-            let state = match (first.next_fire_time, paused) {
-                (None, _) => ExecuteState::Complete,
-                (Some(_), true) => ExecuteState::Paused,
-                (Some(_), false) => ExecuteState::Waiting,
-            };
+        for new in crate::common::new_executes(executes, &calendars, now)? {
+            let state = new.state(paused);
+            let c = new.columns;
             self.query(
                 "INSERT INTO quartz_execute (job_id, scheduler, kind, cron_expression, time_zone, interval_ms, \
                  start_time, end_time, repeat_limit, times_triggered, misfire_policy, priority, state, \
@@ -98,10 +83,10 @@ impl SqlStore {
             .bind(c.end_time)
             .bind(c.repeat_limit)
             .bind(c.misfire_policy)
-            .bind(i64::from(spec.priority))
+            .bind(i64::from(new.priority))
             .bind(state.as_str())
-            .bind(first.next_fire_time.map(Timestamp::as_millis))
-            .bind(signature)
+            .bind(new.first.map(Timestamp::as_millis))
+            .bind(new.signature)
             .bind(c.calendar)
             .bind(c.dst_skipped)
             .bind(c.dst_repeated)
@@ -203,20 +188,7 @@ impl SqlStore {
         let mut tx = self.begin_change(scheduler).await?;
         self.insert_executes(&mut tx, scheduler, job.id, executes, job.state == JobState::Paused)
             .await?;
-        let once = executes
-            .iter()
-            .all(|e| matches!(e.trigger.schedule(), quartz_core::trigger::Schedule::Once));
-        let (action, detail) = if once && !executes.is_empty() {
-            (
-                ChangeAction::JobTrigger,
-                format!("{} one-off trigger(s)", executes.len()),
-            )
-        } else {
-            (
-                ChangeAction::JobAddTriggers,
-                format!("{} trigger(s) added", executes.len()),
-            )
-        };
+        let (action, detail) = crate::common::added_detail(executes);
         self.changed_in(&mut tx, scheduler, Change::new(action, name, detail))
             .await?;
         tx.commit().await.map_err(db_error)
@@ -262,14 +234,11 @@ impl SqlStore {
             self.insert_executes(&mut tx, scheduler, existing.id, executes, paused)
                 .await?;
         }
-        let mut detail = Vec::new();
-        if job.name != name {
-            detail.push(format!("renamed from {name}"));
-        }
-        if let Some(executes) = executes {
-            detail.push(format!("triggers replaced by {}", executes.len()));
-        }
-        let change = Change::new(ChangeAction::JobEdit, &job.name, detail.join("; "));
+        let change = Change::new(
+            ChangeAction::JobEdit,
+            &job.name,
+            crate::common::edit_detail(name, &job.name, executes),
+        );
         self.changed_in(&mut tx, scheduler, change).await?;
         tx.commit().await.map_err(db_error)?;
         self.require_job(scheduler, &job.name).await

@@ -1,0 +1,202 @@
+//! What the SQL and Redis stores share beyond the store contract: the
+//! calendars a set of triggers name, resolved; a new trigger's first row;
+//! how a calendar change reschedules a trigger; the change log's actor and
+//! details; the cut of long error text.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use quartz_core::Timestamp;
+use quartz_core::calendar::{self, Calendar, CalendarDefinition};
+use quartz_core::store::{
+    CHANGE_VISIBILITY_MS, CalendarRecord, ExecuteSpec, ExecuteState, MAX_ERROR_BYTES, StoreError, TriggerColumns,
+};
+use quartz_core::trigger::{Schedule, Trigger, TriggerState};
+
+/// The calendars a set of triggers name, each resolved (its bases
+/// followed), or why it cannot be.
+#[derive(Debug, Default)]
+pub(crate) struct CalendarSet {
+    resolved: HashMap<String, Result<Arc<Calendar>, String>>,
+}
+
+impl CalendarSet {
+    /// Resolves `names` among `definitions`.
+    pub(crate) fn resolve<'a>(
+        definitions: &BTreeMap<String, CalendarDefinition>,
+        names: impl Iterator<Item = &'a str>,
+    ) -> Self {
+        let resolved = names
+            .map(|name| {
+                let calendar = calendar::resolve(name, |n| definitions.get(n).cloned())
+                    .map(Arc::new)
+                    .map_err(|e| format!("calendar {name:?}: {e}"));
+                (name.to_owned(), calendar)
+            })
+            .collect();
+        CalendarSet { resolved }
+    }
+
+    /// The trigger with its calendar read; why not, when it cannot be.
+    pub(crate) fn attach(&self, trigger: Trigger) -> Result<Trigger, String> {
+        let Some(name) = trigger.calendar_name() else {
+            return Ok(trigger);
+        };
+        match self.resolved.get(name) {
+            Some(Ok(calendar)) => Ok(trigger.with_calendar_read(Arc::clone(calendar))),
+            Some(Err(reason)) => Err(reason.clone()),
+            None => Err(format!("no calendar named {name:?}")),
+        }
+    }
+}
+
+/// The definitions by name, for resolving.
+pub(crate) fn by_name(records: Vec<CalendarRecord>) -> BTreeMap<String, CalendarDefinition> {
+    records.into_iter().map(|r| (r.name, r.definition)).collect()
+}
+
+/// Whether the chain from `name` reaches `target` (itself included).
+pub(crate) fn builds_on(definitions: &BTreeMap<String, CalendarDefinition>, name: &str, target: &str) -> bool {
+    let mut at = Some(name);
+    for _ in 0..=calendar::MAX_CHAIN {
+        match at {
+            Some(n) if n == target => return true,
+            Some(n) => at = definitions.get(n).and_then(|d| d.base.as_deref()),
+            None => return false,
+        }
+    }
+    false
+}
+
+/// The next fire time of a trigger whose calendar changed at `now`: from the
+/// earlier of its next fire time and the moment every node has seen the
+/// change (a cron or fixed-rate trigger may fire sooner than before), after
+/// its previous one; a fixed-delay or once trigger keeps its time if the
+/// calendar still includes it.
+pub(crate) fn rescheduled(execute: &quartz_core::store::Execute, now: Timestamp) -> Option<Timestamp> {
+    let state = &execute.fire_state;
+    let visible_at = now.saturating_add_millis(CHANGE_VISIBILITY_MS);
+    let next = state.next_fire_time?;
+    let from = match execute.trigger.schedule() {
+        Schedule::Cron { .. } | Schedule::FixedRate { .. } => next.min(visible_at),
+        _ => next,
+    };
+    let from = match state.prev_fire_time {
+        Some(prev) if prev >= from => prev.checked_add_millis(1)?,
+        _ => from,
+    };
+    execute.trigger.first_at_or_after(state, from)
+}
+
+/// A new trigger's row: its columns, its signature, its first fire time
+/// (none: it is complete) and its priority.
+pub(crate) struct NewExecute {
+    pub(crate) columns: TriggerColumns,
+    pub(crate) signature: i64,
+    pub(crate) first: Option<Timestamp>,
+    pub(crate) priority: i32,
+}
+
+impl NewExecute {
+    /// The state a new row takes: complete without a first fire time,
+    /// paused with a paused job, waiting otherwise.
+    pub(crate) fn state(&self, paused: bool) -> ExecuteState {
+        match (self.first, paused) {
+            (None, _) => ExecuteState::Complete,
+            (Some(_), true) => ExecuteState::Paused,
+            (Some(_), false) => ExecuteState::Waiting,
+        }
+    }
+}
+
+/// The rows of new triggers created at `now` (database time), their
+/// calendars read from `calendars`: no fire time earlier than the moment
+/// every node has seen them.
+pub(crate) fn new_executes(
+    executes: &[ExecuteSpec],
+    calendars: &CalendarSet,
+    now: Timestamp,
+) -> Result<Vec<NewExecute>, StoreError> {
+    let visible_at = now.saturating_add_millis(CHANGE_VISIBILITY_MS);
+    executes
+        .iter()
+        .map(|spec| {
+            let trigger = calendars.attach(spec.trigger.clone()).map_err(|reason| {
+                StoreError::Invalid(quartz_core::Error::InvalidCalendar {
+                    field: "calendar",
+                    reason,
+                })
+            })?;
+            let trigger = trigger.visible_from(now, visible_at);
+            let columns = TriggerColumns::from_trigger(&trigger);
+            Ok(NewExecute {
+                signature: columns.signature(),
+                columns,
+                first: TriggerState::initial(&trigger).next_fire_time,
+                priority: spec.priority,
+            })
+        })
+        .collect()
+}
+
+/// The change log's detail for triggers added to a job: whether they are
+/// all one-off ("fire now") and the words.
+pub(crate) fn added_detail(executes: &[ExecuteSpec]) -> (quartz_core::store::ChangeAction, String) {
+    use quartz_core::store::ChangeAction;
+    let once = executes.iter().all(|e| matches!(e.trigger.schedule(), Schedule::Once));
+    if once && !executes.is_empty() {
+        (
+            ChangeAction::JobTrigger,
+            format!("{} one-off trigger(s)", executes.len()),
+        )
+    } else {
+        (
+            ChangeAction::JobAddTriggers,
+            format!("{} trigger(s) added", executes.len()),
+        )
+    }
+}
+
+/// The change log's detail for a job's edit.
+pub(crate) fn edit_detail(old_name: &str, new_name: &str, executes: Option<&[ExecuteSpec]>) -> String {
+    let mut detail = Vec::new();
+    if new_name != old_name {
+        detail.push(format!("renamed from {old_name}"));
+    }
+    if let Some(executes) = executes {
+        detail.push(format!("triggers replaced by {}", executes.len()));
+    }
+    detail.join("; ")
+}
+
+/// The change log's detail for a calendar added or replaced.
+pub(crate) fn calendar_detail(existed: bool, definition: &CalendarDefinition, moved: usize) -> String {
+    if existed {
+        format!("replaced; {moved} trigger(s) rescheduled")
+    } else {
+        format!("added ({:?})", definition.kind)
+    }
+}
+
+/// An actor's name as the change log keeps it: at most
+/// [`MAX_NAME_BYTES`](quartz_core::store::MAX_NAME_BYTES), cut on a character
+/// boundary.
+pub(crate) fn actor_name(actor: &str) -> &str {
+    let mut end = actor.len().min(quartz_core::store::MAX_NAME_BYTES);
+    while !actor.is_char_boundary(end) {
+        end -= 1;
+    }
+    &actor[..end]
+}
+
+/// Error text cut to [`MAX_ERROR_BYTES`] on a character boundary.
+pub(crate) fn truncate(text: &str) -> String {
+    if text.len() <= MAX_ERROR_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_ERROR_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}

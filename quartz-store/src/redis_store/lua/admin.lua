@@ -1,0 +1,219 @@
+-- ---- jobs ----
+
+local JOB_FIELDS = { 'name', 'handler', 'payload', 'description', 'requests_recovery', 'allow_concurrent',
+  'timeout_ms', 'max_attempts', 'backoff_ms', 'backoff_max_ms', 'parent_job' }
+local EXECUTE_FIELDS = { 'kind', 'cron_expression', 'time_zone', 'interval_ms', 'start_time', 'end_time',
+  'repeat_limit', 'misfire_policy', 'priority', 'schedule_sig', 'calendar', 'dst_skipped', 'dst_repeated',
+  'next_fire_time' }
+
+-- The calendars new triggers name must exist as read (the version every
+-- calendar change and every trigger naming a calendar moves): an error
+-- reply, or nil.
+local function calendars_as_read(names)
+  if #names == 0 then return nil end
+  if (redis.call('GET', k('calendars-version')) or '0') ~= A.calendars_version then return { 'retry' } end
+  for _, name in ipairs(names) do
+    if redis.call('SISMEMBER', k('calendars'), name) == 0 then return { 'unknown_calendar', name } end
+  end
+  return nil
+end
+
+-- Inserts a job's executes: each complete when it has no first fire time,
+-- paused with a paused job, waiting otherwise.
+local function insert_executes(job, executes)
+  local paused = g(k('job:' .. job), 'state') == 'paused'
+  for _, e in ipairs(executes) do
+    local id = new_id('execute')
+    local key = execute_key(id)
+    redis.call('HSET', key, 'id', id, 'job_id', job, 'times_triggered', '0', 'calendar_stamp', '0',
+      'updated_at', NOWS)
+    for _, field in ipairs(EXECUTE_FIELDS) do put(key, field, e[field]) end
+    local state = 'waiting'
+    if e.next_fire_time == '' then state = 'complete' elseif paused then state = 'paused' end
+    redis.call('HSET', key, 'state', state)
+    redis.call('SADD', k('job-executes:' .. job), id)
+    if e.calendar ~= '' then
+      redis.call('SADD', k('calendared'), id)
+      redis.call('INCR', k('calendars-version'))
+    end
+    reindex_execute(id)
+  end
+end
+
+local function delete_executes(job)
+  for _, id in ipairs(redis.call('SMEMBERS', k('job-executes:' .. job))) do delete_execute(id) end
+  redis.call('DEL', k('job-executes:' .. job))
+end
+
+local function write_job(id, j)
+  local key = k('job:' .. id)
+  for _, field in ipairs(JOB_FIELDS) do put(key, field, j[field]) end
+  redis.call('HSET', key, 'updated_at', NOWS)
+end
+
+local function link_parent(id, parent)
+  if parent ~= '' then
+    redis.call('SADD', k('children:' .. parent), id)
+    redis.call('SADD', k('parents'), parent)
+  end
+end
+
+local function unlink_parent(id, parent)
+  if parent ~= '' then redis.call('SREM', k('children:' .. parent), id) end
+end
+
+C.job_create = function()
+  local j = A.job
+  if redis.call('HEXISTS', k('jobs'), j.name) == 1 then return { 'duplicate' } end
+  if j.parent_job ~= '' and redis.call('HEXISTS', k('jobs'), j.parent_job) == 0 then
+    return { 'unknown_job', j.parent_job }
+  end
+  local refused = calendars_as_read(A.calendars)
+  if refused then return refused end
+  local id = new_id('job')
+  redis.call('HSET', k('job:' .. id), 'id', id, 'state', 'enabled', 'created_at', NOWS)
+  write_job(id, j)
+  redis.call('HSET', k('jobs'), j.name, id)
+  redis.call('ZADD', k('job-order'), 0, j.name)
+  link_parent(id, j.parent_job)
+  insert_executes(id, A.executes)
+  changed(A.change)
+  return { 'ok', id }
+end
+
+-- The job of a name, as the caller read it: its id, or an error reply.
+local function job_as_read()
+  local id = redis.call('HGET', k('jobs'), A.name)
+  if not id or (A.id and A.id ~= id) then return nil, { 'unknown_job', A.name } end
+  return id, nil
+end
+
+C.job_update = function()
+  local id, refused = job_as_read()
+  if refused then return refused end
+  local j = A.job
+  if j.name ~= A.name and redis.call('HEXISTS', k('jobs'), j.name) == 1 then return { 'duplicate' } end
+  if j.parent_job ~= '' and redis.call('HEXISTS', k('jobs'), j.parent_job) == 0 then
+    return { 'unknown_job', j.parent_job }
+  end
+  if A.executes then
+    refused = calendars_as_read(A.calendars)
+    if refused then return refused end
+  end
+  local key = k('job:' .. id)
+  unlink_parent(id, g(key, 'parent_job'))
+  write_job(id, j)
+  link_parent(id, j.parent_job)
+  if j.name ~= A.name then
+    redis.call('HDEL', k('jobs'), A.name)
+    redis.call('ZREM', k('job-order'), A.name)
+    redis.call('HSET', k('jobs'), j.name, id)
+    redis.call('ZADD', k('job-order'), 0, j.name)
+  end
+  if A.executes then
+    delete_executes(id)
+    insert_executes(id, A.executes)
+  end
+  changed(A.change)
+  return { 'ok', id }
+end
+
+C.job_add = function()
+  local id, refused = job_as_read()
+  if refused then return refused end
+  refused = calendars_as_read(A.calendars)
+  if refused then return refused end
+  insert_executes(id, A.executes)
+  changed(A.change)
+  return { 'ok', id }
+end
+
+C.job_pause = function()
+  local id, refused = job_as_read()
+  if refused then return refused end
+  local from, to, job_state = 'paused', 'waiting', 'enabled'
+  if A.paused == '1' then from, to, job_state = 'waiting', 'paused', 'paused' end
+  redis.call('HSET', k('job:' .. id), 'state', job_state, 'updated_at', NOWS)
+  for _, e in ipairs(redis.call('SMEMBERS', k('job-executes:' .. id))) do
+    local key = execute_key(e)
+    if g(key, 'state') == from then
+      redis.call('HSET', key, 'state', to, 'updated_at', NOWS)
+      reindex_execute(e)
+    end
+  end
+  changed(A.change)
+  return { 'ok', id }
+end
+
+C.job_delete = function()
+  local id, refused = job_as_read()
+  if refused then return refused end
+  local key = k('job:' .. id)
+  unlink_parent(id, g(key, 'parent_job'))
+  delete_executes(id)
+  redis.call('HDEL', k('jobs'), A.name)
+  redis.call('ZREM', k('job-order'), A.name)
+  redis.call('DEL', key)
+  changed(A.change)
+  return { 'ok', id }
+end
+
+-- ---- calendars ----
+
+-- Adds or replaces a calendar and reschedules its users, if nothing changed
+-- since the caller read the calendars and the users' rows: {'retry'}
+-- otherwise.
+C.calendar_put = function()
+  if (redis.call('GET', k('calendars-version')) or '0') ~= A.calendars_version then return { 'retry' } end
+  for _, u in ipairs(A.updates) do
+    local key = execute_key(u.id)
+    local stamp = g(key, 'calendar_stamp')
+    if stamp == '' then stamp = '0' end
+    if g(key, 'state') ~= u.es or g(key, 'prev_fire_time') ~= u.ep or g(key, 'next_fire_time') ~= u.en
+      or stamp ~= u.ek then
+      return { 'retry' }
+    end
+  end
+  local key = k('calendar:' .. A.name)
+  if not exists(key) then redis.call('HSET', key, 'name', A.name, 'created_at', NOWS) end
+  redis.call('HSET', key, 'definition', A.definition, 'updated_at', NOWS)
+  redis.call('SADD', k('calendars'), A.name)
+  redis.call('INCR', k('calendars-version'))
+  for _, u in ipairs(A.updates) do
+    local e = execute_key(u.id)
+    put(e, 'next_fire_time', u.sn)
+    redis.call('HSET', e, 'state', u.ss, 'updated_at', NOWS)
+    redis.call('HINCRBY', e, 'calendar_stamp', 1)
+    reindex_execute(u.id)
+  end
+  changed(A.change)
+  return { 'ok' }
+end
+
+C.calendar_delete = function()
+  if redis.call('SISMEMBER', k('calendars'), A.name) == 0 then return { 'unknown_calendar', A.name } end
+  local users = { 'in_use' }
+  local jobs = {}
+  for _, e in ipairs(redis.call('SMEMBERS', k('calendared'))) do
+    local key = execute_key(e)
+    if g(key, 'calendar') == A.name then
+      local name = g(k('job:' .. g(key, 'job_id')), 'name')
+      if name ~= '' and not jobs[name] then
+        jobs[name] = true
+        users[#users + 1] = 'job ' .. name
+      end
+    end
+  end
+  for _, other in ipairs(redis.call('SMEMBERS', k('calendars'))) do
+    local ok, definition = pcall(cjson.decode, g(k('calendar:' .. other), 'definition'))
+    if ok and type(definition) == 'table' and definition.base == A.name then
+      users[#users + 1] = 'calendar ' .. other
+    end
+  end
+  if #users > 1 then return users end
+  redis.call('DEL', k('calendar:' .. A.name))
+  redis.call('SREM', k('calendars'), A.name)
+  redis.call('INCR', k('calendars-version'))
+  changed(A.change)
+  return { 'ok' }
+end

@@ -1,0 +1,214 @@
+-- The store's script library: one script, run by EVALSHA, whose first
+-- argument names the command. Every command is one atomic step: the
+-- script is the transaction. KEYS[1] is the scheduler's key prefix
+-- (`quartz:{SCHEDULER}:`, one hash slot), ARGV[1] the command, ARGV[2] its
+-- arguments as a JSON object of strings (numbers as decimal text; the empty
+-- string for none), ARGV[3] the scheduler's id base (its number shifted
+-- past the id sequence). Times are the server's TIME in milliseconds.
+--
+-- A record is a hash whose fields are the SQL backends' column names; a
+-- field that is absent is NULL. Indexes:
+--   jobs (name -> id), job-order (names, lex), job-executes:ID,
+--   children:NAME (child job ids), parents (names with children);
+--   due (waiting executes by next fire time), due-unset (waiting, no next
+--   fire time), running (running executes), complete (by last update),
+--   calendared (executes naming a calendar);
+--   fire-keys (execute:job:fire time:attempt -> fire id, the unique rule),
+--   fires and job-fires:ID (by id), open and job-open:ID (claimed or
+--   running), pending (by due time), done:STATE (finished, by fire time);
+--   nodes, changes (the counter), change-log, calendars, meta.
+
+local P = KEYS[1]
+local A = cjson.decode(ARGV[2])
+local BASE = tonumber(ARGV[3])
+local C = {}
+
+local function k(rest) return P .. rest end
+local function s(n) return string.format('%d', n) end
+local clock = redis.call('TIME')
+local NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local NOWS = s(NOW)
+
+-- A field, '' for NULL.
+local function g(key, field) return redis.call('HGET', key, field) or '' end
+-- Writes a field, or removes it for NULL.
+local function put(key, field, value)
+  if value == nil or value == '' then redis.call('HDEL', key, field) else redis.call('HSET', key, field, value) end
+end
+local function flat(key) return redis.call('HGETALL', key) end
+local function exists(key) return redis.call('EXISTS', key) == 1 end
+local function new_id(kind) return s(BASE + redis.call('HINCRBY', k('ids'), kind, 1)) end
+local function by_number(a, b) return tonumber(a) < tonumber(b) end
+
+-- Whether a node's incarnation is live.
+local function live(node, inc)
+  if node == '' then return false end
+  local key = k('node:' .. node)
+  return g(key, 'state') == 'live' and g(key, 'incarnation') == inc
+end
+
+-- ---- executes ----
+
+local function execute_key(id) return k('execute:' .. id) end
+
+-- Puts an execute in the indexes its state and next fire time call for.
+local function reindex_execute(id)
+  local key = execute_key(id)
+  local state, nxt = g(key, 'state'), g(key, 'next_fire_time')
+  if state == 'waiting' and nxt ~= '' then
+    redis.call('ZADD', k('due'), nxt, id)
+  else
+    redis.call('ZREM', k('due'), id)
+  end
+  if state == 'waiting' and nxt == '' then
+    redis.call('SADD', k('due-unset'), id)
+  else
+    redis.call('SREM', k('due-unset'), id)
+  end
+  if state == 'running' then redis.call('SADD', k('running'), id) else redis.call('SREM', k('running'), id) end
+  if state == 'complete' then
+    redis.call('ZADD', k('complete'), tonumber(g(key, 'updated_at')) or NOW, id)
+  else
+    redis.call('ZREM', k('complete'), id)
+  end
+end
+
+local function delete_execute(id)
+  local key = execute_key(id)
+  local job = g(key, 'job_id')
+  for _, index in ipairs({ 'due', 'complete' }) do redis.call('ZREM', k(index), id) end
+  for _, index in ipairs({ 'due-unset', 'running', 'calendared', 'job-executes:' .. job }) do
+    redis.call('SREM', k(index), id)
+  end
+  redis.call('DEL', key)
+end
+
+-- The compare-and-set on an execute (see ExecuteCas): expects state (es),
+-- prev (ep), next (en), calendar stamp (ek) and, with eo, the owner (eon,
+-- eoi); sets state (ss), prev (sp), next (sn), count (st), owner (son,
+-- soi), the signature (sig) and, with rs, start and repeat limit.
+local function cas_execute(o)
+  local key = execute_key(o.id)
+  if not exists(key) then return false end
+  if g(key, 'state') ~= o.es or g(key, 'prev_fire_time') ~= o.ep or g(key, 'next_fire_time') ~= o.en then
+    return false
+  end
+  local stamp = g(key, 'calendar_stamp')
+  if stamp == '' then stamp = '0' end
+  if stamp ~= o.ek then return false end
+  if o.eo == '1' and (g(key, 'node_id') ~= o.eon or g(key, 'incarnation') ~= o.eoi) then return false end
+  put(key, 'prev_fire_time', o.sp)
+  put(key, 'next_fire_time', o.sn)
+  put(key, 'node_id', o.son)
+  put(key, 'incarnation', o.soi)
+  redis.call('HSET', key, 'times_triggered', o.st, 'state', o.ss, 'updated_at', NOWS)
+  if o.sig ~= '' then redis.call('HSET', key, 'schedule_sig', o.sig) end
+  if o.rs == '1' then
+    redis.call('HSET', key, 'start_time', o.rstart)
+    put(key, 'repeat_limit', o.rlimit)
+  end
+  reindex_execute(o.id)
+  return true
+end
+
+-- ---- fires ----
+
+local function fire_key(id) return k('fire:' .. id) end
+local OPEN = { claimed = true, running = true }
+local CLAIMED = { claimed = true }
+local RUNNING = { running = true }
+
+-- Moves a fire between the indexes of its old and new state.
+local function index_fire(id, job, old, new, fire_time, due)
+  if old == new then return end
+  if old ~= '' then
+    if OPEN[old] then
+      redis.call('SREM', k('open'), id)
+      redis.call('SREM', k('job-open:' .. job), id)
+    elseif old == 'pending' then
+      redis.call('ZREM', k('pending'), id)
+    else
+      redis.call('ZREM', k('done:' .. old), id)
+    end
+  end
+  if OPEN[new] then
+    redis.call('SADD', k('open'), id)
+    redis.call('SADD', k('job-open:' .. job), id)
+  elseif new == 'pending' then
+    redis.call('ZADD', k('pending'), due, id)
+  else
+    redis.call('ZADD', k('done:' .. new), fire_time, id)
+  end
+end
+
+local function set_fire_state(id, f, new)
+  local old = g(f, 'state')
+  redis.call('HSET', f, 'state', new)
+  index_fire(id, g(f, 'job_id'), old, new, g(f, 'fire_time'), g(f, 'due_at'))
+end
+
+local function unique_key(execute, job, fire_time, attempt)
+  return execute .. ':' .. job .. ':' .. fire_time .. ':' .. attempt
+end
+
+-- Inserts a ledger row; nil when the unique rule says it exists already.
+local function insert_fire(execute, job, fire_time, attempt, node, inc, state, err, skipped_until, count, due)
+  local ukey = unique_key(execute, job, fire_time, attempt)
+  if redis.call('HEXISTS', k('fire-keys'), ukey) == 1 then return nil end
+  local id = new_id('fire')
+  local f = fire_key(id)
+  redis.call('HSET', f, 'id', id, 'execute_id', execute, 'job_id', job, 'fire_time', fire_time, 'attempt', attempt,
+    'state', state, 'claimed_at', NOWS, 'fire_count', count, 'incarnation', (node ~= '' and inc) or '0')
+  put(f, 'node_id', node)
+  put(f, 'error', err)
+  put(f, 'skipped_until', skipped_until)
+  put(f, 'due_at', due)
+  redis.call('HSET', k('fire-keys'), ukey, id)
+  redis.call('ZADD', k('fires'), id, id)
+  redis.call('ZADD', k('job-fires:' .. job), id, id)
+  index_fire(id, job, '', state, fire_time, due)
+  return id
+end
+
+-- The fire's key when it is in one of `from` under the owner; else nil.
+local function held(id, from, node, inc)
+  local f = fire_key(id)
+  if not from[g(f, 'state')] then return nil end
+  if g(f, 'node_id') ~= node or g(f, 'incarnation') ~= inc then return nil end
+  return f
+end
+
+-- Records the end of a fire.
+local function end_fire(id, f, state, err)
+  set_fire_state(id, f, state)
+  put(f, 'error', err)
+  redis.call('HSET', f, 'finished_at', NOWS)
+end
+
+-- The next attempt of a fire as a pending row, due `due`; nil when it
+-- exists (or, with one_per_execute, when a pending fire of the same execute
+-- and job does).
+local function next_pending(f, due, one_per_execute)
+  local execute, job = g(f, 'execute_id'), g(f, 'job_id')
+  if one_per_execute then
+    for _, p in ipairs(redis.call('ZRANGE', k('pending'), 0, -1)) do
+      local pk = fire_key(p)
+      if g(pk, 'execute_id') == execute and g(pk, 'job_id') == job then return nil end
+    end
+  end
+  local attempt = s(tonumber(g(f, 'attempt')) + 1)
+  local id = insert_fire(execute, job, g(f, 'fire_time'), attempt, '', '0', 'pending', '', '', '1', s(due))
+  if id then return { id, s(due) } end
+  return nil
+end
+
+-- ---- changes ----
+
+-- Bumps the change counter and writes the change log's row.
+local function changed(c)
+  redis.call('INCR', k('changes'))
+  local id = s(redis.call('HINCRBY', k('ids'), 'change', 1))
+  redis.call('HSET', k('change:' .. id), 'id', id, 'at', NOWS, 'actor', c.actor, 'action', c.action,
+    'target', c.target, 'detail', c.detail)
+  redis.call('ZADD', k('change-log'), id, id)
+end

@@ -1,0 +1,290 @@
+-- ---- reads ----
+
+-- Waiting executes due before A.before, by next fire time, at most
+-- A.limit; then, with room left, waiting ones with no next fire time.
+C.due = function()
+  local limit = tonumber(A.limit)
+  local out = {}
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('due'), '-inf', '(' .. A.before, 'LIMIT', 0, limit)) do
+    out[#out + 1] = flat(execute_key(id))
+  end
+  if #out < limit then
+    local unset = redis.call('SMEMBERS', k('due-unset'))
+    table.sort(unset, by_number)
+    for _, id in ipairs(unset) do
+      if #out >= limit then break end
+      out[#out + 1] = flat(execute_key(id))
+    end
+  end
+  return out
+end
+
+C.orphaned_executes = function()
+  local ids = {}
+  for _, id in ipairs(redis.call('SMEMBERS', k('running'))) do
+    local key = execute_key(id)
+    if not live(g(key, 'node_id'), g(key, 'incarnation')) then ids[#ids + 1] = id end
+  end
+  table.sort(ids, by_number)
+  local out = {}
+  for i = 1, math.min(#ids, tonumber(A.limit)) do out[i] = flat(execute_key(ids[i])) end
+  return out
+end
+
+-- Fires in a set, those `keep` accepts, by fire time then id, at most
+-- A.limit.
+local function fires_of_set(index, keep)
+  local chosen = {}
+  for _, id in ipairs(redis.call('SMEMBERS', k(index))) do
+    local f = fire_key(id)
+    if keep(f) then chosen[#chosen + 1] = { tonumber(g(f, 'fire_time')), tonumber(id), f } end
+  end
+  table.sort(chosen, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    return a[2] < b[2]
+  end)
+  local out = {}
+  for i = 1, math.min(#chosen, tonumber(A.limit)) do out[i] = flat(chosen[i][3]) end
+  return out
+end
+
+C.orphaned_fires = function()
+  return fires_of_set('open', function(f) return not live(g(f, 'node_id'), g(f, 'incarnation')) end)
+end
+
+C.claimed_by = function()
+  local before = tonumber(A.before)
+  return fires_of_set('open', function(f)
+    return g(f, 'state') == 'claimed' and g(f, 'node_id') == A.node and g(f, 'incarnation') == A.inc
+      and tonumber(g(f, 'fire_time')) < before and tonumber(g(f, 'claimed_at')) < before
+  end)
+end
+
+C.pending_due = function()
+  local out = {}
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('pending'), '-inf', '(' .. A.before, 'LIMIT', 0, A.limit)) do
+    out[#out + 1] = flat(fire_key(id))
+  end
+  return out
+end
+
+-- Newest first from a sorted set scored by id, below A.before_id: the
+-- records `keep` accepts, at most A.limit.
+local function newest(index, record_key, keep)
+  local max = '+inf'
+  if A.before_id ~= '' then max = '(' .. A.before_id end
+  local limit = tonumber(A.limit)
+  local out = {}
+  while #out < limit do
+    local ids = redis.call('ZREVRANGEBYSCORE', k(index), max, '-inf', 'LIMIT', 0, 500)
+    if #ids == 0 then break end
+    for _, id in ipairs(ids) do
+      local key = record_key(id)
+      if keep(key) then
+        out[#out + 1] = flat(key)
+        if #out >= limit then break end
+      end
+    end
+    max = '(' .. ids[#ids]
+  end
+  return out
+end
+
+C.fires = function()
+  local index = 'fires'
+  if A.job ~= '' then index = 'job-fires:' .. A.job end
+  local since, upto = tonumber(A.since), tonumber(A.upto)
+  return newest(index, fire_key, function(f)
+    if A.state ~= '' and g(f, 'state') ~= A.state then return false end
+    local t = tonumber(g(f, 'fire_time'))
+    return t ~= nil and (since == nil or t >= since) and (upto == nil or t < upto)
+  end)
+end
+
+C.change_log = function()
+  return newest('change-log', function(id) return k('change:' .. id) end, function(c)
+    return A.target == '' or g(c, 'target') == A.target
+  end)
+end
+
+-- A job by name: its hash, then (with A.executes) its executes' hashes;
+-- nothing when there is no such job.
+C.job = function()
+  local id = redis.call('HGET', k('jobs'), A.name)
+  if not id then return {} end
+  local out = { flat(k('job:' .. id)) }
+  if A.executes == '1' then
+    local ids = redis.call('SMEMBERS', k('job-executes:' .. id))
+    table.sort(ids, by_number)
+    for _, e in ipairs(ids) do out[#out + 1] = flat(execute_key(e)) end
+  end
+  return out
+end
+
+C.jobs_by_id = function()
+  local out = {}
+  for _, id in ipairs(A.ids) do
+    local key = k('job:' .. id)
+    if exists(key) then out[#out + 1] = flat(key) end
+  end
+  return out
+end
+
+-- A page of jobs by name, after A.after, filtered by state, handler and a
+-- lower-case text the name contains.
+C.jobs_page = function()
+  local min = '-'
+  if A.after ~= '' then min = '(' .. A.after end
+  local limit = tonumber(A.limit)
+  local out = {}
+  while #out < limit do
+    local names = redis.call('ZRANGEBYLEX', k('job-order'), min, '+', 'LIMIT', 0, 500)
+    if #names == 0 then break end
+    for _, name in ipairs(names) do
+      local id = redis.call('HGET', k('jobs'), name)
+      local key = k('job:' .. (id or ''))
+      if id and (A.state == '' or g(key, 'state') == A.state) and (A.handler == '' or g(key, 'handler') == A.handler)
+        and (A.search == '' or string.find(string.lower(name), A.search, 1, true)) then
+        out[#out + 1] = flat(key)
+        if #out >= limit then break end
+      end
+    end
+    min = '(' .. names[#names]
+  end
+  return out
+end
+
+C.chain_parents = function()
+  local out = {}
+  for _, name in ipairs(redis.call('SMEMBERS', k('parents'))) do
+    local id = redis.call('HGET', k('jobs'), name)
+    if id and redis.call('SCARD', k('children:' .. name)) > 0 then out[#out + 1] = id end
+  end
+  return out
+end
+
+C.nodes = function()
+  local out = {}
+  for _, node in ipairs(redis.call('SMEMBERS', k('nodes'))) do
+    local key = k('node:' .. node)
+    if exists(key) then out[#out + 1] = flat(key) end
+  end
+  return out
+end
+
+C.changes = function() return redis.call('GET', k('changes')) or '0' end
+
+-- The calendars (their hashes), the executes that name one and wait or
+-- are paused (with A.users), and the calendars' version.
+C.calendars = function()
+  local calendars = {}
+  for _, name in ipairs(redis.call('SMEMBERS', k('calendars'))) do
+    calendars[#calendars + 1] = flat(k('calendar:' .. name))
+  end
+  local users = {}
+  if A.users == '1' then
+    for _, id in ipairs(redis.call('SMEMBERS', k('calendared'))) do
+      local state = g(execute_key(id), 'state')
+      if state == 'waiting' or state == 'paused' then users[#users + 1] = flat(execute_key(id)) end
+    end
+  end
+  return { calendars, users, redis.call('GET', k('calendars-version')) or '0' }
+end
+
+-- ---- retention ----
+
+C.purge_turn = function()
+  local started = tonumber(redis.call('HGET', k('meta'), 'purge_started_at')) or 0
+  if started > NOW - tonumber(A.every) then return 0 end
+  redis.call('HSET', k('meta'), 'purge_started_at', NOWS)
+  return 1
+end
+
+C.horizon = function() return redis.call('HGET', k('meta'), 'purged_before') or '' end
+
+C.horizon_advance = function()
+  local horizon = tonumber(redis.call('HGET', k('meta'), 'purged_before'))
+  if horizon == nil or horizon < tonumber(A.before) then redis.call('HSET', k('meta'), 'purged_before', A.before) end
+  return 1
+end
+
+-- Finished fires of A.state scheduled before A.before, oldest first, each
+-- job's newest A.keep kept, at most A.limit: how many were deleted.
+C.fires_purge = function()
+  local limit, keep = tonumber(A.limit), tonumber(A.keep)
+  local deleted = 0
+  local min = '-inf'
+  while deleted < limit do
+    local ids = redis.call('ZRANGEBYSCORE', k('done:' .. A.state), min, '(' .. A.before, 'WITHSCORES', 'LIMIT', 0, 500)
+    if #ids == 0 then break end
+    for i = 1, #ids, 2 do
+      local id = ids[i]
+      local f = fire_key(id)
+      local job = g(f, 'job_id')
+      local go = true
+      if keep > 0 then
+        local kept = redis.call('ZREVRANGE', k('job-fires:' .. job), keep - 1, keep - 1)
+        go = kept[1] ~= nil and tonumber(id) < tonumber(kept[1])
+      end
+      if go then
+        redis.call('HDEL', k('fire-keys'), unique_key(g(f, 'execute_id'), job, g(f, 'fire_time'), g(f, 'attempt')))
+        redis.call('ZREM', k('fires'), id)
+        redis.call('ZREM', k('job-fires:' .. job), id)
+        redis.call('ZREM', k('done:' .. A.state), id)
+        redis.call('DEL', f)
+        deleted = deleted + 1
+        if deleted >= limit then break end
+      end
+    end
+    -- Past the last score read: fires kept at that time stay behind.
+    min = '(' .. ids[#ids]
+  end
+  return deleted
+end
+
+-- Node ids and execute ids that open fires or running executes name.
+local function named_by_open()
+  local nodes, executes = {}, {}
+  for _, id in ipairs(redis.call('SMEMBERS', k('open'))) do
+    local f = fire_key(id)
+    nodes[g(f, 'node_id')] = true
+    executes[g(f, 'execute_id')] = true
+  end
+  for _, id in ipairs(redis.call('SMEMBERS', k('running'))) do nodes[g(execute_key(id), 'node_id')] = true end
+  return nodes, executes
+end
+
+C.nodes_purge = function()
+  local named = named_by_open()
+  local before = tonumber(A.before)
+  local deleted = 0
+  for _, node in ipairs(redis.call('SMEMBERS', k('nodes'))) do
+    local key = k('node:' .. node)
+    local state = g(key, 'state')
+    if (state == 'dead' or state == 'gone') and (tonumber(g(key, 'heartbeat_at')) or 0) < before and not named[node] then
+      redis.call('DEL', key)
+      redis.call('SREM', k('nodes'), node)
+      deleted = deleted + 1
+    end
+  end
+  return deleted
+end
+
+C.executes_purge = function()
+  local _, named = named_by_open()
+  local before = tonumber(A.before)
+  local deleted = 0
+  local ids = redis.call('ZRANGEBYSCORE', k('complete'), '-inf', '(' .. A.before)
+  for _, id in ipairs(ids) do
+    if deleted >= tonumber(A.limit) then break end
+    local key = execute_key(id)
+    local last = tonumber(g(key, 'prev_fire_time')) or tonumber(g(key, 'start_time')) or 0
+    if last < before and not named[id] then
+      delete_execute(id)
+      deleted = deleted + 1
+    end
+  end
+  return deleted
+end
+
+return C[ARGV[1]]()

@@ -1,0 +1,507 @@
+//! [`Store`] on Redis: jobs, history, the change log and calendars. The
+//! computations (first fire times, a calendar's rescheduling) run here, on
+//! rows read first; the script that writes checks that what they were
+//! computed from is unchanged (the calendars' version, each row's fire
+//! times) and otherwise answers "retry", and the call runs again.
+
+use quartz_core::Timestamp;
+use quartz_core::calendar::CalendarDefinition;
+use quartz_core::store::{
+    CalendarRecord, ChangeAction, ChangeQuery, ChangeRecord, ExecuteSpec, ExecuteState, FireQuery, FireRecord, Job,
+    JobDetail, JobQuery, JobSpec, Node, RejectedRow, Store, StoreError, check_name, millis_of,
+};
+use serde_json::{Value, json};
+
+use super::RedisStore;
+use super::decode::{self, Rejected};
+use super::script::{Record, flag, ms, num, opt};
+use crate::common::{self, CalendarSet, NewExecute, builds_on, by_name, rescheduled, truncate};
+
+/// How many times a change computed on rows that moved meanwhile is tried.
+const TRIES: usize = 5;
+
+/// What a script that changes a job or a calendar answers.
+enum Answer {
+    Ok,
+    Retry,
+}
+
+fn job_fields(job: &JobSpec) -> Value {
+    let bit = |b: bool| Value::String(if b { "1" } else { "0" }.to_owned());
+    json!({
+        "name": job.name,
+        "handler": job.handler,
+        "payload": job.payload,
+        "description": job.description,
+        "requests_recovery": bit(job.requests_recovery),
+        "allow_concurrent": bit(job.allow_concurrent),
+        "timeout_ms": opt(job.timeout.map(millis_of)),
+        "max_attempts": num(job.retry.max_attempts),
+        "backoff_ms": num(millis_of(job.retry.backoff)),
+        "backoff_max_ms": opt(job.retry.backoff_max.map(millis_of)),
+        "parent_job": job.parent.clone().unwrap_or_default(),
+    })
+}
+
+fn execute_fields(new: &NewExecute) -> Value {
+    let c = &new.columns;
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    json!({
+        "kind": c.kind,
+        "cron_expression": text(&c.cron_expression),
+        "time_zone": text(&c.time_zone),
+        "interval_ms": opt(c.interval_ms),
+        "start_time": num(c.start_time),
+        "end_time": opt(c.end_time),
+        "repeat_limit": opt(c.repeat_limit),
+        "misfire_policy": c.misfire_policy,
+        "priority": num(new.priority),
+        "schedule_sig": num(new.signature),
+        "calendar": text(&c.calendar),
+        "dst_skipped": text(&c.dst_skipped),
+        "dst_repeated": text(&c.dst_repeated),
+        "next_fire_time": ms(new.first),
+    })
+}
+
+/// The calendars of a scheduler as read together, with their version.
+pub(super) struct CalendarSnapshot {
+    pub(super) records: Vec<CalendarRecord>,
+    /// The waiting and paused executes that name a calendar (when asked).
+    pub(super) users: Vec<Record>,
+    pub(super) version: String,
+}
+
+impl RedisStore {
+    /// The change log's row of a change, as made by this handle's actor.
+    fn change(&self, action: ChangeAction, target: &str, detail: &str) -> Value {
+        json!({
+            "actor": &*self.actor,
+            "action": action.as_str(),
+            "target": target,
+            "detail": truncate(detail),
+        })
+    }
+
+    /// Maps a script's refusal to the store's error.
+    fn answer(scheduler: &str, name: &str, reply: &[String]) -> Result<Answer, StoreError> {
+        let arg = || reply.get(1).cloned().unwrap_or_default();
+        match reply.first().map(String::as_str) {
+            Some("ok") => Ok(Answer::Ok),
+            Some("retry") => Ok(Answer::Retry),
+            Some("duplicate") => Err(StoreError::DuplicateJob {
+                scheduler: scheduler.to_owned(),
+                name: name.to_owned(),
+            }),
+            Some("unknown_job") => Err(StoreError::UnknownJob {
+                scheduler: scheduler.to_owned(),
+                name: arg(),
+            }),
+            Some("unknown_calendar") => Err(StoreError::UnknownCalendar {
+                scheduler: scheduler.to_owned(),
+                name: arg(),
+            }),
+            Some("in_use") => {
+                let (mut jobs, mut calendars): (Vec<String>, Vec<String>) =
+                    reply[1..].iter().cloned().partition(|u| u.starts_with("job "));
+                jobs.sort();
+                calendars.sort();
+                jobs.extend(calendars);
+                Err(StoreError::CalendarInUse {
+                    name: name.to_owned(),
+                    users: jobs,
+                })
+            }
+            other => Err(StoreError::Database {
+                reason: format!("unexpected answer from the Redis script: {other:?}"),
+            }),
+        }
+    }
+
+    /// The scheduler's calendars (and, with `users`, the executes that use
+    /// one), read in one step.
+    pub(super) async fn calendar_snapshot(&self, scheduler: &str, users: bool) -> Result<CalendarSnapshot, StoreError> {
+        let (records, users, version): (Vec<Record>, Vec<Record>, String) = self
+            .run(scheduler, 0, "calendars", &json!({ "users": flag(users) }))
+            .await?;
+        let mut records = records.iter().map(decode::calendar).collect::<Result<Vec<_>, _>>()?;
+        records.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(CalendarSnapshot {
+            records,
+            users,
+            version,
+        })
+    }
+
+    /// The calendars that records name, resolved.
+    pub(super) async fn calendars_for(&self, scheduler: &str, records: &[Record]) -> Result<CalendarSet, StoreError> {
+        let names: Vec<&str> = records
+            .iter()
+            .filter_map(|r| r.get("calendar"))
+            .map(String::as_str)
+            .collect();
+        if names.is_empty() {
+            return Ok(CalendarSet::default());
+        }
+        let snapshot = self.calendar_snapshot(scheduler, false).await?;
+        Ok(CalendarSet::resolve(&by_name(snapshot.records), names.into_iter()))
+    }
+
+    /// New triggers' rows, computed now, with the calendars' version they
+    /// were computed under.
+    async fn new_rows(
+        &self,
+        scheduler: &str,
+        executes: &[ExecuteSpec],
+    ) -> Result<(Vec<Value>, Value, String), StoreError> {
+        let named: Vec<&str> = executes.iter().filter_map(|e| e.trigger.calendar_name()).collect();
+        let (set, version) = if named.is_empty() {
+            (CalendarSet::default(), String::new())
+        } else {
+            let snapshot = self.calendar_snapshot(scheduler, false).await?;
+            let definitions = by_name(snapshot.records);
+            if let Some(missing) = named.iter().find(|n| !definitions.contains_key(**n)) {
+                return Err(StoreError::UnknownCalendar {
+                    scheduler: scheduler.to_owned(),
+                    name: (*missing).to_owned(),
+                });
+            }
+            (
+                CalendarSet::resolve(&definitions, named.iter().copied()),
+                snapshot.version,
+            )
+        };
+        let now = self.clock().await?;
+        let rows = common::new_executes(executes, &set, now)?;
+        Ok((rows.iter().map(execute_fields).collect(), json!(named), version))
+    }
+
+    /// Runs a job change whose triggers are computed first, again while the
+    /// calendars move under it.
+    async fn job_change(
+        &self,
+        scheduler: &str,
+        command: &str,
+        name: &str,
+        executes: Option<&[ExecuteSpec]>,
+        mut args: Value,
+    ) -> Result<(), StoreError> {
+        for _ in 0..TRIES {
+            if let Some(executes) = executes {
+                let (rows, names, version) = self.new_rows(scheduler, executes).await?;
+                args["executes"] = Value::Array(rows);
+                args["calendars"] = names;
+                args["calendars_version"] = Value::String(version);
+            }
+            let reply: Vec<String> = self.write(scheduler, command, &args).await?;
+            if let Answer::Ok = Self::answer(scheduler, name, &reply)? {
+                return Ok(());
+            }
+        }
+        Err(StoreError::Conflict {
+            reason: format!("the calendars of scheduler {scheduler:?} kept changing; try again"),
+        })
+    }
+
+    async fn job_named(&self, scheduler: &str, name: &str) -> Result<Option<Job>, StoreError> {
+        let records: Vec<Record> = self
+            .run(scheduler, 0, "job", &json!({ "name": name, "executes": "" }))
+            .await?;
+        records.first().map(|r| decode::job(r, scheduler)).transpose()
+    }
+
+    async fn require_job(&self, scheduler: &str, name: &str) -> Result<Job, StoreError> {
+        self.job_named(scheduler, name)
+            .await?
+            .ok_or_else(|| StoreError::UnknownJob {
+                scheduler: scheduler.to_owned(),
+                name: name.to_owned(),
+            })
+    }
+
+    /// Puts an execute back in the indexes its fields call for (the poll's
+    /// due set, the running set, ...), after its hash (`KEYS.execute(id)`)
+    /// was edited by hand, as an operator may edit a SQL row; `false` when
+    /// there is no such execute.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the server cannot be reached.
+    pub async fn reindex_execute(&self, scheduler: &str, execute_id: i64) -> Result<bool, StoreError> {
+        let reply: i64 = self
+            .write(scheduler, "reindex_execute", &json!({ "id": num(execute_id) }))
+            .await?;
+        Ok(reply == 1)
+    }
+
+    /// The keys of a scheduler in this store's namespace, for tools that
+    /// read or edit them by hand.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a scheduler name with a brace.
+    pub fn keys_of(&self, scheduler: &str) -> Result<super::Keys, StoreError> {
+        self.keys(scheduler)
+    }
+
+    fn jobs(records: &[Record], scheduler: &str) -> Result<Vec<Job>, StoreError> {
+        records.iter().map(|r| decode::job(r, scheduler)).collect()
+    }
+}
+
+impl Store for RedisStore {
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.clock().await
+    }
+
+    fn acting_as(&self, actor: &str) -> RedisStore {
+        RedisStore {
+            actor: common::actor_name(actor).into(),
+            ..self.clone()
+        }
+    }
+
+    async fn list_nodes(&self, scheduler: &str) -> Result<Vec<Node>, StoreError> {
+        let records: Vec<Record> = self.run(scheduler, 0, "nodes", &json!({})).await?;
+        let mut nodes = records
+            .iter()
+            .map(|r| decode::node(r, scheduler))
+            .collect::<Result<Vec<_>, _>>()?;
+        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        Ok(nodes)
+    }
+
+    async fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {
+        check_name("scheduler name", scheduler)?;
+        self.keys(scheduler)?;
+        job.validate()?;
+        let detail = format!("handler {}, {} trigger(s)", job.handler, executes.len());
+        let args = json!({
+            "job": job_fields(job),
+            "change": self.change(ChangeAction::JobCreate, &job.name, &detail),
+        });
+        self.job_change(scheduler, "job_create", &job.name, Some(executes), args)
+            .await?;
+        self.require_job(scheduler, &job.name).await
+    }
+
+    async fn get_job(&self, scheduler: &str, name: &str) -> Result<Option<JobDetail>, StoreError> {
+        let records: Vec<Record> = self
+            .run(scheduler, 0, "job", &json!({ "name": name, "executes": "1" }))
+            .await?;
+        let Some((job, executes)) = records.split_first() else {
+            return Ok(None);
+        };
+        let calendars = self.calendars_for(scheduler, executes).await?;
+        let mut detail = JobDetail {
+            job: decode::job(job, scheduler)?,
+            executes: Vec::with_capacity(executes.len()),
+            broken: Vec::new(),
+        };
+        for record in executes {
+            match decode::execute(record, scheduler, &calendars) {
+                Ok(execute) => detail.executes.push(execute),
+                Err(Rejected { id, reason }) => detail.broken.push(RejectedRow { execute_id: id, reason }),
+            }
+        }
+        Ok(Some(detail))
+    }
+
+    async fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> Result<Vec<Job>, StoreError> {
+        let Some(number) = self.known_number(scheduler).await? else {
+            return Ok(Vec::new());
+        };
+        let ids: Vec<Value> = ids
+            .iter()
+            .filter(|id| super::registry::number_of_id(**id) == number)
+            .map(num)
+            .collect();
+        let records: Vec<Record> = self.run(scheduler, 0, "jobs_by_id", &json!({ "ids": ids })).await?;
+        Self::jobs(&records, scheduler)
+    }
+
+    async fn list_jobs(&self, scheduler: &str) -> Result<Vec<Job>, StoreError> {
+        let mut query = JobQuery::new(scheduler);
+        query.limit = u32::MAX;
+        self.jobs_page(&query).await
+    }
+
+    async fn jobs_page(&self, query: &JobQuery) -> Result<Vec<Job>, StoreError> {
+        let args = json!({
+            "after": query.after.clone().unwrap_or_default(),
+            "state": query.state.map(|s| s.as_str()).unwrap_or_default(),
+            "handler": query.handler.clone().unwrap_or_default(),
+            "search": query.search.as_deref().map(str::to_lowercase).unwrap_or_default(),
+            "limit": num(query.limit),
+        });
+        let records: Vec<Record> = self.run(&query.scheduler, 0, "jobs_page", &args).await?;
+        Self::jobs(&records, &query.scheduler)
+    }
+
+    async fn update_job(
+        &self,
+        scheduler: &str,
+        name: &str,
+        job: &JobSpec,
+        executes: Option<&[ExecuteSpec]>,
+    ) -> Result<Job, StoreError> {
+        job.validate()?;
+        let detail = common::edit_detail(name, &job.name, executes);
+        let args = json!({
+            "name": name,
+            "job": job_fields(job),
+            "change": self.change(ChangeAction::JobEdit, &job.name, &detail),
+        });
+        self.job_change(scheduler, "job_update", &job.name, executes, args)
+            .await?;
+        self.require_job(scheduler, &job.name).await
+    }
+
+    async fn set_paused(&self, scheduler: &str, name: &str, paused: bool) -> Result<Job, StoreError> {
+        let action = if paused {
+            ChangeAction::JobPause
+        } else {
+            ChangeAction::JobResume
+        };
+        let args = json!({ "name": name, "paused": flag(paused), "change": self.change(action, name, "") });
+        self.job_change(scheduler, "job_pause", name, None, args).await?;
+        self.require_job(scheduler, name).await
+    }
+
+    async fn add_executes(&self, scheduler: &str, name: &str, executes: &[ExecuteSpec]) -> Result<(), StoreError> {
+        let (action, detail) = common::added_detail(executes);
+        let args = json!({ "name": name, "change": self.change(action, name, &detail) });
+        self.job_change(scheduler, "job_add", name, Some(executes), args).await
+    }
+
+    async fn delete_job(&self, scheduler: &str, name: &str) -> Result<(), StoreError> {
+        let Some(job) = self.job_named(scheduler, name).await? else {
+            return Err(StoreError::UnknownJob {
+                scheduler: scheduler.to_owned(),
+                name: name.to_owned(),
+            });
+        };
+        let detail = format!("handler {}", job.spec.handler);
+        let args = json!({ "name": name, "change": self.change(ChangeAction::JobDelete, name, &detail) });
+        self.job_change(scheduler, "job_delete", name, None, args).await
+    }
+
+    async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
+        let job = match &query.job {
+            Some(name) => num(self.require_job(&query.scheduler, name).await?.id),
+            None => Value::String(String::new()),
+        };
+        let args = json!({
+            "job": job,
+            "state": query.state.map(|s| s.as_str()).unwrap_or_default(),
+            "since": ms(query.since),
+            "upto": ms(query.until),
+            "before_id": opt(query.before_id),
+            "limit": num(query.limit),
+        });
+        let records: Vec<Record> = self.run(&query.scheduler, 0, "fires", &args).await?;
+        records.iter().map(decode::fire).collect()
+    }
+
+    async fn change_log(&self, query: &ChangeQuery) -> Result<Vec<ChangeRecord>, StoreError> {
+        let args = json!({
+            "target": query.target.clone().unwrap_or_default(),
+            "before_id": opt(query.before_id),
+            "limit": num(query.limit),
+        });
+        let records: Vec<Record> = self.run(&query.scheduler, 0, "change_log", &args).await?;
+        records.iter().map(|r| decode::change(r, &query.scheduler)).collect()
+    }
+
+    async fn put_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        definition: &CalendarDefinition,
+    ) -> Result<CalendarRecord, StoreError> {
+        check_name("scheduler name", scheduler)?;
+        check_name("calendar name", name)?;
+        self.keys(scheduler)?;
+        definition.calendar(None)?;
+        let json = serde_json::to_string(definition).map_err(|e| StoreError::Database {
+            reason: format!("cannot write the calendar: {e}"),
+        })?;
+        for _ in 0..TRIES {
+            let snapshot = self.calendar_snapshot(scheduler, true).await?;
+            let mut definitions = by_name(snapshot.records);
+            let existed = definitions.insert(name.to_owned(), definition.clone()).is_some();
+            let users: Vec<String> = definitions
+                .keys()
+                .filter(|n| builds_on(&definitions, n, name))
+                .cloned()
+                .collect();
+            for user in &users {
+                quartz_core::calendar::resolve(user, |n| definitions.get(n).cloned())?;
+            }
+            let set = CalendarSet::resolve(&definitions, users.iter().map(String::as_str));
+            let now = self.clock().await?;
+            let mut updates = Vec::new();
+            for record in &snapshot.users {
+                if !record.get("calendar").is_some_and(|c| users.contains(c)) {
+                    continue;
+                }
+                // A row that cannot be read is left to the poll, which marks it.
+                let Ok(execute) = decode::execute(record, scheduler, &set) else {
+                    continue;
+                };
+                let next = rescheduled(&execute, now);
+                let state = if next.is_none() {
+                    ExecuteState::Complete
+                } else {
+                    execute.state
+                };
+                let expect = &execute.fire_state;
+                updates.push(json!({
+                    "id": num(execute.id),
+                    "es": execute.state.as_str(),
+                    "ep": ms(expect.prev_fire_time),
+                    "en": ms(expect.next_fire_time),
+                    "ek": num(expect.calendar_stamp),
+                    "ss": state.as_str(),
+                    "sn": ms(next),
+                }));
+            }
+            let detail = common::calendar_detail(existed, definition, updates.len());
+            let args = json!({
+                "name": name,
+                "definition": json,
+                "calendars_version": snapshot.version,
+                "updates": updates,
+                "change": self.change(ChangeAction::CalendarPut, name, &detail),
+            });
+            let reply: Vec<String> = self.write(scheduler, "calendar_put", &args).await?;
+            if let Answer::Ok = Self::answer(scheduler, name, &reply)? {
+                return self
+                    .get_calendar(scheduler, name)
+                    .await?
+                    .ok_or_else(|| StoreError::UnknownCalendar {
+                        scheduler: scheduler.to_owned(),
+                        name: name.to_owned(),
+                    });
+            }
+        }
+        Err(StoreError::Conflict {
+            reason: format!("the triggers using calendar {name:?} kept changing; try again"),
+        })
+    }
+
+    async fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
+        let snapshot = self.calendar_snapshot(scheduler, false).await?;
+        Ok(snapshot.records.into_iter().find(|r| r.name == name))
+    }
+
+    async fn list_calendars(&self, scheduler: &str) -> Result<Vec<CalendarRecord>, StoreError> {
+        Ok(self.calendar_snapshot(scheduler, false).await?.records)
+    }
+
+    async fn delete_calendar(&self, scheduler: &str, name: &str) -> Result<(), StoreError> {
+        let args = json!({ "name": name, "change": self.change(ChangeAction::CalendarDelete, name, "") });
+        let reply: Vec<String> = self.write(scheduler, "calendar_delete", &args).await?;
+        Self::answer(scheduler, name, &reply).map(|_| ())
+    }
+}

@@ -1,8 +1,8 @@
 //! The engine against real databases: several nodes in one process, real time
 //! with short intervals, every claim checked in the ledger.
 //!
-//! Each test runs on SQLite (a file), PostgreSQL and MariaDB, on a fresh
-//! database (see `quartz-store/tests/common`). The failover tests with real
+//! Each test runs on SQLite (a file), PostgreSQL, MariaDB and Redis, on a
+//! fresh database (see `quartz-store/tests/common`). The failover tests with real
 //! processes (SIGKILL, SIGSTOP) are in `quartz-cli/tests/cluster.rs`.
 
 #![allow(clippy::unwrap_used)]
@@ -21,12 +21,18 @@ use quartz::misfire::MisfirePolicy;
 use quartz::prelude::*;
 use quartz::store::{FireRecord, FireState, NodeRef, NodeRegistration};
 
-/// One test per backend the engine supports: SQLite (file), PostgreSQL, MariaDB.
+/// One test per backend the engine supports: SQLite (file), PostgreSQL,
+/// MariaDB and Redis; after `; sql:`, tests of rows written by hand in SQL,
+/// on the three SQL ones.
 macro_rules! engine_tests {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::log_if_asked(); $crate::common::run($crate::common::Kind::SqliteFile, |db| Box::pin(super::$name(db))).await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::log_if_asked(); $crate::common::run($crate::common::Kind::Postgres, |db| Box::pin(super::$name(db))).await } )* }
-        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::log_if_asked(); $crate::common::run($crate::common::Kind::MySql, |db| Box::pin(super::$name(db))).await } )* }
+    (@on $module:ident, $kind:ident, $($name:ident,)*) => {
+        mod $module { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::log_if_asked(); $crate::common::run($crate::common::Kind::$kind, |db| Box::pin(super::$name(db))).await } )* }
+    };
+    ($($name:ident),* $(,)? $(; sql: $($sql:ident),* $(,)?)?) => {
+        engine_tests!(@on sqlite, SqliteFile, $($name,)* $($($sql,)*)?);
+        engine_tests!(@on postgres, Postgres, $($name,)* $($($sql,)*)?);
+        engine_tests!(@on mysql, MySql, $($name,)* $($($sql,)*)?);
+        engine_tests!(@on redis, Redis, $($name,)*);
     };
 }
 
@@ -40,18 +46,18 @@ engine_tests!(
     retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs,
     pause_resume_update_and_delete_while_running,
     graceful_shutdown_gives_claimed_fires_to_another_node,
-    rows_written_by_hand_are_initialised_recomputed_or_set_aside,
     bad_input_is_refused_at_the_boundary,
     children_run_once_after_their_parent_succeeds,
     strategies_offer_executes_by_weight_and_by_load,
     a_handler_no_live_node_has_is_recorded_failed,
     a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead,
-    a_claim_its_live_node_lost_track_of_is_recovered,
     changes_reach_every_node_at_once,
     a_timed_out_fire_blocks_its_job_until_its_code_returns,
     retention_keeps_the_ledger_bounded_while_fires_go_on,
     a_retry_survives_the_shutdown_of_the_node_that_failed,
-    a_late_run_survives_the_shutdown_of_the_node_that_misfired_it,
+    a_late_run_survives_the_shutdown_of_the_node_that_misfired_it;
+    sql: rows_written_by_hand_are_initialised_recomputed_or_set_aside,
+    a_claim_its_live_node_lost_track_of_is_recovered,
 );
 
 const CLUSTER: &str = "test-cluster";

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use quartz_core::Timestamp;
 use quartz_core::store::{FireQuery, FireState, NodeState, Store};
 use quartz_core::trigger::Trigger;
-use quartz_store::SqlStore;
+use quartz_store::AnyStore;
 use serde_json::{Value, json};
 
 use crate::args::show_instant;
@@ -82,7 +82,7 @@ pub fn describe(trigger: &Trigger) -> String {
 /// `quartz migrate`.
 pub async fn migrate(url: &str, out: Out) -> anyhow::Result<()> {
     // Connecting applies the migrations (under a lock on PostgreSQL and MySQL).
-    let store = SqlStore::connect(url).await?;
+    let store = AnyStore::connect(url).await?;
     let now = store.now().await?;
     out.print(&json!({"migrated": true, "database_now": now.as_millis()}), || {
         format!("schema up to date; database time {}\n", show_instant(now))
@@ -92,7 +92,7 @@ pub async fn migrate(url: &str, out: Out) -> anyhow::Result<()> {
 
 /// `quartz nodes`.
 pub async fn nodes(url: &str, scheduler: &str, out: Out) -> anyhow::Result<()> {
-    let store = SqlStore::connect(url).await?;
+    let store = AnyStore::connect(url).await?;
     let now = store.now().await?;
     let members = store.list_nodes(scheduler).await?;
     let mut running: HashMap<(String, i64), usize> = HashMap::new();

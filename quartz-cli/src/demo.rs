@@ -11,7 +11,7 @@ use quartz_core::cron::CronExpression;
 use quartz_core::store::{ExecuteSpec, FireQuery, FireState, JobSpec, Store};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_core::{Tz, engine::Settings};
-use quartz_store::SqlStore;
+use quartz_store::AnyStore;
 
 use crate::args::show_instant;
 use crate::run::builder;
@@ -99,7 +99,7 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<()> {
         }
     }
     let url = format!("sqlite://{}", args.file.display());
-    let store = SqlStore::connect(&url).await?;
+    let store = AnyStore::connect(&url).await?;
     let now = store.now().await?;
     let defined = jobs(now)?;
     println!("quartz demo: {} (scheduler {SCHEDULER:?})", args.file.display());

@@ -32,7 +32,7 @@ use quartz_core::cron::{CronExpression, parse_time_zone};
   quartz audit --since 2026-01-01T00:00:00Z"
 )]
 struct Cli {
-    /// The database: sqlite://FILE, postgres://USER@HOST/DB or mysql://USER@HOST/DB.
+    /// The database: sqlite://FILE, postgres://USER@HOST/DB, mysql://USER@HOST/DB or redis://HOST[:PORT][/DB].
     #[arg(
         long,
         global = true,
@@ -264,7 +264,7 @@ fn after_of(args: &NextArgs) -> anyhow::Result<Timestamp> {
 /// `quartz cron next --calendar NAME`: the calendar read from the database.
 async fn cron_next_with_calendar(url: &str, scheduler: &str, args: &NextArgs) -> anyhow::Result<()> {
     let (cron, zone) = parse_next(args)?;
-    let store = quartz_store::SqlStore::connect(url).await?;
+    let store = quartz_store::AnyStore::connect(url).await?;
     let admin = quartz_core::admin::Admin::new(store, scheduler);
     let times = admin
         .cron_preview_with(

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use quartz_core::engine::{JobContext, JobResult, SchedulerBuilder, Settings, Strategy};
-use quartz_store::SqlStore;
+use quartz_store::AnyStore;
 
 use crate::args::duration_arg;
 use crate::shell::ShellPolicy;
@@ -195,7 +195,7 @@ pub fn builder(scheduler: &str, settings: Settings, shell: ShellPolicy) -> Sched
 pub async fn run(url: &str, scheduler: &str, args: &RunArgs) -> anyhow::Result<()> {
     // The store's errors name the URL, with any password hidden.
     let shell = args.shell_policy()?;
-    let store = SqlStore::connect(url).await?;
+    let store = AnyStore::connect(url).await?;
     let mut handlers = BUILT_IN_HANDLERS.to_vec();
     let allowed = shell.allowed().join(" ");
     if shell.is_enabled() {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use anyhow::Context;
 use quartz_core::admin::Admin;
-use quartz_store::SqlStore;
+use quartz_store::AnyStore;
 use quartz_web::{Access, Web};
 
 /// The default listening address: loopback, so that with no token nothing
@@ -25,7 +25,7 @@ pub struct ServeArgs {
 /// Starts the web server on `addr` in the background (or on a free port of
 /// the same address, with `fallback`, when that one is taken); returns the
 /// address it listens on.
-pub async fn start(admin: Admin<SqlStore>, addr: SocketAddr, fallback: bool) -> anyhow::Result<SocketAddr> {
+pub async fn start(admin: Admin<AnyStore>, addr: SocketAddr, fallback: bool) -> anyhow::Result<SocketAddr> {
     let access = Access::from_env();
     access.check_listen(addr).map_err(anyhow::Error::msg)?;
     let listener = match tokio::net::TcpListener::bind(addr).await {
@@ -52,7 +52,7 @@ pub async fn start(admin: Admin<SqlStore>, addr: SocketAddr, fallback: bool) -> 
 
 /// `quartz serve`: the web server alone, until SIGINT or SIGTERM.
 pub async fn serve(url: &str, scheduler: &str, args: &ServeArgs) -> anyhow::Result<()> {
-    let store = SqlStore::connect(url).await?;
+    let store = AnyStore::connect(url).await?;
     let bound = start(Admin::new(store, scheduler), args.listen, false).await?;
     println!(
         "quartz web for scheduler {scheduler:?}: http://{bound}/ (API http://{bound}/api/v1/, metrics \

@@ -3,7 +3,7 @@
 
 use quartz_core::admin::{Admin, CalendarView};
 use quartz_core::calendar::{CalendarDefinition, CalendarType};
-use quartz_store::SqlStore;
+use quartz_store::AnyStore;
 use serde_json::{Value, json};
 
 use super::*;
@@ -104,7 +104,7 @@ fn describe_calendar(d: &CalendarDefinition) -> String {
 /// Runs a `calendar` subcommand through the admin surface, recorded in the
 /// change log as made by `cli`.
 pub async fn calendar(url: &str, scheduler: &str, out: Out, command: CalendarCommand) -> anyhow::Result<()> {
-    let store = SqlStore::connect(url).await?;
+    let store = AnyStore::connect(url).await?;
     let admin = Admin::new(store, scheduler).acting_as(CLI_ACTOR);
     match command {
         CalendarCommand::Add {

@@ -7,7 +7,7 @@ use quartz_core::Timestamp;
 use quartz_core::audit::{AuditParams, AuditReport};
 use quartz_core::retention::{PurgePlan, purge};
 use quartz_core::store::{FireQuery, FireRecord, FireState, Job, Store};
-use quartz_store::SqlStore;
+use quartz_store::AnyStore;
 use serde_json::{Value, json};
 
 use super::*;
@@ -50,7 +50,7 @@ pub async fn history_command(url: &str, scheduler: &str, out: Out, command: Hist
     match command.action {
         None => history(url, scheduler, out, command.list).await,
         Some(HistoryAction::Purge { older_than, keep_last }) => {
-            let store = SqlStore::connect(url).await?;
+            let store = AnyStore::connect(url).await?;
             let now = store.now().await?;
             let before = now.saturating_add_millis(-millis(older_than));
             let mut plan = PurgePlan::older_than(before);
@@ -111,7 +111,7 @@ pub(super) fn fire_json(f: &FireRecord) -> Value {
 
 /// `quartz history`.
 async fn history(url: &str, scheduler: &str, out: Out, args: HistoryArgs) -> anyhow::Result<()> {
-    let store = SqlStore::connect(url).await?;
+    let store = AnyStore::connect(url).await?;
     let mut query = FireQuery::new(scheduler);
     query.job = args.job;
     query.state = args.state.as_deref().map(FireState::parse).transpose()?;
@@ -163,7 +163,7 @@ async fn history(url: &str, scheduler: &str, out: Out, args: HistoryArgs) -> any
     Ok(())
 }
 
-async fn job_names(store: &SqlStore, scheduler: &str) -> anyhow::Result<HashMap<i64, String>> {
+async fn job_names(store: &AnyStore, scheduler: &str) -> anyhow::Result<HashMap<i64, String>> {
     Ok(store
         .list_jobs(scheduler)
         .await?
@@ -173,7 +173,7 @@ async fn job_names(store: &SqlStore, scheduler: &str) -> anyhow::Result<HashMap<
 }
 
 /// Every ledger row a query matches, through its pages.
-pub(super) async fn all_fires(store: &SqlStore, mut query: FireQuery) -> anyhow::Result<Vec<FireRecord>> {
+pub(super) async fn all_fires(store: &AnyStore, mut query: FireQuery) -> anyhow::Result<Vec<FireRecord>> {
     query.limit = 1_000;
     let mut all = Vec::new();
     loop {
@@ -203,7 +203,7 @@ pub struct AuditArgs {
 
 /// `quartz audit`: `Ok(true)` when the ledger is clean.
 pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> anyhow::Result<bool> {
-    let store = SqlStore::connect(url).await?;
+    let store = AnyStore::connect(url).await?;
     let now = store.now().await?;
     let until = args.until.unwrap_or(now).min(now);
     let params = AuditParams {

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use quartz_core::admin::Admin;
 use quartz_core::store::{FireQuery, JobDetail, JobSpec, Node, NodeState, Store, TriggerColumns};
-use quartz_store::SqlStore;
+use quartz_store::AnyStore;
 use serde_json::{Value, json};
 
 use super::*;
@@ -104,7 +104,7 @@ pub enum JobCommand {
 /// stored all the same (the nodes of the service that runs it may be down, or
 /// not deployed yet), and its fires are recorded failed, saying so, once past
 /// the misfire threshold unless a node with the handler joins.
-async fn warn_unless_offered(store: &SqlStore, scheduler: &str, handler: &str) -> anyhow::Result<()> {
+async fn warn_unless_offered(store: &AnyStore, scheduler: &str, handler: &str) -> anyhow::Result<()> {
     let live: Vec<Node> = store
         .list_nodes(scheduler)
         .await?
@@ -135,7 +135,7 @@ async fn warn_unless_offered(store: &SqlStore, scheduler: &str, handler: &str) -
 /// Runs a `job` subcommand. Every change goes through the library's admin
 /// surface, recorded in the change log as made by `cli`.
 pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> anyhow::Result<()> {
-    let store = SqlStore::connect(url).await?;
+    let store = AnyStore::connect(url).await?;
     let admin = Admin::new(store.clone(), scheduler).acting_as(CLI_ACTOR);
     match command {
         JobCommand::Add { name, job, trigger } => {
@@ -246,7 +246,7 @@ fn job_json(detail: &JobDetail) -> Value {
     })
 }
 
-async fn list(store: &SqlStore, scheduler: &str, out: Out) -> anyhow::Result<()> {
+async fn list(store: &AnyStore, scheduler: &str, out: Out) -> anyhow::Result<()> {
     let mut details = Vec::new();
     for job in store.list_jobs(scheduler).await? {
         if let Some(detail) = store.get_job(scheduler, &job.spec.name).await? {
@@ -281,7 +281,7 @@ async fn list(store: &SqlStore, scheduler: &str, out: Out) -> anyhow::Result<()>
     Ok(())
 }
 
-async fn show(store: &SqlStore, scheduler: &str, name: &str, out: Out) -> anyhow::Result<()> {
+async fn show(store: &AnyStore, scheduler: &str, name: &str, out: Out) -> anyhow::Result<()> {
     let detail = store
         .get_job(scheduler, name)
         .await?

@@ -1,8 +1,8 @@
-//! The store on Redis, for services without a SQL database: connecting, the
-//! database's clock, the durability checks, the schema version and the key
-//! layout. (Work in progress: the [`Store`](quartz_core::store::Store)
-//! contract is implemented on top of these in the following steps; until
-//! then a `redis://` URL reaches this type only.)
+//! The [`Store`](quartz_core::store::Store) on Redis, for services without a
+//! SQL database: the same contract and guarantees as the SQL backends,
+//! checked by the same store and engine suites. Connect with
+//! [`RedisStore::connect`] (or [`AnyStore`](crate::AnyStore) and a
+//! `redis://` URL).
 //!
 //! # The client: `redis` (redis-rs), not `fred`
 //!
@@ -27,32 +27,44 @@
 //!
 //! # Data model
 //!
-//! What a scheduler keeps, as the SQL backends' tables become keys (the
-//! layout the next steps fill in; [`Keys`] names them):
+//! A record is a hash whose fields are the SQL backends' column names (an
+//! absent field is NULL), so that the codecs and the rules are the same:
 //!
-//! - `ids`: a hash of counters (`HINCRBY`) handing out the ids of jobs,
-//!   executes, fires and changes, so ids stay numbers as on SQL.
-//! - `jobs` (name to id) and `job:ID`: a job's fields; the name hash is the
-//!   unique-name rule, checked in the script that inserts.
+//! - `ids`: counters (`HINCRBY`) handing out the sequence of jobs, executes,
+//!   fires and changes. An id is the scheduler's number (see
+//!   [`SEQUENCE_BITS`]) and the sequence, so a call naming a fire or an
+//!   execute by id alone finds its scheduler's keys.
+//! - `job:ID`; `jobs` (name to id), the unique-name rule; `job-order` (names,
+//!   for pages by name); `job-executes:ID`; `children:NAME` and `parents`,
+//!   for chains.
 //! - `execute:ID`: a trigger's columns (those of
 //!   [`TriggerColumns`](quartz_core::store::TriggerColumns)) and where it
-//!   stands: state, previous and next fire time, count, owner, calendar
-//!   stamp.
-//! - `due`: a sorted set of the waiting executes by next fire time, the
-//!   poll's window query (`ZRANGE ... BYSCORE`); a paused or complete
-//!   execute is not in it.
-//! - `fire:ID`: a ledger row; `fire-keys` maps `execute:fire time:attempt`
-//!   to its id, the unique rule, which the claim script checks before it
-//!   writes and the audit reads back; `job-fires:JOB` (by fire time) is a
-//!   job's history.
-//! - `node:ID` and `nodes`: membership, with each node's incarnation.
-//! - `changes`: the change counter every node watches.
-//! - `calendars`: each calendar's definition, by name.
+//!   stands. Indexes: `due`, the waiting executes by next fire time, the
+//!   poll's window query; `due-unset`, `running`, `complete` (by last
+//!   update, for retention), `calendared`.
+//! - `fire:ID`: a ledger row. `fire-keys` maps `execute:job:fire
+//!   time:attempt` to its id: the unique rule, which every script that
+//!   inserts a fire checks first, and which the audit reads back through the
+//!   ledger. Indexes: `fires` and `job-fires:ID` (by id, the history),
+//!   `open` and `job-open:ID` (claimed or running: recovery and jobs that
+//!   disallow concurrency), `pending` (by due time), `done:STATE` (by fire
+//!   time, for retention).
+//! - `node:ID` and `nodes`: membership, each node's incarnation.
+//! - `changes` (the counter every node reads), `change:ID` and `change-log`.
+//! - `calendar:NAME`, `calendars`, and `calendars-version`, which every
+//!   calendar change and every trigger naming a calendar moves.
+//! - `meta`: the purge turn and the audit's horizon.
 //!
-//! Every compare-and-set is one Lua script run by `EVALSHA`: the claim with
-//! its ledger row, fenced starts and finishes (the owner's incarnation
-//! compared), take-overs. The atomicity of a script is the transaction, and
-//! a script reads `TIME` itself where the SQL statements read `now()`.
+//! Every step is one Lua script (the `lua/` files, one library run by
+//! `EVALSHA`, its first argument naming the command): the claim with its
+//! ledger row, fenced starts and outcomes (the owner's incarnation and
+//! liveness compared), take-overs, re-runs, chains, pending fires. The
+//! atomicity of a script is the transaction, and a script reads `TIME`
+//! itself where the SQL statements read `now()`. What needs the scheduler's
+//! own code (first fire times, a calendar's rescheduling) is computed on
+//! rows read first, and the script that writes checks that they are
+//! unchanged (each row's fire times and stamp, the calendars' version) or
+//! answers "retry".
 //!
 //! # The clock
 //!

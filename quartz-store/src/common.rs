@@ -178,6 +178,33 @@ pub(crate) fn calendar_detail(existed: bool, definition: &CalendarDefinition, mo
     }
 }
 
+/// A calendar checked for storing (the scheduler's and its own names, its
+/// definition on its own), as the JSON text stored.
+pub(crate) fn calendar_text(
+    scheduler: &str,
+    name: &str,
+    definition: &CalendarDefinition,
+) -> Result<String, StoreError> {
+    quartz_core::store::check_name("scheduler name", scheduler)?;
+    quartz_core::store::check_name("calendar name", name)?;
+    definition.calendar(None)?;
+    serde_json::to_string(definition).map_err(|e| StoreError::Database {
+        reason: format!("cannot write the calendar: {e}"),
+    })
+}
+
+/// Refuses a purge of open fires (claimed or running), which are never
+/// purged.
+pub(crate) fn refuse_open_purge(state: quartz_core::store::FireState) -> Result<(), StoreError> {
+    use quartz_core::store::FireState;
+    if matches!(state, FireState::Claimed | FireState::Running) {
+        return Err(StoreError::Invalid(quartz_core::Error::InvalidJob {
+            reason: format!("a {state} fire is open and is never purged"),
+        }));
+    }
+    Ok(())
+}
+
 /// An actor's name as the change log keeps it: at most
 /// [`MAX_NAME_BYTES`](quartz_core::store::MAX_NAME_BYTES), cut on a character
 /// boundary.

@@ -258,7 +258,7 @@ impl TestDb {
                 self.sql(store, &text).await;
             }
             AnyStore::Redis(redis) => {
-                let key = redis.keys_of(scheduler).unwrap().execute(id);
+                let key = redis.keys(scheduler).unwrap().execute(id);
                 let client = redis::Client::open(self.admin_url.as_deref().unwrap()).unwrap();
                 let mut conn = client.get_multiplexed_async_connection().await.unwrap();
                 for (field, value) in fields {

@@ -28,6 +28,23 @@ fn owner(node: &NodeRef) -> (Value, Value) {
     (Value::String(node.node_id.clone()), num(node.incarnation))
 }
 
+/// The arguments of a step on an orphaned fire: the fire, the owner it must
+/// still have (none when it was released) and, for a take-over or re-run,
+/// the node taking it.
+fn orphan_args(fire: &FireRecord, node: Option<&NodeRef>) -> Value {
+    let mut args = json!({
+        "id": num(fire.id),
+        "onode": fire.owner.as_ref().map(|o| o.node_id.clone()).unwrap_or_default(),
+        "oinc": num(fire.owner.as_ref().map_or(0, |o| o.incarnation)),
+    });
+    if let Some(node) = node {
+        let (node_id, inc) = owner(node);
+        args["node"] = node_id;
+        args["inc"] = inc;
+    }
+    args
+}
+
 fn fires(records: &[Record]) -> Result<Vec<FireRecord>, StoreError> {
     records.iter().map(decode::fire).collect()
 }
@@ -384,37 +401,17 @@ impl EngineStore for RedisStore {
     }
 
     async fn take_over(&self, fire: &FireRecord, node: &NodeRef) -> Result<bool, StoreError> {
-        let (node_id, inc) = owner(node);
-        let args = json!({
-            "id": num(fire.id),
-            "onode": fire.owner.as_ref().map(|o| o.node_id.clone()).unwrap_or_default(),
-            "oinc": num(fire.owner.as_ref().map_or(0, |o| o.incarnation)),
-            "node": node_id,
-            "inc": inc,
-        });
-        self.fire_step(fire.id, "take_over", args).await
+        self.fire_step(fire.id, "take_over", orphan_args(fire, Some(node)))
+            .await
     }
 
     async fn rerun(&self, fire: &FireRecord, node: &NodeRef) -> Result<Option<i64>, StoreError> {
-        let (node_id, inc) = owner(node);
-        let args = json!({
-            "id": num(fire.id),
-            "onode": fire.owner.as_ref().map(|o| o.node_id.clone()).unwrap_or_default(),
-            "oinc": num(fire.owner.as_ref().map_or(0, |o| o.incarnation)),
-            "node": node_id,
-            "inc": inc,
-        });
-        let id: Option<i64> = self.on_id(fire.id, "rerun", &args).await?;
+        let id: Option<i64> = self.on_id(fire.id, "rerun", &orphan_args(fire, Some(node))).await?;
         Ok(id.filter(|id| *id != 0))
     }
 
     async fn abandon(&self, fire: &FireRecord) -> Result<bool, StoreError> {
-        let args = json!({
-            "id": num(fire.id),
-            "onode": fire.owner.as_ref().map(|o| o.node_id.clone()).unwrap_or_default(),
-            "oinc": num(fire.owner.as_ref().map_or(0, |o| o.incarnation)),
-        });
-        self.fire_step(fire.id, "abandon", args).await
+        self.fire_step(fire.id, "abandon", orphan_args(fire, None)).await
     }
 
     async fn fire_time_out(&self, fire_id: i64, node: &NodeRef, error: &str) -> Result<bool, StoreError> {
@@ -515,11 +512,7 @@ impl EngineStore for RedisStore {
         keep_last: u32,
         limit: u32,
     ) -> Result<u64, StoreError> {
-        if matches!(state, FireState::Claimed | FireState::Running) {
-            return Err(StoreError::Invalid(quartz_core::Error::InvalidJob {
-                reason: format!("a {state} fire is open and is never purged"),
-            }));
-        }
+        crate::common::refuse_open_purge(state)?;
         let args = json!({ "state": state.as_str(), "before": num(before.as_millis()), "keep": num(keep_last), "limit": num(limit) });
         self.write(scheduler, "fires_purge", &args).await
     }

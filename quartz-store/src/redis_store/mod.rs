@@ -232,8 +232,13 @@ impl RedisStore {
         Ok(store)
     }
 
-    /// The keys of a scheduler in this store's namespace.
-    pub(super) fn keys(&self, scheduler: &str) -> Result<Keys, StoreError> {
+    /// The keys of a scheduler in this store's namespace (for tools that
+    /// read or edit them by hand, too).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a scheduler name with a brace.
+    pub fn keys(&self, scheduler: &str) -> Result<Keys, StoreError> {
         Keys::in_namespace(&self.namespace, scheduler)
     }
 

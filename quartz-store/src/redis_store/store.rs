@@ -220,7 +220,7 @@ impl RedisStore {
     }
 
     /// Puts an execute back in the indexes its fields call for (the poll's
-    /// due set, the running set, ...), after its hash (`KEYS.execute(id)`)
+    /// due set, the running set, ...), after its hash ([`Keys::execute`](super::Keys::execute))
     /// was edited by hand, as an operator may edit a SQL row; `false` when
     /// there is no such execute.
     ///
@@ -232,16 +232,6 @@ impl RedisStore {
             .write(scheduler, "reindex_execute", &json!({ "id": num(execute_id) }))
             .await?;
         Ok(reply == 1)
-    }
-
-    /// The keys of a scheduler in this store's namespace, for tools that
-    /// read or edit them by hand.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::Invalid`] for a scheduler name with a brace.
-    pub fn keys_of(&self, scheduler: &str) -> Result<super::Keys, StoreError> {
-        self.keys(scheduler)
     }
 
     fn jobs(records: &[Record], scheduler: &str) -> Result<Vec<Job>, StoreError> {
@@ -419,13 +409,8 @@ impl Store for RedisStore {
         name: &str,
         definition: &CalendarDefinition,
     ) -> Result<CalendarRecord, StoreError> {
-        check_name("scheduler name", scheduler)?;
-        check_name("calendar name", name)?;
+        let json = common::calendar_text(scheduler, name, definition)?;
         self.keys(scheduler)?;
-        definition.calendar(None)?;
-        let json = serde_json::to_string(definition).map_err(|e| StoreError::Database {
-            reason: format!("cannot write the calendar: {e}"),
-        })?;
         for _ in 0..TRIES {
             let snapshot = self.calendar_snapshot(scheduler, true).await?;
             let mut definitions = by_name(snapshot.records);

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use quartz_core::calendar::{self, CalendarDefinition};
-use quartz_core::store::{CalendarRecord, ChangeAction, ExecuteState, StoreError, check_name};
+use quartz_core::store::{CalendarRecord, ChangeAction, ExecuteState, StoreError};
 use quartz_core::{Error, Timestamp};
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
@@ -99,12 +99,7 @@ impl SqlStore {
         name: &str,
         definition: &CalendarDefinition,
     ) -> Result<CalendarRecord, StoreError> {
-        check_name("scheduler name", scheduler)?;
-        check_name("calendar name", name)?;
-        definition.calendar(None)?;
-        let json = serde_json::to_string(definition).map_err(|e| StoreError::Database {
-            reason: format!("cannot write the calendar: {e}"),
-        })?;
+        let json = crate::common::calendar_text(scheduler, name, definition)?;
         let mut tx = self.begin_change(scheduler).await?;
         let mut definitions = by_name(self.calendar_records(&mut *tx, scheduler).await?);
         let existed = definitions.insert(name.to_owned(), definition.clone()).is_some();

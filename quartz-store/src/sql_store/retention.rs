@@ -107,11 +107,7 @@ impl SqlStore {
         keep_last: u32,
         limit: u32,
     ) -> Result<u64, StoreError> {
-        if matches!(state, FireState::Claimed | FireState::Running) {
-            return Err(StoreError::Invalid(quartz_core::Error::InvalidJob {
-                reason: format!("a {state} fire is open and is never purged"),
-            }));
-        }
+        crate::common::refuse_open_purge(state)?;
         if self.db.backend.purges_by_id() {
             let select = if keep_last == 0 {
                 purgeable_fires!("")

@@ -27,7 +27,7 @@ local function insert_executes(job, executes)
     local key = execute_key(id)
     redis.call('HSET', key, 'id', id, 'job_id', job, 'times_triggered', '0', 'calendar_stamp', '0',
       'updated_at', NOWS)
-    for _, field in ipairs(EXECUTE_FIELDS) do put(key, field, e[field]) end
+    for _, field in ipairs(EXECUTE_FIELDS) do set_if(key, field, e[field]) end
     local state = 'waiting'
     if e.next_fire_time == '' then state = 'complete' elseif paused then state = 'paused' end
     redis.call('HSET', key, 'state', state)

@@ -35,6 +35,10 @@ local function g(key, field) return redis.call('HGET', key, field) or '' end
 local function put(key, field, value)
   if value == nil or value == '' then redis.call('HDEL', key, field) else redis.call('HSET', key, field, value) end
 end
+-- Writes a field of a new record when it has a value (nothing to remove).
+local function set_if(key, field, value)
+  if value ~= nil and value ~= '' then redis.call('HSET', key, field, value) end
+end
 local function flat(key) return redis.call('HGETALL', key) end
 local function exists(key) return redis.call('EXISTS', key) == 1 end
 local function new_id(kind) return s(BASE + redis.call('HINCRBY', k('ids'), kind, 1)) end
@@ -120,7 +124,8 @@ local RUNNING = { running = true }
 
 -- Moves a fire between the indexes of its old and new state.
 local function index_fire(id, job, old, new, fire_time, due)
-  if old == new then return end
+  -- Claimed to running: the same indexes.
+  if old == new or (OPEN[old] and OPEN[new]) then return end
   if old ~= '' then
     if OPEN[old] then
       redis.call('SREM', k('open'), id)
@@ -159,10 +164,10 @@ local function insert_fire(execute, job, fire_time, attempt, node, inc, state, e
   local f = fire_key(id)
   redis.call('HSET', f, 'id', id, 'execute_id', execute, 'job_id', job, 'fire_time', fire_time, 'attempt', attempt,
     'state', state, 'claimed_at', NOWS, 'fire_count', count, 'incarnation', (node ~= '' and inc) or '0')
-  put(f, 'node_id', node)
-  put(f, 'error', err)
-  put(f, 'skipped_until', skipped_until)
-  put(f, 'due_at', due)
+  set_if(f, 'node_id', node)
+  set_if(f, 'error', err)
+  set_if(f, 'skipped_until', skipped_until)
+  set_if(f, 'due_at', due)
   redis.call('HSET', k('fire-keys'), ukey, id)
   redis.call('ZADD', k('fires'), id, id)
   redis.call('ZADD', k('job-fires:' .. job), id, id)

@@ -1049,6 +1049,19 @@ async fn a_node_purged_and_back_is_newer_than_before(db: &TestDb) {
     let later = store.now().await.unwrap().saturating_add_millis(1_000);
     assert_eq!(store.nodes_purge(S, later).await.unwrap(), 1);
     assert!(store.list_nodes(S).await.unwrap().is_empty());
+    // A new row's incarnation is the database clock in milliseconds: newer
+    // than the old ones once the clock has passed them, as it has long
+    // before a retention purge (a node is purged hours after it left). Two
+    // registrations within a millisecond here would not be.
+    common::wait_until(
+        std::time::Duration::from_secs(5),
+        "the clock to pass the last incarnation",
+        || {
+            let store = store.clone();
+            async move { store.now().await.unwrap().as_millis() > second.incarnation }
+        },
+    )
+    .await;
     let back = register(&store, "returning").await;
     assert!(back.incarnation > second.incarnation, "{back:?} after {second:?}");
     assert!(

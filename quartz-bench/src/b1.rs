@@ -12,10 +12,11 @@
 //! distribution of each run goes to `b1-lateness-BACKEND.svg` and, for a grid
 //! of several S, p99 lateness against S to `b1-grid-BACKEND.svg`.
 //!
-//! The URL defaults to `QUARTZ_PG_URL` or the local PostgreSQL. Each run uses
-//! its own scheduler name, so runs do not see each other's rows. CPU seconds
-//! are read from /proc: the node processes, and every process of the database
-//! server (`postgres`, `mariadbd`/`mysqld`) over the run.
+//! The URL defaults to `QUARTZ_PG_URL` or the local PostgreSQL; a `redis://`
+//! URL runs it on Redis. Each run uses its own scheduler name, so runs do not
+//! see each other's rows. CPU seconds are read from /proc: the node processes,
+//! and every process of the database server (`postgres`,
+//! `mariadbd`/`mysqld`, `redis-server`) over the run.
 
 use std::process::{Child, Command};
 
@@ -23,11 +24,11 @@ use crate::os::{cpu_seconds, percentile, server_cpu};
 use std::time::Duration;
 
 use quartz_core::cron::CronExpression;
-use quartz_core::store::{ExecuteSpec, JobSpec, Store};
+use quartz_core::store::internal::EngineStore as _;
+use quartz_core::store::{ExecuteSpec, FireQuery, FireState, JobSpec, Store};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_core::{Timestamp, Tz};
-use quartz_store::{SqlStore, StoreOptions};
-use sqlx::Row;
+use quartz_store::{AnyStore, StoreOptions};
 
 struct Args {
     url: String,
@@ -75,7 +76,7 @@ pub fn run() {
 async fn storm() {
     let args = args();
     sqlx::any::install_default_drivers();
-    let store = SqlStore::connect_with(
+    let store = AnyStore::connect_with(
         &args.url,
         &StoreOptions {
             max_connections: 4,
@@ -185,11 +186,13 @@ struct Run {
 
 /// One storm: the jobs first, then the nodes (and the CPU hogs), the storm,
 /// the backlog worked through, then the ledger read.
-async fn one_run(store: &SqlStore, args: &Args, s: usize, k: usize) -> Run {
+async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
     let server: &[&str] = if args.url.starts_with("postgres") {
         &["postgres"]
     } else if args.url.starts_with("sqlite") {
         &[]
+    } else if args.url.starts_with("redis") {
+        &["redis-server"]
     } else {
         &["mariadbd", "mysqld"]
     };
@@ -239,7 +242,7 @@ async fn one_run(store: &SqlStore, args: &Args, s: usize, k: usize) -> Run {
 /// Creates S jobs firing every second from a start a few seconds ahead (room
 /// to create them and start the nodes) for `seconds`; returns the storm's
 /// first and last instants.
-async fn create_jobs(store: &SqlStore, scheduler: &str, s: usize, seconds: i64) -> (Timestamp, Timestamp) {
+async fn create_jobs(store: &AnyStore, scheduler: &str, s: usize, seconds: i64) -> (Timestamp, Timestamp) {
     // The jobs first, then the nodes: creating them while the nodes poll is
     // slower, and a job created after the storm's start would be counted
     // late from its first fire.
@@ -270,36 +273,47 @@ async fn create_jobs(store: &SqlStore, scheduler: &str, s: usize, seconds: i64) 
     (start, end)
 }
 
-/// An overloaded cluster lags: lets it work through its backlog (every
-/// trigger past its end, nothing claimed or running), for at most a minute,
-/// so that a fire time without a row is a fire missed, not one not reached
-/// yet.
-async fn settle(store: &SqlStore, scheduler: &str) {
+/// An overloaded cluster lags: lets it work through its backlog (no trigger
+/// due up to now, nothing claimed or running), for at most a minute, so that
+/// a fire time without a row is a fire missed, not one not reached yet.
+async fn settle(store: &AnyStore, scheduler: &str) {
     for _ in 0..600 {
-        let open: i64 = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT (SELECT COUNT(*) FROM quartz_execute WHERE scheduler = '{scheduler}' \
-             AND state NOT IN ('complete', 'error')) + (SELECT COUNT(*) FROM quartz_fire \
-             WHERE scheduler = '{scheduler}' AND state IN ('claimed', 'running'))"
-        )))
-        .fetch_one(store.pool())
-        .await
-        .unwrap()
-        .get(0);
-        if open == 0 {
+        let now = store.now().await.unwrap();
+        let due = store.due_executes(scheduler, now, 1).await.unwrap().executes.len();
+        let mut open = 0;
+        for state in [FireState::Claimed, FireState::Running] {
+            let query = FireQuery {
+                state: Some(state),
+                limit: 1,
+                ..FireQuery::new(scheduler)
+            };
+            open += store.fires(&query).await.unwrap().len();
+        }
+        if due + open == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
+/// Every ledger row of the scheduler, a page at a time.
+async fn ledger(store: &AnyStore, scheduler: &str) -> Vec<quartz_core::store::FireRecord> {
+    let mut out = Vec::new();
+    let mut query = FireQuery {
+        limit: 10_000,
+        ..FireQuery::new(scheduler)
+    };
+    loop {
+        let page = store.fires(&query).await.unwrap();
+        let Some(last) = page.last() else { return out };
+        query.before_id = Some(last.id);
+        out.extend(page);
+    }
+}
+
 /// The run's figures from the ledger (CPU left at zero).
-async fn read_ledger(store: &SqlStore, scheduler: &str, (start, end): (Timestamp, Timestamp), expected: i64) -> Run {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT execute_id, fire_time, state, started_at, fire_count FROM quartz_fire WHERE scheduler = '{scheduler}'"
-    )))
-    .fetch_all(store.pool())
-    .await
-    .unwrap();
+async fn read_ledger(store: &AnyStore, scheduler: &str, (start, end): (Timestamp, Timestamp), expected: i64) -> Run {
+    let rows = ledger(store, scheduler).await;
     let mut runs: std::collections::HashMap<(i64, i64), usize> = std::collections::HashMap::new();
     let mut lateness = Vec::new();
     // Every fire time with a ledger row: run, or recorded misfired or
@@ -307,10 +321,10 @@ async fn read_ledger(store: &SqlStore, scheduler: &str, (start, end): (Timestamp
     let mut recorded: std::collections::HashSet<(i64, i64)> = std::collections::HashSet::new();
     let mut misfired = 0_i64;
     for row in &rows {
-        let state: String = row.get(2);
-        let key = (row.get::<i64, _>(0), row.get::<i64, _>(1));
-        if state == "misfired" || state == "skipped" {
-            let count: i64 = row.get(4);
+        let state = row.state;
+        let key = (row.execute_id, row.fire_time.as_millis());
+        if matches!(state, FireState::Misfired | FireState::Skipped) {
+            let count = i64::try_from(row.fire_count).unwrap_or(i64::MAX);
             misfired += count;
             for i in 0..count {
                 let t = key.1 + i * 1_000;
@@ -322,13 +336,12 @@ async fn read_ledger(store: &SqlStore, scheduler: &str, (start, end): (Timestamp
             // On the cron's grid (a fire-now policy's late run is not).
             recorded.insert(key);
         }
-        if state != "succeeded" {
+        if state != FireState::Succeeded {
             continue;
         }
         *runs.entry(key).or_default() += 1;
-        let started: Option<i64> = row.get(3);
-        if let Some(s) = started {
-            lateness.push(s - key.1);
+        if let Some(s) = row.started_at {
+            lateness.push(s.as_millis() - key.1);
         }
     }
     lateness.sort_unstable();

@@ -5,8 +5,13 @@
 //! not N.
 //!
 //! ```text
-//! cargo run --release -p quartz-bench -- b3 [--n 10000,100000] [--polls 200] [--backends postgres,mysql,sqlite]
+//! cargo run --release -p quartz-bench -- b3 [--n 10000,100000] [--polls 200] [--backends postgres,mysql,sqlite,redis]
 //! ```
+//!
+//! Rows read per poll: PostgreSQL's plan as executed, MariaDB's `Rows_read`,
+//! and on Redis the hashes the poll's script read (`HGETALL` calls in the
+//! server's command statistics). SQL backends are filled with multi-row
+//! inserts; Redis with `create_job`, many at once, as a service would.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +19,7 @@ use quartz_core::Timestamp;
 use quartz_core::store::internal::EngineStore as _;
 use quartz_core::store::{ExecuteSpec, JobSpec, Store};
 use quartz_core::trigger::{Schedule, Trigger};
-use quartz_store::SqlStore;
+use quartz_store::{AnyStore, SqlStore};
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::os::{percentile, rss_kib};
@@ -32,7 +37,7 @@ fn args() -> Args {
     let mut out = Args {
         sizes: vec![10_000, 100_000],
         polls: 200,
-        backends: vec!["postgres".into(), "mysql".into(), "sqlite".into()],
+        backends: vec!["postgres".into(), "mysql".into(), "sqlite".into(), "redis".into()],
     };
     let mut it = std::env::args().skip(2);
     while let Some(a) = it.next() {
@@ -47,12 +52,14 @@ fn args() -> Args {
     out
 }
 
-/// Rows the server has read so far: MariaDB/MySQL's `Rows_read`, server-wide
-/// (nothing else runs during the polls). Other backends: none.
-async fn rows_read(store: &SqlStore, backend: &str) -> Option<i64> {
-    if backend != "mysql" {
-        return None;
+/// Rows the server has read so far: MariaDB/MySQL's `Rows_read`, Redis's
+/// `HGETALL` calls, server-wide (nothing else runs during the polls). Other
+/// backends: none.
+async fn rows_read(store: &AnyStore, backend: &str) -> Option<i64> {
+    if backend == "redis" {
+        return hashes_read().await;
     }
+    let store = store.as_sql().filter(|_| backend == "mysql")?;
     let row = sqlx::query(
         "SELECT CAST(VARIABLE_VALUE AS SIGNED) FROM information_schema.GLOBAL_STATUS \
          WHERE VARIABLE_NAME = 'ROWS_READ'",
@@ -61,6 +68,21 @@ async fn rows_read(store: &SqlStore, backend: &str) -> Option<i64> {
     .await
     .ok()?;
     row.try_get::<i64, _>(0).ok()
+}
+
+/// Redis: the `HGETALL` calls the server has run (those of scripts included).
+async fn hashes_read() -> Option<i64> {
+    let client = redis::Client::open(crate::redis_url()).ok()?;
+    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .ok()?;
+    let line = stats.lines().find(|l| l.starts_with("cmdstat_hgetall:"));
+    // No line: no HGETALL yet.
+    let Some(line) = line else { return Some(0) };
+    line.split("calls=").nth(1)?.split(',').next()?.parse().ok()
 }
 
 /// PostgreSQL: the rows the poll's query reads, from its plan as executed
@@ -86,11 +108,51 @@ async fn rows_read_pg(store: &SqlStore, scheduler: &str, before: i64) -> Option<
     Some(read)
 }
 
-/// Stores `n` idle triggers (once, a year ahead) with plain multi-row inserts,
-/// and `DUE` that fire every second.
-async fn fill(store: &SqlStore, scheduler: &str, n: usize) {
+/// Stores `n` idle triggers (once, a year ahead) and `DUE` that fire every
+/// second.
+async fn fill(store: &AnyStore, scheduler: &str, n: usize) {
     let now = store.now().await.unwrap();
     let far = now.as_millis() + 365 * 86_400_000;
+    match store {
+        AnyStore::Sql(sql) => fill_sql(sql, scheduler, n, far).await,
+        AnyStore::Redis(_) => fill_by_api(store, scheduler, n, far).await,
+    }
+    for i in 0..DUE {
+        let trigger = Trigger::new(Schedule::fixed_rate_millis(1_000).unwrap(), now).unwrap();
+        store
+            .create_job(
+                scheduler,
+                &JobSpec::new(format!("due-{i}"), "noop"),
+                &[ExecuteSpec::new(trigger)],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// The idle triggers through `create_job`, 64 at a time.
+async fn fill_by_api(store: &AnyStore, scheduler: &str, n: usize, far: i64) {
+    let trigger = Trigger::new(Schedule::Once, Timestamp::from_millis(far)).unwrap();
+    let mut next = 0;
+    let mut running = tokio::task::JoinSet::new();
+    while next < n || !running.is_empty() {
+        while next < n && running.len() < 64 {
+            let (store, scheduler, trigger) = (store.clone(), scheduler.to_owned(), trigger.clone());
+            let name = format!("idle-{next:07}");
+            running.spawn(async move {
+                store
+                    .create_job(&scheduler, &JobSpec::new(name, "noop"), &[ExecuteSpec::new(trigger)])
+                    .await
+                    .unwrap();
+            });
+            next += 1;
+        }
+        running.join_next().await.unwrap().unwrap();
+    }
+}
+
+/// The idle triggers with plain multi-row inserts.
+async fn fill_sql(store: &SqlStore, scheduler: &str, n: usize, far: i64) {
     let chunk = 1_000;
     for first in (0..n).step_by(chunk) {
         let last = (first + chunk).min(n);
@@ -118,17 +180,6 @@ async fn fill(store: &SqlStore, scheduler: &str, n: usize) {
     .execute(store.pool())
     .await
     .unwrap();
-    for i in 0..DUE {
-        let trigger = Trigger::new(Schedule::fixed_rate_millis(1_000).unwrap(), now).unwrap();
-        store
-            .create_job(
-                scheduler,
-                &JobSpec::new(format!("due-{i}"), "noop"),
-                &[ExecuteSpec::new(trigger)],
-            )
-            .await
-            .unwrap();
-    }
 }
 
 /// Runs B3.
@@ -149,14 +200,11 @@ pub fn run() {
 
 async fn one(backend: &str, n: usize, polls: usize) {
     let url = crate::fresh_url(backend, &format!("quartz_bench_b3_{n}")).await;
-    let store = SqlStore::connect(&url).await.unwrap();
+    let store = AnyStore::connect(&url).await.unwrap();
     let scheduler = "b3";
     fill(&store, scheduler, n).await;
-    if backend == "postgres" {
-        sqlx::query("ANALYZE quartz_execute")
-            .execute(store.pool())
-            .await
-            .unwrap();
+    if let Some(sql) = store.as_sql().filter(|_| backend == "postgres") {
+        sqlx::query("ANALYZE quartz_execute").execute(sql.pool()).await.unwrap();
     }
     let mut times = Vec::with_capacity(polls);
     let read0 = rows_read(&store, backend).await;
@@ -176,7 +224,7 @@ async fn one(backend: &str, n: usize, polls: usize) {
         (Some(a), Some(b)) => format!("{:.0}", (b - a) as f64 / polls as f64),
         _ if backend == "postgres" => {
             let before = store.now().await.unwrap().as_millis() + 5_000;
-            rows_read_pg(&store, scheduler, before)
+            rows_read_pg(store.as_sql().unwrap(), scheduler, before)
                 .await
                 .map_or_else(|| "n/a".to_owned(), |r| r.to_string())
         }

@@ -7,8 +7,8 @@
 //! cargo run --release -p quartz-bench -- b1 --triggers 1000 --nodes 1,2,3 --seconds 60
 //! ```
 //!
-//! Databases: `QUARTZ_PG_URL` and `QUARTZ_MYSQL_URL` (defaults: the local
-//! servers); SQLite files in the temporary directory. Figures come from the
+//! Databases: `QUARTZ_PG_URL`, `QUARTZ_MYSQL_URL` and `QUARTZ_REDIS_URL`
+//! (defaults: the local servers); SQLite files in the temporary directory. Figures come from the
 //! fire ledger and from /proc, never from the nodes' own counters.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -36,7 +36,13 @@ fn mysql_url() -> String {
     std::env::var("QUARTZ_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
 }
 
-/// A database URL for a backend, on a fresh database (or file).
+/// Redis: `QUARTZ_REDIS_URL`, or the local server.
+fn redis_url() -> String {
+    std::env::var("QUARTZ_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_owned())
+}
+
+/// A database URL for a backend, on a fresh database (or file, or Redis
+/// namespace).
 async fn fresh_url(backend: &str, name: &str) -> String {
     match backend {
         "sqlite" => {
@@ -64,6 +70,12 @@ async fn fresh_url(backend: &str, name: &str) -> String {
             let cut = base.rfind('/').expect("a URL with a database");
             format!("{}/{name}", &base[..cut])
         }
+        "redis" => {
+            let server = redis_url();
+            quartz_testkit::drop_namespace(&server, name).await;
+            let separator = if server.contains('?') { '&' } else { '?' };
+            format!("{server}{separator}namespace={name}")
+        }
         other => panic!("unknown backend {other}"),
     }
 }
@@ -73,57 +85,32 @@ async fn fresh_url(backend: &str, name: &str) -> String {
 fn all(plots: &str) {
     let pg = pg_url();
     let mysql = mysql_url();
+    let redis = redis_url();
     let sqlite = format!("sqlite://{}", std::env::temp_dir().join("quartz-bench-b1.db").display());
-    let runs: Vec<(&str, Vec<&str>)> = vec![
-        (
-            "B1 on PostgreSQL",
-            vec![
-                "b1",
-                "--url",
-                &pg,
-                "--nodes",
-                "1,2,3",
-                "--seconds",
-                "30",
-                "--plot",
-                plots,
-            ],
-        ),
-        (
-            "B1 on MariaDB",
-            vec![
-                "b1",
-                "--url",
-                &mysql,
-                "--nodes",
-                "1,2,3",
-                "--seconds",
-                "30",
-                "--plot",
-                plots,
-            ],
-        ),
-        (
-            "B1 on SQLite",
-            vec![
-                "b1",
-                "--url",
-                &sqlite,
-                "--nodes",
-                "1",
-                "--seconds",
-                "30",
-                "--plot",
-                plots,
-            ],
-        ),
+    // B1 on each backend: SQLite has one node (one machine), the others 1 to 3.
+    let b1 = [
+        ("B1 on PostgreSQL", pg.as_str(), "1,2,3"),
+        ("B1 on MariaDB", mysql.as_str(), "1,2,3"),
+        ("B1 on SQLite", sqlite.as_str(), "1"),
+        ("B1 on Redis", redis.as_str(), "1,2,3"),
+    ];
+    let mut runs: Vec<(&str, Vec<&str>)> = b1
+        .iter()
+        .map(|&(title, url, nodes)| {
+            (
+                title,
+                vec!["b1", "--url", url, "--nodes", nodes, "--seconds", "30", "--plot", plots],
+            )
+        })
+        .collect();
+    runs.extend([
         ("B2 on PostgreSQL", vec!["b2", "--seconds", "4", "--plot", plots]),
         ("B3", vec!["b3"]),
         ("B4", vec!["b4"]),
         ("B5 on PostgreSQL", vec!["b5", "--url", &pg, "--seconds", "40"]),
         ("B5 on MariaDB", vec!["b5", "--url", &mysql, "--seconds", "40"]),
         ("B6 on PostgreSQL", vec!["b6", "--url", &pg]),
-    ];
+    ]);
     std::fs::create_dir_all(plots).expect("the plots directory");
     for (title, args) in runs {
         println!("\n### {title}\n\n`quartz-bench {}`\n", args.join(" "));

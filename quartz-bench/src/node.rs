@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use quartz_core::engine::{SchedulerBuilder, Settings, Strategy};
-use quartz_store::SqlStore;
+use quartz_store::AnyStore;
 
 /// Starts a node process; `settings` are `name=value` pairs (`poll_ms`,
 /// `window_ms`, `heartbeat_ms`, `dead_after_ms`, `misfire_ms`, `pool_queue`,
@@ -91,7 +91,7 @@ pub fn run(args: &[String]) {
         .build()
         .expect("a runtime");
     runtime.block_on(async move {
-        let store = SqlStore::connect(url).await.expect("the database");
+        let store = AnyStore::connect(url).await.expect("the database");
         let node = SchedulerBuilder::new(scheduler.clone())
             .settings(settings)
             .handler("noop", |_| Ok(()))

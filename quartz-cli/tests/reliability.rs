@@ -1,12 +1,14 @@
 //! The reliability suite: DESIGN.md's guarantees under the faults real
-//! services meet, on PostgreSQL and MariaDB, with three node processes under a
+//! services meet, on PostgreSQL, MariaDB and Redis, with three node processes under a
 //! steady load of one-second and sub-minute triggers (some requesting
 //! recovery), their clocks an hour apart (libfaketime).
 //!
 //! Faults, one phase each: SIGKILL of a random node at a random moment (then
 //! restarted, as a supervisor would), SIGSTOP past `dead_after` then SIGCONT,
 //! connections killed server-side, the database server stopped past
-//! `dead_after` and started again, the whole
+//! `dead_after` and started again (Redis: a `redis-server` of the suite's
+//! own, append-only with `appendfsync always`, killed with SIGKILL and
+//! restarted from its append-only file), the whole
 //! cluster down past the misfire threshold, the pool saturated by slow jobs,
 //! and bad input through the API, the CLI and rows corrupted by hand, with
 //! handlers that panic or never return. After the run the ledger is audited
@@ -22,7 +24,8 @@
 //! libfaketime`), installed by the suite when missing. Stopping and starting
 //! the database runs `QUARTZ_PG_STOP` / `QUARTZ_PG_START` and
 //! `QUARTZ_MYSQL_STOP` / `QUARTZ_MYSQL_START` (shell commands; defaults: the
-//! local servers' own commands).
+//! local servers' own commands). Redis runs on a private `redis-server`
+//! (Debian's `redis-server` package) started by the suite.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -34,15 +37,20 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::redis_server::PrivateRedis;
 use common::{Kind, TestDb, ledger};
 use quartz_core::cron::{CronExpression, parse_time_zone};
 use quartz_core::engine::{SchedulerBuilder, Settings, Strategy};
 use quartz_core::misfire::MisfireSettings;
-use quartz_core::store::{ExecuteSpec, ExecuteState, FireRecord, FireState, JobSpec, Store};
+use quartz_core::store::{ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireState, JobSpec, NodeState, Store};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_core::{Timestamp, Tz};
 use quartz_store::AnyStore;
 use sqlx::{AnyConnection, AssertSqlSafe, Connection, Row};
+
+/// The private Redis server's settings: every write on disk before it is
+/// answered, so that a crash loses nothing acknowledged.
+const REDIS_SERVER: [&str; 4] = ["--appendonly", "yes", "--appendfsync", "always"];
 
 const NODES: usize = 3;
 /// FAKETIME of each node: an hour ahead, an hour behind, on time.
@@ -153,6 +161,11 @@ async fn mariadb() {
     suite(Kind::MySql).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis() {
+    suite(Kind::Redis).await;
+}
+
 /// How long the long version runs, from `QUARTZ_RELIABILITY_MINUTES`.
 fn long_minutes() -> Option<u64> {
     std::env::var("QUARTZ_RELIABILITY_MINUTES")
@@ -161,9 +174,17 @@ fn long_minutes() -> Option<u64> {
 }
 
 async fn suite(kind: Kind) {
-    let Some(db) = TestDb::new(kind).await else { return };
+    // Redis: a server of the suite's own, to crash and restart.
+    let server = (kind == Kind::Redis).then(|| PrivateRedis::start(&REDIS_SERVER));
+    let db = match &server {
+        Some(server) => TestDb::on_redis(&server.url()),
+        None => {
+            let Some(db) = TestDb::new(kind).await else { return };
+            db
+        }
+    };
     let faketime = faketime_library();
-    let mut run = Run::start(&db, kind, faketime).await;
+    let mut run = Run::start(&db, kind, faketime, server).await;
     run.baseline().await;
     match long_minutes() {
         None => {
@@ -174,7 +195,7 @@ async fn suite(kind: Kind) {
             run.database_restart().await;
             run.outage().await;
             run.saturation().await;
-            run.bad_input().await;
+            run.bad_input(&db).await;
         }
         Some(minutes) => {
             let until = std::time::Instant::now() + Duration::from_secs(minutes * 60);
@@ -189,20 +210,23 @@ async fn suite(kind: Kind) {
                     6 => run.saturation().await,
                     _ if first_bad_input => {
                         first_bad_input = false;
-                        run.bad_input().await;
+                        run.bad_input(&db).await;
                     }
                     _ => run.sigkill().await,
                 }
             }
             if first_bad_input {
-                run.bad_input().await;
+                run.bad_input(&db).await;
             }
         }
     }
     let report = run.finish().await;
     write_results(kind, &report.markdown);
     println!("{}", report.markdown);
-    db.drop_db().await;
+    // A private Redis server went with the run, its keys with it.
+    if kind != Kind::Redis {
+        db.drop_db().await;
+    }
     assert!(
         report.failures.is_empty(),
         "the guarantees did not hold:\n{}",
@@ -297,6 +321,8 @@ struct Report {
 struct Run {
     kind: Kind,
     url: String,
+    /// Redis: the suite's own server.
+    redis: Option<PrivateRedis>,
     scheduler: String,
     store: AnyStore,
     faketime: Option<PathBuf>,
@@ -322,12 +348,13 @@ fn label(kind: Kind) -> &'static str {
     match kind {
         Kind::Postgres => "PostgreSQL",
         Kind::MySql => "MariaDB",
+        Kind::Redis => "Redis",
         _ => "SQLite",
     }
 }
 
 impl Run {
-    async fn start(db: &TestDb, kind: Kind, faketime: Option<PathBuf>) -> Run {
+    async fn start(db: &TestDb, kind: Kind, faketime: Option<PathBuf>, redis: Option<PrivateRedis>) -> Run {
         let store = db.store().await;
         let offset = store.now().await.unwrap().as_millis() - wall_ms();
         let seed = u64::try_from(wall_ms()).unwrap() | 1;
@@ -344,6 +371,7 @@ impl Run {
         let mut run = Run {
             kind,
             url: db.url.clone(),
+            redis,
             scheduler: "reliability".to_owned(),
             store,
             faketime,
@@ -487,41 +515,6 @@ impl Run {
         job.id
     }
 
-    async fn sql(&self, text: String) -> u64 {
-        let pool = self.store.as_sql().unwrap().pool().clone();
-        self.retry(&text.clone(), || {
-            let (pool, text) = (pool.clone(), text.clone());
-            async move {
-                sqlx::query(AssertSqlSafe(text))
-                    .execute(&pool)
-                    .await
-                    .map(|r| r.rows_affected())
-                    .map_err(|e| e.to_string())
-            }
-        })
-        .await
-    }
-
-    /// The rows a query returns, retried while the database is away.
-    async fn rows(&self, what: &str, text: String) -> Vec<sqlx::any::AnyRow> {
-        let pool = self.store.as_sql().unwrap().pool().clone();
-        self.retry(what, || {
-            let (pool, text) = (pool.clone(), text.clone());
-            async move {
-                sqlx::query(AssertSqlSafe(text))
-                    .fetch_all(&pool)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-        })
-        .await
-    }
-
-    async fn sql_i64(&self, text: String) -> Vec<i64> {
-        let rows = self.rows(&text.clone(), text).await;
-        rows.iter().map(|r| r.get::<i64, _>(0)).collect()
-    }
-
     /// The steady load: one-second triggers and sub-minute ones (cron every 5
     /// seconds in three zones, fixed rate 7 s), some long enough to be
     /// running when a node dies, some requesting recovery; and the victims
@@ -641,20 +634,51 @@ impl Run {
         self.end(phase);
     }
 
-    async fn node_incarnation(&self, node: &str) -> (i64, String) {
-        let sql = format!(
-            "SELECT incarnation, state FROM quartz_node WHERE scheduler = '{}' AND node_id = '{node}'",
-            self.scheduler
-        );
+    /// Every node's row, retried while the database is away.
+    async fn nodes(&self) -> Vec<quartz_core::store::Node> {
+        let (store, scheduler) = (self.store.clone(), self.scheduler.clone());
+        self.retry("reading the nodes", || {
+            let (store, scheduler) = (store.clone(), scheduler.clone());
+            async move { store.list_nodes(&scheduler).await.map_err(|e| e.to_string()) }
+        })
+        .await
+    }
+
+    /// A node's incarnation, and whether it is live.
+    async fn node_incarnation(&self, node: &str) -> (i64, bool) {
         // Its row may not be written yet (a node just started).
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(row) = self.rows("reading a node", sql.clone()).await.first() {
-                return (row.get::<i64, _>(0), row.get::<String, _>(1));
+            if let Some(n) = self.nodes().await.into_iter().find(|n| n.node_id == node) {
+                return (n.incarnation, n.state == NodeState::Live);
             }
             assert!(std::time::Instant::now() < deadline, "no row for node {node}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// How many fires in `state` a node's incarnation holds.
+    async fn held(&self, node: &str, incarnation: i64, state: FireState) -> usize {
+        let query = FireQuery {
+            state: Some(state),
+            limit: 100_000,
+            ..FireQuery::new(self.scheduler.clone())
+        };
+        let store = self.store.clone();
+        let fires = self
+            .retry("reading the open fires", || {
+                let (store, query) = (store.clone(), query.clone());
+                async move { store.fires(&query).await.map_err(|e| e.to_string()) }
+            })
+            .await;
+        fires
+            .iter()
+            .filter(|f| {
+                f.owner
+                    .as_ref()
+                    .is_some_and(|o| o.node_id == node && o.incarnation == incarnation)
+            })
+            .count()
     }
 
     /// SIGKILL of a random node at a random moment; restarted a second later.
@@ -668,19 +692,11 @@ impl Run {
         let killed = self.now();
         phase.injected = 1;
         // What it held when it died (nothing recovers it before it restarts).
-        let held = self
-            .sql_i64(format!(
-                "SELECT COUNT(*) FROM quartz_fire WHERE scheduler = '{}' AND node_id = '{id}' AND incarnation = \
-                 {incarnation} AND state = 'claimed' UNION ALL SELECT COUNT(*) FROM quartz_fire WHERE scheduler = \
-                 '{}' AND node_id = '{id}' AND incarnation = {incarnation} AND state = 'running'",
-                self.scheduler, self.scheduler
-            ))
-            .await;
+        let claimed = self.held(&id, incarnation, FireState::Claimed).await;
+        let running = self.held(&id, incarnation, FireState::Running).await;
         phase.detail = format!(
-            "{id} at +{} ms holding {} claimed, {} running",
-            killed - self.t0,
-            held[0],
-            held[1]
+            "{id} at +{} ms holding {claimed} claimed, {running} running",
+            killed - self.t0
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
         self.spawn(i);
@@ -702,8 +718,8 @@ impl Run {
         // Wait until another node has declared it dead, then a little longer.
         let deadline = stopped + DEAD_AFTER_MS + 10_000;
         let declared = loop {
-            let (inc, state) = self.node_incarnation(&id).await;
-            if inc != incarnation || state != "live" {
+            let (inc, live) = self.node_incarnation(&id).await;
+            if inc != incarnation || !live {
                 break Some(self.now());
             }
             if self.now() > deadline {
@@ -729,8 +745,8 @@ impl Run {
         });
         // It must come back under a new incarnation.
         let back = loop {
-            let (inc, state) = self.node_incarnation(&id).await;
-            if inc > incarnation && state == "live" {
+            let (inc, live) = self.node_incarnation(&id).await;
+            if inc > incarnation && live {
                 break Some(self.now());
             }
             if self.now() > resumed + 15_000 {
@@ -760,6 +776,7 @@ impl Run {
     async fn connections_killed(&mut self) {
         let fault = match self.kind {
             Kind::Postgres => "connections killed server-side (pg_terminate_backend)",
+            Kind::Redis => "connections killed server-side (CLIENT KILL)",
             _ => "connections killed server-side (KILL)",
         };
         let mut phase = self.begin(fault);
@@ -778,6 +795,12 @@ impl Run {
     }
 
     async fn kill_connections(&self) -> u64 {
+        if let Some(server) = &self.redis {
+            let killed = server.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+            return killed
+                .parse()
+                .unwrap_or_else(|_| panic!("CLIENT KILL answered {killed:?}"));
+        }
         let mut admin = AnyConnection::connect(&self.url).await.unwrap();
         let n = if self.kind == Kind::Postgres {
             let row = sqlx::query(
@@ -816,58 +839,30 @@ impl Run {
         n
     }
 
-    /// The database server restarted under the running cluster.
+    /// The database server restarted under the running cluster: down longer
+    /// than `dead_after`, so that no node can heartbeat meanwhile, and none
+    /// must be declared dead for it when the database is back.
     async fn database_restart(&mut self) {
-        let mut phase = self.begin("database server stopped past dead_after, then started");
-        let (stop_var, stop, start_var, start) = match self.kind {
-            Kind::Postgres => (
-                "QUARTZ_PG_STOP",
-                "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql | sort -V | tail -1) main stop -m fast",
-                "QUARTZ_PG_START",
-                "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql | sort -V | tail -1) main start",
-            ),
-            _ => (
-                "QUARTZ_MYSQL_STOP",
-                "mariadb-admin -uroot shutdown; for i in $(seq 1 300); do pgrep -x mariadbd >/dev/null || break; \
-                 sleep 0.1; done",
-                "QUARTZ_MYSQL_START",
-                "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
-            ),
+        let fault = match self.kind {
+            Kind::Redis => "Redis server killed (SIGKILL) past dead_after, then restarted from its append-only file",
+            _ => "database server stopped past dead_after, then started",
         };
-        let shell = |var: &str, default: &str| {
-            let command = std::env::var(var).unwrap_or_else(|_| default.to_owned());
-            tokio::task::spawn_blocking(move || Command::new("sh").args(["-c", &command]).output())
-        };
+        let mut phase = self.begin(fault);
         let before = self.incarnations().await;
         let began = self.now();
-        let stopped = shell(stop_var, stop).await.unwrap().unwrap();
-        let down = self.now();
-        // Down longer than dead_after: no node can heartbeat meanwhile, and
-        // none must be declared dead for it when the database is back.
-        self.sleep_until(down + DEAD_AFTER_MS + 1_500).await;
-        let started = shell(start_var, start).await.unwrap().unwrap();
-        for (var, output) in [(stop_var, &stopped), (start_var, &started)] {
-            if !output.status.success() {
-                cannot_inject(&format!(
-                    "stop and start the database (set {var} to a command that does): {}",
-                    String::from_utf8_lossy(&output.stderr).trim()
-                ));
+        let (down, injected) = match self.redis.take() {
+            Some(mut server) => {
+                tokio::task::block_in_place(|| server.crash());
+                let down = self.now();
+                self.sleep_until(down + DEAD_AFTER_MS + 1_500).await;
+                // Back when it answers, its append-only file read back.
+                tokio::task::block_in_place(|| server.restart());
+                self.redis = Some(server);
+                (down, true)
             }
-        }
-        phase.injected = u32::from(stopped.status.success() && started.status.success());
-        // Back when a new connection succeeds.
-        let deadline = std::time::Instant::now() + Duration::from_secs(90);
-        loop {
-            if let Ok(c) = AnyConnection::connect(&self.url).await {
-                let _ = c.close().await;
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the database did not come back after a restart"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            None => self.sql_server_restart().await,
+        };
+        phase.injected = u32::from(injected);
         phase.lifted = self.now();
         self.sleep_until(phase.lifted + 6_000).await;
         let after = self.incarnations().await;
@@ -890,15 +885,63 @@ impl Run {
         self.end(phase);
     }
 
+    /// Stops the SQL server, waits past `dead_after`, starts it, and waits
+    /// until it takes connections: when it went down, and whether both
+    /// commands worked.
+    async fn sql_server_restart(&self) -> (i64, bool) {
+        let (stop_var, stop, start_var, start) = match self.kind {
+            Kind::Postgres => (
+                "QUARTZ_PG_STOP",
+                "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql | sort -V | tail -1) main stop -m fast",
+                "QUARTZ_PG_START",
+                "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql | sort -V | tail -1) main start",
+            ),
+            _ => (
+                "QUARTZ_MYSQL_STOP",
+                "mariadb-admin -uroot shutdown; for i in $(seq 1 300); do pgrep -x mariadbd >/dev/null || break; \
+                 sleep 0.1; done",
+                "QUARTZ_MYSQL_START",
+                "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+            ),
+        };
+        let shell = |var: &str, default: &str| {
+            let command = std::env::var(var).unwrap_or_else(|_| default.to_owned());
+            tokio::task::spawn_blocking(move || Command::new("sh").args(["-c", &command]).output())
+        };
+        let stopped = shell(stop_var, stop).await.unwrap().unwrap();
+        let down = self.now();
+        self.sleep_until(down + DEAD_AFTER_MS + 1_500).await;
+        let started = shell(start_var, start).await.unwrap().unwrap();
+        for (var, output) in [(stop_var, &stopped), (start_var, &started)] {
+            if !output.status.success() {
+                cannot_inject(&format!(
+                    "stop and start the database (set {var} to a command that does): {}",
+                    String::from_utf8_lossy(&output.stderr).trim()
+                ));
+            }
+        }
+        // Back when a new connection succeeds.
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Ok(c) = AnyConnection::connect(&self.url).await {
+                let _ = c.close().await;
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the database did not come back after a restart"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (down, stopped.status.success() && started.status.success())
+    }
+
     /// Each node's incarnation.
     async fn incarnations(&self) -> HashMap<String, i64> {
-        let sql = format!(
-            "SELECT node_id, incarnation FROM quartz_node WHERE scheduler = '{}'",
-            self.scheduler
-        );
-        let rows = self.rows("reading the nodes", sql).await;
-        rows.iter()
-            .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
+        self.nodes()
+            .await
+            .into_iter()
+            .map(|n| (n.node_id, n.incarnation))
             .collect()
     }
 
@@ -955,10 +998,13 @@ impl Run {
 
     /// Bad input through the API and the CLI, rows corrupted by hand, and
     /// handlers that panic or never return, all under the steady load.
-    async fn bad_input(&mut self) {
+    async fn bad_input(&mut self, db: &TestDb) {
         let mut phase = self.begin("bad input: API, CLI, corrupted rows, panicking and hanging handlers");
         self.serial += 1;
         let serial = self.serial;
+        // The first bad-input phase of the run (the saturation phases count
+        // serials too).
+        let first = self.phases.iter().all(|p| !p.fault.starts_with("bad input"));
         // The cron parser and zones: each a typed error.
         let long_cron = "1,".repeat(5_000) + "1 * * * * ?";
         for text in [
@@ -1106,7 +1152,7 @@ impl Run {
             .await;
         self.later
             .push((format!("panics-{serial}"), FireState::Failed, "panicked"));
-        if serial == 1 || self.phases.iter().all(|p| !p.fault.starts_with("bad input")) {
+        if first {
             let mut hang = JobSpec::new(format!("hangs-{serial}"), "hang");
             hang.timeout = Some(Duration::from_millis(500));
             self.create(hang, three.clone(), true).await;
@@ -1128,37 +1174,38 @@ impl Run {
         ));
 
         // Rows corrupted by hand (only the first time: the victims are gone after).
-        if serial == 1 {
-            let s = &self.scheduler;
+        if first {
             let corruptions = [
-                (
-                    "victim-cron",
-                    "UPDATE quartz_execute SET cron_expression = '61 * * * * ?'",
-                ),
-                ("victim-zone", "UPDATE quartz_execute SET time_zone = 'Mars/Olympus'"),
-                ("victim-kind", "UPDATE quartz_execute SET kind = 'sometimes'"),
-                ("victim-interval", "UPDATE quartz_execute SET interval_ms = -5"),
-                ("victim-policy", "UPDATE quartz_execute SET misfire_policy = 'whenever'"),
+                ("victim-cron", "cron_expression", "61 * * * * ?"),
+                ("victim-zone", "time_zone", "Mars/Olympus"),
+                ("victim-kind", "kind", "sometimes"),
+                ("victim-interval", "interval_ms", "-5"),
+                ("victim-policy", "misfire_policy", "whenever"),
             ];
-            for (victim, update) in corruptions {
-                let n = self
-                    .sql(format!(
-                        "{update} WHERE job_id = (SELECT id FROM quartz_job WHERE scheduler = '{s}' AND name = '{victim}')"
-                    ))
-                    .await;
-                assert_eq!(n, 1, "{victim}");
-                self.corrupted.push((victim.to_owned(), update.to_owned()));
-            }
-            let n = self
-                .sql(format!(
-                    "UPDATE quartz_job SET payload = '{{\"report\": daily' WHERE scheduler = '{s}' AND name = 'victim-payload'"
-                ))
+            for (victim, field, value) in corruptions {
+                let detail = self.store.get_job(&self.scheduler, victim).await.unwrap().unwrap();
+                let execute = detail.executes[0].id;
+                db.edit_execute(
+                    &self.store,
+                    &self.scheduler,
+                    execute,
+                    &[(field, Some(value.to_owned()))],
+                )
                 .await;
-            assert_eq!(n, 1);
-            self.corrupted.push((
-                "victim-payload".to_owned(),
-                "UPDATE quartz_job SET payload = '{\"report\": daily'".to_owned(),
-            ));
+                self.corrupted
+                    .push((victim.to_owned(), self.by_hand("quartz_execute", field, value)));
+            }
+            let names: HashMap<&str, i64> = self.jobs.iter().map(|(id, j)| (j.name.as_str(), *id)).collect();
+            let (field, value) = ("payload", "{\"report\": daily");
+            db.edit_job(
+                &self.store,
+                &self.scheduler,
+                names["victim-payload"],
+                &[(field, Some(value.to_owned()))],
+            )
+            .await;
+            self.corrupted
+                .push(("victim-payload".to_owned(), self.by_hand("quartz_job", field, value)));
             self.later
                 .push(("victim-payload".to_owned(), FireState::Failed, "line 1"));
         }
@@ -1167,6 +1214,19 @@ impl Run {
         phase.detail = format!("{} inputs; see the bad-input table", self.bad.len());
         self.sleep_until(phase.lifted + 6_000).await;
         self.end(phase);
+    }
+
+    /// How an edit by hand reads: the SQL statement, or the Redis command.
+    fn by_hand(&self, table: &str, field: &str, value: &str) -> String {
+        let value = if value.parse::<i64>().is_ok() {
+            value.to_owned()
+        } else {
+            format!("'{value}'")
+        };
+        match self.kind {
+            Kind::Redis => format!("HSET {}:N {field} {value}", table.trim_start_matches("quartz_")),
+            _ => format!("UPDATE {table} SET {field} = {value}"),
+        }
     }
 
     fn bad_case(&mut self, via: &'static str, input: String, outcome: Result<(), String>) {

@@ -5,13 +5,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
 use quartz_core::store::Store as _;
 use quartz_core::store::StoreError;
 use quartz_store::RedisStore;
 use quartz_store::redis_store::{Keys, SCHEMA_KEY, SCHEMA_VERSION};
+use quartz_testkit::redis_server::PrivateRedis;
 
 fn redis_url() -> String {
     std::env::var("QUARTZ_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
@@ -31,69 +29,6 @@ async fn machine_redis() -> Option<RedisStore> {
             eprintln!("{message}*** skipping the Redis tests; start it or set QUARTZ_REDIS_URL.\n");
             None
         }
-    }
-}
-
-/// A `redis-server` of this test's own on a free port, stopped when dropped.
-struct PrivateRedis {
-    child: Child,
-    url: String,
-    _dir: TempDir,
-}
-
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl PrivateRedis {
-    fn start(options: &[&str]) -> PrivateRedis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!("quartz-redis-{port}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
-            .arg("--dir")
-            .arg(&dir)
-            .args(options)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server (Debian's redis-server package) runs the private servers");
-        let url = format!("redis://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server on port {port} did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        PrivateRedis {
-            child,
-            url,
-            _dir: TempDir(dir),
-        }
-    }
-
-    fn cli(&self, args: &[&str]) -> String {
-        let port = self.url.rsplit(':').next().unwrap();
-        let out = Command::new("redis-cli")
-            .args(["-p", port])
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -121,7 +56,7 @@ async fn the_servers_clock_is_the_clock_and_its_settings_are_read() {
 async fn a_server_that_could_evict_the_schedulers_keys_is_refused() {
     for policy in ["allkeys-lru", "allkeys-lfu", "allkeys-random"] {
         let server = PrivateRedis::start(&["--maxmemory-policy", policy]);
-        match RedisStore::connect(&server.url).await {
+        match RedisStore::connect(&server.url()).await {
             Err(StoreError::UnsafeSettings { setting, value, reason }) => {
                 assert_eq!((setting.as_str(), value.as_str()), ("maxmemory-policy", policy));
                 assert!(reason.contains("noeviction"), "{reason}");
@@ -131,7 +66,7 @@ async fn a_server_that_could_evict_the_schedulers_keys_is_refused() {
     }
     for policy in ["noeviction", "volatile-lru"] {
         let server = PrivateRedis::start(&["--maxmemory-policy", policy]);
-        let store = RedisStore::connect(&server.url).await.unwrap();
+        let store = RedisStore::connect(&server.url()).await.unwrap();
         assert_eq!(store.durability().eviction.as_deref(), Some(policy));
     }
 }
@@ -139,7 +74,7 @@ async fn a_server_that_could_evict_the_schedulers_keys_is_refused() {
 #[tokio::test]
 async fn an_append_only_server_says_what_a_crash_can_lose() {
     let server = PrivateRedis::start(&["--appendonly", "yes", "--appendfsync", "everysec"]);
-    let store = RedisStore::connect(&server.url).await.unwrap();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
     assert_eq!(store.durability().append_only, Some(true));
     assert_eq!(store.durability().append_fsync.as_deref(), Some("everysec"));
     assert!(
@@ -148,14 +83,14 @@ async fn an_append_only_server_says_what_a_crash_can_lose() {
         store.durability().describe()
     );
     let always = PrivateRedis::start(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let store = RedisStore::connect(&always.url).await.unwrap();
+    let store = RedisStore::connect(&always.url()).await.unwrap();
     assert!(store.durability().describe().starts_with("nothing"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_starting_at_once_agree_on_the_schema_and_a_newer_one_is_refused() {
     let server = PrivateRedis::start(&[]);
-    let url = server.url.clone();
+    let url = server.url();
     let starts: Vec<_> = (0..8)
         .map(|_| {
             let url = url.clone();

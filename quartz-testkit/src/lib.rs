@@ -29,6 +29,7 @@
 
 pub mod faketime;
 pub mod faults;
+pub mod redis_server;
 
 /// Engine settings for tests: short intervals, the same guarantees. Polls
 /// every 500 ms over a 1 s window, heartbeats every 200 ms, a node dead after
@@ -192,14 +193,7 @@ impl TestDb {
                     unreachable_server(kind, &server, "QUARTZ_REDIS_URL", &e);
                     return None;
                 }
-                let separator = if server.contains('?') { '&' } else { '?' };
-                Some(TestDb {
-                    kind,
-                    url: format!("{server}{separator}namespace={name}"),
-                    admin_url: Some(server),
-                    name,
-                    _dir: None,
-                })
+                Some(TestDb::on_redis(&server))
             }
             Kind::Postgres | Kind::MySql => {
                 let (admin_url, env) = if kind == Kind::Postgres {
@@ -230,6 +224,21 @@ impl TestDb {
         }
     }
 
+    /// A key namespace of its own on the Redis server at `server` (a
+    /// [`redis_server::PrivateRedis`], say), deleted by
+    /// [`drop_db`](Self::drop_db).
+    pub fn on_redis(server: &str) -> TestDb {
+        let name = unique("quartz_test");
+        let separator = if server.contains('?') { '&' } else { '?' };
+        TestDb {
+            kind: Kind::Redis,
+            url: format!("{server}{separator}namespace={name}"),
+            admin_url: Some(server.to_owned()),
+            name,
+            _dir: None,
+        }
+    }
+
     /// A store on the test database (a new pool).
     pub async fn store(&self) -> AnyStore {
         AnyStore::connect(&self.url).await.unwrap()
@@ -245,39 +254,56 @@ impl TestDb {
     /// then [`RedisStore::reindex_execute`](quartz_store::RedisStore::reindex_execute).
     pub async fn edit_execute(&self, store: &AnyStore, scheduler: &str, id: i64, fields: &[(&str, Option<String>)]) {
         match store {
-            AnyStore::Sql(_) => {
-                let set: Vec<String> = fields
-                    .iter()
-                    .map(|(f, v)| match v {
-                        Some(v) if v.parse::<i64>().is_ok() => format!("{f} = {v}"),
-                        Some(v) => format!("{f} = '{v}'"),
-                        None => format!("{f} = NULL"),
-                    })
-                    .collect();
-                let text = format!("UPDATE quartz_execute SET {} WHERE id = {id}", set.join(", "));
-                self.sql(store, &text).await;
-            }
+            AnyStore::Sql(_) => self.update(store, "quartz_execute", id, fields).await,
             AnyStore::Redis(redis) => {
-                let key = redis.keys(scheduler).unwrap().execute(id);
-                let client = redis::Client::open(self.admin_url.as_deref().unwrap()).unwrap();
-                let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-                for (field, value) in fields {
-                    let cmd = match value {
-                        Some(v) => {
-                            let mut c = redis::cmd("HSET");
-                            c.arg(&key).arg(*field).arg(v);
-                            c
-                        }
-                        None => {
-                            let mut c = redis::cmd("HDEL");
-                            c.arg(&key).arg(*field);
-                            c
-                        }
-                    };
-                    cmd.query_async::<()>(&mut conn).await.unwrap();
-                }
+                self.edit_hash(&redis.keys(scheduler).unwrap().execute(id), fields)
+                    .await;
                 assert!(redis.reindex_execute(scheduler, id).await.unwrap());
             }
+        }
+    }
+
+    /// Edits a job by hand, as an operator would (`None` clears a field):
+    /// plain SQL on the SQL backends, the job's hash on Redis.
+    pub async fn edit_job(&self, store: &AnyStore, scheduler: &str, id: i64, fields: &[(&str, Option<String>)]) {
+        match store {
+            AnyStore::Sql(_) => self.update(store, "quartz_job", id, fields).await,
+            AnyStore::Redis(redis) => self.edit_hash(&redis.keys(scheduler).unwrap().job(id), fields).await,
+        }
+    }
+
+    /// `UPDATE table SET fields WHERE id = id`.
+    async fn update(&self, store: &AnyStore, table: &str, id: i64, fields: &[(&str, Option<String>)]) {
+        let set: Vec<String> = fields
+            .iter()
+            .map(|(f, v)| match v {
+                Some(v) if v.parse::<i64>().is_ok() => format!("{f} = {v}"),
+                Some(v) => format!("{f} = '{}'", v.replace('\'', "''")),
+                None => format!("{f} = NULL"),
+            })
+            .collect();
+        let text = format!("UPDATE {table} SET {} WHERE id = {id}", set.join(", "));
+        self.sql(store, &text).await;
+    }
+
+    /// Sets (or, for `None`, deletes) fields of a Redis hash.
+    async fn edit_hash(&self, key: &str, fields: &[(&str, Option<String>)]) {
+        let client = redis::Client::open(self.admin_url.as_deref().unwrap()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        for (field, value) in fields {
+            let cmd = match value {
+                Some(v) => {
+                    let mut c = redis::cmd("HSET");
+                    c.arg(key).arg(*field).arg(v);
+                    c
+                }
+                None => {
+                    let mut c = redis::cmd("HDEL");
+                    c.arg(key).arg(*field);
+                    c
+                }
+            };
+            cmd.query_async::<()>(&mut conn).await.unwrap();
         }
     }
 
@@ -309,8 +335,9 @@ impl TestDb {
     }
 }
 
-/// Deletes every key of a Redis namespace.
-async fn drop_namespace(server: &str, namespace: &str) {
+/// Deletes every key of a Redis namespace on the server at `server` (the
+/// benchmarks start each run on a fresh one with it).
+pub async fn drop_namespace(server: &str, namespace: &str) {
     let client = redis::Client::open(server).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let mut cursor = 0_u64;

@@ -177,6 +177,13 @@ impl std::fmt::Debug for RedisStore {
 /// How long connecting may take before the server counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a command may wait for its answer. A busy server (a fire storm
+/// queues the scripts of every node on its one thread) answers late, not
+/// never: the client's default of 500 ms turned load into errors and the
+/// errors into retries, more load. A dropped connection still fails at once;
+/// this is the SQL store's wait for a connection from its pool.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl RedisStore {
     /// Connects to `redis://[:PASSWORD@]HOST[:PORT][/DB][?namespace=NAME]`
     /// (or `rediss://` for TLS), checks the server's persistence and
@@ -211,6 +218,7 @@ impl RedisStore {
         // Later reconnections: quick retries, capped at a second apart.
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
             .set_max_delay(Duration::from_secs(1));
         let conn = tokio::time::timeout(CONNECT_TIMEOUT, client.get_connection_manager_with_config(config))
             .await

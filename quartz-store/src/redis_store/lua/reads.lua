@@ -90,15 +90,56 @@ local function newest(index, record_key, keep)
   return out
 end
 
+-- The same from a list of ids in any order (the members of a state's own
+-- index), sorted here.
+local function newest_of(ids, record_key, keep)
+  local max = tonumber(A.before_id)
+  local below = {}
+  for _, id in ipairs(ids) do
+    if max == nil or tonumber(id) < max then below[#below + 1] = id end
+  end
+  table.sort(below, function(a, b) return tonumber(a) > tonumber(b) end)
+  local limit = tonumber(A.limit)
+  local out = {}
+  for _, id in ipairs(below) do
+    if #out >= limit then break end
+    local key = record_key(id)
+    if keep(key) then out[#out + 1] = flat(key) end
+  end
+  return out
+end
+
+-- Ledger rows, newest first. A state filter reads that state's own index
+-- when it is the smaller read: the open fires (bounded by the pools), the
+-- pending ones (bounded by retries), or a finished state that is a small
+-- part of the ledger (by fire time, within since/upto); else the ledger is
+-- walked newest first, so a filter no row matches never reads every record.
 C.fires = function()
-  local index = 'fires'
-  if A.job ~= '' then index = 'job-fires:' .. A.job end
   local since, upto = tonumber(A.since), tonumber(A.upto)
-  return newest(index, fire_key, function(f)
+  local keep = function(f)
     if A.state ~= '' and g(f, 'state') ~= A.state then return false end
     local t = tonumber(g(f, 'fire_time'))
     return t ~= nil and (since == nil or t >= since) and (upto == nil or t < upto)
-  end)
+  end
+  local ids
+  if OPEN[A.state] then
+    local index = 'open'
+    if A.job ~= '' then index = 'job-open:' .. A.job end
+    ids = redis.call('SMEMBERS', k(index))
+  elseif A.state == 'pending' then
+    ids = redis.call('ZRANGE', k('pending'), 0, -1)
+  elseif A.state ~= '' and A.job == '' then
+    local done = k('done:' .. A.state)
+    if redis.call('ZCARD', done) * 8 < redis.call('ZCARD', k('fires')) then
+      local upper = '+inf'
+      if upto ~= nil then upper = '(' .. A.upto end
+      ids = redis.call('ZRANGEBYSCORE', done, since or '-inf', upper)
+    end
+  end
+  if ids then return newest_of(ids, fire_key, keep) end
+  local index = 'fires'
+  if A.job ~= '' then index = 'job-fires:' .. A.job end
+  return newest(index, fire_key, keep)
 end
 
 C.change_log = function()

@@ -10,7 +10,7 @@
 use quartz_testkit as common;
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common::{Kind, TestDb, ledger, wait_for};
@@ -88,89 +88,59 @@ async fn records(db: &TestDb) {
         }
     })
     .await;
+    // While the node runs, its heartbeats record the pool and the cluster.
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    wait_for(Duration::from_secs(15), "the pool and live-node gauges", || {
+        let seen = Arc::clone(&seen);
+        async move {
+            let mut seen = seen.lock().unwrap();
+            seen.take(snapshotter);
+            let (threads, live) = (seen.high(POOL_THREADS, CLUSTER), seen.high(LIVE_NODES, CLUSTER));
+            if threads >= 1.0 && live >= 1.0 {
+                Ok(())
+            } else {
+                Err(format!("{threads} pool threads, {live} live nodes"))
+            }
+        }
+    })
+    .await;
     node.shutdown().await;
     labelled.shutdown().await;
+    let mut seen = Arc::try_unwrap(seen).ok().unwrap().into_inner().unwrap();
+    seen.take(snapshotter);
 
-    let snapshot = snapshotter.snapshot().into_vec();
-    // Each series of a metric in a cluster: its labels and value (a
-    // histogram's count).
-    #[allow(clippy::cast_precision_loss)]
-    let series = |name: &str, scheduler: &str| -> Vec<(Vec<(String, String)>, f64)> {
-        snapshot
-            .iter()
-            .filter(|(key, ..)| key.key().name() == name)
-            .map(|(key, _, _, value)| {
-                let labels = key
-                    .key()
-                    .labels()
-                    .map(|l| (l.key().to_owned(), l.value().to_owned()))
-                    .collect();
-                let value = match value {
-                    DebugValue::Counter(n) => *n as f64,
-                    DebugValue::Gauge(v) => v.into_inner(),
-                    DebugValue::Histogram(v) => v.len() as f64,
-                };
-                (labels, value)
-            })
-            .filter(|(labels, _): &(Vec<(String, String)>, _)| {
-                labels.iter().any(|(k, v)| k == "scheduler" && v == scheduler)
-            })
-            .collect()
-    };
-    let label = |labels: &[(String, String)], key: &str| labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
-    let outcomes = series(OUTCOMES, CLUSTER);
+    let outcomes = seen.of(OUTCOMES, CLUSTER);
     assert_eq!(outcomes.len(), 1, "{outcomes:?}");
     let (labels, value) = &outcomes[0];
     assert_eq!(label(labels, "handler").as_deref(), Some("noop"));
     assert_eq!(label(labels, "outcome").as_deref(), Some("succeeded"));
     assert_eq!(label(labels, "job"), None, "no job label unless the operator opts in");
-    assert!((*value - 3.0).abs() < f64::EPSILON, "{value}");
-    let named = series(OUTCOMES, LABELLED);
+    assert_eq!(value.count(), 3, "{value:?}");
+    let named = seen.of(OUTCOMES, LABELLED);
     assert_eq!(label(&named[0].0, "job").as_deref(), Some("named"), "{named:?}");
-    let gauge = |name: &str| {
-        series(name, CLUSTER)
-            .first()
-            .map(|(_, v)| *v)
-            .unwrap_or_else(|| panic!("{name}"))
-    };
-    assert!(gauge(POOL_THREADS) >= 1.0);
-    assert!(gauge(LIVE_NODES) >= 1.0, "this node saw itself live");
-    let phases = series(PHASE, CLUSTER);
-    let on: Vec<String> = phases
+    // The stopped node's phase, recorded after its last heartbeat.
+    let on: Vec<String> = seen
+        .of(PHASE, CLUSTER)
         .iter()
-        .filter(|(_, v)| *v > 0.5)
+        .filter(|(_, v)| matches!(v, Value::Gauge { last, .. } if *last > 0.5))
         .filter_map(|(labels, _)| label(labels, "phase"))
         .collect();
-    assert_eq!(on, ["stopped"], "one phase at a time, the last one stopped: {phases:?}");
+    assert_eq!(on, ["stopped"], "one phase at a time, the last one stopped");
 
-    let mut counters: HashMap<String, u64> = HashMap::new();
-    let mut histograms: HashMap<String, Vec<f64>> = HashMap::new();
-    for (key, _, _, value) in snapshot {
-        let key = key.key();
-        let labelled = key.labels().any(|l| l.key() == "scheduler" && l.value() == CLUSTER);
-        if !labelled {
-            continue;
-        }
-        match value {
-            DebugValue::Counter(n) => {
-                *counters.entry(key.name().to_owned()).or_default() += n;
-            }
-            DebugValue::Histogram(values) => histograms
-                .entry(key.name().to_owned())
-                .or_default()
-                .extend(values.into_iter().map(|v| v.into_inner())),
-            DebugValue::Gauge(_) => {}
-        }
-    }
     for name in [CLAIMED, STARTED, SUCCEEDED] {
-        assert_eq!(counters.get(name), Some(&3), "{name}: {counters:?}");
+        let n: u64 = seen.of(name, CLUSTER).iter().map(|(_, v)| v.count()).sum();
+        assert_eq!(n, 3, "{name}");
     }
-    assert!(counters.get(POLLS).is_some_and(|n| *n >= 1), "{counters:?}");
-    assert!(
-        histograms.get(POLL_DURATION).is_some_and(|v| !v.is_empty()),
-        "{histograms:?}"
-    );
-    let lateness = &histograms[LATENESS];
+    assert!(seen.of(POLLS, CLUSTER).iter().any(|(_, v)| v.count() >= 1));
+    assert!(seen.of(POLL_DURATION, CLUSTER).iter().any(|(_, v)| v.count() >= 1));
+    let lateness: Vec<f64> = seen
+        .of(LATENESS, CLUSTER)
+        .into_iter()
+        .flat_map(|(_, v)| match v {
+            Value::Histogram(values) => values,
+            other => panic!("{other:?}"),
+        })
+        .collect();
     assert_eq!(lateness.len(), 3, "one lateness per started fire: {lateness:?}");
     // The ledger's own lateness, in seconds.
     let rows = ledger(&store, CLUSTER).await;
@@ -178,8 +148,101 @@ async fn records(db: &TestDb) {
         .iter()
         .map(|f| (f.started_at.unwrap().as_millis() - f.fire_time.as_millis()) as f64 / 1_000.0)
         .collect();
-    let mut recorded = lateness.clone();
+    let mut recorded = lateness;
     from_ledger.sort_by(f64::total_cmp);
     recorded.sort_by(f64::total_cmp);
     assert_eq!(recorded, from_ledger);
+}
+
+/// A series' labels.
+type Labels = Vec<(String, String)>;
+
+/// The value of a label.
+fn label(labels: &[(String, String)], key: &str) -> Option<String> {
+    labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+}
+
+/// A series' value over the snapshots taken.
+#[derive(Debug, Clone)]
+enum Value {
+    /// A counter: what every snapshot read, added.
+    Counter(u64),
+    /// A gauge: the highest value read, and what the last snapshot read.
+    Gauge { high: f64, last: f64 },
+    /// A histogram: every value recorded.
+    Histogram(Vec<f64>),
+}
+
+impl Value {
+    /// A counter's total, a histogram's count.
+    fn count(&self) -> u64 {
+        match self {
+            Value::Counter(n) => *n,
+            Value::Histogram(values) => values.len() as u64,
+            Value::Gauge { .. } => panic!("a gauge has no count"),
+        }
+    }
+}
+
+/// What the recorder held, over every snapshot taken: a snapshot resets
+/// what it reads (counters and gauges to zero, histograms emptied).
+#[derive(Default)]
+struct Seen {
+    series: HashMap<(String, Labels), Value>,
+}
+
+impl Seen {
+    /// Takes a snapshot and adds it to what was seen.
+    fn take(&mut self, snapshotter: &Snapshotter) {
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let key = key.key();
+            let labels = key
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            let entry = self.series.entry((key.name().to_owned(), labels));
+            match value {
+                DebugValue::Counter(n) => {
+                    let total = entry.or_insert(Value::Counter(0));
+                    if let Value::Counter(total) = total {
+                        *total += n;
+                    }
+                }
+                DebugValue::Gauge(v) => {
+                    let v = v.into_inner();
+                    let gauge = entry.or_insert(Value::Gauge { high: v, last: v });
+                    if let Value::Gauge { high, last } = gauge {
+                        *high = high.max(v);
+                        *last = v;
+                    }
+                }
+                DebugValue::Histogram(values) => {
+                    let all = entry.or_insert(Value::Histogram(Vec::new()));
+                    if let Value::Histogram(all) = all {
+                        all.extend(values.into_iter().map(|v| v.into_inner()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A metric's series in one cluster.
+    fn of(&self, name: &str, scheduler: &str) -> Vec<(Labels, Value)> {
+        self.series
+            .iter()
+            .filter(|((n, labels), _)| n == name && labels.iter().any(|(k, v)| k == "scheduler" && v == scheduler))
+            .map(|((_, labels), value)| (labels.clone(), value.clone()))
+            .collect()
+    }
+
+    /// A gauge's highest value in one cluster, 0 if never set.
+    fn high(&self, name: &str, scheduler: &str) -> f64 {
+        self.of(name, scheduler)
+            .iter()
+            .filter_map(|(_, v)| match v {
+                Value::Gauge { high, .. } => Some(*high),
+                _ => None,
+            })
+            .fold(0.0, f64::max)
+    }
 }

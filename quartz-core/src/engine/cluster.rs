@@ -90,7 +90,11 @@ impl<S: Store> Inner<S> {
         }
         let live = members.iter().filter(|m| m.state == NodeState::Live).count();
         *self.cluster.members.write() = members;
-        super::metrics::beat(&self.scheduler, &self.pool.metrics(), live, *self.phase.lock());
+        if !self.stopping() {
+            // A pass still in flight while the node shuts down records nothing:
+            // the shutdown records the stopped node's gauges last.
+            super::metrics::beat(&self.scheduler, &self.pool.metrics(), live, *self.phase.lock());
+        }
         self.recover()
             .instrument(tracing::debug_span!("recovery", scheduler = self.scheduler))
             .await

@@ -128,12 +128,26 @@ pub(super) fn abandoned(scheduler: &str) {
 #[allow(clippy::cast_precision_loss)]
 pub(super) fn beat(scheduler: &str, pool: &quartz_pool::PoolMetrics, live: usize, phase: super::Phase) {
     let s = || scheduler.to_owned();
-    ::metrics::gauge!(POOL_THREADS, "scheduler" => s()).set(pool.threads as f64);
-    ::metrics::gauge!(POOL_BUSY, "scheduler" => s()).set(pool.busy as f64);
-    ::metrics::gauge!(POOL_QUEUED, "scheduler" => s()).set(pool.queued as f64);
+    pool_gauges(scheduler, pool);
     ::metrics::counter!(POOL_REJECTED, "scheduler" => s()).absolute(pool.rejected);
     ::metrics::gauge!(LIVE_NODES, "scheduler" => s()).set(live as f64);
     phased(scheduler, phase);
+}
+
+/// Records a stopped node: its pool as the shutdown left it (no threads
+/// unless a task outlived the grace) and the stopped phase.
+pub(super) fn stopped(scheduler: &str, pool: &quartz_pool::PoolMetrics) {
+    pool_gauges(scheduler, pool);
+    phased(scheduler, super::Phase::Stopped);
+}
+
+/// Records the pool's threads, busy threads and queued fires.
+#[allow(clippy::cast_precision_loss)]
+fn pool_gauges(scheduler: &str, pool: &quartz_pool::PoolMetrics) {
+    let s = || scheduler.to_owned();
+    ::metrics::gauge!(POOL_THREADS, "scheduler" => s()).set(pool.threads as f64);
+    ::metrics::gauge!(POOL_BUSY, "scheduler" => s()).set(pool.busy as f64);
+    ::metrics::gauge!(POOL_QUEUED, "scheduler" => s()).set(pool.queued as f64);
 }
 
 /// Records this node's phase.

@@ -254,7 +254,7 @@ impl<S: Store> Inner<S> {
         }
         self.stop_tasks();
         *self.phase.lock() = Phase::Stopped;
-        super::metrics::phased(&self.scheduler, Phase::Stopped);
+        super::metrics::stopped(&self.scheduler, &self.pool.metrics());
         ShutdownSummary {
             released,
             still_running,

@@ -1,4 +1,5 @@
-// The quartz console's script: a live cron preview on the job form, and the
+// The quartz console's script: a live cron preview on the job form (passing
+// over the times the form's calendar excludes), and the
 // schedule fields shown for the kind chosen. It writes text only (never
 // HTML), and the pages work without it.
 "use strict";
@@ -29,6 +30,9 @@
       const choice = document.getElementById(id);
       if (choice) params.set(id, choice.value);
     }
+    // The times the trigger's calendar excludes are not fire times.
+    const calendar = document.getElementById("calendar");
+    if (calendar && calendar.value.trim()) params.set("calendar", calendar.value.trim());
     try {
       const answer = await fetch(base + "/api/v1/cron/preview?" + params, { credentials: "same-origin" });
       const body = await answer.json();
@@ -61,7 +65,7 @@
       kind.addEventListener("change", showKindFields);
       showKindFields();
     }
-    for (const id of ["cron", "time_zone", "dst_skipped", "dst_repeated"]) {
+    for (const id of ["cron", "time_zone", "dst_skipped", "dst_repeated", "calendar"]) {
       const input = document.getElementById(id);
       if (input) input.addEventListener(input.tagName === "SELECT" ? "change" : "input", schedulePreview);
     }

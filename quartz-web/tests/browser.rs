@@ -1,5 +1,6 @@
 //! The console in a real browser (headless Chromium over WebDriver): log in,
-//! create a job through the form while the cron preview follows the typing,
+//! create a job through the form while the cron preview follows the typing
+//! (the calendar typed too),
 //! see it fire in the history, pause it from the jobs table, delete one
 //! behind its confirmation, and show that a job named
 //! `<script>alert(1)</script>` renders as text and runs nothing. A
@@ -12,6 +13,8 @@ mod webdriver;
 
 use std::path::Path;
 use std::time::Duration;
+
+use chrono::Datelike;
 
 use quartz_core::engine::SchedulerBuilder;
 use quartz_testkit::{Kind, TestDb, wait_for};
@@ -39,6 +42,17 @@ async fn wait_for_element(browser: &Browser, url: &str, css: &str, limit: Durati
         }
     })
     .await;
+}
+
+/// The days of the fire times the form's preview lists.
+async fn preview_days(browser: &Browser) -> Vec<chrono::Weekday> {
+    browser
+        .text("#cron-preview")
+        .await
+        .lines()
+        .filter_map(|at| chrono::DateTime::parse_from_rfc3339(at.trim()).ok())
+        .map(|at| at.weekday())
+        .collect()
 }
 
 /// Fills the job form and submits it.
@@ -106,6 +120,56 @@ async fn console(db: &TestDb) {
             }
         },
     )
+    .await;
+    // It passes over the times the typed calendar excludes, here every day
+    // but the one three days from now, and says when no calendar has the
+    // name typed.
+    let now = chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now());
+    let day = (now + chrono::Duration::days(3)).weekday();
+    let others: Vec<String> = std::iter::successors(Some(day.succ()), |d| Some(d.succ()))
+        .take(6)
+        .map(|d| d.to_string().to_lowercase())
+        .collect();
+    let one_day = serde_json::json!({"kind": "weekly", "days": others});
+    admin
+        .calendar_put("one-day", &serde_json::from_value(one_day).unwrap())
+        .await
+        .unwrap();
+    browser.type_into("#calendar", "no-such").await;
+    wait_for(Duration::from_secs(10), "the preview to name the calendar", || async {
+        let error = browser.text("#cron-preview-error").await;
+        if error.contains("no-such") {
+            Ok(())
+        } else {
+            Err(format!("error {error:?}"))
+        }
+    })
+    .await;
+    browser.type_into("#calendar", "one-day").await;
+    wait_for(
+        Duration::from_secs(10),
+        "five fire times on the calendar's day",
+        || async {
+            let days = preview_days(&browser).await;
+            if days.len() == 5 && days.iter().all(|d| *d == day) {
+                Ok(())
+            } else {
+                Err(format!("{days:?}"))
+            }
+        },
+    )
+    .await;
+    browser.screenshot("job-form-calendar").await;
+    browser.type_into("#calendar", "").await;
+    browser.type_into("#cron", "* * * * * ?").await;
+    wait_for(Duration::from_secs(10), "five fire times within seconds", || async {
+        let days = preview_days(&browser).await;
+        if days.len() == 5 && !days.contains(&day) {
+            Ok(())
+        } else {
+            Err(format!("{days:?}"))
+        }
+    })
     .await;
     browser.screenshot("job-form").await;
     browser.click("#save").await;
@@ -177,7 +241,8 @@ async fn console(db: &TestDb) {
             assert_eq!(browser.count("#lateness rect.bar").await, 7, "the lateness chart");
         }
         if name == "calendars" {
-            assert_eq!(browser.text("tbody tr td:nth-child(2)").await, "weekly: sat, sun");
+            let rows = browser.text("tbody").await;
+            assert!(rows.contains("weekends weekly: sat, sun"), "{rows}");
         }
     }
     eprintln!("console screenshots: {}", shots.display());

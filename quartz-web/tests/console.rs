@@ -506,8 +506,79 @@ async fn calendars_are_listed_added_replaced_and_deleted(db: &TestDb) {
     assert_eq!(page(addr, "/calendars/weekends", Some(&cookie)).await.status, 404);
 }
 
+/// The job form's cron preview, as the server renders it, passes over the
+/// times the form's calendar excludes, on the edit page and on a refused
+/// form alike; a calendar that does not exist is said in the preview.
+async fn the_forms_preview_passes_over_its_calendars_exclusions(db: &TestDb) {
+    use chrono::{DateTime, Datelike, Weekday};
+    use quartz_core::calendar::CalendarDefinition;
+    let admin = Admin::new(db.store().await, CLUSTER);
+    let mondays: CalendarDefinition =
+        serde_json::from_str(r#"{"kind": "weekly", "days": ["tue", "wed", "thu", "fri", "sat", "sun"]}"#).unwrap();
+    admin.calendar_put("mondays", &mondays).await.unwrap();
+    let mut job = JobDefinition::new("weekly", "log");
+    job.triggers
+        .push(TriggerDefinition::cron("0 0 9 * * ?", "UTC").calendar("mondays"));
+    admin.job_add(&job).await.unwrap();
+    let addr = server(admin.clone()).await;
+    let cookie = login(addr, ADMIN).await;
+    let days = |body: &str| -> Vec<Weekday> {
+        let list = body
+            .split("<ol id=\"cron-preview\">")
+            .nth(1)
+            .unwrap()
+            .split("</ol>")
+            .next()
+            .unwrap();
+        list.split("<li>")
+            .skip(1)
+            .map(|item| {
+                let at = item.split("</li>").next().unwrap();
+                DateTime::parse_from_rfc3339(at)
+                    .unwrap_or_else(|e| panic!("{at}: {e}"))
+                    .weekday()
+            })
+            .collect()
+    };
+
+    let edit = page(addr, "/jobs/weekly/edit", Some(&cookie)).await;
+    assert_eq!(edit.status, 200, "{}", edit.body);
+    assert_eq!(days(&edit.body), [Weekday::Mon; 5], "{}", edit.body);
+
+    // A refused form keeps its preview, with the calendar typed.
+    let csrf = csrf_of(&page(addr, "/new", Some(&cookie)).await.body);
+    let form = |calendar: &'static str| {
+        let (csrf, cookie) = (csrf.clone(), cookie.clone());
+        async move {
+            let fields = [
+                ("csrf", csrf.as_str()),
+                ("name", ""),
+                ("handler", "log"),
+                ("kind", "cron"),
+                ("cron", "0 0 9 * * ?"),
+                ("time_zone", "UTC"),
+                ("calendar", calendar),
+            ];
+            post(addr, "/new", Some(&cookie), &fields, &[]).await
+        }
+    };
+    let refused = form("mondays").await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert_eq!(days(&refused.body), [Weekday::Mon; 5], "{}", refused.body);
+    let unknown = form("someday").await;
+    assert_eq!(unknown.status, 400, "{}", unknown.body);
+    assert!(days(&unknown.body).is_empty(), "{}", unknown.body);
+    let error = unknown.body.split("id=\"cron-preview-error\"").nth(1).unwrap();
+    assert!(
+        error.split("</p>").next().unwrap().contains("someday"),
+        "{}",
+        unknown.body
+    );
+}
+
 backend_tests!(
     calendars_are_listed_added_replaced_and_deleted,
+    the_forms_preview_passes_over_its_calendars_exclusions,
     pages_render_with_every_name_escaped,
     the_form_creates_edits_and_refuses_bad_input,
     every_form_needs_the_sessions_csrf_token_and_the_admin_role,

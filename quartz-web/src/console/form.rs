@@ -305,24 +305,34 @@ fn error_for<'a>(errors: &'a FieldErrors, field: &str) -> Option<&'a str> {
     errors.iter().find(|(f, _)| f == field).map(|(_, m)| m.as_str())
 }
 
-/// The server's own rendering of the cron preview.
-fn preview(form: &JobForm) -> Markup {
-    let now = crate::api::now_ms();
-    let zone = if form.time_zone.trim().is_empty() {
-        "UTC"
-    } else {
-        form.time_zone.trim()
+/// The next five fire times of the form's cron expression, passing over
+/// the times its calendar (when one is named) excludes, or why there are
+/// none to show.
+async fn preview_times<S: Store + Clone>(state: &AppState<S>, form: &JobForm) -> Result<Vec<Timestamp>, String> {
+    let zone = match form.time_zone.trim() {
+        "" => "UTC",
+        zone => zone,
     };
-    let dst = quartz_core::admin::parse_dst(Some(dst_name(&form.dst_skipped)), Some(dst_name(&form.dst_repeated)));
-    let times = dst.and_then(|dst| quartz_core::admin::cron_preview(form.cron.trim(), zone, dst, now, 5));
+    let calendar = Some(form.calendar.trim()).filter(|c| !c.is_empty());
+    let dst = quartz_core::admin::parse_dst(Some(dst_name(&form.dst_skipped)), Some(dst_name(&form.dst_repeated)))
+        .map_err(|e| e.to_string())?;
+    state
+        .admin
+        .cron_preview_with(form.cron.trim(), zone, dst, calendar, crate::api::now_ms(), 5)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The server's own rendering of the cron preview.
+fn preview(times: &Result<Vec<Timestamp>, String>) -> Markup {
     let (times, error) = match times {
-        Ok(times) => (times, None),
-        Err(e) => (Vec::new(), Some(e.to_string())),
+        Ok(times) => (times.as_slice(), None),
+        Err(e) => (&[][..], Some(e)),
     };
     html! {
         div #cron-preview-box data-kinds="cron" {
             span.label { "Next fire times (UTC)" }
-            ol #cron-preview { @for t in &times { li { (t.to_string()) } } }
+            ol #cron-preview { @for t in times { li { (t.to_string()) } } }
             p #cron-preview-error.field-error { @if let Some(e) = error { (e) } }
         }
     }
@@ -350,13 +360,15 @@ fn text_input(name: &str, value: &str, placeholder: &str) -> Markup {
     html! { input #(name) type="text" name=(name) value=(value) placeholder=(placeholder); }
 }
 
-fn render(
-    viewer: &Viewer,
-    form: &JobForm,
-    errors: &FieldErrors,
-    editing: Option<&JobView>,
-    handlers: &[String],
-) -> Markup {
+/// What the form shows beside the fields: the handlers live nodes
+/// registered, and the cron preview.
+struct Beside {
+    handlers: Vec<String>,
+    preview: Result<Vec<Timestamp>, String>,
+}
+
+fn render(viewer: &Viewer, form: &JobForm, errors: &FieldErrors, editing: Option<&JobView>, beside: &Beside) -> Markup {
+    let handlers = &beside.handlers;
     let action = match editing {
         Some(job) => format!("{}/jobs/{}/edit", viewer.base, segment(&job.name)),
         None => format!("{}/new", viewer.base),
@@ -420,7 +432,7 @@ fn render(
                         Some("Spring forward: 02:30 on a day the clocks jump from 02:00 to 03:00."), Some("cron")))
                     (field("A local time the clocks repeat", "dst_repeated", errors, select("dst_repeated", &DST_REPEATED, &form.dst_repeated),
                         Some("Fall back: 01:30 on a day the clocks go from 02:00 back to 01:00."), Some("cron")))
-                    (preview(form))
+                    (preview(&beside.preview))
                     (field("Interval (ms)", "interval_ms", errors, text_input("interval_ms", &form.interval_ms, "60000"), None, Some("fixed_rate fixed_delay")))
                     (field("Start", "start", errors, text_input("start", &form.start, "2026-01-31T09:00:00Z"),
                         Some("RFC 3339. For once: when it fires; otherwise not before (default now)."), Some("cron fixed_rate fixed_delay once")))
@@ -469,25 +481,28 @@ async fn handlers<S: Store + Clone>(state: &AppState<S>) -> Vec<String> {
     all
 }
 
-fn respond(
+async fn respond<S: Store + Clone>(
+    state: &AppState<S>,
     viewer: &Viewer,
     status: StatusCode,
     form: &JobForm,
     errors: &FieldErrors,
     editing: Option<&JobView>,
-    handlers: &[String],
 ) -> Response {
     let title = match editing {
         Some(job) => format!("Edit {}", job.name),
         None => "New job".to_owned(),
     };
-    let body = render(viewer, form, errors, editing, handlers);
+    let beside = Beside {
+        handlers: handlers(state).await,
+        preview: preview_times(state, form).await,
+    };
+    let body = render(viewer, form, errors, editing, &beside);
     viewer.respond(status, html::page(viewer, Section::Jobs, &title, None, body))
 }
 
 pub(crate) async fn new_page<S: Store + Clone>(State(state): State<AppState<S>>, viewer: Viewer) -> Response {
-    let handlers = handlers(&state).await;
-    respond(&viewer, StatusCode::OK, &JobForm::blank(), &Vec::new(), None, &handlers)
+    respond(&state, &viewer, StatusCode::OK, &JobForm::blank(), &Vec::new(), None).await
 }
 
 pub(crate) async fn create<S: Store + Clone>(
@@ -528,10 +543,7 @@ async fn settle<S: Store + Clone>(
             segment(&job.name),
             query(&[("notice", notice), ("subject", &job.name)])
         )),
-        Err(errors) => {
-            let handlers = handlers(state).await;
-            respond(viewer, StatusCode::BAD_REQUEST, form, &errors, editing, &handlers)
-        }
+        Err(errors) => respond(state, viewer, StatusCode::BAD_REQUEST, form, &errors, editing).await,
     }
 }
 
@@ -542,15 +554,15 @@ pub(crate) async fn edit_page<S: Store + Clone>(
 ) -> Response {
     match state.admin.job(&name).await {
         Ok(job) => {
-            let handlers = handlers(&state).await;
             respond(
+                &state,
                 &viewer,
                 StatusCode::OK,
                 &JobForm::from_view(&job),
                 &Vec::new(),
                 Some(&job),
-                &handlers,
             )
+            .await
         }
         Err(e) => viewer.failure(&e),
     }

@@ -1,9 +1,11 @@
 //! Calendars through the engine, on real databases: triggers pass over the
 //! times their calendar excludes, and a calendar changed while three nodes
-//! fire reaches every one of them with no fire run twice or lost.
+//! fire reaches every one of them with no fire run twice or lost; a
+//! calendar that excluded every time, once mended, lets the triggers it
+//! completed fire again.
 //!
-//! Each test runs on SQLite (a file), PostgreSQL and MariaDB, on a fresh
-//! database (see `quartz-testkit`).
+//! Each test runs on SQLite (a file), PostgreSQL, MariaDB and Redis, on a
+//! fresh database (see `quartz-testkit`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -16,18 +18,22 @@ use common::{TestDb, ledger, wait_until};
 use quartz::admin::{Admin, AdminError};
 use quartz::calendar::CalendarDefinition;
 use quartz::prelude::*;
-use quartz::store::{CHANGE_VISIBILITY_MS, FireState};
+use quartz::store::{CHANGE_VISIBILITY_MS, ExecuteState, FireState};
 
-/// One test per backend: SQLite (file), PostgreSQL, MariaDB.
+/// One test per backend: SQLite (file), PostgreSQL, MariaDB, Redis.
 macro_rules! calendar_tests {
     ($($name:ident),* $(,)?) => {
         mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::SqliteFile, |db| Box::pin(super::$name(db))).await } )* }
         mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::Postgres, |db| Box::pin(super::$name(db))).await } )* }
         mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::MySql, |db| Box::pin(super::$name(db))).await } )* }
+        mod redis { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::Redis, |db| Box::pin(super::$name(db))).await } )* }
     };
 }
 
-calendar_tests!(a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost);
+calendar_tests!(
+    a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost,
+    a_mended_calendar_revives_the_triggers_it_completed,
+);
 
 const CLUSTER: &str = "calendar-cluster";
 
@@ -162,4 +168,92 @@ async fn a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost(db: &Te
         admin.calendar("quiet").await,
         Err(AdminError::CalendarNotFound { .. })
     ));
+}
+
+/// A calendar that excluded every time completed the triggers that use it;
+/// mended, it revives them: a trigger fires again, a paused job's trigger
+/// waits paused until the job resumes, and a trigger past its end stays
+/// complete.
+async fn a_mended_calendar_revives_the_triggers_it_completed(db: &TestDb) {
+    let node = node(db).await;
+    let store = node.store().clone();
+    let admin = node.admin();
+    let all_day: CalendarDefinition =
+        serde_json::from_value(serde_json::json!({"kind": "daily", "range": "00:00-23:59:59.999"})).unwrap();
+    admin.calendar_put("closed", &all_day).await.unwrap();
+    let now = store.now().await.unwrap();
+    let end = now.saturating_add_millis(1_000);
+    for (name, end) in [("revived", None), ("held", None), ("ended", Some(end))] {
+        let mut trigger = Trigger::every(Duration::from_millis(500), now).unwrap();
+        if let Some(end) = end {
+            trigger = trigger.with_end(end).unwrap();
+        }
+        let trigger = trigger.with_calendar("closed").unwrap();
+        node.add_job(&JobSpec::new(name, "noop"), &[ExecuteSpec::new(trigger)])
+            .await
+            .unwrap();
+    }
+    admin.job_pause("held").await.unwrap();
+    let state = |name: &'static str| {
+        let store = store.clone();
+        async move {
+            let detail = store.get_job(CLUSTER, name).await.unwrap().unwrap();
+            let execute = &detail.executes[0];
+            (execute.state, execute.fire_state.next_fire_time)
+        }
+    };
+    for name in ["revived", "held", "ended"] {
+        assert_eq!(
+            state(name).await,
+            (ExecuteState::Complete, None),
+            "{name}: no time is included"
+        );
+    }
+    wait_until(Duration::from_secs(10), "the end of the ended trigger", || async {
+        store.now().await.unwrap() > end
+    })
+    .await;
+
+    // Mended: one second in 2099 excluded.
+    let mended = store.now().await.unwrap();
+    admin
+        .calendar_put("closed", &seconds("0 0 0 1 1 ? 2099"))
+        .await
+        .unwrap();
+    let (revived, next) = state("revived").await;
+    assert_eq!(revived, ExecuteState::Waiting);
+    assert!(next.is_some_and(|t| t >= mended), "{next:?}");
+    let (held, next) = state("held").await;
+    assert_eq!(held, ExecuteState::Paused, "paused with its job");
+    assert!(next.is_some_and(|t| t >= mended), "{next:?}");
+    assert_eq!(state("ended").await, (ExecuteState::Complete, None), "past its end");
+
+    let fired = |name: &'static str| {
+        let store = store.clone();
+        async move {
+            let jobs = store.list_jobs(CLUSTER).await.unwrap();
+            let id = jobs.iter().find(|j| j.spec.name == name).unwrap().id;
+            let rows = ledger(&store, CLUSTER).await;
+            rows.iter()
+                .filter(|f| f.job_id == id && f.state == FireState::Succeeded)
+                .count()
+        }
+    };
+    wait_until(Duration::from_secs(15), "the revived trigger's fires", || async {
+        fired("revived").await >= 2
+    })
+    .await;
+    assert_eq!(fired("held").await, 0, "a paused job's trigger fires nothing");
+    admin.job_resume("held").await.unwrap();
+    wait_until(Duration::from_secs(15), "the resumed job's fires", || async {
+        fired("held").await >= 2
+    })
+    .await;
+    node.shutdown().await;
+    let rows = ledger(&store, CLUSTER).await;
+    let mut once = HashSet::new();
+    for f in &rows {
+        assert!(once.insert((f.execute_id, f.fire_time, f.attempt)), "twice: {f:?}");
+        assert!(f.fire_time >= mended, "nothing fired before the mend: {f:?}");
+    }
 }

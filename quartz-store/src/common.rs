@@ -68,12 +68,62 @@ pub(crate) fn builds_on(definitions: &BTreeMap<String, CalendarDefinition>, name
     false
 }
 
+/// What replacing a calendar at `now` makes of a trigger that uses it: its
+/// new state and next fire time, or `None` when the row stays as it is.
+///
+/// - A waiting or paused trigger is recomputed ([`rescheduled`]) and
+///   completes when no time is left; one whose next fire time is still
+///   unset (a row written by hand) is left to the poll, which sets it under
+///   the calendar as it is then.
+/// - A complete trigger is revived, paused with a paused job and waiting
+///   otherwise, when its schedule has a time left that the calendar now
+///   includes: a calendar that excluded every time by mistake, once mended,
+///   lets its triggers fire again. A one-off whose time has passed stays
+///   complete (it is not fired late), as does a trigger past its end or its
+///   repeat limit.
+pub(crate) fn recalendared(
+    execute: &quartz_core::store::Execute,
+    job_paused: bool,
+    now: Timestamp,
+) -> Option<(ExecuteState, Option<Timestamp>)> {
+    match execute.state {
+        ExecuteState::Waiting | ExecuteState::Paused if execute.fire_state.next_fire_time.is_some() => {
+            let next = rescheduled(execute, now);
+            let state = if next.is_some() {
+                execute.state
+            } else {
+                ExecuteState::Complete
+            };
+            Some((state, next))
+        }
+        ExecuteState::Complete => {
+            let state = &execute.fire_state;
+            let from = now.saturating_add_millis(CHANGE_VISIBILITY_MS);
+            let from = match state.prev_fire_time {
+                Some(prev) if prev >= from => prev.checked_add_millis(1)?,
+                _ => from,
+            };
+            if matches!(execute.trigger.schedule(), Schedule::Once) && execute.trigger.first_fire_time()? < from {
+                return None;
+            }
+            let next = execute.trigger.first_at_or_after(state, from)?;
+            let revived = if job_paused {
+                ExecuteState::Paused
+            } else {
+                ExecuteState::Waiting
+            };
+            Some((revived, Some(next)))
+        }
+        _ => None,
+    }
+}
+
 /// The next fire time of a trigger whose calendar changed at `now`: from the
 /// earlier of its next fire time and the moment every node has seen the
 /// change (a cron or fixed-rate trigger may fire sooner than before), after
 /// its previous one; a fixed-delay or once trigger keeps its time if the
 /// calendar still includes it.
-pub(crate) fn rescheduled(execute: &quartz_core::store::Execute, now: Timestamp) -> Option<Timestamp> {
+fn rescheduled(execute: &quartz_core::store::Execute, now: Timestamp) -> Option<Timestamp> {
     let state = &execute.fire_state;
     let visible_at = now.saturating_add_millis(CHANGE_VISIBILITY_MS);
     let next = state.next_fire_time?;

@@ -8,14 +8,14 @@ use quartz_core::Timestamp;
 use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{
     CalendarRecord, ChangeAction, ChangeQuery, ChangeRecord, ExecuteSpec, ExecuteState, FireQuery, FireRecord, Job,
-    JobDetail, JobQuery, JobSpec, Node, RejectedRow, Store, StoreError, check_name, millis_of,
+    JobDetail, JobQuery, JobSpec, JobState, Node, RejectedRow, Store, StoreError, check_name, millis_of,
 };
 use serde_json::{Value, json};
 
 use super::RedisStore;
 use super::decode::{self, Rejected};
 use super::script::{Record, flag, ms, num, opt};
-use crate::common::{self, CalendarSet, NewExecute, builds_on, by_name, rescheduled, truncate};
+use crate::common::{self, CalendarSet, NewExecute, builds_on, by_name, recalendared, truncate};
 
 /// How many times a change computed on rows that moved meanwhile is tried.
 const TRIES: usize = 5;
@@ -434,12 +434,13 @@ impl Store for RedisStore {
                 let Ok(execute) = decode::execute(record, scheduler, &set) else {
                     continue;
                 };
-                let next = rescheduled(&execute, now);
-                let state = if next.is_none() {
-                    ExecuteState::Complete
-                } else {
-                    execute.state
+                let job_state = record.get("job_state").map_or("", String::as_str);
+                let paused = job_state == JobState::Paused.as_str();
+                let Some((state, next)) = recalendared(&execute, paused, now) else {
+                    continue;
                 };
+                // A revived row's state follows its job's: the write checks it.
+                let revived = execute.state == ExecuteState::Complete;
                 let expect = &execute.fire_state;
                 updates.push(json!({
                     "id": num(execute.id),
@@ -449,6 +450,7 @@ impl Store for RedisStore {
                     "ek": num(expect.calendar_stamp),
                     "ss": state.as_str(),
                     "sn": ms(next),
+                    "js": if revived { job_state } else { "" },
                 }));
             }
             let detail = common::calendar_detail(existed, definition, updates.len());

@@ -5,13 +5,13 @@
 use std::collections::HashSet;
 
 use quartz_core::calendar::{self, CalendarDefinition};
-use quartz_core::store::{CalendarRecord, ChangeAction, ExecuteState, StoreError};
+use quartz_core::store::{CalendarRecord, ChangeAction, JobState, StoreError};
 use quartz_core::{Error, Timestamp};
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
 use super::*;
-use crate::common::{builds_on, by_name, rescheduled};
+use crate::common::{builds_on, by_name, recalendared};
 
 fn decode_record(row: &AnyRow) -> Result<CalendarRecord, StoreError> {
     let name: String = row.try_get("name").map_err(db_error)?;
@@ -138,9 +138,11 @@ impl SqlStore {
             })
     }
 
-    /// Recomputes the waiting and paused triggers that use `users`, locked
-    /// in id order (the claims' order) so no claim slips between the read
-    /// and the write, and moves their calendar stamp. How many there were.
+    /// Recomputes the waiting and paused triggers that use `users` and
+    /// revives the complete ones the change gives a time (see
+    /// [`recalendared`]), locked in id order (the claims' order) so no claim
+    /// slips between the read and the write, and moves their calendar stamp.
+    /// How many there were.
     async fn reschedule_users(
         &self,
         tx: &mut Transaction<'static, Any>,
@@ -152,15 +154,17 @@ impl SqlStore {
             concat!(
                 "SELECT ",
                 execute_cols!(),
-                " FROM quartz_execute WHERE scheduler = ? AND calendar IS NOT NULL \
-                 AND state IN ('waiting', 'paused') ORDER BY id"
+                ", (SELECT j.state FROM quartz_job j WHERE j.id = quartz_execute.job_id) AS job_state \
+                 FROM quartz_execute WHERE scheduler = ? AND calendar IS NOT NULL \
+                 AND state IN ('waiting', 'paused', 'complete') ORDER BY id"
             )
         } else {
             concat!(
                 "SELECT ",
                 execute_cols!(),
-                " FROM quartz_execute WHERE scheduler = ? AND calendar IS NOT NULL \
-                 AND state IN ('waiting', 'paused') ORDER BY id FOR UPDATE"
+                ", (SELECT j.state FROM quartz_job j WHERE j.id = quartz_execute.job_id) AS job_state \
+                 FROM quartz_execute WHERE scheduler = ? AND calendar IS NOT NULL \
+                 AND state IN ('waiting', 'paused', 'complete') ORDER BY id FOR UPDATE"
             )
         };
         let rows = self
@@ -180,10 +184,10 @@ impl SqlStore {
             let Ok(execute) = decode_execute(row, set) else {
                 continue;
             };
-            let next = rescheduled(&execute, now);
-            let state = match (next, execute.state) {
-                (None, _) => ExecuteState::Complete,
-                (Some(_), state) => state,
+            let job_state: Option<String> = row.try_get("job_state").map_err(db_error)?;
+            let paused = job_state.as_deref() == Some(JobState::Paused.as_str());
+            let Some((state, next)) = recalendared(&execute, paused, now) else {
+                continue;
             };
             self.query(
                 "UPDATE quartz_execute SET next_fire_time = ?, state = ?, calendar_stamp = calendar_stamp + 1, \

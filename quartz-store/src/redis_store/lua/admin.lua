@@ -161,8 +161,8 @@ end
 -- ---- calendars ----
 
 -- Adds or replaces a calendar and reschedules its users, if nothing changed
--- since the caller read the calendars and the users' rows: {'retry'}
--- otherwise.
+-- since the caller read the calendars, the users' rows and (for a revived
+-- row, u.js) its job's state: {'retry'} otherwise.
 C.calendar_put = function()
   if (redis.call('GET', k('calendars-version')) or '0') ~= A.calendars_version then return { 'retry' } end
   for _, u in ipairs(A.updates) do
@@ -170,7 +170,7 @@ C.calendar_put = function()
     local stamp = g(key, 'calendar_stamp')
     if stamp == '' then stamp = '0' end
     if g(key, 'state') ~= u.es or g(key, 'prev_fire_time') ~= u.ep or g(key, 'next_fire_time') ~= u.en
-      or stamp ~= u.ek then
+      or stamp ~= u.ek or (u.js ~= '' and g(k('job:' .. g(key, 'job_id')), 'state') ~= u.js) then
       return { 'retry' }
     end
   end

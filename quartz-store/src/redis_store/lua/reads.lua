@@ -215,8 +215,9 @@ end
 
 C.changes = function() return redis.call('GET', k('changes')) or '0' end
 
--- The calendars (their hashes), the executes that name one and wait or
--- are paused (with A.users), and the calendars' version.
+-- The calendars (their hashes), the executes that name one and wait, are
+-- paused or complete, each with its job's state as `job_state` (with
+-- A.users), and the calendars' version.
 C.calendars = function()
   local calendars = {}
   for _, name in ipairs(redis.call('SMEMBERS', k('calendars'))) do
@@ -225,8 +226,14 @@ C.calendars = function()
   local users = {}
   if A.users == '1' then
     for _, id in ipairs(redis.call('SMEMBERS', k('calendared'))) do
-      local state = g(execute_key(id), 'state')
-      if state == 'waiting' or state == 'paused' then users[#users + 1] = flat(execute_key(id)) end
+      local key = execute_key(id)
+      local state = g(key, 'state')
+      if state == 'waiting' or state == 'paused' or state == 'complete' then
+        local record = flat(key)
+        record[#record + 1] = 'job_state'
+        record[#record + 1] = g(k('job:' .. g(key, 'job_id')), 'state')
+        users[#users + 1] = record
+      end
     end
   end
   return { calendars, users, redis.call('GET', k('calendars-version')) or '0' }

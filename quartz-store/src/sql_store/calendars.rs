@@ -2,16 +2,39 @@
 //! name them, and their changes, which reschedule the triggers that use
 //! them in the change's own transaction.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use quartz_core::calendar::{self, CalendarDefinition};
-use quartz_core::store::{CalendarRecord, ChangeAction, JobState, StoreError};
+use quartz_core::store::{CalendarRecord, ChangeAction, ExecuteState, JobState, StoreError};
 use quartz_core::{Error, Timestamp};
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
 use super::*;
 use crate::common::{builds_on, by_name, recalendared};
+
+/// The jobs of the complete executes that name a calendar, and their state.
+macro_rules! jobs_of_complete {
+    () => {
+        "SELECT id, state FROM quartz_job WHERE id IN (SELECT job_id FROM quartz_execute \
+         WHERE scheduler = ? AND calendar IS NOT NULL AND state = 'complete') ORDER BY id"
+    };
+}
+const JOBS_OF_COMPLETE: &str = jobs_of_complete!();
+
+/// The executes a calendar change may move: those that name a calendar and
+/// wait, are paused or are complete.
+macro_rules! calendar_users {
+    () => {
+        concat!(
+            "SELECT ",
+            execute_cols!(),
+            " FROM quartz_execute WHERE scheduler = ? AND calendar IS NOT NULL \
+             AND state IN ('waiting', 'paused', 'complete') ORDER BY id"
+        )
+    };
+}
+const CALENDAR_USERS: &str = calendar_users!();
 
 fn decode_record(row: &AnyRow) -> Result<CalendarRecord, StoreError> {
     let name: String = row.try_get("name").map_err(db_error)?;
@@ -150,25 +173,31 @@ impl SqlStore {
         users: &[String],
         set: &CalendarSet,
     ) -> Result<usize, StoreError> {
-        let select = if self.db.backend == Backend::Sqlite {
-            concat!(
-                "SELECT ",
-                execute_cols!(),
-                ", (SELECT j.state FROM quartz_job j WHERE j.id = quartz_execute.job_id) AS job_state \
-                 FROM quartz_execute WHERE scheduler = ? AND calendar IS NOT NULL \
-                 AND state IN ('waiting', 'paused', 'complete') ORDER BY id"
-            )
+        // The jobs of the complete rows first, locked as every change and
+        // exclusive claim locks them, before their executes: their state
+        // says whether a revived row waits or is paused.
+        let (select_jobs, select_executes) = if self.db.backend == Backend::Sqlite {
+            (JOBS_OF_COMPLETE, CALENDAR_USERS)
         } else {
-            concat!(
-                "SELECT ",
-                execute_cols!(),
-                ", (SELECT j.state FROM quartz_job j WHERE j.id = quartz_execute.job_id) AS job_state \
-                 FROM quartz_execute WHERE scheduler = ? AND calendar IS NOT NULL \
-                 AND state IN ('waiting', 'paused', 'complete') ORDER BY id FOR UPDATE"
+            (
+                concat!(jobs_of_complete!(), " FOR UPDATE"),
+                concat!(calendar_users!(), " FOR UPDATE"),
             )
         };
+        let jobs = self
+            .query(select_jobs)
+            .bind(scheduler.to_owned())
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        let mut paused = HashMap::new();
+        for job in &jobs {
+            let id: i64 = job.try_get(0).map_err(db_error)?;
+            let state: String = job.try_get(1).map_err(db_error)?;
+            paused.insert(id, state == JobState::Paused.as_str());
+        }
         let rows = self
-            .query(select)
+            .query(select_executes)
             .bind(scheduler.to_owned())
             .fetch_all(&mut **tx)
             .await
@@ -184,9 +213,12 @@ impl SqlStore {
             let Ok(execute) = decode_execute(row, set) else {
                 continue;
             };
-            let job_state: Option<String> = row.try_get("job_state").map_err(db_error)?;
-            let paused = job_state.as_deref() == Some(JobState::Paused.as_str());
-            let Some((state, next)) = recalendared(&execute, paused, now) else {
+            // A row completed since the jobs were locked stays complete.
+            let job_paused = match (execute.state, paused.get(&execute.job_id)) {
+                (ExecuteState::Complete, None) => continue,
+                (_, job_paused) => job_paused.copied().unwrap_or(false),
+            };
+            let Some((state, next)) = recalendared(&execute, job_paused, now) else {
                 continue;
             };
             self.query(

@@ -176,7 +176,22 @@ impl Pool {
     where
         F: FnOnce() + Send + 'static,
     {
-        match Shared::offer(&self.shared, Box::new(task)) {
+        self.try_resubmit(Task(Box::new(task)))
+    }
+
+    /// Offers a task the pool handed back (in a [`Rejected`] or a shutdown's
+    /// report) again, as [`try_submit`](Self::try_submit) offers a new one,
+    /// without wrapping it: a task refused and offered again any number of
+    /// times runs as it was first given. (Wrapped in a new closure each
+    /// time, it would nest one call deeper per refusal, and a task refused
+    /// thousands of times could overflow the stack of the worker that runs
+    /// it.)
+    ///
+    /// # Errors
+    ///
+    /// [`Rejected`], carrying the task back, as for [`try_submit`](Self::try_submit).
+    pub fn try_resubmit(&self, task: Task) -> Result<(), Rejected> {
+        match Shared::offer(&self.shared, task.0) {
             Ok(()) => Ok(()),
             Err((task, reason)) => Err(self.shared.reject(task, reason)),
         }

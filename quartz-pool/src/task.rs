@@ -8,10 +8,12 @@ pub(crate) type BoxTask = Box<dyn FnOnce() + Send + 'static>;
 /// A task the pool did not run: handed back by a rejection or by [`Pool::shutdown`].
 ///
 /// Nothing is lost: the caller may [`run`](Task::run) it itself (the "caller runs"
-/// policy), resubmit it later, or drop it, which runs the destructors of everything
-/// the closure captured (a completion guard, a channel sender) as usual.
+/// policy), offer it again later ([`Pool::try_resubmit`]), or drop it, which runs
+/// the destructors of everything the closure captured (a completion guard, a
+/// channel sender) as usual.
 ///
 /// [`Pool::shutdown`]: crate::Pool::shutdown
+/// [`Pool::try_resubmit`]: crate::Pool::try_resubmit
 pub struct Task(pub(crate) BoxTask);
 
 impl Task {

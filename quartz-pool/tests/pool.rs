@@ -444,15 +444,13 @@ fn many_submitters_under_rejection_lose_and_duplicate_no_task() {
             thread::spawn(move || {
                 for i in s * PER_SUBMITTER..(s + 1) * PER_SUBMITTER {
                     let runs = Arc::clone(&runs);
-                    let mut task: Box<dyn FnOnce() + Send> =
-                        Box::new(move || _ = runs[i].fetch_add(1, Ordering::SeqCst));
-                    // A rejection hands the task back; resubmit that same task.
-                    while let Err(rejected) = pool.try_submit(task) {
+                    let mut offered = pool.try_submit(move || _ = runs[i].fetch_add(1, Ordering::SeqCst));
+                    // A rejection hands the task back; offer that same task again.
+                    while let Err(rejected) = offered {
                         assert_eq!(rejected.reason, RejectReason::QueueFull);
                         rejections.fetch_add(1, Ordering::SeqCst);
-                        let returned = rejected.into_task();
-                        task = Box::new(move || returned.run());
                         thread::yield_now();
+                        offered = pool.try_resubmit(rejected.into_task());
                     }
                 }
             })
@@ -478,6 +476,38 @@ fn many_submitters_under_rejection_lose_and_duplicate_no_task() {
         "every rejection was counted"
     );
     assert!(m.largest <= 4);
+}
+
+/// A task refused a hundred thousand times and offered again each time
+/// runs as it was first given, on a worker with a small stack: offering it
+/// again nests nothing.
+#[test]
+fn a_task_offered_again_after_many_refusals_runs_as_given() {
+    const REFUSALS: u64 = 100_000;
+    let pool = Pool::builder()
+        .core(1)
+        .max(1)
+        .queue_capacity(0)
+        .stack_size(128 * 1024)
+        .build()
+        .unwrap();
+    let mut gate = Gate::new();
+    pool.try_submit(gate.task()).unwrap();
+    gate.wait_started(1);
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let mut offered = pool.try_submit(move || tx.send(()).unwrap());
+    let mut refusals = 0;
+    while let Err(rejected) = offered {
+        assert_eq!(rejected.reason, RejectReason::QueueFull);
+        refusals += 1;
+        if refusals == REFUSALS {
+            gate.open();
+        }
+        offered = pool.try_resubmit(rejected.into_task());
+    }
+    assert!(refusals >= REFUSALS);
+    rx.recv_timeout(DEADLINE).expect("the task ran");
+    assert_eq!(pool.metrics().rejected, refusals);
 }
 
 #[test]

@@ -464,8 +464,7 @@ impl<S: Store> Inner<S> {
         let patience = std::time::Instant::now() + START_RECHECK;
         while rejected.reason != quartz_pool::RejectReason::ShutDown && std::time::Instant::now() < patience {
             tokio::time::sleep(Duration::from_millis(1)).await;
-            let task = rejected.into_task();
-            match self.pool.try_submit(move || task.run()) {
+            match self.pool.try_resubmit(rejected.into_task()) {
                 Ok(()) => return self.supervise(run, done_rx, cancel_tx).await,
                 Err(again) => rejected = again,
             }

@@ -304,6 +304,28 @@ fn every_admin_command(url: &str) {
     );
     let calendars = json(&url, &["calendar", "list"]);
     assert_eq!(calendars.as_array().unwrap().len(), 1, "{calendars}");
+    // A second add of the name is refused, the first kept; --replace replaces.
+    refused(
+        &url,
+        &["calendar", "add", "weekends", "--kind", "weekly", "--dates", "sun"],
+        "give --replace",
+    );
+    let kept = json(&url, &["calendar", "show", "weekends"]);
+    assert_eq!(kept["definition"]["days"], serde_json::json!(["sat", "sun"]), "{kept}");
+    let replaced = json(
+        &url,
+        &[
+            "calendar",
+            "add",
+            "weekends",
+            "--kind",
+            "weekly",
+            "--dates",
+            "sat,sun",
+            "--replace",
+        ],
+    );
+    assert_eq!(replaced["definition"]["days"], serde_json::json!(["sat", "sun"]));
     json(
         &url,
         &[

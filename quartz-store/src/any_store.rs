@@ -139,6 +139,7 @@ impl Store for AnyStore {
         fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError>;
         fn change_log(&self, query: &ChangeQuery) -> Result<Vec<ChangeRecord>, StoreError>;
         fn put_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition) -> Result<CalendarRecord, StoreError>;
+        fn add_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition) -> Result<CalendarRecord, StoreError>;
         fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError>;
         fn list_calendars(&self, scheduler: &str) -> Result<Vec<CalendarRecord>, StoreError>;
         fn delete_calendar(&self, scheduler: &str, name: &str) -> Result<(), StoreError>;

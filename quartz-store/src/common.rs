@@ -55,8 +55,25 @@ pub(crate) fn by_name(records: Vec<CalendarRecord>) -> BTreeMap<String, Calendar
     records.into_iter().map(|r| (r.name, r.definition)).collect()
 }
 
+/// The calendars a change of `name` reaches (itself and every calendar
+/// built on it), each checked to resolve with the definitions as changed.
+pub(crate) fn changed_calendars(
+    definitions: &BTreeMap<String, CalendarDefinition>,
+    name: &str,
+) -> Result<Vec<String>, StoreError> {
+    let users: Vec<String> = definitions
+        .keys()
+        .filter(|n| builds_on(definitions, n, name))
+        .cloned()
+        .collect();
+    for user in &users {
+        calendar::resolve(user, |n| definitions.get(n).cloned())?;
+    }
+    Ok(users)
+}
+
 /// Whether the chain from `name` reaches `target` (itself included).
-pub(crate) fn builds_on(definitions: &BTreeMap<String, CalendarDefinition>, name: &str, target: &str) -> bool {
+fn builds_on(definitions: &BTreeMap<String, CalendarDefinition>, name: &str, target: &str) -> bool {
     let mut at = Some(name);
     for _ in 0..=calendar::MAX_CHAIN {
         match at {

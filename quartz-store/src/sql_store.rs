@@ -271,7 +271,16 @@ impl Store for SqlStore {
         name: &str,
         def: &CalendarDefinition,
     ) -> Result<CalendarRecord, StoreError> {
-        retry_conflicts(|| self.calendar_put(scheduler, name, def)).await
+        retry_conflicts(|| self.calendar_put(scheduler, name, def, false)).await
+    }
+
+    async fn add_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        def: &CalendarDefinition,
+    ) -> Result<CalendarRecord, StoreError> {
+        retry_conflicts(|| self.calendar_put(scheduler, name, def, true)).await
     }
 
     async fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError> {

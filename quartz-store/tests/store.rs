@@ -36,7 +36,8 @@ backend_tests!(
     fires_start_and_succeed_in_batches_fenced,
     fires_that_never_ran_are_recorded_without_a_start,
     nodes_registering_together_all_register,
-    a_node_purged_and_back_is_newer_than_before;
+    a_node_purged_and_back_is_newer_than_before,
+    a_calendar_name_is_added_once;
     sql: migrations_run_twice_and_concurrently,
     due_executes_come_in_time_order_and_bad_rows_are_set_aside,
 );
@@ -1098,4 +1099,55 @@ async fn a_node_purged_and_back_is_newer_than_before(db: &TestDb) {
         !store.heartbeat(S, &second, 0).await.unwrap(),
         "the old incarnation is fenced"
     );
+}
+
+/// Adds of one calendar name at once, from two handles (two nodes'
+/// connections): one is stored, every other is refused as a duplicate, and
+/// the stored definition is the one added. A replace still replaces, and an
+/// add after it is refused with the replacement kept.
+async fn a_calendar_name_is_added_once(db: &TestDb) {
+    use quartz_core::calendar::CalendarDefinition;
+    let weekly = |day: &str| -> CalendarDefinition {
+        serde_json::from_value(serde_json::json!({"kind": "weekly", "days": [day]})).unwrap()
+    };
+    let first = db.store().await;
+    // Separate pools (connections) for all but the in-memory database.
+    let second = if db.kind == Kind::SqliteMemory {
+        first.clone()
+    } else {
+        db.store().await
+    };
+    let handles = [first, second];
+    let days = ["mon", "tue", "wed", "thu", "fri", "sat"];
+    let adds: Vec<_> = days
+        .iter()
+        .enumerate()
+        .map(|(i, day)| {
+            let store = handles[i % 2].clone();
+            let definition = weekly(day);
+            tokio::spawn(async move { store.add_calendar(S, "closed", &definition).await })
+        })
+        .collect();
+    let mut added = Vec::new();
+    for (add, day) in adds.into_iter().zip(days) {
+        match add.await.unwrap() {
+            Ok(record) => added.push((day, record)),
+            Err(StoreError::DuplicateCalendar { name, .. }) => assert_eq!(name, "closed"),
+            Err(other) => panic!("{day}: {other}"),
+        }
+    }
+    assert_eq!(added.len(), 1, "one add stored: {added:?}");
+    let (day, record) = &added[0];
+    assert_eq!(record.definition.days, [*day]);
+    let stored = handles[0].get_calendar(S, "closed").await.unwrap().unwrap();
+    assert_eq!(stored.definition.days, [*day], "the stored one is the one added");
+
+    handles[1].put_calendar(S, "closed", &weekly("sun")).await.unwrap();
+    assert!(matches!(
+        handles[0].add_calendar(S, "closed", &weekly("mon")).await,
+        Err(StoreError::DuplicateCalendar { .. })
+    ));
+    let stored = handles[0].get_calendar(S, "closed").await.unwrap().unwrap();
+    assert_eq!(stored.definition.days, ["sun"], "the replacement kept");
+    assert_eq!(handles[0].list_calendars(S).await.unwrap().len(), 1);
 }

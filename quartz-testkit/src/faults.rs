@@ -260,6 +260,7 @@ faulty! {
     fn delete_job(&self, scheduler: &str, name: &str) -> ();
     fn fires(&self, query: &FireQuery) -> Vec<FireRecord>;
     fn put_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition) -> CalendarRecord;
+    fn add_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition) -> CalendarRecord;
     fn get_calendar(&self, scheduler: &str, name: &str) -> Option<CalendarRecord>;
     fn list_calendars(&self, scheduler: &str) -> Vec<CalendarRecord>;
     fn delete_calendar(&self, scheduler: &str, name: &str) -> ();

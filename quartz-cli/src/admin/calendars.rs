@@ -1,7 +1,7 @@
 //! `quartz calendar …`: add (or replace), list, show and delete the
 //! calendars whose excluded times are not fire times.
 
-use quartz_core::admin::{Admin, CalendarView};
+use quartz_core::admin::{Admin, AdminError, CalendarView};
 use quartz_core::calendar::{CalendarDefinition, CalendarType};
 use quartz_store::AnyStore;
 use serde_json::{Value, json};
@@ -133,10 +133,16 @@ pub async fn calendar(url: &str, scheduler: &str, out: Out, command: CalendarCom
                 base,
                 description,
             };
-            if !replace && admin.calendar(&name).await.is_ok() {
-                anyhow::bail!("a calendar named {name:?} exists; give --replace to replace it");
-            }
-            let view = admin.calendar_put(&name, &definition).await?;
+            let view = if replace {
+                admin.calendar_put(&name, &definition).await?
+            } else {
+                match admin.calendar_add(&name, &definition).await {
+                    Err(AdminError::CalendarExists { .. }) => {
+                        anyhow::bail!("a calendar named {name:?} exists; give --replace to replace it")
+                    }
+                    added => added?,
+                }
+            };
             out.print(&view_json(&view), || {
                 format!("calendar {name}: {}\n", describe_calendar(&view.definition))
             });

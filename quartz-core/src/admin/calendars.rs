@@ -53,6 +53,19 @@ impl<S: Store> Admin<S> {
         Ok(record.into())
     }
 
+    /// Adds a calendar only if none of that name exists, as one step: of two
+    /// adds of one name at once, one is stored and the other refused.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::CalendarExists`], the stored calendar left as it was;
+    /// [`AdminError::Invalid`] naming the field; the store's errors.
+    pub async fn calendar_add(&self, name: &str, definition: &CalendarDefinition) -> Result<CalendarView, AdminError> {
+        definition.calendar(None).map_err(|e| invalid_calendar(&e))?;
+        let record = self.store.add_calendar(&self.scheduler, name, definition).await?;
+        Ok(record.into())
+    }
+
     /// A calendar, by name.
     ///
     /// # Errors

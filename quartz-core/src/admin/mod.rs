@@ -94,6 +94,12 @@ pub enum AdminError {
         /// The name.
         name: String,
     },
+    /// A calendar of that name exists already (an add, not a replace).
+    #[error("a calendar named {name:?} already exists")]
+    CalendarExists {
+        /// The name.
+        name: String,
+    },
     /// The database could not be reached; the call may be retried.
     #[error("database unavailable: {reason}")]
     Unavailable {
@@ -120,7 +126,7 @@ impl AdminError {
         match self {
             AdminError::Invalid { .. } => "invalid",
             AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } => "not_found",
-            AdminError::Conflict { .. } | AdminError::InUse { .. } => "conflict",
+            AdminError::Conflict { .. } | AdminError::CalendarExists { .. } | AdminError::InUse { .. } => "conflict",
             AdminError::Unavailable { .. } => "unavailable",
             AdminError::Store(_) => "internal",
         }
@@ -144,6 +150,7 @@ impl From<StoreError> for AdminError {
             StoreError::CalendarInUse { name, users } => AdminError::InUse { name, users },
             StoreError::UnknownJob { name, .. } => AdminError::NotFound { name },
             StoreError::DuplicateJob { name, .. } => AdminError::Conflict { name },
+            StoreError::DuplicateCalendar { name, .. } => AdminError::CalendarExists { name },
             StoreError::Unavailable { reason } => AdminError::Unavailable { reason },
             other => AdminError::Store(other),
         }

@@ -25,6 +25,15 @@ pub enum StoreError {
         /// The job name.
         name: String,
     },
+    /// A calendar of that name already exists in the scheduler (an add,
+    /// not a replace).
+    #[error("a calendar named {name:?} already exists in scheduler {scheduler:?}")]
+    DuplicateCalendar {
+        /// The scheduler (cluster) name.
+        scheduler: String,
+        /// The calendar name.
+        name: String,
+    },
     /// No calendar of that name exists in the scheduler.
     #[error("no calendar named {name:?} in scheduler {scheduler:?}")]
     UnknownCalendar {

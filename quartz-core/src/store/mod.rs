@@ -153,8 +153,21 @@ pub trait Store: internal::EngineStore {
     /// that use it (directly or through a base) have their next fire time
     /// recomputed (from the earlier of their next fire time and the moment
     /// every node has seen the change) and their calendar stamp moved, so no
-    /// node wins a fire it expanded under the calendar as it was.
+    /// node wins a fire it expanded under the calendar as it was; a complete
+    /// trigger whose schedule has a time left that the calendar now includes
+    /// is revived (waiting, or paused with its job).
     fn put_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        definition: &CalendarDefinition,
+    ) -> impl Future<Output = Result<CalendarRecord, StoreError>> + Send;
+
+    /// Adds a calendar, as [`put_calendar`](Self::put_calendar) does, only
+    /// if none of that name exists: of two adds of one name at once, one
+    /// stores its definition and the other gets
+    /// [`StoreError::DuplicateCalendar`], the first left as it was.
+    fn add_calendar(
         &self,
         scheduler: &str,
         name: &str,

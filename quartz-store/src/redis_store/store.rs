@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::RedisStore;
 use super::decode::{self, Rejected};
 use super::script::{Record, flag, ms, num, opt};
-use crate::common::{self, CalendarSet, NewExecute, builds_on, by_name, recalendared, truncate};
+use crate::common::{self, CalendarSet, NewExecute, by_name, recalendared, truncate};
 
 /// How many times a change computed on rows that moved meanwhile is tried.
 const TRIES: usize = 5;
@@ -93,6 +93,10 @@ impl RedisStore {
                 scheduler: scheduler.to_owned(),
                 name: name.to_owned(),
             }),
+            Some("calendar_exists") => Err(StoreError::DuplicateCalendar {
+                scheduler: scheduler.to_owned(),
+                name: name.to_owned(),
+            }),
             Some("unknown_job") => Err(StoreError::UnknownJob {
                 scheduler: scheduler.to_owned(),
                 name: arg(),
@@ -116,6 +120,77 @@ impl RedisStore {
                 reason: format!("unexpected answer from the Redis script: {other:?}"),
             }),
         }
+    }
+
+    /// Adds or replaces a calendar and reschedules its users in one step;
+    /// with `only_new`, adds it only if none of that name exists.
+    async fn calendar_write(
+        &self,
+        scheduler: &str,
+        name: &str,
+        definition: &CalendarDefinition,
+        only_new: bool,
+    ) -> Result<CalendarRecord, StoreError> {
+        let json = common::calendar_text(scheduler, name, definition)?;
+        self.keys(scheduler)?;
+        for _ in 0..TRIES {
+            let snapshot = self.calendar_snapshot(scheduler, true).await?;
+            let mut definitions = by_name(snapshot.records);
+            let existed = definitions.insert(name.to_owned(), definition.clone()).is_some();
+            let users = common::changed_calendars(&definitions, name)?;
+            let set = CalendarSet::resolve(&definitions, users.iter().map(String::as_str));
+            let now = self.clock().await?;
+            let mut updates = Vec::new();
+            for record in &snapshot.users {
+                if !record.get("calendar").is_some_and(|c| users.contains(c)) {
+                    continue;
+                }
+                // A row that cannot be read is left to the poll, which marks it.
+                let Ok(execute) = decode::execute(record, scheduler, &set) else {
+                    continue;
+                };
+                let job_state = record.get("job_state").map_or("", String::as_str);
+                let paused = job_state == JobState::Paused.as_str();
+                let Some((state, next)) = recalendared(&execute, paused, now) else {
+                    continue;
+                };
+                // A revived row's state follows its job's: the write checks it.
+                let revived = execute.state == ExecuteState::Complete;
+                let expect = &execute.fire_state;
+                updates.push(json!({
+                    "id": num(execute.id),
+                    "es": execute.state.as_str(),
+                    "ep": ms(expect.prev_fire_time),
+                    "en": ms(expect.next_fire_time),
+                    "ek": num(expect.calendar_stamp),
+                    "ss": state.as_str(),
+                    "sn": ms(next),
+                    "js": if revived { job_state } else { "" },
+                }));
+            }
+            let detail = common::calendar_detail(existed, definition, updates.len());
+            let args = json!({
+                "name": name,
+                "definition": json,
+                "calendars_version": snapshot.version,
+                "only_new": flag(only_new),
+                "updates": updates,
+                "change": self.change(ChangeAction::CalendarPut, name, &detail),
+            });
+            let reply: Vec<String> = self.write(scheduler, "calendar_put", &args).await?;
+            if let Answer::Ok = Self::answer(scheduler, name, &reply)? {
+                return self
+                    .get_calendar(scheduler, name)
+                    .await?
+                    .ok_or_else(|| StoreError::UnknownCalendar {
+                        scheduler: scheduler.to_owned(),
+                        name: name.to_owned(),
+                    });
+            }
+        }
+        Err(StoreError::Conflict {
+            reason: format!("the triggers using calendar {name:?} kept changing; try again"),
+        })
     }
 
     /// The scheduler's calendars (and, with `users`, the executes that use
@@ -409,72 +484,16 @@ impl Store for RedisStore {
         name: &str,
         definition: &CalendarDefinition,
     ) -> Result<CalendarRecord, StoreError> {
-        let json = common::calendar_text(scheduler, name, definition)?;
-        self.keys(scheduler)?;
-        for _ in 0..TRIES {
-            let snapshot = self.calendar_snapshot(scheduler, true).await?;
-            let mut definitions = by_name(snapshot.records);
-            let existed = definitions.insert(name.to_owned(), definition.clone()).is_some();
-            let users: Vec<String> = definitions
-                .keys()
-                .filter(|n| builds_on(&definitions, n, name))
-                .cloned()
-                .collect();
-            for user in &users {
-                quartz_core::calendar::resolve(user, |n| definitions.get(n).cloned())?;
-            }
-            let set = CalendarSet::resolve(&definitions, users.iter().map(String::as_str));
-            let now = self.clock().await?;
-            let mut updates = Vec::new();
-            for record in &snapshot.users {
-                if !record.get("calendar").is_some_and(|c| users.contains(c)) {
-                    continue;
-                }
-                // A row that cannot be read is left to the poll, which marks it.
-                let Ok(execute) = decode::execute(record, scheduler, &set) else {
-                    continue;
-                };
-                let job_state = record.get("job_state").map_or("", String::as_str);
-                let paused = job_state == JobState::Paused.as_str();
-                let Some((state, next)) = recalendared(&execute, paused, now) else {
-                    continue;
-                };
-                // A revived row's state follows its job's: the write checks it.
-                let revived = execute.state == ExecuteState::Complete;
-                let expect = &execute.fire_state;
-                updates.push(json!({
-                    "id": num(execute.id),
-                    "es": execute.state.as_str(),
-                    "ep": ms(expect.prev_fire_time),
-                    "en": ms(expect.next_fire_time),
-                    "ek": num(expect.calendar_stamp),
-                    "ss": state.as_str(),
-                    "sn": ms(next),
-                    "js": if revived { job_state } else { "" },
-                }));
-            }
-            let detail = common::calendar_detail(existed, definition, updates.len());
-            let args = json!({
-                "name": name,
-                "definition": json,
-                "calendars_version": snapshot.version,
-                "updates": updates,
-                "change": self.change(ChangeAction::CalendarPut, name, &detail),
-            });
-            let reply: Vec<String> = self.write(scheduler, "calendar_put", &args).await?;
-            if let Answer::Ok = Self::answer(scheduler, name, &reply)? {
-                return self
-                    .get_calendar(scheduler, name)
-                    .await?
-                    .ok_or_else(|| StoreError::UnknownCalendar {
-                        scheduler: scheduler.to_owned(),
-                        name: name.to_owned(),
-                    });
-            }
-        }
-        Err(StoreError::Conflict {
-            reason: format!("the triggers using calendar {name:?} kept changing; try again"),
-        })
+        self.calendar_write(scheduler, name, definition, false).await
+    }
+
+    async fn add_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        definition: &CalendarDefinition,
+    ) -> Result<CalendarRecord, StoreError> {
+        self.calendar_write(scheduler, name, definition, true).await
     }
 
     async fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError> {

@@ -4,14 +4,14 @@
 
 use std::collections::{HashMap, HashSet};
 
-use quartz_core::calendar::{self, CalendarDefinition};
+use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{CalendarRecord, ChangeAction, ExecuteState, JobState, StoreError};
 use quartz_core::{Error, Timestamp};
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
 use super::*;
-use crate::common::{builds_on, by_name, recalendared};
+use crate::common::{by_name, changed_calendars, recalendared};
 
 /// The jobs of the complete executes that name a calendar, and their state.
 macro_rules! jobs_of_complete {
@@ -116,37 +116,46 @@ impl SqlStore {
         self.calendar_records(&self.db.pool, scheduler).await
     }
 
+    /// Adds or replaces a calendar; with `only_new`, adds it only if none of
+    /// that name exists (the table's unique key settles two adds at once).
     pub(super) async fn calendar_put(
         &self,
         scheduler: &str,
         name: &str,
         definition: &CalendarDefinition,
+        only_new: bool,
     ) -> Result<CalendarRecord, StoreError> {
         let json = crate::common::calendar_text(scheduler, name, definition)?;
+        let duplicate = || StoreError::DuplicateCalendar {
+            scheduler: scheduler.to_owned(),
+            name: name.to_owned(),
+        };
         let mut tx = self.begin_change(scheduler).await?;
         let mut definitions = by_name(self.calendar_records(&mut *tx, scheduler).await?);
         let existed = definitions.insert(name.to_owned(), definition.clone()).is_some();
-        let users: Vec<String> = definitions
-            .keys()
-            .filter(|n| builds_on(&definitions, n, name))
-            .cloned()
-            .collect();
-        for user in &users {
-            calendar::resolve(user, |n| definitions.get(n).cloned())?;
+        if existed && only_new {
+            return Err(duplicate());
         }
+        let users = changed_calendars(&definitions, name)?;
         let statement = if existed {
             "UPDATE quartz_calendar SET definition = ?, updated_at = {now} WHERE scheduler = ? AND name = ?"
         } else {
             "INSERT INTO quartz_calendar (definition, scheduler, name, created_at, updated_at) \
              VALUES (?, ?, ?, {now}, {now})"
         };
-        self.query(statement)
+        let written = self
+            .query(statement)
             .bind(json)
             .bind(scheduler.to_owned())
             .bind(name.to_owned())
             .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .await;
+        match written {
+            Ok(_) => {}
+            // Added at the same time by another transaction.
+            Err(e) if only_new && is_unique_violation(&e) => return Err(duplicate()),
+            Err(e) => return Err(db_error(e)),
+        }
         let set = CalendarSet::resolve(&definitions, users.iter().map(String::as_str));
         let moved = self.reschedule_users(&mut tx, scheduler, &users, &set).await?;
         let detail = crate::common::calendar_detail(existed, definition, moved);

@@ -181,24 +181,32 @@ fn field_of(e: &AdminError) -> FieldError {
         AdminError::Invalid { field, message } if field.is_empty() => Some(("definition", message.clone())),
         AdminError::Invalid { field, message } => Some(("definition", format!("{field}: {message}"))),
         AdminError::CalendarNotFound { .. } => Some(("definition", e.to_string())),
+        AdminError::CalendarExists { name } => Some((
+            "name",
+            format!("a calendar named {name:?} exists; replace it from its page"),
+        )),
         _ => None,
     }
 }
 
-/// Adds (`name` from the form) or replaces (`name` from the path) a calendar.
+/// Adds (`name` from the form, only if none of that name exists) or
+/// replaces (`name` from the path) a calendar.
 async fn put<S: Store + Clone>(
     state: &AppState<S>,
     viewer: &Viewer,
     name: &str,
     fields: &Fields,
+    only_new: bool,
 ) -> Result<(), FieldError> {
     let definition: CalendarDefinition = serde_json::from_str(fields.get("definition"))
         .map_err(|e| Some(("definition", format!("not a calendar definition: {e}"))))?;
-    state
-        .admin
-        .acting_as(viewer.actor)
-        .calendar_put(name, &definition)
-        .await
+    let admin = state.admin.acting_as(viewer.actor);
+    let written = if only_new {
+        admin.calendar_add(name, &definition).await
+    } else {
+        admin.calendar_put(name, &definition).await
+    };
+    written
         .map(|_| ())
         .map_err(|e| field_of(&e).or_else(|| Some(("definition", e.to_string()))))
 }
@@ -215,13 +223,8 @@ pub(crate) async fn create<S: Store + Clone>(
     let name = fields.get("name").trim().to_owned();
     let error = if name.is_empty() {
         Some(("name", "a calendar needs a name".to_owned()))
-    } else if state.admin.calendar(&name).await.is_ok() {
-        Some((
-            "name",
-            format!("a calendar named {name:?} exists; replace it from its page"),
-        ))
     } else {
-        put(&state, &viewer, &name, &fields).await.err().flatten()
+        put(&state, &viewer, &name, &fields, true).await.err().flatten()
     };
     match error {
         None => viewer.redirect(&format!(
@@ -257,7 +260,7 @@ pub(crate) async fn replace<S: Store + Clone>(
         Ok(c) => c,
         Err(e) => return viewer.failure(&e),
     };
-    match put(&state, &viewer, &name, &fields).await {
+    match put(&state, &viewer, &name, &fields, false).await {
         Ok(()) => viewer.redirect(&format!(
             "/calendars/{}{}",
             segment(&name),

@@ -105,7 +105,9 @@ impl Viewer {
         let status = match e {
             AdminError::Invalid { .. } => StatusCode::BAD_REQUEST,
             AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } => StatusCode::NOT_FOUND,
-            AdminError::Conflict { .. } | AdminError::InUse { .. } => StatusCode::CONFLICT,
+            AdminError::Conflict { .. } | AdminError::CalendarExists { .. } | AdminError::InUse { .. } => {
+                StatusCode::CONFLICT
+            }
             AdminError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };

@@ -160,10 +160,14 @@ end
 
 -- ---- calendars ----
 
--- Adds or replaces a calendar and reschedules its users, if nothing changed
--- since the caller read the calendars, the users' rows and (for a revived
--- row, u.js) its job's state: {'retry'} otherwise.
+-- Adds or replaces a calendar (with A.only_new, adds it only if none of that
+-- name exists: {'calendar_exists'} otherwise) and reschedules its users, if
+-- nothing changed since the caller read the calendars, the users' rows and
+-- (for a revived row, u.js) its job's state: {'retry'} otherwise.
 C.calendar_put = function()
+  if A.only_new == '1' and redis.call('SISMEMBER', k('calendars'), A.name) == 1 then
+    return { 'calendar_exists' }
+  end
   if (redis.call('GET', k('calendars-version')) or '0') ~= A.calendars_version then return { 'retry' } end
   for _, u in ipairs(A.updates) do
     local key = execute_key(u.id)

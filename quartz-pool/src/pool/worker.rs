@@ -1,4 +1,5 @@
-//! A worker thread: its first task, then the queue until the pool shuts
+//! A worker thread: how it starts (below the pool's limit, with a first
+//! task or none), its first task, then the queue until the pool shuts
 //! down or the worker wins the compare-and-set that retires it; each task
 //! run with its panic caught and counted in the worker's own slot.
 
@@ -9,6 +10,7 @@ use std::time::Instant;
 
 use crossbeam_channel::TryRecvError;
 use crossbeam_utils::Backoff;
+use parking_lot::Mutex;
 
 use super::{Shared, WorkerStats};
 use crate::task::BoxTask;
@@ -23,8 +25,89 @@ enum Exit {
     Retired,
 }
 
+/// Why `add_worker` started no thread.
+pub(super) enum AddError {
+    /// The pool already has `limit` threads.
+    AtLimit,
+    /// The operating system refused the thread.
+    Spawn {
+        /// The name the thread would have had.
+        name: String,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+}
+
+impl Shared {
+    /// `add_worker` with a first task, handing that task back on failure.
+    pub(super) fn add_worker_with(this: &Arc<Shared>, task: BoxTask, limit: usize) -> Result<(), (BoxTask, AddError)> {
+        Shared::add_worker(this, Some(task), limit).map_err(|(task, error)| {
+            // `add_worker` returns the first task it was given, and it was given one.
+            let task = task.expect("add_worker hands back the task it was given");
+            (task, error)
+        })
+    }
+
+    /// Reserves a thread below `limit` and starts it, with `first` as its first task.
+    pub(super) fn add_worker(
+        this: &Arc<Shared>,
+        first: Option<BoxTask>,
+        limit: usize,
+    ) -> Result<(), (Option<BoxTask>, AddError)> {
+        let mut n = this.threads.load(Ordering::Relaxed);
+        loop {
+            if n >= limit {
+                return Err((first, AddError::AtLimit));
+            }
+            match this
+                .threads
+                .compare_exchange_weak(n, n + 1, Ordering::SeqCst, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(actual) => n = actual,
+            }
+        }
+        let stats = Arc::new(WorkerStats::default());
+        let name = {
+            let mut registry = this.registry.lock();
+            let id = registry.next_id;
+            registry.next_id += 1;
+            registry.workers.push(Arc::clone(&stats));
+            registry.largest = registry.largest.max(registry.workers.len());
+            format!("{}-{id}", this.thread_name_prefix)
+        };
+        let mut builder = std::thread::Builder::new().name(name.clone());
+        if let Some(bytes) = this.stack_size {
+            builder = builder.stack_size(bytes);
+        }
+        // The first task travels through a slot rather than the closure, so that a
+        // failed spawn can hand it back.
+        let slot = Arc::new(Mutex::new(first));
+        let worker_slot = Arc::clone(&slot);
+        let worker_shared = Arc::clone(this);
+        let worker_stats = Arc::clone(&stats);
+        match builder.spawn(move || {
+            let first = worker_slot.lock().take();
+            drop(worker_slot);
+            worker_main(&worker_shared, &worker_stats, first);
+        }) {
+            Ok(_) => {
+                tracing::debug!(worker = %name, "worker started");
+                Ok(())
+            }
+            Err(source) => {
+                tracing::error!(worker = %name, error = %source, "could not start worker thread");
+                this.registry.lock().workers.retain(|w| !Arc::ptr_eq(w, &stats));
+                this.threads.fetch_sub(1, Ordering::SeqCst);
+                let first = slot.lock().take();
+                Err((first, AddError::Spawn { name, source }))
+            }
+        }
+    }
+}
+
 /// One worker thread, from its first task to its exit.
-pub(super) fn worker_main(shared: &Arc<Shared>, stats: &WorkerStats, first: Option<BoxTask>) {
+fn worker_main(shared: &Arc<Shared>, stats: &WorkerStats, first: Option<BoxTask>) {
     if let Some(task) = first {
         run_task(stats, task);
     }

@@ -115,11 +115,7 @@ pub(crate) fn recalendared(
         }
         ExecuteState::Complete => {
             let state = &execute.fire_state;
-            let from = now.saturating_add_millis(CHANGE_VISIBILITY_MS);
-            let from = match state.prev_fire_time {
-                Some(prev) if prev >= from => prev.checked_add_millis(1)?,
-                _ => from,
-            };
+            let from = after_prev(state, now.saturating_add_millis(CHANGE_VISIBILITY_MS))?;
             if matches!(execute.trigger.schedule(), Schedule::Once) && execute.trigger.first_fire_time()? < from {
                 return None;
             }
@@ -148,11 +144,15 @@ fn rescheduled(execute: &quartz_core::store::Execute, now: Timestamp) -> Option<
         Schedule::Cron { .. } | Schedule::FixedRate { .. } => next.min(visible_at),
         _ => next,
     };
-    let from = match state.prev_fire_time {
-        Some(prev) if prev >= from => prev.checked_add_millis(1)?,
-        _ => from,
-    };
-    execute.trigger.first_at_or_after(state, from)
+    execute.trigger.first_at_or_after(state, after_prev(state, from)?)
+}
+
+/// `from`, or just after the previous fire time when that is not earlier.
+fn after_prev(state: &TriggerState, from: Timestamp) -> Option<Timestamp> {
+    match state.prev_fire_time {
+        Some(prev) if prev >= from => prev.checked_add_millis(1),
+        _ => Some(from),
+    }
 }
 
 /// A new trigger's row: its columns, its signature, its first fire time

@@ -92,6 +92,16 @@ impl Backend {
         }
     }
 
+    /// `{for_update}`: a row lock on the rows a `SELECT` reads, where the
+    /// backend has one (SQLite locks the whole database at the first write
+    /// instead).
+    pub(crate) fn for_update(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "",
+            Backend::Postgres | Backend::MySql => " FOR UPDATE",
+        }
+    }
+
     /// The migrations of this backend, embedded in the library.
     pub(crate) fn migrations(self) -> Vec<Migration> {
         macro_rules! files {
@@ -315,13 +325,14 @@ impl Backend {
 /// How many ids one `{ids}` list names on MySQL.
 pub(crate) const IDS_PER_LIST: usize = quartz_core::store::FIRES_PER_BATCH;
 
-/// A query template rendered for a backend: `{now}`, `{is}` and `{ids}`
-/// replaced, and on PostgreSQL its `?` placeholders numbered.
+/// A query template rendered for a backend: `{now}`, `{is}`, `{ids}` and
+/// `{for_update}` replaced, and on PostgreSQL its `?` placeholders numbered.
 pub(crate) fn render(backend: Backend, template: &str) -> String {
     let text = template
         .replace("{now}", backend.now_sql())
         .replace("{is}", backend.null_safe_eq())
-        .replace("{ids}", &backend.id_set());
+        .replace("{ids}", &backend.id_set())
+        .replace("{for_update}", backend.for_update());
     if backend != Backend::Postgres {
         return text;
     }
@@ -354,5 +365,13 @@ mod tests {
             format!("UPDATE t SET a = ? WHERE b <=> ? AND c < {}", Backend::MySql.now_sql())
         );
         assert!(render(Backend::Postgres, t).starts_with("UPDATE t SET a = $1 WHERE b IS NOT DISTINCT FROM $2"));
+    }
+
+    #[test]
+    fn rows_are_locked_where_the_backend_locks_rows() {
+        let t = "SELECT id FROM t ORDER BY id{for_update}";
+        assert_eq!(render(Backend::Sqlite, t), "SELECT id FROM t ORDER BY id");
+        assert_eq!(render(Backend::MySql, t), "SELECT id FROM t ORDER BY id FOR UPDATE");
+        assert_eq!(render(Backend::Postgres, t), "SELECT id FROM t ORDER BY id FOR UPDATE");
     }
 }

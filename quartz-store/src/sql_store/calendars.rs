@@ -13,28 +13,19 @@ use sqlx::{Any, Row, Transaction};
 use super::*;
 use crate::common::{by_name, changed_calendars, recalendared};
 
-/// The jobs of the complete executes that name a calendar, and their state.
-macro_rules! jobs_of_complete {
-    () => {
-        "SELECT id, state FROM quartz_job WHERE id IN (SELECT job_id FROM quartz_execute \
-         WHERE scheduler = ? AND calendar IS NOT NULL AND state = 'complete') ORDER BY id"
-    };
-}
-const JOBS_OF_COMPLETE: &str = jobs_of_complete!();
+/// The jobs of the complete executes that name a calendar, and their state,
+/// locked in id order.
+const JOBS_OF_COMPLETE: &str = "SELECT id, state FROM quartz_job WHERE id IN (SELECT job_id FROM quartz_execute \
+     WHERE scheduler = ? AND calendar IS NOT NULL AND state = 'complete') ORDER BY id{for_update}";
 
-/// The executes a calendar change may move: those that name a calendar and
-/// wait, are paused or are complete.
-macro_rules! calendar_users {
-    () => {
-        concat!(
-            "SELECT ",
-            execute_cols!(),
-            " FROM quartz_execute WHERE scheduler = ? AND calendar IS NOT NULL \
-             AND state IN ('waiting', 'paused', 'complete') ORDER BY id"
-        )
-    };
-}
-const CALENDAR_USERS: &str = calendar_users!();
+/// The executes a calendar change may move, locked in id order: those that
+/// name a calendar and wait, are paused or are complete.
+const CALENDAR_USERS: &str = concat!(
+    "SELECT ",
+    execute_cols!(),
+    " FROM quartz_execute WHERE scheduler = ? AND calendar IS NOT NULL \
+     AND state IN ('waiting', 'paused', 'complete') ORDER BY id{for_update}"
+);
 
 fn decode_record(row: &AnyRow) -> Result<CalendarRecord, StoreError> {
     let name: String = row.try_get("name").map_err(db_error)?;
@@ -185,16 +176,8 @@ impl SqlStore {
         // The jobs of the complete rows first, locked as every change and
         // exclusive claim locks them, before their executes: their state
         // says whether a revived row waits or is paused.
-        let (select_jobs, select_executes) = if self.db.backend == Backend::Sqlite {
-            (JOBS_OF_COMPLETE, CALENDAR_USERS)
-        } else {
-            (
-                concat!(jobs_of_complete!(), " FOR UPDATE"),
-                concat!(calendar_users!(), " FOR UPDATE"),
-            )
-        };
         let jobs = self
-            .query(select_jobs)
+            .query(JOBS_OF_COMPLETE)
             .bind(scheduler.to_owned())
             .fetch_all(&mut **tx)
             .await
@@ -206,7 +189,7 @@ impl SqlStore {
             paused.insert(id, state == JobState::Paused.as_str());
         }
         let rows = self
-            .query(select_executes)
+            .query(CALENDAR_USERS)
             .bind(scheduler.to_owned())
             .fetch_all(&mut **tx)
             .await

@@ -33,6 +33,7 @@ macro_rules! calendar_tests {
 calendar_tests!(
     a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost,
     a_mended_calendar_revives_the_triggers_it_completed,
+    a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_preview,
 );
 
 const CLUSTER: &str = "calendar-cluster";
@@ -256,4 +257,126 @@ async fn a_mended_calendar_revives_the_triggers_it_completed(db: &TestDb) {
         assert!(once.insert((f.execute_id, f.fire_time, f.attempt)), "twice: {f:?}");
         assert!(f.fire_time >= mended, "nothing fired before the mend: {f:?}");
     }
+}
+
+/// A calendar that excludes every second of this year and the next (tens of
+/// millions of excluded seconds before a per-second trigger's first fire
+/// time): adding a job behind it, the polls that come to its row and cron
+/// previews through the admin surface each cost a bounded search, never one
+/// over the whole closed range. The node keeps firing its other job; the
+/// trigger waits at a checkpoint, fires nothing, and a checkpoint that
+/// comes due is resumed by the poll, not fired.
+async fn a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_preview(db: &TestDb) {
+    use quartz::store::ExecuteCas;
+    use quartz::store::internal::EngineStore as _;
+    let bound = Duration::from_secs(30);
+    let node = node(db).await;
+    let store = node.store().clone();
+    let admin = node.admin();
+    let now = store.now().await.unwrap();
+    let year: i32 = now.to_string()[..4].parse().unwrap();
+    let closed = seconds(&format!("* * * * * ? {year}-{}", year + 1));
+    admin.calendar_put("closed", &closed).await.unwrap();
+    let rare = Trigger::cron("* * * * * ?", "UTC", now)
+        .unwrap()
+        .with_calendar("closed")
+        .unwrap();
+    let steady = Trigger::cron("* * * * * ?", "UTC", now).unwrap();
+    for (name, trigger) in [("rare", rare), ("steady", steady)] {
+        tokio::time::timeout(
+            bound,
+            node.add_job(&JobSpec::new(name, "noop"), &[ExecuteSpec::new(trigger)]),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("adding {name} searched past {bound:?}"))
+        .unwrap();
+    }
+    // Previews of the closed calendar, four at once: each answers within its
+    // limits (a note saying how far it looked) or is told to come back.
+    let previews = (0..4).map(|_| {
+        let admin = admin.clone();
+        tokio::spawn(async move {
+            admin
+                .cron_preview_with("* * * * * ?", "UTC", Default::default(), Some("closed"), now, 5)
+                .await
+        })
+    });
+    let answers = tokio::time::timeout(bound, futures_join(previews))
+        .await
+        .expect("previews bounded");
+    let mut answered = 0;
+    for answer in answers {
+        match answer.unwrap() {
+            Ok(preview) => {
+                answered += 1;
+                assert!(preview.times.is_empty(), "{preview:?}");
+                let until = preview.searched_until.expect("how far it looked");
+                assert!(until > now, "{preview:?}");
+                assert!(preview.note.unwrap().contains("search stopped"));
+            }
+            Err(AdminError::Busy { .. }) => {}
+            Err(other) => panic!("preview failed: {other}"),
+        }
+    }
+    assert!(answered >= 1, "at least one preview ran");
+
+    // The node fires its other job meanwhile, every second.
+    wait_until(bound, "steady fires", || async {
+        let rows = ledger(&store, CLUSTER).await;
+        rows.iter().filter(|f| f.state == FireState::Succeeded).count() >= 3
+    })
+    .await;
+    let detail = store.get_job(CLUSTER, "rare").await.unwrap().unwrap();
+    let execute = &detail.executes[0];
+    assert_eq!(
+        execute.state,
+        ExecuteState::Waiting,
+        "not completed: it has a time in {}",
+        year + 2
+    );
+    let checkpoint = execute.fire_state.next_fire_time.expect("a checkpoint");
+    assert!(execute.trigger.is_checkpoint(checkpoint) && checkpoint > now);
+
+    // A checkpoint that comes due (here moved into the poll's window) is
+    // resumed by the poll, further ahead, and never fired.
+    let due = store.now().await.unwrap().saturating_add_millis(300);
+    let mut moved = execute.fire_state.clone();
+    moved.next_fire_time = Some(due);
+    let cas = ExecuteCas {
+        execute_id: execute.id,
+        expect_state: ExecuteState::Waiting,
+        expect: execute.fire_state.clone(),
+        expect_owner: None,
+        set_state: ExecuteState::Waiting,
+        set: moved,
+        set_owner: None,
+        set_trigger: None,
+        set_signature: None,
+    };
+    assert!(store.update_execute(&cas, &[]).await.unwrap());
+    wait_until(bound, "the due checkpoint resumed", || async {
+        let detail = store.get_job(CLUSTER, "rare").await.unwrap().unwrap();
+        detail.executes[0]
+            .fire_state
+            .next_fire_time
+            .is_some_and(|t| t > due.saturating_add_millis(60_000))
+    })
+    .await;
+    let rows = ledger(&store, CLUSTER).await;
+    assert!(
+        rows.iter().all(|f| f.execute_id != execute.id),
+        "an excluded time fired: {rows:?}"
+    );
+    node.shutdown().await;
+}
+
+/// Every future's output, in order.
+async fn futures_join<T>(
+    handles: impl Iterator<Item = tokio::task::JoinHandle<T>>,
+) -> Vec<Result<T, tokio::task::JoinError>> {
+    let mut out = Vec::new();
+    for h in handles.collect::<Vec<_>>() {
+        out.push(h.await);
+    }
+    out
 }

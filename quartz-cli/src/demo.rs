@@ -114,8 +114,9 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<()> {
     // The demo's one external program; a real node names its own with
     // `quartz run --allow-shell`.
     let shell = ShellPolicy::new(&["/usr/bin/echo".to_owned(), "/bin/echo".to_owned()], &[], None)?;
+    let listener = crate::web::Listener::bind(args.listen, true).await?;
     let node = builder(SCHEDULER, settings, shell).start(store.clone()).await?;
-    let bound = crate::web::start(node.admin(), args.listen, true).await?;
+    let bound = listener.serve(node.admin())?;
     println!(
         "node {} is running; fires appear as they finish. Ctrl-C to stop.\nweb console: http://{bound}/  \
          (API http://{bound}/api/v1/jobs, metrics http://{bound}/metrics)\n",

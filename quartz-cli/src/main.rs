@@ -266,7 +266,7 @@ async fn cron_next_with_calendar(url: &str, scheduler: &str, args: &NextArgs) ->
     let (cron, zone) = parse_next(args)?;
     let store = quartz_store::AnyStore::connect(url).await?;
     let admin = quartz_core::admin::Admin::new(store, scheduler);
-    let times = admin
+    let preview = admin
         .cron_preview_with(
             cron.as_str(),
             &args.tz,
@@ -276,7 +276,11 @@ async fn cron_next_with_calendar(url: &str, scheduler: &str, args: &NextArgs) ->
             args.count,
         )
         .await?;
-    print_times(args, zone, times.into_iter())
+    print_times(args, zone, preview.times.into_iter())?;
+    if let Some(note) = preview.note {
+        eprintln!("{note}");
+    }
+    Ok(())
 }
 
 fn print_times(args: &NextArgs, zone: quartz_core::Tz, times: impl Iterator<Item = Timestamp>) -> anyhow::Result<()> {

@@ -201,6 +201,12 @@ pub async fn run(url: &str, scheduler: &str, args: &RunArgs) -> anyhow::Result<(
     if shell.is_enabled() {
         handlers.push("shell");
     }
+    // The web server's address is checked and bound before the node
+    // registers: a refused --listen leaves no node row behind.
+    let listener = match args.listen {
+        Some(addr) => Some(crate::web::Listener::bind(addr, false).await?),
+        None => None,
+    };
     let node = builder(scheduler, args.settings(), shell).start(store).await?;
     let me = node.node();
     println!(
@@ -213,8 +219,8 @@ pub async fn run(url: &str, scheduler: &str, args: &RunArgs) -> anyhow::Result<(
     if !allowed.is_empty() {
         println!("shell may run: {allowed}");
     }
-    if let Some(addr) = args.listen {
-        let bound = crate::web::start(node.admin().acting_as("http"), addr, false).await?;
+    if let Some(listener) = listener {
+        let bound = listener.serve(node.admin().acting_as("http"))?;
         println!("web console http://{bound}/, API http://{bound}/api/v1/, metrics http://{bound}/metrics");
     }
     wait_for_signal().await?;

@@ -22,38 +22,65 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
 }
 
-/// Starts the web server on `addr` in the background (or on a free port of
-/// the same address, with `fallback`, when that one is taken); returns the
-/// address it listens on.
-pub async fn start(admin: Admin<AnyStore>, addr: SocketAddr, fallback: bool) -> anyhow::Result<SocketAddr> {
-    let access = Access::from_env();
-    access.check_listen(addr).map_err(anyhow::Error::msg)?;
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(listener) => listener,
-        Err(e) if fallback && e.kind() == std::io::ErrorKind::AddrInUse => {
-            tokio::net::TcpListener::bind(SocketAddr::new(addr.ip(), 0)).await?
-        }
-        Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr}")),
-    };
-    let bound = listener.local_addr()?;
-    let mut web = Web::new(admin).access(access);
-    match quartz_web::install_prometheus() {
-        Ok(handle) => web = web.metrics(handle),
-        Err(e) => tracing::warn!(error = %e, "no /metrics: a metrics recorder is installed already"),
+/// A listening socket the web server will serve, with its access settings:
+/// bound (and the access checked) before a node registers, so that a
+/// refused address leaves no node row behind.
+pub struct Listener {
+    listener: tokio::net::TcpListener,
+    access: Access,
+}
+
+impl Listener {
+    /// Checks that `addr` may be listened on with the environment's tokens
+    /// and binds it (or a free port of the same address, with `fallback`,
+    /// when that one is taken).
+    ///
+    /// # Errors
+    ///
+    /// A non-loopback address with no token; an address that cannot be bound.
+    pub async fn bind(addr: SocketAddr, fallback: bool) -> anyhow::Result<Listener> {
+        let access = Access::from_env();
+        access.check_listen(addr).map_err(anyhow::Error::msg)?;
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => listener,
+            Err(e) if fallback && e.kind() == std::io::ErrorKind::AddrInUse => {
+                tokio::net::TcpListener::bind(SocketAddr::new(addr.ip(), 0)).await?
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr}")),
+        };
+        Ok(Listener { listener, access })
     }
-    let router = web.router();
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>()).await {
-            tracing::error!(error = %e, "the web server stopped");
+
+    /// Serves the admin surface on the socket in the background; returns
+    /// the address it listens on.
+    ///
+    /// # Errors
+    ///
+    /// The socket's address cannot be read.
+    pub fn serve(self, admin: Admin<AnyStore>) -> anyhow::Result<SocketAddr> {
+        let Listener { listener, access } = self;
+        let bound = listener.local_addr()?;
+        let mut web = Web::new(admin).access(access);
+        match quartz_web::install_prometheus() {
+            Ok(handle) => web = web.metrics(handle),
+            Err(e) => tracing::warn!(error = %e, "no /metrics: a metrics recorder is installed already"),
         }
-    });
-    Ok(bound)
+        let router = web.router();
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>()).await {
+                tracing::error!(error = %e, "the web server stopped");
+            }
+        });
+        Ok(bound)
+    }
 }
 
 /// `quartz serve`: the web server alone, until SIGINT or SIGTERM.
 pub async fn serve(url: &str, scheduler: &str, args: &ServeArgs) -> anyhow::Result<()> {
     let store = AnyStore::connect(url).await?;
-    let bound = start(Admin::new(store, scheduler), args.listen, false).await?;
+    let bound = Listener::bind(args.listen, false)
+        .await?
+        .serve(Admin::new(store, scheduler))?;
     println!(
         "quartz web for scheduler {scheduler:?}: http://{bound}/ (API http://{bound}/api/v1/, metrics \
          http://{bound}/metrics); Ctrl-C to stop"

@@ -850,6 +850,20 @@ fn serve_answers_the_api_and_refuses_an_open_address_without_a_token() {
         .unwrap();
     assert_eq!(open.status.code(), Some(2), "{}", stderr(&open));
     assert!(stderr(&open).contains("QUARTZ_ADMIN_TOKEN"), "{}", stderr(&open));
+    // A node refused the same way registers nothing: no dead node row.
+    let open = Command::new(env!("CARGO_BIN_EXE_quartz"))
+        .args(["--database-url", &url, "run", "--listen", "0.0.0.0:0"])
+        .env_remove("QUARTZ_ADMIN_TOKEN")
+        .env_remove("QUARTZ_READ_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(open.status.code(), Some(2), "{}", stderr(&open));
+    assert!(stderr(&open).contains("QUARTZ_ADMIN_TOKEN"), "{}", stderr(&open));
+    assert_eq!(
+        json(&url, &["nodes"]).as_array().unwrap().len(),
+        0,
+        "a node row left behind"
+    );
 
     let mut server = Command::new(env!("CARGO_BIN_EXE_quartz"))
         .args([

@@ -292,7 +292,10 @@ fn gaps(fires: &[FireRecord], details: &[JobDetail], since: Timestamp, until: Ti
                     break;
                 }
                 checked += 1;
-                if at >= e.trigger.start() && !covered.iter().any(|(from, to)| *from <= at && at <= *to) {
+                if at >= e.trigger.start()
+                    && !e.trigger.is_checkpoint(at)
+                    && !covered.iter().any(|(from, to)| *from <= at && at <= *to)
+                {
                     violations.push(Violation {
                         kind: ViolationKind::Missing,
                         job: d.job.spec.name.clone(),

@@ -330,7 +330,13 @@ impl Trigger {
     /// The scheduled times from `from` (itself the first) onwards: `from`, then
     /// each next fire time.
     fn times_from(&self, from: Timestamp) -> impl Iterator<Item = Timestamp> + '_ {
-        std::iter::successors(Some(from), move |t| self.fire_time_after(*t))
+        self.stops_from(Some(from))
+    }
+
+    /// `first` and the fire times after it, passing over the checkpoints a
+    /// calendar's search stops at (see [`Trigger::fire_time_after`]).
+    fn stops_from(&self, first: Option<Timestamp>) -> impl Iterator<Item = Timestamp> + '_ {
+        std::iter::successors(first, move |t| self.fire_time_after(*t)).filter(|t| !self.is_checkpoint(*t))
     }
 
     /// How many scheduled times lie in `[from, until)`, `from` being one of them;
@@ -392,7 +398,7 @@ impl Trigger {
             };
             let mut kept = VecDeque::with_capacity(n + 1);
             let mut seen = 0;
-            for t in std::iter::successors(first, |t| self.fire_time_after(*t)) {
+            for t in self.stops_from(first) {
                 if t > now {
                     break;
                 }

@@ -165,7 +165,11 @@ fn triggers_agree_with_quartz_in(only: &str) {
         while let Some(t) = next
             && got.len() < want.len().max(1)
         {
-            got.push(t.as_millis());
+            // A checkpoint (a search that passed over its steps' worth of
+            // excluded runs) is no fire time: the search resumes after it.
+            if !trigger_at.is_checkpoint(t) {
+                got.push(t.as_millis());
+            }
             next = trigger_at.fire_time_after(t);
         }
         got.truncate(want.len());

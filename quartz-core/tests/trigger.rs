@@ -278,3 +278,52 @@ fn a_dst_choice_belongs_to_cron_triggers_and_moves_their_fire_times() {
     );
     assert_eq!((quartz.dst_skipped, quartz.dst_repeated), (None, None));
 }
+
+/// A cron calendar excluding every second of 2026 and 2027: a per-second
+/// trigger behind it has its first fire time at 2028's first second, about
+/// 63 million excluded seconds away.
+fn closed_until_2028() -> std::sync::Arc<quartz_core::calendar::Calendar> {
+    use quartz_core::calendar::{Calendar, CalendarKind};
+    let expr = CronExpression::parse("* * * * * ? 2026-2027").unwrap();
+    std::sync::Arc::new(Calendar::new(CalendarKind::Cron(expr), chrono_tz::UTC))
+}
+
+#[test]
+fn a_calendar_that_excludes_almost_every_time_costs_a_search_bounded_steps_and_resumes_from_its_checkpoint() {
+    use quartz_core::trigger::CALENDAR_SEARCH_STEPS;
+    let trigger = Trigger::cron("* * * * * ?", "UTC", ts(0))
+        .unwrap()
+        .with_calendar("closed")
+        .unwrap()
+        .with_calendar_read(closed_until_2028());
+    // One search stops at a checkpoint: an excluded time, its steps' worth
+    // of seconds ahead, not the fire time 63 million seconds away.
+    let first = trigger.first_fire_time().unwrap();
+    assert!(trigger.is_checkpoint(first), "{first} is a checkpoint");
+    assert!(!trigger.calendar_includes(first));
+    let steps = i64::from(CALENDAR_SEARCH_STEPS);
+    assert!(
+        (ts(0).as_millis()..=ts(1000 * (steps + 1)).as_millis()).contains(&first.as_millis()),
+        "{first} lies within the search's steps"
+    );
+    // Resuming from each checkpoint moves forward and never fires meanwhile:
+    // the expansion of a row holding a checkpoint yields nothing.
+    let state = TriggerState {
+        next_fire_time: Some(first),
+        ..TriggerState::initial(&trigger)
+    };
+    assert!(
+        expand(&trigger, &state, i64::MAX / 4).is_empty(),
+        "a checkpoint is not fired"
+    );
+    let second = trigger.fire_time_after(first).unwrap();
+    assert!(trigger.is_checkpoint(second) && second > first);
+    // Resumed from a checkpoint near the end of the closed range, the search
+    // finds the first included time.
+    let near = at("2027-12-31T23:59:00Z");
+    assert_eq!(trigger.fire_time_after(near), Some(at("2028-01-01T00:00:00Z")));
+    assert!(!trigger.is_checkpoint(at("2028-01-01T00:00:00Z")));
+    // A trigger without a calendar has no checkpoints.
+    let plain = Trigger::cron("* * * * * ?", "UTC", ts(0)).unwrap();
+    assert!(!plain.is_checkpoint(ts(0)));
+}

@@ -45,7 +45,8 @@
           item.textContent = at;
           list.appendChild(item);
         }
-        if (body.fire_times_utc.length === 0) error.textContent = "This expression never fires again.";
+        if (body.note) error.textContent = body.note;
+        else if (body.fire_times_utc.length === 0) error.textContent = "This expression never fires again.";
       } else {
         error.textContent = body.error ? body.error.message : "The preview failed.";
       }

@@ -38,10 +38,34 @@ impl Role {
 }
 
 /// The access settings: the tokens, if any.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Access {
-    admin_token: Option<String>,
-    read_token: Option<String>,
+    /// The SHA-256 digest of the read-and-write token: a candidate is
+    /// hashed and the digests compared in constant time, so the time a
+    /// comparison takes depends on neither token's length nor content.
+    admin_token: Option<[u8; 32]>,
+    /// The digest of the read-only token.
+    read_token: Option<[u8; 32]>,
+    /// The most refused tokens a client address may send per
+    /// [`GUESS_WINDOW`](crate::sessions::GUESS_WINDOW); `None` is
+    /// [`MAX_GUESSES`](crate::sessions::MAX_GUESSES).
+    max_guesses: Option<u32>,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("admin_token", &self.admin_token.map(|_| "set"))
+            .field("read_token", &self.read_token.map(|_| "set"))
+            .field("max_guesses", &self.max_guesses())
+            .finish()
+    }
+}
+
+/// A token's SHA-256 digest.
+fn digest(token: &str) -> [u8; 32] {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(token.as_bytes()).into()
 }
 
 /// The environment variable of the read-and-write token.
@@ -58,9 +82,23 @@ impl Access {
     /// The tokens given (an empty token counts as none).
     pub fn tokens(admin: Option<String>, read: Option<String>) -> Access {
         Access {
-            admin_token: admin.filter(|t| !t.is_empty()),
-            read_token: read.filter(|t| !t.is_empty()),
+            admin_token: admin.filter(|t| !t.is_empty()).as_deref().map(digest),
+            read_token: read.filter(|t| !t.is_empty()).as_deref().map(digest),
+            max_guesses: None,
         }
+    }
+
+    /// The same access, with at most `max` refused tokens per client
+    /// address per minute (default [`MAX_GUESSES`](crate::sessions::MAX_GUESSES)).
+    #[must_use]
+    pub fn with_max_guesses(mut self, max: u32) -> Access {
+        self.max_guesses = Some(max);
+        self
+    }
+
+    /// The most refused tokens a client address may send per minute.
+    pub fn max_guesses(&self) -> u32 {
+        self.max_guesses.unwrap_or(crate::sessions::MAX_GUESSES)
     }
 
     /// The tokens in [`ADMIN_TOKEN_ENV`] and [`READ_TOKEN_ENV`].
@@ -97,7 +135,8 @@ impl Access {
 
     /// The role a token grants.
     pub fn role_of(&self, token: &str) -> Option<Role> {
-        let matches = |t: &Option<String>| t.as_deref().is_some_and(|t| same(t.as_bytes(), token.as_bytes()));
+        let candidate = digest(token);
+        let matches = |t: &Option<[u8; 32]>| t.as_ref().is_some_and(|t| same(t, &candidate));
         if matches(&self.admin_token) {
             Some(Role::Admin)
         } else if matches(&self.read_token) {
@@ -196,14 +235,25 @@ pub fn caller_of(parts: &Parts, access: &Access, sessions: &Sessions) -> Result<
         };
     }
     if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
+        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+        if let Some(wait) = peer.and_then(|ip| sessions.guess_wait(ip, access.max_guesses())) {
+            return Err(ApiError::too_many_guesses(wait));
+        }
+        // The scheme's name is case-insensitive (RFC 9110, section 11.1).
         let token = value
             .to_str()
             .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|v| v.trim_start().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token)
             .ok_or_else(|| ApiError::unauthorized("Authorization must be `Bearer TOKEN`"))?;
-        let role = access
-            .role_of(token.trim())
-            .ok_or_else(|| ApiError::unauthorized("the token is not recognised"))?;
+        let Some(role) = access.role_of(token.trim()) else {
+            tracing::warn!(client = ?peer, "API call refused: the token is not recognised");
+            if let Some(ip) = peer {
+                sessions.guess_refused(ip);
+            }
+            return Err(ApiError::unauthorized("the token is not recognised"));
+        };
         return Ok(Caller {
             role,
             actor: actor_of(role),

@@ -326,19 +326,25 @@ pub struct Preview {
     pub fire_times: Vec<i64>,
     /// The same, RFC 3339 in UTC.
     pub fire_times_utc: Vec<String>,
+    /// When the search stopped (its time or step limit) before it found as
+    /// many times as asked: every instant before this was searched (epoch ms).
+    pub searched_until: Option<i64>,
+    /// Why fewer times than asked are listed, in words.
+    pub note: Option<String>,
 }
 
 /// The next fire times of a cron expression in a zone, passing over the
 /// times a calendar excludes when one is named.
 #[utoipa::path(get, path = "/api/v1/cron/preview", params(PreviewQuery), tag = "cron",
-    responses((status = 200, body = Preview), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Preview), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 429, body = ErrorBody)))]
 async fn cron_preview<S: Store + Clone>(
     State(state): State<AppState<S>>,
     _: Caller,
     ApiQuery(q): ApiQuery<PreviewQuery>,
 ) -> ApiResult<Preview> {
     let after = q.after.map_or_else(now_ms, Timestamp::from_millis);
-    let times = state
+    let preview = state
         .admin
         .cron_preview_with(
             &q.cron,
@@ -350,8 +356,10 @@ async fn cron_preview<S: Store + Clone>(
         )
         .await?;
     Ok(Json(Preview {
-        fire_times: times.iter().map(|t| t.as_millis()).collect(),
-        fire_times_utc: times.iter().map(ToString::to_string).collect(),
+        fire_times: preview.times.iter().map(|t| t.as_millis()).collect(),
+        fire_times_utc: preview.times.iter().map(ToString::to_string).collect(),
+        searched_until: preview.searched_until.map(Timestamp::as_millis),
+        note: preview.note,
     }))
 }
 

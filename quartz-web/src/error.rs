@@ -18,8 +18,8 @@ pub struct ApiError {
     /// The HTTP status.
     pub status: StatusCode,
     /// A stable name: `invalid`, `not_found`, `conflict`, `unauthorized`,
-    /// `forbidden`, `too_large`, `unsupported_media_type`, `unavailable`,
-    /// `internal`.
+    /// `forbidden`, `too_large`, `unsupported_media_type`, `busy`,
+    /// `too_many_requests`, `unavailable`, `internal`.
     pub code: &'static str,
     /// For people.
     pub message: String,
@@ -38,8 +38,8 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     /// A stable name: `invalid`, `not_found`, `conflict`, `unauthorized`,
-    /// `forbidden`, `too_large`, `unsupported_media_type`, `unavailable`,
-    /// `internal`.
+    /// `forbidden`, `too_large`, `unsupported_media_type`, `busy`,
+    /// `too_many_requests`, `unavailable`, `internal`.
     pub code: String,
     /// For people.
     pub message: String,
@@ -71,6 +71,19 @@ impl ApiError {
         ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 
+    /// 429: the client sent too many refused tokens; its next is checked
+    /// after `wait`.
+    pub fn too_many_guesses(wait: std::time::Duration) -> ApiError {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_requests",
+            format!(
+                "too many refused tokens from this address; try again in {} s",
+                wait.as_secs().max(1)
+            ),
+        )
+    }
+
     /// 403: the credentials do not allow this.
     pub fn forbidden(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
@@ -85,6 +98,7 @@ impl From<AdminError> for ApiError {
             AdminError::Conflict { .. } | AdminError::CalendarExists { .. } | AdminError::InUse { .. } => {
                 StatusCode::CONFLICT
             }
+            AdminError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
             AdminError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };

@@ -27,6 +27,49 @@ struct Session {
 #[derive(Debug, Default)]
 pub struct Sessions {
     by_id: Mutex<HashMap<String, Session>>,
+    /// Refused tokens by client address: the window's start and how many.
+    guesses: Mutex<HashMap<std::net::IpAddr, (Instant, u32)>>,
+}
+
+/// The most refused tokens (a login or a bearer token) one client address
+/// may send within [`GUESS_WINDOW`] by default
+/// ([`Access::max_guesses`](crate::Access::max_guesses) sets another); past
+/// that its token checks answer 429 until the window ends, so guessing runs
+/// at a few tries a minute, not thousands a second.
+pub const MAX_GUESSES: u32 = 10;
+/// The window [`MAX_GUESSES`] counts within.
+pub const GUESS_WINDOW: Duration = Duration::from_secs(60);
+/// The most client addresses whose refusals are remembered; the oldest
+/// windows go first.
+const MAX_GUESSERS: usize = 10_000;
+
+impl Sessions {
+    /// How long `addr` must wait before a token of its is checked again, when
+    /// it has used up its `max` refused tokens within [`GUESS_WINDOW`].
+    pub fn guess_wait(&self, addr: std::net::IpAddr, max: u32) -> Option<Duration> {
+        let guesses = self.guesses.lock();
+        let (since, count) = guesses.get(&addr)?;
+        let left = GUESS_WINDOW.checked_sub(since.elapsed())?;
+        (*count >= max).then_some(left.max(Duration::from_secs(1)))
+    }
+
+    /// Counts a refused token from `addr`.
+    pub fn guess_refused(&self, addr: std::net::IpAddr) {
+        let mut guesses = self.guesses.lock();
+        if guesses.len() >= MAX_GUESSERS && !guesses.contains_key(&addr) {
+            guesses.retain(|_, (since, _)| since.elapsed() < GUESS_WINDOW);
+            if guesses.len() >= MAX_GUESSERS
+                && let Some(oldest) = guesses.iter().min_by_key(|(_, (since, _))| *since).map(|(a, _)| *a)
+            {
+                guesses.remove(&oldest);
+            }
+        }
+        let entry = guesses.entry(addr).or_insert((Instant::now(), 0));
+        if entry.0.elapsed() >= GUESS_WINDOW {
+            *entry = (Instant::now(), 0);
+        }
+        entry.1 = entry.1.saturating_add(1);
+    }
 }
 
 /// 32 random bytes, hex.

@@ -86,7 +86,8 @@ async fn every_route_checks_the_callers_role() {
 async fn roles(db: &TestDb) {
     let admin = Admin::new(db.store().await, CLUSTER);
     probe(&admin).await;
-    let access = Access::tokens(Some(ADMIN.into()), Some(READ.into()));
+    // A wrong token on every route: more than a client may send by default.
+    let access = Access::tokens(Some(ADMIN.into()), Some(READ.into())).with_max_guesses(1_000);
     let addr = http::serve(Web::new(admin.clone()).access(access).router()).await;
 
     for (method, path, body, writes) in routes() {
@@ -132,6 +133,74 @@ async fn roles(db: &TestDb) {
     // A malformed Authorization header is a 401 too.
     let basic = http::call(addr, "GET", "/api/v1/jobs", &[("Authorization", "Basic YWRtaW4=")], b"").await;
     assert_eq!(basic.status, 401);
+    // The scheme's name is case-insensitive.
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let auth = format!("{scheme} {READ}");
+        let lower = http::call(addr, "GET", "/api/v1/jobs", &[("Authorization", &auth)], b"").await;
+        assert_eq!(lower.status, 200, "{scheme}: {}", lower.body);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_guessing_is_slowed_and_login_redirects_stay_on_the_server() {
+    quartz_testkit::run(Kind::SqliteFile, |db| Box::pin(guessing(db))).await;
+}
+
+async fn guessing(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    let access = Access::tokens(Some(ADMIN.into()), Some(READ.into()));
+    let addr = http::serve(Web::new(admin.clone()).access(access).router()).await;
+    let login = |token: &'static str, next: &'static str| async move {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .append_pair("token", token)
+            .append_pair("next", next)
+            .finish();
+        http::call(
+            addr,
+            "POST",
+            "/login",
+            &[("Content-Type", "application/x-www-form-urlencoded")],
+            body.as_bytes(),
+        )
+        .await
+    };
+    // A redirect after login stays on this server, whatever `next` holds:
+    // browsers drop a tab or a line break, and `/\t/evil.com` would be
+    // `//evil.com`.
+    for next in [
+        "/\t/evil.com",
+        "/\n/evil.com",
+        "/\r\nSet-Cookie:x=1",
+        "//evil.com",
+        "/\\evil.com",
+        "https://evil.com",
+        "/ /evil.com",
+    ] {
+        let answer = login(READ, next).await;
+        assert_eq!(answer.status, 303, "{next:?}: {}", answer.body);
+        assert_eq!(answer.header("location"), Some("/"), "{next:?}");
+    }
+    assert_eq!(
+        login(READ, "/jobs?state=paused").await.header("location"),
+        Some("/jobs?state=paused")
+    );
+
+    // Ten refused tokens from one address, then 429 for the API and the
+    // login alike, even with the right token, until the minute ends.
+    for i in 0..quartz_web::sessions::MAX_GUESSES {
+        let wrong = if i % 2 == 0 {
+            http::get(addr, "GET", "/api/v1/jobs", Some("guess")).await
+        } else {
+            login("guess", "/").await
+        };
+        assert_eq!(wrong.status, 401, "guess {i}: {}", wrong.body);
+    }
+    let api = http::get(addr, "GET", "/api/v1/jobs", Some(ADMIN)).await;
+    assert_eq!(api.status, 429, "{}", api.body);
+    assert_eq!(api.error().0, "too_many_requests");
+    let page = login(ADMIN, "/").await;
+    assert_eq!(page.status, 429, "{}", page.body);
+    assert!(page.header("retry-after").is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -282,6 +282,33 @@ async fn calendars_are_put_read_used_and_deleted(db: &TestDb) {
         json!(["2026-12-24T08:00:00.000Z", "2026-12-28T08:00:00.000Z"])
     );
 
+    // A calendar that excludes every second up to 2028: a read-only caller's
+    // preview answers within its bounds, saying how far it looked.
+    let closed = json!({"kind": "cron", "cron": "* * * * * ? 2026-2027"});
+    let put = http::json(addr, "PUT", "/api/v1/calendars/closed", Some(ADMIN), &closed).await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    let preview = http::get(
+        addr,
+        "GET",
+        "/api/v1/cron/preview?cron=*%20*%20*%20*%20*%20%3F&after=1798070400000&count=2&calendar=closed",
+        Some(READ),
+    )
+    .await;
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    let answer = preview.json();
+    assert_eq!(answer["fire_times"], json!([]), "{answer}");
+    assert!(
+        answer["searched_until"].as_i64().unwrap() > 1_798_070_400_000,
+        "{answer}"
+    );
+    assert!(answer["note"].as_str().unwrap().contains("search stopped"), "{answer}");
+    assert_eq!(
+        http::get(addr, "DELETE", "/api/v1/calendars/closed", Some(ADMIN))
+            .await
+            .status,
+        204
+    );
+
     let job = json!({"name": "report", "handler": "log",
         "triggers": [{"kind": "cron", "cron": "0 0 9 * * ?", "time_zone": "Europe/Paris", "calendar": "workdays"}]});
     let created = http::json(addr, "POST", "/api/v1/jobs", Some(ADMIN), &job).await;

@@ -296,6 +296,23 @@ async fn every_form_needs_the_sessions_csrf_token_and_the_admin_role(db: &TestDb
         jobs.contains("disabled"),
         "the read-only role sees the buttons disabled"
     );
+    // Its forms show, their buttons disabled, saying why.
+    for path in ["/new", "/jobs/probe/edit", "/jobs/probe/delete", "/new-calendar"] {
+        let form = page(addr, path, Some(&reader)).await;
+        assert_eq!(form.status, 200, "{path}: {}", form.body);
+        let button = form
+            .body
+            .split("<button")
+            .find(|b| {
+                b.contains("type=\"submit\"") && (b.contains("id=\"save\"") || b.contains("id=\"confirm-delete\""))
+            })
+            .unwrap_or_else(|| panic!("{path}: no submit button"));
+        assert!(
+            button.split('>').next().unwrap().contains("disabled"),
+            "{path}: an active button for a read-only session"
+        );
+        assert!(form.body.contains("Read-only session"), "{path}");
+    }
     for (path, fields) in &forms {
         let mut right = fields.clone();
         right.push(("csrf", &read_csrf));
@@ -577,6 +594,7 @@ async fn the_forms_preview_passes_over_its_calendars_exclusions(db: &TestDb) {
 }
 
 backend_tests!(
+    an_edit_keeps_every_trigger_field_it_did_not_change,
     calendars_are_listed_added_replaced_and_deleted,
     the_forms_preview_passes_over_its_calendars_exclusions,
     pages_render_with_every_name_escaped,
@@ -637,4 +655,136 @@ async fn loopback(db: &TestDb) {
     let forged = post(addr, "/quartz/jobs/probe/resume", None, &[("csrf", "")], &[]).await;
     assert_eq!(forged.status, 403);
     assert_eq!(job_state(&admin, "probe").await, "paused");
+}
+
+/// What a browser posts for the page's first form: every input's value,
+/// every checked box, each select's chosen option and each textarea.
+fn posted_by_browser(body: &str) -> Vec<(String, String)> {
+    fn attr(tag: &str, name: &str) -> Option<String> {
+        let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+        Some(unescape(tag[at..].split('"').next()?))
+    }
+    fn unescape(s: &str) -> String {
+        s.replace("&quot;", "\"")
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&#39;", "'")
+            .replace("&amp;", "&")
+    }
+    let form = &body[body.find("<form class=\"job-form\"").expect("the job form")..];
+    let form = &form[..form.find("</form>").unwrap()];
+    let mut fields = Vec::new();
+    for tag in form.split('<').skip(1) {
+        let tag = tag.split('>').next().unwrap();
+        if tag.starts_with("input ") {
+            let Some(name) = attr(tag, "name") else { continue };
+            if attr(tag, "type").as_deref() == Some("checkbox") {
+                if tag.contains(" checked") {
+                    fields.push((name, "on".to_owned()));
+                }
+            } else {
+                fields.push((name, attr(tag, "value").unwrap_or_default()));
+            }
+        }
+    }
+    for select in form.split("<select ").skip(1) {
+        let name = attr(select.split('>').next().unwrap(), "name").unwrap();
+        let options = &select[..select.find("</select>").unwrap()];
+        let chosen = options
+            .split("<option ")
+            .skip(1)
+            .find(|o| o.split('>').next().unwrap().contains(" selected"))
+            .or_else(|| options.split("<option ").nth(1))
+            .and_then(|o| attr(&format!(" {}", o.split('>').next().unwrap()), "value"))
+            .unwrap_or_default();
+        fields.push((name, chosen));
+    }
+    for area in form.split("<textarea ").skip(1) {
+        let name = attr(area.split('>').next().unwrap(), "name").unwrap();
+        let text = area.split_once('>').unwrap().1;
+        fields.push((name, unescape(&text[..text.find("</textarea>").unwrap()])));
+    }
+    fields
+}
+
+/// An edit through the console's form changes only what was changed: a
+/// trigger bounded to five fires from 2027, with a priority, a misfire
+/// policy, a calendar and a DST choice, keeps all of them when its cron
+/// expression is edited, whether the browser posts every field the page
+/// shows or a client posts only the field it changed.
+async fn an_edit_keeps_every_trigger_field_it_did_not_change(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    admin
+        .calendar_put(
+            "holidays",
+            &serde_json::from_value(serde_json::json!({"kind": "holiday", "days": ["2027-12-25"]})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut job = JobDefinition::new("bounded", "report");
+    let mut trigger = TriggerDefinition::cron("0 0 6 * * ?", "Europe/Paris");
+    trigger.start = Some(1_798_761_600_000); // 2027-01-01T00:00:00Z
+    trigger.end = Some(1_811_808_000_000); // 2027-06-01T00:00:00Z
+    trigger.repeat = Some(5);
+    trigger.priority = 7;
+    trigger.misfire = Some("do_nothing".into());
+    trigger.calendar = Some("holidays".into());
+    trigger.dst_repeated = Some("both".into());
+    job.triggers.push(trigger);
+    admin.job_add(&job).await.unwrap();
+    let addr = server(admin.clone()).await;
+    let cookie = login(addr, ADMIN).await;
+
+    let check = |view: &quartz_core::admin::JobView, cron: &str| {
+        let t = &view.triggers[0];
+        assert_eq!(t.cron.as_deref(), Some(cron));
+        assert_eq!(t.start, 1_798_761_600_000, "start kept: {t:?}");
+        assert_eq!(t.end, Some(1_811_808_000_000), "end kept: {t:?}");
+        assert_eq!(t.repeat, Some(5), "repeat kept: {t:?}");
+        assert_eq!(t.priority, 7, "priority kept: {t:?}");
+        assert_eq!(t.misfire, "do_nothing");
+        assert_eq!(t.calendar.as_deref(), Some("holidays"));
+        assert_eq!(t.dst_repeated.as_deref(), Some("both"));
+        assert_eq!(t.time_zone.as_deref(), Some("Europe/Paris"));
+    };
+
+    // The browser: every field as the edit page shows it, the cron changed.
+    let edit = page(addr, "/jobs/bounded/edit", Some(&cookie)).await;
+    assert_eq!(edit.status, 200, "{}", edit.body);
+    let mut fields = posted_by_browser(&edit.body);
+    for (name, shown) in [
+        ("start", "2027-01-01T00:00:00.000Z"),
+        ("end", "2027-06-01T00:00:00.000Z"),
+        ("repeat", "5"),
+        ("priority", "7"),
+    ] {
+        assert!(
+            fields.iter().any(|(n, v)| n == name && v == shown),
+            "the form shows {name} = {shown}: {fields:?}"
+        );
+    }
+    for (name, value) in &mut fields {
+        if name == "cron" {
+            *value = "0 30 6 * * ?".into();
+        }
+    }
+    let borrowed: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    let saved = post(addr, "/jobs/bounded/edit", Some(&cookie), &borrowed, &[]).await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    check(&admin.job("bounded").await.unwrap(), "0 30 6 * * ?");
+
+    // A client that posts only what it changes.
+    let csrf = csrf_of(&edit.body);
+    let saved = post(
+        addr,
+        "/jobs/bounded/edit",
+        Some(&cookie),
+        &[("csrf", &csrf), ("cron", "0 45 6 * * ?"), ("allow_concurrent", "on")],
+        &[],
+    )
+    .await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    let view = admin.job("bounded").await.unwrap();
+    check(&view, "0 45 6 * * ?");
+    assert_eq!(view.handler, "report", "the handler kept");
 }

@@ -103,10 +103,18 @@ impl<S: Store> Admin<S> {
     /// zone under a DST choice, passing over the times calendar `calendar`
     /// excludes when one is named.
     ///
+    /// The work is bounded whoever asks: the search runs on a blocking
+    /// thread, not on the async workers, for at most [`PREVIEW_TIME_LIMIT`]
+    /// and [`PREVIEW_STEPS`] excluded runs passed over, and at most
+    /// [`MAX_CONCURRENT_PREVIEWS`] previews run at once in a process. A search
+    /// that stops early answers the times it found and how far it looked
+    /// ([`CronPreview::searched_until`], [`CronPreview::note`]).
+    ///
     /// # Errors
     ///
     /// [`AdminError::Invalid`] for the expression, the zone or the count;
-    /// [`AdminError::CalendarNotFound`]; the store's errors.
+    /// [`AdminError::CalendarNotFound`]; [`AdminError::Busy`] when as many
+    /// previews as allowed are running; the store's errors.
     pub async fn cron_preview_with(
         &self,
         expr: &str,
@@ -115,24 +123,35 @@ impl<S: Store> Admin<S> {
         calendar: Option<&str>,
         after: Timestamp,
         count: usize,
-    ) -> Result<Vec<Timestamp>, AdminError> {
+    ) -> Result<CronPreview, AdminError> {
         let (expr, zone) = parse_preview(expr, time_zone, count)?;
         let Some(name) = calendar else {
-            return Ok(expr.iter_after_with(after, zone, dst).take(count).collect());
+            let times: Vec<Timestamp> = expr.iter_after_with(after, zone, dst).take(count).collect();
+            let note = (times.len() < count).then(|| "the expression has no further fire time".to_owned());
+            return Ok(CronPreview {
+                times,
+                searched_until: None,
+                note,
+            });
         };
         let trigger = Trigger::new(Schedule::cron_with_dst(expr, zone, dst), Timestamp::from_millis(0))
             .and_then(|t| t.with_calendar(name))
             .map_err(|e| AdminError::invalid("calendar", e.to_string()))?
             .with_calendar_read(Arc::new(self.resolved(name).await?));
-        let mut times = Vec::with_capacity(count);
-        let mut at = after;
-        while times.len() < count
-            && let Some(next) = trigger.fire_time_after(at)
-        {
-            times.push(next);
-            at = next;
-        }
-        Ok(times)
+        // A permit per running search: a caller who finds none is told to
+        // come back, rather than queued behind searches it cannot see.
+        let permit = Arc::clone(&self.previews)
+            .try_acquire_owned()
+            .map_err(|_| AdminError::Busy {
+                what: format!("{MAX_CONCURRENT_PREVIEWS} cron previews are running; try again shortly"),
+            })?;
+        let search = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            bounded_preview(&trigger, after, count, PREVIEW_TIME_LIMIT, PREVIEW_STEPS)
+        });
+        search.await.map_err(|e| AdminError::Internal {
+            reason: format!("the cron preview's search failed: {e}"),
+        })
     }
 
     /// A calendar with its bases, read.
@@ -218,4 +237,85 @@ fn parse_preview(expr: &str, time_zone: &str, count: usize) -> Result<(CronExpre
     let expr = CronExpression::parse(expr).map_err(|e| AdminError::invalid("cron", e.to_string()))?;
     let zone = parse_time_zone(time_zone).map_err(|e| AdminError::invalid("time_zone", e.to_string()))?;
     Ok((expr, zone))
+}
+
+/// How long one cron preview searches at most.
+pub const PREVIEW_TIME_LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
+/// The most excluded runs one cron preview passes over (each search of
+/// the trigger passes over at most [`crate::trigger::CALENDAR_SEARCH_STEPS`]).
+pub const PREVIEW_STEPS: u64 = 100_000;
+/// The most cron previews with a calendar that search at once on one
+/// admin surface (an [`Admin`] and its clones).
+pub const MAX_CONCURRENT_PREVIEWS: usize = 2;
+/// How far past `after` a preview looks at most, as Quartz's triggers give up.
+const PREVIEW_HORIZON_MS: i64 = 100 * 366 * 86_400_000;
+
+/// A cron preview's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronPreview {
+    /// The fire times found, in order.
+    pub times: Vec<Timestamp>,
+    /// When the search stopped before it found as many times as asked
+    /// (its time or step limit): every instant before this was searched.
+    pub searched_until: Option<Timestamp>,
+    /// Why fewer times than asked are listed, in words.
+    pub note: Option<String>,
+}
+
+/// The next `count` fire times of `trigger` after `after`, searching for at
+/// most `limit` and `max_steps` excluded runs, resuming from each
+/// checkpoint the trigger's search answers.
+fn bounded_preview(
+    trigger: &Trigger,
+    after: Timestamp,
+    count: usize,
+    limit: std::time::Duration,
+    max_steps: u64,
+) -> CronPreview {
+    let began = std::time::Instant::now();
+    let horizon = after.saturating_add_millis(PREVIEW_HORIZON_MS);
+    let mut times = Vec::with_capacity(count);
+    let mut at = after;
+    let mut searches: u64 = 0;
+    let per_search = u64::from(crate::trigger::CALENDAR_SEARCH_STEPS);
+    while times.len() < count {
+        let Some(next) = trigger.fire_time_after(at) else {
+            return CronPreview {
+                times,
+                searched_until: None,
+                note: Some("the calendar excludes every later fire time of the expression".to_owned()),
+            };
+        };
+        at = next;
+        if next > horizon {
+            return CronPreview {
+                times,
+                searched_until: Some(horizon),
+                note: Some(format!(
+                    "no fire time the calendar includes within 100 years, until {horizon}"
+                )),
+            };
+        }
+        if !trigger.is_checkpoint(next) {
+            times.push(next);
+            continue;
+        }
+        searches += 1;
+        if began.elapsed() >= limit || searches.saturating_mul(per_search) >= max_steps {
+            return CronPreview {
+                times,
+                searched_until: Some(next),
+                note: Some(format!(
+                    "no fire time the calendar includes up to {next}: the search stopped there after {} ms \
+                     (later times may exist)",
+                    began.elapsed().as_millis()
+                )),
+            };
+        }
+    }
+    CronPreview {
+        times,
+        searched_until: None,
+        note: None,
+    }
 }

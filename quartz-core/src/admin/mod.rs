@@ -32,9 +32,12 @@ mod patch;
 mod views;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use calendars::calendar_field;
-pub use calendars::{CalendarView, cron_preview, parse_dst};
+pub use calendars::{
+    CalendarView, CronPreview, MAX_CONCURRENT_PREVIEWS, PREVIEW_STEPS, PREVIEW_TIME_LIMIT, cron_preview, parse_dst,
+};
 pub use definition::{JobDefinition, TriggerDefinition, TriggerKind};
 pub use patch::JobPatch;
 pub use views::{BrokenTrigger, ChangeView, FireView, JobView, NodeView, Overview, Page, TriggerView, summary};
@@ -106,6 +109,19 @@ pub enum AdminError {
         /// What the driver said.
         reason: String,
     },
+    /// As much of a bounded kind of work (cron previews) as the process
+    /// allows is running; the call may be retried shortly.
+    #[error("busy: {what}")]
+    Busy {
+        /// What is busy, and what to do.
+        what: String,
+    },
+    /// A failure of the admin surface itself (a search that panicked).
+    #[error("internal error: {reason}")]
+    Internal {
+        /// What failed.
+        reason: String,
+    },
     /// Any other store error.
     #[error(transparent)]
     Store(StoreError),
@@ -121,14 +137,15 @@ impl AdminError {
     }
 
     /// A stable name for machines: `invalid`, `not_found`, `conflict`,
-    /// `unavailable`, `internal`.
+    /// `busy`, `unavailable`, `internal`.
     pub fn code(&self) -> &'static str {
         match self {
             AdminError::Invalid { .. } => "invalid",
             AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } => "not_found",
             AdminError::Conflict { .. } | AdminError::CalendarExists { .. } | AdminError::InUse { .. } => "conflict",
+            AdminError::Busy { .. } => "busy",
             AdminError::Unavailable { .. } => "unavailable",
-            AdminError::Store(_) => "internal",
+            AdminError::Internal { .. } | AdminError::Store(_) => "internal",
         }
     }
 
@@ -229,6 +246,9 @@ fn id_cursor(field: &str, cursor: Option<&str>) -> Result<Option<i64>, AdminErro
 pub struct Admin<S> {
     store: S,
     scheduler: String,
+    /// The permits of the cron previews that search at once, shared by
+    /// every clone and every [`acting_as`](Self::acting_as) of this surface.
+    previews: Arc<tokio::sync::Semaphore>,
 }
 
 impl<S: Store> Admin<S> {
@@ -238,6 +258,7 @@ impl<S: Store> Admin<S> {
         Admin {
             store,
             scheduler: scheduler.into(),
+            previews: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_PREVIEWS)),
         }
     }
 
@@ -247,6 +268,7 @@ impl<S: Store> Admin<S> {
         Admin {
             store: self.store.acting_as(actor),
             scheduler: self.scheduler.clone(),
+            previews: Arc::clone(&self.previews),
         }
     }
 

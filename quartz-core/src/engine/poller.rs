@@ -19,7 +19,7 @@ use crate::store::{
     TriggerColumns,
 };
 use crate::time::Timestamp;
-use crate::trigger::{Fire, NextFire, Trigger, TriggerState};
+use crate::trigger::{Fire, NextFire, Schedule, Trigger, TriggerState};
 
 /// How long the poller waits before the next poll when a batch came back full.
 const FULL_BATCH_REPOLL: Duration = Duration::from_millis(50);
@@ -167,9 +167,12 @@ impl<S: Store> Inner<S> {
                 kind: WriteKind::Paused,
             });
         }
-        // A next fire time its calendar excludes was computed under the
+        // A next fire time its calendar excludes is a checkpoint (a search
+        // that passed over its bounded number of excluded runs stopped
+        // there, see `Trigger::fire_time_after`) or was computed under the
         // calendar as it was (a fixed-delay row released by a node that had
-        // not seen the change): recomputed too.
+        // not seen the change): recomputed too, from now, with a bounded
+        // search, so that such a row costs each poll a bounded amount of work.
         let excluded = execute
             .fire_state
             .next_fire_time
@@ -267,7 +270,7 @@ impl<S: Store> Inner<S> {
             WriteKind::Recomputed => {
                 self.count(|c| c.recomputed += 1);
                 tracing::info!(scheduler = self.scheduler, job, execute_id,
-                    next_fire_time = ?write.cas.set.next_fire_time, "execute initialised from its schedule columns");
+                    next_fire_time = ?write.cas.set.next_fire_time, "execute's next fire time computed from its schedule");
             }
             WriteKind::Misfire(decision) => {
                 self.count(|c| c.misfires += 1);
@@ -360,9 +363,25 @@ struct RowWrite {
 }
 
 /// Initialises a row written without a next fire time, or recomputes one
-/// whose schedule was edited: the first fire time at or after now.
+/// whose schedule was edited: the first fire time at or after now. A cron or
+/// fixed-rate row at a checkpoint resumes its search from the checkpoint
+/// instead, so that an included time between it and now is found (and
+/// handled by the misfire policy at the next poll) rather than passed over.
 fn recompute(execute: Execute, job: &Arc<Job>, db_now: Timestamp) -> RowWrite {
-    let next = first_at_or_after(&execute.trigger, &execute.fire_state, db_now);
+    let checkpoint = execute
+        .fire_state
+        .next_fire_time
+        .filter(|t| !execute.schedule_changed && execute.trigger.is_checkpoint(*t))
+        .filter(|_| {
+            matches!(
+                execute.trigger.schedule(),
+                Schedule::Cron { .. } | Schedule::FixedRate { .. }
+            )
+        });
+    let next = match checkpoint {
+        Some(t) => execute.trigger.fire_time_after(t),
+        None => first_at_or_after(&execute.trigger, &execute.fire_state, db_now),
+    };
     let state = TriggerState {
         prev_fire_time: execute.fire_state.prev_fire_time,
         next_fire_time: next,

@@ -24,7 +24,7 @@ mod calendar;
 
 use chrono_tz::Tz;
 
-pub use calendar::TriggerCalendar;
+pub use calendar::{CALENDAR_SEARCH_STEPS, TriggerCalendar};
 
 use crate::cron::{CronExpression, DstChoice};
 use crate::error::Error;
@@ -379,7 +379,13 @@ impl Trigger {
     ///
     /// With a calendar, times it excludes are passed over, as Quartz's
     /// triggers do (a fixed-rate trigger's excluded times still count against
-    /// its limit's grid, as in Quartz).
+    /// its limit's grid, as in Quartz). A search passes over at most
+    /// [`CALENDAR_SEARCH_STEPS`] excluded runs: past that it answers a
+    /// checkpoint, a time the calendar excludes ([`is_checkpoint`](Self::is_checkpoint)),
+    /// every candidate before which is excluded too; asking again after the
+    /// checkpoint resumes the search. The engine stores a checkpoint as the
+    /// row's next fire time and resumes at a later poll, so that a calendar
+    /// that excludes almost everything never stalls it.
     pub fn fire_time_after(&self, after: Timestamp) -> Option<Timestamp> {
         if after < self.start {
             return self.first_fire_time();
@@ -467,7 +473,8 @@ impl Trigger {
             let NextFire::At(fire_time) = current.next_fire_time_kind() else {
                 return None;
             };
-            if fire_time >= until {
+            // A checkpoint is no fire: the poll resumes the search from it.
+            if fire_time >= until || self.is_checkpoint(fire_time) {
                 return None;
             }
             let times_triggered = current.times_triggered + 1;

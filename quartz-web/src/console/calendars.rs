@@ -108,7 +108,7 @@ fn form(viewer: &Viewer, form: &CalendarForm, error: &FieldError, editing: bool)
                 @if let Some(e) = error_for("definition") { p.field-error data-field="definition" { (e) } }
             }
             div.buttons {
-                button.primary #save type="submit" { @if editing { "Replace" } @else { "Add calendar" } }
+                (html::submit(viewer, "save", "primary", if editing { "Replace" } else { "Add calendar" }))
                 " "
                 a href={ (viewer.base) "/calendars" } { "Cancel" }
             }
@@ -152,7 +152,7 @@ fn respond_one(
             h2 { "Delete" }
             form.inline method="post" action={ (viewer.base) "/calendars/" (segment(&calendar.name)) "/delete" } {
                 (html::csrf(viewer))
-                button.danger #delete type="submit" { "Delete " (calendar.name) }
+                (html::submit(viewer, "delete", "danger", &format!("Delete {}", calendar.name)))
             }
             p.hint { "A calendar a trigger or another calendar uses is not deleted; the refusal names them." }
         } @else {

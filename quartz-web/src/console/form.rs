@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 use quartz_core::Timestamp;
-use quartz_core::admin::{AdminError, JobDefinition, JobPatch, JobView, TriggerDefinition, TriggerKind};
+use quartz_core::admin::{AdminError, CronPreview, JobDefinition, JobPatch, JobView, TriggerDefinition, TriggerKind};
 use quartz_core::store::Store;
 
 use super::html::{self, Section, query, segment};
@@ -49,6 +49,9 @@ struct JobForm {
     time_zone: String,
     interval_ms: String,
     start: String,
+    end: String,
+    repeat: String,
+    priority: String,
     misfire: String,
     calendar: String,
     dst_skipped: String,
@@ -76,6 +79,7 @@ impl JobForm {
             cron: "0 * * * * ?".into(),
             time_zone: "UTC".into(),
             misfire: "smart".into(),
+            priority: "0".into(),
             dst_skipped: "quartz".into(),
             dst_repeated: "quartz".into(),
             max_attempts: "1".into(),
@@ -112,48 +116,59 @@ impl JobForm {
             form.calendar = t.calendar.clone().unwrap_or_default();
             form.dst_skipped = t.dst_skipped.clone().unwrap_or_else(|| "quartz".into());
             form.dst_repeated = t.dst_repeated.clone().unwrap_or_else(|| "quartz".into());
-            if t.kind == "once" {
-                form.start = Timestamp::from_millis(t.start).to_string();
-            }
+            form.start = Timestamp::from_millis(t.start).to_string();
+            form.end = t.end.map(|e| Timestamp::from_millis(e).to_string()).unwrap_or_default();
+            form.repeat = t.repeat.map(|r| r.to_string()).unwrap_or_default();
+            form.priority = t.priority.to_string();
         }
         form
     }
 
-    fn from_fields(f: &Fields) -> JobForm {
-        let text = |name: &str| f.get(name).to_owned();
+    /// The form as posted over `base`: a field the body does not carry
+    /// keeps `base`'s value (a client that posts only what it changes loses
+    /// nothing), an empty one is cleared; checkboxes are on when present.
+    fn from_fields(f: &Fields, base: &JobForm) -> JobForm {
+        let text = |name: &str, kept: &String| f.opt(name).map_or_else(|| kept.clone(), str::to_owned);
         JobForm {
-            name: text("name"),
-            handler: text("handler"),
-            description: text("description"),
-            payload: text("payload"),
-            kind: text("kind"),
-            cron: text("cron"),
-            time_zone: text("time_zone"),
-            interval_ms: text("interval_ms"),
-            start: text("start"),
-            misfire: text("misfire"),
-            calendar: text("calendar"),
-            dst_skipped: text("dst_skipped"),
-            dst_repeated: text("dst_repeated"),
-            max_attempts: text("max_attempts"),
-            backoff_ms: text("backoff_ms"),
-            backoff_max_ms: text("backoff_max_ms"),
-            timeout_ms: text("timeout_ms"),
+            name: text("name", &base.name),
+            handler: text("handler", &base.handler),
+            description: text("description", &base.description),
+            payload: text("payload", &base.payload),
+            kind: text("kind", &base.kind),
+            cron: text("cron", &base.cron),
+            time_zone: text("time_zone", &base.time_zone),
+            interval_ms: text("interval_ms", &base.interval_ms),
+            start: text("start", &base.start),
+            end: text("end", &base.end),
+            repeat: text("repeat", &base.repeat),
+            priority: text("priority", &base.priority),
+            misfire: text("misfire", &base.misfire),
+            calendar: text("calendar", &base.calendar),
+            dst_skipped: text("dst_skipped", &base.dst_skipped),
+            dst_repeated: text("dst_repeated", &base.dst_repeated),
+            max_attempts: text("max_attempts", &base.max_attempts),
+            backoff_ms: text("backoff_ms", &base.backoff_ms),
+            backoff_max_ms: text("backoff_max_ms", &base.backoff_max_ms),
+            timeout_ms: text("timeout_ms", &base.timeout_ms),
             allow_concurrent: f.on("allow_concurrent"),
             requests_recovery: f.on("requests_recovery"),
         }
     }
 
     /// What decides the fire times: an edit that leaves it alone keeps the
-    /// trigger (and where it stands).
-    fn schedule(&self) -> [&str; 9] {
-        let start = if self.kind == "once" { self.start.trim() } else { "" };
+    /// trigger (and where it stands); an edit of any of it replaces the
+    /// trigger with one built from every field the form shows, so that
+    /// nothing the form did not change is lost.
+    fn schedule(&self) -> [&str; 12] {
         [
             self.kind.trim(),
             self.cron.trim(),
             self.time_zone.trim(),
             self.interval_ms.trim(),
-            start,
+            self.start.trim(),
+            self.end.trim(),
+            self.repeat.trim(),
+            self.priority.trim(),
             self.misfire.trim(),
             self.calendar.trim(),
             dst_name(&self.dst_skipped),
@@ -174,16 +189,8 @@ impl JobForm {
             }
         };
         let text = |s: &str| Some(s.trim().to_owned()).filter(|s| !s.is_empty());
-        let start = match self.start.trim() {
-            "" => None,
-            s => match chrono::DateTime::parse_from_rfc3339(s) {
-                Ok(t) => Some(t.timestamp_millis()),
-                Err(_) => {
-                    errors.push(("start".into(), "write an RFC 3339 instant: 2026-01-31T09:00:00Z".into()));
-                    None
-                }
-            },
-        };
+        let start = instant(errors, "start", &self.start);
+        let end = instant(errors, "end", &self.end);
         let cron_kind = kind == TriggerKind::Cron;
         let interval_kind = matches!(kind, TriggerKind::FixedRate | TriggerKind::FixedDelay);
         Some(TriggerDefinition {
@@ -192,10 +199,10 @@ impl JobForm {
             time_zone: text(&self.time_zone).filter(|_| cron_kind),
             interval_ms: number(errors, "interval_ms", &self.interval_ms).filter(|_| interval_kind),
             start,
-            end: None,
-            repeat: None,
+            end,
+            repeat: number(errors, "repeat", &self.repeat),
             misfire: text(&self.misfire),
-            priority: 0,
+            priority: number(errors, "priority", &self.priority).unwrap_or(0),
             calendar: text(&self.calendar),
             dst_skipped: Some(dst_name(&self.dst_skipped).to_owned()).filter(|s| s != "quartz" && cron_kind),
             dst_repeated: Some(dst_name(&self.dst_repeated).to_owned()).filter(|s| s != "quartz" && cron_kind),
@@ -279,6 +286,20 @@ fn select(name: &str, options: &[(&str, &str)], chosen: &str) -> Markup {
     }
 }
 
+/// An RFC 3339 instant from a field, `None` when empty.
+fn instant(errors: &mut FieldErrors, field: &str, text: &str) -> Option<i64> {
+    match text.trim() {
+        "" => None,
+        s => chrono::DateTime::parse_from_rfc3339(s).map_or_else(
+            |_| {
+                errors.push((field.into(), "write an RFC 3339 instant: 2026-01-31T09:00:00Z".into()));
+                None
+            },
+            |t| Some(t.timestamp_millis()),
+        ),
+    }
+}
+
 /// A whole number from a field, `None` when empty.
 fn number<T: std::str::FromStr>(errors: &mut FieldErrors, field: &str, text: &str) -> Option<T> {
     match text.trim() {
@@ -308,7 +329,7 @@ fn error_for<'a>(errors: &'a FieldErrors, field: &str) -> Option<&'a str> {
 /// The next five fire times of the form's cron expression, passing over
 /// the times its calendar (when one is named) excludes, or why there are
 /// none to show.
-async fn preview_times<S: Store + Clone>(state: &AppState<S>, form: &JobForm) -> Result<Vec<Timestamp>, String> {
+async fn preview_times<S: Store + Clone>(state: &AppState<S>, form: &JobForm) -> Result<CronPreview, String> {
     let zone = match form.time_zone.trim() {
         "" => "UTC",
         zone => zone,
@@ -324,9 +345,9 @@ async fn preview_times<S: Store + Clone>(state: &AppState<S>, form: &JobForm) ->
 }
 
 /// The server's own rendering of the cron preview.
-fn preview(times: &Result<Vec<Timestamp>, String>) -> Markup {
-    let (times, error) = match times {
-        Ok(times) => (times.as_slice(), None),
+fn preview(preview: &Result<CronPreview, String>) -> Markup {
+    let (times, error) = match preview {
+        Ok(p) => (p.times.as_slice(), p.note.as_ref()),
         Err(e) => (&[][..], Some(e)),
     };
     html! {
@@ -364,7 +385,7 @@ fn text_input(name: &str, value: &str, placeholder: &str) -> Markup {
 /// registered, and the cron preview.
 struct Beside {
     handlers: Vec<String>,
-    preview: Result<Vec<Timestamp>, String>,
+    preview: Result<CronPreview, String>,
 }
 
 fn render(viewer: &Viewer, form: &JobForm, errors: &FieldErrors, editing: Option<&JobView>, beside: &Beside) -> Markup {
@@ -385,6 +406,9 @@ fn render(viewer: &Viewer, form: &JobForm, errors: &FieldErrors, editing: Option
             "time_zone",
             "interval_ms",
             "start",
+            "end",
+            "repeat",
+            "priority",
             "misfire",
             "calendar",
             "dst_skipped",
@@ -436,6 +460,12 @@ fn render(viewer: &Viewer, form: &JobForm, errors: &FieldErrors, editing: Option
                     (field("Interval (ms)", "interval_ms", errors, text_input("interval_ms", &form.interval_ms, "60000"), None, Some("fixed_rate fixed_delay")))
                     (field("Start", "start", errors, text_input("start", &form.start, "2026-01-31T09:00:00Z"),
                         Some("RFC 3339. For once: when it fires; otherwise not before (default now)."), Some("cron fixed_rate fixed_delay once")))
+                    (field("End", "end", errors, text_input("end", &form.end, ""),
+                        Some("RFC 3339: no fire after it; empty: none."), Some("cron fixed_rate fixed_delay")))
+                    (field("Fires in all", "repeat", errors, text_input("repeat", &form.repeat, ""),
+                        Some("The most times it fires; empty: no limit."), Some("cron fixed_rate fixed_delay")))
+                    (field("Priority", "priority", errors, text_input("priority", &form.priority, "0"),
+                        Some("Fires due at the same time start higher first."), Some("cron fixed_rate fixed_delay once")))
                     (field("Misfire policy", "misfire", errors, html! {
                         select #misfire name="misfire" {
                             @for m in MISFIRE { option value=(m) selected[m == form.misfire] { (m) } }
@@ -458,7 +488,7 @@ fn render(viewer: &Viewer, form: &JobForm, errors: &FieldErrors, editing: Option
                 }
             }
             div.buttons {
-                button.primary #save type="submit" { @if editing.is_some() { "Save" } @else { "Create job" } }
+                (html::submit(viewer, "save", "primary", if editing.is_some() { "Save" } else { "Create job" }))
                 " "
                 a href={ (viewer.base) "/jobs" } { "Cancel" }
             }
@@ -514,7 +544,7 @@ pub(crate) async fn create<S: Store + Clone>(
     if let Some(refused) = viewer.refuse_form(&fields) {
         return refused;
     }
-    let form = JobForm::from_fields(&fields);
+    let form = JobForm::from_fields(&fields, &JobForm::default());
     let saved = match form.definition() {
         Ok(job) => state
             .admin
@@ -582,7 +612,7 @@ pub(crate) async fn edit<S: Store + Clone>(
         Ok(job) => job,
         Err(e) => return viewer.failure(&e),
     };
-    let form = JobForm::from_fields(&fields);
+    let form = JobForm::from_fields(&fields, &JobForm::from_view(&was));
     let saved = match form.patch(&was) {
         Ok(patch) => state
             .admin

@@ -242,3 +242,15 @@ pub(crate) fn next_page(href: Option<String>) -> Markup {
         }
     }
 }
+
+/// A form's submit button: disabled, with a line saying why, for a
+/// read-only session (the server refuses its post all the same).
+pub(crate) fn submit(viewer: &Viewer, id: &str, class: &str, label: &str) -> Markup {
+    html! {
+        button #(id) class=(class) type="submit" disabled[viewer.read_only()] { (label) }
+        @if viewer.read_only() {
+            " "
+            span.hint.read-only { "Read-only session: log in with the admin token to change this." }
+        }
+    }
+}

@@ -79,6 +79,12 @@ pub(crate) struct Viewer {
 }
 
 impl Viewer {
+    /// Whether this session may only read: its forms show, their buttons
+    /// are disabled, and a line says why.
+    pub(crate) fn read_only(&self) -> bool {
+        self.role != Role::Admin
+    }
+
     /// A page's response, with the new session's cookie if one was opened.
     pub(crate) fn respond(&self, status: StatusCode, markup: Markup) -> Response {
         let mut response = (status, markup).into_response();
@@ -237,6 +243,11 @@ impl Fields {
         self.0.get(name).map_or("", String::as_str)
     }
 
+    /// A field's value, `None` when the body has no such field.
+    pub(crate) fn opt(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
     /// A checkbox: present means on.
     pub(crate) fn on(&self, name: &str) -> bool {
         self.0.contains_key(name)
@@ -267,8 +278,14 @@ fn plain(status: StatusCode, base: &str, title: &str, message: &str) -> Response
 }
 
 /// Where a login may send the browser: a path on this server, nothing else.
+/// Browsers drop tabs and line breaks from a URL and read a backslash as a
+/// slash, so `/\t/evil.com` would be `//evil.com`, another site: a path
+/// with any control character, space or backslash is refused.
 fn safe_next(next: &str) -> &str {
-    if next.starts_with('/') && !next.starts_with("//") && !next.contains('\\') {
+    if next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.chars().any(|c| c == '\\' || c.is_control() || c.is_whitespace())
+    {
         next
     } else {
         "/"
@@ -314,6 +331,24 @@ impl<St: Send + Sync> FromRequestParts<St> for Base {
     }
 }
 
+/// The client's address, when the server was given it (served with
+/// `into_make_service_with_connect_info::<SocketAddr>()`).
+#[derive(Debug)]
+struct Peer(Option<std::net::IpAddr>);
+
+impl<St: Send + Sync> FromRequestParts<St> for Peer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &St) -> Result<Peer, Self::Rejection> {
+        Ok(Peer(
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip()),
+        ))
+    }
+}
+
 async fn login_page<S: Store + Clone>(
     State(state): State<AppState<S>>,
     Base(base): Base,
@@ -326,9 +361,27 @@ async fn login_page<S: Store + Clone>(
     login_form(&base, next, None).into_response()
 }
 
-async fn login<S: Store + Clone>(State(state): State<AppState<S>>, Base(base): Base, body: Bytes) -> Response {
+async fn login<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    Base(base): Base,
+    Peer(peer): Peer,
+    body: Bytes,
+) -> Response {
     let fields = Fields::parse(&body);
     let next = safe_next(fields.get("next"));
+    if let Some(wait) = peer.and_then(|ip| state.sessions.guess_wait(ip, state.access.max_guesses())) {
+        tracing::warn!(client = ?peer, "console login refused: too many refused tokens from this address");
+        let message = format!(
+            "Too many tokens were refused from this address; try again in {} s.",
+            wait.as_secs()
+        );
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, wait.as_secs().to_string())],
+            login_form(&base, next, Some(&message)),
+        )
+            .into_response();
+    }
     match state.access.role_of(fields.get("token").trim()) {
         Some(role) => {
             let (id, _) = state.sessions.open(role);
@@ -336,11 +389,14 @@ async fn login<S: Store + Clone>(State(state): State<AppState<S>>, Base(base): B
             if let Ok(cookie) = HeaderValue::from_str(&session_cookie(&base, &id, None)) {
                 response.headers_mut().append(header::SET_COOKIE, cookie);
             }
-            tracing::info!(role = role.as_str(), "console login");
+            tracing::info!(role = role.as_str(), client = ?peer, "console login");
             response
         }
         None => {
-            tracing::warn!("console login refused: the token is not recognised");
+            tracing::warn!(client = ?peer, "console login refused: the token is not recognised");
+            if let Some(ip) = peer {
+                state.sessions.guess_refused(ip);
+            }
             (
                 StatusCode::UNAUTHORIZED,
                 login_form(&base, next, Some("That token is not recognised.")),

@@ -290,7 +290,7 @@ pub(crate) async fn delete_page<S: Store + Clone>(
         }
         form.confirm method="post" action={ (viewer.base) "/jobs/" (segment(&job.name)) "/delete" } {
             (html::csrf(&viewer))
-            button.danger #confirm-delete type="submit" { "Delete " (job.name) }
+            (html::submit(&viewer, "confirm-delete", "danger", &format!("Delete {}", job.name)))
             " "
             a href={ (viewer.base) "/jobs/" (segment(&job.name)) } { "Cancel" }
         }

@@ -44,6 +44,12 @@ const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 #[derive(Debug, Clone)]
 pub struct ShellPolicy {
     allow: Vec<glob::Pattern>,
+    /// The allow-list with every symbolic link in its literal part resolved
+    /// (`/bin/echo` is `/usr/bin/echo` where `/bin` links to `/usr/bin`): the
+    /// file a program resolves to must match one of these too, so that a link
+    /// placed in an allowed directory (`ok-sh -> /bin/sh`) runs nothing the
+    /// operator did not name.
+    resolved: Vec<glob::Pattern>,
     pass_env: Vec<String>,
     workdir: PathBuf,
     path: String,
@@ -76,10 +82,12 @@ impl ShellPolicy {
                 "--pass-env takes variable names, and {name:?} is not one"
             );
         }
+        let resolved = allow.iter().flat_map(|p| resolved_patterns(p.as_str())).collect();
         let workdir = workdir.unwrap_or_else(std::env::temp_dir);
         anyhow::ensure!(workdir.is_dir(), "--shell-dir {} is not a directory", workdir.display());
         Ok(ShellPolicy {
             allow,
+            resolved,
             pass_env: pass_env.to_vec(),
             workdir,
             path: std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.to_owned()),
@@ -131,13 +139,28 @@ impl ShellPolicy {
             require_literal_separator: true,
             require_literal_leading_dot: true,
         };
-        if self.allow.iter().any(|p| p.matches_path_with(&path, options)) {
-            Ok(path)
-        } else {
-            Err(format!(
+        if !self.allow.iter().any(|p| p.matches_path_with(&path, options)) {
+            return Err(format!(
                 "{} is not allowed on this node (its --allow-shell list: {})",
                 path.display(),
                 self.allowed().join(" ")
+            ));
+        }
+        // The name matched; the file it names must too. The resolved file is
+        // what runs, so a link changed after this check changes nothing.
+        let real = std::fs::canonicalize(&path).map_err(|e| {
+            format!(
+                "{} is not allowed on this node: it cannot be resolved: {e}",
+                path.display()
+            )
+        })?;
+        if self.resolved.iter().any(|p| p.matches_path_with(&real, options)) {
+            Ok(real)
+        } else {
+            Err(format!(
+                "{} is not allowed on this node: it resolves to {}, which its --allow-shell list does not name",
+                path.display(),
+                real.display()
             ))
         }
     }
@@ -356,6 +379,27 @@ fn tail_start(s: &str, keep: usize) -> usize {
     (start..s.len()).find(|i| s.is_char_boundary(*i)).unwrap_or(s.len())
 }
 
+/// A pattern's forms with the symbolic links of its literal part resolved:
+/// the pattern itself, its directory resolved when the directory holds no
+/// glob character, and the file it names resolved when it holds none at all.
+fn resolved_patterns(pattern: &str) -> Vec<glob::Pattern> {
+    let literal = |s: &str| !s.contains(['*', '?', '[']);
+    let mut forms = vec![pattern.to_owned()];
+    let path = Path::new(pattern);
+    if literal(pattern)
+        && let Ok(real) = std::fs::canonicalize(path)
+    {
+        forms.push(real.to_string_lossy().into_owned());
+    }
+    if let (Some(dir), Some(name)) = (path.parent(), path.file_name())
+        && literal(&dir.to_string_lossy())
+        && let Ok(real) = std::fs::canonicalize(dir)
+    {
+        forms.push(real.join(name).to_string_lossy().into_owned());
+    }
+    forms.iter().filter_map(|f| glob::Pattern::new(f).ok()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,7 +421,7 @@ mod tests {
     fn a_program_is_allowed_only_by_a_matching_pattern() {
         let p = policy(&["/usr/bin/echo", "/opt/jobs/*"]);
         assert_eq!(p.resolve("/usr/bin/echo"), Ok(PathBuf::from("/usr/bin/echo")));
-        assert!(p.resolve("/opt/jobs/backup").is_ok());
+        assert!(p.resolve("/opt/jobs/backup").is_err(), "no such file");
         assert!(p.resolve("/usr/bin/env").is_err());
         // `*` stays within its directory, and `..` never reaches a match.
         assert!(p.resolve("/opt/jobs/sub/tool").is_err());
@@ -393,5 +437,36 @@ mod tests {
         assert!(sh.is_absolute(), "{}", sh.display());
         let err = p.resolve("no-such-program-anywhere").unwrap_err();
         assert!(err.contains("not allowed on this node"), "{err}");
+    }
+
+    #[test]
+    fn a_link_in_an_allowed_directory_runs_only_what_the_list_names() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("quartz-shell-links-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let own = dir.join("backup");
+        std::fs::write(&own, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let link = dir.join("ok-sh");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("/bin/sh", &link).unwrap();
+        let inside = dir.join("also-backup");
+        let _ = std::fs::remove_file(&inside);
+        std::os::unix::fs::symlink(&own, &inside).unwrap();
+        let p = policy(&[&format!("{}/*", dir.display())]);
+        let real_dir = std::fs::canonicalize(&dir).unwrap();
+        assert_eq!(p.resolve(&own.to_string_lossy()), Ok(real_dir.join("backup")));
+        let err = p.resolve(&link.to_string_lossy()).unwrap_err();
+        assert!(err.contains("resolves to"), "{err}");
+        assert_eq!(
+            p.resolve(&inside.to_string_lossy()),
+            Ok(real_dir.join("backup")),
+            "a link to a file the list names runs that file"
+        );
+        // A program named through a linked directory (/bin -> /usr/bin) is
+        // the file the operator named.
+        let echo = policy(&["/bin/echo"]);
+        assert!(echo.resolve("/bin/echo").is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

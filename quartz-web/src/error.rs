@@ -166,7 +166,7 @@ impl<T: DeserializeOwned, St: Send + Sync> FromRequest<St> for ApiJson<T> {
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json"));
+            .is_some_and(is_json_media_type);
         if !json {
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -183,7 +183,15 @@ impl<T: DeserializeOwned, St: Send + Sync> FromRequest<St> for ApiJson<T> {
         })?;
         let mut de = serde_json::Deserializer::from_slice(&bytes);
         match serde_path_to_error::deserialize(&mut de) {
-            Ok(value) => Ok(ApiJson(value)),
+            // Whitespace may follow the value; anything else is refused,
+            // not ignored.
+            Ok(value) => match de.end() {
+                Ok(()) => Ok(ApiJson(value)),
+                Err(e) => Err(ApiError::invalid(
+                    "",
+                    format!("the body holds more than one JSON value: {e}"),
+                )),
+            },
             Err(e) => {
                 let path = e.path().to_string();
                 let message = e.inner().to_string();
@@ -191,6 +199,15 @@ impl<T: DeserializeOwned, St: Send + Sync> FromRequest<St> for ApiJson<T> {
             }
         }
     }
+}
+
+/// Whether a `Content-Type` is JSON: `application/json`, with parameters
+/// (`; charset=utf-8`) or not, in any case; `application/jsonfoo` is not.
+fn is_json_media_type(value: &str) -> bool {
+    value
+        .split(';')
+        .next()
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// A query string decoded with the field at fault named on error (400).
@@ -212,4 +229,58 @@ impl<T: DeserializeOwned, St: Send + Sync> FromRequestParts<St> for ApiQuery<T> 
             }
         }
     }
+}
+
+/// The most of a plain-text error body [`uniform_errors`] reads.
+const PLAIN_ERROR_LIMIT: usize = 16 * 1024;
+
+/// Middleware: an error answered by the framework itself (a 405 with no
+/// body, a path that is not UTF-8, any other plain-text rejection) is
+/// answered in the API's one error shape instead, with its text as the
+/// message, so that every error a client meets is JSON it can read.
+pub(crate) async fn uniform_errors(request: Request, next: axum::middleware::Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let plain = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|v| v.starts_with("text/plain"));
+    if !(status.is_client_error() || status.is_server_error()) || !plain {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, PLAIN_ERROR_LIMIT).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&text).trim().to_owned();
+    let code = match status {
+        StatusCode::BAD_REQUEST => "invalid",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        s if s.is_server_error() => "internal",
+        _ => "invalid",
+    };
+    let message = if text.is_empty() {
+        match status {
+            StatusCode::METHOD_NOT_ALLOWED => {
+                let allowed = parts
+                    .headers
+                    .get(header::ALLOW)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                format!("this route does not take that method (it takes: {allowed})")
+            }
+            other => other.canonical_reason().unwrap_or("error").to_owned(),
+        }
+    } else {
+        text
+    };
+    let mut answer = ApiError::new(status, code, message).into_response();
+    for name in [header::ALLOW, header::RETRY_AFTER] {
+        if let Some(v) = parts.headers.get(&name) {
+            answer.headers_mut().insert(name, v.clone());
+        }
+    }
+    answer
 }

@@ -143,6 +143,7 @@ impl<S: Store + Clone> Web<S> {
                 state.clone(),
                 access::guard::<AppState<S>>,
             ))
+            .layer(axum::middleware::from_fn(error::uniform_errors))
             .layer(axum::middleware::from_fn(console::security_headers))
             .layer(DefaultBodyLimit::max(BODY_LIMIT))
             .with_state(state)

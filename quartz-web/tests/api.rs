@@ -146,6 +146,69 @@ async fn bad_input_gets_a_4xx_naming_the_field(db: &TestDb) {
         (a.status, a.error())
     };
     let invalid = |field: &str| (400, ("invalid".to_owned(), Some(field.to_owned())));
+
+    // What the framework itself refuses is answered in the same JSON shape.
+    let raw = |method: &'static str, path: &'static str, content_type: &'static str, body: &'static str| async move {
+        let auth = format!("Bearer {ADMIN}");
+        http::call(
+            addr,
+            method,
+            path,
+            &[("Authorization", &auth), ("Content-Type", content_type)],
+            body.as_bytes(),
+        )
+        .await
+    };
+    let trailing = raw(
+        "POST",
+        "/api/v1/jobs",
+        "application/json",
+        r#"{"name": "t", "handler": "log"} garbage"#,
+    )
+    .await;
+    assert_eq!(trailing.status, 400, "trailing garbage: {}", trailing.body);
+    assert_eq!(trailing.error().0, "invalid");
+    let two = raw(
+        "POST",
+        "/api/v1/jobs",
+        "application/json",
+        r#"{"name": "t", "handler": "log"}{}"#,
+    )
+    .await;
+    assert_eq!(two.status, 400, "two values: {}", two.body);
+    let suffixed = raw(
+        "POST",
+        "/api/v1/jobs",
+        "application/jsonfoo",
+        r#"{"name": "t", "handler": "log"}"#,
+    )
+    .await;
+    assert_eq!(suffixed.status, 415, "{}", suffixed.body);
+    let charset = raw(
+        "POST",
+        "/api/v1/jobs",
+        "Application/JSON; charset=utf-8",
+        r#"{"name": "t", "handler": "log"} "#,
+    )
+    .await;
+    assert_eq!(
+        charset.error(),
+        ("invalid".to_owned(), Some("triggers".to_owned())),
+        "read as JSON: {}",
+        charset.body
+    );
+    let wrong_method = raw("PUT", "/api/v1/jobs", "application/json", "{}").await;
+    assert_eq!(wrong_method.status, 405);
+    assert_eq!(wrong_method.error().0, "method_not_allowed", "{}", wrong_method.body);
+    assert!(wrong_method.header("allow").is_some());
+    let bad_utf8 = raw("GET", "/api/v1/jobs/%FF%FE", "application/json", "").await;
+    assert_eq!(bad_utf8.status, 400, "{}", bad_utf8.body);
+    assert!(
+        bad_utf8.header("content-type").unwrap().starts_with("application/json"),
+        "{:?}",
+        bad_utf8.headers
+    );
+    assert_eq!(bad_utf8.error().0, "invalid");
     let cron = json!({"name": "x", "handler": "log", "triggers": [{"kind": "cron", "cron": "0 0 25 * * ?"}]});
     assert_eq!(refused(cron).await, invalid("triggers[0].cron"));
     assert_eq!(refused(json!({"handler": "log"})).await, invalid("name"));

@@ -72,6 +72,16 @@ fn segment(name: &str) -> String {
     percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
+/// A redirect to `want` with its notice sealed for the session.
+fn assert_sealed(location: Option<&str>, want: &str) {
+    let location = location.expect("a Location");
+    let (path, seal) = location
+        .split_once("&seal=")
+        .unwrap_or_else(|| panic!("{location}: no seal"));
+    assert_eq!(path, want);
+    assert_eq!(seal.len(), 32, "{location}");
+}
+
 async fn job_state(admin: &Admin<quartz_store::AnyStore>, name: &str) -> String {
     admin.job(name).await.unwrap().state
 }
@@ -199,9 +209,9 @@ async fn the_form_creates_edits_and_refuses_bad_input(db: &TestDb) {
     fields[8] = ("max_attempts", "3");
     let created = post(addr, "/new", Some(&cookie), &fields, &[]).await;
     assert_eq!(created.status, 303, "{}", created.body);
-    assert_eq!(
+    assert_sealed(
         created.header("location"),
-        Some("/jobs/nightly?notice=created&subject=nightly")
+        "/jobs/nightly?notice=created&subject=nightly",
     );
     let job = admin.job("nightly").await.unwrap();
     assert_eq!(job.payload, serde_json::json!({"to": "ops"}));
@@ -232,9 +242,9 @@ async fn the_form_creates_edits_and_refuses_bad_input(db: &TestDb) {
     fields[1] = ("name", "nightly-eu");
     fields[5] = ("cron", "0 30 2 * * ?");
     let saved = post(addr, "/jobs/nightly/edit", Some(&cookie), &fields, &[]).await;
-    assert_eq!(
+    assert_sealed(
         saved.header("location"),
-        Some("/jobs/nightly-eu?notice=saved&subject=nightly-eu")
+        "/jobs/nightly-eu?notice=saved&subject=nightly-eu",
     );
     let job = admin.job("nightly-eu").await.unwrap();
     assert_eq!(job.triggers[0].cron.as_deref(), Some("0 30 2 * * ?"));
@@ -349,10 +359,7 @@ async fn every_form_needs_the_sessions_csrf_token_and_the_admin_role(db: &TestDb
     )
     .await;
     assert_eq!(resumed.status, 303);
-    assert_eq!(
-        resumed.header("location"),
-        Some("/jobs/probe?notice=resumed&subject=probe")
-    );
+    assert_sealed(resumed.header("location"), "/jobs/probe?notice=resumed&subject=probe");
     assert_eq!(job_state(&admin, "probe").await, "enabled");
 
     let logout = post(addr, "/logout", Some(&cookie), &[("csrf", &csrf)], &[]).await;
@@ -433,18 +440,31 @@ async fn calendars_are_listed_added_replaced_and_deleted(db: &TestDb) {
     )
     .await;
     assert_eq!(created.status, 303, "{}", created.body);
-    assert_eq!(
+    assert_sealed(
         created.header("location"),
-        Some("/calendars/weekends?notice=created&subject=weekends")
-    );
-    let shown = page(
-        addr,
         "/calendars/weekends?notice=created&subject=weekends",
+    );
+    let shown = page(addr, created.header("location").unwrap(), Some(&cookie)).await;
+    assert!(shown.body.contains("weekly: sat, sun"), "{}", shown.body);
+    assert!(shown.body.contains("Created weekends."), "the notice");
+    // A notice a link makes up is not shown.
+    let forged = page(
+        addr,
+        "/calendars/weekends?notice=deleted&subject=every%20job",
         Some(&cookie),
     )
     .await;
-    assert!(shown.body.contains("weekly: sat, sun"), "{}", shown.body);
-    assert!(shown.body.contains("Created weekends."), "the notice");
+    assert!(!forged.body.contains("Deleted every job"), "{}", forged.body);
+    let tampered = created
+        .header("location")
+        .unwrap()
+        .replace("subject=weekends", "subject=everything");
+    assert!(
+        !page(addr, &tampered, Some(&cookie))
+            .await
+            .body
+            .contains("Created everything")
+    );
     assert!(shown.body.contains("href=\"/calendars/holidays\""), "its base, linked");
 
     let replace = |json: &'static str| {
@@ -462,9 +482,9 @@ async fn calendars_are_listed_added_replaced_and_deleted(db: &TestDb) {
         }
     };
     let saved = replace(r#"{"kind": "weekly", "days": ["sun"], "base": "holidays"}"#).await;
-    assert_eq!(
+    assert_sealed(
         saved.header("location"),
-        Some("/calendars/weekends?notice=saved&subject=weekends")
+        "/calendars/weekends?notice=saved&subject=weekends",
     );
     assert_eq!(admin.calendar("weekends").await.unwrap().definition.days, ["sun"]);
     let refused = replace(r#"{"kind": "weekly", "days": ["someday"]}"#).await;
@@ -515,10 +535,7 @@ async fn calendars_are_listed_added_replaced_and_deleted(db: &TestDb) {
         &[],
     )
     .await;
-    assert_eq!(
-        deleted.header("location"),
-        Some("/calendars?notice=deleted&subject=weekends")
-    );
+    assert_sealed(deleted.header("location"), "/calendars?notice=deleted&subject=weekends");
     assert!(admin.calendar("weekends").await.is_err());
     assert_eq!(page(addr, "/calendars/weekends", Some(&cookie)).await.status, 404);
 }
@@ -641,10 +658,7 @@ async fn loopback(db: &TestDb) {
     assert_eq!(rebound.status, 403);
     let paused = post(addr, "/quartz/jobs/probe/pause", Some(&cookie), &[("csrf", &csrf)], &[]).await;
     assert_eq!(paused.status, 303, "{}", paused.body);
-    assert_eq!(
-        paused.header("location"),
-        Some("/quartz/jobs?notice=paused&subject=probe")
-    );
+    assert_sealed(paused.header("location"), "/quartz/jobs?notice=paused&subject=probe");
     assert_eq!(job_state(&admin, "probe").await, "paused");
     let change = &admin.changes(&ChangeFilter::default()).await.unwrap().items[0];
     assert_eq!(

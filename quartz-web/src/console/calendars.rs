@@ -11,7 +11,7 @@ use quartz_core::admin::{AdminError, CalendarView};
 use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::Store;
 
-use super::html::{self, Section, empty, instant, query, segment};
+use super::html::{self, Section, empty, instant, segment};
 use super::pages::Notice;
 use super::{Fields, Viewer};
 use crate::AppState;
@@ -62,7 +62,7 @@ pub(crate) async fn list<S: Store + Clone>(
             (table(&viewer, &calendars, now))
         }
     };
-    let text = notice.text();
+    let text = notice.text(&viewer);
     viewer.ok(html::page(
         &viewer,
         Section::Calendars,
@@ -126,7 +126,7 @@ pub(crate) async fn show<S: Store + Clone>(
         (Ok(c), Ok(n)) => (c, n.as_millis()),
         (Err(e), _) | (_, Err(e)) => return viewer.failure(&e),
     };
-    let text = notice.text();
+    let text = notice.text(&viewer);
     respond_one(&viewer, StatusCode::OK, &calendar, now, None, None, text.as_deref())
 }
 
@@ -230,7 +230,7 @@ pub(crate) async fn create<S: Store + Clone>(
         None => viewer.redirect(&format!(
             "/calendars/{}{}",
             segment(&name),
-            query(&[("notice", "created"), ("subject", &name)])
+            viewer.notice_query("created", &name)
         )),
         Some(error) => {
             let typed = CalendarForm {
@@ -264,7 +264,7 @@ pub(crate) async fn replace<S: Store + Clone>(
         Ok(()) => viewer.redirect(&format!(
             "/calendars/{}{}",
             segment(&name),
-            query(&[("notice", "saved"), ("subject", &name)])
+            viewer.notice_query("saved", &name)
         )),
         Err(error) => {
             let now = state.admin.now().await.map_or(0, |n| n.as_millis());
@@ -293,10 +293,7 @@ pub(crate) async fn delete<S: Store + Clone>(
         return refused;
     }
     match state.admin.acting_as(viewer.actor).calendar_delete(&name).await {
-        Ok(()) => viewer.redirect(&format!(
-            "/calendars{}",
-            query(&[("notice", "deleted"), ("subject", &name)])
-        )),
+        Ok(()) => viewer.redirect(&format!("/calendars{}", viewer.notice_query("deleted", &name))),
         Err(e) => viewer.failure(&e),
     }
 }

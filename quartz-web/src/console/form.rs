@@ -12,7 +12,7 @@ use quartz_core::Timestamp;
 use quartz_core::admin::{AdminError, CronPreview, JobDefinition, JobPatch, JobView, TriggerDefinition, TriggerKind};
 use quartz_core::store::Store;
 
-use super::html::{self, Section, query, segment};
+use super::html::{self, Section, segment};
 use super::{Fields, Viewer};
 use crate::AppState;
 
@@ -571,7 +571,7 @@ async fn settle<S: Store + Clone>(
         Ok(job) => viewer.redirect(&format!(
             "/jobs/{}{}",
             segment(&job.name),
-            query(&[("notice", notice), ("subject", &job.name)])
+            viewer.notice_query(notice, &job.name)
         )),
         Err(errors) => respond(state, viewer, StatusCode::BAD_REQUEST, form, &errors, editing).await,
     }

@@ -85,6 +85,31 @@ impl Viewer {
         self.role != Role::Admin
     }
 
+    /// The query string of a redirect's notice (`?notice=saved&subject=NAME`),
+    /// sealed for this session.
+    pub(crate) fn notice_query(&self, code: &str, subject: &str) -> String {
+        html::query(&[
+            ("notice", code),
+            ("subject", subject),
+            ("seal", &self.notice_seal(code, subject)),
+        ])
+    }
+
+    /// A notice's seal: a digest of the session's CSRF token (a secret of
+    /// this session's) with the notice, so that only this server, for this
+    /// session, makes a notice the console shows.
+    pub(crate) fn notice_seal(&self, code: &str, subject: &str) -> String {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::new()
+            .chain_update(self.csrf.as_bytes())
+            .chain_update([0])
+            .chain_update(code.as_bytes())
+            .chain_update([0])
+            .chain_update(subject.as_bytes())
+            .finalize();
+        digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// A page's response, with the new session's cookie if one was opened.
     pub(crate) fn respond(&self, status: StatusCode, markup: Markup) -> Response {
         let mut response = (status, markup).into_response();
@@ -446,7 +471,7 @@ async fn act<S: Store + Clone>(state: AppState<S>, viewer: Viewer, name: String,
     };
     match done {
         Ok(done) => {
-            let notice = html::query(&[("notice", done), ("subject", &name)]);
+            let notice = viewer.notice_query(done, &name);
             if fields.get("from") == "detail" && !matches!(verb, Verb::Delete) {
                 viewer.redirect(&format!("/jobs/{}{notice}", html::segment(&name)))
             } else {

@@ -20,11 +20,20 @@ const OVERVIEW_WINDOW_MS: i64 = 3_600_000;
 pub(crate) struct Notice {
     notice: Option<String>,
     subject: Option<String>,
+    /// The notice's seal for the viewer's session ([`Viewer::notice_query`]):
+    /// a notice without it is not shown, so that a link cannot make the
+    /// console say what it did not do.
+    seal: Option<String>,
 }
 
 impl Notice {
-    pub(crate) fn text(&self) -> Option<String> {
-        notice_text(self.notice.as_deref()?, self.subject.as_deref().unwrap_or(""))
+    pub(crate) fn text(&self, viewer: &Viewer) -> Option<String> {
+        let code = self.notice.as_deref()?;
+        let subject = self.subject.as_deref().unwrap_or("");
+        let seal = self.seal.as_deref()?;
+        crate::access::same(seal.as_bytes(), viewer.notice_seal(code, subject).as_bytes())
+            .then(|| notice_text(code, subject))
+            .flatten()
     }
 }
 
@@ -162,7 +171,7 @@ pub(crate) async fn jobs<S: Store + Clone>(
         &viewer,
         Section::Jobs,
         "Jobs",
-        q.notice.text().as_deref(),
+        q.notice.text(&viewer).as_deref(),
         body,
     ))
 }
@@ -269,7 +278,7 @@ pub(crate) async fn job<S: Store + Clone>(
         &viewer,
         Section::Jobs,
         &title,
-        notice.text().as_deref(),
+        notice.text(&viewer).as_deref(),
         body,
     ))
 }

@@ -342,17 +342,7 @@ async fn a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_
     let due = store.now().await.unwrap().saturating_add_millis(300);
     let mut moved = execute.fire_state.clone();
     moved.next_fire_time = Some(due);
-    let cas = ExecuteCas {
-        execute_id: execute.id,
-        expect_state: ExecuteState::Waiting,
-        expect: execute.fire_state.clone(),
-        expect_owner: None,
-        set_state: ExecuteState::Waiting,
-        set: moved,
-        set_owner: None,
-        set_trigger: None,
-        set_signature: None,
-    };
+    let cas = ExecuteCas::from_row(execute, ExecuteState::Waiting, moved);
     assert!(store.update_execute(&cas, &[]).await.unwrap());
     wait_until(bound, "the due checkpoint resumed", || async {
         let detail = store.get_job(CLUSTER, "rare").await.unwrap().unwrap();

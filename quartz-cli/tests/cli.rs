@@ -842,23 +842,22 @@ fn serve_answers_the_api_and_refuses_an_open_address_without_a_token() {
     use std::io::BufRead;
     let (_dir, url) = scratch("serve");
     json(&url, &["job", "add", "report", "--handler", "log", "--every", "1h"]);
-    let open = Command::new(env!("CARGO_BIN_EXE_quartz"))
-        .args(["--database-url", &url, "serve", "--listen", "0.0.0.0:0"])
-        .env_remove("QUARTZ_ADMIN_TOKEN")
-        .env_remove("QUARTZ_READ_TOKEN")
-        .output()
-        .unwrap();
-    assert_eq!(open.status.code(), Some(2), "{}", stderr(&open));
-    assert!(stderr(&open).contains("QUARTZ_ADMIN_TOKEN"), "{}", stderr(&open));
-    // A node refused the same way registers nothing: no dead node row.
-    let open = Command::new(env!("CARGO_BIN_EXE_quartz"))
-        .args(["--database-url", &url, "run", "--listen", "0.0.0.0:0"])
-        .env_remove("QUARTZ_ADMIN_TOKEN")
-        .env_remove("QUARTZ_READ_TOKEN")
-        .output()
-        .unwrap();
-    assert_eq!(open.status.code(), Some(2), "{}", stderr(&open));
-    assert!(stderr(&open).contains("QUARTZ_ADMIN_TOKEN"), "{}", stderr(&open));
+    // A node refused the same way as the server registers nothing: no dead
+    // node row.
+    for command in ["serve", "run"] {
+        let open = Command::new(env!("CARGO_BIN_EXE_quartz"))
+            .args(["--database-url", &url, command, "--listen", "0.0.0.0:0"])
+            .env_remove("QUARTZ_ADMIN_TOKEN")
+            .env_remove("QUARTZ_READ_TOKEN")
+            .output()
+            .unwrap();
+        assert_eq!(open.status.code(), Some(2), "{command}: {}", stderr(&open));
+        assert!(
+            stderr(&open).contains("QUARTZ_ADMIN_TOKEN"),
+            "{command}: {}",
+            stderr(&open)
+        );
+    }
     assert_eq!(
         json(&url, &["nodes"]).as_array().unwrap().len(),
         0,

@@ -736,15 +736,8 @@ async fn misfire_decisions_are_compare_and_set_and_recorded(db: &TestDb) {
         .expect("a minute late");
     let skipped = decision.skipped.clone().unwrap();
     let cas = ExecuteCas {
-        execute_id: execute.id,
-        expect_state: ExecuteState::Waiting,
-        expect: execute.fire_state.clone(),
-        expect_owner: None,
-        set_state: ExecuteState::Waiting,
-        set: decision.state.clone(),
-        set_owner: None,
         set_trigger: decision.rescheduled.clone(),
-        set_signature: None,
+        ..ExecuteCas::from_row(execute, ExecuteState::Waiting, decision.state.clone())
     };
     let record = SkippedRecord {
         from: skipped.from,
@@ -902,15 +895,8 @@ async fn edited_schedules_are_noticed_and_jobs_are_read_by_id(db: &TestDb) {
     let edited = store.get_job(S, "sig-0").await.unwrap().unwrap().executes[0].clone();
     assert!(edited.schedule_changed, "an edit by hand is noticed");
     let cas = ExecuteCas {
-        execute_id: edited.id,
-        expect_state: edited.state,
-        expect: edited.fire_state.clone(),
-        expect_owner: None,
-        set_state: ExecuteState::Waiting,
-        set: edited.fire_state.clone(),
-        set_owner: None,
-        set_trigger: None,
         set_signature: Some(quartz_core::store::TriggerColumns::from_trigger(&edited.trigger).signature()),
+        ..ExecuteCas::from_row(&edited, ExecuteState::Waiting, edited.fire_state.clone())
     };
     assert!(store.update_execute(&cas, &[]).await.unwrap());
     let signed = store.get_job(S, "sig-0").await.unwrap().unwrap().executes[0].clone();

@@ -106,7 +106,8 @@ impl<S: Store> Admin<S> {
     /// The work is bounded whoever asks: the search runs on a blocking
     /// thread, not on the async workers, for at most [`PREVIEW_TIME_LIMIT`]
     /// and [`PREVIEW_STEPS`] excluded runs passed over, and at most
-    /// [`MAX_CONCURRENT_PREVIEWS`] previews run at once in a process. A search
+    /// [`MAX_CONCURRENT_PREVIEWS`] previews run at once on this surface (its
+    /// clones and [`acting_as`](Self::acting_as) copies included). A search
     /// that stops early answers the times it found and how far it looked
     /// ([`CronPreview::searched_until`], [`CronPreview::note`]).
     ///
@@ -247,8 +248,6 @@ pub const PREVIEW_STEPS: u64 = 100_000;
 /// The most cron previews with a calendar that search at once on one
 /// admin surface (an [`Admin`] and its clones).
 pub const MAX_CONCURRENT_PREVIEWS: usize = 2;
-/// How far past `after` a preview looks at most, as Quartz's triggers give up.
-const PREVIEW_HORIZON_MS: i64 = 100 * 366 * 86_400_000;
 
 /// A cron preview's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -273,7 +272,8 @@ fn bounded_preview(
     max_steps: u64,
 ) -> CronPreview {
     let began = std::time::Instant::now();
-    let horizon = after.saturating_add_millis(PREVIEW_HORIZON_MS);
+    // As far as a trigger's own search looks before it gives up.
+    let horizon = after.saturating_add_millis(crate::trigger::CALENDAR_GIVE_UP_MS);
     let mut times = Vec::with_capacity(count);
     let mut at = after;
     let mut searches: u64 = 0;

@@ -28,6 +28,7 @@
 
 mod calendars;
 mod definition;
+mod error;
 mod patch;
 mod views;
 
@@ -39,13 +40,12 @@ pub use calendars::{
     CalendarView, CronPreview, MAX_CONCURRENT_PREVIEWS, PREVIEW_STEPS, PREVIEW_TIME_LIMIT, cron_preview, parse_dst,
 };
 pub use definition::{JobDefinition, TriggerDefinition, TriggerKind};
+pub use error::AdminError;
 pub use patch::JobPatch;
 pub use views::{BrokenTrigger, ChangeView, FireView, JobView, NodeView, Overview, Page, TriggerView, summary};
 
 use crate::audit::{AuditParams, AuditReport};
-use crate::store::{
-    ChangeQuery, ExecuteSpec, FireQuery, FireState, JobQuery, JobSpec, JobState, NodeState, Store, StoreError,
-};
+use crate::store::{ChangeQuery, ExecuteSpec, FireQuery, FireState, JobQuery, JobSpec, JobState, NodeState, Store};
 use crate::time::Timestamp;
 use crate::trigger::{Schedule, Trigger};
 
@@ -57,122 +57,6 @@ pub const MAX_PAGE: u32 = 500;
 pub const OVERVIEW_FIRES: u32 = 20_000;
 /// The most fire times a cron preview computes.
 pub const MAX_PREVIEW: usize = 100;
-
-/// What an admin call can fail with. Each has a stable [`code`](Self::code)
-/// for machines; [`Invalid`](Self::Invalid) names the field at fault.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum AdminError {
-    /// Input refused; nothing was changed.
-    #[error("{field}: {message}")]
-    Invalid {
-        /// The field at fault (`name`, `triggers[0].cron`, …).
-        field: String,
-        /// What is wrong with it.
-        message: String,
-    },
-    /// No such job.
-    #[error("no job named {name:?}")]
-    NotFound {
-        /// The name asked for.
-        name: String,
-    },
-    /// No such calendar.
-    #[error("no calendar named {name:?}")]
-    CalendarNotFound {
-        /// The name asked for.
-        name: String,
-    },
-    /// A calendar still in use cannot be deleted.
-    #[error("calendar {name:?} is in use by {}", users.join(", "))]
-    InUse {
-        /// The calendar.
-        name: String,
-        /// Who uses it: `job NAME`, `calendar NAME`.
-        users: Vec<String>,
-    },
-    /// A job of that name exists already.
-    #[error("a job named {name:?} already exists")]
-    Conflict {
-        /// The name.
-        name: String,
-    },
-    /// A calendar of that name exists already (an add, not a replace).
-    #[error("a calendar named {name:?} already exists")]
-    CalendarExists {
-        /// The name.
-        name: String,
-    },
-    /// The database could not be reached; the call may be retried.
-    #[error("database unavailable: {reason}")]
-    Unavailable {
-        /// What the driver said.
-        reason: String,
-    },
-    /// As much of a bounded kind of work (cron previews) as the process
-    /// allows is running; the call may be retried shortly.
-    #[error("busy: {what}")]
-    Busy {
-        /// What is busy, and what to do.
-        what: String,
-    },
-    /// A failure of the admin surface itself (a search that panicked).
-    #[error("internal error: {reason}")]
-    Internal {
-        /// What failed.
-        reason: String,
-    },
-    /// Any other store error.
-    #[error(transparent)]
-    Store(StoreError),
-}
-
-impl AdminError {
-    /// An [`AdminError::Invalid`].
-    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> AdminError {
-        AdminError::Invalid {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-
-    /// A stable name for machines: `invalid`, `not_found`, `conflict`,
-    /// `busy`, `unavailable`, `internal`.
-    pub fn code(&self) -> &'static str {
-        match self {
-            AdminError::Invalid { .. } => "invalid",
-            AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } => "not_found",
-            AdminError::Conflict { .. } | AdminError::CalendarExists { .. } | AdminError::InUse { .. } => "conflict",
-            AdminError::Busy { .. } => "busy",
-            AdminError::Unavailable { .. } => "unavailable",
-            AdminError::Internal { .. } | AdminError::Store(_) => "internal",
-        }
-    }
-
-    /// The field at fault, for [`AdminError::Invalid`].
-    pub fn field(&self) -> Option<&str> {
-        match self {
-            AdminError::Invalid { field, .. } => Some(field),
-            _ => None,
-        }
-    }
-}
-
-impl From<StoreError> for AdminError {
-    fn from(e: StoreError) -> AdminError {
-        match e {
-            StoreError::Invalid(crate::Error::InvalidCalendar { field, reason }) => AdminError::invalid(field, reason),
-            StoreError::Invalid(e) => AdminError::invalid("", e.to_string()),
-            StoreError::UnknownCalendar { name, .. } => AdminError::CalendarNotFound { name },
-            StoreError::CalendarInUse { name, users } => AdminError::InUse { name, users },
-            StoreError::UnknownJob { name, .. } => AdminError::NotFound { name },
-            StoreError::DuplicateJob { name, .. } => AdminError::Conflict { name },
-            StoreError::DuplicateCalendar { name, .. } => AdminError::CalendarExists { name },
-            StoreError::Unavailable { reason } => AdminError::Unavailable { reason },
-            other => AdminError::Store(other),
-        }
-    }
-}
 
 /// A filter for [`Admin::jobs`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]

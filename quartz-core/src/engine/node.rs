@@ -26,7 +26,7 @@ use super::handler::{CancelReason, Handler};
 use super::launch::LaunchState;
 use super::queue::FireQueue;
 use super::{Counters, NodeStatus, Phase, SchedulerError, Settings, ShutdownSummary};
-use crate::store::{Execute, ExecuteCas, ExecuteState, Job, JobSpec, NodeRef, NodeRegistration, Store, StoreError};
+use crate::store::{ExecuteCas, ExecuteState, Job, JobSpec, NodeRef, NodeRegistration, Store, StoreError};
 use crate::time::Timestamp;
 use crate::trigger::{Trigger, TriggerState};
 
@@ -292,21 +292,6 @@ impl<S: Store> Inner<S> {
         for task in self.tasks.lock().drain(..) {
             task.abort();
         }
-    }
-}
-
-/// A compare-and-set from an execute's current row to `set` in `set_state`.
-pub(super) fn cas_from(execute: &Execute, set_state: ExecuteState, set: TriggerState) -> ExecuteCas {
-    ExecuteCas {
-        execute_id: execute.id,
-        expect_state: execute.state,
-        expect: execute.fire_state.clone(),
-        expect_owner: None,
-        set_state,
-        set,
-        set_owner: None,
-        set_trigger: None,
-        set_signature: None,
     }
 }
 

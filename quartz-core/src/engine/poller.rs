@@ -11,7 +11,7 @@ use tracing::Instrument as _;
 
 use super::Phase;
 use super::backlog::{PENDING_BATCH, PendingFire};
-use super::node::{Inner, cas_from, duration_ms, first_at_or_after, waiting_or_complete};
+use super::node::{Inner, duration_ms, first_at_or_after, waiting_or_complete};
 use super::recovery::RECOVERY_BATCH;
 use crate::misfire::MisfireDecision;
 use crate::store::{
@@ -158,7 +158,7 @@ impl<S: Store> Inner<S> {
     fn decide(&self, execute: Execute, job: &Arc<Job>, db_now: Timestamp) -> Decision {
         if job.state == JobState::Paused {
             // Paused after this row was read, or written waiting by hand.
-            let cas = cas_from(&execute, ExecuteState::Paused, execute.fire_state.clone());
+            let cas = ExecuteCas::from_row(&execute, ExecuteState::Paused, execute.fire_state.clone());
             return Decision::Write(RowWrite {
                 cas,
                 records: Vec::new(),
@@ -171,8 +171,8 @@ impl<S: Store> Inner<S> {
         // that passed over its bounded number of excluded runs stopped
         // there, see `Trigger::fire_time_after`) or was computed under the
         // calendar as it was (a fixed-delay row released by a node that had
-        // not seen the change): recomputed too, from now, with a bounded
-        // search, so that such a row costs each poll a bounded amount of work.
+        // not seen the change): recomputed too (see `recompute`), by a
+        // bounded search, so that such a row costs a poll bounded work.
         let excluded = execute
             .fire_state
             .next_fire_time
@@ -219,7 +219,7 @@ impl<S: Store> Inner<S> {
             })
             .collect();
         let set_state = waiting_or_complete(decision.state.next_fire_time);
-        let mut cas = cas_from(&execute, set_state, decision.state.clone());
+        let mut cas = ExecuteCas::from_row(&execute, set_state, decision.state.clone());
         cas.set_trigger.clone_from(&decision.rescheduled);
         let trigger = Arc::new(decision.rescheduled.clone().unwrap_or(execute.trigger));
         RowWrite {
@@ -389,7 +389,7 @@ fn recompute(execute: Execute, job: &Arc<Job>, db_now: Timestamp) -> RowWrite {
         awaiting_finish: false,
         calendar_stamp: execute.fire_state.calendar_stamp,
     };
-    let mut cas = cas_from(&execute, waiting_or_complete(next), state.clone());
+    let mut cas = ExecuteCas::from_row(&execute, waiting_or_complete(next), state.clone());
     cas.set_signature = Some(TriggerColumns::from_trigger(&execute.trigger).signature());
     RowWrite {
         cas,

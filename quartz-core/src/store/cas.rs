@@ -1,7 +1,7 @@
 //! The compare-and-set types: what a claim or an execute update expects to
 //! find and what it writes.
 
-use super::{ExecuteState, FireState, NodeRef};
+use super::{Execute, ExecuteState, FireState, NodeRef};
 use crate::time::Timestamp;
 use crate::trigger::{Fire, NextFire, Trigger, TriggerState};
 
@@ -30,6 +30,24 @@ pub struct ExecuteCas {
     /// When set, the schedule signature the row takes (a recomputed row);
     /// otherwise it keeps its own.
     pub set_signature: Option<i64>,
+}
+
+impl ExecuteCas {
+    /// A compare-and-set from an execute's row as it was read to `set` in
+    /// `set_state`, with no owner and the row's own schedule and signature.
+    pub fn from_row(execute: &Execute, set_state: ExecuteState, set: TriggerState) -> ExecuteCas {
+        ExecuteCas {
+            execute_id: execute.id,
+            expect_state: execute.state,
+            expect: execute.fire_state.clone(),
+            expect_owner: None,
+            set_state,
+            set,
+            set_owner: None,
+            set_trigger: None,
+            set_signature: None,
+        }
+    }
 }
 
 /// A ledger row recording fires that did not run.

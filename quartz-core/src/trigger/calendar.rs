@@ -21,7 +21,7 @@ pub struct TriggerCalendar {
 
 /// How far past a candidate the search for a fire time its calendar
 /// includes goes before it gives up (Quartz gives up 100 years ahead).
-const CALENDAR_GIVE_UP_MS: i64 = 100 * 366 * 86_400_000;
+pub(crate) const CALENDAR_GIVE_UP_MS: i64 = 100 * 366 * 86_400_000;
 
 /// The most excluded runs one search passes over before it stops at a
 /// checkpoint (see [`Trigger::fire_time_after`]): a calendar that excludes

@@ -24,6 +24,7 @@ mod calendar;
 
 use chrono_tz::Tz;
 
+pub(crate) use calendar::CALENDAR_GIVE_UP_MS;
 pub use calendar::{CALENDAR_SEARCH_STEPS, TriggerCalendar};
 
 use crate::cron::{CronExpression, DstChoice};

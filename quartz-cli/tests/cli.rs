@@ -815,7 +815,8 @@ fn shell_runs_only_allowed_programs_cleanly_and_a_timeout_stops_the_group() {
     for job in ["envdump", "forbidden", "tree", "exclusive"] {
         let left = fires_of(&url, job);
         assert!(
-            left.iter().all(|f| ["claimed", "pending"].contains(&f["state"].as_str().unwrap())),
+            left.iter()
+                .all(|f| ["claimed", "pending"].contains(&f["state"].as_str().unwrap())),
             "{job}: {left:?}"
         );
     }

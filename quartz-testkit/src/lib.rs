@@ -30,6 +30,7 @@
 pub mod faketime;
 pub mod faults;
 pub mod redis_server;
+pub mod tools;
 
 /// Engine settings for tests: short intervals, the same guarantees. Polls
 /// every 500 ms over a 1 s window, heartbeats every 200 ms, a node dead after

@@ -10,7 +10,7 @@ use axum::routing::{get, post};
 use quartz_core::Timestamp;
 use quartz_core::admin::{
     CalendarView, ChangeFilter, ChangeView, FireFilter, FireView, JobDefinition, JobFilter, JobPatch, JobView,
-    NodeView, Overview, Page, TriggerDefinition, TriggerKind, TriggerView,
+    NodeView, Overview, Page, TriggerDefinition, TriggerKind, TriggerView, deserialize_instant, instant_schema,
 };
 use quartz_core::audit::AuditParams;
 use quartz_core::calendar::{CalendarDefinition, CalendarType};
@@ -197,10 +197,15 @@ async fn changes_list<S: Store + Clone>(
 
 /// The range of a ledger audit.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct AuditRange {
-    /// From (epoch ms; default an hour ago).
+    /// From (epoch ms or RFC 3339; default an hour ago).
+    #[serde(default, deserialize_with = "deserialize_instant")]
+    #[param(schema_with = instant_schema)]
     pub since: Option<i64>,
-    /// To (epoch ms; default now).
+    /// To (epoch ms or RFC 3339; default now).
+    #[serde(default, deserialize_with = "deserialize_instant")]
+    #[param(schema_with = instant_schema)]
     pub until: Option<i64>,
 }
 
@@ -274,6 +279,7 @@ async fn audit<S: Store + Clone>(
 
 /// The span of the overview.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct OverviewWindow {
     /// Milliseconds back from now (default 15 minutes, at most a day).
     pub window_ms: Option<i64>,
@@ -300,12 +306,16 @@ async fn overview<S: Store + Clone>(
 
 /// A cron preview's question.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PreviewQuery {
     /// The expression (Quartz syntax).
     pub cron: String,
     /// The IANA zone (default UTC).
     pub time_zone: Option<String>,
-    /// After this instant (epoch ms; default now on this server's clock).
+    /// After this instant (epoch ms or RFC 3339; default now on this
+    /// server's clock).
+    #[serde(default, deserialize_with = "deserialize_instant")]
+    #[param(schema_with = instant_schema)]
     pub after: Option<i64>,
     /// How many (default 10, at most 100).
     pub count: Option<usize>,

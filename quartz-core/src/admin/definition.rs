@@ -10,9 +10,28 @@ use crate::store::{ExecuteSpec, JobSpec, RetryPolicy};
 use crate::time::Timestamp;
 use crate::trigger::{Schedule, Trigger};
 
-/// An instant as the admin API takes it: epoch milliseconds, or RFC 3339
-/// text (`2026-12-24T18:00:00Z`).
-fn instant<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+/// An instant as the admin API takes it: epoch milliseconds (a number, or
+/// digits in a query string), or RFC 3339 text (`2026-12-24T18:00:00+01:00`).
+///
+/// # Errors
+///
+/// A message naming both forms when `text` is neither.
+pub fn parse_instant(text: &str) -> Result<i64, String> {
+    if let Ok(ms) = text.parse::<i64>() {
+        return Ok(ms);
+    }
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.timestamp_millis())
+        .map_err(|_| format!("{text:?} is neither epoch milliseconds nor an RFC 3339 instant (2026-01-01T09:00:00Z)"))
+}
+
+/// Deserialises an optional instant with [`parse_instant`]'s rules, for
+/// `#[serde(deserialize_with = ...)]` on request bodies and query strings.
+///
+/// # Errors
+///
+/// The deserialiser's error when the value is neither form.
+pub fn deserialize_instant<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Either {
@@ -22,14 +41,33 @@ fn instant<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
     match Option::<Either>::deserialize(d)? {
         None => Ok(None),
         Some(Either::Millis(ms)) => Ok(Some(ms)),
-        Some(Either::Text(text)) => chrono::DateTime::parse_from_rfc3339(&text)
-            .map(|t| Some(t.timestamp_millis()))
-            .map_err(|_| {
-                serde::de::Error::custom(format!(
-                    "{text:?} is neither epoch milliseconds nor an RFC 3339 instant (2026-01-01T09:00:00Z)"
-                ))
-            }),
+        Some(Either::Text(text)) => parse_instant(&text).map(Some).map_err(serde::de::Error::custom),
     }
+}
+
+/// The OpenAPI schema of an instant the API takes: epoch milliseconds or
+/// RFC 3339 text.
+#[cfg(feature = "openapi")]
+pub fn instant_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type};
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+                    .description(Some("epoch milliseconds")),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+                    .description(Some("RFC 3339, with its offset")),
+            )
+            .item(ObjectBuilder::new().schema_type(Type::Null))
+            .description(Some("An instant: epoch milliseconds or RFC 3339 text"))
+            .build(),
+    )
 }
 
 /// How a trigger's fire times are spaced, as stored in `quartz_execute.kind`.
@@ -76,10 +114,20 @@ pub struct TriggerDefinition {
     pub interval_ms: Option<i64>,
     /// Not before this instant (epoch ms or RFC 3339; default now); for
     /// `once`, its one fire time.
-    #[serde(default, deserialize_with = "instant", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "deserialize_instant",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "openapi", schema(schema_with = instant_schema))]
     pub start: Option<i64>,
     /// Not after this instant.
-    #[serde(default, deserialize_with = "instant", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "deserialize_instant",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "openapi", schema(schema_with = instant_schema))]
     pub end: Option<i64>,
     /// At most this many fires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -350,7 +398,7 @@ pub struct JobDefinition {
     pub handler: String,
     /// The handler's input (any JSON; default `null`).
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
     pub payload: serde_json::Value,
     /// Free text.
     #[serde(default)]

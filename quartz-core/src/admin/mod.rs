@@ -39,7 +39,9 @@ use calendars::calendar_field;
 pub use calendars::{
     CalendarView, CronPreview, MAX_CONCURRENT_PREVIEWS, PREVIEW_STEPS, PREVIEW_TIME_LIMIT, cron_preview, parse_dst,
 };
-pub use definition::{JobDefinition, TriggerDefinition, TriggerKind};
+#[cfg(feature = "openapi")]
+pub use definition::instant_schema;
+pub use definition::{JobDefinition, TriggerDefinition, TriggerKind, deserialize_instant, parse_instant};
 pub use error::AdminError;
 pub use patch::JobPatch;
 pub use views::{BrokenTrigger, ChangeView, FireView, JobView, NodeView, Overview, Page, TriggerView, summary};
@@ -60,7 +62,7 @@ pub const MAX_PREVIEW: usize = 100;
 
 /// A filter for [`Admin::jobs`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
 pub struct JobFilter {
     /// Only names containing this text (case-insensitive).
     pub search: Option<String>,
@@ -76,15 +78,19 @@ pub struct JobFilter {
 
 /// A filter for [`Admin::fires`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
 pub struct FireFilter {
     /// Only this job's fires (by name).
     pub job: Option<String>,
     /// Only fires in this state.
     pub state: Option<String>,
-    /// Only fires scheduled at or after this (epoch ms).
+    /// Only fires scheduled at or after this (epoch ms or RFC 3339).
+    #[serde(default, deserialize_with = "deserialize_instant")]
+    #[cfg_attr(feature = "openapi", param(schema_with = instant_schema))]
     pub since: Option<i64>,
-    /// Only fires scheduled before this (epoch ms).
+    /// Only fires scheduled before this (epoch ms or RFC 3339).
+    #[serde(default, deserialize_with = "deserialize_instant")]
+    #[cfg_attr(feature = "openapi", param(schema_with = instant_schema))]
     pub until: Option<i64>,
     /// The cursor: the `next` of the previous page.
     pub before: Option<String>,
@@ -94,7 +100,7 @@ pub struct FireFilter {
 
 /// A filter for [`Admin::changes`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
 pub struct ChangeFilter {
     /// Only changes to this job (by name).
     pub job: Option<String>,

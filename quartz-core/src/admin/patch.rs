@@ -19,7 +19,7 @@ pub struct JobPatch {
     /// Another handler.
     pub handler: Option<String>,
     /// Another payload.
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
     pub payload: Option<serde_json::Value>,
     /// Another description.
     pub description: Option<String>,

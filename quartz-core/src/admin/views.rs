@@ -135,7 +135,7 @@ pub struct JobView {
     /// Its handler.
     pub handler: String,
     /// Its payload (JSON).
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
     pub payload: serde_json::Value,
     /// Its description.
     pub description: String,

@@ -35,7 +35,7 @@ async fn jobs_are_listed_filtered_searched_and_paged_by_key(db: &TestDb) {
         admin.job_add(&job(&format!("report-{i:02}"), handler)).await.unwrap();
     }
     admin.job_add(&job("cleanup_100%", "odd")).await.unwrap();
-    admin.job_pause("report-03").await.unwrap();
+    admin.job_pause("report-03", None).await.unwrap();
 
     let mut names = Vec::new();
     let mut filter = JobFilter {
@@ -103,11 +103,11 @@ async fn every_change_is_recorded_with_its_actor(db: &TestDb) {
         triggers: Some(vec![TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris")]),
         ..JobPatch::default()
     };
-    admin.job_edit("nightly", &patch).await.unwrap();
-    admin.job_pause("nightly-report").await.unwrap();
-    admin.job_resume("nightly-report").await.unwrap();
+    admin.job_edit("nightly", &patch, None).await.unwrap();
+    admin.job_pause("nightly-report", None).await.unwrap();
+    admin.job_resume("nightly-report", None).await.unwrap();
     admin.job_trigger("nightly-report").await.unwrap();
-    admin.job_delete("nightly-report").await.unwrap();
+    admin.job_delete("nightly-report", None).await.unwrap();
     // The library's own calls are recorded too, as the library's.
     store
         .create_job(CLUSTER, &JobSpec::new(" padded", "log"), &[])
@@ -227,14 +227,19 @@ async fn bad_input_names_the_field_and_keeps_what_is_stored(db: &TestDb) {
         field_of(admin.job_add(&job("keep", "log")).await.unwrap_err()).0,
         "conflict"
     );
-    assert_eq!(field_of(admin.job_pause("nobody").await.unwrap_err()).0, "not_found");
+    assert_eq!(
+        field_of(admin.job_pause("nobody", None).await.unwrap_err()).0,
+        "not_found"
+    );
     assert_eq!(field_of(admin.job("nobody").await.unwrap_err()).0, "not_found");
     let patch = JobPatch {
         timeout_ms: Some(-5),
         ..JobPatch::default()
     };
     assert_eq!(
-        field_of(admin.job_edit("keep", &patch).await.unwrap_err()).1.as_deref(),
+        field_of(admin.job_edit("keep", &patch, None).await.unwrap_err())
+            .1
+            .as_deref(),
         Some("timeout_ms")
     );
     // An unknown field in JSON is refused by the definition itself.
@@ -351,7 +356,7 @@ async fn a_cron_trigger_keeps_its_dst_choice(db: &TestDb) {
         triggers: Some(vec![trigger(Some(first))]),
         ..JobPatch::default()
     };
-    let view = admin.job_edit("dst-both", &patch).await.unwrap();
+    let view = admin.job_edit("dst-both", &patch, None).await.unwrap();
     assert_eq!(
         view.triggers[0].upcoming[..2],
         [

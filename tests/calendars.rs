@@ -61,7 +61,10 @@ async fn a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost(db: &Te
     let store = nodes[0].store().clone();
     let admin = nodes[1].admin();
     // First the odd seconds are excluded, then the even ones.
-    admin.calendar_put("quiet", &seconds("1/2 * * * * ?")).await.unwrap();
+    admin
+        .calendar_put("quiet", &seconds("1/2 * * * * ?"), None)
+        .await
+        .unwrap();
     let now = store.now().await.unwrap().as_millis();
     let start = Timestamp::from_millis((now / 2000 + 2) * 2000);
     let end = start.saturating_add_millis(9_999);
@@ -97,7 +100,10 @@ async fn a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost(db: &Te
     })
     .await;
     let before = store.now().await.unwrap();
-    admin.calendar_put("quiet", &seconds("0/2 * * * * ?")).await.unwrap();
+    admin
+        .calendar_put("quiet", &seconds("0/2 * * * * ?"), None)
+        .await
+        .unwrap();
     let after = store.now().await.unwrap();
     let settled = after.saturating_add_millis(CHANGE_VISIBILITY_MS);
 
@@ -158,13 +164,13 @@ async fn a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost(db: &Te
 
     // A calendar in use is not deleted; once unused, it is.
     let admin = Admin::new(store.clone(), CLUSTER);
-    match admin.calendar_delete("quiet").await {
+    match admin.calendar_delete("quiet", None).await {
         Err(AdminError::InUse { users, .. }) => assert_eq!(users, ["job cron", "job rate"]),
         other => panic!("deleted a calendar in use: {other:?}"),
     }
-    admin.job_delete("cron").await.unwrap();
-    admin.job_delete("rate").await.unwrap();
-    admin.calendar_delete("quiet").await.unwrap();
+    admin.job_delete("cron", None).await.unwrap();
+    admin.job_delete("rate", None).await.unwrap();
+    admin.calendar_delete("quiet", None).await.unwrap();
     assert!(matches!(
         admin.calendar("quiet").await,
         Err(AdminError::CalendarNotFound { .. })
@@ -181,7 +187,7 @@ async fn a_mended_calendar_revives_the_triggers_it_completed(db: &TestDb) {
     let admin = node.admin();
     let all_day: CalendarDefinition =
         serde_json::from_value(serde_json::json!({"kind": "daily", "range": "00:00-23:59:59.999"})).unwrap();
-    admin.calendar_put("closed", &all_day).await.unwrap();
+    admin.calendar_put("closed", &all_day, None).await.unwrap();
     let now = store.now().await.unwrap();
     let end = now.saturating_add_millis(1_000);
     for (name, end) in [("revived", None), ("held", None), ("ended", Some(end))] {
@@ -194,7 +200,7 @@ async fn a_mended_calendar_revives_the_triggers_it_completed(db: &TestDb) {
             .await
             .unwrap();
     }
-    admin.job_pause("held").await.unwrap();
+    admin.job_pause("held", None).await.unwrap();
     let state = |name: &'static str| {
         let store = store.clone();
         async move {
@@ -218,7 +224,7 @@ async fn a_mended_calendar_revives_the_triggers_it_completed(db: &TestDb) {
     // Mended: one second in 2099 excluded.
     let mended = store.now().await.unwrap();
     admin
-        .calendar_put("closed", &seconds("0 0 0 1 1 ? 2099"))
+        .calendar_put("closed", &seconds("0 0 0 1 1 ? 2099"), None)
         .await
         .unwrap();
     let (revived, next) = state("revived").await;
@@ -245,7 +251,7 @@ async fn a_mended_calendar_revives_the_triggers_it_completed(db: &TestDb) {
     })
     .await;
     assert_eq!(fired("held").await, 0, "a paused job's trigger fires nothing");
-    admin.job_resume("held").await.unwrap();
+    admin.job_resume("held", None).await.unwrap();
     wait_until(Duration::from_secs(15), "the resumed job's fires", || async {
         fired("held").await >= 2
     })
@@ -276,7 +282,7 @@ async fn a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_
     let now = store.now().await.unwrap();
     let year: i32 = now.to_string()[..4].parse().unwrap();
     let closed = seconds(&format!("* * * * * ? {year}-{}", year + 1));
-    admin.calendar_put("closed", &closed).await.unwrap();
+    admin.calendar_put("closed", &closed, None).await.unwrap();
     let rare = Trigger::cron("* * * * * ?", "UTC", now)
         .unwrap()
         .with_calendar("closed")

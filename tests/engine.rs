@@ -806,8 +806,8 @@ async fn pause_resume_update_and_delete_while_running(db: &TestDb) {
             .all(|j| runs.of(j) >= 2)
     })
     .await;
-    store.set_paused(CLUSTER, "paused", true).await.unwrap();
-    store.delete_job(CLUSTER, "deleted").await.unwrap();
+    store.set_paused(CLUSTER, "paused", true, None).await.unwrap();
+    store.delete_job(CLUSTER, "deleted", None).await.unwrap();
     let every_other = Trigger::new(Schedule::fixed_rate_millis(400).unwrap(), store.now().await.unwrap()).unwrap();
     store
         .update_job(
@@ -815,6 +815,7 @@ async fn pause_resume_update_and_delete_while_running(db: &TestDb) {
             "updated",
             &JobSpec::new("updated", "count"),
             Some(&[ExecuteSpec::new(every_other)]),
+            None,
         )
         .await
         .unwrap();
@@ -828,7 +829,7 @@ async fn pause_resume_update_and_delete_while_running(db: &TestDb) {
         runs.of("updated") >= updated_then + 5,
         "the new 400 ms schedule is seen"
     );
-    store.set_paused(CLUSTER, "paused", false).await.unwrap();
+    store.set_paused(CLUSTER, "paused", false, None).await.unwrap();
     wait_until(Duration::from_secs(10), "the resumed job to fire again", || async {
         runs.of("paused") > paused_then
     })
@@ -1027,7 +1028,7 @@ async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
     grandchild.retry = RetryPolicy::fixed(2, Duration::from_millis(10));
     n.add_job(&grandchild, &[]).await.unwrap();
     n.add_job(&child_of("paused-child", "ok", "parent"), &[]).await.unwrap();
-    store.set_paused(CLUSTER, "paused-child", true).await.unwrap();
+    store.set_paused(CLUSTER, "paused-child", true, None).await.unwrap();
     n.add_job(
         &JobSpec::new("failing-parent", "fail"),
         &[ExecuteSpec::new(three.clone())],
@@ -1046,7 +1047,7 @@ async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
     .unwrap();
     n.add_job(&child_of("pong", "ok", "ping"), &[]).await.unwrap();
     store
-        .update_job(CLUSTER, "ping", &child_of("ping", "ok", "pong"), None)
+        .update_job(CLUSTER, "ping", &child_of("ping", "ok", "pong"), None, None)
         .await
         .unwrap();
     let mut ids = HashMap::new();
@@ -1507,7 +1508,7 @@ async fn changes_reach_every_node_at_once(db: &TestDb) {
     // it carries the new payload.
     let mut edited = job.clone();
     edited.payload = "2".to_owned();
-    store.update_job(CLUSTER, "tick", &edited, None).await.unwrap();
+    store.update_job(CLUSTER, "tick", &edited, None, None).await.unwrap();
     let edited_at = store.now().await.unwrap();
     let visible = edited_at.saturating_add_millis(quartz::store::CHANGE_VISIBILITY_MS);
     wait_until(Duration::from_secs(10), "two fires after the edit", || {
@@ -1528,7 +1529,7 @@ async fn changes_reach_every_node_at_once(db: &TestDb) {
 
     // A pause stops the fires once every node has seen it, those already
     // claimed included (recorded skipped); a resume starts them again.
-    store.set_paused(CLUSTER, "tick", true).await.unwrap();
+    store.set_paused(CLUSTER, "tick", true, None).await.unwrap();
     let paused_at = store
         .now()
         .await
@@ -1538,7 +1539,7 @@ async fn changes_reach_every_node_at_once(db: &TestDb) {
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let ran: Vec<Timestamp> = seen.lock().iter().map(|(t, _)| *t).filter(|t| *t > paused_at).collect();
     assert!(ran.is_empty(), "fires ran while paused: {ran:?} (before: {count})");
-    store.set_paused(CLUSTER, "tick", false).await.unwrap();
+    store.set_paused(CLUSTER, "tick", false, None).await.unwrap();
     let resumed_at = store.now().await.unwrap();
     wait_until(Duration::from_secs(3), "a fire soon after the resume", || {
         let seen = Arc::clone(&seen);
@@ -1546,7 +1547,7 @@ async fn changes_reach_every_node_at_once(db: &TestDb) {
     })
     .await;
     // A delete stops them for good.
-    store.delete_job(CLUSTER, "tick").await.unwrap();
+    store.delete_job(CLUSTER, "tick", None).await.unwrap();
     let deleted_at = store
         .now()
         .await

@@ -132,17 +132,17 @@ impl Store for AnyStore {
         fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> Result<Vec<Job>, StoreError>;
         fn list_jobs(&self, scheduler: &str) -> Result<Vec<Job>, StoreError>;
         fn jobs_page(&self, query: &JobQuery) -> Result<Vec<Job>, StoreError>;
-        fn update_job(&self, scheduler: &str, name: &str, job: &JobSpec, executes: Option<&[ExecuteSpec]>) -> Result<Job, StoreError>;
-        fn set_paused(&self, scheduler: &str, name: &str, paused: bool) -> Result<Job, StoreError>;
+        fn update_job(&self, scheduler: &str, name: &str, job: &JobSpec, executes: Option<&[ExecuteSpec]>, expected_version: Option<i64>) -> Result<Job, StoreError>;
+        fn set_paused(&self, scheduler: &str, name: &str, paused: bool, expected_version: Option<i64>) -> Result<Job, StoreError>;
         fn add_executes(&self, scheduler: &str, name: &str, executes: &[ExecuteSpec]) -> Result<(), StoreError>;
-        fn delete_job(&self, scheduler: &str, name: &str) -> Result<(), StoreError>;
+        fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> Result<(), StoreError>;
         fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError>;
         fn change_log(&self, query: &ChangeQuery) -> Result<Vec<ChangeRecord>, StoreError>;
-        fn put_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition) -> Result<CalendarRecord, StoreError>;
+        fn put_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition, expected_version: Option<i64>) -> Result<CalendarRecord, StoreError>;
         fn add_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition) -> Result<CalendarRecord, StoreError>;
         fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError>;
         fn list_calendars(&self, scheduler: &str) -> Result<Vec<CalendarRecord>, StoreError>;
-        fn delete_calendar(&self, scheduler: &str, name: &str) -> Result<(), StoreError>;
+        fn delete_calendar(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> Result<(), StoreError>;
     }
 }
 

@@ -147,10 +147,14 @@ impl Backend {
                         "dst choice",
                         include_str!(concat!("../../migrations/", $dir, "/0010_dst_choice.sql")),
                     ),
+                    (
+                        "versions",
+                        include_str!(concat!("../../migrations/", $dir, "/0011_versions.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 10] = match self {
+        let files: [(&str, &'static str); 11] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

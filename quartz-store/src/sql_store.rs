@@ -34,7 +34,7 @@ macro_rules! node_cols {
 macro_rules! job_cols {
     () => {
         "id, scheduler, name, handler, payload, description, state, requests_recovery, allow_concurrent, \
-         timeout_ms, max_attempts, backoff_ms, backoff_max_ms, parent_job, created_at, updated_at"
+         timeout_ms, max_attempts, backoff_ms, backoff_max_ms, parent_job, created_at, updated_at, version"
     };
 }
 macro_rules! execute_cols {
@@ -56,6 +56,7 @@ macro_rules! fire_cols {
 type AnyQuery = sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>;
 
 mod calendars;
+use calendars::CalendarWrite;
 mod claims;
 mod convert;
 mod decode;
@@ -253,16 +254,23 @@ impl Store for SqlStore {
         name: &str,
         job: &JobSpec,
         executes: Option<&[ExecuteSpec]>,
+        expected_version: Option<i64>,
     ) -> Result<Job, StoreError> {
-        self.job_update(scheduler, name, job, executes).await
+        self.job_update(scheduler, name, job, executes, expected_version).await
     }
 
-    async fn set_paused(&self, scheduler: &str, name: &str, paused: bool) -> Result<Job, StoreError> {
-        self.job_set_paused(scheduler, name, paused).await
+    async fn set_paused(
+        &self,
+        scheduler: &str,
+        name: &str,
+        paused: bool,
+        expected_version: Option<i64>,
+    ) -> Result<Job, StoreError> {
+        self.job_set_paused(scheduler, name, paused, expected_version).await
     }
 
-    async fn delete_job(&self, scheduler: &str, name: &str) -> Result<(), StoreError> {
-        self.job_delete(scheduler, name).await
+    async fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
+        self.job_delete(scheduler, name, expected_version).await
     }
 
     async fn put_calendar(
@@ -270,8 +278,13 @@ impl Store for SqlStore {
         scheduler: &str,
         name: &str,
         def: &CalendarDefinition,
+        expected_version: Option<i64>,
     ) -> Result<CalendarRecord, StoreError> {
-        retry_conflicts(|| self.calendar_put(scheduler, name, def, false)).await
+        let write = match expected_version {
+            Some(version) => CalendarWrite::At(version),
+            None => CalendarWrite::Any,
+        };
+        retry_conflicts(|| self.calendar_put(scheduler, name, def, write)).await
     }
 
     async fn add_calendar(
@@ -280,7 +293,7 @@ impl Store for SqlStore {
         name: &str,
         def: &CalendarDefinition,
     ) -> Result<CalendarRecord, StoreError> {
-        retry_conflicts(|| self.calendar_put(scheduler, name, def, true)).await
+        retry_conflicts(|| self.calendar_put(scheduler, name, def, CalendarWrite::New)).await
     }
 
     async fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
@@ -291,8 +304,13 @@ impl Store for SqlStore {
         self.calendar_list(scheduler).await
     }
 
-    async fn delete_calendar(&self, scheduler: &str, name: &str) -> Result<(), StoreError> {
-        self.calendar_delete(scheduler, name).await
+    async fn delete_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        expected_version: Option<i64>,
+    ) -> Result<(), StoreError> {
+        retry_conflicts(|| self.calendar_delete(scheduler, name, expected_version)).await
     }
 
     async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {

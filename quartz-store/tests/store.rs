@@ -231,30 +231,30 @@ async fn jobs_are_created_read_updated_paused_and_deleted(db: &TestDb) {
     assert!(store.get_job(S, "nope").await.unwrap().is_none());
     assert!(store.get_job("other-scheduler", "report").await.unwrap().is_none());
 
-    let paused = store.set_paused(S, "report", true).await.unwrap();
+    let paused = store.set_paused(S, "report", true, None).await.unwrap();
     assert_eq!(paused.state, quartz_core::store::JobState::Paused);
     let far = now.checked_add_millis(86_400_000 * 7).unwrap();
     assert!(
         store.due_executes(S, far, 100).await.unwrap().executes.is_empty(),
         "paused: not due"
     );
-    store.set_paused(S, "report", false).await.unwrap();
+    store.set_paused(S, "report", false, None).await.unwrap();
     assert_eq!(store.due_executes(S, far, 100).await.unwrap().executes.len(), 2);
 
     let mut renamed = spec.clone();
     renamed.name = "report-v2".to_owned();
     let updated = store
-        .update_job(S, "report", &renamed, Some(&[every_second(now)]))
+        .update_job(S, "report", &renamed, Some(&[every_second(now)]), None)
         .await
         .unwrap();
     assert_eq!((updated.id, updated.spec.name.as_str()), (job.id, "report-v2"));
     assert_eq!(store.get_job(S, "report-v2").await.unwrap().unwrap().executes.len(), 1);
 
-    store.delete_job(S, "report-v2").await.unwrap();
+    store.delete_job(S, "report-v2", None).await.unwrap();
     assert!(store.list_jobs(S).await.unwrap().is_empty());
     assert!(store.due_executes(S, far, 100).await.unwrap().executes.is_empty());
     assert!(matches!(
-        store.delete_job(S, "report-v2").await,
+        store.delete_job(S, "report-v2", None).await,
         Err(StoreError::UnknownJob { .. })
     ));
 }
@@ -1128,7 +1128,10 @@ async fn a_calendar_name_is_added_once(db: &TestDb) {
     let stored = handles[0].get_calendar(S, "closed").await.unwrap().unwrap();
     assert_eq!(stored.definition.days, [*day], "the stored one is the one added");
 
-    handles[1].put_calendar(S, "closed", &weekly("sun")).await.unwrap();
+    handles[1]
+        .put_calendar(S, "closed", &weekly("sun"), None)
+        .await
+        .unwrap();
     assert!(matches!(
         handles[0].add_calendar(S, "closed", &weekly("mon")).await,
         Err(StoreError::DuplicateCalendar { .. })

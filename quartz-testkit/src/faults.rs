@@ -254,16 +254,16 @@ faulty! {
     fn list_jobs(&self, scheduler: &str) -> Vec<Job>;
     fn jobs_page(&self, query: &JobQuery) -> Vec<Job>;
     fn change_log(&self, query: &ChangeQuery) -> Vec<ChangeRecord>;
-    fn update_job(&self, scheduler: &str, name: &str, job: &JobSpec, executes: Option<&[ExecuteSpec]>) -> Job;
-    fn set_paused(&self, scheduler: &str, name: &str, paused: bool) -> Job;
+    fn update_job(&self, scheduler: &str, name: &str, job: &JobSpec, executes: Option<&[ExecuteSpec]>, expected_version: Option<i64>) -> Job;
+    fn set_paused(&self, scheduler: &str, name: &str, paused: bool, expected_version: Option<i64>) -> Job;
     fn add_executes(&self, scheduler: &str, name: &str, executes: &[ExecuteSpec]) -> ();
-    fn delete_job(&self, scheduler: &str, name: &str) -> ();
+    fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> ();
     fn fires(&self, query: &FireQuery) -> Vec<FireRecord>;
-    fn put_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition) -> CalendarRecord;
+    fn put_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition, expected_version: Option<i64>) -> CalendarRecord;
     fn add_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition) -> CalendarRecord;
     fn get_calendar(&self, scheduler: &str, name: &str) -> Option<CalendarRecord>;
     fn list_calendars(&self, scheduler: &str) -> Vec<CalendarRecord>;
-    fn delete_calendar(&self, scheduler: &str, name: &str) -> ();
+    fn delete_calendar(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> ();
 }
 
 faulty! {

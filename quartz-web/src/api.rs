@@ -20,6 +20,7 @@ use utoipa::OpenApi;
 
 use crate::access::Caller;
 use crate::error::{ApiError, ApiJson, ApiQuery, ErrorBody};
+use crate::versions::{IfMatch, etag, if_none_match_any};
 use crate::{AppState, Router};
 
 /// The API's routes, under `/api/v1`.
@@ -51,6 +52,15 @@ pub(crate) fn routes<S: Store + Clone>() -> Router<S> {
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
 
+/// An answer carrying a job's or calendar's version as its `ETag`.
+fn versioned<T: Serialize>(status: StatusCode, version: i64, body: T) -> Response {
+    (status, [etag(version)], Json(body)).into_response()
+}
+
+/// The description of the `If-Match` header a write takes.
+const IF_MATCH: &str = "the ETag (version) this write is made against: 412 `stale` when it is no longer the stored \
+     one, and nothing is written; `*` asks only that it exist";
+
 /// Lists jobs by name, filtered, searched and paged by key.
 #[utoipa::path(get, path = "/api/v1/jobs", params(JobFilter), tag = "jobs",
     responses((status = 200, body = JobPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
@@ -64,8 +74,8 @@ async fn jobs_list<S: Store + Clone>(
 
 /// Adds a job with its triggers.
 #[utoipa::path(post, path = "/api/v1/jobs", request_body = JobDefinition, tag = "jobs",
-    responses((status = 201, body = JobView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 409, body = ErrorBody)))]
+    responses((status = 201, body = JobView, headers(("ETag" = String, description = "the job's version"))),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn job_add<S: Store + Clone>(
     State(state): State<AppState<S>>,
     caller: Caller,
@@ -73,72 +83,109 @@ async fn job_add<S: Store + Clone>(
 ) -> Result<Response, ApiError> {
     caller.require_admin()?;
     let view = state.admin.acting_as(caller.actor).job_add(&job).await?;
-    Ok((StatusCode::CREATED, Json(view)).into_response())
+    Ok(versioned(StatusCode::CREATED, view.version, view))
 }
 
 /// A job, its triggers and their next fire times.
 #[utoipa::path(get, path = "/api/v1/jobs/{name}", params(("name" = String, Path, description = "the job's name")),
-    tag = "jobs", responses((status = 200, body = JobView), (status = 404, body = ErrorBody)))]
+    tag = "jobs", responses((status = 200, body = JobView, headers(("ETag" = String, description = "the job's version"))),
+        (status = 404, body = ErrorBody)))]
 async fn job_get<S: Store + Clone>(
     State(state): State<AppState<S>>,
     _: Caller,
     Path(name): Path<String>,
-) -> ApiResult<JobView> {
-    Ok(Json(state.admin.job(&name).await?))
+) -> Result<Response, ApiError> {
+    let view = state.admin.job(&name).await?;
+    Ok(versioned(StatusCode::OK, view.version, view))
+}
+
+/// The version a write of job `name` is made against, from its `If-Match`.
+async fn job_expected<S: Store + Clone>(
+    state: &AppState<S>,
+    if_match: IfMatch,
+    name: &str,
+) -> Result<Option<i64>, ApiError> {
+    if_match
+        .expected("job", name, async { Ok(state.admin.job(name).await?.version) })
+        .await
 }
 
 /// Changes a job: each field given replaces the job's; `triggers` replaces all
-/// its triggers.
-#[utoipa::path(patch, path = "/api/v1/jobs/{name}", params(("name" = String, Path, description = "the job's name")),
+/// its triggers. With `If-Match`, only if the job is still at that version.
+#[utoipa::path(patch, path = "/api/v1/jobs/{name}", params(("name" = String, Path, description = "the job's name"),
+        ("If-Match" = Option<String>, Header, description = IF_MATCH)),
     request_body = JobPatch, tag = "jobs",
-    responses((status = 200, body = JobView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = JobView, headers(("ETag" = String, description = "the job's new version"))),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 412, body = ErrorBody)))]
 async fn job_edit<S: Store + Clone>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(name): Path<String>,
+    if_match: IfMatch,
     ApiJson(patch): ApiJson<JobPatch>,
-) -> ApiResult<JobView> {
+) -> Result<Response, ApiError> {
     caller.require_admin()?;
-    Ok(Json(state.admin.acting_as(caller.actor).job_edit(&name, &patch).await?))
+    let expected = job_expected(&state, if_match, &name).await?;
+    let view = state
+        .admin
+        .acting_as(caller.actor)
+        .job_edit(&name, &patch, expected)
+        .await?;
+    Ok(versioned(StatusCode::OK, view.version, view))
 }
 
-/// Deletes a job and its triggers; its fires stay as history.
-#[utoipa::path(delete, path = "/api/v1/jobs/{name}", params(("name" = String, Path, description = "the job's name")),
-    tag = "jobs", responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+/// Deletes a job and its triggers; its fires stay as history. With
+/// `If-Match`, only if the job is still at that version.
+#[utoipa::path(delete, path = "/api/v1/jobs/{name}", params(("name" = String, Path, description = "the job's name"),
+        ("If-Match" = Option<String>, Header, description = IF_MATCH)),
+    tag = "jobs", responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 412, body = ErrorBody)))]
 async fn job_delete<S: Store + Clone>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(name): Path<String>,
+    if_match: IfMatch,
 ) -> Result<StatusCode, ApiError> {
     caller.require_admin()?;
-    state.admin.acting_as(caller.actor).job_delete(&name).await?;
+    let expected = job_expected(&state, if_match, &name).await?;
+    state.admin.acting_as(caller.actor).job_delete(&name, expected).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Pauses a job.
-#[utoipa::path(post, path = "/api/v1/jobs/{name}/pause", params(("name" = String, Path, description = "the job's name")),
-    tag = "jobs", responses((status = 200, body = JobView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+/// Pauses a job (with `If-Match`, only at that version).
+#[utoipa::path(post, path = "/api/v1/jobs/{name}/pause", params(("name" = String, Path, description = "the job's name"),
+        ("If-Match" = Option<String>, Header, description = IF_MATCH)),
+    tag = "jobs", responses((status = 200, body = JobView, headers(("ETag" = String, description = "the job's new version"))),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 412, body = ErrorBody)))]
 async fn job_pause<S: Store + Clone>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(name): Path<String>,
-) -> ApiResult<JobView> {
+    if_match: IfMatch,
+) -> Result<Response, ApiError> {
     caller.require_admin()?;
-    Ok(Json(state.admin.acting_as(caller.actor).job_pause(&name).await?))
+    let expected = job_expected(&state, if_match, &name).await?;
+    let view = state.admin.acting_as(caller.actor).job_pause(&name, expected).await?;
+    Ok(versioned(StatusCode::OK, view.version, view))
 }
 
 /// Resumes a paused job; missed fire times follow each trigger's misfire
-/// policy.
-#[utoipa::path(post, path = "/api/v1/jobs/{name}/resume", params(("name" = String, Path, description = "the job's name")),
-    tag = "jobs", responses((status = 200, body = JobView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+/// policy (with `If-Match`, only at that version).
+#[utoipa::path(post, path = "/api/v1/jobs/{name}/resume", params(("name" = String, Path, description = "the job's name"),
+        ("If-Match" = Option<String>, Header, description = IF_MATCH)),
+    tag = "jobs", responses((status = 200, body = JobView, headers(("ETag" = String, description = "the job's new version"))),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 412, body = ErrorBody)))]
 async fn job_resume<S: Store + Clone>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(name): Path<String>,
-) -> ApiResult<JobView> {
+    if_match: IfMatch,
+) -> Result<Response, ApiError> {
     caller.require_admin()?;
-    Ok(Json(state.admin.acting_as(caller.actor).job_resume(&name).await?))
+    let expected = job_expected(&state, if_match, &name).await?;
+    let view = state.admin.acting_as(caller.actor).job_resume(&name, expected).await?;
+    Ok(versioned(StatusCode::OK, view.version, view))
 }
 
 /// When a job fired now will fire.
@@ -382,48 +429,104 @@ async fn calendars_list<S: Store + Clone>(State(state): State<AppState<S>>, _: C
 
 /// A calendar.
 #[utoipa::path(get, path = "/api/v1/calendars/{name}", params(("name" = String, Path, description = "the calendar's name")),
-    tag = "calendars", responses((status = 200, body = CalendarView), (status = 404, body = ErrorBody)))]
+    tag = "calendars", responses((status = 200, body = CalendarView,
+        headers(("ETag" = String, description = "the calendar's version"))), (status = 404, body = ErrorBody)))]
 async fn calendar_get<S: Store + Clone>(
     State(state): State<AppState<S>>,
     _: Caller,
     Path(name): Path<String>,
-) -> ApiResult<CalendarView> {
-    Ok(Json(state.admin.calendar(&name).await?))
+) -> Result<Response, ApiError> {
+    let view = state.admin.calendar(&name).await?;
+    Ok(versioned(StatusCode::OK, view.version, view))
+}
+
+/// The version a write of calendar `name` is made against, from its
+/// `If-Match`.
+async fn calendar_expected<S: Store + Clone>(
+    state: &AppState<S>,
+    if_match: IfMatch,
+    name: &str,
+) -> Result<Option<i64>, ApiError> {
+    let any = if_match == IfMatch::Any;
+    let expected = if_match
+        .expected("calendar", name, async {
+            Ok(state.admin.calendar(name).await?.version)
+        })
+        .await?;
+    if any && expected.is_none() {
+        // `*`: it must exist (a replace, never an add).
+        let version = match state.admin.calendar(name).await {
+            Ok(view) => view.version,
+            Err(quartz_core::admin::AdminError::CalendarNotFound { .. }) => {
+                return Err(quartz_core::admin::AdminError::Stale {
+                    kind: "calendar",
+                    name: name.to_owned(),
+                    expected: 0,
+                    current: None,
+                }
+                .into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        return Ok(Some(version));
+    }
+    Ok(expected)
 }
 
 /// Adds a calendar or replaces the one of that name; the triggers that use
-/// it are rescheduled on every node.
-#[utoipa::path(put, path = "/api/v1/calendars/{name}", params(("name" = String, Path, description = "the calendar's name")),
+/// it are rescheduled on every node. With `If-Match`, only a replace of
+/// that version; with `If-None-Match: *`, only an add.
+#[utoipa::path(put, path = "/api/v1/calendars/{name}", params(("name" = String, Path, description = "the calendar's name"),
+        ("If-Match" = Option<String>, Header, description = IF_MATCH),
+        ("If-None-Match" = Option<String>, Header, description = "`*`: add only, 412 `stale` when one of that name exists")),
     request_body = CalendarDefinition, tag = "calendars",
-    responses((status = 200, body = CalendarView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+    responses((status = 200, body = CalendarView, headers(("ETag" = String, description = "the calendar's new version"))),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 412, body = ErrorBody)))]
 async fn calendar_put<S: Store + Clone>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(name): Path<String>,
+    headers: axum::http::HeaderMap,
     ApiJson(definition): ApiJson<CalendarDefinition>,
-) -> ApiResult<CalendarView> {
+) -> Result<Response, ApiError> {
     caller.require_admin()?;
-    Ok(Json(
-        state
-            .admin
-            .acting_as(caller.actor)
-            .calendar_put(&name, &definition)
-            .await?,
-    ))
+    let admin = state.admin.acting_as(caller.actor);
+    let view = if if_none_match_any(&headers) {
+        admin.calendar_add(&name, &definition).await.map_err(|e| match e {
+            quartz_core::admin::AdminError::CalendarExists { name } => ApiError::new(
+                StatusCode::PRECONDITION_FAILED,
+                "stale",
+                format!("a calendar named {name:?} exists"),
+            ),
+            other => other.into(),
+        })?
+    } else {
+        let expected = calendar_expected(&state, IfMatch::from_headers(&headers), &name).await?;
+        admin.calendar_put(&name, &definition, expected).await?
+    };
+    Ok(versioned(StatusCode::OK, view.version, view))
 }
 
 /// Deletes a calendar no trigger and no calendar uses (409 naming them
-/// otherwise).
-#[utoipa::path(delete, path = "/api/v1/calendars/{name}", params(("name" = String, Path, description = "the calendar's name")),
+/// otherwise); with `If-Match`, only if it is still at that version.
+#[utoipa::path(delete, path = "/api/v1/calendars/{name}", params(("name" = String, Path, description = "the calendar's name"),
+        ("If-Match" = Option<String>, Header, description = IF_MATCH)),
     tag = "calendars", responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody)))]
+        (status = 409, body = ErrorBody), (status = 412, body = ErrorBody)))]
 async fn calendar_delete<S: Store + Clone>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(name): Path<String>,
+    if_match: IfMatch,
 ) -> Result<StatusCode, ApiError> {
     caller.require_admin()?;
-    state.admin.acting_as(caller.actor).calendar_delete(&name).await?;
+    let expected = calendar_expected(&state, if_match, &name).await?;
+    state
+        .admin
+        .acting_as(caller.actor)
+        .calendar_delete(&name, expected)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

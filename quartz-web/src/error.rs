@@ -17,9 +17,10 @@ use serde::de::DeserializeOwned;
 pub struct ApiError {
     /// The HTTP status.
     pub status: StatusCode,
-    /// A stable name: `invalid`, `not_found`, `conflict`, `unauthorized`,
-    /// `forbidden`, `too_large`, `unsupported_media_type`, `busy`,
-    /// `too_many_requests`, `unavailable`, `internal`.
+    /// A stable name: `invalid`, `not_found`, `conflict`, `stale` (412: a
+    /// write's `If-Match` names a version no longer stored),
+    /// `unauthorized`, `forbidden`, `too_large`, `unsupported_media_type`,
+    /// `busy`, `too_many_requests`, `unavailable`, `internal`.
     pub code: &'static str,
     /// For people.
     pub message: String,
@@ -37,9 +38,10 @@ pub struct ErrorBody {
 /// What went wrong.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
-    /// A stable name: `invalid`, `not_found`, `conflict`, `unauthorized`,
-    /// `forbidden`, `too_large`, `unsupported_media_type`, `busy`,
-    /// `too_many_requests`, `unavailable`, `internal`.
+    /// A stable name: `invalid`, `not_found`, `conflict`, `stale` (412: a
+    /// write's `If-Match` names a version no longer stored),
+    /// `unauthorized`, `forbidden`, `too_large`, `unsupported_media_type`,
+    /// `busy`, `too_many_requests`, `unavailable`, `internal`.
     pub code: String,
     /// For people.
     pub message: String,
@@ -98,6 +100,7 @@ impl From<AdminError> for ApiError {
             AdminError::Conflict { .. } | AdminError::CalendarExists { .. } | AdminError::InUse { .. } => {
                 StatusCode::CONFLICT
             }
+            AdminError::Stale { .. } => StatusCode::PRECONDITION_FAILED,
             AdminError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
             AdminError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,

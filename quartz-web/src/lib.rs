@@ -34,6 +34,7 @@ mod api;
 mod console;
 pub mod error;
 pub mod sessions;
+mod versions;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

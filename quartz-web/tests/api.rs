@@ -419,7 +419,133 @@ async fn calendars_are_put_read_used_and_deleted(db: &TestDb) {
     );
 }
 
+/// Sends `method path` with the admin token, a JSON body and `headers`.
+async fn with_headers(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> http::Answer {
+    let auth = format!("Bearer {ADMIN}");
+    let mut all = vec![("Authorization", auth.as_str()), ("Content-Type", "application/json")];
+    all.extend_from_slice(headers);
+    let body = if body.is_null() {
+        String::new()
+    } else {
+        body.to_string()
+    };
+    http::call(addr, method, path, &all, body.as_bytes()).await
+}
+
+/// A job's and a calendar's version is their ETag; a write with an
+/// If-Match naming another version (or a weak tag) gets 412 `stale` and
+/// writes nothing; `*` asks only that it exist; If-None-Match: * adds a
+/// calendar only.
+async fn if_match_refuses_a_stale_write(db: &TestDb) {
+    let addr = server(db).await;
+    let def = json!({"name": "etag", "handler": "log", "triggers": [{"kind": "fixed_rate", "interval_ms": 60000}]});
+    let created = http::json(addr, "POST", "/api/v1/jobs", Some(ADMIN), &def).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert_eq!(created.header("etag"), Some("\"1\""));
+    let read = http::get(addr, "GET", "/api/v1/jobs/etag", Some(READ)).await;
+    assert_eq!(read.header("etag"), Some("\"1\""));
+    assert_eq!(read.json()["version"], 1);
+
+    let edit = |text: &str| json!({"description": text});
+    let first = with_headers(
+        addr,
+        "PATCH",
+        "/api/v1/jobs/etag",
+        &[("If-Match", "\"1\"")],
+        &edit("first"),
+    )
+    .await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.header("etag"), Some("\"2\""));
+    for stale in ["\"1\"", "W/\"2\"", "\"one\"", "\"1\", \"3\""] {
+        let refused = with_headers(
+            addr,
+            "PATCH",
+            "/api/v1/jobs/etag",
+            &[("If-Match", stale)],
+            &edit("lost"),
+        )
+        .await;
+        assert_eq!(refused.status, 412, "If-Match {stale}: {}", refused.body);
+        assert_eq!(refused.error().0, "stale");
+    }
+    let listed = with_headers(
+        addr,
+        "PATCH",
+        "/api/v1/jobs/etag",
+        &[("If-Match", "\"7\", \"2\"")],
+        &edit("listed"),
+    )
+    .await;
+    assert_eq!(
+        listed.status, 200,
+        "a list holding the version matches: {}",
+        listed.body
+    );
+    let any = with_headers(addr, "PATCH", "/api/v1/jobs/etag", &[("If-Match", "*")], &edit("any")).await;
+    assert_eq!(any.status, 200, "{}", any.body);
+    assert_eq!(any.header("etag"), Some("\"4\""));
+    for (method, path) in [("POST", "/api/v1/jobs/etag/pause"), ("DELETE", "/api/v1/jobs/etag")] {
+        let refused = with_headers(addr, method, path, &[("If-Match", "\"3\"")], &Value::Null).await;
+        assert_eq!(refused.status, 412, "{method} {path}: {}", refused.body);
+    }
+    let job = http::get(addr, "GET", "/api/v1/jobs/etag", Some(READ)).await.json();
+    assert_eq!(
+        (job["description"].as_str(), job["state"].as_str()),
+        (Some("any"), Some("enabled"))
+    );
+    let paused = with_headers(
+        addr,
+        "POST",
+        "/api/v1/jobs/etag/pause",
+        &[("If-Match", "\"4\"")],
+        &Value::Null,
+    )
+    .await;
+    assert_eq!((paused.status, paused.header("etag")), (200, Some("\"5\"")));
+    let deleted = with_headers(
+        addr,
+        "DELETE",
+        "/api/v1/jobs/etag",
+        &[("If-Match", "\"5\"")],
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+
+    // Calendars.
+    let weekly = |days: &[&str]| json!({"kind": "weekly", "days": days});
+    let path = "/api/v1/calendars/weekend";
+    let missing = with_headers(addr, "PUT", path, &[("If-Match", "*")], &weekly(&["sat"])).await;
+    assert_eq!(missing.status, 412, "`*` on no calendar adds none: {}", missing.body);
+    let added = with_headers(addr, "PUT", path, &[("If-None-Match", "*")], &weekly(&["sat"])).await;
+    assert_eq!(
+        (added.status, added.header("etag")),
+        (200, Some("\"1\"")),
+        "{}",
+        added.body
+    );
+    let again = with_headers(addr, "PUT", path, &[("If-None-Match", "*")], &weekly(&["sun"])).await;
+    assert_eq!(again.status, 412, "{}", again.body);
+    let replaced = with_headers(addr, "PUT", path, &[("If-Match", "\"1\"")], &weekly(&["sun"])).await;
+    assert_eq!((replaced.status, replaced.header("etag")), (200, Some("\"2\"")));
+    let stale = with_headers(addr, "PUT", path, &[("If-Match", "\"1\"")], &weekly(&["mon"])).await;
+    assert_eq!(stale.status, 412);
+    let stale = with_headers(addr, "DELETE", path, &[("If-Match", "\"1\"")], &Value::Null).await;
+    assert_eq!(stale.status, 412);
+    let read = http::get(addr, "GET", path, Some(READ)).await;
+    assert_eq!(read.header("etag"), Some("\"2\""));
+    assert_eq!(read.json()["definition"]["days"], json!(["sun"]));
+}
+
 backend_tests!(
+    if_match_refuses_a_stale_write,
     jobs_are_created_read_changed_fired_and_deleted,
     bad_input_gets_a_4xx_naming_the_field,
     calendars_are_put_read_used_and_deleted,

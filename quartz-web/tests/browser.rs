@@ -132,7 +132,7 @@ async fn console(db: &TestDb) {
         .collect();
     let one_day = serde_json::json!({"kind": "weekly", "days": others});
     admin
-        .calendar_put("one-day", &serde_json::from_value(one_day).unwrap())
+        .calendar_put("one-day", &serde_json::from_value(one_day).unwrap(), None)
         .await
         .unwrap();
     browser.type_into("#calendar", "no-such").await;
@@ -226,7 +226,7 @@ async fn console(db: &TestDb) {
 
     let weekends =
         serde_json::from_str(r#"{"kind": "weekly", "days": ["sat", "sun"], "time_zone": "Europe/Paris"}"#).unwrap();
-    admin.calendar_put("weekends", &weekends).await.unwrap();
+    admin.calendar_put("weekends", &weekends, None).await.unwrap();
     for (page, name) in [
         ("/", "overview"),
         ("/nodes", "nodes"),

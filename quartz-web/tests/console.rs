@@ -376,7 +376,10 @@ async fn calendars_are_listed_added_replaced_and_deleted(db: &TestDb) {
     let admin = Admin::new(db.store().await, CLUSTER);
     let definition = |json: &str| serde_json::from_str::<CalendarDefinition>(json).unwrap();
     let holidays = format!(r#"{{"kind": "holiday", "days": ["2026-12-25"], "description": "{SCRIPT_NAME}"}}"#);
-    admin.calendar_put("holidays", &definition(&holidays)).await.unwrap();
+    admin
+        .calendar_put("holidays", &definition(&holidays), None)
+        .await
+        .unwrap();
     let mut job = JobDefinition::new("daily", "log");
     job.triggers
         .push(TriggerDefinition::cron("0 0 9 * * ?", "UTC").calendar("holidays"));
@@ -549,7 +552,7 @@ async fn the_forms_preview_passes_over_its_calendars_exclusions(db: &TestDb) {
     let admin = Admin::new(db.store().await, CLUSTER);
     let mondays: CalendarDefinition =
         serde_json::from_str(r#"{"kind": "weekly", "days": ["tue", "wed", "thu", "fri", "sat", "sun"]}"#).unwrap();
-    admin.calendar_put("mondays", &mondays).await.unwrap();
+    admin.calendar_put("mondays", &mondays, None).await.unwrap();
     let mut job = JobDefinition::new("weekly", "log");
     job.triggers
         .push(TriggerDefinition::cron("0 0 9 * * ?", "UTC").calendar("mondays"));
@@ -612,6 +615,7 @@ async fn the_forms_preview_passes_over_its_calendars_exclusions(db: &TestDb) {
 
 backend_tests!(
     an_edit_keeps_every_trigger_field_it_did_not_change,
+    two_editors_of_one_job_are_told_not_overwritten,
     calendars_are_listed_added_replaced_and_deleted,
     the_forms_preview_passes_over_its_calendars_exclusions,
     pages_render_with_every_name_escaped,
@@ -732,6 +736,7 @@ async fn an_edit_keeps_every_trigger_field_it_did_not_change(db: &TestDb) {
         .calendar_put(
             "holidays",
             &serde_json::from_value(serde_json::json!({"kind": "holiday", "days": ["2027-12-25"]})).unwrap(),
+            None,
         )
         .await
         .unwrap();
@@ -801,4 +806,132 @@ async fn an_edit_keeps_every_trigger_field_it_did_not_change(db: &TestDb) {
     let view = admin.job("bounded").await.unwrap();
     check(&view, "0 45 6 * * ?");
     assert_eq!(view.handler, "report", "the handler kept");
+}
+
+/// Sets a field of a posted form.
+fn set(fields: &mut [(String, String)], name: &str, value: &str) {
+    let field = fields
+        .iter_mut()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("{name}"));
+    field.1 = value.to_owned();
+}
+
+/// Two people edit one job: the second save is not written over the first
+/// but answered with what changed meanwhile, its own change carried over
+/// onto the job as it is now, and saving that keeps both; a delete
+/// confirmed from a page shown before a change is refused; a calendar
+/// replaced from a stale page is refused with its definition kept.
+async fn two_editors_of_one_job_are_told_not_overwritten(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    let mut job = JobDefinition::new("shared", "report");
+    job.description = "as added".into();
+    job.triggers.push(TriggerDefinition::cron("0 0 6 * * ?", "UTC"));
+    admin.job_add(&job).await.unwrap();
+    admin
+        .calendar_put(
+            "weekend",
+            &serde_json::from_value(serde_json::json!({"kind": "weekly", "days": ["sat", "sun"]})).unwrap(),
+            None,
+        )
+        .await
+        .unwrap();
+    let addr = server(admin.clone()).await;
+    let alice = login(addr, ADMIN).await;
+    let bob = login(addr, ADMIN).await;
+    let alice_page = page(addr, "/jobs/shared/edit", Some(&alice)).await;
+    let bob_page = page(addr, "/jobs/shared/edit", Some(&bob)).await;
+    let delete_page = page(addr, "/jobs/shared/delete", Some(&bob)).await;
+    assert_eq!(delete_page.status, 200, "{}", delete_page.body);
+
+    let mut fields = posted_by_browser(&alice_page.body);
+    set(&mut fields, "description", "Alice's");
+    let borrowed: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    let saved = post(addr, "/jobs/shared/edit", Some(&alice), &borrowed, &[]).await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+
+    let mut fields = posted_by_browser(&bob_page.body);
+    set(&mut fields, "timeout_ms", "5000");
+    let borrowed: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    let refused = post(addr, "/jobs/shared/edit", Some(&bob), &borrowed, &[]).await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert!(refused.body.contains("Nothing was saved"), "{}", refused.body);
+    let meanwhile = refused.body.split("class=\"meanwhile\"").nth(1).unwrap();
+    let meanwhile = meanwhile.split("</ul>").next().unwrap();
+    assert!(
+        meanwhile.contains("data-field=\"description\"")
+            && (meanwhile.contains("Alice&#39;s") || meanwhile.contains("Alice's")),
+        "{meanwhile}"
+    );
+    assert!(
+        !meanwhile.contains("timeout_ms"),
+        "Bob's own change is not news: {meanwhile}"
+    );
+    let stored = admin.job("shared").await.unwrap();
+    assert_eq!((stored.description.as_str(), stored.timeout_ms), ("Alice's", None));
+
+    // The form shown carries Bob's change onto Alice's; saving it keeps both.
+    let fields = posted_by_browser(&refused.body);
+    let value = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+    assert_eq!(value("description").as_deref(), Some("Alice's"));
+    assert_eq!(value("timeout_ms").as_deref(), Some("5000"));
+    assert_eq!(value("version"), Some(stored.version.to_string()));
+    let borrowed: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    let saved = post(addr, "/jobs/shared/edit", Some(&bob), &borrowed, &[]).await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    let stored = admin.job("shared").await.unwrap();
+    assert_eq!(
+        (stored.description.as_str(), stored.timeout_ms),
+        ("Alice's", Some(5000))
+    );
+
+    // A delete confirmed on a page shown before those changes.
+    let version = delete_page.body.split("name=\"version\" value=\"").nth(1).unwrap();
+    let version = version.split('"').next().unwrap();
+    let csrf = csrf_of(&delete_page.body);
+    let refused = post(
+        addr,
+        "/jobs/shared/delete",
+        Some(&bob),
+        &[("csrf", &csrf), ("version", version)],
+        &[],
+    )
+    .await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert!(refused.body.contains("changed since it was read"), "{}", refused.body);
+    assert!(admin.job("shared").await.is_ok(), "not deleted");
+
+    // A calendar replaced from a page shown before another replace.
+    let shown = page(addr, "/calendars/weekend", Some(&bob)).await;
+    admin
+        .calendar_put(
+            "weekend",
+            &serde_json::from_value(serde_json::json!({"kind": "weekly", "days": ["sun"]})).unwrap(),
+            None,
+        )
+        .await
+        .unwrap();
+    let version = shown.body.split("name=\"version\" value=\"").nth(1).unwrap();
+    let version = version.split('"').next().unwrap();
+    let csrf = csrf_of(&shown.body);
+    let mine = r#"{"kind": "weekly", "days": ["mon"]}"#;
+    let refused = post(
+        addr,
+        "/calendars/weekend",
+        Some(&bob),
+        &[("csrf", &csrf), ("version", version), ("definition", mine)],
+        &[],
+    )
+    .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("while you edited, this calendar was replaced"),
+        "{}",
+        refused.body
+    );
+    assert!(
+        refused.body.contains("&quot;mon&quot;") || refused.body.contains("\"mon\""),
+        "kept as typed"
+    );
+    assert_eq!(admin.calendar("weekend").await.unwrap().definition.days, ["sun"]);
 }

@@ -53,6 +53,7 @@ struct Probe {
     template: &'static str,
     path: &'static str,
     body: Option<Value>,
+    if_match: Option<&'static str>,
 }
 
 fn probe(method: &'static str, template: &'static str, path: &'static str, body: Option<Value>) -> Probe {
@@ -61,6 +62,15 @@ fn probe(method: &'static str, template: &'static str, path: &'static str, body:
         template,
         path,
         body,
+        if_match: None,
+    }
+}
+
+/// A write made against a version that is not the stored one.
+fn stale(method: &'static str, template: &'static str, path: &'static str, body: Option<Value>) -> Probe {
+    Probe {
+        if_match: Some("\"999\""),
+        ..probe(method, template, path, body)
     }
 }
 
@@ -90,6 +100,13 @@ fn probes() -> Vec<Probe> {
             "/api/v1/jobs/probe",
             Some(json!({"timeout_ms": "soon"})),
         ),
+        stale(
+            "PATCH",
+            "/api/v1/jobs/{name}",
+            "/api/v1/jobs/probe",
+            Some(json!({"description": "lost"})),
+        ),
+        stale("POST", "/api/v1/jobs/{name}/pause", "/api/v1/jobs/probe/pause", None),
         probe("POST", "/api/v1/jobs/{name}/pause", "/api/v1/jobs/probe/pause", None),
         probe("POST", "/api/v1/jobs/{name}/resume", "/api/v1/jobs/probe/resume", None),
         probe(
@@ -143,6 +160,7 @@ fn probes() -> Vec<Probe> {
         probe("GET", "/api/v1/calendars", "/api/v1/calendars", None),
         probe("GET", "/api/v1/calendars/{name}", "/api/v1/calendars/weekend", None),
         probe("GET", "/api/v1/calendars/{name}", "/api/v1/calendars/missing", None),
+        stale("DELETE", "/api/v1/calendars/{name}", "/api/v1/calendars/weekend", None),
         probe("DELETE", "/api/v1/calendars/{name}", "/api/v1/calendars/weekend", None),
         probe("DELETE", "/api/v1/calendars/{name}", "/api/v1/calendars/weekend", None),
         probe("DELETE", "/api/v1/jobs/{name}", "/api/v1/jobs/made", None),
@@ -191,10 +209,21 @@ async fn document(db: &TestDb) {
     let mut answers = Vec::new();
     let mut statuses = BTreeSet::new();
     for p in &probes {
-        let answer = match &p.body {
-            Some(body) => http::json(addr, p.method, p.path, Some(ADMIN), body).await,
-            None => http::get(addr, p.method, p.path, Some(ADMIN)).await,
-        };
+        let auth = format!("Bearer {ADMIN}");
+        let mut headers = vec![("Authorization", auth.as_str()), ("Content-Type", "application/json")];
+        if let Some(tag) = p.if_match {
+            headers.push(("If-Match", tag));
+        }
+        let body = p.body.as_ref().map(Value::to_string).unwrap_or_default();
+        let answer = http::call(addr, p.method, p.path, &headers, body.as_bytes()).await;
+        if let Some(etag) = answer.header("etag") {
+            assert!(
+                etag.starts_with('"') && etag.ends_with('"'),
+                "{} {}: ETag {etag}",
+                p.method,
+                p.path
+            );
+        }
         statuses.insert(answer.status);
         let body = if answer.body.is_empty() {
             Value::Null
@@ -206,7 +235,7 @@ async fn document(db: &TestDb) {
             "status": answer.status, "body": body}));
     }
     // The probes reach successes and failures alike.
-    for status in [200, 201, 202, 204, 400, 404, 409] {
+    for status in [200, 201, 202, 204, 400, 404, 409, 412] {
         assert!(statuses.contains(&status), "no probe answered {status}: {statuses:?}");
     }
     let answers_path = dir.join("answers.json");

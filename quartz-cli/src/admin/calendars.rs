@@ -134,7 +134,7 @@ pub async fn calendar(url: &str, scheduler: &str, out: Out, command: CalendarCom
                 description,
             };
             let view = if replace {
-                admin.calendar_put(&name, &definition).await?
+                admin.calendar_put(&name, &definition, None).await?
             } else {
                 match admin.calendar_add(&name, &definition).await {
                     Err(AdminError::CalendarExists { .. }) => {
@@ -185,7 +185,7 @@ pub async fn calendar(url: &str, scheduler: &str, out: Out, command: CalendarCom
             Ok(())
         }
         CalendarCommand::Delete { name } => {
-            admin.calendar_delete(&name).await?;
+            admin.calendar_delete(&name, None).await?;
             out.print(&json!({"calendar": name, "deleted": true}), || {
                 format!("deleted calendar {name}\n")
             });

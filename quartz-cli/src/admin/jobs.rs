@@ -161,12 +161,12 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
         JobCommand::List => list(&store, scheduler, out).await,
         JobCommand::Show { name } => show(&store, scheduler, &name, out).await,
         JobCommand::Pause { name } => {
-            admin.job_pause(&name).await?;
+            admin.job_pause(&name, None).await?;
             out.print(&json!({"job": name, "state": "paused"}), || format!("paused {name}\n"));
             Ok(())
         }
         JobCommand::Resume { name } => {
-            admin.job_resume(&name).await?;
+            admin.job_resume(&name, None).await?;
             out.print(&json!({"job": name, "state": "enabled"}), || {
                 format!("resumed {name}\n")
             });
@@ -190,14 +190,18 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
             } else {
                 None
             };
-            admin.job_update(&name, &spec, executes.as_deref()).await?;
+            // Against the version read: a change made meanwhile is refused
+            // (run the command again), never overwritten with what was read.
+            admin
+                .job_update(&name, &spec, executes.as_deref(), Some(current.job.version))
+                .await?;
             if job.handler.is_some() {
                 warn_unless_offered(&store, scheduler, &spec.handler).await?;
             }
             show(&store, scheduler, &spec.name, out).await
         }
         JobCommand::Delete { name } => {
-            admin.job_delete(&name).await?;
+            admin.job_delete(&name, None).await?;
             out.print(&json!({"job": name, "deleted": true}), || format!("deleted {name}\n"));
             Ok(())
         }

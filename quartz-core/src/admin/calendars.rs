@@ -25,6 +25,9 @@ pub struct CalendarView {
     pub created_at: i64,
     /// When it was last replaced.
     pub updated_at: i64,
+    /// Its version, moved on by every replacement: the API's `ETag`, and
+    /// what a write with `If-Match` must name.
+    pub version: i64,
 }
 
 impl From<CalendarRecord> for CalendarView {
@@ -34,6 +37,7 @@ impl From<CalendarRecord> for CalendarView {
             definition: r.definition,
             created_at: r.created_at.as_millis(),
             updated_at: r.updated_at.as_millis(),
+            version: r.version,
         }
     }
 }
@@ -41,15 +45,25 @@ impl From<CalendarRecord> for CalendarView {
 impl<S: Store> Admin<S> {
     /// Adds a calendar, or replaces the one of that name; the triggers that
     /// use it (directly or through a base) are rescheduled in the same
-    /// transaction, on every node.
+    /// transaction, on every node. With `expected_version`, only if the
+    /// calendar is stored at that version (the one its reader saw).
     ///
     /// # Errors
     ///
     /// [`AdminError::Invalid`] naming the field (`days`, `range`, `base`, …);
-    /// the store's errors.
-    pub async fn calendar_put(&self, name: &str, definition: &CalendarDefinition) -> Result<CalendarView, AdminError> {
+    /// [`AdminError::Stale`] when it is not at `expected_version`; the
+    /// store's errors.
+    pub async fn calendar_put(
+        &self,
+        name: &str,
+        definition: &CalendarDefinition,
+        expected_version: Option<i64>,
+    ) -> Result<CalendarView, AdminError> {
         definition.calendar(None).map_err(|e| invalid_calendar(&e))?;
-        let record = self.store.put_calendar(&self.scheduler, name, definition).await?;
+        let record = self
+            .store
+            .put_calendar(&self.scheduler, name, definition, expected_version)
+            .await?;
         Ok(record.into())
     }
 
@@ -89,14 +103,18 @@ impl<S: Store> Admin<S> {
         Ok(records.into_iter().map(CalendarView::from).collect())
     }
 
-    /// Deletes a calendar no trigger and no calendar uses.
+    /// Deletes a calendar no trigger and no calendar uses; with
+    /// `expected_version`, only if it is stored at that version.
     ///
     /// # Errors
     ///
     /// [`AdminError::CalendarNotFound`], [`AdminError::InUse`] naming its
-    /// users; the store's errors.
-    pub async fn calendar_delete(&self, name: &str) -> Result<(), AdminError> {
-        Ok(self.store.delete_calendar(&self.scheduler, name).await?)
+    /// users, [`AdminError::Stale`]; the store's errors.
+    pub async fn calendar_delete(&self, name: &str, expected_version: Option<i64>) -> Result<(), AdminError> {
+        Ok(self
+            .store
+            .delete_calendar(&self.scheduler, name, expected_version)
+            .await?)
     }
 
     /// The next `count` fire times after `after` of a cron expression in a

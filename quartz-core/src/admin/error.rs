@@ -47,6 +47,20 @@ pub enum AdminError {
         /// The name.
         name: String,
     },
+    /// A write made against a version of a job or calendar that is no
+    /// longer the stored one: someone changed it (or deleted it) since it
+    /// was read. Nothing was written; read it again, and decide.
+    #[error("{kind} {name:?} changed since it was read: it is at version {}, not {expected}", current.map_or_else(|| "none (it was deleted)".to_owned(), |v| v.to_string()))]
+    Stale {
+        /// `job` or `calendar`.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+        /// The version the write was made against.
+        expected: i64,
+        /// The stored version; `None` when it no longer exists.
+        current: Option<i64>,
+    },
     /// The database could not be reached; the call may be retried.
     #[error("database unavailable: {reason}")]
     Unavailable {
@@ -81,12 +95,13 @@ impl AdminError {
     }
 
     /// A stable name for machines: `invalid`, `not_found`, `conflict`,
-    /// `busy`, `unavailable`, `internal`.
+    /// `stale`, `busy`, `unavailable`, `internal`.
     pub fn code(&self) -> &'static str {
         match self {
             AdminError::Invalid { .. } => "invalid",
             AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } => "not_found",
             AdminError::Conflict { .. } | AdminError::CalendarExists { .. } | AdminError::InUse { .. } => "conflict",
+            AdminError::Stale { .. } => "stale",
             AdminError::Busy { .. } => "busy",
             AdminError::Unavailable { .. } => "unavailable",
             AdminError::Internal { .. } | AdminError::Store(_) => "internal",
@@ -113,6 +128,17 @@ impl From<StoreError> for AdminError {
             StoreError::DuplicateJob { name, .. } => AdminError::Conflict { name },
             StoreError::DuplicateCalendar { name, .. } => AdminError::CalendarExists { name },
             StoreError::Unavailable { reason } => AdminError::Unavailable { reason },
+            StoreError::Stale {
+                kind,
+                name,
+                expected,
+                current,
+            } => AdminError::Stale {
+                kind,
+                name,
+                expected,
+                current,
+            },
             other => AdminError::Store(other),
         }
     }

@@ -22,7 +22,9 @@
 //! job.triggers.push(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris"));
 //! let view = admin.job_add(&job).await?;
 //! println!("next fires: {:?}", view.triggers[0].upcoming);
-//! admin.job_pause("invoice-acme").await?;
+//! // Paused only if nobody changed it since it was read (`None`: whatever
+//! // its version).
+//! admin.job_pause("invoice-acme", Some(view.version)).await?;
 //! # Ok(()) }
 //! ```
 
@@ -262,25 +264,54 @@ impl<S: Store> Admin<S> {
     }
 
     /// Changes a job; new triggers, if given, replace its others and start
-    /// afresh.
+    /// afresh. With `expected_version`, only if the job is at that version
+    /// (the one its editor saw). Either way the patch is applied to the job
+    /// as stored when it is written: a change made between this call's read
+    /// and its write is never overwritten with what was read (the call
+    /// reads again, or with `expected_version` is refused).
     ///
     /// # Errors
     ///
-    /// As [`job_add`](Self::job_add), and [`AdminError::NotFound`].
-    pub async fn job_edit(&self, name: &str, patch: &JobPatch) -> Result<JobView, AdminError> {
-        let current = self
-            .store
-            .get_job(&self.scheduler, name)
-            .await?
-            .ok_or_else(|| AdminError::NotFound { name: name.to_owned() })?;
-        let now = self.store.now().await?;
-        let (spec, executes) = patch.apply(current.job.spec, now)?;
-        self.job_update(name, &spec, executes.as_deref()).await
+    /// As [`job_add`](Self::job_add), [`AdminError::NotFound`], and
+    /// [`AdminError::Stale`].
+    pub async fn job_edit(
+        &self,
+        name: &str,
+        patch: &JobPatch,
+        expected_version: Option<i64>,
+    ) -> Result<JobView, AdminError> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let current = self
+                .store
+                .get_job(&self.scheduler, name)
+                .await?
+                .ok_or_else(|| AdminError::NotFound { name: name.to_owned() })?;
+            let read = current.job.version;
+            if let Some(expected) = expected_version
+                && expected != read
+            {
+                return Err(AdminError::Stale {
+                    kind: "job",
+                    name: name.to_owned(),
+                    expected,
+                    current: Some(read),
+                });
+            }
+            let now = self.store.now().await?;
+            let (spec, executes) = patch.apply(current.job.spec, now)?;
+            match self.job_update(name, &spec, executes.as_deref(), Some(read)).await {
+                Err(AdminError::Stale { .. }) if expected_version.is_none() && tries < 5 => {}
+                other => return other,
+            }
+        }
     }
 
     /// Replaces a job's definition with a stored form (as
     /// [`job_edit`](Self::job_edit), for callers that build [`JobSpec`]s
-    /// themselves); `executes`, when given, replace its triggers.
+    /// themselves); `executes`, when given, replace its triggers. With
+    /// `expected_version`, only if the job is at that version.
     ///
     /// # Errors
     ///
@@ -290,35 +321,42 @@ impl<S: Store> Admin<S> {
         name: &str,
         spec: &JobSpec,
         executes: Option<&[ExecuteSpec]>,
+        expected_version: Option<i64>,
     ) -> Result<JobView, AdminError> {
         spec.check_fields()
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
         self.check_parent(spec).await?;
         self.store
-            .update_job(&self.scheduler, name, spec, executes)
+            .update_job(&self.scheduler, name, spec, executes, expected_version)
             .await
             .map_err(|e| calendar_field(e, executes.unwrap_or_default()))?;
         self.job(&spec.name).await
     }
 
-    /// Pauses a job: its triggers hold until it is resumed.
+    /// Pauses a job: its triggers hold until it is resumed. With
+    /// `expected_version`, only if the job is at that version.
     ///
     /// # Errors
     ///
-    /// [`AdminError::NotFound`]; the store's errors.
-    pub async fn job_pause(&self, name: &str) -> Result<JobView, AdminError> {
-        self.store.set_paused(&self.scheduler, name, true).await?;
+    /// [`AdminError::NotFound`], [`AdminError::Stale`]; the store's errors.
+    pub async fn job_pause(&self, name: &str, expected_version: Option<i64>) -> Result<JobView, AdminError> {
+        self.store
+            .set_paused(&self.scheduler, name, true, expected_version)
+            .await?;
         self.job(name).await
     }
 
     /// Resumes a job; fire times missed meanwhile follow each trigger's
-    /// misfire policy.
+    /// misfire policy. With `expected_version`, only if the job is at that
+    /// version.
     ///
     /// # Errors
     ///
-    /// [`AdminError::NotFound`]; the store's errors.
-    pub async fn job_resume(&self, name: &str) -> Result<JobView, AdminError> {
-        self.store.set_paused(&self.scheduler, name, false).await?;
+    /// [`AdminError::NotFound`], [`AdminError::Stale`]; the store's errors.
+    pub async fn job_resume(&self, name: &str, expected_version: Option<i64>) -> Result<JobView, AdminError> {
+        self.store
+            .set_paused(&self.scheduler, name, false, expected_version)
+            .await?;
         self.job(name).await
     }
 
@@ -348,12 +386,13 @@ impl<S: Store> Admin<S> {
     }
 
     /// Deletes a job and its triggers; its ledger rows stay as history.
+    /// With `expected_version`, only if the job is at that version.
     ///
     /// # Errors
     ///
-    /// [`AdminError::NotFound`]; the store's errors.
-    pub async fn job_delete(&self, name: &str) -> Result<(), AdminError> {
-        Ok(self.store.delete_job(&self.scheduler, name).await?)
+    /// [`AdminError::NotFound`], [`AdminError::Stale`]; the store's errors.
+    pub async fn job_delete(&self, name: &str, expected_version: Option<i64>) -> Result<(), AdminError> {
+        Ok(self.store.delete_job(&self.scheduler, name, expected_version).await?)
     }
 
     /// Which of the live nodes offer `handler`: empty when none does (the

@@ -159,6 +159,9 @@ pub struct JobView {
     pub created_at: i64,
     /// Last changed (database time).
     pub updated_at: i64,
+    /// Its version, moved on by every change of its definition or state:
+    /// the API's `ETag`, and what a write with `If-Match` must name.
+    pub version: i64,
     /// The soonest next fire time of its triggers.
     pub next_fire_time: Option<i64>,
     /// Its triggers.
@@ -198,6 +201,7 @@ impl JobView {
             parent: job.spec.parent.clone(),
             created_at: job.created_at.as_millis(),
             updated_at: job.updated_at.as_millis(),
+            version: job.version,
             next_fire_time: triggers.iter().filter_map(|t| t.next_fire_time).min(),
             triggers,
             broken_triggers: detail

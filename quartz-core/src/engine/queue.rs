@@ -273,6 +273,7 @@ mod tests {
             state: JobState::Enabled,
             created_at: Timestamp::from_millis(0),
             updated_at: Timestamp::from_millis(0),
+            version: 1,
         })
     }
 

@@ -50,6 +50,20 @@ pub enum StoreError {
         /// Who uses it: `job NAME` or `calendar NAME`.
         users: Vec<String>,
     },
+    /// A write made against a version of a job or calendar that is no
+    /// longer the stored one (it changed, or went, since the caller read
+    /// it): nothing was written.
+    #[error("{kind} {name:?} is at version {}, not {expected}: it changed since it was read", current.map_or_else(|| "none (deleted)".to_owned(), |v| v.to_string()))]
+    Stale {
+        /// `job` or `calendar`.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+        /// The version the write was made against.
+        expected: i64,
+        /// The stored version, `None` when it no longer exists.
+        current: Option<i64>,
+    },
     /// A database URL that names no supported backend or cannot be parsed.
     #[error("invalid database URL {url:?}: {reason}")]
     InvalidUrl {

@@ -110,21 +110,26 @@ pub trait Store: internal::EngineStore {
     fn jobs_page(&self, query: &JobQuery) -> impl Future<Output = Result<Vec<Job>, StoreError>> + Send;
 
     /// Replaces a job's definition (its name may change); when `executes` is
-    /// given, its triggers are replaced too and start afresh.
+    /// given, its triggers are replaced too and start afresh. With
+    /// `expected_version`, only if the job is still at that version
+    /// ([`StoreError::Stale`] otherwise, nothing written).
     fn update_job(
         &self,
         scheduler: &str,
         name: &str,
         job: &JobSpec,
         executes: Option<&[ExecuteSpec]>,
+        expected_version: Option<i64>,
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
 
-    /// Pauses (`true`) or resumes a job and its waiting executes.
+    /// Pauses (`true`) or resumes a job and its waiting executes; with
+    /// `expected_version`, only if the job is still at that version.
     fn set_paused(
         &self,
         scheduler: &str,
         name: &str,
         paused: bool,
+        expected_version: Option<i64>,
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
 
     /// Adds executes to a job, leaving its others as they are (a one-off
@@ -138,7 +143,13 @@ pub trait Store: internal::EngineStore {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Deletes a job and its executes; its ledger rows stay as history.
-    fn delete_job(&self, scheduler: &str, name: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// With `expected_version`, only if the job is still at that version.
+    fn delete_job(
+        &self,
+        scheduler: &str,
+        name: &str,
+        expected_version: Option<i64>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Ledger rows, newest first.
     fn fires(&self, query: &FireQuery) -> impl Future<Output = Result<Vec<FireRecord>, StoreError>> + Send;
@@ -155,12 +166,15 @@ pub trait Store: internal::EngineStore {
     /// every node has seen the change) and their calendar stamp moved, so no
     /// node wins a fire it expanded under the calendar as it was; a complete
     /// trigger whose schedule has a time left that the calendar now includes
-    /// is revived (waiting, or paused with its job).
+    /// is revived (waiting, or paused with its job). With
+    /// `expected_version`, only if the calendar exists at that version
+    /// ([`StoreError::Stale`] otherwise, nothing written).
     fn put_calendar(
         &self,
         scheduler: &str,
         name: &str,
         definition: &CalendarDefinition,
+        expected_version: Option<i64>,
     ) -> impl Future<Output = Result<CalendarRecord, StoreError>> + Send;
 
     /// Adds a calendar, as [`put_calendar`](Self::put_calendar) does, only
@@ -185,8 +199,14 @@ pub trait Store: internal::EngineStore {
     fn list_calendars(&self, scheduler: &str) -> impl Future<Output = Result<Vec<CalendarRecord>, StoreError>> + Send;
 
     /// Deletes a calendar that no trigger and no other calendar uses
-    /// ([`StoreError::CalendarInUse`] otherwise, naming them).
-    fn delete_calendar(&self, scheduler: &str, name: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// ([`StoreError::CalendarInUse`] otherwise, naming them); with
+    /// `expected_version`, only if it is still at that version.
+    fn delete_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        expected_version: Option<i64>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// A calendar as the store keeps it.
@@ -200,4 +220,7 @@ pub struct CalendarRecord {
     pub created_at: Timestamp,
     /// When it was last replaced.
     pub updated_at: Timestamp,
+    /// Moved on by every replacement (1 when added): what a write with an
+    /// expected version compares.
+    pub version: i64,
 }

@@ -70,6 +70,10 @@ pub struct Job {
     pub created_at: Timestamp,
     /// Last changed (database time).
     pub updated_at: Timestamp,
+    /// Moved on by every change of its definition or state through the
+    /// store (1 when created): what a write with an expected version
+    /// compares.
+    pub version: i64,
 }
 
 /// The state of an execute (a trigger row).

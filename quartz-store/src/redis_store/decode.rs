@@ -137,6 +137,8 @@ pub(super) fn job(record: &Record, scheduler: &str) -> Result<Job, StoreError> {
             state: JobState::parse(&f.text("state")?).map_err(|e| e.to_string())?,
             created_at: f.time("created_at")?,
             updated_at: f.time("updated_at")?,
+            // A job stored before versions is at its first.
+            version: f.opt("version")?.unwrap_or(1),
         })
     })();
     decoded.map_err(|reason| corrupt("job", record, &reason))
@@ -203,6 +205,7 @@ pub(super) fn calendar(record: &Record) -> Result<CalendarRecord, StoreError> {
             definition,
             created_at: f.time("created_at")?,
             updated_at: f.time("updated_at")?,
+            version: f.opt("version")?.unwrap_or(1),
         })
     })();
     decoded.map_err(|reason| corrupt("calendar", record, &reason))

@@ -101,6 +101,15 @@ impl RedisStore {
                 scheduler: scheduler.to_owned(),
                 name: arg(),
             }),
+            Some("stale") => {
+                let number = |i: usize| reply.get(i).and_then(|v| v.parse::<i64>().ok());
+                Err(StoreError::Stale {
+                    kind: if arg() == "calendar" { "calendar" } else { "job" },
+                    name: name.to_owned(),
+                    expected: number(3).unwrap_or_default(),
+                    current: number(2),
+                })
+            }
             Some("unknown_calendar") => Err(StoreError::UnknownCalendar {
                 scheduler: scheduler.to_owned(),
                 name: arg(),
@@ -130,6 +139,7 @@ impl RedisStore {
         name: &str,
         definition: &CalendarDefinition,
         only_new: bool,
+        expected_version: Option<i64>,
     ) -> Result<CalendarRecord, StoreError> {
         let json = common::calendar_text(scheduler, name, definition)?;
         self.keys(scheduler)?;
@@ -174,6 +184,7 @@ impl RedisStore {
                 "definition": json,
                 "calendars_version": snapshot.version,
                 "only_new": flag(only_new),
+                "expected": opt(expected_version),
                 "updates": updates,
                 "change": self.change(ChangeAction::CalendarPut, name, &detail),
             });
@@ -409,11 +420,13 @@ impl Store for RedisStore {
         name: &str,
         job: &JobSpec,
         executes: Option<&[ExecuteSpec]>,
+        expected_version: Option<i64>,
     ) -> Result<Job, StoreError> {
         job.validate()?;
         let detail = common::edit_detail(name, &job.name, executes);
         let args = json!({
             "name": name,
+            "expected": opt(expected_version),
             "job": job_fields(job),
             "change": self.change(ChangeAction::JobEdit, &job.name, &detail),
         });
@@ -422,13 +435,24 @@ impl Store for RedisStore {
         self.require_job(scheduler, &job.name).await
     }
 
-    async fn set_paused(&self, scheduler: &str, name: &str, paused: bool) -> Result<Job, StoreError> {
+    async fn set_paused(
+        &self,
+        scheduler: &str,
+        name: &str,
+        paused: bool,
+        expected_version: Option<i64>,
+    ) -> Result<Job, StoreError> {
         let action = if paused {
             ChangeAction::JobPause
         } else {
             ChangeAction::JobResume
         };
-        let args = json!({ "name": name, "paused": flag(paused), "change": self.change(action, name, "") });
+        let args = json!({
+            "name": name,
+            "paused": flag(paused),
+            "expected": opt(expected_version),
+            "change": self.change(action, name, ""),
+        });
         self.job_change(scheduler, "job_pause", name, None, args).await?;
         self.require_job(scheduler, name).await
     }
@@ -439,7 +463,7 @@ impl Store for RedisStore {
         self.job_change(scheduler, "job_add", name, Some(executes), args).await
     }
 
-    async fn delete_job(&self, scheduler: &str, name: &str) -> Result<(), StoreError> {
+    async fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
         let Some(job) = self.job_named(scheduler, name).await? else {
             return Err(StoreError::UnknownJob {
                 scheduler: scheduler.to_owned(),
@@ -447,7 +471,11 @@ impl Store for RedisStore {
             });
         };
         let detail = format!("handler {}", job.spec.handler);
-        let args = json!({ "name": name, "change": self.change(ChangeAction::JobDelete, name, &detail) });
+        let args = json!({
+            "name": name,
+            "expected": opt(expected_version),
+            "change": self.change(ChangeAction::JobDelete, name, &detail),
+        });
         self.job_change(scheduler, "job_delete", name, None, args).await
     }
 
@@ -483,8 +511,10 @@ impl Store for RedisStore {
         scheduler: &str,
         name: &str,
         definition: &CalendarDefinition,
+        expected_version: Option<i64>,
     ) -> Result<CalendarRecord, StoreError> {
-        self.calendar_write(scheduler, name, definition, false).await
+        self.calendar_write(scheduler, name, definition, false, expected_version)
+            .await
     }
 
     async fn add_calendar(
@@ -493,7 +523,7 @@ impl Store for RedisStore {
         name: &str,
         definition: &CalendarDefinition,
     ) -> Result<CalendarRecord, StoreError> {
-        self.calendar_write(scheduler, name, definition, true).await
+        self.calendar_write(scheduler, name, definition, true, None).await
     }
 
     async fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
@@ -505,8 +535,17 @@ impl Store for RedisStore {
         Ok(self.calendar_snapshot(scheduler, false).await?.records)
     }
 
-    async fn delete_calendar(&self, scheduler: &str, name: &str) -> Result<(), StoreError> {
-        let args = json!({ "name": name, "change": self.change(ChangeAction::CalendarDelete, name, "") });
+    async fn delete_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        expected_version: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let args = json!({
+            "name": name,
+            "expected": opt(expected_version),
+            "change": self.change(ChangeAction::CalendarDelete, name, ""),
+        });
         let reply: Vec<String> = self.write(scheduler, "calendar_delete", &args).await?;
         Self::answer(scheduler, name, &reply).map(|_| ())
     }

@@ -39,7 +39,29 @@ fn decode_record(row: &AnyRow) -> Result<CalendarRecord, StoreError> {
         definition,
         created_at: Timestamp::from_millis(row.try_get("created_at").map_err(db_error)?),
         updated_at: Timestamp::from_millis(row.try_get("updated_at").map_err(db_error)?),
+        version: row.try_get("version").map_err(db_error)?,
     })
+}
+
+/// How a calendar write meets the stored calendar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CalendarWrite {
+    /// Adds it, or replaces whatever is stored.
+    Any,
+    /// Adds it only if none of that name exists.
+    New,
+    /// Replaces it only if it is stored at this version.
+    At(i64),
+}
+
+/// A calendar write against a version that is not the stored one.
+fn stale_calendar(name: &str, expected: i64, current: Option<i64>) -> StoreError {
+    StoreError::Stale {
+        kind: "calendar",
+        name: name.to_owned(),
+        expected,
+        current,
+    }
 }
 
 impl SqlStore {
@@ -49,7 +71,7 @@ impl SqlStore {
     {
         let rows = self
             .query(
-                "SELECT name, definition, created_at, updated_at FROM quartz_calendar WHERE scheduler = ? \
+                "SELECT name, definition, created_at, updated_at, version FROM quartz_calendar WHERE scheduler = ? \
                  ORDER BY name",
             )
             .bind(scheduler.to_owned())
@@ -107,41 +129,59 @@ impl SqlStore {
         self.calendar_records(&self.db.pool, scheduler).await
     }
 
-    /// Adds or replaces a calendar; with `only_new`, adds it only if none of
-    /// that name exists (the table's unique key settles two adds at once).
+    /// Adds or replaces a calendar as `write` says (the table's unique key
+    /// settles two adds at once; the version, two replaces of one version).
     pub(super) async fn calendar_put(
         &self,
         scheduler: &str,
         name: &str,
         definition: &CalendarDefinition,
-        only_new: bool,
+        write: CalendarWrite,
     ) -> Result<CalendarRecord, StoreError> {
+        let only_new = write == CalendarWrite::New;
         let json = crate::common::calendar_text(scheduler, name, definition)?;
         let duplicate = || StoreError::DuplicateCalendar {
             scheduler: scheduler.to_owned(),
             name: name.to_owned(),
         };
         let mut tx = self.begin_change(scheduler).await?;
-        let mut definitions = by_name(self.calendar_records(&mut *tx, scheduler).await?);
+        let records = self.calendar_records(&mut *tx, scheduler).await?;
+        let stored = records.iter().find(|r| r.name == name).map(|r| r.version);
+        let mut definitions = by_name(records);
         let existed = definitions.insert(name.to_owned(), definition.clone()).is_some();
         if existed && only_new {
             return Err(duplicate());
         }
+        if let CalendarWrite::At(expected) = write
+            && stored != Some(expected)
+        {
+            return Err(stale_calendar(name, expected, stored));
+        }
         let users = changed_calendars(&definitions, name)?;
         let statement = if existed {
-            "UPDATE quartz_calendar SET definition = ?, updated_at = {now} WHERE scheduler = ? AND name = ?"
+            "UPDATE quartz_calendar SET definition = ?, updated_at = {now}, version = version + 1 \
+             WHERE scheduler = ? AND name = ? AND version = ?"
         } else {
             "INSERT INTO quartz_calendar (definition, scheduler, name, created_at, updated_at) \
              VALUES (?, ?, ?, {now}, {now})"
         };
-        let written = self
+        let mut query = self
             .query(statement)
             .bind(json)
             .bind(scheduler.to_owned())
-            .bind(name.to_owned())
-            .execute(&mut *tx)
-            .await;
+            .bind(name.to_owned());
+        if let Some(version) = stored {
+            query = query.bind(version);
+        }
+        let written = query.execute(&mut *tx).await;
         match written {
+            // Replaced by another transaction since it was read here: the
+            // retry reads it again.
+            Ok(done) if existed && done.rows_affected() == 0 => {
+                return Err(StoreError::Conflict {
+                    reason: format!("calendar {name:?} changed while it was replaced"),
+                });
+            }
             Ok(_) => {}
             // Added at the same time by another transaction.
             Err(e) if only_new && is_unique_violation(&e) => return Err(duplicate()),
@@ -228,15 +268,26 @@ impl SqlStore {
         Ok(moved)
     }
 
-    pub(super) async fn calendar_delete(&self, scheduler: &str, name: &str) -> Result<(), StoreError> {
+    pub(super) async fn calendar_delete(
+        &self,
+        scheduler: &str,
+        name: &str,
+        expected_version: Option<i64>,
+    ) -> Result<(), StoreError> {
         let mut tx = self.begin_change(scheduler).await?;
-        let definitions = by_name(self.calendar_records(&mut *tx, scheduler).await?);
-        if !definitions.contains_key(name) {
+        let records = self.calendar_records(&mut *tx, scheduler).await?;
+        let Some(stored) = records.iter().find(|r| r.name == name).map(|r| r.version) else {
             return Err(StoreError::UnknownCalendar {
                 scheduler: scheduler.to_owned(),
                 name: name.to_owned(),
             });
+        };
+        if let Some(expected) = expected_version
+            && expected != stored
+        {
+            return Err(stale_calendar(name, expected, Some(stored)));
         }
+        let definitions = by_name(records);
         let jobs = self
             .query(
                 "SELECT DISTINCT j.name FROM quartz_execute e JOIN quartz_job j ON j.id = e.job_id \
@@ -264,12 +315,21 @@ impl SqlStore {
                 users,
             });
         }
-        self.query("DELETE FROM quartz_calendar WHERE scheduler = ? AND name = ?")
+        let deleted = self
+            .query("DELETE FROM quartz_calendar WHERE scheduler = ? AND name = ? AND version = ?")
             .bind(scheduler.to_owned())
             .bind(name.to_owned())
+            .bind(stored)
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
+        if deleted.rows_affected() == 0 {
+            // Replaced or deleted by another transaction since it was
+            // read: the retry reads it again.
+            return Err(StoreError::Conflict {
+                reason: format!("calendar {name:?} changed while it was deleted"),
+            });
+        }
         self.changed_in(
             &mut tx,
             scheduler,

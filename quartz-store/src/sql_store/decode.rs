@@ -106,6 +106,7 @@ pub(super) fn decode_job(row: &AnyRow) -> Result<Job, StoreError> {
             state: JobState::parse(&row.try_get::<String, _>("state")?)?,
             created_at: Timestamp::from_millis(row.try_get("created_at")?),
             updated_at: Timestamp::from_millis(row.try_get("updated_at")?),
+            version: row.try_get("version")?,
         })
     })();
     job.map_err(|e| StoreError::Database {

@@ -200,6 +200,7 @@ impl SqlStore {
         name: &str,
         job: &JobSpec,
         executes: Option<&[ExecuteSpec]>,
+        expected_version: Option<i64>,
     ) -> Result<Job, StoreError> {
         job.validate()?;
         let existing = self.require_job(scheduler, name).await?;
@@ -207,6 +208,7 @@ impl SqlStore {
             self.require_job(scheduler, parent).await?;
         }
         let mut tx = self.begin_change(scheduler).await?;
+        self.step_job_version(&mut tx, &existing, expected_version).await?;
         let update = self.query(
             "UPDATE quartz_job SET name = ?, handler = ?, payload = ?, description = ?, requests_recovery = ?, \
                  allow_concurrent = ?, timeout_ms = ?, max_attempts = ?, backoff_ms = ?, backoff_max_ms = ?, \
@@ -244,7 +246,13 @@ impl SqlStore {
         self.require_job(scheduler, &job.name).await
     }
 
-    pub(super) async fn job_set_paused(&self, scheduler: &str, name: &str, paused: bool) -> Result<Job, StoreError> {
+    pub(super) async fn job_set_paused(
+        &self,
+        scheduler: &str,
+        name: &str,
+        paused: bool,
+        expected_version: Option<i64>,
+    ) -> Result<Job, StoreError> {
         let job = self.require_job(scheduler, name).await?;
         let (job_state, from, to) = if paused {
             (JobState::Paused, ExecuteState::Waiting, ExecuteState::Paused)
@@ -252,6 +260,7 @@ impl SqlStore {
             (JobState::Enabled, ExecuteState::Paused, ExecuteState::Waiting)
         };
         let mut tx = self.begin_change(scheduler).await?;
+        self.step_job_version(&mut tx, &job, expected_version).await?;
         self.query("UPDATE quartz_job SET state = ?, updated_at = {now} WHERE id = ?")
             .bind(job_state.as_str())
             .bind(job.id)
@@ -276,9 +285,15 @@ impl SqlStore {
         self.require_job(scheduler, name).await
     }
 
-    pub(super) async fn job_delete(&self, scheduler: &str, name: &str) -> Result<(), StoreError> {
+    pub(super) async fn job_delete(
+        &self,
+        scheduler: &str,
+        name: &str,
+        expected_version: Option<i64>,
+    ) -> Result<(), StoreError> {
         let job = self.require_job(scheduler, name).await?;
         let mut tx = self.begin_change(scheduler).await?;
+        self.step_job_version(&mut tx, &job, expected_version).await?;
         for template in [
             "DELETE FROM quartz_execute WHERE job_id = ?",
             "DELETE FROM quartz_job WHERE id = ?",
@@ -293,6 +308,51 @@ impl SqlStore {
         self.changed_in(&mut tx, scheduler, Change::new(ChangeAction::JobDelete, name, detail))
             .await?;
         tx.commit().await.map_err(db_error)
+    }
+
+    /// Moves a job's version on, first in a change's transaction (locking
+    /// its row until the commit, so writes of one job take turns): with
+    /// `expected`, only from that version ([`StoreError::Stale`] otherwise);
+    /// [`StoreError::UnknownJob`] when it went since it was read.
+    async fn step_job_version(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        job: &Job,
+        expected: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let step = match expected {
+            Some(version) => self
+                .query("UPDATE quartz_job SET version = version + 1 WHERE id = ? AND version = ?")
+                .bind(job.id)
+                .bind(version),
+            None => self
+                .query("UPDATE quartz_job SET version = version + 1 WHERE id = ?")
+                .bind(job.id),
+        };
+        if step.execute(&mut **tx).await.map_err(db_error)?.rows_affected() == 1 {
+            return Ok(());
+        }
+        let current: Option<i64> = self
+            .query("SELECT version FROM quartz_job WHERE id = ?")
+            .bind(job.id)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?
+            .map(|row| row.try_get(0))
+            .transpose()
+            .map_err(db_error)?;
+        Err(match expected {
+            Some(expected) => StoreError::Stale {
+                kind: "job",
+                name: job.spec.name.clone(),
+                expected,
+                current,
+            },
+            None => StoreError::UnknownJob {
+                scheduler: job.scheduler.clone(),
+                name: job.spec.name.clone(),
+            },
+        })
     }
 
     pub(super) async fn jobs_read(&self, scheduler: &str, ids: &[i64]) -> Result<Vec<Job>, StoreError> {

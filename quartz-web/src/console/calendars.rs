@@ -76,6 +76,8 @@ pub(crate) async fn list<S: Store + Clone>(
 struct CalendarForm {
     name: String,
     definition: String,
+    /// The version a replace is made against (the one the page showed).
+    version: Option<i64>,
 }
 
 /// An error beside a field (`name` or `definition`), or above the form.
@@ -91,6 +93,7 @@ fn form(viewer: &Viewer, form: &CalendarForm, error: &FieldError, editing: bool)
     html! {
         form.job-form method="post" action=(action) novalidate {
             (html::csrf(viewer))
+            @if let Some(version) = form.version { input type="hidden" name="version" value=(version); }
             @if !editing {
                 div.field {
                     label for="name" { "Name" }
@@ -148,10 +151,15 @@ fn respond_one(
         @if viewer.role == crate::Role::Admin {
             h2 { "Replace" }
             p.hint { "The triggers that use it (directly or through a base) take the new definition at once, on every node." }
-            (form(viewer, &CalendarForm { name: calendar.name.clone(), definition: typed.unwrap_or(&pretty).to_owned() }, &error, true))
+            (form(viewer, &CalendarForm {
+                name: calendar.name.clone(),
+                definition: typed.unwrap_or(&pretty).to_owned(),
+                version: Some(calendar.version),
+            }, &error, true))
             h2 { "Delete" }
             form.inline method="post" action={ (viewer.base) "/calendars/" (segment(&calendar.name)) "/delete" } {
                 (html::csrf(viewer))
+                input type="hidden" name="version" value=(calendar.version);
                 (html::submit(viewer, "delete", "danger", &format!("Delete {}", calendar.name)))
             }
             p.hint { "A calendar a trigger or another calendar uses is not deleted; the refusal names them." }
@@ -168,6 +176,7 @@ pub(crate) async fn new_page(viewer: Viewer) -> Response {
         name: String::new(),
         definition: "{\n  \"kind\": \"weekly\",\n  \"days\": [\"sat\", \"sun\"],\n  \"time_zone\": \"UTC\"\n}"
             .to_owned(),
+        version: None,
     };
     let body = form(&viewer, &blank, &None, false);
     viewer.ok(html::page(&viewer, Section::Calendars, "New calendar", None, body))
@@ -185,8 +194,23 @@ fn field_of(e: &AdminError) -> FieldError {
             "name",
             format!("a calendar named {name:?} exists; replace it from its page"),
         )),
+        AdminError::Stale { current, .. } => Some((
+            "definition",
+            match current {
+                Some(_) => "while you edited, this calendar was replaced: the definition above is yours and \
+                            nothing was saved; compare it with the one now stored (shown in the table), and \
+                            replace again to store yours"
+                    .to_owned(),
+                None => "while you edited, this calendar was deleted: nothing was saved".to_owned(),
+            },
+        )),
         _ => None,
     }
+}
+
+/// The version a form was filled from, when it carries one.
+fn version(fields: &Fields) -> Option<i64> {
+    fields.opt("version").and_then(|v| v.trim().parse().ok())
 }
 
 /// Adds (`name` from the form, only if none of that name exists) or
@@ -204,7 +228,7 @@ async fn put<S: Store + Clone>(
     let written = if only_new {
         admin.calendar_add(name, &definition).await
     } else {
-        admin.calendar_put(name, &definition).await
+        admin.calendar_put(name, &definition, version(fields)).await
     };
     written
         .map(|_| ())
@@ -236,6 +260,7 @@ pub(crate) async fn create<S: Store + Clone>(
             let typed = CalendarForm {
                 name,
                 definition: fields.get("definition").to_owned(),
+                version: None,
             };
             let body = form(&viewer, &typed, &Some(error), false);
             viewer.respond(
@@ -256,10 +281,6 @@ pub(crate) async fn replace<S: Store + Clone>(
     if let Some(refused) = viewer.refuse_form(&fields) {
         return refused;
     }
-    let current = match state.admin.calendar(&name).await {
-        Ok(c) => c,
-        Err(e) => return viewer.failure(&e),
-    };
     match put(&state, &viewer, &name, &fields, false).await {
         Ok(()) => viewer.redirect(&format!(
             "/calendars/{}{}",
@@ -267,6 +288,12 @@ pub(crate) async fn replace<S: Store + Clone>(
             viewer.notice_query("saved", &name)
         )),
         Err(error) => {
+            // As stored now: a replace refused as stale is shown the
+            // calendar that replaced the one it was made against.
+            let current = match state.admin.calendar(&name).await {
+                Ok(c) => c,
+                Err(e) => return viewer.failure(&e),
+            };
             let now = state.admin.now().await.map_or(0, |n| n.as_millis());
             let typed = fields.get("definition");
             respond_one(
@@ -292,7 +319,12 @@ pub(crate) async fn delete<S: Store + Clone>(
     if let Some(refused) = viewer.refuse_form(&fields) {
         return refused;
     }
-    match state.admin.acting_as(viewer.actor).calendar_delete(&name).await {
+    match state
+        .admin
+        .acting_as(viewer.actor)
+        .calendar_delete(&name, version(&fields))
+        .await
+    {
         Ok(()) => viewer.redirect(&format!("/calendars{}", viewer.notice_query("deleted", &name))),
         Err(e) => viewer.failure(&e),
     }

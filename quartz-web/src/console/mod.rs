@@ -139,11 +139,14 @@ impl Viewer {
             AdminError::Conflict { .. } | AdminError::CalendarExists { .. } | AdminError::InUse { .. } => {
                 StatusCode::CONFLICT
             }
+            AdminError::Stale { .. } => StatusCode::CONFLICT,
+            AdminError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
             AdminError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let (back, label) = match e {
             AdminError::CalendarNotFound { .. } | AdminError::InUse { .. } => ("/calendars", "Back to the calendars"),
+            AdminError::Stale { kind: "calendar", .. } => ("/calendars", "Back to the calendars"),
             _ => ("/jobs", "Back to the jobs"),
         };
         let body = html! { p.error { (e.to_string()) } p { a href={ (self.base) (back) } { (label) } } };
@@ -463,11 +466,14 @@ async fn act<S: Store + Clone>(state: AppState<S>, viewer: Viewer, name: String,
         return refused;
     }
     let admin = state.admin.acting_as(viewer.actor);
+    // The version the page showed, when its form carries one (the delete
+    // confirmation does): the action is refused if the job changed since.
+    let version = fields.opt("version").and_then(|v| v.trim().parse().ok());
     let done = match verb {
-        Verb::Pause => admin.job_pause(&name).await.map(|_| "paused"),
-        Verb::Resume => admin.job_resume(&name).await.map(|_| "resumed"),
+        Verb::Pause => admin.job_pause(&name, version).await.map(|_| "paused"),
+        Verb::Resume => admin.job_resume(&name, version).await.map(|_| "resumed"),
         Verb::Trigger => admin.job_trigger(&name).await.map(|_| "triggered"),
-        Verb::Delete => admin.job_delete(&name).await.map(|()| "deleted"),
+        Verb::Delete => admin.job_delete(&name, version).await.map(|()| "deleted"),
     };
     match done {
         Ok(done) => {

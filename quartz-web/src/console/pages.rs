@@ -299,6 +299,8 @@ pub(crate) async fn delete_page<S: Store + Clone>(
         }
         form.confirm method="post" action={ (viewer.base) "/jobs/" (segment(&job.name)) "/delete" } {
             (html::csrf(&viewer))
+            // Deletes the job as shown: refused if it changed since.
+            input type="hidden" name="version" value=(job.version);
             (html::submit(&viewer, "confirm-delete", "danger", &format!("Delete {}", job.name)))
             " "
             a href={ (viewer.base) "/jobs/" (segment(&job.name)) } { "Cancel" }

@@ -71,7 +71,7 @@ C.job_create = function()
   local refused = calendars_as_read(A.calendars)
   if refused then return refused end
   local id = new_id('job')
-  redis.call('HSET', k('job:' .. id), 'id', id, 'state', 'enabled', 'created_at', NOWS)
+  redis.call('HSET', k('job:' .. id), 'id', id, 'state', 'enabled', 'created_at', NOWS, 'version', '1')
   write_job(id, j)
   redis.call('HSET', k('jobs'), j.name, id)
   redis.call('ZADD', k('job-order'), 0, j.name)
@@ -81,10 +81,33 @@ C.job_create = function()
   return { 'ok', id }
 end
 
--- The job of a name, as the caller read it: its id, or an error reply.
+-- A job's or calendar's version ('1' for one stored before versions).
+local function version_of(key)
+  local v = g(key, 'version')
+  if v == '' then return '1' end
+  return v
+end
+
+-- A write made against another version than the stored one (A.expected,
+-- when given): {'stale', kind, current, expected}, or nil.
+local function stale(kind, key)
+  if A.expected and A.expected ~= '' and version_of(key) ~= A.expected then
+    return { 'stale', kind, version_of(key), A.expected }
+  end
+  return nil
+end
+
+local function step_version(key)
+  redis.call('HSET', key, 'version', tostring(tonumber(version_of(key)) + 1))
+end
+
+-- The job of a name, as the caller read it (and at the version expected):
+-- its id, or an error reply. A change of it moves its version on.
 local function job_as_read()
   local id = redis.call('HGET', k('jobs'), A.name)
   if not id or (A.id and A.id ~= id) then return nil, { 'unknown_job', A.name } end
+  local refused = stale('job', k('job:' .. id))
+  if refused then return nil, refused end
   return id, nil
 end
 
@@ -101,6 +124,7 @@ C.job_update = function()
     if refused then return refused end
   end
   local key = k('job:' .. id)
+  step_version(key)
   unlink_parent(id, g(key, 'parent_job'))
   write_job(id, j)
   link_parent(id, j.parent_job)
@@ -133,6 +157,7 @@ C.job_pause = function()
   if refused then return refused end
   local from, to, job_state = 'paused', 'waiting', 'enabled'
   if A.paused == '1' then from, to, job_state = 'waiting', 'paused', 'paused' end
+  step_version(k('job:' .. id))
   redis.call('HSET', k('job:' .. id), 'state', job_state, 'updated_at', NOWS)
   for _, e in ipairs(redis.call('SMEMBERS', k('job-executes:' .. id))) do
     local key = execute_key(e)
@@ -165,9 +190,15 @@ end
 -- nothing changed since the caller read the calendars, the users' rows and
 -- (for a revived row, u.js) its job's state: {'retry'} otherwise.
 C.calendar_put = function()
+  local key = k('calendar:' .. A.name)
   if A.only_new == '1' and redis.call('SISMEMBER', k('calendars'), A.name) == 1 then
     return { 'calendar_exists' }
   end
+  if A.expected and A.expected ~= '' and redis.call('SISMEMBER', k('calendars'), A.name) == 0 then
+    return { 'stale', 'calendar', '', A.expected }
+  end
+  local refused = stale('calendar', key)
+  if refused then return refused end
   if (redis.call('GET', k('calendars-version')) or '0') ~= A.calendars_version then return { 'retry' } end
   for _, u in ipairs(A.updates) do
     local key = execute_key(u.id)
@@ -178,8 +209,11 @@ C.calendar_put = function()
       return { 'retry' }
     end
   end
-  local key = k('calendar:' .. A.name)
-  if not exists(key) then redis.call('HSET', key, 'name', A.name, 'created_at', NOWS) end
+  if exists(key) then
+    step_version(key)
+  else
+    redis.call('HSET', key, 'name', A.name, 'created_at', NOWS, 'version', '1')
+  end
   redis.call('HSET', key, 'definition', A.definition, 'updated_at', NOWS)
   redis.call('SADD', k('calendars'), A.name)
   redis.call('INCR', k('calendars-version'))
@@ -196,6 +230,8 @@ end
 
 C.calendar_delete = function()
   if redis.call('SISMEMBER', k('calendars'), A.name) == 0 then return { 'unknown_calendar', A.name } end
+  local refused = stale('calendar', k('calendar:' .. A.name))
+  if refused then return refused end
   local users = { 'in_use' }
   local jobs = {}
   for _, e in ipairs(redis.call('SMEMBERS', k('calendared'))) do

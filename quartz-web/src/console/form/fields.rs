@@ -7,7 +7,8 @@ use quartz_core::admin::{JobDefinition, JobPatch, JobView, TriggerDefinition, Tr
 use crate::console::Fields;
 
 /// The form's fields, as typed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub(super) struct JobForm {
     pub(super) name: String,
     pub(super) handler: String,
@@ -91,6 +92,37 @@ impl JobForm {
             form.priority = t.priority.to_string();
         }
         form
+    }
+
+    /// The fields where `other` differs from this form, by name: each
+    /// one's name and `other`'s value.
+    pub(super) fn differences(&self, other: &JobForm) -> Vec<(String, String)> {
+        let (mine, theirs) = (as_map(self), as_map(other));
+        mine.iter()
+            .filter(|(name, value)| theirs.get(*name) != Some(value))
+            .map(|(name, _)| {
+                let now = match theirs.get(name) {
+                    Some(serde_json::Value::String(s)) => s.clone(),
+                    Some(serde_json::Value::Bool(on)) => if *on { "on" } else { "off" }.to_owned(),
+                    Some(other) => other.to_string(),
+                    None => String::new(),
+                };
+                (name.clone(), now)
+            })
+            .collect()
+    }
+
+    /// An edit made from `base` carried over onto `now`, a later state of
+    /// the job: each field this form changed from `base` keeps this form's
+    /// value, every other takes `now`'s.
+    pub(super) fn rebased(&self, base: &JobForm, now: &JobForm) -> JobForm {
+        let (mine, base, mut merged) = (as_map(self), as_map(base), as_map(now));
+        for (name, value) in mine {
+            if base.get(&name) != Some(&value) {
+                merged.insert(name, value);
+            }
+        }
+        serde_json::from_value(serde_json::Value::Object(merged)).unwrap_or_else(|_| self.clone())
     }
 
     /// The form as posted over `base`: a field the body does not carry
@@ -223,6 +255,14 @@ impl JobForm {
             parent: None,
             triggers: schedule_changed.then_some(def.triggers),
         })
+    }
+}
+
+/// A form's fields by name.
+fn as_map(form: &JobForm) -> serde_json::Map<String, serde_json::Value> {
+    match serde_json::to_value(form) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
     }
 }
 

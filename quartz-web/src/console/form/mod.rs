@@ -133,6 +133,8 @@ fn text_input(name: &str, value: &str, placeholder: &str) -> Markup {
 struct Beside {
     handlers: Vec<String>,
     preview: Result<CronPreview, String>,
+    /// What changed while the editor had the form open, when it did.
+    conflict: Option<Markup>,
 }
 
 fn render(viewer: &Viewer, form: &JobForm, errors: &FieldErrors, editing: Option<&JobView>, beside: &Beside) -> Markup {
@@ -172,8 +174,16 @@ fn render(viewer: &Viewer, form: &JobForm, errors: &FieldErrors, editing: Option
             p.error role="alert" { "The job was not saved: " (errors.len()) " field(s) need attention." }
         }
         @if let Some((_, message)) = general { p.error { (message) } }
+        @if let Some(conflict) = &beside.conflict { (conflict) }
         form.job-form method="post" action=(action) novalidate {
             (html::csrf(viewer))
+            @if let Some(job) = editing {
+                // The version this form was filled from, and its values: a
+                // save made against another version is shown what changed
+                // meanwhile instead of overwriting it.
+                input type="hidden" name="version" value=(job.version);
+                input type="hidden" name="base" value=(serde_json::to_string(&JobForm::from_view(job)).unwrap_or_default());
+            }
             fieldset {
                 legend { "Job" }
                 (field("Name", "name", errors, text_input("name", &form.name, "nightly-report"), None, None))
@@ -265,6 +275,7 @@ async fn respond<S: Store + Clone>(
     form: &JobForm,
     errors: &FieldErrors,
     editing: Option<&JobView>,
+    conflict: Option<Markup>,
 ) -> Response {
     let title = match editing {
         Some(job) => format!("Edit {}", job.name),
@@ -273,13 +284,23 @@ async fn respond<S: Store + Clone>(
     let beside = Beside {
         handlers: handlers(state).await,
         preview: preview_times(state, form).await,
+        conflict,
     };
     let body = render(viewer, form, errors, editing, &beside);
     viewer.respond(status, html::page(viewer, Section::Jobs, &title, None, body))
 }
 
 pub(crate) async fn new_page<S: Store + Clone>(State(state): State<AppState<S>>, viewer: Viewer) -> Response {
-    respond(&state, &viewer, StatusCode::OK, &JobForm::blank(), &Vec::new(), None).await
+    respond(
+        &state,
+        &viewer,
+        StatusCode::OK,
+        &JobForm::blank(),
+        &Vec::new(),
+        None,
+        None,
+    )
+    .await
 }
 
 pub(crate) async fn create<S: Store + Clone>(
@@ -320,7 +341,7 @@ async fn settle<S: Store + Clone>(
             segment(&job.name),
             viewer.notice_query(notice, &job.name)
         )),
-        Err(errors) => respond(state, viewer, StatusCode::BAD_REQUEST, form, &errors, editing).await,
+        Err(errors) => respond(state, viewer, StatusCode::BAD_REQUEST, form, &errors, editing, None).await,
     }
 }
 
@@ -338,6 +359,7 @@ pub(crate) async fn edit_page<S: Store + Clone>(
                 &JobForm::from_view(&job),
                 &Vec::new(),
                 Some(&job),
+                None,
             )
             .await
         }
@@ -359,15 +381,98 @@ pub(crate) async fn edit<S: Store + Clone>(
         Ok(job) => job,
         Err(e) => return viewer.failure(&e),
     };
-    let form = JobForm::from_fields(&fields, &JobForm::from_view(&was));
+    // The job as its editor saw it (posted with the form; only shown: the
+    // version decides), else as it is.
+    let base = fields
+        .opt("base")
+        .and_then(|b| serde_json::from_str::<JobForm>(b).ok())
+        .unwrap_or_else(|| JobForm::from_view(&was));
+    let form = JobForm::from_fields(&fields, &base);
+    let expected = fields.opt("version").and_then(|v| v.trim().parse::<i64>().ok());
+    if expected.is_some_and(|v| v != was.version) {
+        return conflict(&state, &viewer, &form, &base, &was).await;
+    }
     let saved = match form.patch(&was) {
-        Ok(patch) => state
+        Ok(patch) => match state
             .admin
             .acting_as(viewer.actor)
-            .job_edit(&name, &patch)
+            .job_edit(&name, &patch, expected)
             .await
-            .map_err(|e| field_errors(&e)),
+        {
+            // Changed between the read above and the write.
+            Err(AdminError::Stale { .. }) => match state.admin.job(&name).await {
+                Ok(now) => return conflict(&state, &viewer, &form, &base, &now).await,
+                Err(e) => return viewer.failure(&e),
+            },
+            other => other.map_err(|e| field_errors(&e)),
+        },
         Err(errors) => Err(errors),
     };
     settle(&state, &viewer, saved, &form, Some(&was), "saved").await
+}
+
+/// The form again after a save made against a version of the job that is
+/// no longer stored: the editor's changes carried over onto the job as it
+/// is now (a field the editor did not change shows its current value),
+/// what changed meanwhile (and who changed it last) said above them, and
+/// the form now against the current version, so that saving again is a
+/// choice made knowingly.
+async fn conflict<S: Store + Clone>(
+    state: &AppState<S>,
+    viewer: &Viewer,
+    form: &JobForm,
+    base: &JobForm,
+    now: &JobView,
+) -> Response {
+    let current = JobForm::from_view(now);
+    let meanwhile = base.differences(&current);
+    let yours: Vec<String> = base.differences(form).into_iter().map(|(f, _)| f).collect();
+    let form = form.rebased(base, &current);
+    let filter = quartz_core::admin::ChangeFilter {
+        job: Some(now.name.clone()),
+        limit: Some(1),
+        ..Default::default()
+    };
+    let last = state
+        .admin
+        .changes(&filter)
+        .await
+        .ok()
+        .and_then(|page| page.items.into_iter().next());
+    let notice = html! {
+        div.error.conflict role="alert" {
+            p {
+                "While you edited, this job was changed"
+                @if let Some(change) = &last {
+                    " (last by " code { (change.actor) } " at " (quartz_core::Timestamp::from_millis(change.at).to_string())
+                    ", " (change.action) ")"
+                }
+                "; it is now at version " (now.version) ". Nothing was saved."
+            }
+            @if meanwhile.is_empty() {
+                p { "None of the fields this form shows changed (its state did)." }
+            } @else {
+                p { "Changed meanwhile:" }
+                ul.meanwhile {
+                    @for (field, value) in &meanwhile {
+                        li data-field=(field) {
+                            code { (field) } " is now " code { (value) }
+                            @if yours.contains(field) { strong { " — you changed it too: your value is kept below" } }
+                        }
+                    }
+                }
+            }
+            p { "Your changes are carried over onto the job as it is now, below: save again to store them, or cancel to keep the job as it is." }
+        }
+    };
+    respond(
+        state,
+        viewer,
+        StatusCode::CONFLICT,
+        &form,
+        &Vec::new(),
+        Some(now),
+        Some(notice),
+    )
+    .await
 }

@@ -443,7 +443,125 @@ async fn the_ledger_nodes_and_overview_follow_a_running_node(db: &TestDb) {
     node.shutdown().await;
 }
 
+/// Fire now is a pending fire of the job, not a trigger: it runs once on a
+/// node, beside a schedule it leaves as it is; on a paused job it runs
+/// too and the job stays paused; two asked for at once are two fires.
+async fn fire_now_runs_once_beside_the_schedule_and_on_a_paused_job(db: &TestDb) {
+    let node = SchedulerBuilder::new(CLUSTER)
+        .settings(common::fast_settings())
+        .handler("count", |_| Ok(()))
+        .start(db.store().await)
+        .await
+        .unwrap();
+    let admin = node.admin();
+    let mut def = JobDefinition::new("yearly", "count");
+    def.triggers.push(TriggerDefinition::cron("0 0 0 1 1 ? 2099", "UTC"));
+    let added = admin.job_add(&def).await.unwrap();
+    let succeeded = |n: usize| {
+        let admin = admin.clone();
+        async move {
+            let page = admin
+                .fires(&FireFilter {
+                    job: Some("yearly".into()),
+                    ..FireFilter::default()
+                })
+                .await
+                .unwrap();
+            let done = page
+                .items
+                .iter()
+                .filter(|f| f.state == "succeeded" && f.by_hand)
+                .count();
+            (done >= n)
+                .then_some(())
+                .ok_or(format!("{done} of {n} fires by hand succeeded so far"))
+        }
+    };
+
+    let fired = admin.job_trigger("yearly").await.unwrap();
+    assert!(!fired.paused);
+    assert!(fired.note.contains("schedule is unchanged"), "{}", fired.note);
+    wait_for(Duration::from_secs(20), "the fire by hand", || succeeded(1)).await;
+    let job = admin.job("yearly").await.unwrap();
+    assert_eq!(job.triggers.len(), 1, "no trigger added");
+    assert_eq!(
+        job.triggers[0].upcoming, added.triggers[0].upcoming,
+        "the schedule as it was"
+    );
+
+    admin.job_pause("yearly", None).await.unwrap();
+    let fired = admin.job_trigger("yearly").await.unwrap();
+    assert!(fired.paused);
+    assert!(fired.note.contains("stays paused"), "{}", fired.note);
+    wait_for(Duration::from_secs(20), "the fire by hand of a paused job", || {
+        succeeded(2)
+    })
+    .await;
+    assert_eq!(admin.job("yearly").await.unwrap().state, "paused", "still paused");
+
+    let (a, b) = tokio::join!(admin.job_trigger("yearly"), admin.job_trigger("yearly"));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_ne!(a.fire_id, b.fire_id);
+    wait_for(Duration::from_secs(20), "two more", || succeeded(4)).await;
+    let filter = FireFilter {
+        job: Some("yearly".into()),
+        ..FireFilter::default()
+    };
+    let fires = admin.fires(&filter).await.unwrap().items;
+    assert_eq!(fires.len(), 4, "each fire by hand ran once: {fires:?}");
+    assert!(fires.iter().all(|f| f.attempt == 1 && f.execute_id == 0));
+    node.shutdown().await;
+}
+
+/// A deleted job's history is found by the name it had (and by its id), a
+/// renamed job's by its old name too; a name no job ever had is 404.
+async fn a_deleted_or_renamed_jobs_history_is_found_by_its_name(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    admin.job_add(&job("gone", "log")).await.unwrap();
+    admin.job_add(&job("old", "log")).await.unwrap();
+    let gone = admin.job_trigger("gone").await.unwrap();
+    let old = admin.job_trigger("old").await.unwrap();
+    admin.job_delete("gone", None).await.unwrap();
+    let rename = JobPatch {
+        name: Some("new".into()),
+        ..JobPatch::default()
+    };
+    admin.job_edit("old", &rename, None).await.unwrap();
+
+    let by = |job: &str| FireFilter {
+        job: Some(job.into()),
+        ..FireFilter::default()
+    };
+    let fires = admin.fires(&by("gone")).await.unwrap().items;
+    assert_eq!(fires.len(), 1, "{fires:?}");
+    assert_eq!((fires[0].id, fires[0].job.as_deref()), (gone.fire_id, None));
+    let by_id = FireFilter {
+        job_id: Some(fires[0].job_id),
+        ..FireFilter::default()
+    };
+    assert_eq!(admin.fires(&by_id).await.unwrap().items, fires);
+    for name in ["old", "new"] {
+        let fires = admin.fires(&by(name)).await.unwrap().items;
+        assert_eq!(fires.len(), 1, "{name}: {fires:?}");
+        assert_eq!((fires[0].id, fires[0].job.as_deref()), (old.fire_id, Some("new")));
+    }
+    assert!(matches!(
+        admin.fires(&by("never")).await,
+        Err(AdminError::NotFound { .. })
+    ));
+    let changes = admin.changes(&ChangeFilter::default()).await.unwrap().items;
+    assert!(
+        changes
+            .iter()
+            .filter(|c| c.action.starts_with("job."))
+            .all(|c| c.target_id.is_some()),
+        "{changes:?}"
+    );
+}
+
 backend_tests!(
+    a_deleted_or_renamed_jobs_history_is_found_by_its_name,
+    fire_now_runs_once_beside_the_schedule_and_on_a_paused_job,
     jobs_are_listed_filtered_searched_and_paged_by_key,
     every_change_is_recorded_with_its_actor,
     bad_input_names_the_field_and_keeps_what_is_stored,

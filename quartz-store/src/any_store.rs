@@ -134,7 +134,7 @@ impl Store for AnyStore {
         fn jobs_page(&self, query: &JobQuery) -> Result<Vec<Job>, StoreError>;
         fn update_job(&self, scheduler: &str, name: &str, job: &JobSpec, executes: Option<&[ExecuteSpec]>, expected_version: Option<i64>) -> Result<Job, StoreError>;
         fn set_paused(&self, scheduler: &str, name: &str, paused: bool, expected_version: Option<i64>) -> Result<Job, StoreError>;
-        fn add_executes(&self, scheduler: &str, name: &str, executes: &[ExecuteSpec]) -> Result<(), StoreError>;
+        fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError>;
         fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> Result<(), StoreError>;
         fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError>;
         fn change_log(&self, query: &ChangeQuery) -> Result<Vec<ChangeRecord>, StoreError>;

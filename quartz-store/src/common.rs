@@ -206,24 +206,6 @@ pub(crate) fn new_executes(
         .collect()
 }
 
-/// The change log's detail for triggers added to a job: whether they are
-/// all one-off ("fire now") and the words.
-pub(crate) fn added_detail(executes: &[ExecuteSpec]) -> (quartz_core::store::ChangeAction, String) {
-    use quartz_core::store::ChangeAction;
-    let once = executes.iter().all(|e| matches!(e.trigger.schedule(), Schedule::Once));
-    if once && !executes.is_empty() {
-        (
-            ChangeAction::JobTrigger,
-            format!("{} one-off trigger(s)", executes.len()),
-        )
-    } else {
-        (
-            ChangeAction::JobAddTriggers,
-            format!("{} trigger(s) added", executes.len()),
-        )
-    }
-}
-
 /// The change log's detail for a job's edit.
 pub(crate) fn edit_detail(old_name: &str, new_name: &str, executes: Option<&[ExecuteSpec]>) -> String {
     let mut detail = Vec::new();

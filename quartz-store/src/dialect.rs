@@ -151,10 +151,14 @@ impl Backend {
                         "versions",
                         include_str!(concat!("../../migrations/", $dir, "/0011_versions.sql")),
                     ),
+                    (
+                        "change target id",
+                        include_str!(concat!("../../migrations/", $dir, "/0012_change_target_id.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 11] = match self {
+        let files: [(&str, &'static str); 12] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

@@ -210,8 +210,8 @@ impl Store for SqlStore {
         rows.iter().map(decode_node).collect()
     }
 
-    async fn add_executes(&self, scheduler: &str, name: &str, executes: &[ExecuteSpec]) -> Result<(), StoreError> {
-        self.job_add_executes(scheduler, name, executes).await
+    async fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError> {
+        retry_conflicts(|| self.job_fire_now(scheduler, name)).await
     }
 
     async fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {

@@ -256,7 +256,7 @@ faulty! {
     fn change_log(&self, query: &ChangeQuery) -> Vec<ChangeRecord>;
     fn update_job(&self, scheduler: &str, name: &str, job: &JobSpec, executes: Option<&[ExecuteSpec]>, expected_version: Option<i64>) -> Job;
     fn set_paused(&self, scheduler: &str, name: &str, paused: bool, expected_version: Option<i64>) -> Job;
-    fn add_executes(&self, scheduler: &str, name: &str, executes: &[ExecuteSpec]) -> ();
+    fn fire_now(&self, scheduler: &str, name: &str) -> (i64, Timestamp);
     fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> ();
     fn fires(&self, query: &FireQuery) -> Vec<FireRecord>;
     fn put_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition, expected_version: Option<i64>) -> CalendarRecord;

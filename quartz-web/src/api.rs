@@ -10,7 +10,8 @@ use axum::routing::{get, post};
 use quartz_core::Timestamp;
 use quartz_core::admin::{
     CalendarView, ChangeFilter, ChangeView, FireFilter, FireView, JobDefinition, JobFilter, JobPatch, JobView,
-    NodeView, Overview, Page, TriggerDefinition, TriggerKind, TriggerView, deserialize_instant, instant_schema,
+    ManualFire, NodeView, Overview, Page, TriggerDefinition, TriggerKind, TriggerView, deserialize_instant,
+    instant_schema,
 };
 use quartz_core::audit::AuditParams;
 use quartz_core::calendar::{CalendarDefinition, CalendarType};
@@ -188,30 +189,19 @@ async fn job_resume<S: Store + Clone>(
     Ok(versioned(StatusCode::OK, view.version, view))
 }
 
-/// When a job fired now will fire.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Triggered {
-    /// The job.
-    pub job: String,
-    /// Its one-off fire time (epoch ms, database time).
-    pub fire_time: i64,
-}
-
-/// Fires a job now, once.
+/// Fires a job now, once, beside its schedule: a pending fire in the
+/// ledger, no trigger added. A paused job's fire runs too, and the job stays
+/// paused; `note` says what happens in words.
 #[utoipa::path(post, path = "/api/v1/jobs/{name}/trigger", params(("name" = String, Path, description = "the job's name")),
-    tag = "jobs", responses((status = 202, body = Triggered), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    tag = "jobs", responses((status = 202, body = ManualFire), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn job_trigger<S: Store + Clone>(
     State(state): State<AppState<S>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     caller.require_admin()?;
-    let at = state.admin.acting_as(caller.actor).job_trigger(&name).await?;
-    let body = Triggered {
-        job: name,
-        fire_time: at.as_millis(),
-    };
-    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+    let fired = state.admin.acting_as(caller.actor).job_trigger(&name).await?;
+    Ok((StatusCode::ACCEPTED, Json(fired)).into_response())
 }
 
 /// The fire ledger, newest first, paged by key.
@@ -573,7 +563,7 @@ struct ChangePage {
         nodes_list, changes_list, audit, overview, cron_preview, calendars_list, calendar_get, calendar_put,
         calendar_delete),
     components(schemas(JobDefinition, JobPatch, TriggerDefinition, TriggerKind, JobView, TriggerView, FireView,
-        NodeView, ChangeView, Overview, JobPage, FirePage, ChangePage, ErrorBody, Triggered, AuditView,
+        NodeView, ChangeView, Overview, JobPage, FirePage, ChangePage, ErrorBody, ManualFire, AuditView,
         ViolationView, Preview, CalendarDefinition, CalendarType, CalendarView)),
     modifiers(&BearerAuth),
     security(("bearer" = []))

@@ -51,13 +51,29 @@ async fn jobs_are_created_read_changed_fired_and_deleted(db: &TestDb) {
     assert_eq!(resumed.json()["state"], "enabled");
     let fired = http::get(addr, "POST", "/api/v1/jobs/report/trigger", Some(ADMIN)).await;
     assert_eq!(fired.status, 202);
-    assert!(fired.json()["fire_time"].as_i64().unwrap() > 0);
+    let fired = fired.json();
+    assert!(fired["fire_time"].as_i64().unwrap() > 0);
+    assert_eq!(fired["paused"], false);
+    assert!(
+        fired["note"].as_str().unwrap().contains("schedule is unchanged"),
+        "{fired}"
+    );
 
+    // A pending fire in the ledger, no trigger added.
     let one = http::get(addr, "GET", "/api/v1/jobs/report", Some(READ)).await;
     assert_eq!(
         one.json()["triggers"].as_array().unwrap().len(),
-        2,
-        "the one-off beside the schedule"
+        1,
+        "no one-off trigger"
+    );
+    let fires = http::get(addr, "GET", "/api/v1/fires?job=report", Some(READ))
+        .await
+        .json();
+    let pending = &fires["items"][0];
+    assert_eq!(
+        (&pending["id"], &pending["state"], &pending["by_hand"]),
+        (&fired["fire_id"], &json!("pending"), &json!(true)),
+        "{fires}"
     );
 
     // A name with a slash and spaces reaches its job through percent-encoding.
@@ -229,6 +245,38 @@ async fn bad_input_gets_a_4xx_naming_the_field(db: &TestDb) {
     assert_eq!(
         refused(json!({"name": "", "handler": "log", "triggers": []})).await,
         invalid("name")
+    );
+    // Dot segments: no URL can name them (`/jobs/..` is `/`).
+    for dots in [".", ".."] {
+        assert_eq!(
+            refused(json!({"name": dots, "handler": "log", "triggers": []})).await,
+            invalid("name"),
+            "{dots:?}"
+        );
+        let renamed = http::json(addr, "PATCH", "/api/v1/jobs/keep", Some(ADMIN), &json!({"name": dots})).await;
+        assert_eq!(
+            renamed.error(),
+            ("invalid".to_owned(), Some("name".to_owned())),
+            "{dots:?}"
+        );
+        let calendar = http::json(
+            addr,
+            "PUT",
+            &format!("/api/v1/calendars/{}", dots.replace('.', "%2E")),
+            Some(ADMIN),
+            &json!({"kind": "weekly", "days": ["sat"]}),
+        )
+        .await;
+        assert_eq!(calendar.status, 400, "{dots:?}: {}", calendar.body);
+    }
+    let dotted = json!({"name": "a..b", "handler": "log", "triggers": [{"kind": "fixed_rate", "interval_ms": 60000}]});
+    let dotted = http::json(addr, "POST", "/api/v1/jobs", Some(ADMIN), &dotted).await;
+    assert_eq!(dotted.status, 201, "dots inside a name are fine: {}", dotted.body);
+    let page = http::get(addr, "GET", "/api/v1/jobs/a..b", Some(ADMIN)).await;
+    assert_eq!(page.status, 200, "and reachable: {}", page.body);
+    assert_eq!(
+        http::get(addr, "DELETE", "/api/v1/jobs/a..b", Some(ADMIN)).await.status,
+        204
     );
     assert_eq!(refused(good.clone()).await.0, 409);
 

@@ -614,6 +614,7 @@ async fn the_forms_preview_passes_over_its_calendars_exclusions(db: &TestDb) {
 }
 
 backend_tests!(
+    deleted_jobs_and_calendars_are_linked_where_they_are,
     an_edit_keeps_every_trigger_field_it_did_not_change,
     two_editors_of_one_job_are_told_not_overwritten,
     calendars_are_listed_added_replaced_and_deleted,
@@ -934,4 +935,55 @@ async fn two_editors_of_one_job_are_told_not_overwritten(db: &TestDb) {
         "kept as typed"
     );
     assert_eq!(admin.calendar("weekend").await.unwrap().definition.days, ["sun"]);
+}
+
+/// The history of a deleted job is linked by its id and filtered by the
+/// name it had; a fire by hand says so; a calendar's change links to the
+/// calendar, not to a job of its name.
+async fn deleted_jobs_and_calendars_are_linked_where_they_are(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    let mut job = JobDefinition::new("gone", "report");
+    job.triggers.push(TriggerDefinition::cron("0 0 6 * * ?", "UTC"));
+    let added = admin.job_add(&job).await.unwrap();
+    admin.job_trigger("gone").await.unwrap();
+    admin.job_delete("gone", None).await.unwrap();
+    admin
+        .calendar_put(
+            "holidays",
+            &serde_json::from_value(serde_json::json!({"kind": "holiday", "days": ["2027-12-25"]})).unwrap(),
+            None,
+        )
+        .await
+        .unwrap();
+    let addr = server(admin.clone()).await;
+    let cookie = login(addr, READ).await;
+
+    let history = page(addr, "/fires", Some(&cookie)).await;
+    let link = format!("href=\"/fires?job_id={}\"", added.id);
+    assert!(history.body.contains(&link), "{}", history.body);
+    assert!(history.body.contains(&format!("deleted job #{}", added.id)));
+    assert!(history.body.contains("by hand"), "{}", history.body);
+    for path in [format!("/fires?job_id={}", added.id), "/fires?job=gone".to_owned()] {
+        let filtered = page(addr, &path, Some(&cookie)).await;
+        assert_eq!(filtered.status, 200, "{path}: {}", filtered.body);
+        assert_eq!(
+            filtered.body.matches("<tr data-state=").count(),
+            1,
+            "{path}: {}",
+            filtered.body
+        );
+    }
+
+    let changes = page(addr, "/changes", Some(&cookie)).await;
+    assert!(
+        changes.body.contains("href=\"/calendars/holidays\""),
+        "{}",
+        changes.body
+    );
+    assert!(!changes.body.contains("href=\"/jobs/holidays\""), "{}", changes.body);
+    assert!(
+        changes.body.contains(&link),
+        "a job's change links its fires: {}",
+        changes.body
+    );
 }

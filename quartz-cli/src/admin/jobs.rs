@@ -173,9 +173,13 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
             Ok(())
         }
         JobCommand::Trigger { name } => {
-            let fire_time = admin.job_trigger(&name).await?;
-            out.print(&json!({"job": name, "fire_time": fire_time.as_millis()}), || {
-                format!("{name} fires now ({}), once\n", show_instant(fire_time))
+            let fired = admin.job_trigger(&name).await?;
+            out.print(&serde_json::to_value(&fired)?, || {
+                format!(
+                    "{name} fires now ({}), once: {}\n",
+                    show_instant(Timestamp::from_millis(fired.fire_time)),
+                    fired.note
+                )
             });
             Ok(())
         }

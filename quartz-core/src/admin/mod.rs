@@ -46,12 +46,13 @@ pub use definition::instant_schema;
 pub use definition::{JobDefinition, TriggerDefinition, TriggerKind, deserialize_instant, parse_instant};
 pub use error::AdminError;
 pub use patch::JobPatch;
-pub use views::{BrokenTrigger, ChangeView, FireView, JobView, NodeView, Overview, Page, TriggerView, summary};
+pub use views::{
+    BrokenTrigger, ChangeView, FireView, JobView, ManualFire, NodeView, Overview, Page, TriggerView, summary,
+};
 
 use crate::audit::{AuditParams, AuditReport};
 use crate::store::{ChangeQuery, ExecuteSpec, FireQuery, FireState, JobQuery, JobSpec, JobState, NodeState, Store};
 use crate::time::Timestamp;
-use crate::trigger::{Schedule, Trigger};
 
 /// How many next fire times a job's view shows per trigger.
 pub const UPCOMING: usize = 5;
@@ -82,8 +83,11 @@ pub struct JobFilter {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
 pub struct FireFilter {
-    /// Only this job's fires (by name).
+    /// Only this job's fires (by name; a deleted job's too, by the name it
+    /// had).
     pub job: Option<String>,
+    /// Only the fires of the job of this id (a deleted job's too).
+    pub job_id: Option<i64>,
     /// Only fires in this state.
     pub state: Option<String>,
     /// Only fires scheduled at or after this (epoch ms or RFC 3339).
@@ -360,29 +364,42 @@ impl<S: Store> Admin<S> {
         self.job(name).await
     }
 
-    /// Fires a job now, once: a one-off trigger beside its others, whose
-    /// time the store moves to when every node has seen the change. Returns
-    /// that fire time.
+    /// Fires a job now, once, beside its schedule: a pending fire in the
+    /// ledger (no trigger is added; the job's triggers are left as they
+    /// are), run by the first node with its handler and a free thread. A
+    /// paused job's fire runs too, and the job stays paused. What it
+    /// answers says which of these holds, in words.
     ///
     /// # Errors
     ///
     /// [`AdminError::NotFound`]; the store's errors.
-    pub async fn job_trigger(&self, name: &str) -> Result<Timestamp, AdminError> {
-        let now = self.store.now().await?;
-        let once =
-            ExecuteSpec::new(Trigger::new(Schedule::Once, now).map_err(|e| AdminError::invalid("", e.to_string()))?);
-        self.store.add_executes(&self.scheduler, name, &[once]).await?;
-        let detail = self
-            .store
-            .get_job(&self.scheduler, name)
-            .await?
-            .ok_or_else(|| AdminError::NotFound { name: name.to_owned() })?;
-        Ok(detail
-            .executes
-            .iter()
-            .filter(|e| matches!(e.trigger.schedule(), Schedule::Once))
-            .max_by_key(|e| e.id)
-            .map_or(now, |e| e.trigger.start()))
+    pub async fn job_trigger(&self, name: &str) -> Result<ManualFire, AdminError> {
+        let (fire_id, fire_time) = self.store.fire_now(&self.scheduler, name).await?;
+        let job = self.job(name).await?;
+        let offered = !self.nodes_offering(&job.handler).await?.is_empty();
+        let paused = job.state == "paused";
+        let mut note = format!(
+            "fire {fire_id} of {name} is pending: the first node with handler {:?} and a free thread runs it, once",
+            job.handler
+        );
+        if paused {
+            note.push_str("; the job is paused, and stays paused: its triggers hold, this fire runs all the same");
+        } else {
+            note.push_str("; the job's schedule is unchanged");
+        }
+        if !offered {
+            note.push_str(&format!(
+                "; no live node offers handler {:?} now: it runs when one does",
+                job.handler
+            ));
+        }
+        Ok(ManualFire {
+            job: name.to_owned(),
+            fire_id,
+            fire_time: fire_time.as_millis(),
+            paused,
+            note,
+        })
     }
 
     /// Deletes a job and its triggers; its ledger rows stay as history.
@@ -432,7 +449,10 @@ impl<S: Store> Admin<S> {
             .transpose()?;
         let limit = page_limit(filter.limit)?;
         let mut query = FireQuery::new(self.scheduler.clone());
-        query.job = filter.job.clone().filter(|j| !j.is_empty());
+        query.job_id = filter.job_id;
+        if let Some(name) = filter.job.as_deref().filter(|j| !j.is_empty()) {
+            query.job_id = Some(self.job_id_by_name(name).await?);
+        }
         query.state = state;
         query.since = filter.since.map(Timestamp::from_millis);
         query.until = filter.until.map(Timestamp::from_millis);
@@ -450,6 +470,23 @@ impl<S: Store> Admin<S> {
                 .collect(),
             next,
         })
+    }
+
+    /// The id of the job of a name: the job's now, else the one its
+    /// changes name (a job deleted or renamed since keeps its history).
+    async fn job_id_by_name(&self, name: &str) -> Result<i64, AdminError> {
+        if let Some(detail) = self.store.get_job(&self.scheduler, name).await? {
+            return Ok(detail.job.id);
+        }
+        let mut query = ChangeQuery::new(self.scheduler.clone());
+        query.target = Some(name.to_owned());
+        query.limit = 50;
+        self.store
+            .change_log(&query)
+            .await?
+            .iter()
+            .find_map(|c| c.action.starts_with("job.").then_some(c.target_id).flatten())
+            .ok_or_else(|| AdminError::NotFound { name: name.to_owned() })
     }
 
     async fn job_names(&self, ids: impl Iterator<Item = i64>) -> Result<HashMap<i64, String>, AdminError> {

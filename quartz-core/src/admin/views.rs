@@ -216,14 +216,33 @@ impl JobView {
     }
 }
 
+/// A fire asked for by hand ([`Admin::job_trigger`](super::Admin::job_trigger)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ManualFire {
+    /// The job.
+    pub job: String,
+    /// Its ledger row (pending until a node claims it).
+    pub fire_id: i64,
+    /// Its fire time: the database's now when it was asked for (epoch ms).
+    pub fire_time: i64,
+    /// Whether the job is paused (the fire runs all the same; the job stays
+    /// paused).
+    pub paused: bool,
+    /// What happens now, in words.
+    pub note: String,
+}
+
 /// A row of the fire ledger, with its job's name and what it measured.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FireView {
     /// Its id.
     pub id: i64,
-    /// The trigger it fired.
+    /// The trigger it fired (`0` for a fire by hand).
     pub execute_id: i64,
+    /// Fired by hand ("fire now"), not by a trigger.
+    pub by_hand: bool,
     /// The job's id.
     pub job_id: i64,
     /// The job's name (`None` once the job is deleted).
@@ -263,6 +282,7 @@ impl FireView {
         FireView {
             id: f.id,
             execute_id: f.execute_id,
+            by_hand: f.execute_id == crate::store::MANUAL_EXECUTE,
             job_id: f.job_id,
             job,
             fire_time: f.fire_time.as_millis(),
@@ -345,8 +365,11 @@ pub struct ChangeView {
     /// What: `job.create`, `job.edit`, `job.pause`, `job.resume`,
     /// `job.trigger`, `job.add_triggers`, `job.delete`.
     pub action: String,
-    /// The job, by name.
+    /// The job or calendar, by name (`action` says which).
     pub target: String,
+    /// The job's id, for a job's change (its fires are found by it after
+    /// the job is deleted or renamed).
+    pub target_id: Option<i64>,
     /// A short account.
     pub detail: String,
 }
@@ -359,6 +382,7 @@ impl From<&ChangeRecord> for ChangeView {
             actor: c.actor.clone(),
             action: c.action.clone(),
             target: c.target.clone(),
+            target_id: c.target_id,
             detail: c.detail.clone(),
         }
     }

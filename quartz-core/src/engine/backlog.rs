@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::launch::RunFire;
 use super::node::{FINISH_TRIES, Inner};
-use crate::store::{FireRecord, FollowUp, JobState, PendingClaim, Store};
+use crate::store::{FireRecord, FollowUp, JobState, MANUAL_EXECUTE, PendingClaim, Store};
 use crate::time::Timestamp;
 
 /// How often a pending fire whose time has come looks for a free thread, or
@@ -165,9 +165,15 @@ impl<S: Store> Inner<S> {
             PendingClaim::Blocked => return Ok(Some(false)),
             PendingClaim::Won => {}
         }
+        // A fire asked for by hand runs on a paused job: the pause holds
+        // the job's triggers, and this fire is none of theirs.
+        let by_hand = fire.execute_id == MANUAL_EXECUTE;
         let skip = match &job {
+            None if by_hand => Some("the job was deleted before its fire by hand"),
             None => Some("the job was deleted before its retry or late run"),
-            Some(j) if j.state == JobState::Paused => Some("the job was paused before its retry or late run"),
+            Some(j) if j.state == JobState::Paused && !by_hand => {
+                Some("the job was paused before its retry or late run")
+            }
             Some(_) => None,
         };
         if let Some(reason) = skip {

@@ -59,6 +59,10 @@ pub const CHANGE_VISIBILITY_MS: i64 = 250;
 /// threshold.
 pub const START_NOW_GRACE_MS: i64 = 5_000;
 
+/// The execute id of a fire made by hand ([`Store::fire_now`]): it belongs
+/// to no trigger.
+pub const MANUAL_EXECUTE: i64 = 0;
+
 /// Everything the scheduler keeps, as applications, tools and the admin
 /// surface use it: jobs, nodes, history, changes. See the [module
 /// docs](self). The engine's own calls (claims, the fire lifecycle,
@@ -132,15 +136,18 @@ pub trait Store: internal::EngineStore {
         expected_version: Option<i64>,
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
 
-    /// Adds executes to a job, leaving its others as they are (a one-off
-    /// "fire now" is a [`Schedule::Once`](crate::trigger::Schedule::Once)
-    /// execute at the database's now). A paused job's new executes are paused.
-    fn add_executes(
+    /// Fires a job now, once, beside its schedule: a pending fire of the
+    /// job (no trigger's: its execute id is [`MANUAL_EXECUTE`]) due at the
+    /// database's now, which the first node with the job's handler and a
+    /// free thread claims and runs, as it runs a retry. A paused job's
+    /// manual fire runs too: the pause holds the job's triggers, not a fire
+    /// asked for by hand. Recorded in the change log as `job.trigger`.
+    /// Returns the fire's ledger id and fire time.
+    fn fire_now(
         &self,
         scheduler: &str,
         name: &str,
-        executes: &[ExecuteSpec],
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(i64, Timestamp), StoreError>> + Send;
 
     /// Deletes a job and its executes; its ledger rows stay as history.
     /// With `expected_version`, only if the job is still at that version.

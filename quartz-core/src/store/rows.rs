@@ -297,8 +297,11 @@ pub struct ChainedFire {
 pub struct FireQuery {
     /// The scheduler (cluster) name.
     pub scheduler: String,
-    /// Only this job's fires.
+    /// Only this job's fires (by name).
     pub job: Option<String>,
+    /// Only the fires of the job of this id (a job deleted since among
+    /// them).
+    pub job_id: Option<i64>,
     /// Only fires in this state.
     pub state: Option<FireState>,
     /// Only fires scheduled at or after this.
@@ -317,6 +320,7 @@ impl FireQuery {
         FireQuery {
             scheduler: scheduler.into(),
             job: None,
+            job_id: None,
             state: None,
             since: None,
             until: None,
@@ -450,6 +454,10 @@ pub struct ChangeRecord {
     /// The job it changed, by name (for an edit that renamed it, the new
     /// name), or the calendar.
     pub target: String,
+    /// The id of the job it changed (`None` for a calendar, and for changes
+    /// recorded before ids were): how a deleted or renamed job's fires are
+    /// found by the name it had.
+    pub target_id: Option<i64>,
     /// A short account: the triggers added, the old name of a renamed job.
     pub detail: String,
 }

@@ -337,6 +337,9 @@ pub fn check_name(what: &str, name: &str) -> Result<(), Error> {
         "contains a control character".to_owned()
     } else if name.trim() != name {
         "starts or ends with whitespace".to_owned()
+    } else if name == "." || name == ".." {
+        // A URL path resolves them away: `/jobs/..` is `/`.
+        "is a dot segment, which no URL can name (a browser resolves it away)".to_owned()
     } else {
         return Ok(());
     };

@@ -222,6 +222,7 @@ pub(super) fn change(record: &Record, scheduler: &str) -> Result<ChangeRecord, S
             action: f.text("action")?,
             target: f.text("target")?,
             detail: f.opt_text("detail").unwrap_or_default(),
+            target_id: f.opt("target_id")?,
         })
     })();
     decoded.map_err(|reason| corrupt("change", record, &reason))

@@ -457,10 +457,20 @@ impl Store for RedisStore {
         self.require_job(scheduler, name).await
     }
 
-    async fn add_executes(&self, scheduler: &str, name: &str, executes: &[ExecuteSpec]) -> Result<(), StoreError> {
-        let (action, detail) = common::added_detail(executes);
-        let args = json!({ "name": name, "change": self.change(action, name, &detail) });
-        self.job_change(scheduler, "job_add", name, Some(executes), args).await
+    async fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError> {
+        let args = json!({
+            "name": name,
+            "change": self.change(ChangeAction::JobTrigger, name, "by hand"),
+        });
+        let reply: Vec<String> = self.write(scheduler, "job_fire_now", &args).await?;
+        Self::answer(scheduler, name, &reply)?;
+        let number = |i: usize| reply.get(i).and_then(|v| v.parse::<i64>().ok());
+        match (number(1), number(2)) {
+            (Some(id), Some(at)) => Ok((id, Timestamp::from_millis(at))),
+            _ => Err(StoreError::Database {
+                reason: format!("unexpected answer from the Redis script: {reply:?}"),
+            }),
+        }
     }
 
     async fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
@@ -480,9 +490,10 @@ impl Store for RedisStore {
     }
 
     async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
-        let job = match &query.job {
-            Some(name) => num(self.require_job(&query.scheduler, name).await?.id),
-            None => Value::String(String::new()),
+        let job = match (&query.job, query.job_id) {
+            (Some(name), _) => num(self.require_job(&query.scheduler, name).await?.id),
+            (None, Some(id)) => num(id),
+            (None, None) => Value::String(String::new()),
         };
         let args = json!({
             "job": job,

@@ -102,12 +102,24 @@ async fn listen(url: String, signal: Weak<ChangeSignal>) {
 pub(super) struct Change<'a> {
     action: ChangeAction,
     target: &'a str,
+    target_id: Option<i64>,
     detail: String,
 }
 
 impl<'a> Change<'a> {
     pub(super) fn new(action: ChangeAction, target: &'a str, detail: String) -> Change<'a> {
-        Change { action, target, detail }
+        Change {
+            action,
+            target,
+            target_id: None,
+            detail,
+        }
+    }
+
+    /// The change of the job of this id.
+    pub(super) fn of_job(mut self, id: i64) -> Change<'a> {
+        self.target_id = Some(id);
+        self
     }
 }
 
@@ -116,7 +128,7 @@ impl SqlStore {
     pub(super) async fn change_log_read(&self, query: &ChangeQuery) -> Result<Vec<ChangeRecord>, StoreError> {
         let rows = self
             .query(
-                "SELECT id, scheduler, at, actor, action, target, detail FROM quartz_change_log \
+                "SELECT id, scheduler, at, actor, action, target, detail, target_id FROM quartz_change_log \
                  WHERE scheduler = ? AND (? IS NULL OR target = ?) AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?",
             )
             .bind(query.scheduler.clone())
@@ -138,6 +150,7 @@ impl SqlStore {
                     action: row.try_get(4).map_err(db_error)?,
                     target: row.try_get(5).map_err(db_error)?,
                     detail: row.try_get(6).map_err(db_error)?,
+                    target_id: row.try_get(7).map_err(db_error)?,
                 })
             })
             .collect()
@@ -167,14 +180,15 @@ impl SqlStore {
             .await
             .map_err(db_error)?;
         self.query(
-            "INSERT INTO quartz_change_log (scheduler, at, actor, action, target, detail) \
-             VALUES (?, {now}, ?, ?, ?, ?)",
+            "INSERT INTO quartz_change_log (scheduler, at, actor, action, target, detail, target_id) \
+             VALUES (?, {now}, ?, ?, ?, ?, ?)",
         )
         .bind(scheduler.to_owned())
         .bind(self.actor.to_string())
         .bind(change.action.as_str())
         .bind(change.target.to_owned())
         .bind(truncate(&change.detail))
+        .bind(change.target_id)
         .execute(&mut **tx)
         .await
         .map_err(db_error)?;

@@ -436,7 +436,7 @@ impl SqlStore {
     pub(super) async fn fires_query(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
         let job_id = match &query.job {
             Some(name) => Some(self.require_job(&query.scheduler, name).await?.id),
-            None => None,
+            None => query.job_id,
         };
         let rows = self
             .query(concat!(

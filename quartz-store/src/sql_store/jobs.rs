@@ -4,8 +4,8 @@
 
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    ChangeAction, ExecuteSpec, ExecuteState, Job, JobDetail, JobQuery, JobSpec, JobState, RejectedRow, StoreError,
-    check_name, millis_of,
+    ChangeAction, ExecuteSpec, ExecuteState, Job, JobDetail, JobQuery, JobSpec, JobState, MANUAL_EXECUTE, RejectedRow,
+    StoreError, check_name, millis_of,
 };
 use sqlx::{Any, Transaction};
 
@@ -171,27 +171,73 @@ impl SqlStore {
         self.changed_in(
             &mut tx,
             scheduler,
-            Change::new(ChangeAction::JobCreate, &job.name, detail),
+            Change::new(ChangeAction::JobCreate, &job.name, detail).of_job(created.id),
         )
         .await?;
         tx.commit().await.map_err(db_error)?;
         Ok(created)
     }
 
-    pub(super) async fn job_add_executes(
-        &self,
-        scheduler: &str,
-        name: &str,
-        executes: &[ExecuteSpec],
-    ) -> Result<(), StoreError> {
+    pub(super) async fn job_fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError> {
         let job = self.require_job(scheduler, name).await?;
         let mut tx = self.begin_change(scheduler).await?;
-        self.insert_executes(&mut tx, scheduler, job.id, executes, job.state == JobState::Paused)
-            .await?;
-        let (action, detail) = crate::common::added_detail(executes);
-        self.changed_in(&mut tx, scheduler, Change::new(action, name, detail))
-            .await?;
-        tx.commit().await.map_err(db_error)
+        let now = self.now_in(&mut tx).await?;
+        // Two in one millisecond: the later a millisecond after the other
+        // (the ledger holds one fire per job, execute, time and attempt).
+        let last: Option<i64> = self
+            .query(
+                "SELECT MAX(fire_time) FROM quartz_fire WHERE execute_id = ? AND job_id = ? AND fire_time >= ? \
+                 AND attempt = 1",
+            )
+            .bind(MANUAL_EXECUTE)
+            .bind(job.id)
+            .bind(now.as_millis())
+            .fetch_one(&mut *tx)
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(db_error)?;
+        let at = last.map_or(now.as_millis(), |t| t + 1);
+        let inserted = self
+            .query(
+                "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+                 state, claimed_at, due_at, fire_count) VALUES (?, ?, ?, ?, 1, NULL, 0, 'pending', ?, ?, 1)",
+            )
+            .bind(scheduler.to_owned())
+            .bind(MANUAL_EXECUTE)
+            .bind(job.id)
+            .bind(at)
+            .bind(now.as_millis())
+            .bind(at)
+            .execute(&mut *tx)
+            .await;
+        match inserted {
+            Ok(_) => {}
+            // Another fire now in the same millisecond: the retry reads it.
+            Err(e) if is_unique_violation(&e) => {
+                return Err(StoreError::Conflict {
+                    reason: format!("two fires of {name:?} asked for at once"),
+                });
+            }
+            Err(e) => return Err(db_error(e)),
+        }
+        let id: i64 = self
+            .query("SELECT id FROM quartz_fire WHERE execute_id = ? AND job_id = ? AND fire_time = ? AND attempt = 1")
+            .bind(MANUAL_EXECUTE)
+            .bind(job.id)
+            .bind(at)
+            .fetch_one(&mut *tx)
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(db_error)?;
+        let detail = format!("fire {id} by hand, at {}", Timestamp::from_millis(at));
+        self.changed_in(
+            &mut tx,
+            scheduler,
+            Change::new(ChangeAction::JobTrigger, name, detail).of_job(job.id),
+        )
+        .await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok((id, Timestamp::from_millis(at)))
     }
 
     pub(super) async fn job_update(
@@ -240,7 +286,8 @@ impl SqlStore {
             ChangeAction::JobEdit,
             &job.name,
             crate::common::edit_detail(name, &job.name, executes),
-        );
+        )
+        .of_job(existing.id);
         self.changed_in(&mut tx, scheduler, change).await?;
         tx.commit().await.map_err(db_error)?;
         self.require_job(scheduler, &job.name).await
@@ -279,8 +326,12 @@ impl SqlStore {
         } else {
             ChangeAction::JobResume
         };
-        self.changed_in(&mut tx, scheduler, Change::new(action, name, String::new()))
-            .await?;
+        self.changed_in(
+            &mut tx,
+            scheduler,
+            Change::new(action, name, String::new()).of_job(job.id),
+        )
+        .await?;
         tx.commit().await.map_err(db_error)?;
         self.require_job(scheduler, name).await
     }
@@ -305,8 +356,12 @@ impl SqlStore {
                 .map_err(db_error)?;
         }
         let detail = format!("handler {}", job.spec.handler);
-        self.changed_in(&mut tx, scheduler, Change::new(ChangeAction::JobDelete, name, detail))
-            .await?;
+        self.changed_in(
+            &mut tx,
+            scheduler,
+            Change::new(ChangeAction::JobDelete, name, detail).of_job(job.id),
+        )
+        .await?;
         tx.commit().await.map_err(db_error)
     }
 

@@ -132,7 +132,7 @@ pub(crate) fn job_actions(viewer: &Viewer, job: &str, state: &str, from: &str) -
             } @else {
                 (action(viewer, job, "pause", "Pause", from))
             }
-            (action(viewer, job, "trigger", "Fire now", from))
+            (action(viewer, job, "trigger", if state == "paused" { "Fire now (stays paused)" } else { "Fire now" }, from))
             @if viewer.role == Role::Admin {
                 a.act href={ (viewer.base) "/jobs/" (segment(job)) "/edit" } { "Edit" }
                 a.act.delete href={ (viewer.base) "/jobs/" (segment(job)) "/delete" } { "Delete" }

@@ -472,7 +472,10 @@ async fn act<S: Store + Clone>(state: AppState<S>, viewer: Viewer, name: String,
     let done = match verb {
         Verb::Pause => admin.job_pause(&name, version).await.map(|_| "paused"),
         Verb::Resume => admin.job_resume(&name, version).await.map(|_| "resumed"),
-        Verb::Trigger => admin.job_trigger(&name).await.map(|_| "triggered"),
+        Verb::Trigger => admin
+            .job_trigger(&name)
+            .await
+            .map(|fired| if fired.paused { "triggered_paused" } else { "triggered" }),
         Verb::Delete => admin.job_delete(&name, version).await.map(|()| "deleted"),
     };
     match done {
@@ -527,9 +530,18 @@ async fn delete<S: Store + Clone>(
 /// What a notice code in a redirect says.
 pub(crate) fn notice_text(code: &str, subject: &str) -> Option<String> {
     let verb = match code {
+        "triggered" => {
+            return Some(format!(
+                "Fired {subject} now, once: the first node with its handler and a free thread runs it; its schedule is unchanged."
+            ));
+        }
+        "triggered_paused" => {
+            return Some(format!(
+                "Fired {subject} now, once: it runs although the job is paused, and the job stays paused (its triggers hold until you resume it)."
+            ));
+        }
         "paused" => "Paused",
         "resumed" => "Resumed",
-        "triggered" => "Fired now:",
         "deleted" => "Deleted",
         "created" => "Created",
         "saved" => "Saved",

@@ -313,6 +313,7 @@ pub(crate) async fn delete_page<S: Store + Clone>(
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct FiresQuery {
     job: Option<String>,
+    job_id: Option<String>,
     state: Option<String>,
     since: Option<String>,
     until: Option<String>,
@@ -352,8 +353,10 @@ pub(crate) async fn fires<S: Store + Clone>(
     let (job, state_f, since, until) = (text(&q.job), text(&q.state), text(&q.since), text(&q.until));
     let since_ms = typed_instant(&since);
     let until_ms = typed_instant(&until);
+    let job_id = q.job_id.as_deref().and_then(|id| id.trim().parse::<i64>().ok());
     let filter = FireFilter {
         job: Some(job.clone()).filter(|s| !s.is_empty()),
+        job_id,
         state: Some(state_f.clone()).filter(|s| !s.is_empty()),
         since: since_ms.clone().ok().flatten(),
         until: until_ms.clone().ok().flatten(),
@@ -370,6 +373,7 @@ pub(crate) async fn fires<S: Store + Clone>(
             viewer.base,
             query(&[
                 ("job", &job),
+                ("job_id", &job_id.map(|id| id.to_string()).unwrap_or_default()),
                 ("state", &state_f),
                 ("since", &since),
                 ("until", &until),
@@ -416,7 +420,13 @@ fn fire_table(viewer: &Viewer, fires: &[FireView], now: i64) -> Markup {
                 @for f in fires {
                     tr data-state=(f.state) {
                         td { (f.id) }
-                        td { @match &f.job { Some(job) => (job_link(viewer, job)), None => span.none { "deleted" } } }
+                        td {
+                            @match &f.job {
+                                Some(job) => (job_link(viewer, job)),
+                                None => a.none href={ (viewer.base) "/fires?job_id=" (f.job_id) } { "deleted job #" (f.job_id) },
+                            }
+                            @if f.by_hand { " " small.by-hand title="Fired by hand (fire now), not by a trigger" { "by hand" } }
+                        }
                         td { (instant(Some(f.fire_time), now)) @if f.fire_count > 1 { " (" (f.fire_count) " times)" } }
                         td { (f.attempt) }
                         td { (badge(&f.state)) }
@@ -507,14 +517,23 @@ pub(crate) async fn changes<S: Store + Clone>(
 fn change_table(viewer: &Viewer, changes: &[ChangeView], now: i64) -> Markup {
     html! {
         table.changes {
-            thead { tr { th { "When" } th { "Who" } th { "What" } th { "Job" } th { "Detail" } } }
+            thead { tr { th { "When" } th { "Who" } th { "What" } th { "Of" } th { "Detail" } } }
             tbody {
                 @for c in changes {
                     tr {
                         td { (instant(Some(c.at), now)) }
                         td { code { (c.actor) } }
                         td { (c.action) }
-                        td { (job_link(viewer, &c.target)) }
+                        td {
+                            @if c.action.starts_with("calendar.") {
+                                "calendar " a.calendar href={ (viewer.base) "/calendars/" (segment(&c.target)) } { (c.target) }
+                            } @else {
+                                (job_link(viewer, &c.target))
+                                @if let Some(id) = c.target_id {
+                                    " " small { a href={ (viewer.base) "/fires?job_id=" (id) } { "fires" } }
+                                }
+                            }
+                        }
                         td { (c.detail) }
                     }
                 }

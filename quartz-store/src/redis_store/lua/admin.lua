@@ -77,6 +77,7 @@ C.job_create = function()
   redis.call('ZADD', k('job-order'), 0, j.name)
   link_parent(id, j.parent_job)
   insert_executes(id, A.executes)
+  A.change.target_id = id
   changed(A.change)
   return { 'ok', id }
 end
@@ -138,18 +139,26 @@ C.job_update = function()
     delete_executes(id)
     insert_executes(id, A.executes)
   end
+  A.change.target_id = id
   changed(A.change)
   return { 'ok', id }
 end
 
-C.job_add = function()
+-- A fire of the job by hand, pending and due now (execute '0': no
+-- trigger's); two in one millisecond a millisecond apart: {'ok', fire, time}.
+C.job_fire_now = function()
   local id, refused = job_as_read()
   if refused then return refused end
-  refused = calendars_as_read(A.calendars)
-  if refused then return refused end
-  insert_executes(id, A.executes)
+  local at = NOW
+  local fire = insert_fire('0', id, s(at), '1', '', '0', 'pending', '', '', '1', s(at))
+  while not fire do
+    at = at + 1
+    fire = insert_fire('0', id, s(at), '1', '', '0', 'pending', '', '', '1', s(at))
+  end
+  A.change.detail = 'fire ' .. fire .. ' by hand'
+  A.change.target_id = id
   changed(A.change)
-  return { 'ok', id }
+  return { 'ok', fire, s(at) }
 end
 
 C.job_pause = function()
@@ -166,6 +175,7 @@ C.job_pause = function()
       reindex_execute(e)
     end
   end
+  A.change.target_id = id
   changed(A.change)
   return { 'ok', id }
 end
@@ -179,6 +189,7 @@ C.job_delete = function()
   redis.call('HDEL', k('jobs'), A.name)
   redis.call('ZREM', k('job-order'), A.name)
   redis.call('DEL', key)
+  A.change.target_id = id
   changed(A.change)
   return { 'ok', id }
 end

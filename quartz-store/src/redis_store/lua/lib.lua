@@ -215,5 +215,6 @@ local function changed(c)
   local id = s(redis.call('HINCRBY', k('ids'), 'change', 1))
   redis.call('HSET', k('change:' .. id), 'id', id, 'at', NOWS, 'actor', c.actor, 'action', c.action,
     'target', c.target, 'detail', c.detail)
+  if c.target_id then redis.call('HSET', k('change:' .. id), 'target_id', c.target_id) end
   redis.call('ZADD', k('change-log'), id, id)
 end

@@ -497,6 +497,7 @@ async fn a_dead_nodes_fires_are_recovered_by_the_living(db: &TestDb) {
             pid: 1,
             weight: 1,
             handlers: Vec::new(),
+            dead_after: None,
         })
         .await
         .unwrap();
@@ -1741,6 +1742,7 @@ async fn register_and_leave(store: &AnyStore, id: &str) -> NodeRef {
             pid: 1,
             weight: 1,
             handlers: Vec::new(),
+            dead_after: None,
         })
         .await
         .unwrap();

@@ -179,6 +179,7 @@ async fn claims(url: &str, n: usize, seconds: u64, batched: bool) -> f64 {
                 pid: std::process::id(),
                 weight: 1,
                 handlers: Vec::new(),
+                dead_after: None,
             })
             .await
             .unwrap();

@@ -155,10 +155,14 @@ impl Backend {
                         "change target id",
                         include_str!(concat!("../../migrations/", $dir, "/0012_change_target_id.sql")),
                     ),
+                    (
+                        "node dead after",
+                        include_str!(concat!("../../migrations/", $dir, "/0013_node_dead_after.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 12] = match self {
+        let files: [(&str, &'static str); 13] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

@@ -27,7 +27,8 @@ pub(crate) use changes::ChangeSignal;
 
 macro_rules! node_cols {
     () => {
-        "scheduler, node_id, host, pid, weight, state, incarnation, registered_at, heartbeat_at, busy, handlers"
+        "scheduler, node_id, host, pid, weight, state, incarnation, registered_at, heartbeat_at, busy, handlers, \
+         dead_after_ms"
     };
 }
 

@@ -55,6 +55,7 @@ async fn register(store: &AnyStore, node_id: &str) -> NodeRef {
             pid: std::process::id(),
             weight: 1,
             handlers: Vec::new(),
+            dead_after: None,
         })
         .await
         .unwrap();

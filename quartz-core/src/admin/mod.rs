@@ -420,12 +420,14 @@ impl<S: Store> Admin<S> {
     ///
     /// The store's errors.
     pub async fn nodes_offering(&self, handler: &str) -> Result<Vec<String>, AdminError> {
+        let now = self.store.now().await?;
         Ok(self
             .store
             .list_nodes(&self.scheduler)
             .await?
             .into_iter()
             .filter(|n| n.state == NodeState::Live && n.handlers.iter().any(|h| h == handler))
+            .filter(|n| !views::is_silent(n, now))
             .map(|n| n.node_id)
             .collect())
     }
@@ -516,7 +518,12 @@ impl<S: Store> Admin<S> {
             .iter()
             .map(|n| NodeView::new(n, now))
             .collect();
-        nodes.sort_by(|a, b| (a.state != "live", &a.node_id).cmp(&(b.state != "live", &b.node_id)));
+        let rank = |state: &str| match state {
+            "live" => 0,
+            "silent" => 1,
+            _ => 2,
+        };
+        nodes.sort_by(|a, b| (rank(&a.state), &a.node_id).cmp(&(rank(&b.state), &b.node_id)));
         Ok(nodes)
     }
 

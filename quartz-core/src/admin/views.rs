@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::store::{ChangeRecord, Execute, FireRecord, Job, JobDetail, Node, RejectedRow, TriggerColumns};
+use crate::store::{ChangeRecord, Execute, FireRecord, Job, JobDetail, Node, NodeState, RejectedRow, TriggerColumns};
 use crate::time::Timestamp;
 use crate::trigger::Schedule;
 
@@ -311,7 +311,10 @@ impl FireView {
 pub struct NodeView {
     /// Its id.
     pub node_id: String,
-    /// `live`, `dead` or `gone`.
+    /// `live`; `silent`: live by its row, but its last heartbeat is older
+    /// than its `dead_after` (in database time), so it has stalled or died
+    /// and no peer is left, or able, to declare it dead; `dead`; or `gone`
+    /// (left on shutdown).
     pub state: String,
     /// Its current registration.
     pub incarnation: i64,
@@ -325,12 +328,23 @@ pub struct NodeView {
     pub registered_at: i64,
     /// Its last heartbeat (database time).
     pub heartbeat_at: i64,
-    /// Milliseconds since its last heartbeat.
+    /// Milliseconds since its last heartbeat (database time).
     pub heartbeat_age_ms: i64,
+    /// How long its heartbeat may be silent before it is dead, as the node
+    /// registered it (`None` for a node from before it was recorded).
+    pub dead_after_ms: Option<i64>,
     /// Fires running or queued on its pool at its last heartbeat.
     pub busy: u64,
     /// The handlers it offers.
     pub handlers: Vec<String>,
+}
+
+/// Whether a node's row says live but its heartbeat is older than its
+/// `dead_after` at `now` (database time).
+pub fn is_silent(n: &Node, now: Timestamp) -> bool {
+    n.state == NodeState::Live
+        && n.dead_after
+            .is_some_and(|d| now.as_millis() - n.heartbeat_at.as_millis() > crate::store::millis_of(d))
 }
 
 impl NodeView {
@@ -338,7 +352,7 @@ impl NodeView {
     pub fn new(n: &Node, now: Timestamp) -> NodeView {
         NodeView {
             node_id: n.node_id.clone(),
-            state: n.state.as_str().to_owned(),
+            state: if is_silent(n, now) { "silent" } else { n.state.as_str() }.to_owned(),
             incarnation: n.incarnation,
             host: n.host.clone(),
             pid: n.pid,
@@ -346,6 +360,7 @@ impl NodeView {
             registered_at: n.registered_at.as_millis(),
             heartbeat_at: n.heartbeat_at.as_millis(),
             heartbeat_age_ms: now.as_millis() - n.heartbeat_at.as_millis(),
+            dead_after_ms: n.dead_after.map(crate::store::millis_of),
             busy: n.busy,
             handlers: n.handlers.clone(),
         }
@@ -394,8 +409,11 @@ impl From<&ChangeRecord> for ChangeView {
 pub struct Overview {
     /// The database's now.
     pub now: i64,
-    /// Live nodes.
+    /// Live nodes (heartbeating within their `dead_after`).
     pub live_nodes: usize,
+    /// Nodes live by their row whose heartbeat is older than their
+    /// `dead_after`: stalled, or dead with no peer to declare it.
+    pub silent_nodes: usize,
     /// Nodes known (live, dead or gone).
     pub nodes: usize,
     /// Jobs (counted up to the page limit of a job listing: 10,000).
@@ -434,7 +452,7 @@ pub struct Overview {
 const LATENESS_BUCKETS: [i64; 6] = [10, 50, 100, 500, 1_000, 5_000];
 
 pub(super) fn overview(now: Timestamp, window_ms: i64, nodes: &[Node], jobs: &[Job], fires: &[FireRecord]) -> Overview {
-    use crate::store::{FireState, JobState, NodeState};
+    use crate::store::{FireState, JobState};
     let count = |state: FireState| fires.iter().filter(|f| f.state == state).count();
     let minutes = usize::try_from(window_ms.div_euclid(60_000).max(1)).unwrap_or(1);
     let mut per_minute = vec![0; minutes];
@@ -471,7 +489,11 @@ pub(super) fn overview(now: Timestamp, window_ms: i64, nodes: &[Node], jobs: &[J
     }
     Overview {
         now: now.as_millis(),
-        live_nodes: nodes.iter().filter(|n| n.state == NodeState::Live).count(),
+        live_nodes: nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Live && !is_silent(n, now))
+            .count(),
+        silent_nodes: nodes.iter().filter(|n| is_silent(n, now)).count(),
         nodes: nodes.len(),
         jobs: jobs.len(),
         paused_jobs: jobs.iter().filter(|j| j.state == JobState::Paused).count(),

@@ -371,6 +371,7 @@ fn registration(scheduler: &str, settings: &Settings, handlers: &HashMap<String,
         pid: std::process::id(),
         weight: settings.weight,
         handlers: names,
+        dead_after: Some(settings.dead_after),
     }
 }
 

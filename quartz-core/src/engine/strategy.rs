@@ -89,6 +89,7 @@ mod tests {
             heartbeat_at: Timestamp::from_millis(0),
             busy,
             handlers: Vec::new(),
+            dead_after: None,
         }
     }
 

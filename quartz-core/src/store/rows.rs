@@ -44,6 +44,10 @@ pub struct Node {
     pub busy: u64,
     /// The handlers it runs (as it registered them).
     pub handlers: Vec<String>,
+    /// How long its heartbeat may be silent before its peers declare it
+    /// dead, as it registered it (`None` for a node registered before it
+    /// was recorded).
+    pub dead_after: Option<std::time::Duration>,
 }
 
 /// Whether a job fires.

@@ -36,6 +36,10 @@ pub struct NodeRegistration {
     /// The handlers it runs, so that operators and the CLI can see which jobs
     /// some live node can run.
     pub handlers: Vec<String>,
+    /// How long its heartbeat may be silent before its peers declare it
+    /// dead (its [`dead_after`](crate::engine::Settings::dead_after)), so
+    /// that the admin surface can tell a silent node from a live one.
+    pub dead_after: Option<std::time::Duration>,
 }
 
 /// How a failed fire is retried: up to `max_attempts` attempts in all, each

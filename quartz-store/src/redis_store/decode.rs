@@ -189,6 +189,7 @@ pub(super) fn node(record: &Record, scheduler: &str) -> Result<Node, StoreError>
                 Some(text) => serde_json::from_str(&text).map_err(|e| e.to_string())?,
                 None => Vec::new(),
             },
+            dead_after: f.opt::<u64>("dead_after")?.map(Duration::from_millis),
         })
     })();
     decoded.map_err(|reason| corrupt("node", record, &reason))

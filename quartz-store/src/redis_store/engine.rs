@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use super::RedisStore;
 use super::decode::{self, Rejected};
 use super::registry::number_of_id;
-use super::script::{Record, cas_fields, flag, num};
+use super::script::{Record, cas_fields, flag, num, opt};
 use crate::common::truncate;
 
 /// How often a node reads the change counter (Redis sends no notification
@@ -193,6 +193,7 @@ impl EngineStore for RedisStore {
             "pid": num(node.pid),
             "weight": num(node.weight.max(1)),
             "handlers": handlers,
+            "dead_after": opt(node.dead_after.map(quartz_core::store::millis_of)),
         });
         let record: Record = self.write(&node.scheduler, "register", &args).await?;
         decode::node(&record, &node.scheduler)

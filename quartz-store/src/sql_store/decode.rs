@@ -131,6 +131,10 @@ pub(super) fn decode_node(row: &AnyRow) -> Result<Node, StoreError> {
                 Some(text) => serde_json::from_str(&text)?,
                 None => Vec::new(),
             },
+            dead_after: row
+                .try_get::<Option<i64>, _>("dead_after_ms")?
+                .map(stored_duration)
+                .transpose()?,
         })
     })();
     node.map_err(|e| StoreError::Database {

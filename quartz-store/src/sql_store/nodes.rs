@@ -1,7 +1,7 @@
 //! Node registration: a new node's row, or a returning node's next
 //! incarnation.
 
-use quartz_core::store::{Node, NodeRegistration, StoreError};
+use quartz_core::store::{Node, NodeRegistration, StoreError, millis_of};
 
 use super::*;
 
@@ -23,6 +23,13 @@ impl SqlStore {
             .bind(serde_json::to_string(&node.handlers).map_err(|e| StoreError::Database {
                 reason: format!("handler names cannot be encoded: {e}"),
             })?)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        self.query("UPDATE quartz_node SET dead_after_ms = ? WHERE scheduler = ? AND node_id = ?")
+            .bind(node.dead_after.map(millis_of))
+            .bind(node.scheduler.clone())
+            .bind(node.node_id.clone())
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;

@@ -79,6 +79,12 @@ pub(crate) async fn overview<S: Store + Clone>(State(state): State<AppState<S>>,
         @if overview.fires_read >= quartz_core::admin::OVERVIEW_FIRES as usize {
             p.warning { "Only the newest " (overview.fires_read) " fires are counted." }
         }
+        @if overview.silent_nodes > 0 {
+            p.warning {
+                (overview.silent_nodes) " node(s) live by their row have sent no heartbeat within their dead_after: "
+                "stalled, or dead with no peer left to declare it. See " a href={ (viewer.base) "/nodes" } { "Nodes" } "."
+            }
+        }
         section.cards {
             @for (label, value, class) in cards {
                 div class={ "card " (class) } { span.value { (value) } span.label { (label) } }
@@ -455,18 +461,26 @@ fn node_table(nodes: &[NodeView], now: i64) -> Markup {
         @if nodes.is_empty() { (empty("No node has registered.")) } @else {
             table #nodes {
                 thead { tr { th { "Node" } th { "State" } th { "Incarnation" } th { "Host" } th { "Pid" } th { "Weight" }
-                    th { "Busy" } th { "Last heartbeat" } th { "Registered" } th { "Handlers" } } }
+                    th { "Busy" } th { "Last heartbeat" } th { "Dead after" } th { "Registered" } th { "Handlers" } } }
                 tbody {
                     @for n in nodes {
                         tr {
                             td { code { (n.node_id) } }
-                            td { (badge(&n.state)) }
+                            td {
+                                (badge(&n.state))
+                                @if n.state == "silent" {
+                                    " " small.silent title="Its row says live, but it has not sent a heartbeat within its dead_after: it has stalled, or died with no peer left to declare it dead" {
+                                        "no heartbeat for " (n.heartbeat_age_ms / 1000) " s"
+                                    }
+                                }
+                            }
                             td { (n.incarnation) }
                             td { (n.host) }
                             td { (n.pid) }
                             td { (n.weight) }
                             td { (n.busy) }
                             td { (instant(Some(n.heartbeat_at), now)) }
+                            td { @if let Some(ms) = n.dead_after_ms { (ms / 1000) " s" } @else { span.none { "unknown" } } }
                             td { (instant(Some(n.registered_at), now)) }
                             td { @for h in &n.handlers { code { (h) } " " } }
                         }

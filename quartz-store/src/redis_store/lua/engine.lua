@@ -9,6 +9,7 @@ C.register = function()
   end
   redis.call('HSET', key, 'node_id', A.node, 'host', A.host, 'pid', A.pid, 'weight', A.weight,
     'handlers', A.handlers, 'state', 'live', 'registered_at', NOWS, 'heartbeat_at', NOWS)
+  if A.dead_after ~= '' then redis.call('HSET', key, 'dead_after', A.dead_after) else redis.call('HDEL', key, 'dead_after') end
   redis.call('SADD', k('nodes'), A.node)
   return flat(key)
 end

@@ -10,7 +10,7 @@ use quartz_testkit as common;
 use std::time::Duration;
 
 use common::{TestDb, backend_tests, wait_for};
-use quartz::admin::Admin;
+use quartz::admin::{Admin, JobDefinition, TriggerDefinition};
 use quartz::store::NodeRegistration;
 use quartz::store::internal::EngineStore;
 
@@ -64,4 +64,41 @@ async fn a_node_past_its_dead_after_is_silent_not_live(db: &TestDb) {
     assert_eq!((overview.live_nodes, overview.silent_nodes), (1, 1));
 }
 
-backend_tests!(a_node_past_its_dead_after_is_silent_not_live);
+/// With no node at all, the health the admin surface reads (and `/metrics`
+/// exports) counts a trigger no node fires as overdue, and a fire by hand
+/// as pending.
+async fn health_counts_what_no_node_is_left_to_report(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    let now = admin.now().await.unwrap();
+    let mut job = JobDefinition::new("stuck", "report");
+    job.triggers
+        .push(TriggerDefinition::every(Duration::from_secs(3600)).starting(now.saturating_add_millis(-600_000)));
+    admin.job_add(&job).await.unwrap();
+    let mut later = JobDefinition::new("later", "report");
+    later.triggers.push(TriggerDefinition::every(Duration::from_secs(3600)));
+    admin.job_add(&later).await.unwrap();
+    admin.job_trigger("later").await.unwrap();
+
+    let health = admin.health().await.unwrap();
+    assert_eq!(health.overdue_triggers, 1, "{health:?}");
+    let oldest = health.oldest_overdue_ms.unwrap();
+    assert!((600_000..700_000).contains(&oldest), "{health:?}");
+    assert_eq!(
+        (
+            health.pending_fires,
+            health.stranded_fires,
+            health.claimed_fires,
+            health.running_fires
+        ),
+        (1, 0, 0, 0)
+    );
+    assert_eq!(
+        (health.live_nodes, health.recent_failed, health.recent_succeeded),
+        (0, 0, 0)
+    );
+}
+
+backend_tests!(
+    a_node_past_its_dead_after_is_silent_not_live,
+    health_counts_what_no_node_is_left_to_report,
+);

@@ -914,6 +914,14 @@ fn serve_answers_the_api_and_refuses_an_open_address_without_a_token() {
     assert_eq!(http_get(&addr, "/api/v1/jobs", None).0, 401);
     let (status, metrics) = http_get(&addr, "/metrics", Some("reader"));
     assert_eq!(status, 200, "quartz serve installs the Prometheus recorder: {metrics}");
+    // No node runs: the cluster's gauges come from the database.
+    for line in [
+        "quartz_cluster_database_up{scheduler=\"cli\"} 1",
+        "quartz_cluster_nodes{scheduler=\"cli\",state=\"live\"} 0",
+        "quartz_cluster_overdue_triggers{scheduler=\"cli\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line}: {metrics}");
+    }
     assert_eq!(http_get(&addr, "/healthz", None).0, 200);
     let (status, login) = http_get(&addr, "/login", None);
     assert_eq!(status, 200, "the console's login page: {login}");

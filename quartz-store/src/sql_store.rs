@@ -8,8 +8,8 @@ use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::internal::EngineStore;
 use quartz_core::store::{
     CalendarRecord, ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DueBatch, ExecuteCas, ExecuteSpec,
-    FireQuery, FireRecord, FireState, FollowUp, Job, JobDetail, JobQuery, JobSpec, Node, NodeRef, NodeRegistration,
-    NodeState, Outcome, PendingClaim, RetryPolicy, SkippedRecord, Store, StoreError, check_name,
+    FireQuery, FireRecord, FireState, FollowUp, HealthCounts, Job, JobDetail, JobQuery, JobSpec, Node, NodeRef,
+    NodeRegistration, NodeState, Outcome, PendingClaim, RetryPolicy, SkippedRecord, Store, StoreError, check_name,
 };
 use quartz_core::trigger::TriggerState;
 use sqlx::any::AnyQueryResult;
@@ -57,6 +57,7 @@ macro_rules! fire_cols {
 type AnyQuery = sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>;
 
 mod calendars;
+mod health;
 use calendars::CalendarWrite;
 mod claims;
 mod convert;
@@ -209,6 +210,17 @@ impl Store for SqlStore {
             .await
             .map_err(db_error)?;
         rows.iter().map(decode_node).collect()
+    }
+
+    async fn health_counts(
+        &self,
+        scheduler: &str,
+        overdue_before: Timestamp,
+        stranded_before: Timestamp,
+        recent_since: Timestamp,
+    ) -> Result<HealthCounts, StoreError> {
+        self.health_read(scheduler, overdue_before, stranded_before, recent_since)
+            .await
     }
 
     async fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError> {

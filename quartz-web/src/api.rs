@@ -9,8 +9,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use quartz_core::Timestamp;
 use quartz_core::admin::{
-    CalendarView, ChangeFilter, ChangeView, FireFilter, FireView, JobDefinition, JobFilter, JobPatch, JobView,
-    ManualFire, NodeView, Overview, Page, TriggerDefinition, TriggerKind, TriggerView, deserialize_instant,
+    CalendarView, ChangeFilter, ChangeView, ClusterHealth, FireFilter, FireView, JobDefinition, JobFilter, JobPatch,
+    JobView, ManualFire, NodeView, Overview, Page, TriggerDefinition, TriggerKind, TriggerView, deserialize_instant,
     instant_schema,
 };
 use quartz_core::audit::AuditParams;
@@ -40,6 +40,7 @@ pub(crate) fn routes<S: Store + Clone>() -> Router<S> {
         .route("/changes", get(changes_list::<S>))
         .route("/audit", get(audit::<S>))
         .route("/overview", get(overview::<S>))
+        .route("/health", get(health::<S>))
         .route("/calendars", get(calendars_list::<S>))
         .route(
             "/calendars/{name}",
@@ -341,6 +342,14 @@ async fn overview<S: Store + Clone>(
     Ok(Json(state.admin.overview(window).await?))
 }
 
+/// The cluster's health as the database has it: nodes by state (silent
+/// ones apart), overdue triggers, open, pending and stranded fires, and the
+/// last five minutes' outcomes (what `/metrics` exports as gauges).
+#[utoipa::path(get, path = "/api/v1/health", tag = "cluster", responses((status = 200, body = ClusterHealth)))]
+async fn health<S: Store + Clone>(State(state): State<AppState<S>>, _: Caller) -> ApiResult<ClusterHealth> {
+    Ok(Json(state.admin.health().await?))
+}
+
 /// A cron preview's question.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -560,10 +569,10 @@ struct ChangePage {
         of a quartz-rs cluster. Authenticate with `Authorization: Bearer TOKEN` (QUARTZ_ADMIN_TOKEN reads and \
         writes, QUARTZ_READ_TOKEN reads); with no token configured only loopback callers are answered."),
     paths(jobs_list, job_add, job_get, job_edit, job_delete, job_pause, job_resume, job_trigger, fires_list,
-        nodes_list, changes_list, audit, overview, cron_preview, calendars_list, calendar_get, calendar_put,
+        nodes_list, changes_list, audit, overview, health, cron_preview, calendars_list, calendar_get, calendar_put,
         calendar_delete),
     components(schemas(JobDefinition, JobPatch, TriggerDefinition, TriggerKind, JobView, TriggerView, FireView,
-        NodeView, ChangeView, Overview, JobPage, FirePage, ChangePage, ErrorBody, ManualFire, AuditView,
+        NodeView, ChangeView, Overview, ClusterHealth, JobPage, FirePage, ChangePage, ErrorBody, ManualFire, AuditView,
         ViolationView, Preview, CalendarDefinition, CalendarType, CalendarView)),
     modifiers(&BearerAuth),
     security(("bearer" = []))

@@ -33,6 +33,7 @@ pub mod access;
 mod api;
 mod console;
 pub mod error;
+pub mod health;
 pub mod sessions;
 mod versions;
 
@@ -186,7 +187,11 @@ async fn healthz<S: Store + Clone>(State(state): State<AppState<S>>) -> Response
 /// The Prometheus text exposition of the process's metrics (read access).
 async fn metrics_text<S: Store + Clone>(State(state): State<AppState<S>>, _: Caller) -> Response {
     match &state.metrics {
-        Some(handle) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render()).into_response(),
+        Some(handle) => {
+            // The cluster's gauges, read now: they outlive the nodes.
+            health::refresh(&state.admin).await;
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render()).into_response()
+        }
         None => ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",

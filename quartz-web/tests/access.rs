@@ -41,6 +41,7 @@ fn routes() -> Vec<(&'static str, &'static str, Option<serde_json::Value>, bool)
         ("DELETE", "/api/v1/jobs/probe", None, true),
         ("GET", "/api/v1/fires", None, false),
         ("GET", "/api/v1/nodes", None, false),
+        ("GET", "/api/v1/health", None, false),
         ("GET", "/api/v1/changes", None, false),
         ("GET", "/api/v1/audit", None, false),
         ("GET", "/api/v1/overview", None, false),

@@ -82,5 +82,41 @@ async fn scrape(db: &TestDb) {
     })
     .await;
     assert_eq!(http::get(addr, "GET", "/metrics", None).await.status, 401);
+
+    // The cluster's gauges, read from the database at the scrape.
+    let text = http::get(addr, "GET", "/metrics", Some("reader")).await.body;
+    let gauge = |name: &str, labels: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(labels))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name} with {labels}: {text}"))
+    };
+    assert_eq!(gauge("quartz_cluster_database_up", "scheduler=\"metrics-web\""), 1.0);
+    assert_eq!(gauge("quartz_cluster_nodes", "state=\"live\""), 1.0);
+    assert_eq!(gauge("quartz_cluster_nodes", "state=\"silent\""), 0.0);
+    assert_eq!(gauge("quartz_cluster_overdue_triggers", "scheduler"), 0.0);
+    assert!(gauge("quartz_cluster_recent_fires", "state=\"succeeded\"") >= 5.0);
+    for name in quartz_web::health::ALL {
+        assert!(text.contains(&format!("\n{name}{{")), "{name} exported: {text}");
+    }
+    // The exposition as Prometheus's own parser reads it.
+    if let Some(promtool) = quartz_testkit::tools::debian_program("promtool", "prometheus", "check the exposition") {
+        use std::io::Write;
+        let mut check = std::process::Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        check.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        let out = check.wait_with_output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!said.contains("error while linting"), "{said}");
+    }
     node.shutdown().await;
 }

@@ -129,6 +129,7 @@ fn probes() -> Vec<Probe> {
         ),
         probe("GET", "/api/v1/fires", "/api/v1/fires?since=yesterday", None),
         probe("GET", "/api/v1/nodes", "/api/v1/nodes", None),
+        probe("GET", "/api/v1/health", "/api/v1/health", None),
         probe("GET", "/api/v1/changes", "/api/v1/changes?job=probe&limit=5", None),
         probe("GET", "/api/v1/audit", "/api/v1/audit?since=2026-01-01T00:00:00Z", None),
         probe("GET", "/api/v1/overview", "/api/v1/overview?window_ms=60000", None),

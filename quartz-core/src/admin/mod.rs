@@ -47,7 +47,8 @@ pub use definition::{JobDefinition, TriggerDefinition, TriggerKind, deserialize_
 pub use error::AdminError;
 pub use patch::JobPatch;
 pub use views::{
-    BrokenTrigger, ChangeView, FireView, JobView, ManualFire, NodeView, Overview, Page, TriggerView, summary,
+    BrokenTrigger, ChangeView, ClusterHealth, FireView, JobView, ManualFire, NodeView, Overview, Page, TriggerView,
+    summary,
 };
 
 use crate::audit::{AuditParams, AuditReport};
@@ -60,6 +61,14 @@ pub const UPCOMING: usize = 5;
 pub const MAX_PAGE: u32 = 500;
 /// The most ledger rows the overview reads.
 pub const OVERVIEW_FIRES: u32 = 20_000;
+/// How far past its next fire time a waiting trigger counts as overdue in
+/// [`Admin::health`]: a minute, well past a poll's window.
+pub const HEALTH_OVERDUE_MS: i64 = 60_000;
+/// How far past its due time a pending fire counts as stranded in
+/// [`Admin::health`].
+pub const HEALTH_STRANDED_MS: i64 = 60_000;
+/// The span of [`Admin::health`]'s recent counts: five minutes.
+pub const HEALTH_WINDOW_MS: i64 = 300_000;
 /// The most fire times a cron preview computes.
 pub const MAX_PREVIEW: usize = 100;
 
@@ -564,6 +573,49 @@ impl<S: Store> Admin<S> {
     /// The store's errors.
     pub async fn now(&self) -> Result<Timestamp, AdminError> {
         Ok(self.store.now().await?)
+    }
+
+    /// The cluster's health as the database has it (see [`ClusterHealth`]):
+    /// nodes by state (silent ones apart), overdue waiting triggers,
+    /// open, pending and stranded fires, and the last
+    /// [`HEALTH_WINDOW_MS`]'s outcomes. A handful of reads on indexes, for
+    /// every scrape of `/metrics`.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    pub async fn health(&self) -> Result<ClusterHealth, AdminError> {
+        let now = self.store.now().await?;
+        let nodes = self.store.list_nodes(&self.scheduler).await?;
+        let counts = self
+            .store
+            .health_counts(
+                &self.scheduler,
+                now.saturating_add_millis(-HEALTH_OVERDUE_MS),
+                now.saturating_add_millis(-HEALTH_STRANDED_MS),
+                now.saturating_add_millis(-HEALTH_WINDOW_MS),
+            )
+            .await?;
+        let silent = |n: &&crate::store::Node| views::is_silent(n, now);
+        let in_state = |s: NodeState| nodes.iter().filter(|n| n.state == s).count();
+        let silent_nodes = nodes.iter().filter(silent).count();
+        Ok(ClusterHealth {
+            now: now.as_millis(),
+            live_nodes: in_state(NodeState::Live) - silent_nodes,
+            silent_nodes,
+            dead_nodes: in_state(NodeState::Dead),
+            gone_nodes: in_state(NodeState::Gone),
+            overdue_triggers: counts.overdue_triggers,
+            oldest_overdue_ms: counts.oldest_overdue.map(|t| now.as_millis() - t.as_millis()),
+            claimed_fires: counts.claimed,
+            running_fires: counts.running,
+            pending_fires: counts.pending,
+            stranded_fires: counts.stranded,
+            window_ms: HEALTH_WINDOW_MS,
+            recent_succeeded: counts.recent_succeeded,
+            recent_failed: counts.recent_failed,
+            recent_misfired: counts.recent_misfired,
+        })
     }
 
     /// The cluster at a glance over the last `window_ms`: nodes, jobs, and

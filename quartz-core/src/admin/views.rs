@@ -514,3 +514,45 @@ pub(super) fn overview(now: Timestamp, window_ms: i64, nodes: &[Node], jobs: &[J
         lateness_histogram: histogram,
     }
 }
+
+/// The cluster's health as the database has it, whether or not any node is
+/// alive to report it ([`Admin::health`](super::Admin::health)): what
+/// `/metrics` exports as the `quartz_cluster_*` gauges, and what alerts
+/// are written on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ClusterHealth {
+    /// The database's now (epoch ms).
+    pub now: i64,
+    /// Nodes live and heartbeating within their `dead_after`.
+    pub live_nodes: usize,
+    /// Nodes live by their row whose heartbeat is older than their
+    /// `dead_after`.
+    pub silent_nodes: usize,
+    /// Nodes declared dead.
+    pub dead_nodes: usize,
+    /// Nodes that left on shutdown.
+    pub gone_nodes: usize,
+    /// Waiting triggers more than [`HEALTH_OVERDUE_MS`](super::HEALTH_OVERDUE_MS)
+    /// past their next fire time: no node is firing them.
+    pub overdue_triggers: u64,
+    /// How far past its next fire time the oldest of them is (ms).
+    pub oldest_overdue_ms: Option<i64>,
+    /// Fires claimed and not started.
+    pub claimed_fires: u64,
+    /// Fires running.
+    pub running_fires: u64,
+    /// Pending fires: retries, late runs, fires by hand.
+    pub pending_fires: u64,
+    /// Pending fires more than [`HEALTH_STRANDED_MS`](super::HEALTH_STRANDED_MS)
+    /// past their due time, unclaimed.
+    pub stranded_fires: u64,
+    /// The span of the recent counts, back from `now` (ms).
+    pub window_ms: i64,
+    /// Fires scheduled in the window that succeeded.
+    pub recent_succeeded: u64,
+    /// ... that failed.
+    pub recent_failed: u64,
+    /// ... that misfired.
+    pub recent_misfired: u64,
+}

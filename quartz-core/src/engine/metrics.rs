@@ -39,6 +39,35 @@
 
 use super::Counters;
 
+/// Every metric a node records, by name.
+pub const ALL: [&str; 25] = [
+    POLLS,
+    POLL_ROWS,
+    POLL_DURATION,
+    CLAIMED,
+    CLAIMS_LOST,
+    STARTED,
+    LATENESS,
+    SUCCEEDED,
+    FAILED,
+    TIMED_OUT,
+    REJECTED,
+    MISFIRES,
+    FENCED,
+    RECOVERED,
+    RECOMPUTED,
+    CHAINED,
+    PURGED,
+    OUTCOMES,
+    ABANDONED,
+    POOL_THREADS,
+    POOL_BUSY,
+    POOL_QUEUED,
+    POOL_REJECTED,
+    LIVE_NODES,
+    PHASE,
+];
+
 /// Polls made.
 pub const POLLS: &str = "quartz_polls_total";
 /// Due executes the polls read.

@@ -33,8 +33,8 @@ pub use codec::TriggerColumns;
 pub use error::StoreError;
 pub use rows::{
     ChainedFire, ChangeAction, ChangeQuery, ChangeRecord, DEFAULT_ACTOR, DueBatch, Execute, ExecuteState, FireQuery,
-    FireRecord, FireState, FollowUp, Job, JobDetail, JobQuery, JobState, Node, NodeRef, NodeState, Outcome,
-    PendingClaim, RejectedRow,
+    FireRecord, FireState, FollowUp, HealthCounts, Job, JobDetail, JobQuery, JobState, Node, NodeRef, NodeState,
+    Outcome, PendingClaim, RejectedRow,
 };
 pub(crate) use spec::duration_of;
 pub use spec::{
@@ -157,6 +157,19 @@ pub trait Store: internal::EngineStore {
         name: &str,
         expected_version: Option<i64>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The counts the cluster's health gauges show (see [`HealthCounts`]):
+    /// waiting triggers whose next fire time is before `overdue_before`,
+    /// open fires by state, pending fires due before `stranded_before`, and
+    /// fires scheduled since `recent_since` by outcome. Bounded reads (on
+    /// indexes), meant for every scrape.
+    fn health_counts(
+        &self,
+        scheduler: &str,
+        overdue_before: Timestamp,
+        stranded_before: Timestamp,
+        recent_since: Timestamp,
+    ) -> impl Future<Output = Result<HealthCounts, StoreError>> + Send;
 
     /// Ledger rows, newest first.
     fn fires(&self, query: &FireQuery) -> impl Future<Output = Result<Vec<FireRecord>, StoreError>> + Send;

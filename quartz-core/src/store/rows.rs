@@ -490,3 +490,28 @@ impl ChangeQuery {
         }
     }
 }
+
+/// What the cluster's health gauges read from the ledger and the triggers
+/// ([`Store::health_counts`](super::Store::health_counts)): enough to alert
+/// on with no node alive to report it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HealthCounts {
+    /// Waiting triggers whose next fire time is before the overdue instant.
+    pub overdue_triggers: u64,
+    /// The earliest next fire time among them.
+    pub oldest_overdue: Option<Timestamp>,
+    /// Fires claimed and not started.
+    pub claimed: u64,
+    /// Fires running.
+    pub running: u64,
+    /// Pending fires (retries, late runs, fires by hand).
+    pub pending: u64,
+    /// Pending fires due before the stranded instant and still unclaimed.
+    pub stranded: u64,
+    /// Fires scheduled since the recent instant that succeeded.
+    pub recent_succeeded: u64,
+    /// ... that failed.
+    pub recent_failed: u64,
+    /// ... that misfired.
+    pub recent_misfired: u64,
+}

@@ -7,8 +7,9 @@
 use quartz_core::Timestamp;
 use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{
-    CalendarRecord, ChangeAction, ChangeQuery, ChangeRecord, ExecuteSpec, ExecuteState, FireQuery, FireRecord, Job,
-    JobDetail, JobQuery, JobSpec, JobState, Node, RejectedRow, Store, StoreError, check_name, millis_of,
+    CalendarRecord, ChangeAction, ChangeQuery, ChangeRecord, ExecuteSpec, ExecuteState, FireQuery, FireRecord,
+    HealthCounts, Job, JobDetail, JobQuery, JobSpec, JobState, Node, RejectedRow, Store, StoreError, check_name,
+    millis_of,
 };
 use serde_json::{Value, json};
 
@@ -455,6 +456,36 @@ impl Store for RedisStore {
         });
         self.job_change(scheduler, "job_pause", name, None, args).await?;
         self.require_job(scheduler, name).await
+    }
+
+    async fn health_counts(
+        &self,
+        scheduler: &str,
+        overdue_before: Timestamp,
+        stranded_before: Timestamp,
+        recent_since: Timestamp,
+    ) -> Result<HealthCounts, StoreError> {
+        let args = json!({
+            "overdue_before": num(overdue_before.as_millis()),
+            "stranded_before": num(stranded_before.as_millis()),
+            "recent_since": num(recent_since.as_millis()),
+        });
+        let reply: Vec<String> = self.run(scheduler, 0, "health", &args).await?;
+        let n = |i: usize| reply.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        Ok(HealthCounts {
+            overdue_triggers: n(0),
+            oldest_overdue: reply
+                .get(1)
+                .and_then(|v| v.parse::<f64>().ok())
+                .map(|ms| Timestamp::from_millis(ms as i64)),
+            claimed: n(2),
+            running: n(3),
+            pending: n(4),
+            stranded: n(5),
+            recent_succeeded: n(6),
+            recent_failed: n(7),
+            recent_misfired: n(8),
+        })
     }
 
     async fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError> {

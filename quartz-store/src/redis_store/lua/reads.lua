@@ -335,4 +335,26 @@ C.executes_purge = function()
   return deleted
 end
 
+
+-- The counts of the cluster's health gauges: overdue waiting executes and
+-- the oldest one's time, open fires by state, stranded pending fires, and
+-- recent fires by outcome (by fire time).
+C.health = function()
+  local overdue = redis.call('ZCOUNT', k('due'), '-inf', '(' .. A.overdue_before)
+  local oldest = ''
+  local first = redis.call('ZRANGE', k('due'), 0, 0, 'WITHSCORES')
+  if #first == 2 and tonumber(first[2]) < tonumber(A.overdue_before) then oldest = first[2] end
+  local claimed, running = 0, 0
+  for _, id in ipairs(redis.call('SMEMBERS', k('open'))) do
+    local state = g(fire_key(id), 'state')
+    if state == 'claimed' then claimed = claimed + 1 elseif state == 'running' then running = running + 1 end
+  end
+  local out = { s(overdue), oldest, s(claimed), s(running), s(redis.call('ZCARD', k('pending'))),
+    s(redis.call('ZCOUNT', k('pending'), '-inf', '(' .. A.stranded_before)) }
+  for _, state in ipairs({ 'succeeded', 'failed', 'misfired' }) do
+    out[#out + 1] = s(redis.call('ZCOUNT', k('done:' .. state), A.recent_since, '+inf'))
+  end
+  return out
+end
+
 return C[ARGV[1]]()

@@ -7,8 +7,8 @@ use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::internal::EngineStore;
 use quartz_core::store::{
     CalendarRecord, ChainedFire, ChangeQuery, ChangeRecord, Claim, DueBatch, ExecuteCas, ExecuteSpec, FireQuery,
-    FireRecord, FireState, FollowUp, HealthCounts, Job, JobDetail, JobQuery, JobSpec, Node, NodeRef, NodeRegistration,
-    Outcome, PendingClaim, SkippedRecord, Store, StoreError,
+    FireRecord, FireRetry, FireState, FollowUp, HealthCounts, Job, JobDetail, JobQuery, JobSpec, Node, NodeRef,
+    NodeRegistration, Outcome, PendingClaim, SkippedRecord, Store, StoreError,
 };
 
 use crate::{RedisStore, SqlStore, StoreOptions};
@@ -135,6 +135,7 @@ impl Store for AnyStore {
         fn update_job(&self, scheduler: &str, name: &str, job: &JobSpec, executes: Option<&[ExecuteSpec]>, expected_version: Option<i64>) -> Result<Job, StoreError>;
         fn set_paused(&self, scheduler: &str, name: &str, paused: bool, expected_version: Option<i64>) -> Result<Job, StoreError>;
         fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError>;
+        fn retry_fire(&self, scheduler: &str, fire_id: i64) -> Result<FireRetry, StoreError>;
         fn health_counts(&self, scheduler: &str, overdue_before: Timestamp, stranded_before: Timestamp, recent_since: Timestamp) -> Result<HealthCounts, StoreError>;
         fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> Result<(), StoreError>;
         fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError>;

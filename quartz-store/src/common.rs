@@ -276,3 +276,38 @@ pub(crate) fn truncate(text: &str) -> String {
     }
     text[..end].to_owned()
 }
+
+/// A case-insensitive `LIKE` pattern (with `ESCAPE '!'`) for text anywhere
+/// in a column: `!` escapes the wildcards the same way on the three SQL
+/// backends.
+pub(crate) fn like_pattern(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len() + 2);
+    escaped.push('%');
+    for c in text.to_lowercase().chars() {
+        if matches!(c, '!' | '%' | '_') {
+            escaped.push('!');
+        }
+        escaped.push(c);
+    }
+    escaped.push('%');
+    escaped
+}
+
+/// Why a fire in `state` is not retried by hand; `None` when it may be
+/// (failed, abandoned or misfired).
+pub(crate) fn unretryable(fire_id: i64, state: &str) -> Option<String> {
+    (!matches!(state, "failed" | "abandoned" | "misfired"))
+        .then(|| format!("fire {fire_id} is {state}: only a failed, abandoned or misfired fire is retried"))
+}
+
+/// Why an attempt of a fire (from the one retried on) in `state` blocks
+/// its retry: one open, or one that succeeded.
+pub(crate) fn blocks_retry(attempt_id: i64, state: &str) -> Option<String> {
+    match state {
+        "claimed" | "running" | "pending" => {
+            Some(format!("an attempt of this fire is open: fire {attempt_id} is {state}"))
+        }
+        "succeeded" => Some(format!("an attempt of this fire succeeded since: fire {attempt_id}")),
+        _ => None,
+    }
+}

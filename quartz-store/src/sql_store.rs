@@ -8,8 +8,9 @@ use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::internal::EngineStore;
 use quartz_core::store::{
     CalendarRecord, ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DueBatch, ExecuteCas, ExecuteSpec,
-    FireQuery, FireRecord, FireState, FollowUp, HealthCounts, Job, JobDetail, JobQuery, JobSpec, Node, NodeRef,
-    NodeRegistration, NodeState, Outcome, PendingClaim, RetryPolicy, SkippedRecord, Store, StoreError, check_name,
+    FireQuery, FireRecord, FireRetry, FireState, FollowUp, HealthCounts, Job, JobDetail, JobQuery, JobSpec, Node,
+    NodeRef, NodeRegistration, NodeState, Outcome, PendingClaim, RetryPolicy, SkippedRecord, Store, StoreError,
+    check_name,
 };
 use quartz_core::trigger::TriggerState;
 use sqlx::any::AnyQueryResult;
@@ -58,6 +59,7 @@ type AnyQuery = sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>;
 
 mod calendars;
 mod health;
+mod retry;
 use calendars::CalendarWrite;
 mod claims;
 mod convert;
@@ -221,6 +223,10 @@ impl Store for SqlStore {
     ) -> Result<HealthCounts, StoreError> {
         self.health_read(scheduler, overdue_before, stranded_before, recent_since)
             .await
+    }
+
+    async fn retry_fire(&self, scheduler: &str, fire_id: i64) -> Result<FireRetry, StoreError> {
+        retry_conflicts(|| self.fire_retry_by_hand(scheduler, fire_id)).await
     }
 
     async fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError> {

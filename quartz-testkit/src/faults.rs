@@ -37,8 +37,8 @@ use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::internal::EngineStore;
 use quartz_core::store::{
     CalendarRecord, ChainedFire, ChangeQuery, ChangeRecord, Claim, DueBatch, ExecuteCas, ExecuteSpec, FireQuery,
-    FireRecord, FireState, FollowUp, HealthCounts, Job, JobDetail, JobQuery, JobSpec, Node, NodeRef, NodeRegistration,
-    Outcome, PendingClaim, SkippedRecord, Store, StoreError,
+    FireRecord, FireRetry, FireState, FollowUp, HealthCounts, Job, JobDetail, JobQuery, JobSpec, Node, NodeRef,
+    NodeRegistration, Outcome, PendingClaim, SkippedRecord, Store, StoreError,
 };
 
 /// What one faulted call does.
@@ -257,6 +257,7 @@ faulty! {
     fn update_job(&self, scheduler: &str, name: &str, job: &JobSpec, executes: Option<&[ExecuteSpec]>, expected_version: Option<i64>) -> Job;
     fn set_paused(&self, scheduler: &str, name: &str, paused: bool, expected_version: Option<i64>) -> Job;
     fn fire_now(&self, scheduler: &str, name: &str) -> (i64, Timestamp);
+    fn retry_fire(&self, scheduler: &str, fire_id: i64) -> FireRetry;
     fn health_counts(&self, scheduler: &str, overdue_before: Timestamp, stranded_before: Timestamp, recent_since: Timestamp) -> HealthCounts;
     fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> ();
     fn fires(&self, query: &FireQuery) -> Vec<FireRecord>;

@@ -10,8 +10,8 @@ use axum::routing::{get, post};
 use quartz_core::Timestamp;
 use quartz_core::admin::{
     CalendarView, ChangeFilter, ChangeView, ClusterHealth, FireFilter, FireView, JobDefinition, JobFilter, JobPatch,
-    JobView, ManualFire, NodeView, Overview, Page, TriggerDefinition, TriggerKind, TriggerView, deserialize_instant,
-    instant_schema,
+    JobStats, JobView, ManualFire, NodeView, Overview, Page, TriggerDefinition, TriggerKind, TriggerView,
+    deserialize_instant, instant_schema,
 };
 use quartz_core::audit::AuditParams;
 use quartz_core::calendar::{CalendarDefinition, CalendarType};
@@ -35,7 +35,9 @@ pub(crate) fn routes<S: Store + Clone>() -> Router<S> {
         .route("/jobs/{name}/pause", post(job_pause::<S>))
         .route("/jobs/{name}/resume", post(job_resume::<S>))
         .route("/jobs/{name}/trigger", post(job_trigger::<S>))
+        .route("/jobs/{name}/stats", get(job_stats::<S>))
         .route("/fires", get(fires_list::<S>))
+        .route("/fires/{id}/retry", post(fire_retry::<S>))
         .route("/nodes", get(nodes_list::<S>))
         .route("/changes", get(changes_list::<S>))
         .route("/audit", get(audit::<S>))
@@ -214,6 +216,37 @@ async fn fires_list<S: Store + Clone>(
     ApiQuery(filter): ApiQuery<FireFilter>,
 ) -> ApiResult<Page<FireView>> {
     Ok(Json(state.admin.fires(&filter).await?))
+}
+
+/// How a job's last 200 fires went: success rate, run times, the last
+/// failure (a deleted job's too, by the name it had).
+#[utoipa::path(get, path = "/api/v1/jobs/{name}/stats", params(("name" = String, Path, description = "the job's name")),
+    tag = "jobs", responses((status = 200, body = JobStats), (status = 404, body = ErrorBody)))]
+async fn job_stats<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    _: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<JobStats> {
+    Ok(Json(state.admin.job_stats(&name).await?))
+}
+
+/// Retries a failed, abandoned or misfired fire: a new attempt of it,
+/// pending now (its ledger row is the answer), run by the first node with
+/// the job's handler. 409 saying why when it cannot be retried.
+#[utoipa::path(post, path = "/api/v1/fires/{id}/retry", params(("id" = i64, Path, description = "the fire's ledger id")),
+    tag = "history", responses((status = 202, body = FireView), (status = 400, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn fire_retry<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    caller.require_admin()?;
+    let id: i64 = id
+        .parse()
+        .map_err(|_| ApiError::invalid("id", format!("{id:?} is not a fire id")))?;
+    let fire = state.admin.acting_as(caller.actor).fire_retry(id).await?;
+    Ok((StatusCode::ACCEPTED, Json(fire)).into_response())
 }
 
 /// The cluster's nodes, live first.
@@ -568,11 +601,11 @@ struct ChangePage {
     info(title = "quartz-rs admin API", description = "Jobs, triggers, the fire ledger, nodes and the change log \
         of a quartz-rs cluster. Authenticate with `Authorization: Bearer TOKEN` (QUARTZ_ADMIN_TOKEN reads and \
         writes, QUARTZ_READ_TOKEN reads); with no token configured only loopback callers are answered."),
-    paths(jobs_list, job_add, job_get, job_edit, job_delete, job_pause, job_resume, job_trigger, fires_list,
+    paths(jobs_list, job_add, job_get, job_edit, job_delete, job_pause, job_resume, job_trigger, job_stats, fires_list, fire_retry,
         nodes_list, changes_list, audit, overview, health, cron_preview, calendars_list, calendar_get, calendar_put,
         calendar_delete),
     components(schemas(JobDefinition, JobPatch, TriggerDefinition, TriggerKind, JobView, TriggerView, FireView,
-        NodeView, ChangeView, Overview, ClusterHealth, JobPage, FirePage, ChangePage, ErrorBody, ManualFire, AuditView,
+        NodeView, ChangeView, Overview, ClusterHealth, JobStats, JobPage, FirePage, ChangePage, ErrorBody, ManualFire, AuditView,
         ViolationView, Preview, CalendarDefinition, CalendarType, CalendarView)),
     modifiers(&BearerAuth),
     security(("bearer" = []))

@@ -96,10 +96,13 @@ impl From<AdminError> for ApiError {
     fn from(e: AdminError) -> ApiError {
         let status = match &e {
             AdminError::Invalid { .. } => StatusCode::BAD_REQUEST,
-            AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } => StatusCode::NOT_FOUND,
-            AdminError::Conflict { .. } | AdminError::CalendarExists { .. } | AdminError::InUse { .. } => {
-                StatusCode::CONFLICT
+            AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } | AdminError::FireNotFound { .. } => {
+                StatusCode::NOT_FOUND
             }
+            AdminError::Conflict { .. }
+            | AdminError::CalendarExists { .. }
+            | AdminError::InUse { .. }
+            | AdminError::Refused { .. } => StatusCode::CONFLICT,
             AdminError::Stale { .. } => StatusCode::PRECONDITION_FAILED,
             AdminError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
             AdminError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,

@@ -42,6 +42,8 @@ fn routes() -> Vec<(&'static str, &'static str, Option<serde_json::Value>, bool)
         ("GET", "/api/v1/fires", None, false),
         ("GET", "/api/v1/nodes", None, false),
         ("GET", "/api/v1/health", None, false),
+        ("GET", "/api/v1/jobs/probe/stats", None, false),
+        ("POST", "/api/v1/fires/1/retry", None, true),
         ("GET", "/api/v1/changes", None, false),
         ("GET", "/api/v1/audit", None, false),
         ("GET", "/api/v1/overview", None, false),

@@ -614,6 +614,7 @@ async fn the_forms_preview_passes_over_its_calendars_exclusions(db: &TestDb) {
 }
 
 backend_tests!(
+    the_history_pages_back_and_forth_and_retries_a_failed_fire,
     deleted_jobs_and_calendars_are_linked_where_they_are,
     an_edit_keeps_every_trigger_field_it_did_not_change,
     two_editors_of_one_job_are_told_not_overwritten,
@@ -986,4 +987,94 @@ async fn deleted_jobs_and_calendars_are_linked_where_they_are(db: &TestDb) {
         "a job's change links its fires: {}",
         changes.body
     );
+}
+
+/// The history page: searched by error text and node, paged forward and
+/// back, a failed fire retried from its row; a job's page shows its
+/// success rate.
+async fn the_history_pages_back_and_forth_and_retries_a_failed_fire(db: &TestDb) {
+    let node = quartz_core::engine::SchedulerBuilder::new(CLUSTER)
+        .settings(quartz_testkit::fast_settings())
+        .handler("disk", |_| Err("Disk full on /var".into()))
+        .start(db.store().await)
+        .await
+        .unwrap();
+    let admin = node.admin();
+    let mut job = JobDefinition::new("backup", "disk");
+    job.triggers.push(TriggerDefinition::cron("0 0 0 1 1 ? 2099", "UTC"));
+    admin.job_add(&job).await.unwrap();
+    for _ in 0..105 {
+        admin.job_trigger("backup").await.unwrap();
+    }
+    quartz_testkit::wait_for(std::time::Duration::from_secs(30), "105 failed fires", || async {
+        let filter = quartz_core::admin::FireFilter {
+            state: Some("failed".into()),
+            limit: Some(500),
+            ..Default::default()
+        };
+        let n = admin.fires(&filter).await.unwrap().items.len();
+        if n >= 105 { Ok(()) } else { Err(format!("{n} so far")) }
+    })
+    .await;
+    // No node from here: a retry stays pending.
+    node.shutdown().await;
+    let addr = server(admin.clone()).await;
+    let cookie = login(addr, ADMIN).await;
+    let first_row = |body: &str| {
+        let row = body.split("<tr data-state=").nth(1).unwrap();
+        row.split("<td>").nth(1).unwrap().split('<').next().unwrap().to_owned()
+    };
+    let href = |body: &str, class: &str| {
+        let link = body.split(&format!("<a class=\"{class}\" href=\"")).nth(1)?;
+        Some(link.split('"').next().unwrap().replace("&amp;", "&"))
+    };
+
+    let one = page(addr, "/fires?error=DISK%20full", Some(&cookie)).await;
+    assert_eq!(one.status, 200, "{}", one.body);
+    assert_eq!(one.body.matches("<tr data-state=").count(), 100);
+    assert!(href(&one.body, "back").is_none(), "no page before the first");
+    let two = page(addr, &href(&one.body, "next").unwrap(), Some(&cookie)).await;
+    assert_eq!(two.body.matches("<tr data-state=").count(), 5, "{}", two.body);
+    assert!(href(&two.body, "next").is_none());
+    let back = page(addr, &href(&two.body, "back").unwrap(), Some(&cookie)).await;
+    assert_eq!(first_row(&back.body), first_row(&one.body), "back to the first page");
+    assert!(back.body.contains("error=DISK"), "the filter kept: {}", back.body);
+    let elsewhere = page(addr, "/fires?node=elsewhere", Some(&cookie)).await;
+    assert!(elsewhere.body.contains("No fires match."), "{}", elsewhere.body);
+
+    // Retry the newest from its row.
+    let id = first_row(&one.body);
+    assert!(
+        one.body.contains(&format!("action=\"/fires/{id}/retry\"")),
+        "a Retry button"
+    );
+    let csrf = csrf_of(&one.body);
+    let retried = post(
+        addr,
+        &format!("/fires/{id}/retry"),
+        Some(&cookie),
+        &[("csrf", &csrf)],
+        &[],
+    )
+    .await;
+    assert_eq!(retried.status, 303, "{}", retried.body);
+    let notice = page(addr, retried.header("location").unwrap(), Some(&cookie)).await;
+    assert!(
+        notice.body.contains(&format!("Retried fire {id}: attempt 2")),
+        "{}",
+        notice.body
+    );
+    let again = post(
+        addr,
+        &format!("/fires/{id}/retry"),
+        Some(&cookie),
+        &[("csrf", &csrf)],
+        &[],
+    )
+    .await;
+    assert_eq!(again.status, 409, "{}", again.body);
+
+    let job_page = page(addr, "/jobs/backup", Some(&cookie)).await;
+    let stats = job_page.body.split("id=\"job-stats\"").nth(1).unwrap();
+    assert!(stats.contains("0.0%</strong> succeeded"), "{stats}");
 }

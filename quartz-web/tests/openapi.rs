@@ -128,6 +128,13 @@ fn probes() -> Vec<Probe> {
             None,
         ),
         probe("GET", "/api/v1/fires", "/api/v1/fires?since=yesterday", None),
+        probe("GET", "/api/v1/jobs/{name}/stats", "/api/v1/jobs/probe/stats", None),
+        probe("GET", "/api/v1/jobs/{name}/stats", "/api/v1/jobs/missing/stats", None),
+        // Fire 1 is the probe's fire by hand, pending (no node runs here).
+        probe("POST", "/api/v1/fires/{id}/retry", "/api/v1/fires/1/retry", None),
+        probe("POST", "/api/v1/fires/{id}/retry", "/api/v1/fires/999999/retry", None),
+        probe("POST", "/api/v1/fires/{id}/retry", "/api/v1/fires/one/retry", None),
+        probe("GET", "/api/v1/fires", "/api/v1/fires?error=boom&node=n1", None),
         probe("GET", "/api/v1/nodes", "/api/v1/nodes", None),
         probe("GET", "/api/v1/health", "/api/v1/health", None),
         probe("GET", "/api/v1/changes", "/api/v1/changes?job=probe&limit=5", None),

@@ -27,6 +27,20 @@ pub enum AdminError {
         /// The name asked for.
         name: String,
     },
+    /// No fire of that id.
+    #[error("no fire {id}")]
+    FireNotFound {
+        /// The id asked for.
+        id: i64,
+    },
+    /// What was asked cannot be done in the state things are in (a retry
+    /// of a fire that did not fail, or whose job is paused); nothing was
+    /// changed.
+    #[error("{reason}")]
+    Refused {
+        /// Why, in words.
+        reason: String,
+    },
     /// A calendar still in use cannot be deleted.
     #[error("calendar {name:?} is in use by {}", users.join(", "))]
     InUse {
@@ -99,8 +113,13 @@ impl AdminError {
     pub fn code(&self) -> &'static str {
         match self {
             AdminError::Invalid { .. } => "invalid",
-            AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } => "not_found",
-            AdminError::Conflict { .. } | AdminError::CalendarExists { .. } | AdminError::InUse { .. } => "conflict",
+            AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } | AdminError::FireNotFound { .. } => {
+                "not_found"
+            }
+            AdminError::Conflict { .. }
+            | AdminError::CalendarExists { .. }
+            | AdminError::InUse { .. }
+            | AdminError::Refused { .. } => "conflict",
             AdminError::Stale { .. } => "stale",
             AdminError::Busy { .. } => "busy",
             AdminError::Unavailable { .. } => "unavailable",

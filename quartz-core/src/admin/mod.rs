@@ -47,12 +47,14 @@ pub use definition::{JobDefinition, TriggerDefinition, TriggerKind, deserialize_
 pub use error::AdminError;
 pub use patch::JobPatch;
 pub use views::{
-    BrokenTrigger, ChangeView, ClusterHealth, FireView, JobView, ManualFire, NodeView, Overview, Page, TriggerView,
-    summary,
+    BrokenTrigger, ChangeView, ClusterHealth, FireView, JobStats, JobView, ManualFire, NodeView, Overview, Page,
+    TriggerView, summary,
 };
 
 use crate::audit::{AuditParams, AuditReport};
-use crate::store::{ChangeQuery, ExecuteSpec, FireQuery, FireState, JobQuery, JobSpec, JobState, NodeState, Store};
+use crate::store::{
+    ChangeQuery, ExecuteSpec, FireQuery, FireRetry, FireState, JobQuery, JobSpec, JobState, NodeState, Store,
+};
 use crate::time::Timestamp;
 
 /// How many next fire times a job's view shows per trigger.
@@ -69,6 +71,8 @@ pub const HEALTH_OVERDUE_MS: i64 = 60_000;
 pub const HEALTH_STRANDED_MS: i64 = 60_000;
 /// The span of [`Admin::health`]'s recent counts: five minutes.
 pub const HEALTH_WINDOW_MS: i64 = 300_000;
+/// The ledger rows [`Admin::job_stats`] reads.
+pub const JOB_STATS_FIRES: u32 = 200;
 /// The most fire times a cron preview computes.
 pub const MAX_PREVIEW: usize = 100;
 
@@ -97,6 +101,10 @@ pub struct FireFilter {
     pub job: Option<String>,
     /// Only the fires of the job of this id (a deleted job's too).
     pub job_id: Option<i64>,
+    /// Only fires whose error contains this text (case-insensitive).
+    pub error: Option<String>,
+    /// Only fires claimed by this node (its id).
+    pub node: Option<String>,
     /// Only fires in this state.
     pub state: Option<String>,
     /// Only fires scheduled at or after this (epoch ms or RFC 3339).
@@ -236,6 +244,20 @@ impl<S: Store> Admin<S> {
             .await?
             .ok_or_else(|| AdminError::NotFound { name: name.to_owned() })?;
         Ok(JobView::new(&detail, UPCOMING))
+    }
+
+    /// How a job's last [`JOB_STATS_FIRES`] fires went: success rate, run
+    /// times, the last failure.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::NotFound`]; the store's errors.
+    pub async fn job_stats(&self, name: &str) -> Result<JobStats, AdminError> {
+        let mut query = FireQuery::new(self.scheduler.clone());
+        query.job_id = Some(self.job_id_by_name(name).await?);
+        query.limit = JOB_STATS_FIRES;
+        let fires = self.store.fires(&query).await?;
+        Ok(JobStats::of(name, &fires))
     }
 
     /// Adds a job with its triggers; on any error nothing is stored.
@@ -461,6 +483,8 @@ impl<S: Store> Admin<S> {
         let limit = page_limit(filter.limit)?;
         let mut query = FireQuery::new(self.scheduler.clone());
         query.job_id = filter.job_id;
+        query.error_contains = filter.error.clone().filter(|e| !e.is_empty());
+        query.node_id = filter.node.clone().filter(|n| !n.is_empty());
         if let Some(name) = filter.job.as_deref().filter(|j| !j.is_empty()) {
             query.job_id = Some(self.job_id_by_name(name).await?);
         }
@@ -481,6 +505,36 @@ impl<S: Store> Admin<S> {
                 .collect(),
             next,
         })
+    }
+
+    /// Retries a finished fire by hand: a new attempt of it (the next
+    /// attempt number, recorded as such), pending now, run by the first
+    /// node with its job's handler and a free thread. Returns the new
+    /// attempt's ledger row.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::FireNotFound`]; [`AdminError::Refused`] saying why
+    /// when the fire did not fail (or abandon, or misfire), an attempt of
+    /// it is open or succeeded since, or its job is gone or paused; the
+    /// store's errors.
+    pub async fn fire_retry(&self, fire_id: i64) -> Result<FireView, AdminError> {
+        match self.store.retry_fire(&self.scheduler, fire_id).await? {
+            FireRetry::NotFound => Err(AdminError::FireNotFound { id: fire_id }),
+            FireRetry::Refused(reason) => Err(AdminError::Refused { reason }),
+            FireRetry::Pending { fire_id: new, .. } => {
+                let mut query = FireQuery::new(self.scheduler.clone());
+                query.before_id = Some(new + 1);
+                query.limit = 1;
+                let fires = self.store.fires(&query).await?;
+                let fire = fires
+                    .into_iter()
+                    .find(|f| f.id == new)
+                    .ok_or(AdminError::FireNotFound { id: new })?;
+                let names = self.job_names(std::iter::once(fire.job_id)).await?;
+                Ok(FireView::new(&fire, names.get(&fire.job_id).cloned()))
+            }
+        }
     }
 
     /// The id of the job of a name: the job's now, else the one its

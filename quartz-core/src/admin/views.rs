@@ -4,7 +4,9 @@
 
 use serde::Serialize;
 
-use crate::store::{ChangeRecord, Execute, FireRecord, Job, JobDetail, Node, NodeState, RejectedRow, TriggerColumns};
+use crate::store::{
+    ChangeRecord, Execute, FireRecord, FireState, Job, JobDetail, Node, NodeState, RejectedRow, TriggerColumns,
+};
 use crate::time::Timestamp;
 use crate::trigger::Schedule;
 
@@ -452,7 +454,7 @@ pub struct Overview {
 const LATENESS_BUCKETS: [i64; 6] = [10, 50, 100, 500, 1_000, 5_000];
 
 pub(super) fn overview(now: Timestamp, window_ms: i64, nodes: &[Node], jobs: &[Job], fires: &[FireRecord]) -> Overview {
-    use crate::store::{FireState, JobState};
+    use crate::store::JobState;
     let count = |state: FireState| fires.iter().filter(|f| f.state == state).count();
     let minutes = usize::try_from(window_ms.div_euclid(60_000).max(1)).unwrap_or(1);
     let mut per_minute = vec![0; minutes];
@@ -555,4 +557,59 @@ pub struct ClusterHealth {
     pub recent_failed: u64,
     /// ... that misfired.
     pub recent_misfired: u64,
+}
+
+/// How a job's recent fires went ([`Admin::job_stats`](super::Admin::job_stats)):
+/// over its last [`JOB_STATS_FIRES`](super::JOB_STATS_FIRES) ledger rows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobStats {
+    /// The job.
+    pub job: String,
+    /// Ledger rows read (the newest first).
+    pub fires_read: usize,
+    /// Of them, attempts that succeeded.
+    pub succeeded: usize,
+    /// ... that failed (an error, a panic, a timeout).
+    pub failed: usize,
+    /// ... that misfired or were abandoned.
+    pub missed: usize,
+    /// Succeeded out of succeeded and failed (`None` when neither).
+    pub success_rate: Option<f64>,
+    /// The mean run time of the attempts that ran to an end, in ms.
+    pub mean_duration_ms: Option<i64>,
+    /// The longest of them, in ms.
+    pub max_duration_ms: Option<i64>,
+    /// When the last failed attempt was scheduled (epoch ms).
+    pub last_failure: Option<i64>,
+}
+
+impl JobStats {
+    /// The figures of a job's ledger rows.
+    pub fn of(job: &str, fires: &[FireRecord]) -> JobStats {
+        let count = |s: FireState| fires.iter().filter(|f| f.state == s).count();
+        let (succeeded, failed) = (count(FireState::Succeeded), count(FireState::Failed));
+        let durations: Vec<i64> = fires
+            .iter()
+            .filter_map(|f| Some(f.finished_at?.as_millis() - f.started_at?.as_millis()))
+            .collect();
+        #[allow(clippy::cast_precision_loss)]
+        let rate = (succeeded + failed > 0).then(|| succeeded as f64 / (succeeded + failed) as f64);
+        JobStats {
+            job: job.to_owned(),
+            fires_read: fires.len(),
+            succeeded,
+            failed,
+            missed: count(FireState::Misfired) + count(FireState::Abandoned),
+            success_rate: rate,
+            mean_duration_ms: (!durations.is_empty())
+                .then(|| durations.iter().sum::<i64>() / i64::try_from(durations.len()).unwrap_or(1)),
+            max_duration_ms: durations.iter().max().copied(),
+            last_failure: fires
+                .iter()
+                .filter(|f| f.state == FireState::Failed)
+                .map(|f| f.fire_time.as_millis())
+                .max(),
+        }
+    }
 }

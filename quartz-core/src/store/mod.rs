@@ -33,8 +33,8 @@ pub use codec::TriggerColumns;
 pub use error::StoreError;
 pub use rows::{
     ChainedFire, ChangeAction, ChangeQuery, ChangeRecord, DEFAULT_ACTOR, DueBatch, Execute, ExecuteState, FireQuery,
-    FireRecord, FireState, FollowUp, HealthCounts, Job, JobDetail, JobQuery, JobState, Node, NodeRef, NodeState,
-    Outcome, PendingClaim, RejectedRow,
+    FireRecord, FireRetry, FireState, FollowUp, HealthCounts, Job, JobDetail, JobQuery, JobState, Node, NodeRef,
+    NodeState, Outcome, PendingClaim, RejectedRow,
 };
 pub(crate) use spec::duration_of;
 pub use spec::{
@@ -157,6 +157,14 @@ pub trait Store: internal::EngineStore {
         name: &str,
         expected_version: Option<i64>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Retries a finished fire by hand: a new attempt of the same fire (its
+    /// trigger, job and fire time; the next attempt number), pending from
+    /// the database's now, which the first node with the job's handler and
+    /// a free thread runs. Only a failed, abandoned or misfired fire whose
+    /// job exists and is not paused, with no attempt of it open or
+    /// succeeded since. Recorded in the change log as `fire.retry`.
+    fn retry_fire(&self, scheduler: &str, fire_id: i64) -> impl Future<Output = Result<FireRetry, StoreError>> + Send;
 
     /// The counts the cluster's health gauges show (see [`HealthCounts`]):
     /// waiting triggers whose next fire time is before `overdue_before`,

@@ -306,6 +306,10 @@ pub struct FireQuery {
     /// Only the fires of the job of this id (a job deleted since among
     /// them).
     pub job_id: Option<i64>,
+    /// Only fires whose error contains this text (case-insensitive).
+    pub error_contains: Option<String>,
+    /// Only fires claimed by this node.
+    pub node_id: Option<String>,
     /// Only fires in this state.
     pub state: Option<FireState>,
     /// Only fires scheduled at or after this.
@@ -325,6 +329,8 @@ impl FireQuery {
             scheduler: scheduler.into(),
             job: None,
             job_id: None,
+            error_contains: None,
+            node_id: None,
             state: None,
             since: None,
             until: None,
@@ -408,7 +414,7 @@ pub enum ChangeAction {
     JobPause,
     /// A job was resumed.
     JobResume,
-    /// A job was fired now, once (one-off triggers were added).
+    /// A job was fired now, once, by hand (a pending fire).
     JobTrigger,
     /// Triggers were added to a job.
     JobAddTriggers,
@@ -419,6 +425,8 @@ pub enum ChangeAction {
     CalendarPut,
     /// A calendar was deleted.
     CalendarDelete,
+    /// A finished fire was retried by hand (a new attempt, pending).
+    FireRetry,
 }
 
 names!(ChangeAction {
@@ -431,6 +439,7 @@ names!(ChangeAction {
     JobDelete = "job.delete",
     CalendarPut = "calendar.put",
     CalendarDelete = "calendar.delete",
+    FireRetry = "fire.retry",
 });
 
 /// The actor a store acts as until told otherwise: code that embeds the
@@ -514,4 +523,21 @@ pub struct HealthCounts {
     pub recent_failed: u64,
     /// ... that misfired.
     pub recent_misfired: u64,
+}
+
+/// What a retry of a fire by hand did ([`Store::retry_fire`](super::Store::retry_fire)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FireRetry {
+    /// The new attempt, pending from the database's now.
+    Pending {
+        /// Its ledger id.
+        fire_id: i64,
+        /// Its attempt number.
+        attempt: u32,
+    },
+    /// No fire of that id in the scheduler.
+    NotFound,
+    /// The fire cannot be retried, and why (it did not fail, an attempt of
+    /// it is open or succeeded later, its job is gone or paused).
+    Refused(String),
 }

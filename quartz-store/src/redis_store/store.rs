@@ -8,8 +8,8 @@ use quartz_core::Timestamp;
 use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{
     CalendarRecord, ChangeAction, ChangeQuery, ChangeRecord, ExecuteSpec, ExecuteState, FireQuery, FireRecord,
-    HealthCounts, Job, JobDetail, JobQuery, JobSpec, JobState, Node, RejectedRow, Store, StoreError, check_name,
-    millis_of,
+    FireRetry, HealthCounts, Job, JobDetail, JobQuery, JobSpec, JobState, Node, RejectedRow, Store, StoreError,
+    check_name, millis_of,
 };
 use serde_json::{Value, json};
 
@@ -488,6 +488,23 @@ impl Store for RedisStore {
         })
     }
 
+    async fn retry_fire(&self, scheduler: &str, fire_id: i64) -> Result<FireRetry, StoreError> {
+        let args = json!({
+            "fire": num(fire_id),
+            "change": self.change(ChangeAction::FireRetry, "", ""),
+        });
+        let reply: Vec<String> = self.write(scheduler, "fire_retry", &args).await?;
+        let at = |i: usize| reply.get(i).map(String::as_str).unwrap_or_default();
+        Ok(match at(0) {
+            "ok" => FireRetry::Pending {
+                fire_id: at(1).parse().unwrap_or_default(),
+                attempt: at(2).parse().unwrap_or_default(),
+            },
+            "not_found" => FireRetry::NotFound,
+            _ => FireRetry::Refused(at(1).to_owned()),
+        })
+    }
+
     async fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError> {
         let args = json!({
             "name": name,
@@ -533,6 +550,8 @@ impl Store for RedisStore {
             "upto": ms(query.until),
             "before_id": opt(query.before_id),
             "limit": num(query.limit),
+            "node": query.node_id.clone().unwrap_or_default(),
+            "error": query.error_contains.as_deref().map(str::to_lowercase).unwrap_or_default(),
         });
         let records: Vec<Record> = self.run(&query.scheduler, 0, "fires", &args).await?;
         records.iter().map(decode::fire).collect()

@@ -438,12 +438,14 @@ impl SqlStore {
             Some(name) => Some(self.require_job(&query.scheduler, name).await?.id),
             None => query.job_id,
         };
+        let pattern = query.error_contains.as_deref().map(crate::common::like_pattern);
         let rows = self
             .query(concat!(
                 "SELECT ",
                 fire_cols!(),
                 " FROM quartz_fire WHERE scheduler = ? AND (? IS NULL OR job_id = ?) AND (? IS NULL OR state = ?) \
                  AND (? IS NULL OR fire_time >= ?) AND (? IS NULL OR fire_time < ?) AND (? IS NULL OR id < ?) \
+                 AND (? IS NULL OR LOWER(error) LIKE ? ESCAPE '!') AND (? IS NULL OR node_id = ?) \
                  ORDER BY id DESC LIMIT ?"
             ))
             .bind(query.scheduler.clone())
@@ -457,6 +459,10 @@ impl SqlStore {
             .bind(query.until.map(Timestamp::as_millis))
             .bind(query.before_id)
             .bind(query.before_id)
+            .bind(pattern.clone())
+            .bind(pattern)
+            .bind(query.node_id.clone())
+            .bind(query.node_id.clone())
             .bind(i64::from(query.limit))
             .fetch_all(&self.db.pool)
             .await

@@ -451,18 +451,7 @@ impl SqlStore {
 
     pub(super) async fn jobs_query(&self, query: &JobQuery) -> Result<Vec<Job>, StoreError> {
         // `!` escapes LIKE's wildcards the same way on the three backends.
-        let pattern = query.search.as_ref().map(|text| {
-            let mut escaped = String::with_capacity(text.len() + 2);
-            escaped.push('%');
-            for c in text.to_lowercase().chars() {
-                if matches!(c, '!' | '%' | '_') {
-                    escaped.push('!');
-                }
-                escaped.push(c);
-            }
-            escaped.push('%');
-            escaped
-        });
+        let pattern = query.search.as_deref().map(crate::common::like_pattern);
         let rows = self
             .query(concat!(
                 "SELECT ",

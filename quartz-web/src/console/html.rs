@@ -236,9 +236,17 @@ pub(crate) fn empty(text: &str) -> Markup {
 
 /// A link to the next page, if there is one.
 pub(crate) fn next_page(href: Option<String>) -> Markup {
+    pager(None, href)
+}
+
+/// Links to the previous and the next page, where there are.
+pub(crate) fn pager(back: Option<String>, next: Option<String>) -> Markup {
     html! {
-        @if let Some(href) = href {
-            p.pager { a href=(href) { "Next page →" } }
+        @if back.is_some() || next.is_some() {
+            p.pager {
+                @if let Some(href) = back { a.back href=(href) { "← Previous page" } }
+                @if let Some(href) = next { " " a.next href=(href) { "Next page →" } }
+            }
         }
     }
 }

@@ -47,6 +47,7 @@ pub(crate) fn routes<S: Store + Clone>() -> Router<S> {
         .route("/jobs/{name}/pause", post(pause::<S>))
         .route("/jobs/{name}/resume", post(resume::<S>))
         .route("/jobs/{name}/trigger", post(trigger::<S>))
+        .route("/fires/{id}/retry", post(retry::<S>))
         .route("/fires", get(pages::fires::<S>))
         .route("/nodes", get(pages::nodes::<S>))
         .route("/changes", get(pages::changes::<S>))
@@ -135,10 +136,13 @@ impl Viewer {
     pub(crate) fn failure(&self, e: &AdminError) -> Response {
         let status = match e {
             AdminError::Invalid { .. } => StatusCode::BAD_REQUEST,
-            AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } => StatusCode::NOT_FOUND,
-            AdminError::Conflict { .. } | AdminError::CalendarExists { .. } | AdminError::InUse { .. } => {
-                StatusCode::CONFLICT
+            AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } | AdminError::FireNotFound { .. } => {
+                StatusCode::NOT_FOUND
             }
+            AdminError::Conflict { .. }
+            | AdminError::CalendarExists { .. }
+            | AdminError::InUse { .. }
+            | AdminError::Refused { .. } => StatusCode::CONFLICT,
             AdminError::Stale { .. } => StatusCode::CONFLICT,
             AdminError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
             AdminError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -451,6 +455,30 @@ async fn logout<S: Store + Clone>(State(state): State<AppState<S>>, viewer: View
     response
 }
 
+/// Retries a failed, abandoned or misfired fire, back to the history with
+/// the new attempt's id said.
+async fn retry<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    body: Bytes,
+) -> Response {
+    let fields = Fields::parse(&body);
+    if let Some(refused) = viewer.refuse_form(&fields) {
+        return refused;
+    }
+    let Ok(id) = id.parse::<i64>() else {
+        return viewer.failure(&AdminError::FireNotFound { id: -1 });
+    };
+    match state.admin.acting_as(viewer.actor).fire_retry(id).await {
+        Ok(fire) => {
+            let subject = format!("fire {id}: attempt {} is fire {}", fire.attempt, fire.id);
+            viewer.redirect(&format!("/fires{}", viewer.notice_query("retried", &subject)))
+        }
+        Err(e) => viewer.failure(&e),
+    }
+}
+
 /// An action on a job from a button.
 #[derive(Debug, Clone, Copy)]
 enum Verb {
@@ -538,6 +566,11 @@ pub(crate) fn notice_text(code: &str, subject: &str) -> Option<String> {
         "triggered_paused" => {
             return Some(format!(
                 "Fired {subject} now, once: it runs although the job is paused, and the job stays paused (its triggers hold until you resume it)."
+            ));
+        }
+        "retried" => {
+            return Some(format!(
+                "Retried {subject}, pending: the first node with its job's handler and a free thread runs it."
             ));
         }
         "paused" => "Paused",

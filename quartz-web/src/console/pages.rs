@@ -8,7 +8,9 @@ use quartz_core::admin::{ChangeFilter, ChangeView, FireFilter, FireView, JobFilt
 use quartz_core::store::Store;
 use serde::Deserialize;
 
-use super::html::{self, Section, badge, empty, instant, job_actions, job_link, millis, next_page, query, segment};
+use super::html::{
+    self, Section, badge, empty, instant, job_actions, job_link, millis, next_page, pager, query, segment,
+};
 use super::{Viewer, notice_text};
 use crate::AppState;
 
@@ -210,6 +212,7 @@ pub(crate) async fn job<S: Store + Clone>(
         limit: Some(limit),
         ..FireFilter::default()
     };
+    let stats = state.admin.job_stats(&name).await.ok();
     let recent = state
         .admin
         .fires(&fires(None, 20))
@@ -272,6 +275,19 @@ pub(crate) async fn job<S: Store + Clone>(
         @for b in &job.broken_triggers {
             p.error { "Trigger row " (b.id) " cannot be read: " (b.reason) }
         }
+        @if let Some(s) = stats.as_ref().filter(|s| s.fires_read > 0) {
+            p.stats #job-stats {
+                "Last " (s.fires_read) " fires: "
+                @if let Some(rate) = s.success_rate {
+                    strong { (format!("{:.1}%", rate * 100.0)) } " succeeded (" (s.succeeded) " of " (s.succeeded + s.failed) ")"
+                } @else { "none ran to an end" }
+                @if let Some(mean) = s.mean_duration_ms { "; mean run " (millis(Some(mean))) }
+                @if let Some(max) = s.max_duration_ms { ", longest " (millis(Some(max))) }
+                @if s.missed > 0 { "; " (s.missed) " misfired or abandoned" }
+                @if let Some(at) = s.last_failure { "; last failure " (instant(Some(at), now)) }
+                "."
+            }
+        }
         h2 { "Recent fires " small { a href=(history) { "all history →" } } }
         @if recent.is_empty() { (empty("No fires yet.")) } @else { (fire_table(&viewer, &recent, now)) }
         h2 { "Errors" }
@@ -320,6 +336,11 @@ pub(crate) async fn delete_page<S: Store + Clone>(
 pub(crate) struct FiresQuery {
     job: Option<String>,
     job_id: Option<String>,
+    error: Option<String>,
+    node: Option<String>,
+    /// The cursors of the pages before this one, oldest last (comma
+    /// separated): how "previous page" goes back.
+    trail: Option<String>,
     state: Option<String>,
     since: Option<String>,
     until: Option<String>,
@@ -354,15 +375,19 @@ pub(crate) async fn fires<S: Store + Clone>(
     State(state): State<AppState<S>>,
     viewer: Viewer,
     Query(q): Query<FiresQuery>,
+    Query(notice): Query<Notice>,
 ) -> Response {
     let text = |v: &Option<String>| v.clone().unwrap_or_default();
     let (job, state_f, since, until) = (text(&q.job), text(&q.state), text(&q.since), text(&q.until));
+    let (error, node) = (text(&q.error), text(&q.node));
     let since_ms = typed_instant(&since);
     let until_ms = typed_instant(&until);
     let job_id = q.job_id.as_deref().and_then(|id| id.trim().parse::<i64>().ok());
     let filter = FireFilter {
         job: Some(job.clone()).filter(|s| !s.is_empty()),
         job_id,
+        error: Some(error.clone()).filter(|s| !s.is_empty()),
+        node: Some(node.clone()).filter(|s| !s.is_empty()),
         state: Some(state_f.clone()).filter(|s| !s.is_empty()),
         since: since_ms.clone().ok().flatten(),
         until: until_ms.clone().ok().flatten(),
@@ -373,19 +398,46 @@ pub(crate) async fn fires<S: Store + Clone>(
         (Ok(p), Ok(n)) => (p, n.as_millis()),
         (Err(e), _) | (_, Err(e)) => return viewer.failure(&e),
     };
-    let next = page.next.as_ref().map(|before| {
+    // The pages seen before this one, by cursor ("" for the first): the
+    // next page's trail is this one's with this page's cursor added.
+    let trail: Vec<String> = q
+        .trail
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .map(|t| t.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    let job_id_text = job_id.map(|id| id.to_string()).unwrap_or_default();
+    let href = |before: &str, trail: &[String]| {
+        let trail = trail.join(",");
         format!(
             "{}/fires{}",
             viewer.base,
             query(&[
                 ("job", &job),
-                ("job_id", &job_id.map(|id| id.to_string()).unwrap_or_default()),
+                ("job_id", &job_id_text),
+                ("error", &error),
+                ("node", &node),
                 ("state", &state_f),
                 ("since", &since),
                 ("until", &until),
-                ("before", before)
+                ("before", before),
+                ("trail", &trail),
             ])
         )
+    };
+    let here = q.before.clone().unwrap_or_default();
+    let next = page.next.as_ref().map(|before| {
+        let mut deeper = trail.clone();
+        deeper.push(if here.is_empty() {
+            "first".to_owned()
+        } else {
+            here.clone()
+        });
+        href(before, &deeper)
+    });
+    let back = trail.split_last().map(|(previous, rest)| {
+        let previous = if previous == "first" { "" } else { previous.as_str() };
+        href(previous, rest)
     });
     let states = [
         "",
@@ -401,6 +453,8 @@ pub(crate) async fn fires<S: Store + Clone>(
     let body = html! {
         form.filters method="get" action={ (viewer.base) "/fires" } {
             input type="text" name="job" value=(job) placeholder="Job name";
+            input type="text" name="error" value=(error) placeholder="Error text";
+            input type="text" name="node" value=(node) placeholder="Node id";
             select name="state" {
                 @for s in states { option value=(s) selected[s == state_f] { @if s.is_empty() { "Any state" } @else { (s) } } }
             }
@@ -411,9 +465,10 @@ pub(crate) async fn fires<S: Store + Clone>(
             @if let Err(e) = &until_ms { p.field-error { "To: " (e) } }
         }
         @if page.items.is_empty() { (empty("No fires match.")) } @else { (fire_table(&viewer, &page.items, now)) }
-        (next_page(next))
+        (pager(back, next))
     };
-    viewer.ok(html::page(&viewer, Section::History, "History", None, body))
+    let text = notice.text(&viewer);
+    viewer.ok(html::page(&viewer, Section::History, "History", text.as_deref(), body))
 }
 
 /// A table of ledger rows.
@@ -421,7 +476,7 @@ fn fire_table(viewer: &Viewer, fires: &[FireView], now: i64) -> Markup {
     html! {
         table.fires {
             thead { tr { th { "#" } th { "Job" } th { "Fire time" } th { "Attempt" } th { "State" } th { "Node" }
-                th { "Late" } th { "Ran" } th { "Error" } } }
+                th { "Late" } th { "Ran" } th { "Error" } th {} } }
             tbody {
                 @for f in fires {
                     tr data-state=(f.state) {
@@ -440,6 +495,15 @@ fn fire_table(viewer: &Viewer, fires: &[FireView], now: i64) -> Markup {
                         td { (millis(f.lateness_ms)) }
                         td { (millis(f.duration_ms)) }
                         td.error-text { @if let Some(e) = &f.error { (e) } }
+                        td {
+                            @if matches!(f.state.as_str(), "failed" | "abandoned" | "misfired") {
+                                form.inline method="post" action={ (viewer.base) "/fires/" (f.id) "/retry" } {
+                                    (html::csrf(viewer))
+                                    button.act.retry type="submit" disabled[viewer.role != crate::Role::Admin]
+                                        title="Run this fire again: a new attempt, now" { "Retry" }
+                                }
+                            }
+                        }
                     }
                 }
             }

@@ -194,6 +194,42 @@ C.job_delete = function()
   return { 'ok', id }
 end
 
+-- A finished fire retried by hand: {'ok', id, attempt}, {'not_found'}
+-- or {'refused', why}.
+C.fire_retry = function()
+  local f = fire_key(A.fire)
+  if not exists(f) then return { 'not_found' } end
+  local state = g(f, 'state')
+  if state ~= 'failed' and state ~= 'abandoned' and state ~= 'misfired' then
+    return { 'refused', 'fire ' .. A.fire .. ' is ' .. state .. ': only a failed, abandoned or misfired fire is retried' }
+  end
+  local job = g(f, 'job_id')
+  local jkey = k('job:' .. job)
+  if not exists(jkey) then return { 'refused', 'its job was deleted' } end
+  local name = g(jkey, 'name')
+  if g(jkey, 'state') == 'paused' then
+    return { 'refused', 'job "' .. name .. '" is paused: resume it first, or fire it now' }
+  end
+  local execute, t = g(f, 'execute_id'), g(f, 'fire_time')
+  local a = tonumber(g(f, 'attempt'))
+  while true do
+    local id = redis.call('HGET', k('fire-keys'), unique_key(execute, job, t, s(a + 1)))
+    if not id then break end
+    local st = g(fire_key(id), 'state')
+    if st == 'claimed' or st == 'running' or st == 'pending' then
+      return { 'refused', 'an attempt of this fire is open: fire ' .. id .. ' is ' .. st }
+    end
+    if st == 'succeeded' then return { 'refused', 'an attempt of this fire succeeded since: fire ' .. id } end
+    a = a + 1
+  end
+  local id = insert_fire(execute, job, t, s(a + 1), '', '0', 'pending', '', '', '1', NOWS)
+  A.change.target = name
+  A.change.target_id = job
+  A.change.detail = 'fire ' .. A.fire .. ' (' .. state .. '): attempt ' .. s(a + 1) .. ' is fire ' .. id
+  changed(A.change)
+  return { 'ok', id, s(a + 1) }
+end
+
 -- ---- calendars ----
 
 -- Adds or replaces a calendar (with A.only_new, adds it only if none of that

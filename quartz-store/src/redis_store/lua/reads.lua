@@ -118,6 +118,8 @@ C.fires = function()
   local since, upto = tonumber(A.since), tonumber(A.upto)
   local keep = function(f)
     if A.state ~= '' and g(f, 'state') ~= A.state then return false end
+    if A.node ~= '' and g(f, 'node_id') ~= A.node then return false end
+    if A.error ~= '' and not string.find(string.lower(g(f, 'error')), A.error, 1, true) then return false end
     local t = tonumber(g(f, 'fire_time'))
     return t ~= nil and (since == nil or t >= since) and (upto == nil or t < upto)
   end

@@ -1,0 +1,179 @@
+//! The fire ledger as an operator works it, on every backend: a failed fire
+//! retried by hand is a new attempt, recorded as such, run by a node; what
+//! cannot be retried is refused saying why; the history is searched by
+//! error text and by node; and a job's success rate and run times come
+//! from its ledger.
+
+#![allow(clippy::unwrap_used)]
+
+use quartz_testkit as common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::{TestDb, backend_tests, wait_for};
+use quartz::admin::{AdminError, ChangeFilter, FireFilter, FireView, JobDefinition, TriggerDefinition};
+use quartz::prelude::*;
+
+const CLUSTER: &str = "history-cluster";
+
+async fn a_failed_fire_is_retried_by_hand_and_the_history_is_searched(db: &TestDb) {
+    let healthy = Arc::new(AtomicBool::new(false));
+    // While held, a run waits (running) before it ends.
+    let held = Arc::new(AtomicBool::new(false));
+    let node = SchedulerBuilder::new(CLUSTER)
+        .settings(common::fast_settings())
+        .handler("disk", {
+            let (healthy, held) = (Arc::clone(&healthy), Arc::clone(&held));
+            move |_| {
+                while held.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                if healthy.load(Ordering::SeqCst) {
+                    Ok(())
+                } else {
+                    Err("Disk full on /var".into())
+                }
+            }
+        })
+        .start(db.store().await)
+        .await
+        .unwrap();
+    let admin = node.admin();
+    let mut job = JobDefinition::new("backup", "disk");
+    job.triggers.push(TriggerDefinition::cron("0 0 0 1 1 ? 2099", "UTC"));
+    admin.job_add(&job).await.unwrap();
+    let fires = |filter: FireFilter| {
+        let admin = admin.clone();
+        async move { admin.fires(&filter).await.unwrap().items }
+    };
+    let of_backup = || FireFilter {
+        job: Some("backup".into()),
+        ..FireFilter::default()
+    };
+    let wait_state = |id: i64, state: &'static str| {
+        let admin = admin.clone();
+        async move {
+            wait_for(Duration::from_secs(20), state, || async {
+                let all = admin.fires(&FireFilter::default()).await.unwrap().items;
+                let f = all.iter().find(|f| f.id == id).cloned();
+                match f {
+                    Some(f) if f.state == state => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await;
+        }
+    };
+
+    let first = admin.job_trigger("backup").await.unwrap();
+    wait_state(first.fire_id, "failed").await;
+
+    // A retry is the next attempt of the same fire, pending, then run.
+    held.store(true, Ordering::SeqCst);
+    let retry = admin.fire_retry(first.fire_id).await.unwrap();
+    assert_eq!((retry.attempt, retry.state.as_str()), (2, "pending"));
+    let original: Vec<FireView> = fires(of_backup()).await;
+    let failed = original.iter().find(|f| f.id == first.fire_id).unwrap();
+    assert_eq!(
+        (retry.fire_time, retry.execute_id),
+        (failed.fire_time, failed.execute_id)
+    );
+    // Again while that attempt is pending or running: refused.
+    let again = admin.fire_retry(first.fire_id).await.unwrap_err();
+    assert!(
+        matches!(&again, AdminError::Refused { reason } if reason.contains("open")),
+        "{again}"
+    );
+    held.store(false, Ordering::SeqCst);
+    wait_state(retry.id, "failed").await;
+
+    healthy.store(true, Ordering::SeqCst);
+    let third = admin.fire_retry(retry.id).await.unwrap();
+    assert_eq!(third.attempt, 3);
+    wait_state(third.id, "succeeded").await;
+    for (id, why) in [(first.fire_id, "succeeded since"), (third.id, "only a failed")] {
+        let refused = admin.fire_retry(id).await.unwrap_err();
+        assert!(
+            matches!(&refused, AdminError::Refused { reason } if reason.contains(why)),
+            "{refused}"
+        );
+    }
+    assert!(matches!(
+        admin.fire_retry(999_999).await,
+        Err(AdminError::FireNotFound { id: 999_999 })
+    ));
+    let changes = admin
+        .changes(&ChangeFilter {
+            job: Some("backup".into()),
+            ..ChangeFilter::default()
+        })
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(
+        changes.iter().filter(|c| c.action == "fire.retry").count(),
+        2,
+        "{changes:?}"
+    );
+
+    // Searched by error text (any case) and by node.
+    let by_error = fires(FireFilter {
+        error: Some("DISK FULL".into()),
+        ..FireFilter::default()
+    })
+    .await;
+    assert_eq!(
+        by_error.iter().map(|f| f.attempt).collect::<Vec<_>>(),
+        [2, 1],
+        "{by_error:?}"
+    );
+    let node_id = by_error[0].node_id.clone().unwrap();
+    assert_eq!(
+        fires(FireFilter {
+            node: Some(node_id),
+            ..of_backup()
+        })
+        .await
+        .len(),
+        3
+    );
+    assert!(
+        fires(FireFilter {
+            node: Some("elsewhere".into()),
+            ..FireFilter::default()
+        })
+        .await
+        .is_empty()
+    );
+    assert!(
+        fires(FireFilter {
+            error: Some("100%_".into()),
+            ..FireFilter::default()
+        })
+        .await
+        .is_empty(),
+        "wildcards are text"
+    );
+
+    let stats = admin.job_stats("backup").await.unwrap();
+    assert_eq!((stats.fires_read, stats.succeeded, stats.failed), (3, 1, 2));
+    let rate = stats.success_rate.unwrap();
+    assert!((rate - 1.0 / 3.0).abs() < 1e-9, "{rate}");
+    assert!(stats.mean_duration_ms.is_some() && stats.last_failure.is_some());
+
+    // A paused job's fire is not retried: resume it, or fire it now.
+    healthy.store(false, Ordering::SeqCst);
+    let fourth = admin.job_trigger("backup").await.unwrap();
+    wait_state(fourth.fire_id, "failed").await;
+    admin.job_pause("backup", None).await.unwrap();
+    let refused = admin.fire_retry(fourth.fire_id).await.unwrap_err();
+    assert!(
+        matches!(&refused, AdminError::Refused { reason } if reason.contains("paused")),
+        "{refused}"
+    );
+    node.shutdown().await;
+}
+
+backend_tests!(a_failed_fire_is_retried_by_hand_and_the_history_is_searched);

@@ -140,7 +140,14 @@ async fn every_change_is_recorded_with_its_actor(db: &TestDb) {
         ],
         "a refused change leaves no record"
     );
-    assert!(log[5].detail.contains("renamed from nightly"), "{:?}", log[5]);
+    // An edit says what changed, was → now.
+    let edit = &log[5].detail;
+    assert!(edit.contains(r#"name: "nightly" → "nightly-report""#), "{edit}");
+    assert!(
+        edit.contains("triggers: every 60000 ms → cron 0 0 2 * * ? Europe/Paris"),
+        "{edit}"
+    );
+    assert!(!edit.contains("handler"), "only what changed: {edit}");
     assert!(
         log.windows(2).all(|w| w[0].id > w[1].id && w[0].at >= w[1].at),
         "newest first"

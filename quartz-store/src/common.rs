@@ -206,16 +206,88 @@ pub(crate) fn new_executes(
         .collect()
 }
 
-/// The change log's detail for a job's edit.
-pub(crate) fn edit_detail(old_name: &str, new_name: &str, executes: Option<&[ExecuteSpec]>) -> String {
+/// The change log's detail for a job's edit: each field changed, `was →
+/// now`, and the triggers before and after when they were replaced
+/// (`before` is the job as stored, with its triggers when they are).
+pub(crate) fn edit_detail(
+    before: &quartz_core::store::JobDetail,
+    now: &quartz_core::store::JobSpec,
+    executes: Option<&[ExecuteSpec]>,
+) -> String {
+    fn shown(text: &str) -> String {
+        const MOST: usize = 80;
+        let mut end = text.len().min(MOST);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let cut = if end < text.len() { "…" } else { "" };
+        format!("{:?}{cut}", &text[..end])
+    }
+    fn ms(d: Option<std::time::Duration>) -> String {
+        d.map_or_else(|| "none".to_owned(), |d| format!("{} ms", d.as_millis()))
+    }
+    let was = &before.job.spec;
     let mut detail = Vec::new();
-    if new_name != old_name {
-        detail.push(format!("renamed from {old_name}"));
-    }
+    let mut field = |name: &str, old: String, new: String| {
+        if old != new {
+            detail.push(format!("{name}: {old} → {new}"));
+        }
+    };
+    field("name", shown(&was.name), shown(&now.name));
+    field("handler", shown(&was.handler), shown(&now.handler));
+    field("payload", shown(&was.payload), shown(&now.payload));
+    field("description", shown(&was.description), shown(&now.description));
+    field(
+        "requests_recovery",
+        was.requests_recovery.to_string(),
+        now.requests_recovery.to_string(),
+    );
+    field(
+        "allow_concurrent",
+        was.allow_concurrent.to_string(),
+        now.allow_concurrent.to_string(),
+    );
+    field("timeout", ms(was.timeout), ms(now.timeout));
+    field(
+        "max_attempts",
+        was.retry.max_attempts.to_string(),
+        now.retry.max_attempts.to_string(),
+    );
+    field("backoff", ms(Some(was.retry.backoff)), ms(Some(now.retry.backoff)));
+    field("backoff_max", ms(was.retry.backoff_max), ms(now.retry.backoff_max));
+    field(
+        "parent",
+        was.parent.as_deref().map_or_else(|| "none".to_owned(), shown),
+        now.parent.as_deref().map_or_else(|| "none".to_owned(), shown),
+    );
     if let Some(executes) = executes {
-        detail.push(format!("triggers replaced by {}", executes.len()));
+        let list = |summaries: Vec<String>| {
+            if summaries.is_empty() {
+                "none".to_owned()
+            } else {
+                summaries.join(", ")
+            }
+        };
+        let old = list(
+            before
+                .executes
+                .iter()
+                .map(|e| quartz_core::admin::summary(&e.trigger))
+                .collect(),
+        );
+        let new = list(
+            executes
+                .iter()
+                .map(|e| quartz_core::admin::summary(&e.trigger))
+                .collect(),
+        );
+        detail.push(format!("triggers: {old} → {new}"));
     }
-    detail.join("; ")
+    if detail.is_empty() {
+        "nothing changed".to_owned()
+    } else {
+        detail.join("; ")
+    }
 }
 
 /// The change log's detail for a calendar added or replaced.

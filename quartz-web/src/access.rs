@@ -153,8 +153,10 @@ pub struct Caller {
     /// What they may do.
     pub role: Role,
     /// How the change log names them: `http:admin`, `http:read` or
-    /// `http:local` (loopback with no token configured).
-    pub actor: &'static str,
+    /// `http:local` (loopback with no token configured); with a token and
+    /// an [`ACTOR_HEADER`], the role and the name given
+    /// (`http:admin:alice`).
+    pub actor: String,
     /// The console session they came with, if any.
     pub session: Option<String>,
     /// Whether a session caller sent the session's CSRF token in the
@@ -165,6 +167,28 @@ pub struct Caller {
 /// The header a console page's script sends its session's CSRF token in,
 /// for a change through the API.
 pub const CSRF_HEADER: &str = "x-csrf-token";
+
+/// The header a caller with a token names itself in (a person, a script),
+/// recorded in the change log beside the token's role: up to 64 letters,
+/// digits and `. _ - @ +`.
+pub const ACTOR_HEADER: &str = "x-quartz-actor";
+
+/// The actor a bearer-token call is recorded as: its role's, with the name
+/// in [`ACTOR_HEADER`] when one is given.
+fn named_actor(parts: &Parts, role: Role) -> Result<String, ApiError> {
+    let Some(value) = parts.headers.get(ACTOR_HEADER) else {
+        return Ok(actor_of(role).to_owned());
+    };
+    let name = value.to_str().unwrap_or("").trim();
+    let allowed = |c: char| c.is_ascii_alphanumeric() || ".-_@+".contains(c);
+    if name.is_empty() || name.len() > 64 || !name.chars().all(allowed) {
+        return Err(ApiError::invalid(
+            "X-Quartz-Actor",
+            "X-Quartz-Actor must be 1 to 64 letters, digits and . _ - @ +",
+        ));
+    }
+    Ok(format!("{}:{name}", actor_of(role)))
+}
 
 impl Caller {
     /// A 403 unless the caller may change things.
@@ -221,7 +245,7 @@ pub fn caller_of(parts: &Parts, access: &Access, sessions: &Sessions) -> Result<
         return match peer {
             Some(addr) if addr.ip().is_loopback() => Ok(Caller {
                 role: Role::Admin,
-                actor: "http:local",
+                actor: "http:local".to_owned(),
                 session: None,
                 csrf_ok: true,
             }),
@@ -256,7 +280,7 @@ pub fn caller_of(parts: &Parts, access: &Access, sessions: &Sessions) -> Result<
         };
         return Ok(Caller {
             role,
-            actor: actor_of(role),
+            actor: named_actor(parts, role)?,
             session: None,
             csrf_ok: true,
         });
@@ -271,7 +295,7 @@ pub fn caller_of(parts: &Parts, access: &Access, sessions: &Sessions) -> Result<
             .unwrap_or("");
         return Ok(Caller {
             role,
-            actor: actor_of(role),
+            actor: actor_of(role).to_owned(),
             session: Some(id.to_owned()),
             csrf_ok: same(sent.as_bytes(), csrf.as_bytes()),
         });

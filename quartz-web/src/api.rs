@@ -86,7 +86,7 @@ async fn job_add<S: Store + Clone>(
     ApiJson(job): ApiJson<JobDefinition>,
 ) -> Result<Response, ApiError> {
     caller.require_admin()?;
-    let view = state.admin.acting_as(caller.actor).job_add(&job).await?;
+    let view = state.admin.acting_as(&caller.actor).job_add(&job).await?;
     Ok(versioned(StatusCode::CREATED, view.version, view))
 }
 
@@ -133,7 +133,7 @@ async fn job_edit<S: Store + Clone>(
     let expected = job_expected(&state, if_match, &name).await?;
     let view = state
         .admin
-        .acting_as(caller.actor)
+        .acting_as(&caller.actor)
         .job_edit(&name, &patch, expected)
         .await?;
     Ok(versioned(StatusCode::OK, view.version, view))
@@ -153,7 +153,7 @@ async fn job_delete<S: Store + Clone>(
 ) -> Result<StatusCode, ApiError> {
     caller.require_admin()?;
     let expected = job_expected(&state, if_match, &name).await?;
-    state.admin.acting_as(caller.actor).job_delete(&name, expected).await?;
+    state.admin.acting_as(&caller.actor).job_delete(&name, expected).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -170,7 +170,7 @@ async fn job_pause<S: Store + Clone>(
 ) -> Result<Response, ApiError> {
     caller.require_admin()?;
     let expected = job_expected(&state, if_match, &name).await?;
-    let view = state.admin.acting_as(caller.actor).job_pause(&name, expected).await?;
+    let view = state.admin.acting_as(&caller.actor).job_pause(&name, expected).await?;
     Ok(versioned(StatusCode::OK, view.version, view))
 }
 
@@ -188,7 +188,7 @@ async fn job_resume<S: Store + Clone>(
 ) -> Result<Response, ApiError> {
     caller.require_admin()?;
     let expected = job_expected(&state, if_match, &name).await?;
-    let view = state.admin.acting_as(caller.actor).job_resume(&name, expected).await?;
+    let view = state.admin.acting_as(&caller.actor).job_resume(&name, expected).await?;
     Ok(versioned(StatusCode::OK, view.version, view))
 }
 
@@ -203,7 +203,7 @@ async fn job_trigger<S: Store + Clone>(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     caller.require_admin()?;
-    let fired = state.admin.acting_as(caller.actor).job_trigger(&name).await?;
+    let fired = state.admin.acting_as(&caller.actor).job_trigger(&name).await?;
     Ok((StatusCode::ACCEPTED, Json(fired)).into_response())
 }
 
@@ -245,7 +245,7 @@ async fn fire_retry<S: Store + Clone>(
     let id: i64 = id
         .parse()
         .map_err(|_| ApiError::invalid("id", format!("{id:?} is not a fire id")))?;
-    let fire = state.admin.acting_as(caller.actor).fire_retry(id).await?;
+    let fire = state.admin.acting_as(&caller.actor).fire_retry(id).await?;
     Ok((StatusCode::ACCEPTED, Json(fire)).into_response())
 }
 
@@ -523,7 +523,7 @@ async fn calendar_put<S: Store + Clone>(
     ApiJson(definition): ApiJson<CalendarDefinition>,
 ) -> Result<Response, ApiError> {
     caller.require_admin()?;
-    let admin = state.admin.acting_as(caller.actor);
+    let admin = state.admin.acting_as(&caller.actor);
     let view = if if_none_match_any(&headers) {
         admin.calendar_add(&name, &definition).await.map_err(|e| match e {
             quartz_core::admin::AdminError::CalendarExists { name } => ApiError::new(
@@ -556,7 +556,7 @@ async fn calendar_delete<S: Store + Clone>(
     let expected = calendar_expected(&state, if_match, &name).await?;
     state
         .admin
-        .acting_as(caller.actor)
+        .acting_as(&caller.actor)
         .calendar_delete(&name, expected)
         .await?;
     Ok(StatusCode::NO_CONTENT)

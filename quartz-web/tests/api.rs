@@ -592,7 +592,56 @@ async fn if_match_refuses_a_stale_write(db: &TestDb) {
     assert_eq!(read.json()["definition"]["days"], json!(["sun"]));
 }
 
+/// A change names the person behind the token when the caller gives one
+/// (X-Quartz-Actor), and an edit's change-log row says what changed.
+async fn changes_say_what_changed_and_who_made_them(db: &TestDb) {
+    let addr = server(db).await;
+    let def = json!({"name": "report", "handler": "log", "description": "daily",
+        "triggers": [{"kind": "fixed_rate", "interval_ms": 60000}]});
+    let created = with_headers(addr, "POST", "/api/v1/jobs", &[("X-Quartz-Actor", "alice@ops")], &def).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let edit = json!({"description": "weekly", "timeout_ms": 5000,
+        "triggers": [{"kind": "cron", "cron": "0 0 6 ? * MON", "time_zone": "Europe/Paris"}]});
+    let edited = with_headers(addr, "PATCH", "/api/v1/jobs/report", &[], &edit).await;
+    assert_eq!(edited.status, 200, "{}", edited.body);
+    for bad in ["", "al ice", "x/y", "<b>", &"a".repeat(65)] {
+        let refused = with_headers(
+            addr,
+            "POST",
+            "/api/v1/jobs/report/pause",
+            &[("X-Quartz-Actor", bad)],
+            &Value::Null,
+        )
+        .await;
+        assert_eq!(refused.status, 400, "{bad:?}: {}", refused.body);
+        assert_eq!(refused.error().1.as_deref(), Some("X-Quartz-Actor"));
+    }
+    let log = http::get(addr, "GET", "/api/v1/changes?job=report", Some(READ))
+        .await
+        .json();
+    let items = log["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "the refused pauses left no row: {log}");
+    assert_eq!(
+        (&items[1]["action"], &items[1]["actor"]),
+        (&json!("job.create"), &json!("http:admin:alice@ops"))
+    );
+    assert_eq!(
+        (&items[0]["action"], &items[0]["actor"]),
+        (&json!("job.edit"), &json!("http:admin"))
+    );
+    let detail = items[0]["detail"].as_str().unwrap();
+    for part in [
+        r#"description: "daily" → "weekly""#,
+        "timeout: none → 5000 ms",
+        "triggers: every 60000 ms → cron 0 0 6 ? * MON Europe/Paris",
+    ] {
+        assert!(detail.contains(part), "{part} in {detail}");
+    }
+    assert!(!detail.contains("handler"), "{detail}");
+}
+
 backend_tests!(
+    changes_say_what_changed_and_who_made_them,
     if_match_refuses_a_stale_write,
     jobs_are_created_read_changed_fired_and_deleted,
     bad_input_gets_a_4xx_naming_the_field,

@@ -614,6 +614,7 @@ async fn the_forms_preview_passes_over_its_calendars_exclusions(db: &TestDb) {
 }
 
 backend_tests!(
+    a_triggers_times_show_in_its_zone_with_utc_beside,
     the_history_pages_back_and_forth_and_retries_a_failed_fire,
     deleted_jobs_and_calendars_are_linked_where_they_are,
     an_edit_keeps_every_trigger_field_it_did_not_change,
@@ -1077,4 +1078,28 @@ async fn the_history_pages_back_and_forth_and_retries_a_failed_fire(db: &TestDb)
     let job_page = page(addr, "/jobs/backup", Some(&cookie)).await;
     let stats = job_page.body.split("id=\"job-stats\"").nth(1).unwrap();
     assert!(stats.contains("0.0%</strong> succeeded"), "{stats}");
+}
+
+/// A trigger's times in its own zone, with the offset and UTC beside; the
+/// API gives them as RFC 3339 with the offset too.
+async fn a_triggers_times_show_in_its_zone_with_utc_beside(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    let mut job = JobDefinition::new("paris", "report");
+    let mut trigger = TriggerDefinition::cron("0 0 6 * * ?", "Europe/Paris");
+    trigger.start = Some(4_040_150_400_000); // 2098-01-10T00:00:00Z
+    job.triggers.push(trigger);
+    let view = admin.job_add(&job).await.unwrap();
+    assert_eq!(
+        view.triggers[0].upcoming_local[0], "2098-01-10T06:00:00.000+01:00",
+        "{:?}",
+        view.triggers[0]
+    );
+    let addr = server(admin.clone()).await;
+    let cookie = login(addr, READ).await;
+    let shown = page(addr, "/jobs/paris", Some(&cookie)).await;
+    let upcoming = shown.body.split("class=\"upcoming\"").nth(1).unwrap();
+    let first = upcoming.split("</li>").next().unwrap();
+    assert!(first.contains("2098-01-10 06:00:00.000"), "{first}");
+    assert!(first.contains("+01:00") && first.contains("Europe/Paris"), "{first}");
+    assert!(first.contains("05:00:00 UTC"), "{first}");
 }

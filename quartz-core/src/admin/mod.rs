@@ -48,7 +48,7 @@ pub use error::AdminError;
 pub use patch::JobPatch;
 pub use views::{
     BrokenTrigger, ChangeView, ClusterHealth, FireView, JobStats, JobView, ManualFire, NodeView, Overview, Page,
-    TriggerView, summary,
+    TriggerView, local_time, summary,
 };
 
 use crate::audit::{AuditParams, AuditReport};

@@ -73,18 +73,36 @@ pub struct TriggerView {
     /// The next fire times from `next_fire_time` on (a fixed-delay trigger's
     /// later ones depend on when each run finishes, so it shows one).
     pub upcoming: Vec<i64>,
+    /// The same, as RFC 3339 in the trigger's time zone with its offset
+    /// (`2026-12-24T06:00:00.000+01:00`; UTC for a trigger with no zone).
+    pub upcoming_local: Vec<String>,
+}
+
+/// An instant as RFC 3339 in a time zone (by IANA name), with its offset;
+/// in UTC when the zone is absent or unknown.
+pub fn local_time(ms: i64, zone: Option<&str>) -> String {
+    let zone = zone
+        .and_then(|z| crate::cron::parse_time_zone(z).ok())
+        .unwrap_or(chrono_tz::UTC);
+    match chrono::TimeZone::timestamp_millis_opt(&zone, ms).single() {
+        Some(t) if zone == chrono_tz::UTC => t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        Some(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Millis, false),
+        None => Timestamp::from_millis(ms).to_string(),
+    }
 }
 
 impl TriggerView {
     /// The view of an execute, with up to `upcoming` next fire times.
     pub fn new(e: &Execute, upcoming: usize) -> TriggerView {
         let c = TriggerColumns::from_trigger(&e.trigger);
-        let fires = e
+        let fires: Vec<i64> = e
             .trigger
             .fires_until(&e.fire_state, Timestamp::from_millis(i64::MAX))
             .take(upcoming)
             .map(|f| f.fire_time.as_millis())
             .collect();
+        let c_zone = c.time_zone.clone();
+        let upcoming_local = fires.iter().map(|t| local_time(*t, c_zone.as_deref())).collect();
         TriggerView {
             id: e.id,
             kind: c.kind.to_owned(),
@@ -106,6 +124,7 @@ impl TriggerView {
             times_triggered: e.fire_state.times_triggered,
             error: e.error.clone(),
             upcoming: fires,
+            upcoming_local,
         }
     }
 }

@@ -424,7 +424,14 @@ impl Store for RedisStore {
         expected_version: Option<i64>,
     ) -> Result<Job, StoreError> {
         job.validate()?;
-        let detail = common::edit_detail(name, &job.name, executes);
+        let before = self
+            .get_job(scheduler, name)
+            .await?
+            .ok_or_else(|| StoreError::UnknownJob {
+                scheduler: scheduler.to_owned(),
+                name: name.to_owned(),
+            })?;
+        let detail = common::edit_detail(&before, job, executes);
         let args = json!({
             "name": name,
             "expected": opt(expected_version),

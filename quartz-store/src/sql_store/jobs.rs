@@ -249,7 +249,13 @@ impl SqlStore {
         expected_version: Option<i64>,
     ) -> Result<Job, StoreError> {
         job.validate()?;
-        let existing = self.require_job(scheduler, name).await?;
+        let before = quartz_core::store::Store::get_job(self, scheduler, name)
+            .await?
+            .ok_or_else(|| StoreError::UnknownJob {
+                scheduler: scheduler.to_owned(),
+                name: name.to_owned(),
+            })?;
+        let existing = before.job.clone();
         if let Some(parent) = &job.parent {
             self.require_job(scheduler, parent).await?;
         }
@@ -285,7 +291,7 @@ impl SqlStore {
         let change = Change::new(
             ChangeAction::JobEdit,
             &job.name,
-            crate::common::edit_detail(name, &job.name, executes),
+            crate::common::edit_detail(&before, job, executes),
         )
         .of_job(existing.id);
         self.changed_in(&mut tx, scheduler, change).await?;

@@ -154,10 +154,31 @@ pub(crate) fn instant(ms: Option<i64>, now: i64) -> Markup {
             let text = Timestamp::from_millis(ms).to_string();
             html! {
                 time datetime=(text) title=(text) {
-                    (text.replace('T', " ").trim_end_matches('Z')) " "
+                    (text.replace('T', " ").trim_end_matches('Z')) " UTC "
                     small { (relative(ms - now)) }
                 }
             }
+        }
+    }
+}
+
+/// An instant in a trigger's time zone, with its offset and the zone's
+/// name, UTC beside it, and how far it is from `now`; as [`instant`] for
+/// a trigger with no zone (or UTC).
+pub(crate) fn zoned(ms: Option<i64>, zone: Option<&str>, now: i64) -> Markup {
+    let Some(ms) = ms else { return instant(None, now) };
+    let Some(zone) = zone.filter(|z| !z.is_empty() && *z != "UTC" && *z != "Etc/UTC") else {
+        return instant(Some(ms), now);
+    };
+    let local = quartz_core::admin::local_time(ms, Some(zone));
+    let utc = Timestamp::from_millis(ms).to_string();
+    // `2026-12-24T06:00:00.000+01:00`: the date and time, then the offset.
+    let (clock, offset) = local.split_at(local.len().saturating_sub(6));
+    html! {
+        time.zoned datetime=(local) title={ (local) " = " (utc) } {
+            (clock.replace('T', " ")) " " span.offset { (offset) } " " span.zone { (zone) }
+            " " small.utc { "(" (utc.get(11..19).unwrap_or(&utc)) " UTC)" }
+            " " small { (relative(ms - now)) }
         }
     }
 }

@@ -9,7 +9,7 @@ use quartz_core::store::Store;
 use serde::Deserialize;
 
 use super::html::{
-    self, Section, badge, empty, instant, job_actions, job_link, millis, next_page, pager, query, segment,
+    self, Section, badge, empty, instant, job_actions, job_link, millis, next_page, pager, query, segment, zoned,
 };
 use super::{Viewer, notice_text};
 use crate::AppState;
@@ -264,9 +264,9 @@ pub(crate) async fn job<S: Store + Clone>(
                             td { code { (t.summary) } @if let Some(error) = &t.error { p.error { (error) } } }
                             td { (badge(&t.state)) }
                             td { (t.misfire) }
-                            td { (instant(t.prev_fire_time, now)) }
+                            td { (zoned(t.prev_fire_time, t.time_zone.as_deref(), now)) }
                             td { (t.times_triggered) }
-                            td { ol.upcoming { @for at in &t.upcoming { li { (instant(Some(*at), now)) } } } }
+                            td { ol.upcoming { @for at in &t.upcoming { li { (zoned(Some(*at), t.time_zone.as_deref(), now)) } } } }
                         }
                     }
                 }

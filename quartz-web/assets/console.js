@@ -1,7 +1,9 @@
 // The quartz console's script: a live cron preview on the job form (passing
-// over the times the form's calendar excludes), and the
-// schedule fields shown for the kind chosen. It writes text only (never
-// HTML), and the pages work without it.
+// over the times the form's calendar excludes), the schedule fields shown
+// for the kind chosen, and pages that refresh themselves (the overview,
+// jobs, a job, history, nodes, changes: their content is fetched again every
+// five seconds and put in place, with no reload). It writes text, or nodes
+// of this server's own pages, never HTML it builds; the pages work without it.
 "use strict";
 
 (function () {
@@ -60,7 +62,77 @@
     timer = setTimeout(preview, 200);
   }
 
+  // A page that refreshes itself: every five seconds while shown and not
+  // paused, its content is fetched again and put in place, unless the
+  // reader is typing in it or has text selected.
+  function live() {
+    const main = document.querySelector("main");
+    if (!document.body.dataset.live || !main) return;
+    if (main.querySelector("form.job-form, form.confirm, textarea, .conflict")) return;
+    let on = window.localStorage.getItem("quartz-live") !== "off";
+    let busy = false;
+    // A click under way is never lost to a refresh.
+    let pressed = 0;
+    main.addEventListener("pointerdown", function () {
+      pressed = Date.now();
+    });
+    const box = document.createElement("span");
+    box.className = "live";
+    box.id = "live";
+    const state = document.createElement("span");
+    const toggle = document.createElement("button");
+    toggle.type = "button";
+    box.append(state, toggle);
+    const who = document.querySelector("header.top .who");
+    if (who) who.prepend(box);
+    function show(text) {
+      state.textContent = text;
+      toggle.textContent = on ? "Pause" : "Live";
+      box.classList.toggle("off", !on);
+    }
+    async function refresh() {
+      if (!on || busy || document.hidden) return;
+      const active = document.activeElement;
+      if (active && main.contains(active) && /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName)) return;
+      if (String(window.getSelection() || "") !== "") return;
+      if (Date.now() - pressed < 1500) return;
+      busy = true;
+      try {
+        const answer = await fetch(window.location.href, { credentials: "same-origin" });
+        if (answer.redirected && new URL(answer.url).pathname.endsWith("/login")) {
+          on = false;
+          show("session ended: reload to log in");
+          return;
+        }
+        if (!answer.ok) {
+          show("refresh failed (" + answer.status + ")");
+          return;
+        }
+        const page = new DOMParser().parseFromString(await answer.text(), "text/html");
+        const fresh = page.querySelector("main");
+        if (!fresh) return;
+        main.replaceChildren(...Array.from(fresh.childNodes, (node) => document.importNode(node, true)));
+        document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || "0") + 1);
+        show("updated " + new Date().toLocaleTimeString());
+      } catch (e) {
+        show("refresh failed");
+      } finally {
+        busy = false;
+      }
+    }
+    toggle.addEventListener("click", function () {
+      on = !on;
+      window.localStorage.setItem("quartz-live", on ? "on" : "off");
+      show(on ? "live" : "paused");
+      if (on) refresh();
+    });
+    show(on ? "live" : "paused");
+    window.setInterval(refresh, Number(document.body.dataset.live) * 1000);
+    document.addEventListener("visibilitychange", refresh);
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    live();
     const kind = document.getElementById("kind");
     if (kind) {
       kind.addEventListener("change", showKindFields);

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use chrono::Datelike;
 
+use quartz_core::admin::{JobDefinition, TriggerDefinition};
 use quartz_core::engine::SchedulerBuilder;
 use quartz_testkit::{Kind, TestDb, wait_for};
 use quartz_web::{Access, Web};
@@ -92,6 +93,10 @@ async fn console(db: &TestDb) {
     browser.click("form.login button").await;
     browser.wait_url(&format!("{base}/jobs")).await;
     browser.wait_text("h1", "Jobs").await;
+    // The steps below click and read; the live refresh is checked apart.
+    browser
+        .script("window.localStorage.setItem('quartz-live', 'off')")
+        .await;
 
     // The form: the preview follows the cron expression as it is typed.
     create_job(&browser, &base, JOB, "* * *").await;
@@ -245,6 +250,74 @@ async fn console(db: &TestDb) {
             assert!(rows.contains("weekends weekly: sat, sun"), "{rows}");
         }
     }
+    // The charts have axes with units.
+    browser.goto(&format!("{base}/")).await;
+    assert_eq!(
+        browser.text("#per-minute figcaption").await,
+        "Fires per minute, the last hour"
+    );
+    assert_eq!(browser.count("#per-minute text.tick").await, 3, "0, half and the top");
+    let units = browser
+        .script("return Array.from(document.querySelectorAll('#per-minute text.unit, #per-minute text.title'), t => t.textContent)")
+        .await;
+    assert_eq!(units, serde_json::json!(["fires", "minute (database time)"]));
+
+    // A live page refreshes itself, without a reload.
+    browser.script("window.localStorage.setItem('quartz-live', 'on')").await;
+    browser.goto(&format!("{base}/jobs")).await;
+    browser.wait_text("#live", "live").await;
+    browser.script("window.quartzMarker = 'still here'").await;
+    let mut later = JobDefinition::new("appeared-later", "report");
+    later.triggers.push(TriggerDefinition::cron("0 0 5 * * ?", "UTC"));
+    admin.job_add(&later).await.unwrap();
+    wait_for(Duration::from_secs(20), "the jobs page to show the new job", || async {
+        let shown = browser
+            .script("return document.querySelector('main').innerText.includes('appeared-later')")
+            .await;
+        if shown == true { Ok(()) } else { Err("not yet".into()) }
+    })
+    .await;
+    assert_eq!(
+        browser.script("return window.quartzMarker").await,
+        "still here",
+        "refreshed in place, not reloaded"
+    );
+    browser.wait_text("#live", "updated").await;
+
+    // A phone's width: no page is wider than the screen.
+    browser.resize(420, 900).await;
+    for page in [
+        "/",
+        "/jobs",
+        "/fires",
+        "/nodes",
+        "/changes",
+        "/calendars",
+        "/new",
+        "/jobs/appeared-later",
+    ] {
+        browser.goto(&format!("{base}{page}")).await;
+        let fits = browser
+            .script("return document.documentElement.scrollWidth <= document.documentElement.clientWidth + 1")
+            .await;
+        assert_eq!(fits, true, "{page} is wider than 420 px");
+    }
+    browser.goto(&format!("{base}/")).await;
+    browser.screenshot("overview-420px").await;
+
+    // The system's dark scheme.
+    browser.resize(1440, 1000).await;
+    browser.color_scheme("dark").await;
+    browser.goto(&format!("{base}/")).await;
+    let background = browser
+        .script(
+            "const c = getComputedStyle(document.body).backgroundColor.match(/\\d+/g).map(Number); \
+             return c[0] + c[1] + c[2]",
+        )
+        .await;
+    assert!(background.as_u64().unwrap() < 150, "a dark background: {background}");
+    browser.screenshot("overview-dark").await;
+
     eprintln!("console screenshots: {}", shots.display());
     browser.quit().await;
     node.shutdown().await;

@@ -36,6 +36,9 @@ pub(crate) fn query(pairs: &[(&str, &str)]) -> String {
     if q.is_empty() { q } else { format!("?{q}") }
 }
 
+/// How often a live page refreshes itself, in seconds.
+pub(crate) const LIVE_SECONDS: u32 = 5;
+
 /// The sections of the navigation bar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Section {
@@ -63,7 +66,10 @@ pub(crate) fn page(viewer: &Viewer, section: Section, title: &str, notice: Optio
         (DOCTYPE)
         html lang="en" {
             (head(base, title, true))
-            body data-base=(base) data-csrf=(viewer.csrf) {
+            // The sections whose pages refresh themselves (every
+            // `data-live` seconds; the script leaves forms alone).
+            body data-base=(base) data-csrf=(viewer.csrf)
+                data-live=[matches!(section, Section::Overview | Section::Jobs | Section::History | Section::Nodes | Section::Changes).then_some(LIVE_SECONDS)] {
                 header.top {
                     a.brand href=(at(base, "/")) { "quartz" }
                     span.scheduler title="scheduler" { (viewer.scheduler) }
@@ -215,30 +221,72 @@ pub(crate) fn badge(state: &str) -> Markup {
     html! { span class={ "badge " (state) } { (state) } }
 }
 
-/// A bar chart in SVG: one bar per `(label, value)`, each with a tooltip.
-pub(crate) fn bars(id: &str, caption: &str, values: &[(String, usize)], show_labels: bool) -> Markup {
+/// A chart's axes: what the bars count (the y axis's unit) and what the
+/// x axis runs over.
+pub(crate) struct Axes<'a> {
+    /// The unit of the values (`fires`).
+    pub(crate) y_unit: &'a str,
+    /// What the x axis runs over (`minutes ago`).
+    pub(crate) x_title: &'a str,
+}
+
+/// A bar chart in SVG, one bar per `(label, value)` with a tooltip, on
+/// axes: the y axis ticked at 0, half and the top with its unit, the x axis
+/// labelled (every bar's label when `every_label`, else the first, middle
+/// and last) and titled.
+pub(crate) fn bars(id: &str, caption: &str, values: &[(String, usize)], every_label: bool, axes: &Axes<'_>) -> Markup {
     const W: usize = 640;
-    const H: usize = 140;
-    let max = values.iter().map(|(_, v)| *v).max().unwrap_or(0).max(1);
+    const H: usize = 170;
+    const LEFT: usize = 46; // room for the y axis's ticks
+    const TOP: usize = 14;
+    const BOTTOM: usize = 36; // room for the x labels and the x axis's title
+    let top = values.iter().map(|(_, v)| *v).max().unwrap_or(0).max(1);
+    // A round top for the ticks: 1, 2 or 5 times a power of ten.
+    let step = {
+        let mut magnitude = 1;
+        while magnitude * 10 <= top {
+            magnitude *= 10;
+        }
+        [1, 2, 5, 10]
+            .iter()
+            .map(|m| m * magnitude)
+            .find(|s| *s >= top)
+            .unwrap_or(top)
+    };
     let n = values.len().max(1);
-    let slot = W / n;
+    let width = W - LEFT;
+    let slot = width / n;
     let bar = slot.saturating_sub(2).max(1);
-    let plot = if show_labels { H - 20 } else { H };
+    let floor = H - BOTTOM;
+    let plot = floor - TOP;
+    let height = |v: usize| (v * plot).div_ceil(step);
+    let labelled = |i: usize| every_label || i == 0 || i == n - 1 || i == n / 2;
     html! {
         figure.chart id=(id) {
             figcaption { (caption) }
-            svg viewBox={ "0 0 " (W) " " (H) } role="img" aria-label=(caption) preserveAspectRatio="none" {
+            svg viewBox={ "0 0 " (W) " " (H) } role="img" aria-label=(caption) {
+                @for tick in [0, step / 2, step] {
+                    @let y = floor - height(tick);
+                    line.grid x1=(LEFT) y1=(y) x2=(W) y2=(y) {}
+                    text.tick x=(LEFT - 6) y=(y + 4) text-anchor="end" { (tick) }
+                }
+                text.unit x="0" y=(TOP - 4) { (axes.y_unit) }
                 @for (i, (label, value)) in values.iter().enumerate() {
-                    @let h = (value * (plot - 14)).div_ceil(max);
-                    rect.bar x=(i * slot) y=(plot - h) width=(bar) height=(h) {
-                        title { (label) ": " (value) }
+                    @let h = height(*value);
+                    @let x = LEFT + i * slot;
+                    rect.bar x=(x) y=(floor - h) width=(bar) height=(h) {
+                        title { (label) ": " (value) " " (axes.y_unit) }
                     }
-                    @if show_labels {
-                        text.value x=(i * slot + bar / 2) y=(plot - h - 3) text-anchor="middle" { (value) }
-                        text.label x=(i * slot + bar / 2) y=(H - 4) text-anchor="middle" { (label) }
+                    @if every_label && *value > 0 {
+                        text.value x=(x + bar / 2) y=(floor - h - 3) text-anchor="middle" { (value) }
+                    }
+                    @if labelled(i) {
+                        text.label x=(x + bar / 2) y=(floor + 14) text-anchor="middle" { (label) }
                     }
                 }
-                line.axis x1="0" y1=(plot) x2=(W) y2=(plot) {}
+                line.axis x1=(LEFT) y1=(floor) x2=(W) y2=(floor) {}
+                line.axis x1=(LEFT) y1=(TOP) x2=(LEFT) y2=(floor) {}
+                text.title x=(LEFT + width / 2) y=(H - 3) text-anchor="middle" { (axes.x_title) }
             }
         }
     }

@@ -93,8 +93,10 @@ pub(crate) async fn overview<S: Store + Clone>(State(state): State<AppState<S>>,
             }
         }
         div.charts {
-            (html::bars("per-minute", "Fires per minute, the last hour", &per_minute, false))
-            (html::bars("lateness", "Lateness of first attempts (start less fire time)", &overview.lateness_histogram, true))
+            (html::bars("per-minute", "Fires per minute, the last hour", &per_minute, false,
+                &html::Axes { y_unit: "fires", x_title: "minute (database time)" }))
+            (html::bars("lateness", "Lateness of first attempts (start less fire time)", &overview.lateness_histogram, true,
+                &html::Axes { y_unit: "fires", x_title: "start less fire time" }))
         }
         @if let Some([p50, p99, max]) = overview.lateness_ms {
             p.figures { "Lateness p50 " (millis(Some(p50))) ", p99 " (millis(Some(p99))) ", max " (millis(Some(max))) "." }

@@ -239,6 +239,26 @@ impl Browser {
         .await;
     }
 
+    /// Resizes the window (its outer size, in CSS pixels).
+    pub async fn resize(&self, width: u32, height: u32) {
+        self.session("POST", "/window/rect", json!({"width": width, "height": height}))
+            .await
+            .unwrap();
+    }
+
+    /// Makes pages see `prefers-color-scheme: dark` (or light), through
+    /// Chromium's DevTools protocol.
+    pub async fn color_scheme(&self, scheme: &str) {
+        self.session(
+            "POST",
+            "/goog/cdp/execute",
+            json!({"cmd": "Emulation.setEmulatedMedia",
+                "params": {"features": [{"name": "prefers-color-scheme", "value": scheme}]}}),
+        )
+        .await
+        .unwrap();
+    }
+
     /// Runs a script in the page and returns its value.
     pub async fn script(&self, script: &str) -> Value {
         self.session("POST", "/execute/sync", json!({"script": script, "args": []}))

@@ -92,22 +92,27 @@ impl ApiError {
     }
 }
 
+/// The HTTP status of an admin error.
+pub(crate) fn status_of(e: &AdminError) -> StatusCode {
+    match e {
+        AdminError::Invalid { .. } => StatusCode::BAD_REQUEST,
+        AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } | AdminError::FireNotFound { .. } => {
+            StatusCode::NOT_FOUND
+        }
+        AdminError::Conflict { .. }
+        | AdminError::CalendarExists { .. }
+        | AdminError::InUse { .. }
+        | AdminError::Refused { .. } => StatusCode::CONFLICT,
+        AdminError::Stale { .. } => StatusCode::PRECONDITION_FAILED,
+        AdminError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
+        AdminError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 impl From<AdminError> for ApiError {
     fn from(e: AdminError) -> ApiError {
-        let status = match &e {
-            AdminError::Invalid { .. } => StatusCode::BAD_REQUEST,
-            AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } | AdminError::FireNotFound { .. } => {
-                StatusCode::NOT_FOUND
-            }
-            AdminError::Conflict { .. }
-            | AdminError::CalendarExists { .. }
-            | AdminError::InUse { .. }
-            | AdminError::Refused { .. } => StatusCode::CONFLICT,
-            AdminError::Stale { .. } => StatusCode::PRECONDITION_FAILED,
-            AdminError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
-            AdminError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
+        let status = status_of(&e);
         if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(error = %e, "admin call failed");
         }

@@ -197,38 +197,12 @@ impl SqlStore {
             .and_then(|row| row.try_get(0))
             .map_err(db_error)?;
         let at = last.map_or(now.as_millis(), |t| t + 1);
-        let inserted = self
-            .query(
-                "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
-                 state, claimed_at, due_at, fire_count) VALUES (?, ?, ?, ?, 1, NULL, 0, 'pending', ?, ?, 1)",
-            )
-            .bind(scheduler.to_owned())
-            .bind(MANUAL_EXECUTE)
-            .bind(job.id)
-            .bind(at)
-            .bind(now.as_millis())
-            .bind(at)
-            .execute(&mut *tx)
-            .await;
-        match inserted {
-            Ok(_) => {}
-            // Another fire now in the same millisecond: the retry reads it.
-            Err(e) if is_unique_violation(&e) => {
-                return Err(StoreError::Conflict {
-                    reason: format!("two fires of {name:?} asked for at once"),
-                });
-            }
-            Err(e) => return Err(db_error(e)),
-        }
-        let id: i64 = self
-            .query("SELECT id FROM quartz_fire WHERE execute_id = ? AND job_id = ? AND fire_time = ? AND attempt = 1")
-            .bind(MANUAL_EXECUTE)
-            .bind(job.id)
-            .bind(at)
-            .fetch_one(&mut *tx)
-            .await
-            .and_then(|row| row.try_get(0))
-            .map_err(db_error)?;
+        // Another fire now in the same millisecond: the retry reads it.
+        let id = self
+            .insert_pending_by_hand(&mut tx, scheduler, (MANUAL_EXECUTE, job.id, at, 1), at, || {
+                format!("two fires of {name:?} asked for at once")
+            })
+            .await?;
         let detail = format!("fire {id} by hand, at {}", Timestamp::from_millis(at));
         self.changed_in(
             &mut tx,

@@ -235,4 +235,46 @@ impl SqlStore {
         tx.commit().await.map_err(db_error)?;
         Ok(PendingClaim::Won)
     }
+
+    /// Inserts a pending fire asked for by hand (a fire now, a retry), due
+    /// at `due_at`, and answers its id. Two at once of one fire and attempt:
+    /// [`StoreError::Conflict`] (`clash` says what), so that the retry of
+    /// the whole change reads the other.
+    pub(super) async fn insert_pending_by_hand(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        scheduler: &str,
+        key: (i64, i64, i64, i64),
+        due_at: i64,
+        clash: impl FnOnce() -> String,
+    ) -> Result<i64, StoreError> {
+        let (execute_id, job_id, fire_time, attempt) = key;
+        let inserted = self
+            .query(
+                "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+                 state, claimed_at, due_at, fire_count) VALUES (?, ?, ?, ?, ?, NULL, 0, 'pending', {now}, ?, 1)",
+            )
+            .bind(scheduler.to_owned())
+            .bind(execute_id)
+            .bind(job_id)
+            .bind(fire_time)
+            .bind(attempt)
+            .bind(due_at)
+            .execute(&mut **tx)
+            .await;
+        match inserted {
+            Ok(_) => {}
+            Err(e) if is_unique_violation(&e) => return Err(StoreError::Conflict { reason: clash() }),
+            Err(e) => return Err(db_error(e)),
+        }
+        self.query("SELECT id FROM quartz_fire WHERE execute_id = ? AND job_id = ? AND fire_time = ? AND attempt = ?")
+            .bind(execute_id)
+            .bind(job_id)
+            .bind(fire_time)
+            .bind(attempt)
+            .fetch_one(&mut **tx)
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(db_error)
+    }
 }

@@ -5,7 +5,7 @@ use quartz_core::store::{ChangeAction, FireRetry, FireState, StoreError};
 use sqlx::Row;
 
 use super::changes::Change;
-use super::{SqlStore, db_error, is_unique_violation};
+use super::{SqlStore, db_error};
 
 impl SqlStore {
     pub(super) async fn fire_retry_by_hand(&self, scheduler: &str, fire_id: i64) -> Result<FireRetry, StoreError> {
@@ -73,38 +73,12 @@ impl SqlStore {
             last = last.max(a);
         }
         let next = last + 1;
-        let inserted = self
-            .query(
-                "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
-                 state, claimed_at, due_at, fire_count) VALUES (?, ?, ?, ?, ?, NULL, 0, 'pending', {now}, {now}, 1)",
-            )
-            .bind(scheduler.to_owned())
-            .bind(execute_id)
-            .bind(job_id)
-            .bind(fire_time)
-            .bind(next)
-            .execute(&mut *tx)
-            .await;
-        match inserted {
-            Ok(_) => {}
-            // Retried at the same time by another caller: the retry reads it.
-            Err(e) if is_unique_violation(&e) => {
-                return Err(StoreError::Conflict {
-                    reason: format!("fire {fire_id} retried twice at once"),
-                });
-            }
-            Err(e) => return Err(db_error(e)),
-        }
-        let new_id: i64 = self
-            .query("SELECT id FROM quartz_fire WHERE execute_id = ? AND job_id = ? AND fire_time = ? AND attempt = ?")
-            .bind(execute_id)
-            .bind(job_id)
-            .bind(fire_time)
-            .bind(next)
-            .fetch_one(&mut *tx)
-            .await
-            .and_then(|row| row.try_get(0))
-            .map_err(db_error)?;
+        let now = self.now_in(&mut tx).await?.as_millis();
+        let new_id = self
+            .insert_pending_by_hand(&mut tx, scheduler, (execute_id, job_id, fire_time, next), now, || {
+                format!("fire {fire_id} retried twice at once")
+            })
+            .await?;
         let detail = format!(
             "fire {fire_id} ({}): attempt {next} is fire {new_id}",
             FireState::parse(&state).map_or("?", FireState::as_str)

@@ -134,19 +134,10 @@ impl Viewer {
 
     /// The page of an admin error.
     pub(crate) fn failure(&self, e: &AdminError) -> Response {
+        // A page, not an API: a stale form is a conflict to resolve.
         let status = match e {
-            AdminError::Invalid { .. } => StatusCode::BAD_REQUEST,
-            AdminError::NotFound { .. } | AdminError::CalendarNotFound { .. } | AdminError::FireNotFound { .. } => {
-                StatusCode::NOT_FOUND
-            }
-            AdminError::Conflict { .. }
-            | AdminError::CalendarExists { .. }
-            | AdminError::InUse { .. }
-            | AdminError::Refused { .. } => StatusCode::CONFLICT,
             AdminError::Stale { .. } => StatusCode::CONFLICT,
-            AdminError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
-            AdminError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
+            other => crate::error::status_of(other),
         };
         let (back, label) = match e {
             AdminError::CalendarNotFound { .. } | AdminError::InUse { .. } => ("/calendars", "Back to the calendars"),

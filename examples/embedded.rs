@@ -13,7 +13,6 @@
 
 use std::time::Duration;
 
-use quartz::admin::AdminError;
 use quartz::prelude::*;
 
 #[tokio::main]
@@ -66,12 +65,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_timeout(Duration::from_secs(10))
         .with_trigger(TriggerDefinition::cron("0/5 * * * * ?", "UTC"));
     let admin = node.admin();
+    // Declared on every start: added the first time, then kept in step.
     for job in [hello, report] {
-        match admin.job_add(&job).await {
-            Ok(_) => println!("added job {:?}", job.name),
-            Err(AdminError::Conflict { .. }) => println!("job {:?} is already stored", job.name),
-            Err(e) => return Err(e.into()),
-        }
+        let (_, outcome) = admin.job_put(&job).await?;
+        println!("job {:?}: {}", job.name, outcome.as_str());
     }
 
     match seconds {

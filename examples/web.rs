@@ -13,7 +13,6 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use quartz::admin::AdminError;
 use quartz::prelude::*;
 use quartz_web::{Access, Web};
 
@@ -34,10 +33,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let greet = JobDefinition::new("greet-every-5s", "greet")
         .with_payload("world")?
         .with_trigger(TriggerDefinition::every(Duration::from_secs(5)));
-    match node.admin().job_add(&greet).await {
-        Ok(_) | Err(AdminError::Conflict { .. }) => {}
-        Err(e) => return Err(e.into()),
-    }
+    node.admin().job_put(&greet).await?; // declared on every start
 
     // The service's own routes, and quartz-rs under /quartz.
     let access = Access::from_env();

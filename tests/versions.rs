@@ -11,7 +11,7 @@ use quartz_testkit as common;
 use std::time::Duration;
 
 use common::{TestDb, backend_tests};
-use quartz::admin::{Admin, AdminError, JobDefinition, JobPatch, TriggerDefinition};
+use quartz::admin::{Admin, AdminError, JobDefinition, JobPatch, PutOutcome, TriggerDefinition};
 use quartz::calendar::CalendarDefinition;
 
 const CLUSTER: &str = "versions-cluster";
@@ -168,7 +168,61 @@ async fn edits_without_a_version_never_undo_each_other(db: &TestDb) {
     }
 }
 
+/// A service declares its jobs on every start: the first adds, the same
+/// again writes nothing (its triggers keep their place), a change in code
+/// reaches the stored job, and two instances starting at once add it once.
+async fn a_job_declared_on_every_start_is_added_once_and_kept_in_step(db: &TestDb) {
+    let admin = Admin::new(db.store().await, CLUSTER);
+    let mut job = JobDefinition::new("nightly", "report").with_description("the report");
+    job.triggers
+        .push(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris"));
+    let (first, outcome) = admin.job_put(&job).await.unwrap();
+    assert_eq!((outcome, first.version), (PutOutcome::Created, 1));
+
+    let changes = || async {
+        admin
+            .changes(&quartz::admin::ChangeFilter::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+    };
+    let logged = changes().await;
+    let (again, outcome) = admin.job_put(&job).await.unwrap();
+    assert_eq!((outcome, again.version), (PutOutcome::Unchanged, 1));
+    assert_eq!(again.triggers[0].id, first.triggers[0].id, "the trigger kept");
+    assert_eq!(changes().await, logged, "nothing written");
+
+    let changed = job.clone().with_description("the nightly report");
+    let (updated, outcome) = admin.job_put(&changed).await.unwrap();
+    assert_eq!((outcome, updated.version), (PutOutcome::Updated, 2));
+    assert_eq!(updated.description, "the nightly report");
+    assert_eq!(
+        updated.triggers[0].id, first.triggers[0].id,
+        "the same trigger keeps its place"
+    );
+
+    let mut moved = changed.clone();
+    moved.triggers = vec![TriggerDefinition::cron("0 30 2 * * ?", "Europe/Paris")];
+    let (rescheduled, outcome) = admin.job_put(&moved).await.unwrap();
+    assert_eq!(outcome, PutOutcome::Updated);
+    assert_ne!(
+        rescheduled.triggers[0].id, first.triggers[0].id,
+        "a new schedule starts afresh"
+    );
+    assert_eq!(rescheduled.triggers[0].cron.as_deref(), Some("0 30 2 * * ?"));
+
+    // Two instances starting at once.
+    let mut fresh = JobDefinition::new("hourly", "report");
+    fresh.triggers.push(TriggerDefinition::every(Duration::from_secs(3600)));
+    let (a, b) = tokio::join!(admin.job_put(&fresh), admin.job_put(&fresh));
+    let mut outcomes = [a.unwrap().1, b.unwrap().1];
+    outcomes.sort_by_key(|o| o.as_str());
+    assert_eq!(outcomes, [PutOutcome::Created, PutOutcome::Unchanged]);
+}
+
 backend_tests!(
+    a_job_declared_on_every_start_is_added_once_and_kept_in_step,
     a_stale_write_is_refused_and_writes_nothing,
     of_two_writes_against_one_version_exactly_one_wins,
     edits_without_a_version_never_undo_each_other,

@@ -10,7 +10,7 @@ use axum::routing::{get, post};
 use quartz_core::Timestamp;
 use quartz_core::admin::{
     CalendarView, ChangeFilter, ChangeView, ClusterHealth, FireFilter, FireView, JobDefinition, JobFilter, JobPatch,
-    JobStats, JobView, ManualFire, NodeView, Overview, Page, TriggerDefinition, TriggerKind, TriggerView,
+    JobStats, JobView, ManualFire, NodeView, Overview, Page, PutOutcome, TriggerDefinition, TriggerKind, TriggerView,
     deserialize_instant, instant_schema,
 };
 use quartz_core::audit::AuditParams;
@@ -30,7 +30,10 @@ pub(crate) fn routes<S: Store + Clone>() -> Router<S> {
         .route("/jobs", get(jobs_list::<S>).post(job_add::<S>))
         .route(
             "/jobs/{name}",
-            get(job_get::<S>).patch(job_edit::<S>).delete(job_delete::<S>),
+            get(job_get::<S>)
+                .put(job_put::<S>)
+                .patch(job_edit::<S>)
+                .delete(job_delete::<S>),
         )
         .route("/jobs/{name}/pause", post(job_pause::<S>))
         .route("/jobs/{name}/resume", post(job_resume::<S>))
@@ -101,6 +104,45 @@ async fn job_get<S: Store + Clone>(
 ) -> Result<Response, ApiError> {
     let view = state.admin.job(&name).await?;
     Ok(versioned(StatusCode::OK, view.version, view))
+}
+
+/// Declares a job (an upsert): adds it when none of the name exists (201),
+/// applies what differs when one does, and writes nothing when nothing
+/// does (200 either way; `X-Quartz-Outcome` says `created`, `updated` or
+/// `unchanged`). Triggers without a `start` keep their place when they are
+/// the same. For services that declare their jobs on every start.
+#[utoipa::path(put, path = "/api/v1/jobs/{name}", params(("name" = String, Path, description = "the job's name")),
+    request_body = JobDefinition, tag = "jobs",
+    responses((status = 200, body = JobView, headers(("ETag" = String, description = "the job's version"),
+            ("X-Quartz-Outcome" = String, description = "updated or unchanged"))),
+        (status = 201, body = JobView, headers(("ETag" = String, description = "the job's version"),
+            ("X-Quartz-Outcome" = String, description = "created"))),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+async fn job_put<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    caller: Caller,
+    Path(name): Path<String>,
+    ApiJson(job): ApiJson<JobDefinition>,
+) -> Result<Response, ApiError> {
+    caller.require_admin()?;
+    if job.name != name {
+        return Err(ApiError::invalid(
+            "name",
+            format!("the body's name {:?} is not the path's {name:?}", job.name),
+        ));
+    }
+    let (view, outcome) = state.admin.acting_as(&caller.actor).job_put(&job).await?;
+    let status = if outcome == PutOutcome::Created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let mut response = versioned(status, view.version, view);
+    response.headers_mut().insert(
+        axum::http::HeaderName::from_static("x-quartz-outcome"),
+        axum::http::HeaderValue::from_static(outcome.as_str()),
+    );
+    Ok(response)
 }
 
 /// The version a write of job `name` is made against, from its `If-Match`.
@@ -601,7 +643,7 @@ struct ChangePage {
     info(title = "quartz-rs admin API", description = "Jobs, triggers, the fire ledger, nodes and the change log \
         of a quartz-rs cluster. Authenticate with `Authorization: Bearer TOKEN` (QUARTZ_ADMIN_TOKEN reads and \
         writes, QUARTZ_READ_TOKEN reads); with no token configured only loopback callers are answered."),
-    paths(jobs_list, job_add, job_get, job_edit, job_delete, job_pause, job_resume, job_trigger, job_stats, fires_list, fire_retry,
+    paths(jobs_list, job_add, job_get, job_put, job_edit, job_delete, job_pause, job_resume, job_trigger, job_stats, fires_list, fire_retry,
         nodes_list, changes_list, audit, overview, health, cron_preview, calendars_list, calendar_get, calendar_put,
         calendar_delete),
     components(schemas(JobDefinition, JobPatch, TriggerDefinition, TriggerKind, JobView, TriggerView, FireView,

@@ -640,7 +640,35 @@ async fn changes_say_what_changed_and_who_made_them(db: &TestDb) {
     assert!(!detail.contains("handler"), "{detail}");
 }
 
+/// PUT declares a job: 201 created, then 200 unchanged (nothing written),
+/// then 200 updated; a body naming another job is refused.
+async fn a_job_is_declared_with_put(db: &TestDb) {
+    let addr = server(db).await;
+    let def = json!({"name": "declared", "handler": "log", "triggers": [{"kind": "cron", "cron": "0 0 6 * * ?"}]});
+    let outcome = |a: &http::Answer| (a.status, a.header("x-quartz-outcome").map(str::to_owned));
+    let created = with_headers(addr, "PUT", "/api/v1/jobs/declared", &[], &def).await;
+    assert_eq!(outcome(&created), (201, Some("created".into())), "{}", created.body);
+    let again = with_headers(addr, "PUT", "/api/v1/jobs/declared", &[], &def).await;
+    assert_eq!(outcome(&again), (200, Some("unchanged".into())));
+    assert_eq!(again.header("etag"), Some("\"1\""));
+    let mut changed = def.clone();
+    changed["description"] = json!("at six");
+    let updated = with_headers(addr, "PUT", "/api/v1/jobs/declared", &[], &changed).await;
+    assert_eq!(outcome(&updated), (200, Some("updated".into())));
+    assert_eq!(updated.header("etag"), Some("\"2\""));
+    let other = with_headers(
+        addr,
+        "PUT",
+        "/api/v1/jobs/declared",
+        &[],
+        &json!({"name": "x", "handler": "log"}),
+    )
+    .await;
+    assert_eq!(other.error(), ("invalid".to_owned(), Some("name".to_owned())));
+}
+
 backend_tests!(
+    a_job_is_declared_with_put,
     changes_say_what_changed_and_who_made_them,
     if_match_refuses_a_stale_write,
     jobs_are_created_read_changed_fired_and_deleted,

@@ -86,6 +86,26 @@ fn probes() -> Vec<Probe> {
         probe("POST", "/api/v1/jobs", "/api/v1/jobs", Some(job.clone())),
         probe("POST", "/api/v1/jobs", "/api/v1/jobs", Some(job)),
         probe("POST", "/api/v1/jobs", "/api/v1/jobs", Some(json!({"name": "x"}))),
+        probe(
+            "PUT",
+            "/api/v1/jobs/{name}",
+            "/api/v1/jobs/declared",
+            Some(json!({"name": "declared", "handler": "log",
+                "triggers": [{"kind": "fixed_rate", "interval_ms": 60000}]})),
+        ),
+        probe(
+            "PUT",
+            "/api/v1/jobs/{name}",
+            "/api/v1/jobs/declared",
+            Some(json!({"name": "declared", "handler": "log",
+                "triggers": [{"kind": "fixed_rate", "interval_ms": 60000}]})),
+        ),
+        probe(
+            "PUT",
+            "/api/v1/jobs/{name}",
+            "/api/v1/jobs/declared",
+            Some(json!({"name": "other", "handler": "log"})),
+        ),
         probe("GET", "/api/v1/jobs/{name}", "/api/v1/jobs/probe", None),
         probe("GET", "/api/v1/jobs/{name}", "/api/v1/jobs/missing", None),
         probe(

@@ -133,6 +133,48 @@ pub struct ChangeFilter {
     pub limit: Option<u32>,
 }
 
+/// What [`Admin::job_put`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PutOutcome {
+    /// No job of the name existed: it was added.
+    Created,
+    /// The stored job differed: what differs was applied.
+    Updated,
+    /// The stored job is as declared: nothing was written.
+    Unchanged,
+}
+
+impl PutOutcome {
+    /// `created`, `updated` or `unchanged`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PutOutcome::Created => "created",
+            PutOutcome::Updated => "updated",
+            PutOutcome::Unchanged => "unchanged",
+        }
+    }
+}
+
+/// Whether a job's stored triggers are the ones `new` defines (in order):
+/// the same schedule, end, limit, misfire policy, calendar and priority,
+/// and the same start where the definition gives one. A row that cannot be
+/// read makes them differ.
+fn same_triggers(stored: &crate::store::JobDetail, new: &[ExecuteSpec], defs: &[TriggerDefinition]) -> bool {
+    stored.broken.is_empty()
+        && stored.executes.len() == new.len()
+        && stored.executes.iter().zip(new).zip(defs).all(|((s, n), d)| {
+            let (a, b) = (&s.trigger, &n.trigger);
+            a.schedule() == b.schedule()
+                && a.end() == b.end()
+                && a.repeat_limit() == b.repeat_limit()
+                && a.misfire_policy() == b.misfire_policy()
+                && a.calendar_name() == b.calendar_name()
+                && s.priority == n.priority
+                && (d.start.is_none() || a.start() == b.start())
+        })
+}
+
 fn page_limit(limit: Option<u32>) -> Result<u32, AdminError> {
     match limit {
         None => Ok(50),
@@ -270,6 +312,49 @@ impl<S: Store> Admin<S> {
         let now = self.store.now().await?;
         let (spec, executes) = job.to_specs(now)?;
         self.job_create(&spec, &executes).await
+    }
+
+    /// Declares a job: adds it when none of its name exists, applies what
+    /// differs when one does, and leaves it untouched (no write, no change
+    /// log row, its version and its triggers' places kept) when nothing
+    /// does. What a service calls on every start for the jobs it defines in
+    /// code. A trigger whose definition gives no `start` is the same
+    /// trigger whatever its stored start; when the triggers differ they are
+    /// replaced (and start afresh), else kept where they stand.
+    ///
+    /// # Errors
+    ///
+    /// As [`job_add`](Self::job_add) and [`job_edit`](Self::job_edit).
+    pub async fn job_put(&self, job: &JobDefinition) -> Result<(JobView, PutOutcome), AdminError> {
+        for _ in 0..5 {
+            let Some(current) = self.store.get_job(&self.scheduler, &job.name).await? else {
+                match self.job_add(job).await {
+                    Ok(view) => return Ok((view, PutOutcome::Created)),
+                    // Added meanwhile: compared with on the next turn.
+                    Err(AdminError::Conflict { .. }) => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            let now = self.store.now().await?;
+            let (spec, executes) = job.to_specs(now)?;
+            let same = same_triggers(&current, &executes, &job.triggers);
+            if spec == current.job.spec && same {
+                return Ok((JobView::new(&current, UPCOMING), PutOutcome::Unchanged));
+            }
+            let replaced = (!same).then_some(executes.as_slice());
+            match self
+                .job_update(&job.name, &spec, replaced, Some(current.job.version))
+                .await
+            {
+                Ok(view) => return Ok((view, PutOutcome::Updated)),
+                // Changed meanwhile: compared again with what it is now.
+                Err(AdminError::Stale { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(AdminError::Unavailable {
+            reason: format!("job {:?} kept changing while it was declared; try again", job.name),
+        })
     }
 
     /// Adds a job from its stored form (as [`job_add`](Self::job_add), for

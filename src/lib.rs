@@ -1,15 +1,18 @@
 //! quartz-rs: a clustered, database-backed job scheduler for Rust services.
 //!
 //! Jobs and their triggers are rows in a database the service already runs
-//! (PostgreSQL, MySQL/MariaDB, or embedded SQLite); every instance of the service
-//! embeds a scheduler node, and each fire runs once across the cluster, on time,
-//! through crashes, pauses and clocks that disagree.
+//! (PostgreSQL, MySQL/MariaDB, embedded SQLite, or Redis); every instance of
+//! the service embeds a scheduler node, and each fire runs once across the
+//! cluster, on time, through crashes, pauses and clocks that disagree.
 //!
 //! This facade re-exports the parts a user needs: the [`engine`] (a node of the
-//! cluster: [`SchedulerBuilder`], handlers, [`JobContext`]), [`cron`],
-//! [`trigger`] and [`misfire`] (the time arithmetic), [`store`] (the store
-//! contract and its implementation on SQLite, PostgreSQL and MySQL/MariaDB) and
-//! [`pool`] (the elastic worker pool).
+//! cluster: [`SchedulerBuilder`], handlers, [`JobContext`]), [`admin`] (jobs
+//! declared, listed, changed and fired, the ledger, the nodes, the change
+//! log), [`cron`], [`trigger`] and [`misfire`] (the time arithmetic),
+//! [`store`] (the store contract and its implementations on SQLite,
+//! PostgreSQL, MySQL/MariaDB and Redis), [`pool`] (the elastic
+//! worker pool) and, with the `web` feature, `web`: the HTTP API, the web
+//! console and `/metrics` as one axum router (the `quartz-web` crate).
 //!
 //! A node in a few lines: a cluster name, handlers by name, a database URL.
 //!
@@ -30,7 +33,7 @@
 //!     .with_payload("ops@example.com")?
 //!     .with_retry(RetryPolicy::fixed(3, Duration::from_secs(10)))
 //!     .with_trigger(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris"));
-//! node.admin().job_add(&report).await?;
+//! node.admin().job_put(&report).await?; // declared on every start
 //! // ... serve ...
 //! node.shutdown().await;
 //! # Ok(()) }
@@ -43,6 +46,9 @@ pub use quartz_core::engine::{
 };
 pub use quartz_core::{Error, Timestamp, Tz, admin, audit, calendar, cron, engine, misfire, retention, trigger};
 pub use quartz_pool as pool;
+/// The HTTP API, the web console and `/metrics` (the `web` feature).
+#[cfg(feature = "web")]
+pub use quartz_web as web;
 
 /// Starting a node on a database URL.
 pub trait ConnectExt {

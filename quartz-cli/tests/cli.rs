@@ -230,6 +230,10 @@ fn every_admin_command(url: &str) {
         "report",
     );
     refused(&url, &["job", "add", "x", "--handler", "noop"], "needs a trigger");
+    // On demand: no trigger, run by hand.
+    let on_demand = json(&url, &["job", "add", "by-hand", "--handler", "noop", "--on-demand"]);
+    assert_eq!(on_demand["triggers"].as_array().unwrap().len(), 0, "{on_demand}");
+    json(&url, &["job", "delete", "by-hand"]);
     refused(
         &url,
         &["job", "add", "x", "--handler", "noop", "--every", "soon"],

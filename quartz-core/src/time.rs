@@ -1,6 +1,8 @@
 //! Instants as the database keeps them: epoch milliseconds.
 
 use std::fmt;
+use std::ops::{Add, Sub};
+use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
@@ -36,6 +38,49 @@ impl Timestamp {
     /// `self + ms`, clamped to the representable range.
     pub const fn saturating_add_millis(self, ms: i64) -> Timestamp {
         Timestamp(self.0.saturating_add(ms))
+    }
+}
+
+/// A duration in whole milliseconds, clamped to `i64`.
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// `t + d`, clamped to the representable range (as
+/// [`saturating_add_millis`](Timestamp::saturating_add_millis)).
+///
+/// ```
+/// use std::time::Duration;
+/// use quartz_core::Timestamp;
+///
+/// let t = Timestamp::from_millis(1_000);
+/// assert_eq!(t + Duration::from_secs(2), Timestamp::from_millis(3_000));
+/// assert_eq!(t - Duration::from_millis(1_500), Timestamp::from_millis(-500));
+/// assert_eq!(Timestamp::from_millis(3_000) - t, Duration::from_secs(2));
+/// ```
+impl Add<Duration> for Timestamp {
+    type Output = Timestamp;
+
+    fn add(self, d: Duration) -> Timestamp {
+        self.saturating_add_millis(millis(d))
+    }
+}
+
+/// `t - d`, clamped to the representable range.
+impl Sub<Duration> for Timestamp {
+    type Output = Timestamp;
+
+    fn sub(self, d: Duration) -> Timestamp {
+        Timestamp(self.0.saturating_sub(millis(d)))
+    }
+}
+
+/// How long after `earlier` this instant is (zero when it is not after).
+impl Sub for Timestamp {
+    type Output = Duration;
+
+    fn sub(self, earlier: Timestamp) -> Duration {
+        Duration::from_millis(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
     }
 }
 

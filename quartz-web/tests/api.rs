@@ -204,12 +204,12 @@ async fn bad_input_gets_a_4xx_naming_the_field(db: &TestDb) {
         "POST",
         "/api/v1/jobs",
         "Application/JSON; charset=utf-8",
-        r#"{"name": "t", "handler": "log"} "#,
+        r#"{"name": "t", "handler": "log", "max_attempts": -1} "#,
     )
     .await;
     assert_eq!(
         charset.error(),
-        ("invalid".to_owned(), Some("triggers".to_owned())),
+        ("invalid".to_owned(), Some("max_attempts".to_owned())),
         "read as JSON: {}",
         charset.body
     );
@@ -665,6 +665,13 @@ async fn a_job_is_declared_with_put(db: &TestDb) {
     )
     .await;
     assert_eq!(other.error(), ("invalid".to_owned(), Some("name".to_owned())));
+    // A job with no trigger runs on demand: fired by hand.
+    let on_demand = json!({"name": "on-demand", "handler": "log"});
+    let created = with_headers(addr, "PUT", "/api/v1/jobs/on-demand", &[], &on_demand).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert_eq!(created.json()["triggers"], json!([]));
+    let fired = with_headers(addr, "POST", "/api/v1/jobs/on-demand/trigger", &[], &Value::Null).await;
+    assert_eq!(fired.status, 202, "{}", fired.body);
 }
 
 backend_tests!(

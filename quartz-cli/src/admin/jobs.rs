@@ -25,6 +25,7 @@ pub enum JobCommand {
     ///   quartz job add cleanup --handler shell --payload '{"command": "rm", "args": ["-f", "/tmp/x"]}' --delay 1m
     ///   quartz job add once --handler noop --at 2026-12-24T18:00:00Z
     ///   quartz job add notify --handler log --parent report   (runs after each success of report)
+    ///   quartz job add rebuild --handler shell --payload '{"command": "make"}' --on-demand   (runs when fired)
     #[command(verbatim_doc_comment)]
     Add {
         /// The job's name, unique in the scheduler.
@@ -33,6 +34,10 @@ pub enum JobCommand {
         job: JobArgs,
         #[command(flatten)]
         trigger: TriggerArgs,
+        /// No trigger and no parent: the job runs only when fired by hand
+        /// (`quartz job trigger NAME`, the console, the API).
+        #[arg(long)]
+        on_demand: bool,
     },
     /// List the jobs.
     ///
@@ -138,7 +143,12 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
     let store = AnyStore::connect(url).await?;
     let admin = Admin::new(store.clone(), scheduler).acting_as(CLI_ACTOR);
     match command {
-        JobCommand::Add { name, job, trigger } => {
+        JobCommand::Add {
+            name,
+            job,
+            trigger,
+            on_demand,
+        } => {
             let Some(handler) = &job.handler else {
                 anyhow::bail!(
                     "a job needs --handler: a handler of the service that runs it, or one of `quartz run`'s \
@@ -149,10 +159,13 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
             let spec = job.apply(JobSpec::new(name, handler.clone()))?;
             let executes = if trigger.given() {
                 vec![trigger.to_execute(admin.now().await?)?]
-            } else if spec.parent.is_some() {
+            } else if spec.parent.is_some() || on_demand {
                 Vec::new()
             } else {
-                anyhow::bail!("a job needs a trigger (--cron, --every, --delay or --at) or a --parent");
+                anyhow::bail!(
+                    "a job needs a trigger (--cron, --every, --delay or --at), a --parent, or --on-demand to run \
+                     only when fired by hand"
+                );
             };
             admin.job_create(&spec, &executes).await?;
             warn_unless_offered(&store, scheduler, &spec.handler).await?;

@@ -537,12 +537,7 @@ impl JobDefinition {
         };
         spec.check_fields()
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
-        if self.triggers.is_empty() && self.parent.is_none() {
-            return Err(AdminError::invalid(
-                "triggers",
-                "a job needs a trigger, or a parent job to run after",
-            ));
-        }
+        // No trigger and no parent: a job that runs only when fired by hand.
         let executes = self
             .triggers
             .iter()

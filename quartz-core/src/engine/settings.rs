@@ -1,4 +1,5 @@
-//! A node's settings and its strategy, with DESIGN.md's defaults.
+//! A node's settings and its strategy, with their defaults (the README's
+//! settings table lists them).
 
 use std::time::Duration;
 
@@ -30,7 +31,7 @@ pub enum Strategy {
     LeastLoaded,
 }
 
-/// A node's settings. The defaults are DESIGN.md's.
+/// A node's settings, with the defaults the README's settings table lists.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// How often the node polls for due executes (default 5 s).

@@ -41,13 +41,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quartz = Web::new(node.admin())
         .access(access)
         .metrics(quartz_web::install_prometheus()?)
-        .router();
+        .mounted_at("/quartz");
     let app = axum::Router::new()
         .route(
             "/",
             axum::routing::get(|| async { "the service's own page; the scheduler is at /quartz" }),
         )
-        .nest("/quartz", quartz);
+        .merge(quartz);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("console: http://{addr}/quartz  (Ctrl-C to stop)");
     axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())

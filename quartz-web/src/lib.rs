@@ -152,6 +152,24 @@ impl<S: Store + Clone> Web<S> {
     }
 }
 
+impl<S: Store + Clone> Web<S> {
+    /// The router mounted under `prefix` (`/quartz`), ready to merge into a
+    /// service's own: the console at `/quartz`, the API at
+    /// `/quartz/api/v1/…`, and `/quartz/` redirected to `/quartz` (which a
+    /// plain `nest` leaves a 404).
+    pub fn mounted_at(self, prefix: &str) -> axum::Router {
+        let prefix = prefix.trim_end_matches('/');
+        if prefix.is_empty() {
+            return self.router();
+        }
+        let home = prefix.to_owned();
+        axum::Router::new().nest(prefix, self.router()).route(
+            &format!("{prefix}/"),
+            axum::routing::any(move || async move { axum::response::Redirect::permanent(&home) }),
+        )
+    }
+}
+
 /// Installs the Prometheus recorder as the process's `metrics` recorder and
 /// returns its handle, for [`Web::metrics`]. Binaries call this once; a
 /// library never does (a process has one recorder, and it is the

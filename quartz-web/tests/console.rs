@@ -639,8 +639,15 @@ async fn loopback(db: &TestDb) {
     let mut job = JobDefinition::new("probe", "log");
     job.triggers.push(TriggerDefinition::cron("0 0 6 * * ?", "UTC"));
     admin.job_add(&job).await.unwrap();
-    let web = Web::new(admin.clone()).access(Access::loopback_only()).router();
-    let addr = http::serve(axum::Router::new().nest("/quartz", web)).await;
+
+    let addr = http::serve(
+        axum::Router::new().merge(
+            Web::new(admin.clone())
+                .access(Access::loopback_only())
+                .mounted_at("/quartz"),
+        ),
+    )
+    .await;
 
     let first = page(addr, "/quartz/jobs", None).await;
     assert_eq!(first.status, 200, "{}", first.body);
@@ -656,6 +663,9 @@ async fn loopback(db: &TestDb) {
 
     let overview = page(addr, "/quartz", Some(&cookie)).await;
     assert_eq!(overview.status, 200, "{}", overview.body);
+    // The mount point with a trailing slash leads home too.
+    let slash = page(addr, "/quartz/", Some(&cookie)).await;
+    assert_eq!((slash.status, slash.header("location")), (308, Some("/quartz")));
     assert!(overview.body.contains("href=\"/quartz/assets/console.css\""));
     assert!(
         overview.body.contains("<a class=\"brand\" href=\"/quartz\">"),

@@ -208,7 +208,8 @@ impl SchedulerBuilder {
             })?;
         }
         let inner = Inner::start(store, self.scheduler, self.settings, self.handlers, self.clock_skew_ms).await?;
-        Ok(Scheduler { inner })
+        let last = Arc::new(StopOnDrop(Arc::clone(&inner)));
+        Ok(Scheduler { inner, _last: last })
     }
 }
 
@@ -279,7 +280,7 @@ pub struct NodeStatus {
 }
 
 /// What a graceful shutdown did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ShutdownSummary {
     /// Claimed fires given back for another node to run at once.
     pub released: usize,
@@ -288,10 +289,33 @@ pub struct ShutdownSummary {
     pub still_running: usize,
 }
 
-/// A running node. Dropping it stops its tasks without the graceful steps; call
-/// [`shutdown`](Self::shutdown) to leave the cluster cleanly.
+/// A running node: cheap to clone (clones are handles to one node). When
+/// the last handle is dropped its tasks stop without the graceful steps;
+/// call [`shutdown`](Self::shutdown) (from any handle) to leave the cluster
+/// cleanly, or [`run_until`](Self::run_until) to do so when a signal comes.
 pub struct Scheduler<S: Store> {
     inner: Arc<Inner<S>>,
+    /// Stops the node's tasks when the last handle goes.
+    _last: Arc<StopOnDrop<S>>,
+}
+
+impl<S: Store> Clone for Scheduler<S> {
+    fn clone(&self) -> Scheduler<S> {
+        Scheduler {
+            inner: Arc::clone(&self.inner),
+            _last: Arc::clone(&self._last),
+        }
+    }
+}
+
+/// Stops a node's tasks when dropped: held by every handle, so dropped with
+/// the last.
+struct StopOnDrop<S: Store>(Arc<Inner<S>>);
+
+impl<S: Store> Drop for StopOnDrop<S> {
+    fn drop(&mut self) {
+        self.0.stop_tasks();
+    }
 }
 
 impl<S: Store> fmt::Debug for Scheduler<S> {
@@ -366,9 +390,33 @@ impl<S: Store> Scheduler<S> {
     /// Leaves the cluster gracefully: stops claiming, gives back the fires
     /// claimed but not started (another node fires them at once), lets
     /// running fires finish within [`Settings::shutdown_grace`] (then cancels
-    /// them), and marks the node gone.
-    pub async fn shutdown(self) -> ShutdownSummary {
+    /// them), and marks the node gone. Once: a later call (from any handle)
+    /// finds the node stopping or stopped and returns an empty summary.
+    pub async fn shutdown(&self) -> ShutdownSummary {
         self.inner.shutdown().await
+    }
+
+    /// Runs until `signal` completes (Ctrl-C, a `CancellationToken`'s
+    /// `cancelled()`, the service's own shutdown), then leaves the cluster
+    /// as [`shutdown`](Self::shutdown) does.
+    ///
+    /// ```no_run
+    /// # async fn service(
+    /// #     node: quartz_core::engine::Scheduler<impl quartz_core::store::Store>,
+    /// #     stop: tokio::sync::oneshot::Receiver<()>,
+    /// # ) {
+    /// // `stop` fires when the service shuts down (or Ctrl-C, a token...).
+    /// let summary = node
+    ///     .run_until(async {
+    ///         let _ = stop.await;
+    ///     })
+    ///     .await;
+    /// println!("left the cluster; {} fires given back", summary.released);
+    /// # }
+    /// ```
+    pub async fn run_until(&self, signal: impl std::future::Future<Output = ()>) -> ShutdownSummary {
+        signal.await;
+        self.shutdown().await
     }
 }
 
@@ -378,11 +426,5 @@ impl<S: Store + Clone> Scheduler<S> {
     /// the nodes and the change log (see [`crate::admin`]).
     pub fn admin(&self) -> crate::admin::Admin<S> {
         crate::admin::Admin::new(self.inner.store.clone(), self.inner.scheduler.clone())
-    }
-}
-
-impl<S: Store> Drop for Scheduler<S> {
-    fn drop(&mut self) {
-        self.inner.stop_tasks();
     }
 }

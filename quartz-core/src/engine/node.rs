@@ -218,7 +218,13 @@ impl<S: Store> Inner<S> {
     }
 
     pub(crate) async fn shutdown(&self) -> ShutdownSummary {
-        *self.phase.lock() = Phase::ShuttingDown;
+        {
+            let mut phase = self.phase.lock();
+            if matches!(*phase, Phase::ShuttingDown | Phase::Stopped) {
+                return ShutdownSummary::default();
+            }
+            *phase = Phase::ShuttingDown;
+        }
         super::metrics::phased(&self.scheduler, Phase::ShuttingDown);
         let _ = self.stop.send(true);
         self.queue.clear();

@@ -8,12 +8,14 @@
 
 use quartz_testkit as common;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{TestDb, backend_tests, wait_for};
 use quartz::admin::{AdminError, ChangeFilter, FireFilter, FireView, JobDefinition, TriggerDefinition};
+use quartz::engine::RunKind;
 use quartz::prelude::*;
 
 const CLUSTER: &str = "history-cluster";
@@ -22,11 +24,14 @@ async fn a_failed_fire_is_retried_by_hand_and_the_history_is_searched(db: &TestD
     let healthy = Arc::new(AtomicBool::new(false));
     // While held, a run waits (running) before it ends.
     let held = Arc::new(AtomicBool::new(false));
+    // Why each fire ran, by fire id.
+    let kinds: Arc<Mutex<HashMap<i64, RunKind>>> = Arc::default();
     let node = SchedulerBuilder::new(CLUSTER)
         .settings(common::fast_settings())
         .handler("disk", {
-            let (healthy, held) = (Arc::clone(&healthy), Arc::clone(&held));
-            move |_| {
+            let (healthy, held, kinds) = (Arc::clone(&healthy), Arc::clone(&held), Arc::clone(&kinds));
+            move |ctx: JobContext| {
+                kinds.lock().unwrap().insert(ctx.fire_id(), ctx.run_kind());
                 while held.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(10));
                 }
@@ -93,6 +98,12 @@ async fn a_failed_fire_is_retried_by_hand_and_the_history_is_searched(db: &TestD
     let third = admin.fire_retry(retry.id).await.unwrap();
     assert_eq!(third.attempt, 3);
     wait_state(third.id, "succeeded").await;
+    let kinds_now = kinds.lock().unwrap().clone();
+    assert_eq!(
+        (kinds_now[&first.fire_id], kinds_now[&retry.id], kinds_now[&third.id]),
+        (RunKind::ByHand, RunKind::Retry, RunKind::Retry),
+        "the context says why each ran"
+    );
     for (id, why) in [(first.fire_id, "succeeded since"), (third.id, "only a failed")] {
         let refused = admin.fire_retry(id).await.unwrap_err();
         assert!(

@@ -23,7 +23,11 @@ async fn a_node_is_held_by_clones_and_leaves_when_its_signal_comes() {
 async fn lifecycle(db: &TestDb) {
     let node = SchedulerBuilder::new(CLUSTER)
         .settings(common::fast_settings())
-        .handler("tick", |_| Ok(()))
+        .handler("tick", |ctx: JobContext| {
+            // A trigger's fire at its time.
+            assert_eq!(ctx.run_kind(), quartz::engine::RunKind::Scheduled);
+            Ok(())
+        })
         .start(db.store().await)
         .await
         .unwrap();

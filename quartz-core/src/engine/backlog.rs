@@ -8,9 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::RunKind;
 use super::launch::RunFire;
 use super::node::{FINISH_TRIES, Inner};
-use crate::store::{FireRecord, FollowUp, JobState, MANUAL_EXECUTE, PendingClaim, Store};
+use crate::store::{FireQuery, FireRecord, FireState, FollowUp, JobState, MANUAL_EXECUTE, PendingClaim, Store};
 use crate::time::Timestamp;
 
 /// How often a pending fire whose time has come looks for a free thread, or
@@ -182,6 +183,11 @@ impl<S: Store> Inner<S> {
             return Ok(Some(true));
         }
         let Some(job) = job else { return Ok(Some(true)) };
+        let kind = if by_hand && fire.attempt == 1 {
+            RunKind::ByHand
+        } else {
+            self.pending_kind(fire).await
+        };
         self.launch(RunFire {
             fire_id: fire.fire_id,
             execute_id: fire.execute_id,
@@ -189,10 +195,31 @@ impl<S: Store> Inner<S> {
             trigger: None,
             fire_time: fire.fire_time,
             attempt: fire.attempt,
+            kind,
             node,
             release: None,
             hold: Some(self.hold()),
         });
         Ok(Some(true))
+    }
+
+    /// Why a pending fire runs, from the attempt before it: a late run a
+    /// misfire policy promised follows a misfired one, a retry any other.
+    async fn pending_kind(&self, fire: PendingFire) -> RunKind {
+        let mut query = FireQuery::new(self.scheduler.clone());
+        query.job_id = Some(fire.job_id);
+        query.since = Some(fire.fire_time);
+        query.until = Some(fire.fire_time.saturating_add_millis(1));
+        query.limit = 100;
+        let before = match self.store.fires(&query).await {
+            Ok(rows) => rows
+                .into_iter()
+                .find(|f| f.execute_id == fire.execute_id && f.attempt + 1 == fire.attempt),
+            Err(_) => None,
+        };
+        match before {
+            Some(f) if f.state == FireState::Misfired => RunKind::LateRun,
+            _ => RunKind::Retry,
+        }
     }
 }

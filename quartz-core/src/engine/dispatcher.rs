@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use tracing::Instrument as _;
 
+use super::RunKind;
 use super::launch::RunFire;
 use super::node::{Inner, duration_ms, sleep_until_or_forever};
 use super::queue::Pending;
@@ -120,6 +121,7 @@ impl<S: Store> Inner<S> {
                 trigger: Some(pending.trigger),
                 fire_time: pending.fire.fire_time,
                 attempt: 1,
+                kind: RunKind::Scheduled,
                 node: node.clone(),
                 release,
                 hold: Some(hold),

@@ -129,9 +129,41 @@ impl Cancellation {
     }
 }
 
+/// Why a fire runs ([`JobContext::run_kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RunKind {
+    /// A trigger's fire at its time (or a child job's after its parent
+    /// succeeded), first attempt.
+    Scheduled,
+    /// Another attempt after a failed one: the job's retry policy, or a
+    /// retry by hand.
+    Retry,
+    /// The late run a misfire policy promised for a fire time that was
+    /// missed.
+    LateRun,
+    /// Run again because its node died mid-run (the job requests recovery).
+    Recovery,
+    /// Fired by hand ("fire now").
+    ByHand,
+}
+
+impl RunKind {
+    /// `scheduled`, `retry`, `late_run`, `recovery` or `by_hand`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Scheduled => "scheduled",
+            RunKind::Retry => "retry",
+            RunKind::LateRun => "late_run",
+            RunKind::Recovery => "recovery",
+            RunKind::ByHand => "by_hand",
+        }
+    }
+}
 /// What a handler is told about the fire it runs.
 #[derive(Debug, Clone)]
 pub struct JobContext {
+    pub(crate) kind: RunKind,
     pub(crate) job_id: i64,
     pub(crate) job_name: Arc<str>,
     pub(crate) execute_id: i64,
@@ -173,6 +205,13 @@ impl JobContext {
     /// The attempt, from 1 (retries and recovery re-runs count up).
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// Why this run happens: its trigger's fire, a retry, the late run a
+    /// misfire policy promised, a recovery after its node died, or a fire
+    /// by hand (an attempt number alone cannot tell a retry from a late run).
+    pub fn run_kind(&self) -> RunKind {
+        self.kind
     }
 
     /// The node running the fire.

@@ -23,7 +23,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{Notify, oneshot};
 
-use super::handler::{Cancellation, JobContext};
+use super::handler::{Cancellation, JobContext, RunKind};
 use super::node::Inner;
 use super::supervise::Ran;
 use crate::store::{Job, JobState, NodeRef, Store, StoreError};
@@ -51,6 +51,8 @@ pub(super) struct RunFire {
     pub(super) trigger: Option<Arc<Trigger>>,
     pub(super) fire_time: Timestamp,
     pub(super) attempt: u32,
+    /// Why it runs.
+    pub(super) kind: RunKind,
     pub(super) node: NodeRef,
     /// The claim moved the execute to running (a fixed-delay trigger awaiting
     /// the finish, or a job that disallows concurrency): the state it wrote,
@@ -380,6 +382,7 @@ impl<S: Store> Inner<S> {
         let fire_time = run.fire_time;
         let threshold_ms = misfire_limit(&run, self.settings.misfire.threshold_ms);
         let ctx = JobContext {
+            kind: run.kind,
             job_id: run.job.id,
             job_name: Arc::from(run.job.spec.name.as_str()),
             execute_id: run.execute_id,

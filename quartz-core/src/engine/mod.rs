@@ -70,7 +70,7 @@ use std::sync::Arc;
 
 use quartz_pool::PoolMetrics;
 
-pub use handler::{CancelReason, Cancellation, JobContext, JobError, JobResult};
+pub use handler::{CancelReason, Cancellation, JobContext, JobError, JobResult, RunKind};
 pub use settings::{Settings, Strategy};
 
 use crate::error::Error;

@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
-use super::Phase;
 use super::launch::RunFire;
 use super::node::{Inner, duration_ms, release_cas};
-use crate::store::{FireRecord, FireState, Job, NodeRef, Store, StoreError};
+use super::{Phase, RunKind};
+use crate::store::{FireRecord, FireState, Job, MANUAL_EXECUTE, NodeRef, Store, StoreError};
 use crate::time::Timestamp;
 use crate::trigger::Trigger;
 
@@ -124,13 +124,14 @@ impl<S: Store> Inner<S> {
         if !self.handlers.contains_key(&job.spec.handler) {
             return Ok(()); // a node with the handler recovers it
         }
-        let run = |fire_id: i64, attempt: u32| RunFire {
+        let run = |fire_id: i64, attempt: u32, kind: RunKind| RunFire {
             fire_id,
             execute_id: fire.execute_id,
             job: Arc::clone(job),
             trigger: None,
             fire_time: fire.fire_time,
             attempt,
+            kind,
             node: node.clone(),
             release: None,
             hold: Some(self.hold()),
@@ -139,7 +140,16 @@ impl<S: Store> Inner<S> {
             FireState::Claimed => {
                 if self.store.take_over(&fire, node).await? {
                     self.count(|c| c.recovered += 1);
-                    self.fire_taken_over(run(fire.id, fire.attempt), job, whence).await?;
+                    // A claimed fire runs as it would have on its node.
+                    let kind = if fire.attempt > 1 {
+                        RunKind::Retry
+                    } else if fire.execute_id == MANUAL_EXECUTE {
+                        RunKind::ByHand
+                    } else {
+                        RunKind::Scheduled
+                    };
+                    self.fire_taken_over(run(fire.id, fire.attempt, kind), job, whence)
+                        .await?;
                 }
             }
             FireState::Running if job.spec.requests_recovery => {
@@ -152,7 +162,7 @@ impl<S: Store> Inner<S> {
                         "re-running a fire its node died in (the job requests recovery)"
                     );
                     self.launch.unstarted.lock().insert(fire_id);
-                    self.launch(run(fire_id, fire.attempt + 1));
+                    self.launch(run(fire_id, fire.attempt + 1, RunKind::Recovery));
                 }
             }
             FireState::Running => {

@@ -11,7 +11,7 @@ use quartz_pool::RejectReason;
 use tokio::sync::{oneshot, watch};
 
 use super::backlog::PendingFire;
-use super::handler::{CancelReason, JobResult};
+use super::handler::{CancelReason, JobResult, RunKind};
 use super::launch::RunFire;
 use super::node::{FINISH_TRIES, Inner, release_cas};
 use crate::misfire::MisfirePolicy;
@@ -240,6 +240,7 @@ impl<S: Store> Inner<S> {
                 trigger: None,
                 fire_time: parent.fire_time,
                 attempt: 1,
+                kind: RunKind::Scheduled,
                 node: parent.node.clone(),
                 release: None,
                 hold: Some(self.hold()),

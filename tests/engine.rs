@@ -1820,7 +1820,7 @@ async fn a_retry_survives_the_shutdown_of_the_node_that_failed(db: &TestDb) {
 /// another node runs the late run, once.
 async fn a_late_run_survives_the_shutdown_of_the_node_that_misfired_it(db: &TestDb) {
     use common::faults::{Fault, Faults, FaultyStore};
-    let ran_on: Arc<parking_lot::Mutex<Vec<(u32, String)>>> = Arc::default();
+    let ran_on: Arc<parking_lot::Mutex<Vec<(u32, String, quartz::engine::RunKind)>>> = Arc::default();
     let build = |id: &str| {
         let ran_on = Arc::clone(&ran_on);
         SchedulerBuilder::new(CLUSTER)
@@ -1833,7 +1833,9 @@ async fn a_late_run_survives_the_shutdown_of_the_node_that_misfired_it(db: &Test
                 ..fast()
             })
             .handler("late", move |ctx| {
-                ran_on.lock().push((ctx.attempt(), ctx.node_id().to_owned()));
+                ran_on
+                    .lock()
+                    .push((ctx.attempt(), ctx.node_id().to_owned(), ctx.run_kind()));
                 Ok(())
             })
     };
@@ -1880,6 +1882,11 @@ async fn a_late_run_survives_the_shutdown_of_the_node_that_misfired_it(db: &Test
     assert_eq!(late.owner.as_ref().map(|o| o.node_id.as_str()), Some("second"));
     assert_eq!(ran_on.lock().len(), 1, "one run: {:?}", ran_on.lock());
     assert_eq!(ran_on.lock()[0].1, "second");
+    assert_eq!(
+        ran_on.lock()[0].2,
+        quartz::engine::RunKind::LateRun,
+        "the context tells a late run from a retry"
+    );
     assert_audit_clean(&store).await;
 }
 

@@ -9,8 +9,8 @@
 use quartz_testkit as common;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{TestDb, backend_tests, wait_for};

@@ -1,5 +1,7 @@
 //! Handlers: the user code a fire runs, and what it is told about the fire.
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -15,6 +17,10 @@ pub type JobError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// What a handler returns: success, or an error recorded in the ledger.
 pub type JobResult = Result<(), JobError>;
+
+/// The values a node's handlers share ([`SchedulerBuilder::state`](super::SchedulerBuilder::state)),
+/// by type.
+pub(crate) type States = Arc<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>;
 
 type BlockingFn = dyn Fn(JobContext) -> JobResult + Send + Sync + 'static;
 type AsyncFn = dyn Fn(JobContext) -> Pin<Box<dyn Future<Output = JobResult> + Send + 'static>> + Send + Sync + 'static;
@@ -163,6 +169,7 @@ impl RunKind {
 /// What a handler is told about the fire it runs.
 #[derive(Debug, Clone)]
 pub struct JobContext {
+    pub(crate) states: States,
     pub(crate) kind: RunKind,
     pub(crate) job_id: i64,
     pub(crate) job_name: Arc<str>,
@@ -231,6 +238,45 @@ impl JobContext {
     /// The decoding error when the payload does not fit `T`.
     pub fn payload<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
         serde_json::from_str(&self.payload)
+    }
+
+    /// A value the node's handlers share, given to the builder with
+    /// [`SchedulerBuilder::state`](super::SchedulerBuilder::state) (a
+    /// database pool, a client, the service's configuration), by its type.
+    ///
+    /// ```no_run
+    /// # async fn service() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quartz_core::engine::{JobContext, SchedulerBuilder};
+    ///
+    /// struct Mailer {
+    ///     from: String,
+    /// }
+    ///
+    /// let builder = SchedulerBuilder::new("billing")
+    ///     .state(Mailer { from: "billing@example.com".into() })
+    ///     .handler("remind", |ctx: JobContext| {
+    ///         let mailer = ctx.state::<Mailer>()?;
+    ///         println!("reminding from {}", mailer.from);
+    ///         Ok(())
+    ///     });
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When no value of type `T` was given to the builder (the fire fails
+    /// saying so).
+    pub fn state<T: Send + Sync + 'static>(&self) -> Result<&T, JobError> {
+        self.states
+            .get(&TypeId::of::<T>())
+            .and_then(|value| value.downcast_ref::<T>())
+            .ok_or_else(|| {
+                format!(
+                    "no state of type {} was given to this node (SchedulerBuilder::state)",
+                    std::any::type_name::<T>()
+                )
+                .into()
+            })
     }
 
     /// The signal that asks this fire to stop.

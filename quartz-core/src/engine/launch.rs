@@ -382,6 +382,7 @@ impl<S: Store> Inner<S> {
         let fire_time = run.fire_time;
         let threshold_ms = misfire_limit(&run, self.settings.misfire.threshold_ms);
         let ctx = JobContext {
+            states: Arc::clone(&self.states),
             kind: run.kind,
             job_id: run.job.id,
             job_name: Arc::from(run.job.spec.name.as_str()),

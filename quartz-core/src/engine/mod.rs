@@ -123,6 +123,7 @@ pub struct SchedulerBuilder {
     scheduler: String,
     settings: Settings,
     handlers: HashMap<String, Handler>,
+    states: HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
     duplicate: Option<String>,
     clock_skew_ms: i64,
 }
@@ -155,6 +156,15 @@ impl SchedulerBuilder {
     /// Replaces the settings.
     pub fn settings(mut self, settings: Settings) -> SchedulerBuilder {
         self.settings = settings;
+        self
+    }
+
+    /// Gives the node's handlers a value to share, by its type: each fire's
+    /// [`JobContext::state`] returns it (a later value of the same type
+    /// replaces an earlier one). No cloning into every closure.
+    #[must_use]
+    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> SchedulerBuilder {
+        self.states.insert(std::any::TypeId::of::<T>(), Arc::new(value));
         self
     }
 
@@ -207,7 +217,14 @@ impl SchedulerBuilder {
                 reason: e.to_string(),
             })?;
         }
-        let inner = Inner::start(store, self.scheduler, self.settings, self.handlers, self.clock_skew_ms).await?;
+        let inner = Inner::start(
+            store,
+            self.scheduler,
+            self.settings,
+            (self.handlers, Arc::new(self.states)),
+            self.clock_skew_ms,
+        )
+        .await?;
         let last = Arc::new(StopOnDrop(Arc::clone(&inner)));
         Ok(Scheduler { inner, _last: last })
     }
@@ -335,6 +352,7 @@ impl SchedulerBuilder {
             scheduler: scheduler.into(),
             settings: Settings::default(),
             handlers: HashMap::new(),
+            states: HashMap::new(),
             duplicate: None,
             clock_skew_ms: 0,
         }

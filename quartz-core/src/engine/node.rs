@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use super::clock::Clock;
 use super::cluster::ClusterState;
 use super::completer::{Confirm, Success, confirm_starts, record_successes};
-use super::handler::{CancelReason, Handler};
+use super::handler::{CancelReason, Handler, States};
 use super::launch::LaunchState;
 use super::queue::FireQueue;
 use super::{Counters, NodeStatus, Phase, SchedulerError, Settings, ShutdownSummary};
@@ -41,6 +41,8 @@ pub(crate) struct Inner<S> {
     pub(crate) scheduler: String,
     pub(super) settings: Settings,
     pub(super) handlers: HashMap<String, Handler>,
+    /// What the handlers share ([`JobContext::state`](super::JobContext::state)).
+    pub(super) states: States,
     pub(super) pool: Arc<Pool>,
     pub(super) runtime: tokio::runtime::Handle,
     pub(super) clock: Clock,
@@ -84,7 +86,7 @@ impl<S: Store> Inner<S> {
         store: S,
         scheduler: String,
         settings: Settings,
-        handlers: HashMap<String, Handler>,
+        (handlers, states): (HashMap<String, Handler>, States),
         clock_skew_ms: i64,
     ) -> Result<Arc<Inner<S>>, SchedulerError> {
         let clock = Clock::new(clock_skew_ms);
@@ -109,6 +111,7 @@ impl<S: Store> Inner<S> {
         let inner = Arc::new(Inner {
             store,
             scheduler,
+            states,
             settings,
             handlers,
             pool: Arc::new(pool),

@@ -76,7 +76,7 @@ pub mod prelude {
     pub use crate::ConnectExt;
     pub use quartz_core::admin::{JobDefinition, TriggerDefinition};
     pub use quartz_core::cron::CronExpression;
-    pub use quartz_core::engine::{JobContext, JobResult, Scheduler, SchedulerBuilder, Settings};
+    pub use quartz_core::engine::{JobContext, JobResult, Scheduler, SchedulerBuilder, Settings, TypedJob};
     pub use quartz_core::misfire::MisfirePolicy;
     pub use quartz_core::store::{ExecuteSpec, JobSpec, RetryPolicy, Store};
     pub use quartz_core::trigger::{Schedule, Trigger};

@@ -448,6 +448,16 @@ impl JobDefinition {
         }
     }
 
+    /// A typed job's definition: its kind as the handler and `job` as the
+    /// payload (see [`TypedJob`](crate::engine::TypedJob)), no trigger yet.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Invalid`] on `payload` when it does not serialise.
+    pub fn of<J: crate::engine::TypedJob>(name: impl Into<String>, job: &J) -> Result<JobDefinition, AdminError> {
+        JobDefinition::new(name, J::KIND).with_payload(job)
+    }
+
     /// The payload: any serde value.
     ///
     /// # Errors

@@ -62,6 +62,7 @@ mod recovery;
 mod settings;
 mod strategy;
 mod supervise;
+mod typed;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -71,6 +72,7 @@ use std::sync::Arc;
 use quartz_pool::PoolMetrics;
 
 pub use handler::{CancelReason, Cancellation, JobContext, JobError, JobResult, RunKind};
+pub use typed::TypedJob;
 pub use settings::{Settings, Strategy};
 
 use crate::error::Error;
@@ -166,6 +168,17 @@ impl SchedulerBuilder {
     pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> SchedulerBuilder {
         self.states.insert(std::any::TypeId::of::<T>(), Arc::new(value));
         self
+    }
+
+    /// Registers a typed job: fires of its kind ([`TypedJob::KIND`]) run
+    /// [`TypedJob::run`] with the payload decoded (a payload that does not
+    /// decode fails the fire, naming the job and the type).
+    #[must_use]
+    pub fn job<J: TypedJob>(self) -> SchedulerBuilder {
+        self.async_handler(J::KIND, |ctx: JobContext| async move {
+            let job = typed::decode::<J>(&ctx)?;
+            job.run(ctx).await
+        })
     }
 
     /// Registers a blocking handler: it runs on a pool thread.

@@ -1,0 +1,69 @@
+//! Typed jobs: a type names its kind (the handler name its rows carry) and
+//! its payload once, so that registering it on a node and scheduling it go
+//! through the type, and a wrong kind or a payload of the wrong shape does
+//! not compile.
+//!
+//! ```no_run
+//! # async fn service() -> Result<(), Box<dyn std::error::Error>> {
+//! use quartz_core::admin::{Admin, JobDefinition, TriggerDefinition};
+//! use quartz_core::engine::{JobContext, JobResult, SchedulerBuilder, TypedJob};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Invoice {
+//!     customer: String,
+//!     amount_cents: u64,
+//! }
+//!
+//! impl TypedJob for Invoice {
+//!     const KIND: &'static str = "invoice";
+//!
+//!     async fn run(self, ctx: JobContext) -> JobResult {
+//!         println!("invoicing {} {} cents at {}", self.customer, self.amount_cents, ctx.scheduled_fire_time());
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let builder = SchedulerBuilder::new("billing").job::<Invoice>();
+//! let acme = Invoice { customer: "acme".into(), amount_cents: 1_200 };
+//! let job = JobDefinition::of("invoice-acme", &acme)?
+//!     .with_trigger(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris"));
+//! # let _ = (builder, job);
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{JobContext, JobResult};
+
+/// A job type: its kind and its payload, named once. Register it on a node
+/// with [`SchedulerBuilder::job`](super::SchedulerBuilder::job) and schedule
+/// it with [`JobDefinition::of`](crate::admin::JobDefinition::of); see the
+/// [module docs](self).
+pub trait TypedJob: Serialize + DeserializeOwned + Send + 'static {
+    /// The kind: the handler name the job's rows carry (what the console,
+    /// the CLI and other languages' rows name). Unique among a cluster's
+    /// handlers.
+    const KIND: &'static str;
+
+    /// Runs one fire of the job, its payload decoded into `self`; an error
+    /// is recorded in the ledger (and retried by the job's policy).
+    fn run(self, ctx: JobContext) -> impl Future<Output = JobResult> + Send;
+}
+
+/// Decodes a fire's payload as `J`, saying which job's payload did not fit
+/// which type when it does not.
+pub(super) fn decode<J: TypedJob>(ctx: &JobContext) -> Result<J, super::JobError> {
+    ctx.payload::<J>().map_err(|e| {
+        format!(
+            "the payload of job {:?} is not a {} (kind {:?}): {e}",
+            ctx.job_name(),
+            std::any::type_name::<J>(),
+            J::KIND
+        )
+        .into()
+    })
+}

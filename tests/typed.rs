@@ -73,7 +73,10 @@ async fn typed(db: &TestDb) {
         let admin = admin.clone();
         async move {
             let fires = admin.fires(&FireFilter::default()).await.unwrap().items;
-            let ended = fires.iter().filter(|f| f.state == "succeeded" || f.state == "failed").count();
+            let ended = fires
+                .iter()
+                .filter(|f| f.state == "succeeded" || f.state == "failed")
+                .count();
             if ended == 2 { Ok(()) } else { Err(format!("{fires:?}")) }
         }
     })

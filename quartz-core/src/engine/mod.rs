@@ -72,8 +72,8 @@ use std::sync::Arc;
 use quartz_pool::PoolMetrics;
 
 pub use handler::{CancelReason, Cancellation, JobContext, JobError, JobResult, RunKind};
-pub use typed::TypedJob;
 pub use settings::{Settings, Strategy};
+pub use typed::TypedJob;
 
 use crate::error::Error;
 use crate::store::{ExecuteSpec, Job, JobSpec, Node, NodeRef, Store, StoreError};

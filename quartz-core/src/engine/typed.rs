@@ -2,35 +2,6 @@
 //! its payload once, so that registering it on a node and scheduling it go
 //! through the type, and a wrong kind or a payload of the wrong shape does
 //! not compile.
-//!
-//! ```no_run
-//! # async fn service() -> Result<(), Box<dyn std::error::Error>> {
-//! use quartz_core::admin::{Admin, JobDefinition, TriggerDefinition};
-//! use quartz_core::engine::{JobContext, JobResult, SchedulerBuilder, TypedJob};
-//! use serde::{Deserialize, Serialize};
-//!
-//! #[derive(Serialize, Deserialize)]
-//! struct Invoice {
-//!     customer: String,
-//!     amount_cents: u64,
-//! }
-//!
-//! impl TypedJob for Invoice {
-//!     const KIND: &'static str = "invoice";
-//!
-//!     async fn run(self, ctx: JobContext) -> JobResult {
-//!         println!("invoicing {} {} cents at {}", self.customer, self.amount_cents, ctx.scheduled_fire_time());
-//!         Ok(())
-//!     }
-//! }
-//!
-//! let builder = SchedulerBuilder::new("billing").job::<Invoice>();
-//! let acme = Invoice { customer: "acme".into(), amount_cents: 1_200 };
-//! let job = JobDefinition::of("invoice-acme", &acme)?
-//!     .with_trigger(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris"));
-//! # let _ = (builder, job);
-//! # Ok(()) }
-//! ```
 
 use std::future::Future;
 
@@ -41,8 +12,36 @@ use super::{JobContext, JobResult};
 
 /// A job type: its kind and its payload, named once. Register it on a node
 /// with [`SchedulerBuilder::job`](super::SchedulerBuilder::job) and schedule
-/// it with [`JobDefinition::of`](crate::admin::JobDefinition::of); see the
-/// [module docs](self).
+/// it with [`JobDefinition::of`](crate::admin::JobDefinition::of):
+///
+/// ```no_run
+/// # async fn service() -> Result<(), Box<dyn std::error::Error>> {
+/// use quartz_core::admin::{JobDefinition, TriggerDefinition};
+/// use quartz_core::engine::{JobContext, JobResult, SchedulerBuilder, TypedJob};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Invoice {
+///     customer: String,
+///     amount_cents: u64,
+/// }
+///
+/// impl TypedJob for Invoice {
+///     const KIND: &'static str = "invoice";
+///
+///     async fn run(self, ctx: JobContext) -> JobResult {
+///         println!("invoicing {} {} cents at {}", self.customer, self.amount_cents, ctx.scheduled_fire_time());
+///         Ok(())
+///     }
+/// }
+///
+/// let builder = SchedulerBuilder::new("billing").job::<Invoice>();
+/// let acme = Invoice { customer: "acme".into(), amount_cents: 1_200 };
+/// let job = JobDefinition::of("invoice-acme", &acme)?
+///     .with_trigger(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris"));
+/// # let _ = (builder, job);
+/// # Ok(()) }
+/// ```
 pub trait TypedJob: Serialize + DeserializeOwned + Send + 'static {
     /// The kind: the handler name the job's rows carry (what the console,
     /// the CLI and other languages' rows name). Unique among a cluster's

@@ -87,10 +87,29 @@ pub mod prelude {
 /// The store: the contract ([`Store`](store::Store)) and its implementations,
 /// [`SqlStore`](store::SqlStore) on SQLite, PostgreSQL and MySQL/MariaDB,
 /// [`RedisStore`](store::RedisStore) on Redis, and
-/// [`AnyStore`](store::AnyStore), whichever a URL names.
+/// [`AnyStore`](store::AnyStore), whichever a URL names; the rows it reads
+/// and writes. What only the engine and a store's implementer use (the
+/// engine's calls, its compare-and-set types) is in [`store::spi`].
 pub mod store {
-    pub use quartz_core::store::*;
+    pub use quartz_core::store::{
+        CHANGE_VISIBILITY_MS, CalendarRecord, ChangeAction, ChangeQuery, ChangeRecord, DEFAULT_ACTOR, Execute,
+        ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireRetry, FireState, HealthCounts, Job, JobDetail, JobQuery,
+        JobSpec, JobState, MANUAL_EXECUTE, MAX_ATTEMPTS, MAX_DESCRIPTION_BYTES, MAX_ERROR_BYTES, MAX_NAME_BYTES,
+        MAX_PAYLOAD_BYTES, Node, NodeRef, NodeState, RejectedRow, RetryPolicy, START_NOW_GRACE_MS, Store, StoreError,
+        TriggerColumns, check_name, millis_of,
+    };
     pub use quartz_store::*;
+
+    /// For a store's implementer (and tests that drive a store as the
+    /// engine does): the engine's calls ([`EngineStore`](spi::EngineStore)),
+    /// their compare-and-set and result types, and a node's registration.
+    pub mod spi {
+        pub use quartz_core::store::internal::{self, EngineStore};
+        pub use quartz_core::store::{
+            ChainedFire, Claim, DueBatch, ExecuteCas, FIRES_PER_BATCH, FollowUp, NodeRegistration, Outcome,
+            PendingClaim, SkippedRecord,
+        };
+    }
 }
 
 /// The README's Rust examples, compiled and run as doctests so they stay true.

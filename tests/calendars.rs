@@ -273,8 +273,8 @@ async fn a_mended_calendar_revives_the_triggers_it_completed(db: &TestDb) {
 /// trigger waits at a checkpoint, fires nothing, and a checkpoint that
 /// comes due is resumed by the poll, not fired.
 async fn a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_preview(db: &TestDb) {
-    use quartz::store::ExecuteCas;
-    use quartz::store::internal::EngineStore as _;
+    use quartz::store::spi::EngineStore as _;
+    use quartz::store::spi::ExecuteCas;
     let bound = Duration::from_secs(30);
     let node = node(db).await;
     let store = node.store().clone();

@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use quartz::store::internal::EngineStore as _;
+use quartz::store::spi::EngineStore as _;
 use quartz_testkit as common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -19,7 +19,8 @@ use common::{TestDb, ledger, wait_for, wait_until};
 use quartz::engine::{Phase, Strategy};
 use quartz::misfire::MisfirePolicy;
 use quartz::prelude::*;
-use quartz::store::{FireRecord, FireState, NodeRef, NodeRegistration};
+use quartz::store::spi::NodeRegistration;
+use quartz::store::{FireRecord, FireState, NodeRef};
 
 /// One test per backend the engine supports: SQLite (file), PostgreSQL,
 /// MariaDB and Redis; after `; sql:`, tests of rows written by hand in SQL,
@@ -530,7 +531,7 @@ async fn a_dead_nodes_fires_are_recovered_by_the_living(db: &TestDb) {
             .next()
             .unwrap();
         let id = store
-            .claim(&quartz::store::Claim::for_fire(execute.id, &fire, &ghost))
+            .claim(&quartz::store::spi::Claim::for_fire(execute.id, &fire, &ghost))
             .await
             .unwrap()
             .unwrap();

@@ -91,6 +91,7 @@
 //! Where `CONFIG` is disabled (some managed services rename it), the store
 //! cannot check and says so with a warning.
 
+mod calendars;
 mod decode;
 mod engine;
 mod keys;

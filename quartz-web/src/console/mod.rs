@@ -13,8 +13,10 @@
 //! - Every value is escaped by maud; pages run no inline script, and the
 //!   Content-Security-Policy allows only the console's own embedded assets.
 
+mod actions;
 mod calendars;
 mod form;
+mod history;
 mod html;
 mod pages;
 
@@ -43,12 +45,15 @@ pub(crate) fn routes<S: Store + Clone>() -> Router<S> {
         .route("/new", get(form::new_page::<S>).post(form::create::<S>))
         .route("/jobs/{name}", get(pages::job::<S>))
         .route("/jobs/{name}/edit", get(form::edit_page::<S>).post(form::edit::<S>))
-        .route("/jobs/{name}/delete", get(pages::delete_page::<S>).post(delete::<S>))
-        .route("/jobs/{name}/pause", post(pause::<S>))
-        .route("/jobs/{name}/resume", post(resume::<S>))
-        .route("/jobs/{name}/trigger", post(trigger::<S>))
-        .route("/fires/{id}/retry", post(retry::<S>))
-        .route("/fires", get(pages::fires::<S>))
+        .route(
+            "/jobs/{name}/delete",
+            get(pages::delete_page::<S>).post(actions::delete::<S>),
+        )
+        .route("/jobs/{name}/pause", post(actions::pause::<S>))
+        .route("/jobs/{name}/resume", post(actions::resume::<S>))
+        .route("/jobs/{name}/trigger", post(actions::trigger::<S>))
+        .route("/fires/{id}/retry", post(actions::retry::<S>))
+        .route("/fires", get(history::fires::<S>))
         .route("/nodes", get(pages::nodes::<S>))
         .route("/changes", get(pages::changes::<S>))
         .route("/calendars", get(calendars::list::<S>))
@@ -444,134 +449,6 @@ async fn logout<S: Store + Clone>(State(state): State<AppState<S>>, viewer: View
         response.headers_mut().append(header::SET_COOKIE, cookie);
     }
     response
-}
-
-/// Retries a failed, abandoned or misfired fire, back to the history with
-/// the new attempt's id said.
-async fn retry<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    viewer: Viewer,
-    axum::extract::Path(id): axum::extract::Path<String>,
-    body: Bytes,
-) -> Response {
-    let fields = Fields::parse(&body);
-    if let Some(refused) = viewer.refuse_form(&fields) {
-        return refused;
-    }
-    let Ok(id) = id.parse::<i64>() else {
-        return viewer.failure(&AdminError::FireNotFound { id: -1 });
-    };
-    match state.admin.acting_as(viewer.actor).fire_retry(id).await {
-        Ok(fire) => {
-            let subject = format!("fire {id}: attempt {} is fire {}", fire.attempt, fire.id);
-            viewer.redirect(&format!("/fires{}", viewer.notice_query("retried", &subject)))
-        }
-        Err(e) => viewer.failure(&e),
-    }
-}
-
-/// An action on a job from a button.
-#[derive(Debug, Clone, Copy)]
-enum Verb {
-    Pause,
-    Resume,
-    Trigger,
-    Delete,
-}
-
-async fn act<S: Store + Clone>(state: AppState<S>, viewer: Viewer, name: String, body: Bytes, verb: Verb) -> Response {
-    let fields = Fields::parse(&body);
-    if let Some(refused) = viewer.refuse_form(&fields) {
-        return refused;
-    }
-    let admin = state.admin.acting_as(viewer.actor);
-    // The version the page showed, when its form carries one (the delete
-    // confirmation does): the action is refused if the job changed since.
-    let version = fields.opt("version").and_then(|v| v.trim().parse().ok());
-    let done = match verb {
-        Verb::Pause => admin.job_pause(&name, version).await.map(|_| "paused"),
-        Verb::Resume => admin.job_resume(&name, version).await.map(|_| "resumed"),
-        Verb::Trigger => admin
-            .job_trigger(&name)
-            .await
-            .map(|fired| if fired.paused { "triggered_paused" } else { "triggered" }),
-        Verb::Delete => admin.job_delete(&name, version).await.map(|()| "deleted"),
-    };
-    match done {
-        Ok(done) => {
-            let notice = viewer.notice_query(done, &name);
-            if fields.get("from") == "detail" && !matches!(verb, Verb::Delete) {
-                viewer.redirect(&format!("/jobs/{}{notice}", html::segment(&name)))
-            } else {
-                viewer.redirect(&format!("/jobs{notice}"))
-            }
-        }
-        Err(e) => viewer.failure(&e),
-    }
-}
-
-async fn pause<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    viewer: Viewer,
-    axum::extract::Path(name): axum::extract::Path<String>,
-    body: Bytes,
-) -> Response {
-    act(state, viewer, name, body, Verb::Pause).await
-}
-
-async fn resume<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    viewer: Viewer,
-    axum::extract::Path(name): axum::extract::Path<String>,
-    body: Bytes,
-) -> Response {
-    act(state, viewer, name, body, Verb::Resume).await
-}
-
-async fn trigger<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    viewer: Viewer,
-    axum::extract::Path(name): axum::extract::Path<String>,
-    body: Bytes,
-) -> Response {
-    act(state, viewer, name, body, Verb::Trigger).await
-}
-
-async fn delete<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    viewer: Viewer,
-    axum::extract::Path(name): axum::extract::Path<String>,
-    body: Bytes,
-) -> Response {
-    act(state, viewer, name, body, Verb::Delete).await
-}
-
-/// What a notice code in a redirect says.
-pub(crate) fn notice_text(code: &str, subject: &str) -> Option<String> {
-    let verb = match code {
-        "triggered" => {
-            return Some(format!(
-                "Fired {subject} now, once: the first node with its handler and a free thread runs it; its schedule is unchanged."
-            ));
-        }
-        "triggered_paused" => {
-            return Some(format!(
-                "Fired {subject} now, once: it runs although the job is paused, and the job stays paused (its triggers hold until you resume it)."
-            ));
-        }
-        "retried" => {
-            return Some(format!(
-                "Retried {subject}, pending: the first node with its job's handler and a free thread runs it."
-            ));
-        }
-        "paused" => "Paused",
-        "resumed" => "Resumed",
-        "deleted" => "Deleted",
-        "created" => "Created",
-        "saved" => "Saved",
-        _ => return None,
-    };
-    Some(format!("{verb} {subject}."))
 }
 
 const CSS: &str = include_str!("../../assets/console.css");

@@ -1,0 +1,139 @@
+//! The console's actions on jobs and fires from a button: pause, resume,
+//! fire now, delete, retry; and the notices they leave.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::Response;
+use quartz_core::admin::AdminError;
+use quartz_core::store::Store;
+
+use super::{Fields, Viewer, html};
+use crate::AppState;
+
+/// Retries a failed, abandoned or misfired fire, back to the history with
+/// the new attempt's id said.
+pub(super) async fn retry<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    body: Bytes,
+) -> Response {
+    let fields = Fields::parse(&body);
+    if let Some(refused) = viewer.refuse_form(&fields) {
+        return refused;
+    }
+    let Ok(id) = id.parse::<i64>() else {
+        return viewer.failure(&AdminError::FireNotFound { id: -1 });
+    };
+    match state.admin.acting_as(viewer.actor).fire_retry(id).await {
+        Ok(fire) => {
+            let subject = format!("fire {id}: attempt {} is fire {}", fire.attempt, fire.id);
+            viewer.redirect(&format!("/fires{}", viewer.notice_query("retried", &subject)))
+        }
+        Err(e) => viewer.failure(&e),
+    }
+}
+
+/// An action on a job from a button.
+#[derive(Debug, Clone, Copy)]
+enum Verb {
+    Pause,
+    Resume,
+    Trigger,
+    Delete,
+}
+
+async fn act<S: Store + Clone>(state: AppState<S>, viewer: Viewer, name: String, body: Bytes, verb: Verb) -> Response {
+    let fields = Fields::parse(&body);
+    if let Some(refused) = viewer.refuse_form(&fields) {
+        return refused;
+    }
+    let admin = state.admin.acting_as(viewer.actor);
+    // The version the page showed, when its form carries one (the delete
+    // confirmation does): the action is refused if the job changed since.
+    let version = fields.opt("version").and_then(|v| v.trim().parse().ok());
+    let done = match verb {
+        Verb::Pause => admin.job_pause(&name, version).await.map(|_| "paused"),
+        Verb::Resume => admin.job_resume(&name, version).await.map(|_| "resumed"),
+        Verb::Trigger => admin
+            .job_trigger(&name)
+            .await
+            .map(|fired| if fired.paused { "triggered_paused" } else { "triggered" }),
+        Verb::Delete => admin.job_delete(&name, version).await.map(|()| "deleted"),
+    };
+    match done {
+        Ok(done) => {
+            let notice = viewer.notice_query(done, &name);
+            if fields.get("from") == "detail" && !matches!(verb, Verb::Delete) {
+                viewer.redirect(&format!("/jobs/{}{notice}", html::segment(&name)))
+            } else {
+                viewer.redirect(&format!("/jobs{notice}"))
+            }
+        }
+        Err(e) => viewer.failure(&e),
+    }
+}
+
+pub(super) async fn pause<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    body: Bytes,
+) -> Response {
+    act(state, viewer, name, body, Verb::Pause).await
+}
+
+pub(super) async fn resume<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    body: Bytes,
+) -> Response {
+    act(state, viewer, name, body, Verb::Resume).await
+}
+
+pub(super) async fn trigger<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    body: Bytes,
+) -> Response {
+    act(state, viewer, name, body, Verb::Trigger).await
+}
+
+pub(super) async fn delete<S: Store + Clone>(
+    State(state): State<AppState<S>>,
+    viewer: Viewer,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    body: Bytes,
+) -> Response {
+    act(state, viewer, name, body, Verb::Delete).await
+}
+
+/// What a notice code in a redirect says.
+pub(crate) fn notice_text(code: &str, subject: &str) -> Option<String> {
+    let verb = match code {
+        "triggered" => {
+            return Some(format!(
+                "Fired {subject} now, once: the first node with its handler and a free thread runs it; its schedule is unchanged."
+            ));
+        }
+        "triggered_paused" => {
+            return Some(format!(
+                "Fired {subject} now, once: it runs although the job is paused, and the job stays paused (its triggers hold until you resume it)."
+            ));
+        }
+        "retried" => {
+            return Some(format!(
+                "Retried {subject}, pending: the first node with its job's handler and a free thread runs it."
+            ));
+        }
+        "paused" => "Paused",
+        "resumed" => "Resumed",
+        "deleted" => "Deleted",
+        "created" => "Created",
+        "saved" => "Saved",
+        _ => return None,
+    };
+    Some(format!("{verb} {subject}."))
+}

@@ -51,7 +51,7 @@ async fn act<S: Store + Clone>(state: AppState<S>, viewer: Viewer, name: String,
     let admin = state.admin.acting_as(viewer.actor);
     // The version the page showed, when its form carries one (the delete
     // confirmation does): the action is refused if the job changed since.
-    let version = fields.opt("version").and_then(|v| v.trim().parse().ok());
+    let version = fields.version();
     let done = match verb {
         Verb::Pause => admin.job_pause(&name, version).await.map(|_| "paused"),
         Verb::Resume => admin.job_resume(&name, version).await.map(|_| "resumed"),

@@ -208,11 +208,6 @@ fn field_of(e: &AdminError) -> FieldError {
     }
 }
 
-/// The version a form was filled from, when it carries one.
-fn version(fields: &Fields) -> Option<i64> {
-    fields.opt("version").and_then(|v| v.trim().parse().ok())
-}
-
 /// Adds (`name` from the form, only if none of that name exists) or
 /// replaces (`name` from the path) a calendar.
 async fn put<S: Store + Clone>(
@@ -228,7 +223,7 @@ async fn put<S: Store + Clone>(
     let written = if only_new {
         admin.calendar_add(name, &definition).await
     } else {
-        admin.calendar_put(name, &definition, version(fields)).await
+        admin.calendar_put(name, &definition, fields.version()).await
     };
     written
         .map(|_| ())
@@ -322,7 +317,7 @@ pub(crate) async fn delete<S: Store + Clone>(
     match state
         .admin
         .acting_as(viewer.actor)
-        .calendar_delete(&name, version(&fields))
+        .calendar_delete(&name, fields.version())
         .await
     {
         Ok(()) => viewer.redirect(&format!("/calendars{}", viewer.notice_query("deleted", &name))),

@@ -280,6 +280,12 @@ impl Fields {
     pub(crate) fn on(&self, name: &str) -> bool {
         self.0.contains_key(name)
     }
+
+    /// The version of the job or calendar a form was filled from, when it
+    /// carries one: a write made against it is refused if it changed since.
+    pub(crate) fn version(&self) -> Option<i64> {
+        self.opt("version").and_then(|v| v.trim().parse().ok())
+    }
 }
 
 fn see_other(location: &str) -> Response {

@@ -388,7 +388,7 @@ pub(crate) async fn edit<S: Store + Clone>(
         .and_then(|b| serde_json::from_str::<JobForm>(b).ok())
         .unwrap_or_else(|| JobForm::from_view(&was));
     let form = JobForm::from_fields(&fields, &base);
-    let expected = fields.opt("version").and_then(|v| v.trim().parse::<i64>().ok());
+    let expected = fields.version();
     if expected.is_some_and(|v| v != was.version) {
         return conflict(&state, &viewer, &form, &base, &was).await;
     }

@@ -14,6 +14,11 @@
 //! worker pool) and, with the `web` feature, `web`: the HTTP API, the web
 //! console and `/metrics` as one axum router (the `quartz-web` crate).
 //!
+//! Each store is a cargo feature: `sqlite` (on by default), `postgres`,
+//! `mysql` (MySQL and MariaDB) and `redis`; `web` adds the admin surface's
+//! HTTP side. A URL whose store a build leaves out is refused, naming the
+//! feature.
+//!
 //! A node in a few lines: a cluster name, handlers by name, a database URL.
 //!
 //! ```no_run
@@ -81,12 +86,14 @@ pub mod prelude {
     pub use quartz_core::store::{ExecuteSpec, JobSpec, RetryPolicy, Store};
     pub use quartz_core::trigger::{Schedule, Trigger};
     pub use quartz_core::{Timestamp, Tz};
-    pub use quartz_store::{AnyStore, RedisStore, SqlStore};
+    #[cfg(feature = "redis")]
+    pub use quartz_store::RedisStore;
+    pub use quartz_store::{AnyStore, SqlStore};
 }
 
 /// The store: the contract ([`Store`](store::Store)) and its implementations,
 /// [`SqlStore`](store::SqlStore) on SQLite, PostgreSQL and MySQL/MariaDB,
-/// [`RedisStore`](store::RedisStore) on Redis, and
+/// `RedisStore` on Redis (with the `redis` feature), and
 /// [`AnyStore`](store::AnyStore), whichever a URL names; the rows it reads
 /// and writes. What only the engine and a store's implementer use (the
 /// engine's calls, its compare-and-set types) is in [`store::spi`].

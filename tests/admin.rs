@@ -562,7 +562,70 @@ async fn a_deleted_or_renamed_jobs_history_is_found_by_its_name(db: &TestDb) {
     );
 }
 
+/// A handler no node offers is refused when the job is written while a node
+/// is live (naming what the live nodes offer), so that a misspelt handler
+/// fails at once and not at its first fire; with no node live, it is
+/// stored with a warning; a handler a node that is down offered is known.
+async fn a_handler_no_node_offers_is_refused_while_one_is_live(db: &TestDb) {
+    let store = db.store().await;
+    let admin = Admin::new(store.clone(), CLUSTER);
+    let early = admin.job_add(&job("early", "invoice")).await.unwrap();
+    assert!(
+        early.warnings.iter().any(|w| w.contains("no node is live")),
+        "{:?}",
+        early.warnings
+    );
+
+    let node = SchedulerBuilder::new(CLUSTER)
+        .settings(common::fast_settings())
+        .handler("tick", |_| Ok(()))
+        .handler("tock", |_| Ok(()))
+        .start(store)
+        .await
+        .unwrap();
+    let e = admin.job_add(&job("typo", "tik")).await.unwrap_err();
+    assert_eq!(e.field(), Some("handler"), "{e}");
+    assert!(e.to_string().contains("tick, tock"), "names what is offered: {e}");
+    assert!(matches!(admin.job("typo").await, Err(AdminError::NotFound { .. })));
+    let fine = admin.job_add(&job("fine", "tick")).await.unwrap();
+    assert!(fine.warnings.is_empty(), "{:?}", fine.warnings);
+
+    // An edit to a handler no node offers is refused and changes nothing;
+    // an edit that keeps the handler is not checked again.
+    let patch = JobPatch {
+        handler: Some("tik".into()),
+        ..JobPatch::default()
+    };
+    let e = admin.job_edit("fine", &patch, None).await.unwrap_err();
+    assert_eq!(e.field(), Some("handler"), "{e}");
+    assert_eq!(
+        admin.job("fine").await.unwrap().version,
+        fine.version,
+        "nothing written"
+    );
+    let patch = JobPatch {
+        description: Some("kept as it was".into()),
+        ..JobPatch::default()
+    };
+    admin.job_edit("early", &patch, None).await.unwrap();
+    let e = admin.job_put(&job("declared", "tok")).await.unwrap_err();
+    assert_eq!(e.field(), Some("handler"), "{e}");
+
+    // The node is down: what it offered is still known, with a warning.
+    node.shutdown().await;
+    let later = admin.job_add(&job("later", "tock")).await.unwrap();
+    assert!(
+        later
+            .warnings
+            .iter()
+            .any(|w| w.contains("a node that is down offered it")),
+        "{:?}",
+        later.warnings
+    );
+}
+
 backend_tests!(
+    a_handler_no_node_offers_is_refused_while_one_is_live,
     a_deleted_or_renamed_jobs_history_is_found_by_its_name,
     fire_now_runs_once_beside_the_schedule_and_on_a_paused_job,
     jobs_are_listed_filtered_searched_and_paged_by_key,

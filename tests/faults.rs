@@ -1,7 +1,7 @@
 //! Three nodes in one process under a steady load, each on a store that fails
 //! calls, stalls them, or commits and then loses the answer, at calls chosen
 //! by a seed ([`quartz_testkit::faults`]). After each seed the faults stop,
-//! the cluster settles, and the ledger must show DESIGN.md's guarantees: the
+//! the cluster settles, and the ledger must show the guarantees (README, Guarantees): the
 //! audit finds nothing (no duplicate, no missing fire time, no late start
 //! without a misfire record, no stranded retry or late run), every fire time
 //! of the faulted span has ended (no fire left claimed or running), and no

@@ -683,8 +683,8 @@ fn error_of(row: &Value) -> String {
 /// Issue 15, points 1, 2 and 5: `shell` runs only what `--allow-shell` names,
 /// in a clean environment and the chosen directory; a timeout stops the
 /// program's whole process group, and a non-concurrent job's runs never
-/// overlap; `job add` takes any handler name and warns when no live node
-/// offers it; `history purge` deletes finished fires.
+/// overlap; `job add` refuses a handler no node offers while one is live,
+/// and takes any with a warning when none is; `history purge` deletes finished fires.
 #[test]
 fn shell_runs_only_allowed_programs_cleanly_and_a_timeout_stops_the_group() {
     let (dir, url) = scratch("shell");
@@ -795,6 +795,17 @@ fn shell_runs_only_allowed_programs_cleanly_and_a_timeout_stops_the_group() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
+    // A handler no node offers is refused while a node is live, naming
+    // what the live nodes offer: a misspelt handler fails when it is
+    // written, not at its first fire.
+    let out = quartz(&url, &["job", "add", "typo", "--handler", "shel", "--every", "1h"]);
+    assert!(!out.status.success(), "a handler no node offers was accepted");
+    assert!(
+        stderr(&out).contains("offers handler \"shel\"") && stderr(&out).contains("shell"),
+        "{}",
+        stderr(&out)
+    );
+
     // A non-concurrent job with a timeout never overlaps itself.
     wait_for_fires(&url, "exclusive", "three timed-out runs", |r| {
         r.iter().filter(|f| f["state"] == "failed").count() >= 3
@@ -814,13 +825,14 @@ fn shell_runs_only_allowed_programs_cleanly_and_a_timeout_stops_the_group() {
         assert!(pair[1].1 >= pair[0].1, "{text}");
     }
 
-    // Any handler name: the service that runs it may be elsewhere.
+    // With no node live, any handler name: the service that runs it may not
+    // be deployed yet. It is stored, with a warning.
     let out = quartz(
         &url,
         &["job", "add", "invoice-acme", "--handler", "invoice", "--every", "1h"],
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("no live node"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no node is live"), "{}", stderr(&out));
 
     // Finished fires go on request; nothing open does (a fire the stopped
     // node had claimed ahead and gave back stays, for the next node).

@@ -1,4 +1,4 @@
-//! The reliability suite: DESIGN.md's guarantees under the faults real
+//! The reliability suite: the guarantees (README, Guarantees) under the faults real
 //! services meet, on PostgreSQL, MariaDB and Redis, with three node processes under a
 //! steady load of one-second and sub-minute triggers (some requesting
 //! recovery), their clocks an hour apart (libfaketime).

@@ -11,7 +11,9 @@ use quartz_core::store::{
     NodeRegistration, Outcome, PendingClaim, SkippedRecord, Store, StoreError,
 };
 
-use crate::{RedisStore, SqlStore, StoreOptions};
+#[cfg(feature = "redis")]
+use crate::RedisStore;
+use crate::{SqlStore, StoreOptions};
 
 /// The store a URL names: [`SqlStore`] for `sqlite:`, `postgres://` and
 /// `mysql://` (or `mariadb://`), [`RedisStore`] for `redis://` and
@@ -32,7 +34,8 @@ use crate::{RedisStore, SqlStore, StoreOptions};
 pub enum AnyStore {
     /// SQLite, PostgreSQL or MySQL/MariaDB.
     Sql(SqlStore),
-    /// Redis.
+    /// Redis (with the `redis` feature).
+    #[cfg(feature = "redis")]
     Redis(RedisStore),
 }
 
@@ -59,7 +62,15 @@ impl AnyStore {
     /// As [`AnyStore::connect`].
     pub async fn connect_with(url: &str, options: &StoreOptions) -> Result<AnyStore, StoreError> {
         if is_redis_url(url) {
-            Ok(AnyStore::Redis(RedisStore::connect(url).await?))
+            #[cfg(feature = "redis")]
+            return Ok(AnyStore::Redis(RedisStore::connect(url).await?));
+            #[cfg(not(feature = "redis"))]
+            return Err(StoreError::InvalidUrl {
+                url: crate::connect::redact(url),
+                reason: "this build has no redis support: enable the `redis` feature (for example \
+                         `quartz = { version = \"0.1\", features = [\"redis\"] }` in Cargo.toml)"
+                    .to_owned(),
+            });
         } else {
             Ok(AnyStore::Sql(SqlStore::connect_with(url, options).await?))
         }
@@ -69,11 +80,13 @@ impl AnyStore {
     pub fn as_sql(&self) -> Option<&SqlStore> {
         match self {
             AnyStore::Sql(s) => Some(s),
+            #[cfg(feature = "redis")]
             AnyStore::Redis(_) => None,
         }
     }
 
     /// The Redis store, if this is one.
+    #[cfg(feature = "redis")]
     pub fn as_redis(&self) -> Option<&RedisStore> {
         match self {
             AnyStore::Redis(r) => Some(r),
@@ -84,6 +97,7 @@ impl AnyStore {
     /// Closes the SQL store's pool (a Redis connection closes when the last
     /// clone is dropped).
     pub async fn close(&self) {
+        #[cfg_attr(not(feature = "redis"), allow(irrefutable_let_patterns))]
         if let AnyStore::Sql(s) = self {
             s.close().await;
         }
@@ -96,6 +110,7 @@ impl From<SqlStore> for AnyStore {
     }
 }
 
+#[cfg(feature = "redis")]
 impl From<RedisStore> for AnyStore {
     fn from(store: RedisStore) -> AnyStore {
         AnyStore::Redis(store)
@@ -109,6 +124,7 @@ macro_rules! delegate {
             async fn $name(&self $(, $arg: $ty)*) -> $ret {
                 match self {
                     AnyStore::Sql(s) => s.$name($($arg),*).await,
+                    #[cfg(feature = "redis")]
                     AnyStore::Redis(r) => r.$name($($arg),*).await,
                 }
             }
@@ -120,6 +136,7 @@ impl Store for AnyStore {
     fn acting_as(&self, actor: &str) -> AnyStore {
         match self {
             AnyStore::Sql(s) => AnyStore::Sql(s.acting_as(actor)),
+            #[cfg(feature = "redis")]
             AnyStore::Redis(r) => AnyStore::Redis(r.acting_as(actor)),
         }
     }

@@ -196,6 +196,37 @@ impl Db {
     }
 }
 
+impl crate::SqlStore {
+    /// Connects to the database a service's own sqlx pool connects to
+    /// (`PgPool`, `MySqlPool` or `SqlitePool`), with the settings its
+    /// options give (host, port, user, password, database, TLS mode), so
+    /// that a service configures its database once. The store opens its
+    /// own connections beside the service's (up to
+    /// [`StoreOptions::max_connections`]): sqlx lends a pool's connections
+    /// to one driver only. Options a URL cannot carry (a TLS certificate
+    /// given in memory, a statement logger) are not carried over.
+    ///
+    /// ```no_run
+    /// # async fn service(pool: sqlx::PgPool) -> Result<(), quartz_core::store::StoreError> {
+    /// use quartz_store::{SqlStore, StoreOptions};
+    ///
+    /// let store = SqlStore::connect_like(&pool, &StoreOptions::default()).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect); a backend this build leaves out.
+    pub async fn connect_like<DB: sqlx::Database>(
+        pool: &sqlx::Pool<DB>,
+        options: &StoreOptions,
+    ) -> Result<crate::SqlStore, StoreError> {
+        use sqlx::ConnectOptions as _;
+        let url = pool.connect_options().to_url_lossy();
+        crate::SqlStore::connect_with(url.as_str(), options).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

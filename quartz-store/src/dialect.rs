@@ -31,18 +31,52 @@ impl Backend {
     ///
     /// # Errors
     ///
-    /// [`StoreError::InvalidUrl`] for any other scheme.
+    /// [`StoreError::InvalidUrl`] for any other scheme, and for a backend
+    /// this build leaves out (each is a cargo feature of `quartz-store` and
+    /// of the `quartz` facade: `sqlite`, on by default, `postgres`, `mysql`).
     pub fn of_url(url: &str) -> Result<Backend, StoreError> {
         let scheme = url.split(':').next().unwrap_or_default().to_ascii_lowercase();
-        match scheme.as_str() {
-            "sqlite" => Ok(Backend::Sqlite),
-            "postgres" | "postgresql" => Ok(Backend::Postgres),
-            "mysql" | "mariadb" => Ok(Backend::MySql),
-            _ => Err(StoreError::InvalidUrl {
+        let backend = match scheme.as_str() {
+            "sqlite" => Backend::Sqlite,
+            "postgres" | "postgresql" => Backend::Postgres,
+            "mysql" | "mariadb" => Backend::MySql,
+            _ => {
+                return Err(StoreError::InvalidUrl {
+                    url: redact(url),
+                    reason: "expected a URL starting sqlite:, postgres://, postgresql://, mysql:// or mariadb://"
+                        .to_owned(),
+                });
+            }
+        };
+        if !backend.built() {
+            return Err(StoreError::InvalidUrl {
                 url: redact(url),
-                reason: "expected a URL starting sqlite:, postgres://, postgresql://, mysql:// or mariadb://"
-                    .to_owned(),
-            }),
+                reason: format!(
+                    "this build has no {0} support: enable the `{0}` feature (for example \
+                     `quartz = {{ version = \"0.1\", features = [\"{0}\"] }}` in Cargo.toml)",
+                    backend.feature()
+                ),
+            });
+        }
+        Ok(backend)
+    }
+
+    /// The cargo feature that builds this backend's driver in.
+    pub fn feature(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+            Backend::MySql => "mysql",
+        }
+    }
+
+    /// Whether this build has the backend's driver (its cargo feature is
+    /// on).
+    pub fn built(self) -> bool {
+        match self {
+            Backend::Sqlite => cfg!(feature = "sqlite"),
+            Backend::Postgres => cfg!(feature = "postgres"),
+            Backend::MySql => cfg!(feature = "mysql"),
         }
     }
 

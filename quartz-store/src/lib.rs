@@ -30,10 +30,14 @@ mod any_store;
 mod common;
 mod connect;
 mod dialect;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
 pub mod redis_store;
 mod sql_store;
 
 pub use any_store::{AnyStore, is_redis_url};
 pub use connect::{Backend, MIGRATIONS_TABLE, StoreOptions};
+#[cfg(feature = "redis")]
 pub use redis_store::RedisStore;
 pub use sql_store::{CHANGE_POLL, SqlStore};

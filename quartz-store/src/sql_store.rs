@@ -66,7 +66,7 @@ mod convert;
 mod decode;
 mod executes;
 mod fires;
-mod jobs;
+pub(crate) mod jobs;
 mod nodes;
 mod pending;
 

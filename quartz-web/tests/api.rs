@@ -674,7 +674,43 @@ async fn a_job_is_declared_with_put(db: &TestDb) {
     assert_eq!(fired.status, 202, "{}", fired.body);
 }
 
+/// A handler no node offers: stored with a warning in the answer while no
+/// node is live; refused with 400 naming the field once one is.
+async fn a_handler_no_node_offers_is_refused_once_a_node_is_live(db: &TestDb) {
+    let store = db.store().await;
+    let access = Access::tokens(Some(ADMIN.into()), Some(READ.into()));
+    let addr = http::serve(Web::new(Admin::new(store.clone(), CLUSTER)).access(access).router()).await;
+    let job = |name: &str, handler: &str| json!({"name": name, "handler": handler, "triggers": [{"kind": "fixed_rate", "interval_ms": 3600000}]});
+    let early = http::json(addr, "POST", "/api/v1/jobs", Some(ADMIN), &job("early", "tick")).await;
+    assert_eq!(early.status, 201, "{}", early.body);
+    let warnings = early.json()["warnings"].clone();
+    assert!(warnings[0].as_str().unwrap().contains("no node is live"), "{warnings}");
+    let read = http::get(addr, "GET", "/api/v1/jobs/early", Some(READ)).await;
+    assert_eq!(read.json().get("warnings"), None, "a read has no warnings");
+
+    let node = quartz_core::engine::SchedulerBuilder::new(CLUSTER)
+        .handler("tick", |_| Ok(()))
+        .start(store)
+        .await
+        .unwrap();
+    let typo = http::json(addr, "POST", "/api/v1/jobs", Some(ADMIN), &job("typo", "tik")).await;
+    assert_eq!(typo.status, 400, "{}", typo.body);
+    let (code, field) = typo.error();
+    assert_eq!(
+        (code.as_str(), field.as_deref()),
+        ("invalid", Some("handler")),
+        "{}",
+        typo.body
+    );
+    assert!(typo.body.contains("tick"), "names what is offered: {}", typo.body);
+    let fine = http::json(addr, "POST", "/api/v1/jobs", Some(ADMIN), &job("fine", "tick")).await;
+    assert_eq!(fine.status, 201, "{}", fine.body);
+    assert_eq!(fine.json().get("warnings"), None);
+    node.shutdown().await;
+}
+
 backend_tests!(
+    a_handler_no_node_offers_is_refused_once_a_node_is_live,
     a_job_is_declared_with_put,
     changes_say_what_changed_and_who_made_them,
     if_match_refuses_a_stale_write,

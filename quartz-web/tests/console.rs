@@ -209,9 +209,16 @@ async fn the_form_creates_edits_and_refuses_bad_input(db: &TestDb) {
     fields[8] = ("max_attempts", "3");
     let created = post(addr, "/new", Some(&cookie), &fields, &[]).await;
     assert_eq!(created.status, 303, "{}", created.body);
+    // No node is live to offer its handler: stored, and the notice says so.
     assert_sealed(
         created.header("location"),
-        "/jobs/nightly?notice=created&subject=nightly",
+        "/jobs/nightly?notice=created_unoffered&subject=nightly",
+    );
+    let shown = page(addr, created.header("location").unwrap(), Some(&cookie)).await;
+    assert!(
+        shown.body.contains("No live node offers its handler now"),
+        "{}",
+        shown.body
     );
     let job = admin.job("nightly").await.unwrap();
     assert_eq!(job.payload, serde_json::json!({"to": "ops"}));

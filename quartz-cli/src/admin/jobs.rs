@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use quartz_core::admin::Admin;
-use quartz_core::store::{FireQuery, JobDetail, JobSpec, Node, NodeState, Store, TriggerColumns};
+use quartz_core::store::{FireQuery, JobDetail, JobSpec, Store, TriggerColumns};
 use quartz_store::AnyStore;
 use serde_json::{Value, json};
 
@@ -105,36 +105,13 @@ pub enum JobCommand {
     },
 }
 
-/// Warns on stderr when no live node offers a job's handler: the job is
-/// stored all the same (the nodes of the service that runs it may be down, or
-/// not deployed yet), and its fires are recorded failed, saying so, once past
-/// the misfire threshold unless a node with the handler joins.
-async fn warn_unless_offered(store: &AnyStore, scheduler: &str, handler: &str) -> anyhow::Result<()> {
-    let live: Vec<Node> = store
-        .list_nodes(scheduler)
-        .await?
-        .into_iter()
-        .filter(|n| n.state == NodeState::Live)
-        .collect();
-    if live.iter().any(|n| n.handlers.iter().any(|h| h == handler)) {
-        return Ok(());
+/// Prints on stderr what the admin surface warned of when it stored a job
+/// (for example, that no node is live to offer its handler: the job is
+/// stored all the same, and runs when a node with its handler joins).
+fn warn(view: &quartz_core::admin::JobView) {
+    for warning in &view.warnings {
+        eprintln!("warning: {warning}");
     }
-    let mut offered: Vec<&str> = live
-        .iter()
-        .flat_map(|n| n.handlers.iter().map(String::as_str))
-        .collect();
-    offered.sort_unstable();
-    offered.dedup();
-    eprintln!(
-        "warning: no live node of scheduler {scheduler:?} offers handler {handler:?} ({}); its fires are recorded \
-         failed once past the misfire threshold unless a node with it joins",
-        if live.is_empty() {
-            "no node is live".to_owned()
-        } else {
-            format!("live nodes offer: {}", offered.join(", "))
-        }
-    );
-    Ok(())
 }
 
 /// Runs a `job` subcommand. Every change goes through the library's admin
@@ -167,8 +144,7 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
                      only when fired by hand"
                 );
             };
-            admin.job_create(&spec, &executes).await?;
-            warn_unless_offered(&store, scheduler, &spec.handler).await?;
+            warn(&admin.job_create(&spec, &executes).await?);
             show(&store, scheduler, &spec.name, out).await
         }
         JobCommand::List => list(&store, scheduler, out).await,
@@ -209,12 +185,11 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
             };
             // Against the version read: a change made meanwhile is refused
             // (run the command again), never overwritten with what was read.
-            admin
-                .job_update(&name, &spec, executes.as_deref(), Some(current.job.version))
-                .await?;
-            if job.handler.is_some() {
-                warn_unless_offered(&store, scheduler, &spec.handler).await?;
-            }
+            warn(
+                &admin
+                    .job_update(&name, &spec, executes.as_deref(), Some(current.job.version))
+                    .await?,
+            );
             show(&store, scheduler, &spec.name, out).await
         }
         JobCommand::Delete { name } => {

@@ -325,11 +325,65 @@ impl<S: Store> Admin<S> {
         spec.check_fields()
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
         self.check_parent(spec).await?;
+        let warnings = self.check_handler(&spec.handler).await?;
         self.store
             .create_job(&self.scheduler, spec, executes)
             .await
             .map_err(|e| calendar_field(e, executes))?;
-        self.job(&spec.name).await
+        let mut view = self.job(&spec.name).await?;
+        view.warnings = warnings;
+        Ok(view)
+    }
+
+    /// Checks that some node offers `handler`, so that a misspelt handler is
+    /// refused when the job is written rather than failing at its first
+    /// fire. A handler is known when a node registered it: a live node, or
+    /// a node that is down now (its row keeps what it offered; the service
+    /// may be restarting). When no node is live at all (the service that
+    /// runs the job may not be deployed yet), the job is accepted with a
+    /// warning; when nodes are live and none of the scheduler's nodes ever
+    /// offered the handler, it is refused, naming what they offer.
+    async fn check_handler(&self, handler: &str) -> Result<Vec<String>, AdminError> {
+        let now = self.store.now().await?;
+        let nodes = self.store.list_nodes(&self.scheduler).await?;
+        let offers = |n: &crate::store::Node| n.handlers.iter().any(|h| h == handler);
+        let live: Vec<_> = nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Live && !views::is_silent(n, now))
+            .collect();
+        if live.iter().any(|n| offers(n)) {
+            return Ok(Vec::new());
+        }
+        if nodes.iter().any(offers) {
+            return Ok(vec![format!(
+                "no live node offers handler {handler:?} now (a node that is down offered it): \
+                 its fires run when one with it is back"
+            )]);
+        }
+        if live.is_empty() {
+            return Ok(vec![format!(
+                "no node is live, so handler {handler:?} cannot be checked: its fires run when a node \
+                 offering it joins, and are recorded failed past their misfire threshold until then"
+            )]);
+        }
+        let mut offered: Vec<&str> = live
+            .iter()
+            .flat_map(|n| n.handlers.iter().map(String::as_str))
+            .collect();
+        offered.sort_unstable();
+        offered.dedup();
+        Err(AdminError::invalid(
+            "handler",
+            format!(
+                "no node of scheduler {:?} offers handler {handler:?}; the live nodes offer: {}",
+                self.scheduler,
+                if offered.is_empty() {
+                    "none".to_owned()
+                } else {
+                    offered.join(", ")
+                }
+            ),
+        ))
     }
 
     async fn check_parent(&self, spec: &JobSpec) -> Result<(), AdminError> {
@@ -404,11 +458,19 @@ impl<S: Store> Admin<S> {
         spec.check_fields()
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
         self.check_parent(spec).await?;
+        let stored = self.store.get_job(&self.scheduler, name).await?;
+        let warnings = match stored {
+            // A handler the job already has is not checked again.
+            Some(d) if d.job.spec.handler == spec.handler => Vec::new(),
+            _ => self.check_handler(&spec.handler).await?,
+        };
         self.store
             .update_job(&self.scheduler, name, spec, executes, expected_version)
             .await
             .map_err(|e| calendar_field(e, executes.unwrap_or_default()))?;
-        self.job(&spec.name).await
+        let mut view = self.job(&spec.name).await?;
+        view.warnings = warnings;
+        Ok(view)
     }
 
     /// Pauses a job: its triggers hold until it is resumed. With

@@ -189,6 +189,11 @@ pub struct JobView {
     pub triggers: Vec<TriggerView>,
     /// Trigger rows that cannot be read (written by hand), with why.
     pub broken_triggers: Vec<BrokenTrigger>,
+    /// What a write of this job should know but did not refuse (for
+    /// example: no node is live to offer its handler); only in the answer
+    /// to an add or an edit, and left out when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// A trigger row that cannot be read.
@@ -233,6 +238,7 @@ impl JobView {
                     reason: b.reason.clone(),
                 })
                 .collect(),
+            warnings: Vec::new(),
         }
     }
 }

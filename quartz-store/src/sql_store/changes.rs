@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use quartz_core::Timestamp;
 use quartz_core::store::{ChangeAction, ChangeQuery, ChangeRecord, StoreError};
-use sqlx::postgres::PgListener;
 use sqlx::{Any, Row, Transaction};
 use tokio::sync::watch;
 
@@ -23,9 +22,11 @@ use super::{SqlStore, db_error, truncate};
 pub const CHANGE_POLL: Duration = Duration::from_millis(50);
 
 /// The PostgreSQL channel changes are announced on (payload: the scheduler).
+#[cfg(feature = "postgres")]
 const CHANNEL: &str = "quartz_changes";
 
 /// How long the listener waits before connecting again after an error.
+#[cfg(feature = "postgres")]
 const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 
 /// Wake-ups from the PostgreSQL listener: a number bumped at every
@@ -60,7 +61,9 @@ impl ChangeSignal {
 
 /// The listener task: `LISTEN quartz_changes`, each notification a wake-up;
 /// on a lost connection it connects again. Ends once the store is dropped.
+#[cfg(feature = "postgres")]
 async fn listen(url: String, signal: Weak<ChangeSignal>) {
+    use sqlx::postgres::PgListener;
     loop {
         let mut listener = match PgListener::connect(&url).await {
             Ok(l) => l,
@@ -97,6 +100,11 @@ async fn listen(url: String, signal: Weak<ChangeSignal>) {
         }
     }
 }
+
+/// Without PostgreSQL built in, no store of this build talks to it: there
+/// is nothing to listen to.
+#[cfg(not(feature = "postgres"))]
+async fn listen(_url: String, _signal: Weak<ChangeSignal>) {}
 
 /// A change, as the change log records it.
 pub(super) struct Change<'a> {

@@ -5,7 +5,7 @@
 use quartz_core::Timestamp;
 use quartz_core::store::{
     ChangeAction, ExecuteSpec, ExecuteState, Job, JobDetail, JobQuery, JobSpec, JobState, MANUAL_EXECUTE, RejectedRow,
-    StoreError, check_name, millis_of,
+    StoreError, check_name,
 };
 use sqlx::{Any, Transaction};
 
@@ -13,20 +13,67 @@ use super::*;
 
 /// Binds a job's own columns, as written on create and on edit: name,
 /// handler, payload, description, recovery, concurrency, timeout, attempts,
-/// backoff, backoff cap, parent.
-fn bind_job_spec(q: AnyQuery, job: &JobSpec) -> AnyQuery {
-    q.bind(job.name.clone())
-        .bind(job.handler.clone())
-        .bind(job.payload.clone())
-        .bind(job.description.clone())
-        .bind(i64::from(job.requests_recovery))
-        .bind(i64::from(job.allow_concurrent))
-        .bind(job.timeout.map(millis_of))
-        .bind(i64::from(job.retry.max_attempts))
-        .bind(millis_of(job.retry.backoff))
-        .bind(job.retry.backoff_max.map(millis_of))
-        .bind(job.parent.clone())
+/// backoff, backoff cap, parent. A macro, for queries of any sqlx database
+/// (the store's and a service's own PostgreSQL transaction).
+macro_rules! bind_job_spec {
+    ($q:expr, $job:expr) => {{
+        let job: &quartz_core::store::JobSpec = $job;
+        $q.bind(job.name.clone())
+            .bind(job.handler.clone())
+            .bind(job.payload.clone())
+            .bind(job.description.clone())
+            .bind(i64::from(job.requests_recovery))
+            .bind(i64::from(job.allow_concurrent))
+            .bind(job.timeout.map(quartz_core::store::millis_of))
+            .bind(i64::from(job.retry.max_attempts))
+            .bind(quartz_core::store::millis_of(job.retry.backoff))
+            .bind(job.retry.backoff_max.map(quartz_core::store::millis_of))
+            .bind(job.parent.clone())
+    }};
 }
+#[cfg(feature = "postgres")]
+pub(crate) use bind_job_spec;
+
+/// A new job's row (binds: scheduler, then [`bind_job_spec`]'s).
+pub(crate) const INSERT_JOB: &str = "INSERT INTO quartz_job (scheduler, name, handler, payload, description, state, \
+     requests_recovery, allow_concurrent, timeout_ms, max_attempts, backoff_ms, backoff_max_ms, parent_job, \
+     created_at, updated_at) \
+     VALUES (?, ?, ?, ?, ?, 'enabled', ?, ?, ?, ?, ?, ?, ?, {now}, {now})";
+
+/// A new trigger's row (binds: [`bind_new_execute`]'s).
+pub(crate) const INSERT_EXECUTE: &str = "INSERT INTO quartz_execute (job_id, scheduler, kind, cron_expression, \
+     time_zone, interval_ms, start_time, end_time, repeat_limit, times_triggered, misfire_policy, priority, state, \
+     prev_fire_time, next_fire_time, schedule_sig, calendar, dst_skipped, dst_repeated, updated_at) \
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, ?, ?, ?, ?, ?, {now})";
+
+/// Binds a new trigger's row for [`INSERT_EXECUTE`]: its job, scheduler,
+/// columns, priority, state (paused or not) and first fire time.
+macro_rules! bind_new_execute {
+    ($q:expr, $job_id:expr, $scheduler:expr, $new:expr, $paused:expr) => {{
+        let new: crate::common::NewExecute = $new;
+        let state = new.state($paused);
+        let c = new.columns;
+        $q.bind($job_id)
+            .bind($scheduler.to_owned())
+            .bind(c.kind)
+            .bind(c.cron_expression)
+            .bind(c.time_zone)
+            .bind(c.interval_ms)
+            .bind(c.start_time)
+            .bind(c.end_time)
+            .bind(c.repeat_limit)
+            .bind(c.misfire_policy)
+            .bind(i64::from(new.priority))
+            .bind(state.as_str())
+            .bind(new.first.map(Timestamp::as_millis))
+            .bind(new.signature)
+            .bind(c.calendar)
+            .bind(c.dst_skipped)
+            .bind(c.dst_repeated)
+    }};
+}
+#[cfg(feature = "postgres")]
+pub(crate) use bind_new_execute;
 
 impl SqlStore {
     pub(super) async fn job_by_name(&self, scheduler: &str, name: &str) -> Result<Option<Job>, StoreError> {
@@ -65,34 +112,10 @@ impl SqlStore {
         let named: Vec<&str> = executes.iter().filter_map(|e| e.trigger.calendar_name()).collect();
         let calendars = self.calendars_in(tx, scheduler, &named).await?;
         for new in crate::common::new_executes(executes, &calendars, now)? {
-            let state = new.state(paused);
-            let c = new.columns;
-            self.query(
-                "INSERT INTO quartz_execute (job_id, scheduler, kind, cron_expression, time_zone, interval_ms, \
-                 start_time, end_time, repeat_limit, times_triggered, misfire_policy, priority, state, \
-                 prev_fire_time, next_fire_time, schedule_sig, calendar, dst_skipped, dst_repeated, updated_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, ?, ?, ?, ?, ?, {now})",
-            )
-            .bind(job_id)
-            .bind(scheduler.to_owned())
-            .bind(c.kind)
-            .bind(c.cron_expression)
-            .bind(c.time_zone)
-            .bind(c.interval_ms)
-            .bind(c.start_time)
-            .bind(c.end_time)
-            .bind(c.repeat_limit)
-            .bind(c.misfire_policy)
-            .bind(i64::from(new.priority))
-            .bind(state.as_str())
-            .bind(new.first.map(Timestamp::as_millis))
-            .bind(new.signature)
-            .bind(c.calendar)
-            .bind(c.dst_skipped)
-            .bind(c.dst_repeated)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
+            bind_new_execute!(self.query(INSERT_EXECUTE), job_id, scheduler, new, paused)
+                .execute(&mut **tx)
+                .await
+                .map_err(db_error)?;
         }
         Ok(())
     }
@@ -139,15 +162,8 @@ impl SqlStore {
             name: job.name.clone(),
         };
         let mut tx = self.begin_change(scheduler).await?;
-        let insert = self
-            .query(
-                "INSERT INTO quartz_job (scheduler, name, handler, payload, description, state, requests_recovery, \
-                 allow_concurrent, timeout_ms, max_attempts, backoff_ms, backoff_max_ms, parent_job, created_at, \
-                 updated_at) \
-                 VALUES (?, ?, ?, ?, ?, 'enabled', ?, ?, ?, ?, ?, ?, ?, {now}, {now})",
-            )
-            .bind(scheduler.to_owned());
-        let inserted = bind_job_spec(insert, job).execute(&mut *tx).await;
+        let insert = self.query(INSERT_JOB).bind(scheduler.to_owned());
+        let inserted = bind_job_spec!(insert, job).execute(&mut *tx).await;
         match inserted {
             Ok(_) => {}
             Err(e) if is_unique_violation(&e) => return Err(duplicate()),
@@ -241,7 +257,7 @@ impl SqlStore {
                  parent_job = ?, \
                  updated_at = {now} WHERE id = ?",
         );
-        let updated = bind_job_spec(update, job).bind(existing.id).execute(&mut *tx).await;
+        let updated = bind_job_spec!(update, job).bind(existing.id).execute(&mut *tx).await;
         match updated {
             Ok(_) => {}
             Err(e) if is_unique_violation(&e) => {

@@ -128,6 +128,16 @@ pub(crate) fn notice_text(code: &str, subject: &str) -> Option<String> {
                 "Retried {subject}, pending: the first node with its job's handler and a free thread runs it."
             ));
         }
+        "created_unoffered" | "saved_unoffered" => {
+            let verb = if code == "created_unoffered" {
+                "Created"
+            } else {
+                "Saved"
+            };
+            return Some(format!(
+                "{verb} {subject}. No live node offers its handler now: its fires run when a node with it joins."
+            ));
+        }
         "paused" => "Paused",
         "resumed" => "Resumed",
         "deleted" => "Deleted",

@@ -336,11 +336,19 @@ async fn settle<S: Store + Clone>(
     notice: &str,
 ) -> Response {
     match saved {
-        Ok(job) => viewer.redirect(&format!(
-            "/jobs/{}{}",
-            segment(&job.name),
-            viewer.notice_query(notice, &job.name)
-        )),
+        Ok(job) => {
+            // Stored, but no live node offers its handler: the notice says so.
+            let code = if job.warnings.is_empty() {
+                notice.to_owned()
+            } else {
+                format!("{notice}_unoffered")
+            };
+            viewer.redirect(&format!(
+                "/jobs/{}{}",
+                segment(&job.name),
+                viewer.notice_query(&code, &job.name)
+            ))
+        }
         Err(errors) => respond(state, viewer, StatusCode::BAD_REQUEST, form, &errors, editing, None).await,
     }
 }

@@ -1,0 +1,156 @@
+//! A job added in the service's own PostgreSQL transaction: the job exists
+//! if and only if the service's transaction commits, and the nodes see it
+//! at once when it does (the change is announced from that transaction).
+//!
+//! ```no_run
+//! # async fn signup(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! use quartz_core::admin::{JobDefinition, TriggerDefinition};
+//!
+//! let mut tx = pool.begin().await?;
+//! sqlx::query("INSERT INTO customer (name) VALUES ('acme')").execute(&mut *tx).await?;
+//! let job = JobDefinition::new("invoice-acme", "invoice")
+//!     .with_payload("acme")?
+//!     .with_trigger(TriggerDefinition::cron("0 0 2 1 * ?", "Europe/Paris"));
+//! quartz_store::postgres::add_job(&mut tx, "billing", &job).await?;
+//! tx.commit().await?; // the customer and its job, or neither
+//! # Ok(()) }
+//! ```
+
+use quartz_core::Timestamp;
+use quartz_core::admin::{AdminError, JobDefinition};
+use quartz_core::store::{ChangeAction, DEFAULT_ACTOR, StoreError, check_name};
+use sqlx::postgres::PgConnection;
+use sqlx::{AssertSqlSafe, Postgres, Row};
+
+use crate::common::{CalendarSet, new_executes};
+use crate::dialect::{Backend, render};
+use crate::sql_store::db_error;
+use crate::sql_store::jobs::{INSERT_EXECUTE, INSERT_JOB, bind_job_spec, bind_new_execute};
+
+/// One of our statements, rendered for PostgreSQL.
+fn query(template: &str) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(AssertSqlSafe(render(Backend::Postgres, template)))
+}
+
+/// Adds a job with its triggers on `conn`, inside whatever transaction the
+/// caller holds there (begin one first: on a connection in autocommit each
+/// statement commits alone). As [`Admin::job_add`](quartz_core::admin::Admin::job_add)
+/// does: the same checks, the same rows, the change counted and logged (as
+/// made by `service`) and announced to the nodes, who see it when the
+/// transaction commits; nothing is written when it fails, nothing remains
+/// when the transaction rolls back. The schema must exist (a node, or
+/// `quartz migrate`, creates it). Returns the job's id.
+///
+/// # Errors
+///
+/// [`AdminError::Invalid`] naming the field, [`AdminError::Conflict`] for a
+/// name taken, [`AdminError::Invalid`] for an unknown parent,
+/// [`AdminError::CalendarNotFound`]; database errors as
+/// [`AdminError::Unavailable`] or [`AdminError::Store`]. After an error the
+/// transaction should be rolled back (PostgreSQL refuses further statements
+/// in it once one has failed).
+pub async fn add_job(conn: &mut PgConnection, scheduler: &str, job: &JobDefinition) -> Result<i64, AdminError> {
+    check_name("scheduler name", scheduler).map_err(|e| AdminError::invalid("scheduler", e.to_string()))?;
+    let now: i64 = query("SELECT {now}")
+        .fetch_one(&mut *conn)
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(db_error)?;
+    let now = Timestamp::from_millis(now);
+    let (spec, executes) = job.to_specs(now)?;
+    spec.validate().map_err(StoreError::Invalid)?;
+    if let Some(parent) = &spec.parent {
+        let found = query("SELECT id FROM quartz_job WHERE scheduler = ? AND name = ?")
+            .bind(scheduler)
+            .bind(parent)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db_error)?;
+        if found.is_none() {
+            return Err(AdminError::invalid("parent", format!("no job named {parent:?}")));
+        }
+    }
+    let named: Vec<&str> = executes.iter().filter_map(|e| e.trigger.calendar_name()).collect();
+    let calendars = calendars(conn, scheduler, &named).await?;
+    let rows = new_executes(&executes, &calendars, now)?;
+
+    query(Backend::Postgres.insert_scheduler_row())
+        .bind(scheduler)
+        .execute(&mut *conn)
+        .await
+        .map_err(db_error)?;
+    let insert = query(&format!("{INSERT_JOB} RETURNING id")).bind(scheduler);
+    let inserted = bind_job_spec!(insert, &spec).fetch_one(&mut *conn).await;
+    let job_id: i64 = match inserted {
+        Ok(row) => row.try_get("id").map_err(db_error)?,
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+            return Err(AdminError::Conflict { name: spec.name });
+        }
+        Err(e) => return Err(db_error(e).into()),
+    };
+    for new in rows {
+        bind_new_execute!(query(INSERT_EXECUTE), job_id, scheduler, new, false)
+            .execute(&mut *conn)
+            .await
+            .map_err(db_error)?;
+    }
+    query("UPDATE quartz_scheduler SET changes = changes + 1 WHERE scheduler = ?")
+        .bind(scheduler)
+        .execute(&mut *conn)
+        .await
+        .map_err(db_error)?;
+    query(
+        "INSERT INTO quartz_change_log (scheduler, at, actor, action, target, detail, target_id) \
+         VALUES (?, {now}, ?, ?, ?, ?, ?)",
+    )
+    .bind(scheduler)
+    .bind(DEFAULT_ACTOR)
+    .bind(ChangeAction::JobCreate.as_str())
+    .bind(&spec.name)
+    .bind(format!(
+        "handler {}, {} trigger(s), in the service's transaction",
+        spec.handler,
+        executes.len()
+    ))
+    .bind(job_id)
+    .execute(&mut *conn)
+    .await
+    .map_err(db_error)?;
+    query("SELECT pg_notify('quartz_changes', ?) IS NULL")
+        .bind(scheduler)
+        .execute(&mut *conn)
+        .await
+        .map_err(db_error)?;
+    Ok(job_id)
+}
+
+/// The calendars the new triggers name, each of which must exist.
+async fn calendars(conn: &mut PgConnection, scheduler: &str, names: &[&str]) -> Result<CalendarSet, AdminError> {
+    if names.is_empty() {
+        return Ok(CalendarSet::default());
+    }
+    let rows = query("SELECT name, definition FROM quartz_calendar WHERE scheduler = ?")
+        .bind(scheduler)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db_error)?;
+    let mut records = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let name: String = row.try_get("name").map_err(db_error)?;
+        let text: String = row.try_get("definition").map_err(db_error)?;
+        let definition = serde_json::from_str(&text).map_err(|e| {
+            AdminError::invalid(
+                "calendar",
+                format!("the stored definition of {name:?} cannot be read: {e}"),
+            )
+        })?;
+        records.push((name, definition));
+    }
+    let definitions: std::collections::BTreeMap<_, _> = records.into_iter().collect();
+    if let Some(missing) = names.iter().find(|n| !definitions.contains_key(**n)) {
+        return Err(AdminError::CalendarNotFound {
+            name: (*missing).to_owned(),
+        });
+    }
+    Ok(CalendarSet::resolve(&definitions, names.iter().copied()))
+}

@@ -54,7 +54,7 @@ pub use views::{
     summary,
 };
 
-use crate::store::{ExecuteSpec, FireQuery, JobQuery, JobSpec, JobState, NodeState, Store};
+use crate::store::{ExecuteSpec, FireQuery, JobQuery, JobSpec, JobState, Store};
 
 /// How many next fire times a job's view shows per trigger.
 pub const UPCOMING: usize = 5;
@@ -347,10 +347,7 @@ impl<S: Store> Admin<S> {
         let now = self.store.now().await?;
         let nodes = self.store.list_nodes(&self.scheduler).await?;
         let offers = |n: &crate::store::Node| n.handlers.iter().any(|h| h == handler);
-        let live: Vec<_> = nodes
-            .iter()
-            .filter(|n| n.state == NodeState::Live && !views::is_silent(n, now))
-            .collect();
+        let live: Vec<_> = nodes.iter().filter(|n| views::is_live(n, now)).collect();
         if live.iter().any(|n| offers(n)) {
             return Ok(Vec::new());
         }
@@ -562,8 +559,7 @@ impl<S: Store> Admin<S> {
             .list_nodes(&self.scheduler)
             .await?
             .into_iter()
-            .filter(|n| n.state == NodeState::Live && n.handlers.iter().any(|h| h == handler))
-            .filter(|n| !views::is_silent(n, now))
+            .filter(|n| views::is_live(n, now) && n.handlers.iter().any(|h| h == handler))
             .map(|n| n.node_id)
             .collect())
     }

@@ -366,6 +366,12 @@ pub struct NodeView {
     pub handlers: Vec<String>,
 }
 
+/// Whether a node is live and heard from within its `dead_after` at `now`
+/// (database time): a node whose handlers are offered.
+pub(crate) fn is_live(n: &Node, now: Timestamp) -> bool {
+    n.state == NodeState::Live && !is_silent(n, now)
+}
+
 /// Whether a node's row says live but its heartbeat is older than its
 /// `dead_after` at `now` (database time).
 pub fn is_silent(n: &Node, now: Timestamp) -> bool {
@@ -516,10 +522,7 @@ pub(super) fn overview(now: Timestamp, window_ms: i64, nodes: &[Node], jobs: &[J
     }
     Overview {
         now: now.as_millis(),
-        live_nodes: nodes
-            .iter()
-            .filter(|n| n.state == NodeState::Live && !is_silent(n, now))
-            .count(),
+        live_nodes: nodes.iter().filter(|n| is_live(n, now)).count(),
         silent_nodes: nodes.iter().filter(|n| is_silent(n, now)).count(),
         nodes: nodes.len(),
         jobs: jobs.len(),

@@ -65,11 +65,11 @@ pub trait ConnectExt {
     ///
     /// An invalid URL, an unreachable database, a failed migration, or what
     /// [`SchedulerBuilder::start`] refuses.
-    fn connect(self, url: &str) -> impl Future<Output = Result<Scheduler<store::AnyStore>, SchedulerError>> + Send;
+    fn connect(self, url: &str) -> impl Future<Output = Result<Scheduler, SchedulerError>> + Send;
 }
 
 impl ConnectExt for SchedulerBuilder {
-    async fn connect(self, url: &str) -> Result<Scheduler<store::AnyStore>, SchedulerError> {
+    async fn connect(self, url: &str) -> Result<Scheduler, SchedulerError> {
         let store = store::AnyStore::connect(url).await?;
         self.start(store).await
     }
@@ -98,23 +98,27 @@ pub mod prelude {
 /// and writes. What only the engine and a store's implementer use (the
 /// engine's calls, its compare-and-set types) is in [`store::spi`].
 pub mod store {
+    pub use quartz_core::store::prelude;
     pub use quartz_core::store::{
-        CHANGE_VISIBILITY_MS, CalendarRecord, ChangeAction, ChangeQuery, ChangeRecord, DEFAULT_ACTOR, Execute,
-        ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireRetry, FireState, HealthCounts, Job, JobDetail, JobQuery,
-        JobSpec, JobState, MANUAL_EXECUTE, MAX_ATTEMPTS, MAX_DESCRIPTION_BYTES, MAX_ERROR_BYTES, MAX_NAME_BYTES,
-        MAX_PAYLOAD_BYTES, Node, NodeRef, NodeState, RejectedRow, RetryPolicy, START_NOW_GRACE_MS, Store, StoreError,
-        TriggerColumns, check_name, millis_of,
+        CHANGE_VISIBILITY_MS, CalendarRecord, CalendarStore, ChangeAction, ChangeQuery, ChangeRecord, DEFAULT_ACTOR,
+        Execute, ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireRetry, FireState, HealthCounts, HistoryStore,
+        IntoStore, Job, JobDetail, JobQuery, JobSpec, JobState, JobStore, MANUAL_EXECUTE, MAX_ATTEMPTS,
+        MAX_DESCRIPTION_BYTES, MAX_ERROR_BYTES, MAX_NAME_BYTES, MAX_PAYLOAD_BYTES, Node, NodeRef, NodeState,
+        RejectedRow, RetryPolicy, START_NOW_GRACE_MS, SharedStore, Store, StoreError, TriggerColumns, check_name,
+        millis_of,
     };
     pub use quartz_store::*;
 
     /// For a store's implementer (and tests that drive a store as the
-    /// engine does): the engine's calls ([`EngineStore`](spi::EngineStore)),
-    /// their compare-and-set and result types, and a node's registration.
+    /// engine does): the engine's four traits of the contract
+    /// ([`NodeStore`](spi::NodeStore), [`ScheduleStore`](spi::ScheduleStore),
+    /// [`FireStore`](spi::FireStore), [`RetentionStore`](spi::RetentionStore)),
+    /// their compare-and-set and result types, how a fire ends
+    /// ([`FireEnd`](spi::FireEnd)), and a node's registration.
     pub mod spi {
-        pub use quartz_core::store::internal::{self, EngineStore};
         pub use quartz_core::store::{
-            ChainedFire, Claim, DueBatch, ExecuteCas, FIRES_PER_BATCH, FollowUp, NodeRegistration, Outcome,
-            PendingClaim, SkippedRecord,
+            ChainedFire, Claim, DueBatch, ExecuteCas, FIRES_PER_BATCH, FireEnd, FireStore, FollowUp, LateRun,
+            NodeRegistration, NodeStore, Outcome, PendingClaim, RetentionStore, ScheduleStore, SkippedRecord,
         };
     }
 }

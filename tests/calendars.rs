@@ -38,7 +38,7 @@ calendar_tests!(
 
 const CLUSTER: &str = "calendar-cluster";
 
-async fn node(db: &TestDb) -> Scheduler<AnyStore> {
+async fn node(db: &TestDb) -> Scheduler {
     SchedulerBuilder::new(CLUSTER)
         .settings(common::fast_settings())
         .handler("noop", |_| Ok(()))
@@ -58,7 +58,7 @@ fn even(t: Timestamp) -> bool {
 
 async fn a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost(db: &TestDb) {
     let nodes = [node(db).await, node(db).await, node(db).await];
-    let store = nodes[0].store().clone();
+    let store = AnyStore::from(nodes[0].store().clone());
     let admin = nodes[1].admin();
     // First the odd seconds are excluded, then the even ones.
     admin
@@ -183,7 +183,7 @@ async fn a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost(db: &Te
 /// complete.
 async fn a_mended_calendar_revives_the_triggers_it_completed(db: &TestDb) {
     let node = node(db).await;
-    let store = node.store().clone();
+    let store = AnyStore::from(node.store().clone());
     let admin = node.admin();
     let all_day: CalendarDefinition =
         serde_json::from_value(serde_json::json!({"kind": "daily", "range": "00:00-23:59:59.999"})).unwrap();
@@ -273,11 +273,10 @@ async fn a_mended_calendar_revives_the_triggers_it_completed(db: &TestDb) {
 /// trigger waits at a checkpoint, fires nothing, and a checkpoint that
 /// comes due is resumed by the poll, not fired.
 async fn a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_preview(db: &TestDb) {
-    use quartz::store::spi::EngineStore as _;
     use quartz::store::spi::ExecuteCas;
     let bound = Duration::from_secs(30);
     let node = node(db).await;
-    let store = node.store().clone();
+    let store = AnyStore::from(node.store().clone());
     let admin = node.admin();
     let now = store.now().await.unwrap();
     let year: i32 = now.to_string()[..4].parse().unwrap();

@@ -7,7 +7,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-use quartz::store::spi::EngineStore as _;
 use quartz_testkit as common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -34,6 +33,7 @@ macro_rules! engine_tests {
         engine_tests!(@on postgres, Postgres, $($name,)* $($($sql,)*)?);
         engine_tests!(@on mysql, MySql, $($name,)* $($($sql,)*)?);
         engine_tests!(@on redis, Redis, $($name,)*);
+        engine_tests!(@on memory, Memory, $($name,)*);
     };
 }
 
@@ -97,12 +97,12 @@ impl Runs {
     }
 }
 
-async fn node(db: &TestDb, settings: Settings, runs: &Runs) -> Scheduler<AnyStore> {
+async fn node(db: &TestDb, settings: Settings, runs: &Runs) -> Scheduler {
     skewed_node(db, settings, runs, 0).await
 }
 
 /// A node whose own clock is `skew_ms` off.
-async fn skewed_node(db: &TestDb, settings: Settings, runs: &Runs, skew_ms: i64) -> Scheduler<AnyStore> {
+async fn skewed_node(db: &TestDb, settings: Settings, runs: &Runs, skew_ms: i64) -> Scheduler {
     let counted = runs.clone();
     let slow = runs.clone();
     SchedulerBuilder::new(CLUSTER)
@@ -202,7 +202,7 @@ async fn three_nodes_fire_every_time_exactly_once(db: &TestDb) {
         node(db, fast(), &runs).await,
         node(db, fast(), &runs).await,
     ];
-    let store = nodes[0].store().clone();
+    let store = AnyStore::from(nodes[0].store().clone());
     let start = next_second(&store, 5).await;
     let seconds = 20;
     let end = start.saturating_add_millis(seconds * 1000 - 1);
@@ -252,7 +252,7 @@ async fn skewed_node_clocks_change_nothing(db: &TestDb) {
         skewed_node(db, settings(), &runs, 60_000).await,
         skewed_node(db, settings(), &runs, -90_000).await,
     ];
-    let store = nodes[0].store().clone();
+    let store = AnyStore::from(nodes[0].store().clone());
     let start = next_second(&store, 2).await;
     let end = start.saturating_add_millis(5_999);
     for i in 0..20 {
@@ -294,7 +294,7 @@ async fn a_saturated_pool_holds_back_its_claims_and_overdue_fires_get_their_poli
         ..fast()
     };
     let n = node(db, tiny, &runs).await;
-    let store = n.store().clone();
+    let store = AnyStore::from(n.store().clone());
     let start = next_second(&store, 1).await;
     let end = start.saturating_add_millis(2_999);
     for (name, policy) in [("fire-now", MisfirePolicy::FireNow), ("skip", MisfirePolicy::DoNothing)] {
@@ -366,7 +366,7 @@ async fn a_saturated_pool_holds_back_its_claims_and_overdue_fires_get_their_poli
 async fn a_cluster_stopped_past_the_threshold_applies_each_misfire_policy(db: &TestDb) {
     let runs = Runs::default();
     let first = node(db, fast(), &runs).await;
-    let store = first.store().clone();
+    let store = AnyStore::from(first.store().clone());
     let start = next_second(&store, 1).await;
     let cron = |policy| every_second(start).with_misfire_policy(policy).unwrap();
     let rate = |policy, limit| {
@@ -592,7 +592,7 @@ async fn a_declared_dead_node_runs_nothing_and_rejoins(db: &TestDb) {
     let runs = Runs::default();
     let sleeper = node(db, fast(), &runs).await;
     let watcher = node(db, fast(), &runs).await;
-    let store = sleeper.store().clone();
+    let store = AnyStore::from(sleeper.store().clone());
     let old = sleeper.node();
     // The cluster declares the sleeper dead, as after a pause past dead_after
     // (the real pause, SIGSTOP, is in quartz-cli/tests/cluster.rs).
@@ -794,7 +794,7 @@ async fn pause_resume_update_and_delete_while_running(db: &TestDb) {
     let runs = Runs::default();
     let n = node(db, fast(), &runs).await;
     let other = node(db, fast(), &runs).await;
-    let store = n.store().clone();
+    let store = AnyStore::from(n.store().clone());
     let start = next_second(&store, 0).await;
     for name in ["paused", "updated", "deleted", "async"] {
         let handler = if name == "async" { "async-count" } else { "count" };
@@ -851,7 +851,7 @@ async fn graceful_shutdown_gives_claimed_fires_to_another_node(db: &TestDb) {
         ..fast()
     };
     let leaving = node(db, early, &runs).await;
-    let store = leaving.store().clone();
+    let store = AnyStore::from(leaving.store().clone());
     let start = next_second(&store, 4).await;
     for i in 0..10 {
         leaving
@@ -889,7 +889,7 @@ async fn graceful_shutdown_gives_claimed_fires_to_another_node(db: &TestDb) {
 async fn rows_written_by_hand_are_initialised_recomputed_or_set_aside(db: &TestDb) {
     let runs = Runs::default();
     let n = node(db, fast(), &runs).await;
-    let store = n.store().clone();
+    let store = AnyStore::from(n.store().clone());
     // The SQL a user writes to add a job by hand (README, "Jobs by hand").
     db.sql(
         &store,
@@ -1152,7 +1152,7 @@ async fn strategies_offer_executes_by_weight_and_by_load(db: &TestDb) {
     let runs = Runs::default();
     let light = node(db, named("light", 1, Strategy::Weighted), &runs).await;
     let heavy = node(db, named("heavy", 3, Strategy::Weighted), &runs).await;
-    let store = light.store().clone();
+    let store = AnyStore::from(light.store().clone());
     let start = next_second(&store, 2).await;
     let two = every_second(start)
         .with_end(start.saturating_add_millis(1_999))
@@ -1275,7 +1275,7 @@ async fn a_handler_no_live_node_has_is_recorded_failed(db: &TestDb) {
         .start(db.store().await)
         .await
         .unwrap();
-    let store = plain.store().clone();
+    let store = AnyStore::from(plain.store().clone());
     let start = next_second(&store, 1).await;
     special
         .add_job(
@@ -1343,7 +1343,7 @@ async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &Tes
         .start(db.store().await)
         .await
         .unwrap();
-    let store = n.store().clone();
+    let store = AnyStore::from(n.store().clone());
     let at = next_second(&store, 1).await;
     let once = |t: Timestamp| ExecuteSpec::new(Trigger::new(Schedule::Once, t).unwrap());
     n.add_job(&JobSpec::new("block", "block"), &[once(at)]).await.unwrap();
@@ -1393,7 +1393,7 @@ async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &Tes
 async fn a_claim_its_live_node_lost_track_of_is_recovered(db: &TestDb) {
     let runs = Runs::default();
     let n = node(db, fast(), &runs).await;
-    let store = n.store().clone();
+    let store = AnyStore::from(n.store().clone());
     let now = store.now().await.unwrap();
     // A job whose one trigger fires in an hour: the node claims nothing of it.
     let later = Trigger::new(Schedule::Once, now.saturating_add_millis(3_600_000)).unwrap();
@@ -1436,7 +1436,7 @@ async fn a_claim_its_live_node_lost_track_of_is_recovered(db: &TestDb) {
 type Seen = Arc<parking_lot::Mutex<Vec<(Timestamp, String)>>>;
 
 /// A node whose `seen` handler records each fire's time and payload.
-async fn watching_node(db: &TestDb, settings: Settings, seen: &Seen) -> Scheduler<AnyStore> {
+async fn watching_node(db: &TestDb, settings: Settings, seen: &Seen) -> Scheduler {
     let seen = Arc::clone(seen);
     SchedulerBuilder::new(CLUSTER)
         .settings(settings)
@@ -1906,7 +1906,7 @@ async fn wait_for_ledger(store: &AnyStore, secs: u64, what: &str, done: impl Fn(
 /// The audit over the last hour finds nothing.
 async fn assert_audit_clean(store: &AnyStore) {
     let now = store.now().await.unwrap();
-    let report = quartz::audit::audit(store, CLUSTER, &quartz::audit::AuditParams::last_hour(now))
+    let report = quartz::audit::audit(&**store, CLUSTER, &quartz::audit::AuditParams::last_hour(now))
         .await
         .unwrap();
     assert!(report.violations.is_empty(), "{:?}", report.violations);

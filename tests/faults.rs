@@ -221,7 +221,7 @@ async fn one_seed(db: &TestDb, seed: u64, rate: u64) -> Result<(usize, Injected)
     tokio::time::sleep_until(settled).await;
     let (report, broken) = loop {
         let rows = ledger(&store, CLUSTER).await;
-        let report = audit(&store, CLUSTER, &params).await.unwrap();
+        let report = audit(&*store, CLUSTER, &params).await.unwrap();
         let mut broken: Vec<String> = report
             .violations
             .iter()

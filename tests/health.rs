@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use common::{TestDb, backend_tests, wait_for};
 use quartz::admin::{Admin, JobDefinition, TriggerDefinition};
-use quartz::store::spi::EngineStore;
 use quartz::store::spi::NodeRegistration;
 
 const CLUSTER: &str = "health-cluster";

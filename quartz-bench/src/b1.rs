@@ -24,8 +24,7 @@ use crate::os::{cpu_seconds, percentile, server_cpu};
 use std::time::Duration;
 
 use quartz_core::cron::CronExpression;
-use quartz_core::store::internal::EngineStore as _;
-use quartz_core::store::{ExecuteSpec, FireQuery, FireState, JobSpec, Store};
+use quartz_core::store::{ExecuteSpec, FireQuery, FireState, JobSpec};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_core::{Timestamp, Tz};
 use quartz_store::{AnyStore, StoreOptions};

@@ -16,7 +16,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use quartz_core::store::internal::EngineStore as _;
+use quartz_core::store::prelude::*;
 use quartz_core::store::{Claim, ExecuteSpec, JobSpec, NodeRef, NodeRegistration, Store};
 use quartz_core::trigger::{Schedule, Trigger, TriggerState};
 use quartz_store::{SqlStore, StoreOptions};

@@ -16,8 +16,7 @@
 use std::time::{Duration, Instant};
 
 use quartz_core::Timestamp;
-use quartz_core::store::internal::EngineStore as _;
-use quartz_core::store::{ExecuteSpec, JobSpec, Store};
+use quartz_core::store::{ExecuteSpec, JobSpec};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_store::{AnyStore, SqlStore};
 use sqlx::{AssertSqlSafe, Row};
@@ -113,9 +112,9 @@ async fn rows_read_pg(store: &SqlStore, scheduler: &str, before: i64) -> Option<
 async fn fill(store: &AnyStore, scheduler: &str, n: usize) {
     let now = store.now().await.unwrap();
     let far = now.as_millis() + 365 * 86_400_000;
-    match store {
-        AnyStore::Sql(sql) => fill_sql(sql, scheduler, n, far).await,
-        AnyStore::Redis(_) => fill_by_api(store, scheduler, n, far).await,
+    match store.as_sql() {
+        Some(sql) => fill_sql(sql, scheduler, n, far).await,
+        None => fill_by_api(store, scheduler, n, far).await,
     }
     for i in 0..DUE {
         let trigger = Trigger::new(Schedule::fixed_rate_millis(1_000).unwrap(), now).unwrap();

@@ -14,7 +14,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use quartz_core::Timestamp;
-use quartz_core::store::{ExecuteSpec, JobSpec, Store};
+use quartz_core::store::prelude::*;
+use quartz_core::store::{ExecuteSpec, JobSpec};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_store::SqlStore;
 use sqlx::{AssertSqlSafe, Row};

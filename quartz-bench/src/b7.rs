@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use quartz_core::store::internal::EngineStore as _;
+use quartz_core::store::prelude::*;
 use quartz_core::store::{ExecuteSpec, JobSpec, Store};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_store::{SqlStore, StoreOptions};

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use quartz_core::Timestamp;
-use quartz_core::store::{FireQuery, FireState, NodeState, Store};
+use quartz_core::store::{FireQuery, FireState, NodeState};
 use quartz_core::trigger::Trigger;
 use quartz_store::AnyStore;
 use serde_json::{Value, json};

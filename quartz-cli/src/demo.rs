@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use quartz_core::Timestamp;
 use quartz_core::cron::CronExpression;
-use quartz_core::store::{ExecuteSpec, FireQuery, FireState, JobSpec, Store};
+use quartz_core::store::{ExecuteSpec, FireQuery, FireState, JobSpec};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_core::{Tz, engine::Settings};
 use quartz_store::AnyStore;

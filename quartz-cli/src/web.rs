@@ -57,7 +57,7 @@ impl Listener {
     /// # Errors
     ///
     /// The socket's address cannot be read.
-    pub fn serve(self, admin: Admin<AnyStore>) -> anyhow::Result<SocketAddr> {
+    pub fn serve(self, admin: Admin) -> anyhow::Result<SocketAddr> {
         let Listener { listener, access } = self;
         let bound = listener.local_addr()?;
         let mut web = Web::new(admin).access(access);

@@ -14,7 +14,7 @@ use common::{TestDb, ledger, wait_until};
 use quartz_core::cron::CronExpression;
 use quartz_core::engine::{Scheduler, SchedulerBuilder, Settings};
 use quartz_core::misfire::MisfireSettings;
-use quartz_core::store::{ExecuteSpec, FireRecord, FireState, JobSpec, NodeState, Store};
+use quartz_core::store::{ExecuteSpec, FireRecord, FireState, JobSpec, NodeState};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_core::{Timestamp, Tz};
 use quartz_store::AnyStore;
@@ -97,7 +97,7 @@ fn settings() -> Settings {
 }
 
 /// The survivor: a node in this process with the same handler names.
-async fn survivor(db: &TestDb) -> Scheduler<AnyStore> {
+async fn survivor(db: &TestDb) -> Scheduler {
     SchedulerBuilder::new(CLUSTER)
         .settings(Settings {
             node_id: Some("survivor".to_owned()),

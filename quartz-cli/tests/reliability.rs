@@ -42,7 +42,7 @@ use common::{Kind, TestDb, ledger};
 use quartz_core::cron::{CronExpression, parse_time_zone};
 use quartz_core::engine::{SchedulerBuilder, Settings, Strategy};
 use quartz_core::misfire::MisfireSettings;
-use quartz_core::store::{ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireState, JobSpec, NodeState, Store};
+use quartz_core::store::{ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireState, JobSpec, NodeState};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_core::{Timestamp, Tz};
 use quartz_store::AnyStore;

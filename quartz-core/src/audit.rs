@@ -13,7 +13,7 @@
 //!
 //! Fixed-delay triggers have no grid to check gaps against, and triggers in
 //! error are skipped. The audit starts no earlier than the purge horizon
-//! ([`EngineStore::purge_horizon`](crate::store::internal::EngineStore::purge_horizon)): before it, succeeded fires may have been purged
+//! ([`RetentionStore::purge_horizon`](crate::store::RetentionStore::purge_horizon)): before it, succeeded fires may have been purged
 //! under the retention settings.
 //!
 //! ```no_run
@@ -123,7 +123,7 @@ pub struct AuditReport {
 /// # Errors
 ///
 /// The store's errors; nothing is written.
-pub async fn audit<S: Store>(store: &S, scheduler: &str, params: &AuditParams) -> Result<AuditReport, StoreError> {
+pub async fn audit(store: &dyn Store, scheduler: &str, params: &AuditParams) -> Result<AuditReport, StoreError> {
     let now = store.now().await?;
     let until = params.until.min(now);
     let purge_horizon = store.purge_horizon(scheduler).await?;

@@ -3,7 +3,7 @@
 //! At a thousand fires a second the ledger gains 86 million rows a day; nothing
 //! may grow for ever in a scheduler that runs for months. Every node runs a
 //! maintenance task: once per [`Retention::every`] one node of the cluster wins
-//! the purge turn by compare-and-set ([`EngineStore::purge_turn`](crate::store::internal::EngineStore::purge_turn)) and deletes, in
+//! the purge turn by compare-and-set ([`RetentionStore::purge_turn`](crate::store::RetentionStore::purge_turn)) and deletes, in
 //! batches of [`PURGE_BATCH`] rows, one statement at a time:
 //!
 //! - succeeded fires scheduled more than [`Retention::succeeded`] ago;
@@ -18,7 +18,7 @@
 //!
 //! The audit needs every fire time after the point where it starts checking:
 //! the store remembers the fire time before which succeeded fires may be gone
-//! ([`EngineStore::purge_horizon`](crate::store::internal::EngineStore::purge_horizon)) and the audit starts there.
+//! ([`RetentionStore::purge_horizon`](crate::store::RetentionStore::purge_horizon)) and the audit starts there.
 //!
 //! ```
 //! use std::time::Duration;
@@ -146,7 +146,7 @@ pub struct PurgeReport {
 ///
 /// The first store error; what was deleted before it stays deleted, and the
 /// next purge goes on from there.
-pub async fn purge<S: Store>(store: &S, scheduler: &str, plan: &PurgePlan) -> Result<PurgeReport, StoreError> {
+pub async fn purge(store: &dyn Store, scheduler: &str, plan: &PurgePlan) -> Result<PurgeReport, StoreError> {
     let mut report = PurgeReport::default();
     if let Some(cutoff) = plan
         .fires

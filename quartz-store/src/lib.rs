@@ -30,6 +30,7 @@ mod any_store;
 mod common;
 mod connect;
 mod dialect;
+mod ends;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]

@@ -3,7 +3,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-use quartz_core::store::internal::EngineStore as _;
 use quartz_testkit as common;
 use quartz_testkit::backend_tests;
 
@@ -14,8 +13,8 @@ use common::{Kind, TestDb};
 use quartz_core::cron::CronExpression;
 use quartz_core::misfire::MisfireSettings;
 use quartz_core::store::{
-    CHANGE_VISIBILITY_MS, Claim, ExecuteCas, ExecuteSpec, ExecuteState, FireQuery, FireState, FollowUp, JobSpec,
-    NodeRef, NodeRegistration, NodeState, Outcome, PendingClaim, SkippedRecord, Store, StoreError,
+    CHANGE_VISIBILITY_MS, Claim, ExecuteCas, ExecuteSpec, ExecuteState, FireEnd, FireQuery, FireState, FollowUp,
+    JobSpec, NodeRef, NodeRegistration, NodeState, Outcome, PendingClaim, SkippedRecord, StoreError,
 };
 use quartz_core::trigger::{Fire, Schedule, Trigger};
 use quartz_core::{Error, Timestamp, Tz};
@@ -24,6 +23,7 @@ use quartz_store::{AnyStore, StoreOptions};
 const S: &str = "suite";
 
 backend_tests!(
+    with memory:
     the_clock_is_the_databases,
     jobs_are_created_read_updated_paused_and_deleted,
     bad_input_is_refused_and_nothing_is_stored,
@@ -551,7 +551,13 @@ async fn a_retired_incarnation_is_fenced(db: &TestDb) {
         store.mark_running_all(&[fire_c], &new).await.unwrap().is_empty(),
         "once"
     );
-    assert!(store.finish(fire_c, &new, &Outcome::Succeeded).await.unwrap());
+    assert!(
+        store
+            .end_fire(fire_c, &new, FireEnd::from(&Outcome::Succeeded))
+            .await
+            .unwrap()
+            .ended()
+    );
     assert!(store.leave(S, &new).await.unwrap());
     assert!(
         !store.heartbeat(S, &new, 0).await.unwrap(),
@@ -635,7 +641,7 @@ async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
         .await
         .unwrap()
         .unwrap();
-    assert!(store.release_fire(fire, leaving).await.unwrap());
+    assert!(store.end_fire(fire, leaving, FireEnd::Released).await.unwrap().ended());
     let open = store.orphaned_fires(S, 100).await.unwrap();
     let released = open.iter().find(|f| f.id == fire).expect("a released fire is open");
     assert!(store.take_over(released, &rescuers[1]).await.unwrap());
@@ -647,12 +653,15 @@ async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
     assert!(!store.mark_running_all(&[reruns[0]], &owner).await.unwrap().is_empty());
     let stranger = register(&store, "stranger").await;
     assert_eq!(
-        store.fire_fail_and_retry(reruns[0], &stranger, "no", 0).await.unwrap(),
+        store
+            .end_fire(reruns[0], &stranger, failed_retry("no", 0))
+            .await
+            .unwrap(),
         FollowUp::NotOwned,
         "fenced"
     );
     let FollowUp::Pending { fire_id: retry, due_at } = store
-        .fire_fail_and_retry(reruns[0], &owner, "attempt 2 failed", 60_000)
+        .end_fire(reruns[0], &owner, failed_retry("attempt 2 failed", 60_000))
         .await
         .unwrap()
     else {
@@ -787,7 +796,13 @@ async fn history_filters_and_pages(db: &TestDb) {
                     error: "é".repeat(10_000),
                 }
             };
-            assert!(store.finish(id, &node, &outcome).await.unwrap());
+            assert!(
+                store
+                    .end_fire(id, &node, FireEnd::from(&outcome))
+                    .await
+                    .unwrap()
+                    .ended()
+            );
         }
     }
     let all = store.fires(&FireQuery::new(S)).await.unwrap();
@@ -958,8 +973,8 @@ async fn fires_start_and_succeed_in_batches_fenced(db: &TestDb) {
         "once"
     );
     // Success only for running fires of this incarnation.
-    assert!(store.succeed_all(&ids, &other).await.unwrap().is_empty());
-    let mut done = store.succeed_all(&ids, &node).await.unwrap();
+    assert!(succeed_all(&store, &ids, &other).await.is_empty());
+    let mut done = succeed_all(&store, &ids, &node).await;
     done.sort_unstable();
     assert_eq!(done, ids[..69].to_vec(), "the unstarted one is not recorded");
     let rows = common::ledger(&store, S).await;
@@ -991,16 +1006,60 @@ async fn fires_that_never_ran_are_recorded_without_a_start(db: &TestDb) {
     // Marked running, then found late: misfired, its start cleared.
     let started = store.mark_running_all(&ids[..1], &node).await.unwrap();
     assert_eq!(started.iter().map(|s| s.0).collect::<Vec<_>>(), vec![ids[0]]);
-    assert!(!store.misfire_claimed(ids[0], &other, "late").await.unwrap(), "fenced");
-    assert!(store.misfire_claimed(ids[0], &node, "late").await.unwrap());
-    // Claimed: misfired (refused by the pool) or failed (no handler).
-    assert!(store.misfire_claimed(ids[1], &node, "refused").await.unwrap());
     assert!(
-        !store.fail_claimed(ids[2], &other, "no handler").await.unwrap(),
+        !store.end_fire(ids[0], &other, misfired("late")).await.unwrap().ended(),
         "fenced"
     );
-    assert!(store.fail_claimed(ids[2], &node, "no handler").await.unwrap());
-    assert!(!store.fail_claimed(ids[2], &node, "again").await.unwrap(), "once");
+    assert!(store.end_fire(ids[0], &node, misfired("late")).await.unwrap().ended());
+    // Claimed: misfired (refused by the pool) or failed (no handler).
+    assert!(
+        store
+            .end_fire(ids[1], &node, misfired("refused"))
+            .await
+            .unwrap()
+            .ended()
+    );
+    assert!(
+        !store
+            .end_fire(
+                ids[2],
+                &other,
+                FireEnd::Refused {
+                    reason: "no handler".to_owned()
+                }
+            )
+            .await
+            .unwrap()
+            .ended(),
+        "fenced"
+    );
+    assert!(
+        store
+            .end_fire(
+                ids[2],
+                &node,
+                FireEnd::Refused {
+                    reason: "no handler".to_owned()
+                }
+            )
+            .await
+            .unwrap()
+            .ended()
+    );
+    assert!(
+        !store
+            .end_fire(
+                ids[2],
+                &node,
+                FireEnd::Refused {
+                    reason: "again".to_owned()
+                }
+            )
+            .await
+            .unwrap()
+            .ended(),
+        "once"
+    );
     let rows = common::ledger(&store, S).await;
     let state = |id: i64| rows.iter().find(|f| f.id == id).unwrap();
     assert_eq!(state(ids[0]).state, FireState::Misfired);
@@ -1140,4 +1199,36 @@ async fn a_calendar_name_is_added_once(db: &TestDb) {
     let stored = handles[0].get_calendar(S, "closed").await.unwrap().unwrap();
     assert_eq!(stored.definition.days, ["sun"], "the replacement kept");
     assert_eq!(handles[0].list_calendars(S).await.unwrap().len(), 1);
+}
+
+/// A misfire without a late run.
+fn misfired(reason: &str) -> FireEnd {
+    FireEnd::Misfired {
+        reason: reason.to_owned(),
+        run_late: None,
+    }
+}
+
+/// A failure whose retry is pending after `ms`.
+fn failed_retry(error: &str, ms: u64) -> FireEnd {
+    FireEnd::Failed {
+        error: error.to_owned(),
+        retry_in: Some(std::time::Duration::from_millis(ms)),
+    }
+}
+
+/// Plain successes in one call, as the completer records them: the ids
+/// recorded.
+async fn succeed_all(store: &AnyStore, ids: &[i64], node: &NodeRef) -> Vec<i64> {
+    let ends: Vec<(i64, FireEnd)> = ids
+        .iter()
+        .map(|id| (*id, FireEnd::Succeeded { chain: false }))
+        .collect();
+    let done = store.end_fires(node, &ends).await.unwrap();
+    assert_eq!(done.len(), ids.len());
+    ids.iter()
+        .zip(done)
+        .filter(|(_, d)| *d == FollowUp::Recorded)
+        .map(|(id, _)| *id)
+        .collect()
 }

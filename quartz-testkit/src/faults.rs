@@ -31,14 +31,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use parking_lot::Mutex;
 use quartz_core::Timestamp;
 use quartz_core::calendar::CalendarDefinition;
-use quartz_core::store::internal::EngineStore;
 use quartz_core::store::{
-    CalendarRecord, ChainedFire, ChangeQuery, ChangeRecord, Claim, DueBatch, ExecuteCas, ExecuteSpec, FireQuery,
-    FireRecord, FireRetry, FireState, FollowUp, HealthCounts, Job, JobDetail, JobQuery, JobSpec, Node, NodeRef,
-    NodeRegistration, Outcome, PendingClaim, SkippedRecord, Store, StoreError,
+    CalendarRecord, CalendarStore, ChangeQuery, ChangeRecord, Claim, DueBatch, ExecuteCas, ExecuteSpec, FireEnd,
+    FireQuery, FireRecord, FireRetry, FireState, FireStore, FollowUp, HealthCounts, HistoryStore, IntoStore, Job,
+    JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef, NodeRegistration, NodeStore, PendingClaim, RetentionStore,
+    ScheduleStore, SharedStore, SkippedRecord, Store, StoreError,
 };
 
 /// What one faulted call does.
@@ -201,113 +202,121 @@ impl Faults {
 /// A store whose calls fail, stall or lose their answers as its [`Faults`]
 /// say.
 #[derive(Debug, Clone)]
-pub struct FaultyStore<S> {
-    inner: S,
+pub struct FaultyStore {
+    inner: SharedStore,
     faults: Arc<Faults>,
 }
 
-impl<S: Store> FaultyStore<S> {
+impl FaultyStore {
     /// Wraps `inner`.
-    pub fn new(inner: S, faults: Arc<Faults>) -> FaultyStore<S> {
-        FaultyStore { inner, faults }
+    pub fn new(inner: impl IntoStore, faults: Arc<Faults>) -> FaultyStore {
+        FaultyStore {
+            inner: inner.into_store(),
+            faults,
+        }
     }
 
     /// The store underneath, without faults.
-    pub fn inner(&self) -> &S {
+    pub fn inner(&self) -> &SharedStore {
         &self.inner
     }
 }
 
-/// The decorator's methods: each one runs the inner store's under the plan.
+/// The decorator's methods of one trait of the contract: each one runs the
+/// inner store's under the plan.
 macro_rules! faulty {
-    (impl Store; $( fn $name:ident(&self $(, $arg:ident : $ty:ty)* ) -> $ret:ty; )*) => {
-        impl<S: Store> Store for FaultyStore<S> {
-            fn acting_as(&self, actor: &str) -> FaultyStore<S> {
-                FaultyStore { inner: self.inner.acting_as(actor), faults: Arc::clone(&self.faults) }
+    ($(impl $tr:ident { $( fn $name:ident(&self $(, $arg:ident : $ty:ty)* ) -> $ret:ty; )* })*) => {
+        $(
+            #[async_trait]
+            impl $tr for FaultyStore {
+                $(
+                    async fn $name(&self $(, $arg: $ty)*) -> Result<$ret, StoreError> {
+                        self.faults.around(stringify!($name), self.inner.$name($($arg),*)).await
+                    }
+                )*
             }
-
-            $(
-                async fn $name(&self $(, $arg: $ty)*) -> Result<$ret, StoreError> {
-                    self.faults.around(stringify!($name), self.inner.$name($($arg),*)).await
-                }
-            )*
-        }
-    };
-    (impl EngineStore; $( fn $name:ident(&self $(, $arg:ident : $ty:ty)* ) -> $ret:ty; )*) => {
-        impl<S: Store> EngineStore for FaultyStore<S> {
-            $(
-                async fn $name(&self $(, $arg: $ty)*) -> Result<$ret, StoreError> {
-                    self.faults.around(stringify!($name), self.inner.$name($($arg),*)).await
-                }
-            )*
-        }
+        )*
     };
 }
 
-faulty! {
-    impl Store;
-    fn now(&self) -> Timestamp;
-    fn list_nodes(&self, scheduler: &str) -> Vec<Node>;
-    fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Job;
-    fn get_job(&self, scheduler: &str, name: &str) -> Option<JobDetail>;
-    fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> Vec<Job>;
-    fn list_jobs(&self, scheduler: &str) -> Vec<Job>;
-    fn jobs_page(&self, query: &JobQuery) -> Vec<Job>;
-    fn change_log(&self, query: &ChangeQuery) -> Vec<ChangeRecord>;
-    fn update_job(&self, scheduler: &str, name: &str, job: &JobSpec, executes: Option<&[ExecuteSpec]>, expected_version: Option<i64>) -> Job;
-    fn set_paused(&self, scheduler: &str, name: &str, paused: bool, expected_version: Option<i64>) -> Job;
-    fn fire_now(&self, scheduler: &str, name: &str) -> (i64, Timestamp);
-    fn retry_fire(&self, scheduler: &str, fire_id: i64) -> FireRetry;
-    fn health_counts(&self, scheduler: &str, overdue_before: Timestamp, stranded_before: Timestamp, recent_since: Timestamp) -> HealthCounts;
-    fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> ();
-    fn fires(&self, query: &FireQuery) -> Vec<FireRecord>;
-    fn put_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition, expected_version: Option<i64>) -> CalendarRecord;
-    fn add_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition) -> CalendarRecord;
-    fn get_calendar(&self, scheduler: &str, name: &str) -> Option<CalendarRecord>;
-    fn list_calendars(&self, scheduler: &str) -> Vec<CalendarRecord>;
-    fn delete_calendar(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> ();
+#[async_trait]
+impl Store for FaultyStore {
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.faults.around("now", self.inner.now()).await
+    }
+
+    fn acting_as(&self, actor: &str) -> SharedStore {
+        Arc::new(FaultyStore {
+            inner: self.inner.acting_as(actor),
+            faults: Arc::clone(&self.faults),
+        })
+    }
 }
 
 faulty! {
-    impl EngineStore;
-    fn register_node(&self, node: &NodeRegistration) -> Node;
-    fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> bool;
-    fn retire_node(&self, scheduler: &str, node: &NodeRef, dead_after_ms: i64) -> bool;
-    fn leave(&self, scheduler: &str, node: &NodeRef) -> bool;
-    fn due_executes(&self, scheduler: &str, before: Timestamp, limit: u32) -> DueBatch;
-    fn orphaned_executes(&self, scheduler: &str, limit: u32) -> DueBatch;
-    fn update_execute(&self, cas: &ExecuteCas, records: &[SkippedRecord]) -> bool;
-    fn update_executes(&self, updates: &[(ExecuteCas, Vec<SkippedRecord>)]) -> Vec<bool>;
-    fn claim(&self, claim: &Claim) -> Option<i64>;
-    fn claim_batch(&self, claims: &[Claim]) -> Vec<Option<i64>>;
-    fn mark_running_all(&self, fire_ids: &[i64], node: &NodeRef) -> Vec<(i64, Timestamp)>;
-    fn confirm_starts(&self, fire_ids: &[i64], node: &NodeRef) -> Vec<(i64, Timestamp)>;
-    fn succeed_all(&self, fire_ids: &[i64], node: &NodeRef) -> Vec<i64>;
-    fn finish(&self, fire_id: i64, node: &NodeRef, outcome: &Outcome) -> bool;
-    fn succeed_and_chain(&self, fire_id: i64, node: &NodeRef) -> Option<Vec<ChainedFire>>;
-    fn chain_parents(&self, scheduler: &str) -> Vec<i64>;
-    fn misfire_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> bool;
-    fn skip_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> bool;
-    fn fail_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> bool;
-    fn release_fire(&self, fire_id: i64, node: &NodeRef) -> bool;
-    fn orphaned_fires(&self, scheduler: &str, limit: u32) -> Vec<FireRecord>;
-    fn claimed_by(&self, scheduler: &str, node: &NodeRef, before: Timestamp, limit: u32) -> Vec<FireRecord>;
-    fn take_over(&self, fire: &FireRecord, node: &NodeRef) -> bool;
-    fn rerun(&self, fire: &FireRecord, node: &NodeRef) -> Option<i64>;
-    fn abandon(&self, fire: &FireRecord) -> bool;
-    fn fire_time_out(&self, fire_id: i64, node: &NodeRef, error: &str) -> bool;
-    fn fire_fail_and_retry(&self, fire_id: i64, node: &NodeRef, error: &str, retry_in_ms: i64) -> FollowUp;
-    fn fire_misfire_and_run_late(&self, fire_id: i64, node: &NodeRef, reason: &str, one_per_execute: bool) -> FollowUp;
-    fn fires_pending(&self, scheduler: &str, before: Timestamp, limit: u32) -> Vec<FireRecord>;
-    fn pending_claim(&self, fire_id: i64, node: &NodeRef, exclusive: bool) -> PendingClaim;
-    fn changes(&self, scheduler: &str) -> i64;
-    fn change_wait(&self, scheduler: &str, seen: i64, max_wait: Duration) -> i64;
-    fn purge_turn(&self, scheduler: &str, every_ms: i64) -> bool;
-    fn purge_horizon(&self, scheduler: &str) -> Option<Timestamp>;
-    fn purge_horizon_advance(&self, scheduler: &str, before: Timestamp) -> ();
-    fn fires_purge(&self, scheduler: &str, state: FireState, before: Timestamp, keep_last: u32, limit: u32) -> u64;
-    fn nodes_purge(&self, scheduler: &str, before: Timestamp) -> u64;
-    fn executes_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> u64;
+    impl JobStore {
+        fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Job;
+        fn get_job(&self, scheduler: &str, name: &str) -> Option<JobDetail>;
+        fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> Vec<Job>;
+        fn list_jobs(&self, scheduler: &str) -> Vec<Job>;
+        fn jobs_page(&self, query: &JobQuery) -> Vec<Job>;
+        fn update_job(&self, scheduler: &str, name: &str, job: &JobSpec, executes: Option<&[ExecuteSpec]>, expected_version: Option<i64>) -> Job;
+        fn set_paused(&self, scheduler: &str, name: &str, paused: bool, expected_version: Option<i64>) -> Job;
+        fn fire_now(&self, scheduler: &str, name: &str) -> (i64, Timestamp);
+        fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> ();
+        fn retry_fire(&self, scheduler: &str, fire_id: i64) -> FireRetry;
+    }
+    impl CalendarStore {
+        fn put_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition, expected_version: Option<i64>) -> CalendarRecord;
+        fn add_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition) -> CalendarRecord;
+        fn get_calendar(&self, scheduler: &str, name: &str) -> Option<CalendarRecord>;
+        fn list_calendars(&self, scheduler: &str) -> Vec<CalendarRecord>;
+        fn delete_calendar(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> ();
+    }
+    impl HistoryStore {
+        fn list_nodes(&self, scheduler: &str) -> Vec<Node>;
+        fn fires(&self, query: &FireQuery) -> Vec<FireRecord>;
+        fn change_log(&self, query: &ChangeQuery) -> Vec<ChangeRecord>;
+        fn health_counts(&self, scheduler: &str, overdue_before: Timestamp, stranded_before: Timestamp, recent_since: Timestamp) -> HealthCounts;
+        fn changes(&self, scheduler: &str) -> i64;
+        fn change_wait(&self, scheduler: &str, seen: i64, max_wait: Duration) -> i64;
+    }
+    impl NodeStore {
+        fn register_node(&self, node: &NodeRegistration) -> Node;
+        fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> bool;
+        fn retire_node(&self, scheduler: &str, node: &NodeRef, dead_after_ms: i64) -> bool;
+        fn leave(&self, scheduler: &str, node: &NodeRef) -> bool;
+    }
+    impl ScheduleStore {
+        fn due_executes(&self, scheduler: &str, before: Timestamp, limit: u32) -> DueBatch;
+        fn orphaned_executes(&self, scheduler: &str, limit: u32) -> DueBatch;
+        fn update_execute(&self, cas: &ExecuteCas, records: &[SkippedRecord]) -> bool;
+        fn update_executes(&self, updates: &[(ExecuteCas, Vec<SkippedRecord>)]) -> Vec<bool>;
+        fn claim(&self, claim: &Claim) -> Option<i64>;
+        fn claim_batch(&self, claims: &[Claim]) -> Vec<Option<i64>>;
+        fn chain_parents(&self, scheduler: &str) -> Vec<i64>;
+    }
+    impl FireStore {
+        fn mark_running_all(&self, fire_ids: &[i64], node: &NodeRef) -> Vec<(i64, Timestamp)>;
+        fn confirm_starts(&self, fire_ids: &[i64], node: &NodeRef) -> Vec<(i64, Timestamp)>;
+        fn end_fires(&self, node: &NodeRef, ends: &[(i64, FireEnd)]) -> Vec<FollowUp>;
+        fn fire_time_out(&self, fire_id: i64, node: &NodeRef, error: &str) -> bool;
+        fn orphaned_fires(&self, scheduler: &str, limit: u32) -> Vec<FireRecord>;
+        fn claimed_by(&self, scheduler: &str, node: &NodeRef, before: Timestamp, limit: u32) -> Vec<FireRecord>;
+        fn take_over(&self, fire: &FireRecord, node: &NodeRef) -> bool;
+        fn rerun(&self, fire: &FireRecord, node: &NodeRef) -> Option<i64>;
+        fn abandon(&self, fire: &FireRecord) -> bool;
+        fn fires_pending(&self, scheduler: &str, before: Timestamp, limit: u32) -> Vec<FireRecord>;
+        fn pending_claim(&self, fire_id: i64, node: &NodeRef, exclusive: bool) -> PendingClaim;
+    }
+    impl RetentionStore {
+        fn purge_turn(&self, scheduler: &str, every_ms: i64) -> bool;
+        fn purge_horizon(&self, scheduler: &str) -> Option<Timestamp>;
+        fn purge_horizon_advance(&self, scheduler: &str, before: Timestamp) -> ();
+        fn fires_purge(&self, scheduler: &str, state: FireState, before: Timestamp, keep_last: u32, limit: u32) -> u64;
+        fn nodes_purge(&self, scheduler: &str, before: Timestamp) -> u64;
+        fn executes_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> u64;
+    }
 }
 
 /// A 64-bit mixer (splitmix64's finaliser).

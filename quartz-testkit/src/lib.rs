@@ -29,6 +29,7 @@
 
 pub mod faketime;
 pub mod faults;
+pub mod memory;
 pub mod redis_server;
 pub mod tools;
 
@@ -73,6 +74,9 @@ pub enum Kind {
     MySql,
     /// Redis (`QUARTZ_REDIS_URL`), in a key namespace of the test's own.
     Redis,
+    /// The in-memory store ([`memory::MemoryStore`]), one per test: every
+    /// [`TestDb::store`] is a handle to it. It has no URL.
+    Memory,
 }
 
 /// The Redis server's URL: `QUARTZ_REDIS_URL`, or the local server.
@@ -115,6 +119,7 @@ pub struct TestDb {
     admin_url: Option<String>,
     name: String,
     _dir: Option<TempDir>,
+    memory: Option<memory::MemoryStore>,
 }
 
 /// A directory removed when dropped.
@@ -170,6 +175,15 @@ impl TestDb {
                 admin_url: None,
                 name,
                 _dir: None,
+                memory: None,
+            }),
+            Kind::Memory => Some(TestDb {
+                kind,
+                url: "memory:".to_owned(),
+                admin_url: None,
+                name,
+                _dir: None,
+                memory: Some(memory::MemoryStore::new()),
             }),
             Kind::SqliteFile => {
                 let dir = std::env::temp_dir().join(&name);
@@ -181,6 +195,7 @@ impl TestDb {
                     admin_url: None,
                     name,
                     _dir: Some(TempDir(dir)),
+                    memory: None,
                 })
             }
             Kind::Redis => {
@@ -220,6 +235,7 @@ impl TestDb {
                     admin_url: Some(admin_url),
                     name,
                     _dir: None,
+                    memory: None,
                 })
             }
         }
@@ -237,16 +253,24 @@ impl TestDb {
             admin_url: Some(server.to_owned()),
             name,
             _dir: None,
+            memory: None,
         }
     }
 
-    /// A store on the test database (a new pool).
+    /// A store on the test database (a new pool; for [`Kind::Memory`], a
+    /// handle to the test's one store).
     pub async fn store(&self) -> AnyStore {
+        if let Some(memory) = &self.memory {
+            return AnyStore::new(memory.clone());
+        }
         AnyStore::connect(&self.url).await.unwrap()
     }
 
-    /// A store with options.
+    /// A store with options (which the in-memory store has none of).
     pub async fn store_with(&self, options: &StoreOptions) -> AnyStore {
+        if let Some(memory) = &self.memory {
+            return AnyStore::new(memory.clone());
+        }
         AnyStore::connect_with(&self.url, options).await.unwrap()
     }
 
@@ -254,9 +278,13 @@ impl TestDb {
     /// field): plain SQL on the SQL backends; on Redis, the execute's hash,
     /// then [`RedisStore::reindex_execute`](quartz_store::RedisStore::reindex_execute).
     pub async fn edit_execute(&self, store: &AnyStore, scheduler: &str, id: i64, fields: &[(&str, Option<String>)]) {
-        match store {
-            AnyStore::Sql(_) => self.update(store, "quartz_execute", id, fields).await,
-            AnyStore::Redis(redis) => {
+        if let Some(memory) = &self.memory {
+            assert!(memory.edit_execute(id, fields), "no execute {id}");
+            return;
+        }
+        match store.as_redis() {
+            None => self.update(store, "quartz_execute", id, fields).await,
+            Some(redis) => {
                 self.edit_hash(&redis.keys(scheduler).unwrap().execute(id), fields)
                     .await;
                 assert!(redis.reindex_execute(scheduler, id).await.unwrap());
@@ -267,9 +295,9 @@ impl TestDb {
     /// Edits a job by hand, as an operator would (`None` clears a field):
     /// plain SQL on the SQL backends, the job's hash on Redis.
     pub async fn edit_job(&self, store: &AnyStore, scheduler: &str, id: i64, fields: &[(&str, Option<String>)]) {
-        match store {
-            AnyStore::Sql(_) => self.update(store, "quartz_job", id, fields).await,
-            AnyStore::Redis(redis) => self.edit_hash(&redis.keys(scheduler).unwrap().job(id), fields).await,
+        match store.as_redis() {
+            None => self.update(store, "quartz_job", id, fields).await,
+            Some(redis) => self.edit_hash(&redis.keys(scheduler).unwrap().job(id), fields).await,
         }
     }
 
@@ -365,11 +393,18 @@ pub async fn drop_namespace(server: &str, namespace: &str) {
 /// Defines one test per backend: `backend_tests!(a, b; sql: c)` runs `a`
 /// and `b` on every backend, Redis included, and `c` (a test of what only
 /// SQL has: plain SQL by hand, pool options) on the four SQL ones; each
-/// `name(db: &TestDb) -> impl Future`.
+/// `name(db: &TestDb) -> impl Future`. `backend_tests!(with memory: a, b;
+/// sql: c)` runs `a` and `b` on the in-memory store too (the store
+/// conformance suite: tests that reach the store through [`TestDb::store`]
+/// only, never by URL).
 #[macro_export]
 macro_rules! backend_tests {
     (@sql $module:ident, $kind:ident, $($name:ident,)*) => {
         mod $module { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run($crate::Kind::$kind, |db| Box::pin(super::$name(db))).await } )* }
+    };
+    (with memory: $($name:ident),* $(,)? $(; sql: $($sql:ident),* $(,)?)?) => {
+        $crate::backend_tests!($($name),* $(; sql: $($sql),*)?);
+        $crate::backend_tests!(@sql memory, Memory, $($name,)*);
     };
     ($($name:ident),* $(,)? $(; sql: $($sql:ident),* $(,)?)?) => {
         $crate::backend_tests!(@sql sqlite_memory, SqliteMemory, $($name,)* $($($sql,)*)?);
@@ -401,7 +436,10 @@ pub async fn run(
 }
 
 /// Every ledger row of a scheduler, newest first, through the history pages.
-pub async fn ledger<S: quartz_core::store::Store>(store: &S, scheduler: &str) -> Vec<quartz_core::store::FireRecord> {
+pub async fn ledger(
+    store: &impl std::ops::Deref<Target = dyn quartz_core::store::Store>,
+    scheduler: &str,
+) -> Vec<quartz_core::store::FireRecord> {
     let mut all = Vec::new();
     let mut query = quartz_core::store::FireQuery::new(scheduler);
     query.limit = 1_000;

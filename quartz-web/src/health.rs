@@ -18,7 +18,6 @@
 //! | [`RECENT_FIRES`] | fires scheduled in the last five minutes by `state`: `succeeded`, `failed`, `misfired` |
 
 use quartz_core::admin::{Admin, ClusterHealth};
-use quartz_core::store::Store;
 
 /// 1 when the last scrape read the database, 0 when it could not.
 pub const DATABASE_UP: &str = "quartz_cluster_database_up";
@@ -53,7 +52,7 @@ fn as_f64(n: impl TryInto<u32>) -> f64 {
 
 /// Reads the cluster's health and sets the gauges (through the `metrics`
 /// facade: nothing is recorded when no recorder is installed).
-pub(crate) async fn refresh<S: Store + Clone>(admin: &Admin<S>) {
+pub(crate) async fn refresh(admin: &Admin) {
     let scheduler = admin.scheduler().to_owned();
     match admin.health().await {
         Ok(health) => {

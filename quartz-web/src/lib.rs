@@ -48,7 +48,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use quartz_core::admin::Admin;
-use quartz_core::store::Store;
 
 pub use access::{Access, Caller, Role};
 pub use api::ApiDoc;
@@ -60,26 +59,15 @@ use sessions::Sessions;
 pub const BODY_LIMIT: usize = 2 << 20;
 
 /// The router's state: the admin surface and who may use it.
-#[derive(Debug)]
-pub struct AppState<S> {
-    admin: Admin<S>,
+#[derive(Debug, Clone)]
+pub struct AppState {
+    admin: Admin,
     access: Arc<Access>,
     sessions: Arc<Sessions>,
     metrics: Option<PrometheusHandle>,
 }
 
-impl<S: Clone> Clone for AppState<S> {
-    fn clone(&self) -> AppState<S> {
-        AppState {
-            admin: self.admin.clone(),
-            access: Arc::clone(&self.access),
-            sessions: Arc::clone(&self.sessions),
-            metrics: self.metrics.clone(),
-        }
-    }
-}
-
-impl<S> access::AccessState for AppState<S> {
+impl access::AccessState for AppState {
     fn access(&self) -> &Access {
         &self.access
     }
@@ -89,21 +77,21 @@ impl<S> access::AccessState for AppState<S> {
     }
 }
 
-type Router<S> = axum::Router<AppState<S>>;
+type Router<S = AppState> = axum::Router<S>;
 
 /// The HTTP API, console and metrics of one scheduler, to build a router
 /// from. See the [crate docs](crate).
 #[derive(Debug)]
-pub struct Web<S> {
-    admin: Admin<S>,
+pub struct Web {
+    admin: Admin,
     access: Access,
     metrics: Option<PrometheusHandle>,
 }
 
-impl<S: Store + Clone> Web<S> {
+impl Web {
     /// The web face of an admin surface, with the tokens of the environment
     /// ([`Access::from_env`]) and no `/metrics`.
-    pub fn new(admin: Admin<S>) -> Web<S> {
+    pub fn new(admin: Admin) -> Web {
         Web {
             admin,
             access: Access::from_env(),
@@ -112,14 +100,14 @@ impl<S: Store + Clone> Web<S> {
     }
 
     /// Who may call it.
-    pub fn access(mut self, access: Access) -> Web<S> {
+    pub fn access(mut self, access: Access) -> Web {
         self.access = access;
         self
     }
 
     /// Serves `/metrics` from this Prometheus recorder (see
     /// [`install_prometheus`]).
-    pub fn metrics(mut self, handle: PrometheusHandle) -> Web<S> {
+    pub fn metrics(mut self, handle: PrometheusHandle) -> Web {
         self.metrics = Some(handle);
         self
     }
@@ -135,15 +123,15 @@ impl<S: Store + Clone> Web<S> {
             sessions: Arc::new(Sessions::default()),
             metrics: self.metrics,
         };
-        Router::new()
-            .merge(console::routes::<S>())
-            .nest("/api/v1", api::routes::<S>())
-            .route("/healthz", get(healthz::<S>))
-            .route("/metrics", get(metrics_text::<S>))
+        Router::<AppState>::new()
+            .merge(console::routes())
+            .nest("/api/v1", api::routes())
+            .route("/healthz", get(healthz))
+            .route("/metrics", get(metrics_text))
             .fallback(not_found)
             .layer(axum::middleware::from_fn_with_state(
                 state.clone(),
-                access::guard::<AppState<S>>,
+                access::guard::<AppState>,
             ))
             .layer(axum::middleware::from_fn(error::uniform_errors))
             .layer(axum::middleware::from_fn(console::security_headers))
@@ -152,7 +140,7 @@ impl<S: Store + Clone> Web<S> {
     }
 }
 
-impl<S: Store + Clone> Web<S> {
+impl Web {
     /// The router mounted under `prefix` (`/quartz`), ready to merge into a
     /// service's own: the console at `/quartz`, the API at
     /// `/quartz/api/v1/…`, and `/quartz/` redirected to `/quartz` (which a
@@ -195,7 +183,7 @@ pub fn install_prometheus() -> Result<PrometheusHandle, metrics_exporter_prometh
 }
 
 /// Whether the server and its database answer.
-async fn healthz<S: Store + Clone>(State(state): State<AppState<S>>) -> Response {
+async fn healthz(State(state): State<AppState>) -> Response {
     match state.admin.now().await {
         Ok(now) => Json(serde_json::json!({"status": "ok", "database_now": now.as_millis()})).into_response(),
         Err(e) => ApiError::from(e).into_response(),
@@ -203,7 +191,7 @@ async fn healthz<S: Store + Clone>(State(state): State<AppState<S>>) -> Response
 }
 
 /// The Prometheus text exposition of the process's metrics (read access).
-async fn metrics_text<S: Store + Clone>(State(state): State<AppState<S>>, _: Caller) -> Response {
+async fn metrics_text(State(state): State<AppState>, _: Caller) -> Response {
     match &state.metrics {
         Some(handle) => {
             // The cluster's gauges, read now: they outlive the nodes.

@@ -74,7 +74,7 @@ async fn send(
     }
 }
 
-async fn probe(admin: &Admin<quartz_store::AnyStore>) {
+async fn probe(admin: &Admin) {
     let mut job = JobDefinition::new("probe", "log");
     job.triggers
         .push(TriggerDefinition::every(std::time::Duration::from_secs(60)));

@@ -18,7 +18,7 @@ const ADMIN: &str = "admin-secret";
 const READ: &str = "read-secret";
 const SCRIPT_NAME: &str = "<script>alert(1)</script>";
 
-async fn server(admin: Admin<quartz_store::AnyStore>) -> SocketAddr {
+async fn server(admin: Admin) -> SocketAddr {
     let access = Access::tokens(Some(ADMIN.into()), Some(READ.into()));
     http::serve(Web::new(admin).access(access).router()).await
 }
@@ -82,7 +82,7 @@ fn assert_sealed(location: Option<&str>, want: &str) {
     assert_eq!(seal.len(), 32, "{location}");
 }
 
-async fn job_state(admin: &Admin<quartz_store::AnyStore>, name: &str) -> String {
+async fn job_state(admin: &Admin, name: &str) -> String {
     admin.job(name).await.unwrap().state
 }
 

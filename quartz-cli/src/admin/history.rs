@@ -6,7 +6,7 @@ use std::time::Duration;
 use quartz_core::Timestamp;
 use quartz_core::audit::{AuditParams, AuditReport};
 use quartz_core::retention::{PurgePlan, purge};
-use quartz_core::store::{FireQuery, FireRecord, FireState, Job, Store};
+use quartz_core::store::{FireQuery, FireRecord, FireState, Job};
 use quartz_store::AnyStore;
 use serde_json::{Value, json};
 
@@ -55,7 +55,7 @@ pub async fn history_command(url: &str, scheduler: &str, out: Out, command: Hist
             let before = now.saturating_add_millis(-millis(older_than));
             let mut plan = PurgePlan::older_than(before);
             plan.keep_last = keep_last;
-            let report = purge(&store, scheduler, &plan).await?;
+            let report = purge(&*store, scheduler, &plan).await?;
             out.print(
                 &json!({"purged_fires": report.fires, "before": before.as_millis()}),
                 || {
@@ -212,7 +212,7 @@ pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> any
         until,
         misfire_threshold_ms: millis(args.misfire_threshold),
     };
-    let report = quartz_core::audit::audit(&store, scheduler, &params).await?;
+    let report = quartz_core::audit::audit(&*store, scheduler, &params).await?;
     let AuditReport {
         since,
         until,

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use quartz_core::admin::Admin;
-use quartz_core::store::{FireQuery, JobDetail, JobSpec, Store, TriggerColumns};
+use quartz_core::store::{FireQuery, JobDetail, JobSpec, TriggerColumns};
 use quartz_store::AnyStore;
 use serde_json::{Value, json};
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{Admin, AdminError, MAX_PREVIEW};
 use crate::calendar::{self, CalendarDefinition};
 use crate::cron::{CronExpression, DstChoice, RepeatedTime, SkippedTime, parse_time_zone};
-use crate::store::{CalendarRecord, ExecuteSpec, Store, StoreError};
+use crate::store::{CalendarRecord, ExecuteSpec, StoreError};
 use crate::time::Timestamp;
 use crate::trigger::{Schedule, Trigger};
 
@@ -42,7 +42,7 @@ impl From<CalendarRecord> for CalendarView {
     }
 }
 
-impl<S: Store> Admin<S> {
+impl Admin {
     /// Adds a calendar, or replaces the one of that name; the triggers that
     /// use it (directly or through a base) are rescheduled in the same
     /// transaction, on every node. With `expected_version`, only if the

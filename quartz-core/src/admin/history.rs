@@ -12,7 +12,7 @@ use super::{
     NodeView, OVERVIEW_FIRES, Overview, Page, id_cursor, page_limit, views,
 };
 use crate::audit::{AuditParams, AuditReport};
-use crate::store::{ChangeQuery, FireQuery, FireRetry, FireState, JobQuery, NodeState, Store};
+use crate::store::{ChangeQuery, FireQuery, FireRetry, FireState, JobQuery, NodeState};
 use crate::time::Timestamp;
 
 /// A filter for [`Admin::fires`].
@@ -56,7 +56,7 @@ pub struct ChangeFilter {
     pub limit: Option<u32>,
 }
 
-impl<S: Store> Admin<S> {
+impl Admin {
     /// A page of the ledger, newest first.
     ///
     /// # Errors
@@ -209,7 +209,7 @@ impl<S: Store> Admin<S> {
     ///
     /// The store's errors.
     pub async fn audit(&self, params: &AuditParams) -> Result<AuditReport, AdminError> {
-        Ok(crate::audit::audit(&self.store, &self.scheduler, params).await?)
+        Ok(crate::audit::audit(&*self.store, &self.scheduler, params).await?)
     }
 
     /// The database's now.

@@ -54,7 +54,7 @@ pub use views::{
     summary,
 };
 
-use crate::store::{ExecuteSpec, FireQuery, JobQuery, JobSpec, JobState, Store};
+use crate::store::{ExecuteSpec, FireQuery, IntoStore, JobQuery, JobSpec, JobState, SharedStore};
 
 /// How many next fire times a job's view shows per trigger.
 pub const UPCOMING: usize = 5;
@@ -156,20 +156,20 @@ fn id_cursor(field: &str, cursor: Option<&str>) -> Result<Option<i64>, AdminErro
 /// The admin surface over a store, for one scheduler. See the [module
 /// docs](self).
 #[derive(Debug, Clone)]
-pub struct Admin<S> {
-    store: S,
+pub struct Admin {
+    store: SharedStore,
     scheduler: String,
     /// The permits of the cron previews that search at once, shared by
     /// every clone and every [`acting_as`](Self::acting_as) of this surface.
     previews: Arc<tokio::sync::Semaphore>,
 }
 
-impl<S: Store> Admin<S> {
+impl Admin {
     /// The admin surface of `scheduler` (the cluster's name) on `store`; its
     /// changes are recorded as made by the store's actor.
-    pub fn new(store: S, scheduler: impl Into<String>) -> Admin<S> {
+    pub fn new(store: impl IntoStore, scheduler: impl Into<String>) -> Admin {
         Admin {
-            store,
+            store: store.into_store(),
             scheduler: scheduler.into(),
             previews: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_PREVIEWS)),
         }
@@ -177,7 +177,7 @@ impl<S: Store> Admin<S> {
 
     /// The same surface, its changes recorded in the change log as made by
     /// `actor` (for example `http:admin` or `cli`).
-    pub fn acting_as(&self, actor: &str) -> Admin<S> {
+    pub fn acting_as(&self, actor: &str) -> Admin {
         Admin {
             store: self.store.acting_as(actor),
             scheduler: self.scheduler.clone(),
@@ -191,7 +191,7 @@ impl<S: Store> Admin<S> {
     }
 
     /// The store underneath.
-    pub fn store(&self) -> &S {
+    pub fn store(&self) -> &SharedStore {
         &self.store
     }
 

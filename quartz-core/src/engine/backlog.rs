@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::RunKind;
 use super::launch::RunFire;
 use super::node::{FINISH_TRIES, Inner};
-use crate::store::{FireQuery, FireRecord, FireState, FollowUp, JobState, MANUAL_EXECUTE, PendingClaim, Store};
+use crate::store::{FireEnd, FireQuery, FireRecord, FireState, FollowUp, JobState, MANUAL_EXECUTE, PendingClaim};
 use crate::time::Timestamp;
 
 /// How often a pending fire whose time has come looks for a free thread, or
@@ -55,12 +55,12 @@ impl PendingFire {
                 attempt: run.attempt + 1,
                 due_at,
             }),
-            FollowUp::NotOwned | FollowUp::Recorded => None,
+            FollowUp::NotOwned | FollowUp::Recorded | FollowUp::Chained(_) => None,
         }
     }
 }
 
-impl<S: Store> Inner<S> {
+impl Inner {
     /// Records a failed attempt and, in the same transaction, its retry as a
     /// pending fire after the job's backoff; then waits for it here.
     pub(super) async fn fail_with_retry(self: &Arc<Self>, run: &RunFire, error: &str) {
@@ -68,7 +68,14 @@ impl<S: Store> Inner<S> {
         for attempt in 1..=FINISH_TRIES {
             match self
                 .store
-                .fire_fail_and_retry(run.fire_id, &run.node, error, backoff)
+                .end_fire(
+                    run.fire_id,
+                    &run.node,
+                    FireEnd::Failed {
+                        error: error.to_owned(),
+                        retry_in: Some(Duration::from_millis(u64::try_from(backoff).unwrap_or(0))),
+                    },
+                )
                 .await
             {
                 Ok(FollowUp::NotOwned) => {
@@ -179,7 +186,15 @@ impl<S: Store> Inner<S> {
         };
         if let Some(reason) = skip {
             self.launch.unstarted.lock().remove(&fire.fire_id);
-            self.store.skip_claimed(fire.fire_id, &node, reason).await?;
+            self.store
+                .end_fire(
+                    fire.fire_id,
+                    &node,
+                    FireEnd::Skipped {
+                        reason: reason.to_owned(),
+                    },
+                )
+                .await?;
             return Ok(Some(true));
         }
         let Some(job) = job else { return Ok(Some(true)) };

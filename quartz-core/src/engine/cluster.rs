@@ -11,7 +11,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::Phase;
 use super::node::{Inner, duration_ms};
-use crate::store::{Node, NodeRef, NodeState, Store, StoreError};
+use crate::store::{Node, NodeRef, NodeState, StoreError};
 
 /// What the cluster task keeps.
 #[derive(Debug)]
@@ -38,7 +38,7 @@ impl ClusterState {
     }
 }
 
-impl<S: Store> Inner<S> {
+impl Inner {
     pub(super) async fn cluster(self: Arc<Self>) {
         loop {
             if let Err(e) = self.cluster_pass().await {

@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::launch::RunFire;
 use super::node::{FINISH_TRIES, Inner};
-use crate::store::{ChainedFire, FIRES_PER_BATCH, NodeRef, Outcome, Store, StoreError};
+use crate::store::{ChainedFire, FIRES_PER_BATCH, FireEnd, FollowUp, NodeRef, Outcome, StoreError};
 use crate::time::Timestamp;
 
 /// The most successes recorded by one statement batch.
@@ -47,18 +47,18 @@ async fn next_batch<T>(
 
 /// Records successes as they come, many per statement: whatever arrived while
 /// the previous statement ran goes in the next. Ends with the node.
-pub(super) async fn record_successes<S: Store>(
-    inner: std::sync::Weak<Inner<S>>,
-    mut rx: mpsc::UnboundedReceiver<Success>,
-) {
+pub(super) async fn record_successes(inner: std::sync::Weak<Inner>, mut rx: mpsc::UnboundedReceiver<Success>) {
     while let Some(batch) = next_batch(&mut rx, |s| &s.1).await {
         let Some(inner) = inner.upgrade() else { return };
         for (node, mine) in batch {
-            let ids: Vec<i64> = mine.iter().map(|s| s.0).collect();
-            let recorded = inner.store.succeed_all(&ids, &node).await;
-            for (id, _, reply) in mine {
+            let ends: Vec<(i64, FireEnd)> = mine
+                .iter()
+                .map(|s| (s.0, FireEnd::Succeeded { chain: false }))
+                .collect();
+            let recorded = inner.store.end_fires(&node, &ends).await;
+            for (i, (_, _, reply)) in mine.into_iter().enumerate() {
                 let answer = match &recorded {
-                    Ok(done) => Ok(done.contains(&id)),
+                    Ok(done) => Ok(done.get(i) == Some(&FollowUp::Recorded)),
                     Err(e) => Err(StoreError::Database { reason: e.to_string() }),
                 };
                 let _ = reply.send(answer);
@@ -80,10 +80,7 @@ pub(super) type Confirm = (
 /// Confirms starts as they come, many per statement, as
 /// [`record_successes`] records successes; a database error is tried again
 /// before it is the answer. Ends with the node.
-pub(super) async fn confirm_starts<S: Store>(
-    inner: std::sync::Weak<Inner<S>>,
-    mut rx: mpsc::UnboundedReceiver<Confirm>,
-) {
+pub(super) async fn confirm_starts(inner: std::sync::Weak<Inner>, mut rx: mpsc::UnboundedReceiver<Confirm>) {
     while let Some(batch) = next_batch(&mut rx, |c| &c.1).await {
         let Some(inner) = inner.upgrade() else { return };
         for (node, mine) in batch {
@@ -108,7 +105,7 @@ pub(super) async fn confirm_starts<S: Store>(
     }
 }
 
-impl<S: Store> Inner<S> {
+impl Inner {
     /// Records an outcome, retrying on database errors. A success of a job
     /// with children claims their fires in the same transaction: those are
     /// returned, to be run by this node.
@@ -116,7 +113,14 @@ impl<S: Store> Inner<S> {
         let chains = *outcome == Outcome::Succeeded && self.parents.read().contains(&run.job.id);
         for attempt in 1..=FINISH_TRIES {
             let recorded = if chains {
-                self.store.succeed_and_chain(run.fire_id, &run.node).await
+                self.store
+                    .end_fire(run.fire_id, &run.node, FireEnd::Succeeded { chain: true })
+                    .await
+                    .map(|done| match done {
+                        FollowUp::Chained(children) => Some(children),
+                        FollowUp::NotOwned => None,
+                        _ => Some(Vec::new()),
+                    })
             } else if *outcome == Outcome::Succeeded {
                 let (reply, answer) = oneshot::channel();
                 let _ = self.successes.send((run.fire_id, run.node.clone(), reply));
@@ -130,9 +134,9 @@ impl<S: Store> Inner<S> {
                     .map(|done| done.then(Vec::new))
             } else {
                 self.store
-                    .finish(run.fire_id, &run.node, outcome)
+                    .end_fire(run.fire_id, &run.node, FireEnd::from(outcome))
                     .await
-                    .map(|done| done.then(Vec::new))
+                    .map(|done| (done != FollowUp::NotOwned).then(Vec::new))
             };
             match recorded {
                 Ok(Some(children)) => return children,

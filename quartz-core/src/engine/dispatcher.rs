@@ -14,14 +14,14 @@ use super::RunKind;
 use super::launch::RunFire;
 use super::node::{Inner, duration_ms, sleep_until_or_forever};
 use super::queue::Pending;
-use crate::store::{Claim, ExecuteState, NodeRef, Store};
+use crate::store::{Claim, ExecuteState, NodeRef};
 use crate::time::Timestamp;
 use crate::trigger::NextFire;
 
 /// How long after a failed claim its fires are tried again.
 const CLAIM_RETRY_MS: i64 = 50;
 
-impl<S: Store> Inner<S> {
+impl Inner {
     pub(super) async fn dispatcher(self: Arc<Self>) {
         let mut stop = self.stop.subscribe();
         loop {

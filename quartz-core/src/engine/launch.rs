@@ -26,7 +26,7 @@ use tokio::sync::{Notify, oneshot};
 use super::handler::{Cancellation, JobContext, RunKind};
 use super::node::Inner;
 use super::supervise::Ran;
-use crate::store::{Job, JobState, NodeRef, Store, StoreError};
+use crate::store::{FireEnd, Job, JobState, NodeRef, StoreError};
 use crate::time::Timestamp;
 use crate::trigger::{Trigger, TriggerState};
 
@@ -178,7 +178,7 @@ fn start_lead(smoothed_micros: u64) -> Duration {
     lead.clamp(START_LEAD_MIN, START_LEAD_MAX)
 }
 
-impl<S: Store> Inner<S> {
+impl Inner {
     /// The room the pool has: its threads and queue, less what this node
     /// holds; none while every thread is busy (a queued fire would wait for
     /// a thread that long handlers may hold past its time).
@@ -276,7 +276,11 @@ impl<S: Store> Inner<S> {
             tracing::warn!(scheduler = self.scheduler, fires = ids.len() - started.len(), error = %e,
                 "could not mark fires running; giving them back");
             for run in runs.iter().filter(|r| !started.contains_key(&r.fire_id)) {
-                let _ = self.store.release_fire(run.fire_id, &run.node).await;
+                let _ = self
+                    .store
+                    .end_fire(run.fire_id, &run.node, FireEnd::Released)
+                    .await
+                    .map(|f| f.ended());
             }
         }
         {
@@ -511,7 +515,18 @@ impl<S: Store> Inner<S> {
     /// with the reason, and its execute released.
     async fn skip_unstarted(self: Arc<Self>, run: RunFire, reason: &'static str) {
         self.launch.unstarted.lock().remove(&run.fire_id);
-        match self.store.skip_claimed(run.fire_id, &run.node, reason).await {
+        match self
+            .store
+            .end_fire(
+                run.fire_id,
+                &run.node,
+                FireEnd::Skipped {
+                    reason: reason.to_owned(),
+                },
+            )
+            .await
+            .map(|f| f.ended())
+        {
             Ok(true) => {
                 tracing::info!(
                     scheduler = self.scheduler,
@@ -525,7 +540,11 @@ impl<S: Store> Inner<S> {
             Err(e) => {
                 tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e,
                     "could not record a skipped fire; giving it back");
-                let _ = self.store.release_fire(run.fire_id, &run.node).await;
+                let _ = self
+                    .store
+                    .end_fire(run.fire_id, &run.node, FireEnd::Released)
+                    .await
+                    .map(|f| f.ended());
                 return;
             }
         }

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use super::node::{Inner, duration_ms};
 use crate::retention::{PurgePlan, purge};
-use crate::store::Store;
 
 /// The longest one wait for a change lasts before the watcher looks at its
 /// stop signal and the counter again.
@@ -22,7 +21,7 @@ const CHANGE_POLL_GAP: Duration = Duration::from_millis(100);
 /// How long the watcher backs off after a store error.
 const CHANGE_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
-impl<S: Store> Inner<S> {
+impl Inner {
     /// Polls at once whenever the scheduler's change counter moves. The poll
     /// expands new and edited triggers, and requeues the fires of an edited
     /// job with its new version.
@@ -93,7 +92,7 @@ impl<S: Store> Inner<S> {
                 }
             };
             let plan = PurgePlan::from_retention(&retention, now);
-            match purge(&self.store, &self.scheduler, &plan).await {
+            match purge(&*self.store, &self.scheduler, &plan).await {
                 Ok(report) => {
                     self.count(|c| c.purged += report.fires);
                     if report != Default::default() {

@@ -1,6 +1,6 @@
 //! The scheduler engine: a node of a cluster that polls, expands, claims and
 //! runs fires, keeps its membership, recovers dead nodes' work and handles
-//! misfires, all over a [`Store`].
+//! misfires, all over a [`Store`](crate::store::Store).
 //!
 //! # The fire path
 //!
@@ -76,7 +76,7 @@ pub use settings::{Settings, Strategy};
 pub use typed::TypedJob;
 
 use crate::error::Error;
-use crate::store::{ExecuteSpec, Job, JobSpec, Node, NodeRef, Store, StoreError};
+use crate::store::{ExecuteSpec, IntoStore, Job, JobSpec, Node, NodeRef, StoreError};
 use handler::Handler;
 use node::Inner;
 pub(crate) use strategy::mix;
@@ -215,7 +215,7 @@ impl SchedulerBuilder {
     ///
     /// Invalid settings or handler names, a pool that cannot start, or the
     /// store failing to register the node.
-    pub async fn start<S: Store>(self, store: S) -> Result<Scheduler<S>, SchedulerError> {
+    pub async fn start(self, store: impl IntoStore) -> Result<Scheduler, SchedulerError> {
         self.settings.validate()?;
         crate::store::check_name("scheduler", &self.scheduler)?;
         if let Some(name) = self.duplicate {
@@ -231,7 +231,7 @@ impl SchedulerBuilder {
             })?;
         }
         let inner = Inner::start(
-            store,
+            store.into_store(),
             self.scheduler,
             self.settings,
             (self.handlers, Arc::new(self.states)),
@@ -323,14 +323,14 @@ pub struct ShutdownSummary {
 /// the last handle is dropped its tasks stop without the graceful steps;
 /// call [`shutdown`](Self::shutdown) (from any handle) to leave the cluster
 /// cleanly, or [`run_until`](Self::run_until) to do so when a signal comes.
-pub struct Scheduler<S: Store> {
-    inner: Arc<Inner<S>>,
+pub struct Scheduler {
+    inner: Arc<Inner>,
     /// Stops the node's tasks when the last handle goes.
-    _last: Arc<StopOnDrop<S>>,
+    _last: Arc<StopOnDrop>,
 }
 
-impl<S: Store> Clone for Scheduler<S> {
-    fn clone(&self) -> Scheduler<S> {
+impl Clone for Scheduler {
+    fn clone(&self) -> Scheduler {
         Scheduler {
             inner: Arc::clone(&self.inner),
             _last: Arc::clone(&self._last),
@@ -340,15 +340,15 @@ impl<S: Store> Clone for Scheduler<S> {
 
 /// Stops a node's tasks when dropped: held by every handle, so dropped with
 /// the last.
-struct StopOnDrop<S: Store>(Arc<Inner<S>>);
+struct StopOnDrop(Arc<Inner>);
 
-impl<S: Store> Drop for StopOnDrop<S> {
+impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.stop_tasks();
     }
 }
 
-impl<S: Store> fmt::Debug for Scheduler<S> {
+impl fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Scheduler")
             .field("scheduler", &self.inner.scheduler)
@@ -372,9 +372,9 @@ impl SchedulerBuilder {
     }
 }
 
-impl<S: Store> Scheduler<S> {
+impl Scheduler {
     /// The store the node runs on.
-    pub fn store(&self) -> &S {
+    pub fn store(&self) -> &crate::store::SharedStore {
         &self.inner.store
     }
 
@@ -451,11 +451,11 @@ impl<S: Store> Scheduler<S> {
     }
 }
 
-impl<S: Store + Clone> Scheduler<S> {
+impl Scheduler {
     /// The admin surface of this node's cluster, over its store: list, show,
     /// add, edit, pause, resume, fire now and delete jobs; read the ledger,
     /// the nodes and the change log (see [`crate::admin`]).
-    pub fn admin(&self) -> crate::admin::Admin<S> {
+    pub fn admin(&self) -> crate::admin::Admin {
         crate::admin::Admin::new(self.inner.store.clone(), self.inner.scheduler.clone())
     }
 }

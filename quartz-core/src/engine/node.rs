@@ -26,7 +26,9 @@ use super::handler::{CancelReason, Handler, States};
 use super::launch::LaunchState;
 use super::queue::FireQueue;
 use super::{Counters, NodeStatus, Phase, SchedulerError, Settings, ShutdownSummary};
-use crate::store::{ExecuteCas, ExecuteState, Job, JobSpec, NodeRef, NodeRegistration, Store, StoreError};
+use crate::store::{
+    ExecuteCas, ExecuteState, FireEnd, Job, JobSpec, NodeRef, NodeRegistration, SharedStore, StoreError,
+};
 use crate::time::Timestamp;
 use crate::trigger::{Trigger, TriggerState};
 
@@ -36,8 +38,8 @@ pub(super) const FINISH_TRIES: u32 = 5;
 /// A node: what its tasks share. Each stage's own state is a field of its
 /// type ([`FireQueue`], [`LaunchState`], [`ClusterState`]); the rest is
 /// read by several stages.
-pub(crate) struct Inner<S> {
-    pub(crate) store: S,
+pub(crate) struct Inner {
+    pub(crate) store: SharedStore,
     pub(crate) scheduler: String,
     pub(super) settings: Settings,
     pub(super) handlers: HashMap<String, Handler>,
@@ -81,14 +83,14 @@ pub(crate) struct Inner<S> {
     pub(super) confirms: mpsc::UnboundedSender<Confirm>,
 }
 
-impl<S: Store> Inner<S> {
+impl Inner {
     pub(crate) async fn start(
-        store: S,
+        store: SharedStore,
         scheduler: String,
         settings: Settings,
         (handlers, states): (HashMap<String, Handler>, States),
         clock_skew_ms: i64,
-    ) -> Result<Arc<Inner<S>>, SchedulerError> {
+    ) -> Result<Arc<Inner>, SchedulerError> {
         let clock = Clock::new(clock_skew_ms);
         let registration = registration(&scheduler, &settings, &handlers);
         let pool = Pool::builder()
@@ -287,7 +289,12 @@ impl<S: Store> Inner<S> {
         }
         let mut released = 0;
         for fire_id in ids {
-            match self.store.release_fire(fire_id, node).await {
+            match self
+                .store
+                .end_fire(fire_id, node, FireEnd::Released)
+                .await
+                .map(|f| f.ended())
+            {
                 Ok(true) => released += 1,
                 Ok(false) => {}
                 Err(e) => tracing::warn!(scheduler = self.scheduler, fire_id, error = %e, "could not give a fire back"),

@@ -15,7 +15,7 @@ use super::node::{Inner, duration_ms, first_at_or_after, waiting_or_complete};
 use super::recovery::RECOVERY_BATCH;
 use crate::misfire::MisfireDecision;
 use crate::store::{
-    Claim, Execute, ExecuteCas, ExecuteState, FireState, Job, JobState, SkippedRecord, Store, StoreError,
+    Claim, Execute, ExecuteCas, ExecuteState, FireEnd, FireState, Job, JobState, SkippedRecord, StoreError,
     TriggerColumns,
 };
 use crate::time::Timestamp;
@@ -26,7 +26,7 @@ const FULL_BATCH_REPOLL: Duration = Duration::from_millis(50);
 /// How far past the next poll a poll looks, for the time a poll takes.
 const WINDOW_SLACK_MS: i64 = 500;
 
-impl<S: Store> Inner<S> {
+impl Inner {
     pub(super) async fn poller(self: Arc<Self>) {
         let mut stop = self.stop.subscribe();
         loop {
@@ -328,7 +328,12 @@ impl<S: Store> Inner<S> {
             let Some(fire_id) = self.store.claim(&Claim::for_fire(execute.id, &fire, &node)).await? else {
                 break; // another node moved the row
             };
-            if self.store.fail_claimed(fire_id, &node, &error).await? {
+            if self
+                .store
+                .end_fire(fire_id, &node, FireEnd::Refused { reason: error.clone() })
+                .await
+                .map(|f| f.ended())?
+            {
                 self.count(|c| c.failed += 1);
             }
         }

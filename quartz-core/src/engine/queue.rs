@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::node::{Inner, duration_ms};
-use crate::store::{Job, Store};
+use crate::store::Job;
 use crate::time::Timestamp;
 use crate::trigger::{Fire, Trigger, TriggerState};
 
@@ -215,7 +215,7 @@ impl FireQueue {
     }
 }
 
-impl<S: Store> Inner<S> {
+impl Inner {
     /// Queues the fires of an execute before `horizon` that are not queued yet.
     /// Fires at or before `late_ok_until` are claimed however late they are
     /// (a misfire policy's runs).

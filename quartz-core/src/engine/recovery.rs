@@ -9,14 +9,14 @@ use std::sync::Arc;
 use super::launch::RunFire;
 use super::node::{Inner, duration_ms, release_cas};
 use super::{Phase, RunKind};
-use crate::store::{FireRecord, FireState, Job, MANUAL_EXECUTE, NodeRef, Store, StoreError};
+use crate::store::{FireEnd, FireRecord, FireState, Job, MANUAL_EXECUTE, NodeRef, StoreError};
 use crate::time::Timestamp;
 use crate::trigger::Trigger;
 
 /// The most orphaned fires or executes one recovery pass handles.
 pub(super) const RECOVERY_BATCH: u32 = 200;
 
-impl<S: Store> Inner<S> {
+impl Inner {
     /// Recovery of dead nodes' work, each item won by compare-and-set.
     pub(super) async fn recover(self: &Arc<Self>) -> Result<(), StoreError> {
         if self.stopping() || *self.phase.lock() != Phase::Running {
@@ -117,7 +117,17 @@ impl<S: Store> Inner<S> {
             if fire.state == FireState::Running {
                 self.store.abandon(&fire).await?;
             } else if self.store.take_over(&fire, node).await? {
-                self.store.misfire_claimed(fire.id, node, "the job was deleted").await?;
+                self.store
+                    .end_fire(
+                        fire.id,
+                        node,
+                        FireEnd::Misfired {
+                            reason: "the job was deleted".to_owned(),
+                            run_late: None,
+                        },
+                    )
+                    .await
+                    .map(|f| f.ended())?;
             }
             return Ok(());
         };

@@ -5,9 +5,9 @@
 
 use super::Strategy;
 use super::node::Inner;
-use crate::store::{Node, NodeState, Store};
+use crate::store::{Node, NodeState};
 
-impl<S: Store> Inner<S> {
+impl Inner {
     /// Whether this node is the one the strategy prefers for an execute's
     /// fires (the others try a strategy grace later).
     pub(super) fn tries_first(&self, execute_id: i64) -> bool {

@@ -15,7 +15,7 @@ use super::handler::{CancelReason, JobResult, RunKind};
 use super::launch::RunFire;
 use super::node::{FINISH_TRIES, Inner, release_cas};
 use crate::misfire::MisfirePolicy;
-use crate::store::{ChainedFire, FollowUp, Outcome, Store};
+use crate::store::{ChainedFire, FireEnd, FollowUp, LateRun, Outcome};
 use crate::trigger::Trigger;
 
 /// What a fire's pool task reports.
@@ -33,7 +33,7 @@ pub(super) enum Ran {
     Unconfirmed,
 }
 
-impl<S: Store> Inner<S> {
+impl Inner {
     /// Follows a fire the pool accepted: its start, timeout and outcome, then
     /// what comes after (release, retry).
     pub(super) async fn supervise(
@@ -221,7 +221,11 @@ impl<S: Store> Inner<S> {
                 .get(&child.job_id)
                 .filter(|job| self.handlers.contains_key(&job.spec.handler));
             let Some(job) = job else {
-                let _ = self.store.release_fire(child.fire_id, &parent.node).await;
+                let _ = self
+                    .store
+                    .end_fire(child.fire_id, &parent.node, FireEnd::Released)
+                    .await
+                    .map(|f| f.ended());
                 continue;
             };
             tracing::debug!(
@@ -291,16 +295,22 @@ impl<S: Store> Inner<S> {
         let mut tries = 0;
         let follow_up = loop {
             tries += 1;
-            let recorded = if runs_late {
-                self.store
-                    .fire_misfire_and_run_late(run.fire_id, &run.node, &text, policy != MisfirePolicy::IgnoreMisfires)
-                    .await
+            let run_late = runs_late.then_some(if policy == MisfirePolicy::IgnoreMisfires {
+                LateRun::Each
             } else {
-                self.store
-                    .misfire_claimed(run.fire_id, &run.node, &text)
-                    .await
-                    .map(|done| if done { FollowUp::Recorded } else { FollowUp::NotOwned })
-            };
+                LateRun::OnePerExecute
+            });
+            let recorded = self
+                .store
+                .end_fire(
+                    run.fire_id,
+                    &run.node,
+                    FireEnd::Misfired {
+                        reason: text.clone(),
+                        run_late,
+                    },
+                )
+                .await;
             match recorded {
                 // After an error, the record may have committed with its
                 // answer lost: the release is a compare-and-set, harmless if

@@ -340,13 +340,17 @@ impl FireQuery {
     }
 }
 
-/// What recording a fire's end with a follow-up did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What recording a fire's end did ([`FireStore::end_fires`](super::FireStore::end_fires)).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FollowUp {
     /// Nothing: the fire is no longer this incarnation's.
     NotOwned,
-    /// The end is recorded; no new attempt (one exists already).
+    /// The end is recorded, and nothing follows it (for a misfire or
+    /// failure that asked for a next attempt: one exists already).
     Recorded,
+    /// The success is recorded and the job's chain started: the children's
+    /// fires, claimed by this node (none when the job has no children).
+    Chained(Vec<ChainedFire>),
     /// The end is recorded, and the next attempt is pending: any node may
     /// claim it from `due_at`.
     Pending {
@@ -501,7 +505,7 @@ impl ChangeQuery {
 }
 
 /// What the cluster's health gauges read from the ledger and the triggers
-/// ([`Store::health_counts`](super::Store::health_counts)): enough to alert
+/// ([`HistoryStore::health_counts`](super::HistoryStore::health_counts)): enough to alert
 /// on with no node alive to report it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HealthCounts {
@@ -525,7 +529,7 @@ pub struct HealthCounts {
     pub recent_misfired: u64,
 }
 
-/// What a retry of a fire by hand did ([`Store::retry_fire`](super::Store::retry_fire)).
+/// What a retry of a fire by hand did ([`JobStore::retry_fire`](super::JobStore::retry_fire)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FireRetry {
     /// The new attempt, pending from the database's now.

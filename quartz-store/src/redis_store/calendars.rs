@@ -2,7 +2,7 @@
 //! added or replaced with the triggers that use it rescheduled in one step.
 
 use quartz_core::calendar::CalendarDefinition;
-use quartz_core::store::{CalendarRecord, ChangeAction, ExecuteState, JobState, Store, StoreError};
+use quartz_core::store::{CalendarRecord, CalendarStore, ChangeAction, ExecuteState, JobState, StoreError};
 use serde_json::json;
 
 use super::RedisStore;

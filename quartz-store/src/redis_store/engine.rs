@@ -5,11 +5,12 @@
 
 use std::collections::BTreeMap;
 
+use async_trait::async_trait;
 use quartz_core::Timestamp;
-use quartz_core::store::internal::EngineStore;
 use quartz_core::store::{
-    ChainedFire, Claim, DueBatch, ExecuteCas, FireRecord, FireState, FollowUp, Node, NodeRef, NodeRegistration,
-    Outcome, PendingClaim, RejectedRow, SkippedRecord, StoreError, check_name,
+    ChainedFire, Claim, DueBatch, ExecuteCas, FireEnd, FireRecord, FireState, FireStore, FollowUp, Node, NodeRef,
+    NodeRegistration, NodeStore, Outcome, PendingClaim, RejectedRow, RetentionStore, ScheduleStore, SkippedRecord,
+    StoreError, check_name,
 };
 use redis::FromRedisValue;
 use serde_json::{Value, json};
@@ -19,10 +20,11 @@ use super::decode::{self, Rejected};
 use super::registry::number_of_id;
 use super::script::{Record, cas_fields, flag, num, opt};
 use crate::common::truncate;
+use crate::ends::EndParts;
 
 /// How often a node reads the change counter (Redis sends no notification
 /// the store listens to).
-const CHANGE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+pub(super) const CHANGE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 fn owner(node: &NodeRef) -> (Value, Value) {
     (Value::String(node.node_id.clone()), num(node.incarnation))
@@ -179,7 +181,8 @@ impl RedisStore {
     }
 }
 
-impl EngineStore for RedisStore {
+#[async_trait]
+impl NodeStore for RedisStore {
     async fn register_node(&self, node: &NodeRegistration) -> Result<Node, StoreError> {
         check_name("scheduler name", &node.scheduler)?;
         check_name("node id", &node.node_id)?;
@@ -212,7 +215,10 @@ impl EngineStore for RedisStore {
     async fn leave(&self, scheduler: &str, node: &NodeRef) -> Result<bool, StoreError> {
         self.node_step(scheduler, "leave", node, json!({})).await
     }
+}
 
+#[async_trait]
+impl ScheduleStore for RedisStore {
     async fn due_executes(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError> {
         let args = json!({ "before": num(before.as_millis()), "limit": num(limit) });
         let records: Vec<Record> = self.run(scheduler, 0, "due", &args).await?;
@@ -307,6 +313,13 @@ impl EngineStore for RedisStore {
         .await
     }
 
+    async fn chain_parents(&self, scheduler: &str) -> Result<Vec<i64>, StoreError> {
+        self.run(scheduler, 0, "chain_parents", &json!({})).await
+    }
+}
+
+#[async_trait]
+impl FireStore for RedisStore {
     async fn mark_running_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<(i64, Timestamp)>, StoreError> {
         self.starts(fire_ids, node, false).await
     }
@@ -315,70 +328,14 @@ impl EngineStore for RedisStore {
         self.starts(fire_ids, node, true).await
     }
 
-    async fn succeed_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<i64>, StoreError> {
+    async fn end_fires(&self, node: &NodeRef, ends: &[(i64, FireEnd)]) -> Result<Vec<FollowUp>, StoreError> {
+        crate::ends::end_fires(self, node, ends).await
+    }
+
+    async fn fire_time_out(&self, fire_id: i64, node: &NodeRef, error: &str) -> Result<bool, StoreError> {
         let (node_id, inc) = owner(node);
-        let done = self
-            .per_scheduler(
-                fire_ids,
-                |id| *id,
-                "succeed_all",
-                |ids| json!({ "ids": ids.iter().map(|id| num(**id)).collect::<Vec<_>>(), "node": node_id, "inc": inc }),
-                |ids, recorded: Vec<i64>| ids.iter().map(|id| recorded.contains(id).then_some(**id)).collect(),
-                || None,
-            )
-            .await?;
-        Ok(done.into_iter().flatten().collect())
-    }
-
-    async fn finish(&self, fire_id: i64, node: &NodeRef, outcome: &Outcome) -> Result<bool, StoreError> {
-        let (state, error) = match outcome {
-            Outcome::Succeeded => (FireState::Succeeded, ""),
-            Outcome::Failed { error } => (FireState::Failed, error.as_str()),
-        };
-        self.transition("finish", fire_id, node, state.as_str(), error).await
-    }
-
-    async fn succeed_and_chain(&self, fire_id: i64, node: &NodeRef) -> Result<Option<Vec<ChainedFire>>, StoreError> {
-        let (node_id, inc) = owner(node);
-        let args = json!({ "id": num(fire_id), "node": node_id, "inc": inc });
-        let reply: Option<Vec<i64>> = self.on_id(fire_id, "succeed_chain", &args).await?;
-        match reply.as_deref() {
-            Some([1, rest @ ..]) => Ok(Some(
-                rest.chunks(2)
-                    .map(|p| ChainedFire {
-                        fire_id: p[0],
-                        job_id: p[1],
-                    })
-                    .collect(),
-            )),
-            _ => Ok(None),
-        }
-    }
-
-    async fn chain_parents(&self, scheduler: &str) -> Result<Vec<i64>, StoreError> {
-        self.run(scheduler, 0, "chain_parents", &json!({})).await
-    }
-
-    async fn misfire_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
-        self.transition("misfire", fire_id, node, "", reason).await
-    }
-
-    async fn skip_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
-        self.transition("skip", fire_id, node, "", reason).await
-    }
-
-    async fn fail_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
-        self.transition("fail_claimed", fire_id, node, "", reason).await
-    }
-
-    async fn release_fire(&self, fire_id: i64, node: &NodeRef) -> Result<bool, StoreError> {
-        let (node_id, inc) = owner(node);
-        self.fire_step(
-            fire_id,
-            "release",
-            json!({ "id": num(fire_id), "node": node_id, "inc": inc }),
-        )
-        .await
+        let args = json!({ "id": num(fire_id), "node": node_id, "inc": inc, "text": truncate(error) });
+        self.fire_step(fire_id, "time_out", args).await
     }
 
     async fn orphaned_fires(&self, scheduler: &str, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
@@ -415,36 +372,6 @@ impl EngineStore for RedisStore {
         self.fire_step(fire.id, "abandon", orphan_args(fire, None)).await
     }
 
-    async fn fire_time_out(&self, fire_id: i64, node: &NodeRef, error: &str) -> Result<bool, StoreError> {
-        let (node_id, inc) = owner(node);
-        let args = json!({ "id": num(fire_id), "node": node_id, "inc": inc, "text": truncate(error) });
-        self.fire_step(fire_id, "time_out", args).await
-    }
-
-    async fn fire_fail_and_retry(
-        &self,
-        fire_id: i64,
-        node: &NodeRef,
-        error: &str,
-        retry_in_ms: i64,
-    ) -> Result<FollowUp, StoreError> {
-        let (node_id, inc) = owner(node);
-        let args = json!({ "id": num(fire_id), "node": node_id, "inc": inc, "text": truncate(error), "delay": num(retry_in_ms) });
-        self.follow_up(fire_id, "fail_retry", args).await
-    }
-
-    async fn fire_misfire_and_run_late(
-        &self,
-        fire_id: i64,
-        node: &NodeRef,
-        reason: &str,
-        one_per_execute: bool,
-    ) -> Result<FollowUp, StoreError> {
-        let (node_id, inc) = owner(node);
-        let args = json!({ "id": num(fire_id), "node": node_id, "inc": inc, "text": truncate(reason), "one": flag(one_per_execute) });
-        self.follow_up(fire_id, "misfire_late", args).await
-    }
-
     async fn fires_pending(
         &self,
         scheduler: &str,
@@ -466,23 +393,10 @@ impl EngineStore for RedisStore {
             _ => PendingClaim::Gone,
         })
     }
+}
 
-    async fn changes(&self, scheduler: &str) -> Result<i64, StoreError> {
-        let n: String = self.run(scheduler, 0, "changes", &json!({})).await?;
-        Ok(n.parse().unwrap_or(0))
-    }
-
-    async fn change_wait(&self, scheduler: &str, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError> {
-        let deadline = tokio::time::Instant::now() + max_wait;
-        loop {
-            let now = self.changes(scheduler).await?;
-            if now != seen || tokio::time::Instant::now() >= deadline {
-                return Ok(now);
-            }
-            tokio::time::sleep(CHANGE_POLL.min(deadline - tokio::time::Instant::now())).await;
-        }
-    }
-
+#[async_trait]
+impl RetentionStore for RedisStore {
     async fn purge_turn(&self, scheduler: &str, every_ms: i64) -> Result<bool, StoreError> {
         Ok(self
             .write::<i64>(scheduler, "purge_turn", &json!({ "every": num(every_ms) }))
@@ -526,5 +440,94 @@ impl EngineStore for RedisStore {
     async fn executes_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
         let args = json!({ "before": num(before.as_millis()), "limit": num(limit) });
         self.write(scheduler, "executes_purge", &args).await
+    }
+}
+
+#[async_trait]
+impl EndParts for RedisStore {
+    async fn succeed_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<i64>, StoreError> {
+        let (node_id, inc) = owner(node);
+        let done = self
+            .per_scheduler(
+                fire_ids,
+                |id| *id,
+                "succeed_all",
+                |ids| json!({ "ids": ids.iter().map(|id| num(**id)).collect::<Vec<_>>(), "node": node_id, "inc": inc }),
+                |ids, recorded: Vec<i64>| ids.iter().map(|id| recorded.contains(id).then_some(**id)).collect(),
+                || None,
+            )
+            .await?;
+        Ok(done.into_iter().flatten().collect())
+    }
+
+    async fn finish(&self, fire_id: i64, node: &NodeRef, outcome: &Outcome) -> Result<bool, StoreError> {
+        let (state, error) = match outcome {
+            Outcome::Succeeded => (FireState::Succeeded, ""),
+            Outcome::Failed { error } => (FireState::Failed, error.as_str()),
+        };
+        self.transition("finish", fire_id, node, state.as_str(), error).await
+    }
+
+    async fn succeed_and_chain(&self, fire_id: i64, node: &NodeRef) -> Result<Option<Vec<ChainedFire>>, StoreError> {
+        let (node_id, inc) = owner(node);
+        let args = json!({ "id": num(fire_id), "node": node_id, "inc": inc });
+        let reply: Option<Vec<i64>> = self.on_id(fire_id, "succeed_chain", &args).await?;
+        match reply.as_deref() {
+            Some([1, rest @ ..]) => Ok(Some(
+                rest.chunks(2)
+                    .map(|p| ChainedFire {
+                        fire_id: p[0],
+                        job_id: p[1],
+                    })
+                    .collect(),
+            )),
+            _ => Ok(None),
+        }
+    }
+
+    async fn misfire_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
+        self.transition("misfire", fire_id, node, "", reason).await
+    }
+
+    async fn skip_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
+        self.transition("skip", fire_id, node, "", reason).await
+    }
+
+    async fn fail_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
+        self.transition("fail_claimed", fire_id, node, "", reason).await
+    }
+
+    async fn release_fire(&self, fire_id: i64, node: &NodeRef) -> Result<bool, StoreError> {
+        let (node_id, inc) = owner(node);
+        self.fire_step(
+            fire_id,
+            "release",
+            json!({ "id": num(fire_id), "node": node_id, "inc": inc }),
+        )
+        .await
+    }
+
+    async fn fire_fail_and_retry(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        error: &str,
+        retry_in_ms: i64,
+    ) -> Result<FollowUp, StoreError> {
+        let (node_id, inc) = owner(node);
+        let args = json!({ "id": num(fire_id), "node": node_id, "inc": inc, "text": truncate(error), "delay": num(retry_in_ms) });
+        self.follow_up(fire_id, "fail_retry", args).await
+    }
+
+    async fn fire_misfire_and_run_late(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        reason: &str,
+        one_per_execute: bool,
+    ) -> Result<FollowUp, StoreError> {
+        let (node_id, inc) = owner(node);
+        let args = json!({ "id": num(fire_id), "node": node_id, "inc": inc, "text": truncate(reason), "one": flag(one_per_execute) });
+        self.follow_up(fire_id, "misfire_late", args).await
     }
 }

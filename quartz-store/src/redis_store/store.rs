@@ -4,11 +4,13 @@
 //! computed from is unchanged (the calendars' version, each row's fire
 //! times) and otherwise answers "retry", and the call runs again.
 
+use async_trait::async_trait;
 use quartz_core::Timestamp;
 use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{
-    CalendarRecord, ChangeAction, ChangeQuery, ChangeRecord, ExecuteSpec, FireQuery, FireRecord, FireRetry,
-    HealthCounts, Job, JobDetail, JobQuery, JobSpec, Node, RejectedRow, Store, StoreError, check_name, millis_of,
+    CalendarRecord, CalendarStore, ChangeAction, ChangeQuery, ChangeRecord, ExecuteSpec, FireQuery, FireRecord,
+    FireRetry, HealthCounts, HistoryStore, Job, JobDetail, JobQuery, JobSpec, JobStore, Node, RejectedRow, SharedStore,
+    Store, StoreError, check_name, millis_of,
 };
 use serde_json::{Value, json};
 
@@ -215,28 +217,22 @@ impl RedisStore {
     }
 }
 
+#[async_trait]
 impl Store for RedisStore {
     async fn now(&self) -> Result<Timestamp, StoreError> {
         self.clock().await
     }
 
-    fn acting_as(&self, actor: &str) -> RedisStore {
-        RedisStore {
+    fn acting_as(&self, actor: &str) -> SharedStore {
+        std::sync::Arc::new(RedisStore {
             actor: common::actor_name(actor).into(),
             ..self.clone()
-        }
+        })
     }
+}
 
-    async fn list_nodes(&self, scheduler: &str) -> Result<Vec<Node>, StoreError> {
-        let records: Vec<Record> = self.run(scheduler, 0, "nodes", &json!({})).await?;
-        let mut nodes = records
-            .iter()
-            .map(|r| decode::node(r, scheduler))
-            .collect::<Result<Vec<_>, _>>()?;
-        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
-        Ok(nodes)
-    }
-
+#[async_trait]
+impl JobStore for RedisStore {
     async fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {
         check_name("scheduler name", scheduler)?;
         self.keys(scheduler)?;
@@ -354,53 +350,6 @@ impl Store for RedisStore {
         self.require_job(scheduler, name).await
     }
 
-    async fn health_counts(
-        &self,
-        scheduler: &str,
-        overdue_before: Timestamp,
-        stranded_before: Timestamp,
-        recent_since: Timestamp,
-    ) -> Result<HealthCounts, StoreError> {
-        let args = json!({
-            "overdue_before": num(overdue_before.as_millis()),
-            "stranded_before": num(stranded_before.as_millis()),
-            "recent_since": num(recent_since.as_millis()),
-        });
-        let reply: Vec<String> = self.run(scheduler, 0, "health", &args).await?;
-        let n = |i: usize| reply.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        Ok(HealthCounts {
-            overdue_triggers: n(0),
-            oldest_overdue: reply
-                .get(1)
-                .and_then(|v| v.parse::<f64>().ok())
-                .map(|ms| Timestamp::from_millis(ms as i64)),
-            claimed: n(2),
-            running: n(3),
-            pending: n(4),
-            stranded: n(5),
-            recent_succeeded: n(6),
-            recent_failed: n(7),
-            recent_misfired: n(8),
-        })
-    }
-
-    async fn retry_fire(&self, scheduler: &str, fire_id: i64) -> Result<FireRetry, StoreError> {
-        let args = json!({
-            "fire": num(fire_id),
-            "change": self.change(ChangeAction::FireRetry, "", ""),
-        });
-        let reply: Vec<String> = self.write(scheduler, "fire_retry", &args).await?;
-        let at = |i: usize| reply.get(i).map(String::as_str).unwrap_or_default();
-        Ok(match at(0) {
-            "ok" => FireRetry::Pending {
-                fire_id: at(1).parse().unwrap_or_default(),
-                attempt: at(2).parse().unwrap_or_default(),
-            },
-            "not_found" => FireRetry::NotFound,
-            _ => FireRetry::Refused(at(1).to_owned()),
-        })
-    }
-
     async fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError> {
         let args = json!({
             "name": name,
@@ -433,36 +382,26 @@ impl Store for RedisStore {
         self.job_change(scheduler, "job_delete", name, None, args).await
     }
 
-    async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
-        let job = match (&query.job, query.job_id) {
-            (Some(name), _) => num(self.require_job(&query.scheduler, name).await?.id),
-            (None, Some(id)) => num(id),
-            (None, None) => Value::String(String::new()),
-        };
+    async fn retry_fire(&self, scheduler: &str, fire_id: i64) -> Result<FireRetry, StoreError> {
         let args = json!({
-            "job": job,
-            "state": query.state.map(|s| s.as_str()).unwrap_or_default(),
-            "since": ms(query.since),
-            "upto": ms(query.until),
-            "before_id": opt(query.before_id),
-            "limit": num(query.limit),
-            "node": query.node_id.clone().unwrap_or_default(),
-            "error": query.error_contains.as_deref().map(str::to_lowercase).unwrap_or_default(),
+            "fire": num(fire_id),
+            "change": self.change(ChangeAction::FireRetry, "", ""),
         });
-        let records: Vec<Record> = self.run(&query.scheduler, 0, "fires", &args).await?;
-        records.iter().map(decode::fire).collect()
+        let reply: Vec<String> = self.write(scheduler, "fire_retry", &args).await?;
+        let at = |i: usize| reply.get(i).map(String::as_str).unwrap_or_default();
+        Ok(match at(0) {
+            "ok" => FireRetry::Pending {
+                fire_id: at(1).parse().unwrap_or_default(),
+                attempt: at(2).parse().unwrap_or_default(),
+            },
+            "not_found" => FireRetry::NotFound,
+            _ => FireRetry::Refused(at(1).to_owned()),
+        })
     }
+}
 
-    async fn change_log(&self, query: &ChangeQuery) -> Result<Vec<ChangeRecord>, StoreError> {
-        let args = json!({
-            "target": query.target.clone().unwrap_or_default(),
-            "before_id": opt(query.before_id),
-            "limit": num(query.limit),
-        });
-        let records: Vec<Record> = self.run(&query.scheduler, 0, "change_log", &args).await?;
-        records.iter().map(|r| decode::change(r, &query.scheduler)).collect()
-    }
-
+#[async_trait]
+impl CalendarStore for RedisStore {
     async fn put_calendar(
         &self,
         scheduler: &str,
@@ -505,5 +444,94 @@ impl Store for RedisStore {
         });
         let reply: Vec<String> = self.write(scheduler, "calendar_delete", &args).await?;
         Self::answer(scheduler, name, &reply).map(|_| ())
+    }
+}
+
+#[async_trait]
+impl HistoryStore for RedisStore {
+    async fn list_nodes(&self, scheduler: &str) -> Result<Vec<Node>, StoreError> {
+        let records: Vec<Record> = self.run(scheduler, 0, "nodes", &json!({})).await?;
+        let mut nodes = records
+            .iter()
+            .map(|r| decode::node(r, scheduler))
+            .collect::<Result<Vec<_>, _>>()?;
+        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        Ok(nodes)
+    }
+
+    async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
+        let job = match (&query.job, query.job_id) {
+            (Some(name), _) => num(self.require_job(&query.scheduler, name).await?.id),
+            (None, Some(id)) => num(id),
+            (None, None) => Value::String(String::new()),
+        };
+        let args = json!({
+            "job": job,
+            "state": query.state.map(|s| s.as_str()).unwrap_or_default(),
+            "since": ms(query.since),
+            "upto": ms(query.until),
+            "before_id": opt(query.before_id),
+            "limit": num(query.limit),
+            "node": query.node_id.clone().unwrap_or_default(),
+            "error": query.error_contains.as_deref().map(str::to_lowercase).unwrap_or_default(),
+        });
+        let records: Vec<Record> = self.run(&query.scheduler, 0, "fires", &args).await?;
+        records.iter().map(decode::fire).collect()
+    }
+
+    async fn change_log(&self, query: &ChangeQuery) -> Result<Vec<ChangeRecord>, StoreError> {
+        let args = json!({
+            "target": query.target.clone().unwrap_or_default(),
+            "before_id": opt(query.before_id),
+            "limit": num(query.limit),
+        });
+        let records: Vec<Record> = self.run(&query.scheduler, 0, "change_log", &args).await?;
+        records.iter().map(|r| decode::change(r, &query.scheduler)).collect()
+    }
+
+    async fn health_counts(
+        &self,
+        scheduler: &str,
+        overdue_before: Timestamp,
+        stranded_before: Timestamp,
+        recent_since: Timestamp,
+    ) -> Result<HealthCounts, StoreError> {
+        let args = json!({
+            "overdue_before": num(overdue_before.as_millis()),
+            "stranded_before": num(stranded_before.as_millis()),
+            "recent_since": num(recent_since.as_millis()),
+        });
+        let reply: Vec<String> = self.run(scheduler, 0, "health", &args).await?;
+        let n = |i: usize| reply.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        Ok(HealthCounts {
+            overdue_triggers: n(0),
+            oldest_overdue: reply
+                .get(1)
+                .and_then(|v| v.parse::<f64>().ok())
+                .map(|ms| Timestamp::from_millis(ms as i64)),
+            claimed: n(2),
+            running: n(3),
+            pending: n(4),
+            stranded: n(5),
+            recent_succeeded: n(6),
+            recent_failed: n(7),
+            recent_misfired: n(8),
+        })
+    }
+
+    async fn changes(&self, scheduler: &str) -> Result<i64, StoreError> {
+        let n: String = self.run(scheduler, 0, "changes", &json!({})).await?;
+        Ok(n.parse().unwrap_or(0))
+    }
+
+    async fn change_wait(&self, scheduler: &str, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError> {
+        let deadline = tokio::time::Instant::now() + max_wait;
+        loop {
+            let now = self.changes(scheduler).await?;
+            if now != seen || tokio::time::Instant::now() >= deadline {
+                return Ok(now);
+            }
+            tokio::time::sleep(super::engine::CHANGE_POLL.min(deadline - tokio::time::Instant::now())).await;
+        }
     }
 }

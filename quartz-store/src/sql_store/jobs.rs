@@ -239,7 +239,7 @@ impl SqlStore {
         expected_version: Option<i64>,
     ) -> Result<Job, StoreError> {
         job.validate()?;
-        let before = quartz_core::store::Store::get_job(self, scheduler, name)
+        let before = quartz_core::store::JobStore::get_job(self, scheduler, name)
             .await?
             .ok_or_else(|| StoreError::UnknownJob {
                 scheduler: scheduler.to_owned(),

@@ -6,7 +6,7 @@ use quartz_core::store::{Node, NodeRegistration, StoreError, millis_of};
 use super::*;
 
 impl SqlStore {
-    /// [`Store::register_node`]'s transaction: one upsert (a new node's row,
+    /// [`NodeStore::register_node`]'s transaction: one upsert (a new node's row,
     /// or a returning node's next incarnation), then the row as stored. A new
     /// row's first incarnation is the database's now in milliseconds, not 1:
     /// a node whose row the retention purged and that comes back is still

@@ -7,7 +7,6 @@ use axum::response::Response;
 use quartz_core::Timestamp;
 use quartz_core::admin::{CalendarView, deserialize_instant, instant_schema};
 use quartz_core::calendar::CalendarDefinition;
-use quartz_core::store::Store;
 use serde::{Deserialize, Serialize};
 
 use super::{ApiResult, IF_MATCH, now_ms, versioned};
@@ -60,8 +59,8 @@ pub struct Preview {
 #[utoipa::path(get, path = "/api/v1/cron/preview", params(PreviewQuery), tag = "cron",
     responses((status = 200, body = Preview), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 429, body = ErrorBody)))]
-pub(super) async fn cron_preview<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(super) async fn cron_preview(
+    State(state): State<AppState>,
     _: Caller,
     ApiQuery(q): ApiQuery<PreviewQuery>,
 ) -> ApiResult<Preview> {
@@ -88,10 +87,7 @@ pub(super) async fn cron_preview<S: Store + Clone>(
 /// Every calendar, by name.
 #[utoipa::path(get, path = "/api/v1/calendars", tag = "calendars",
     responses((status = 200, body = [CalendarView]), (status = 401, body = ErrorBody)))]
-pub(super) async fn calendars_list<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    _: Caller,
-) -> ApiResult<Vec<CalendarView>> {
+pub(super) async fn calendars_list(State(state): State<AppState>, _: Caller) -> ApiResult<Vec<CalendarView>> {
     Ok(Json(state.admin.calendars().await?))
 }
 
@@ -99,8 +95,8 @@ pub(super) async fn calendars_list<S: Store + Clone>(
 #[utoipa::path(get, path = "/api/v1/calendars/{name}", params(("name" = String, Path, description = "the calendar's name")),
     tag = "calendars", responses((status = 200, body = CalendarView,
         headers(("ETag" = String, description = "the calendar's version"))), (status = 404, body = ErrorBody)))]
-pub(super) async fn calendar_get<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(super) async fn calendar_get(
+    State(state): State<AppState>,
     _: Caller,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -110,11 +106,7 @@ pub(super) async fn calendar_get<S: Store + Clone>(
 
 /// The version a write of calendar `name` is made against, from its
 /// `If-Match`.
-async fn calendar_expected<S: Store + Clone>(
-    state: &AppState<S>,
-    if_match: IfMatch,
-    name: &str,
-) -> Result<Option<i64>, ApiError> {
+async fn calendar_expected(state: &AppState, if_match: IfMatch, name: &str) -> Result<Option<i64>, ApiError> {
     let any = if_match == IfMatch::Any;
     let expected = if_match
         .expected("calendar", name, async {
@@ -151,8 +143,8 @@ async fn calendar_expected<S: Store + Clone>(
     responses((status = 200, body = CalendarView, headers(("ETag" = String, description = "the calendar's new version"))),
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 412, body = ErrorBody)))]
-pub(super) async fn calendar_put<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(super) async fn calendar_put(
+    State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
     headers: axum::http::HeaderMap,
@@ -182,8 +174,8 @@ pub(super) async fn calendar_put<S: Store + Clone>(
         ("If-Match" = Option<String>, Header, description = IF_MATCH)),
     tag = "calendars", responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 412, body = ErrorBody)))]
-pub(super) async fn calendar_delete<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(super) async fn calendar_delete(
+    State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
     if_match: IfMatch,

@@ -15,7 +15,6 @@ use quartz_core::admin::{
 };
 use quartz_core::audit::AuditParams;
 use quartz_core::calendar::{CalendarDefinition, CalendarType};
-use quartz_core::store::Store;
 use serde::{Deserialize, Serialize};
 use utoipa::OpenApi;
 
@@ -29,35 +28,32 @@ mod calendars;
 use calendars::Preview;
 
 /// The API's routes, under `/api/v1`.
-pub(crate) fn routes<S: Store + Clone>() -> Router<S> {
+pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/jobs", get(jobs_list::<S>).post(job_add::<S>))
+        .route("/jobs", get(jobs_list).post(job_add))
         .route(
             "/jobs/{name}",
-            get(job_get::<S>)
-                .put(job_put::<S>)
-                .patch(job_edit::<S>)
-                .delete(job_delete::<S>),
+            get(job_get).put(job_put).patch(job_edit).delete(job_delete),
         )
-        .route("/jobs/{name}/pause", post(job_pause::<S>))
-        .route("/jobs/{name}/resume", post(job_resume::<S>))
-        .route("/jobs/{name}/trigger", post(job_trigger::<S>))
-        .route("/jobs/{name}/stats", get(job_stats::<S>))
-        .route("/fires", get(fires_list::<S>))
-        .route("/fires/{id}/retry", post(fire_retry::<S>))
-        .route("/nodes", get(nodes_list::<S>))
-        .route("/changes", get(changes_list::<S>))
-        .route("/audit", get(audit::<S>))
-        .route("/overview", get(overview::<S>))
-        .route("/health", get(health::<S>))
-        .route("/calendars", get(calendars::calendars_list::<S>))
+        .route("/jobs/{name}/pause", post(job_pause))
+        .route("/jobs/{name}/resume", post(job_resume))
+        .route("/jobs/{name}/trigger", post(job_trigger))
+        .route("/jobs/{name}/stats", get(job_stats))
+        .route("/fires", get(fires_list))
+        .route("/fires/{id}/retry", post(fire_retry))
+        .route("/nodes", get(nodes_list))
+        .route("/changes", get(changes_list))
+        .route("/audit", get(audit))
+        .route("/overview", get(overview))
+        .route("/health", get(health))
+        .route("/calendars", get(calendars::calendars_list))
         .route(
             "/calendars/{name}",
-            get(calendars::calendar_get::<S>)
-                .put(calendars::calendar_put::<S>)
-                .delete(calendars::calendar_delete::<S>),
+            get(calendars::calendar_get)
+                .put(calendars::calendar_put)
+                .delete(calendars::calendar_delete),
         )
-        .route("/cron/preview", get(calendars::cron_preview::<S>))
+        .route("/cron/preview", get(calendars::cron_preview))
         .route("/openapi.json", get(openapi))
 }
 
@@ -75,8 +71,8 @@ const IF_MATCH: &str = "the ETag (version) this write is made against: 412 `stal
 /// Lists jobs by name, filtered, searched and paged by key.
 #[utoipa::path(get, path = "/api/v1/jobs", params(JobFilter), tag = "jobs",
     responses((status = 200, body = JobPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
-async fn jobs_list<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+async fn jobs_list(
+    State(state): State<AppState>,
     _: Caller,
     ApiQuery(filter): ApiQuery<JobFilter>,
 ) -> ApiResult<Page<JobView>> {
@@ -87,8 +83,8 @@ async fn jobs_list<S: Store + Clone>(
 #[utoipa::path(post, path = "/api/v1/jobs", request_body = JobDefinition, tag = "jobs",
     responses((status = 201, body = JobView, headers(("ETag" = String, description = "the job's version"))),
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
-async fn job_add<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+async fn job_add(
+    State(state): State<AppState>,
     caller: Caller,
     ApiJson(job): ApiJson<JobDefinition>,
 ) -> Result<Response, ApiError> {
@@ -101,11 +97,7 @@ async fn job_add<S: Store + Clone>(
 #[utoipa::path(get, path = "/api/v1/jobs/{name}", params(("name" = String, Path, description = "the job's name")),
     tag = "jobs", responses((status = 200, body = JobView, headers(("ETag" = String, description = "the job's version"))),
         (status = 404, body = ErrorBody)))]
-async fn job_get<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    _: Caller,
-    Path(name): Path<String>,
-) -> Result<Response, ApiError> {
+async fn job_get(State(state): State<AppState>, _: Caller, Path(name): Path<String>) -> Result<Response, ApiError> {
     let view = state.admin.job(&name).await?;
     Ok(versioned(StatusCode::OK, view.version, view))
 }
@@ -122,8 +114,8 @@ async fn job_get<S: Store + Clone>(
         (status = 201, body = JobView, headers(("ETag" = String, description = "the job's version"),
             ("X-Quartz-Outcome" = String, description = "created"))),
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
-async fn job_put<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+async fn job_put(
+    State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
     ApiJson(job): ApiJson<JobDefinition>,
@@ -150,11 +142,7 @@ async fn job_put<S: Store + Clone>(
 }
 
 /// The version a write of job `name` is made against, from its `If-Match`.
-async fn job_expected<S: Store + Clone>(
-    state: &AppState<S>,
-    if_match: IfMatch,
-    name: &str,
-) -> Result<Option<i64>, ApiError> {
+async fn job_expected(state: &AppState, if_match: IfMatch, name: &str) -> Result<Option<i64>, ApiError> {
     if_match
         .expected("job", name, async { Ok(state.admin.job(name).await?.version) })
         .await
@@ -168,8 +156,8 @@ async fn job_expected<S: Store + Clone>(
     responses((status = 200, body = JobView, headers(("ETag" = String, description = "the job's new version"))),
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 412, body = ErrorBody)))]
-async fn job_edit<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+async fn job_edit(
+    State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
     if_match: IfMatch,
@@ -191,8 +179,8 @@ async fn job_edit<S: Store + Clone>(
         ("If-Match" = Option<String>, Header, description = IF_MATCH)),
     tag = "jobs", responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 412, body = ErrorBody)))]
-async fn job_delete<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+async fn job_delete(
+    State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
     if_match: IfMatch,
@@ -208,8 +196,8 @@ async fn job_delete<S: Store + Clone>(
         ("If-Match" = Option<String>, Header, description = IF_MATCH)),
     tag = "jobs", responses((status = 200, body = JobView, headers(("ETag" = String, description = "the job's new version"))),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 412, body = ErrorBody)))]
-async fn job_pause<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+async fn job_pause(
+    State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
     if_match: IfMatch,
@@ -226,8 +214,8 @@ async fn job_pause<S: Store + Clone>(
         ("If-Match" = Option<String>, Header, description = IF_MATCH)),
     tag = "jobs", responses((status = 200, body = JobView, headers(("ETag" = String, description = "the job's new version"))),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 412, body = ErrorBody)))]
-async fn job_resume<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+async fn job_resume(
+    State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
     if_match: IfMatch,
@@ -243,8 +231,8 @@ async fn job_resume<S: Store + Clone>(
 /// paused; `note` says what happens in words.
 #[utoipa::path(post, path = "/api/v1/jobs/{name}/trigger", params(("name" = String, Path, description = "the job's name")),
     tag = "jobs", responses((status = 202, body = ManualFire), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-async fn job_trigger<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+async fn job_trigger(
+    State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -256,8 +244,8 @@ async fn job_trigger<S: Store + Clone>(
 /// The fire ledger, newest first, paged by key.
 #[utoipa::path(get, path = "/api/v1/fires", params(FireFilter), tag = "history",
     responses((status = 200, body = FirePage), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
-async fn fires_list<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+async fn fires_list(
+    State(state): State<AppState>,
     _: Caller,
     ApiQuery(filter): ApiQuery<FireFilter>,
 ) -> ApiResult<Page<FireView>> {
@@ -268,11 +256,7 @@ async fn fires_list<S: Store + Clone>(
 /// failure (a deleted job's too, by the name it had).
 #[utoipa::path(get, path = "/api/v1/jobs/{name}/stats", params(("name" = String, Path, description = "the job's name")),
     tag = "jobs", responses((status = 200, body = JobStats), (status = 404, body = ErrorBody)))]
-async fn job_stats<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    _: Caller,
-    Path(name): Path<String>,
-) -> ApiResult<JobStats> {
+async fn job_stats(State(state): State<AppState>, _: Caller, Path(name): Path<String>) -> ApiResult<JobStats> {
     Ok(Json(state.admin.job_stats(&name).await?))
 }
 
@@ -282,8 +266,8 @@ async fn job_stats<S: Store + Clone>(
 #[utoipa::path(post, path = "/api/v1/fires/{id}/retry", params(("id" = i64, Path, description = "the fire's ledger id")),
     tag = "history", responses((status = 202, body = FireView), (status = 400, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-async fn fire_retry<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+async fn fire_retry(
+    State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -297,15 +281,15 @@ async fn fire_retry<S: Store + Clone>(
 
 /// The cluster's nodes, live first.
 #[utoipa::path(get, path = "/api/v1/nodes", tag = "cluster", responses((status = 200, body = Vec<NodeView>)))]
-async fn nodes_list<S: Store + Clone>(State(state): State<AppState<S>>, _: Caller) -> ApiResult<Vec<NodeView>> {
+async fn nodes_list(State(state): State<AppState>, _: Caller) -> ApiResult<Vec<NodeView>> {
     Ok(Json(state.admin.nodes().await?))
 }
 
 /// The change log, newest first: who changed which job, how, when.
 #[utoipa::path(get, path = "/api/v1/changes", params(ChangeFilter), tag = "history",
     responses((status = 200, body = ChangePage), (status = 400, body = ErrorBody)))]
-async fn changes_list<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+async fn changes_list(
+    State(state): State<AppState>,
     _: Caller,
     ApiQuery(filter): ApiQuery<ChangeFilter>,
 ) -> ApiResult<Page<ChangeView>> {
@@ -361,8 +345,8 @@ pub struct ViolationView {
 /// stranded retries).
 #[utoipa::path(get, path = "/api/v1/audit", params(AuditRange), tag = "history",
     responses((status = 200, body = AuditView)))]
-async fn audit<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+async fn audit(
+    State(state): State<AppState>,
     _: Caller,
     ApiQuery(range): ApiQuery<AuditRange>,
 ) -> ApiResult<AuditView> {
@@ -406,8 +390,8 @@ pub struct OverviewWindow {
 /// minute and by lateness.
 #[utoipa::path(get, path = "/api/v1/overview", params(OverviewWindow), tag = "cluster",
     responses((status = 200, body = Overview), (status = 400, body = ErrorBody)))]
-async fn overview<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+async fn overview(
+    State(state): State<AppState>,
     _: Caller,
     ApiQuery(window): ApiQuery<OverviewWindow>,
 ) -> ApiResult<Overview> {
@@ -425,7 +409,7 @@ async fn overview<S: Store + Clone>(
 /// ones apart), overdue triggers, open, pending and stranded fires, and the
 /// last five minutes' outcomes (what `/metrics` exports as gauges).
 #[utoipa::path(get, path = "/api/v1/health", tag = "cluster", responses((status = 200, body = ClusterHealth)))]
-async fn health<S: Store + Clone>(State(state): State<AppState<S>>, _: Caller) -> ApiResult<ClusterHealth> {
+async fn health(State(state): State<AppState>, _: Caller) -> ApiResult<ClusterHealth> {
     Ok(Json(state.admin.health().await?))
 }
 

@@ -5,15 +5,14 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
 use quartz_core::admin::AdminError;
-use quartz_core::store::Store;
 
 use super::{Fields, Viewer, html};
 use crate::AppState;
 
 /// Retries a failed, abandoned or misfired fire, back to the history with
 /// the new attempt's id said.
-pub(super) async fn retry<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(super) async fn retry(
+    State(state): State<AppState>,
     viewer: Viewer,
     axum::extract::Path(id): axum::extract::Path<String>,
     body: Bytes,
@@ -43,7 +42,7 @@ enum Verb {
     Delete,
 }
 
-async fn act<S: Store + Clone>(state: AppState<S>, viewer: Viewer, name: String, body: Bytes, verb: Verb) -> Response {
+async fn act(state: AppState, viewer: Viewer, name: String, body: Bytes, verb: Verb) -> Response {
     let fields = Fields::parse(&body);
     if let Some(refused) = viewer.refuse_form(&fields) {
         return refused;
@@ -74,8 +73,8 @@ async fn act<S: Store + Clone>(state: AppState<S>, viewer: Viewer, name: String,
     }
 }
 
-pub(super) async fn pause<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(super) async fn pause(
+    State(state): State<AppState>,
     viewer: Viewer,
     axum::extract::Path(name): axum::extract::Path<String>,
     body: Bytes,
@@ -83,8 +82,8 @@ pub(super) async fn pause<S: Store + Clone>(
     act(state, viewer, name, body, Verb::Pause).await
 }
 
-pub(super) async fn resume<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(super) async fn resume(
+    State(state): State<AppState>,
     viewer: Viewer,
     axum::extract::Path(name): axum::extract::Path<String>,
     body: Bytes,
@@ -92,8 +91,8 @@ pub(super) async fn resume<S: Store + Clone>(
     act(state, viewer, name, body, Verb::Resume).await
 }
 
-pub(super) async fn trigger<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(super) async fn trigger(
+    State(state): State<AppState>,
     viewer: Viewer,
     axum::extract::Path(name): axum::extract::Path<String>,
     body: Bytes,
@@ -101,8 +100,8 @@ pub(super) async fn trigger<S: Store + Clone>(
     act(state, viewer, name, body, Verb::Trigger).await
 }
 
-pub(super) async fn delete<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(super) async fn delete(
+    State(state): State<AppState>,
     viewer: Viewer,
     axum::extract::Path(name): axum::extract::Path<String>,
     body: Bytes,

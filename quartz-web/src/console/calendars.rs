@@ -9,7 +9,6 @@ use axum::response::Response;
 use maud::{Markup, html};
 use quartz_core::admin::{AdminError, CalendarView};
 use quartz_core::calendar::CalendarDefinition;
-use quartz_core::store::Store;
 
 use super::html::{self, Section, empty, instant, segment};
 use super::pages::Notice;
@@ -40,11 +39,7 @@ fn table(viewer: &Viewer, calendars: &[CalendarView], now: i64) -> Markup {
     }
 }
 
-pub(crate) async fn list<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    viewer: Viewer,
-    Query(notice): Query<Notice>,
-) -> Response {
+pub(crate) async fn list(State(state): State<AppState>, viewer: Viewer, Query(notice): Query<Notice>) -> Response {
     let (calendars, now) = match (state.admin.calendars().await, state.admin.now().await) {
         (Ok(c), Ok(n)) => (c, n.as_millis()),
         (Err(e), _) | (_, Err(e)) => return viewer.failure(&e),
@@ -119,8 +114,8 @@ fn form(viewer: &Viewer, form: &CalendarForm, error: &FieldError, editing: bool)
     }
 }
 
-pub(crate) async fn show<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(crate) async fn show(
+    State(state): State<AppState>,
     viewer: Viewer,
     Path(name): Path<String>,
     Query(notice): Query<Notice>,
@@ -210,13 +205,7 @@ fn field_of(e: &AdminError) -> FieldError {
 
 /// Adds (`name` from the form, only if none of that name exists) or
 /// replaces (`name` from the path) a calendar.
-async fn put<S: Store + Clone>(
-    state: &AppState<S>,
-    viewer: &Viewer,
-    name: &str,
-    fields: &Fields,
-    only_new: bool,
-) -> Result<(), FieldError> {
+async fn put(state: &AppState, viewer: &Viewer, name: &str, fields: &Fields, only_new: bool) -> Result<(), FieldError> {
     let definition: CalendarDefinition = serde_json::from_str(fields.get("definition"))
         .map_err(|e| Some(("definition", format!("not a calendar definition: {e}"))))?;
     let admin = state.admin.acting_as(viewer.actor);
@@ -230,11 +219,7 @@ async fn put<S: Store + Clone>(
         .map_err(|e| field_of(&e).or_else(|| Some(("definition", e.to_string()))))
 }
 
-pub(crate) async fn create<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    viewer: Viewer,
-    body: Bytes,
-) -> Response {
+pub(crate) async fn create(State(state): State<AppState>, viewer: Viewer, body: Bytes) -> Response {
     let fields = Fields::parse(&body);
     if let Some(refused) = viewer.refuse_form(&fields) {
         return refused;
@@ -266,8 +251,8 @@ pub(crate) async fn create<S: Store + Clone>(
     }
 }
 
-pub(crate) async fn replace<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(crate) async fn replace(
+    State(state): State<AppState>,
     viewer: Viewer,
     Path(name): Path<String>,
     body: Bytes,
@@ -304,8 +289,8 @@ pub(crate) async fn replace<S: Store + Clone>(
     }
 }
 
-pub(crate) async fn delete<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(crate) async fn delete(
+    State(state): State<AppState>,
     viewer: Viewer,
     Path(name): Path<String>,
     body: Bytes,

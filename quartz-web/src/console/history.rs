@@ -5,7 +5,6 @@ use axum::extract::{Query, State};
 use axum::response::Response;
 use maud::{Markup, html};
 use quartz_core::admin::{FireFilter, FireView};
-use quartz_core::store::Store;
 use serde::Deserialize;
 
 use super::Viewer;
@@ -53,8 +52,8 @@ fn typed_instant(text: &str) -> Result<Option<i64>, String> {
     ))
 }
 
-pub(crate) async fn fires<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(crate) async fn fires(
+    State(state): State<AppState>,
     viewer: Viewer,
     Query(q): Query<FiresQuery>,
     Query(notice): Query<Notice>,

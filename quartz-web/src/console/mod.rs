@@ -30,39 +30,32 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use maud::{DOCTYPE, Markup, html};
 use quartz_core::admin::AdminError;
-use quartz_core::store::Store;
 
 use crate::access::{self, Role, SESSION_COOKIE};
 use crate::{AppState, Router};
 
 /// The console's routes, at the router's root.
-pub(crate) fn routes<S: Store + Clone>() -> Router<S> {
+pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/", get(pages::overview::<S>))
-        .route("/login", get(login_page::<S>).post(login::<S>))
-        .route("/logout", post(logout::<S>))
-        .route("/jobs", get(pages::jobs::<S>))
-        .route("/new", get(form::new_page::<S>).post(form::create::<S>))
-        .route("/jobs/{name}", get(pages::job::<S>))
-        .route("/jobs/{name}/edit", get(form::edit_page::<S>).post(form::edit::<S>))
-        .route(
-            "/jobs/{name}/delete",
-            get(pages::delete_page::<S>).post(actions::delete::<S>),
-        )
-        .route("/jobs/{name}/pause", post(actions::pause::<S>))
-        .route("/jobs/{name}/resume", post(actions::resume::<S>))
-        .route("/jobs/{name}/trigger", post(actions::trigger::<S>))
-        .route("/fires/{id}/retry", post(actions::retry::<S>))
-        .route("/fires", get(history::fires::<S>))
-        .route("/nodes", get(pages::nodes::<S>))
-        .route("/changes", get(pages::changes::<S>))
-        .route("/calendars", get(calendars::list::<S>))
-        .route("/new-calendar", get(calendars::new_page).post(calendars::create::<S>))
-        .route(
-            "/calendars/{name}",
-            get(calendars::show::<S>).post(calendars::replace::<S>),
-        )
-        .route("/calendars/{name}/delete", post(calendars::delete::<S>))
+        .route("/", get(pages::overview))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
+        .route("/jobs", get(pages::jobs))
+        .route("/new", get(form::new_page).post(form::create))
+        .route("/jobs/{name}", get(pages::job))
+        .route("/jobs/{name}/edit", get(form::edit_page).post(form::edit))
+        .route("/jobs/{name}/delete", get(pages::delete_page).post(actions::delete))
+        .route("/jobs/{name}/pause", post(actions::pause))
+        .route("/jobs/{name}/resume", post(actions::resume))
+        .route("/jobs/{name}/trigger", post(actions::trigger))
+        .route("/fires/{id}/retry", post(actions::retry))
+        .route("/fires", get(history::fires))
+        .route("/nodes", get(pages::nodes))
+        .route("/changes", get(pages::changes))
+        .route("/calendars", get(calendars::list))
+        .route("/new-calendar", get(calendars::new_page).post(calendars::create))
+        .route("/calendars/{name}", get(calendars::show).post(calendars::replace))
+        .route("/calendars/{name}/delete", post(calendars::delete))
         .route("/assets/console.css", get(css))
         .route("/assets/console.js", get(js))
 }
@@ -201,10 +194,10 @@ fn session_cookie(base: &str, id: &str, max_age: Option<u32>) -> String {
     format!("{SESSION_COOKIE}={id}; Path={path}; HttpOnly; SameSite=Strict{age}")
 }
 
-impl<S: Store + Clone> FromRequestParts<AppState<S>> for Viewer {
+impl FromRequestParts<AppState> for Viewer {
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState<S>) -> Result<Viewer, Response> {
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Viewer, Response> {
         let base = base_of(parts);
         let scheduler = state.admin.scheduler().to_owned();
         let existing = access::cookie(parts, SESSION_COOKIE)
@@ -383,8 +376,8 @@ impl<St: Send + Sync> FromRequestParts<St> for Peer {
     }
 }
 
-async fn login_page<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+async fn login_page(
+    State(state): State<AppState>,
     Base(base): Base,
     axum::extract::Query(q): axum::extract::Query<NextQuery>,
 ) -> Response {
@@ -395,12 +388,7 @@ async fn login_page<S: Store + Clone>(
     login_form(&base, next, None).into_response()
 }
 
-async fn login<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    Base(base): Base,
-    Peer(peer): Peer,
-    body: Bytes,
-) -> Response {
+async fn login(State(state): State<AppState>, Base(base): Base, Peer(peer): Peer, body: Bytes) -> Response {
     let fields = Fields::parse(&body);
     let next = safe_next(fields.get("next"));
     if let Some(wait) = peer.and_then(|ip| state.sessions.guess_wait(ip, state.access.max_guesses())) {
@@ -440,7 +428,7 @@ async fn login<S: Store + Clone>(
     }
 }
 
-async fn logout<S: Store + Clone>(State(state): State<AppState<S>>, viewer: Viewer, body: Bytes) -> Response {
+async fn logout(State(state): State<AppState>, viewer: Viewer, body: Bytes) -> Response {
     if !access::same(Fields::parse(&body).get("csrf").as_bytes(), viewer.csrf.as_bytes()) {
         return plain(
             StatusCode::FORBIDDEN,

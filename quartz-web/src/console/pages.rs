@@ -5,7 +5,6 @@ use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use maud::{Markup, html};
 use quartz_core::admin::{ChangeFilter, ChangeView, FireFilter, JobFilter, JobView, NodeView};
-use quartz_core::store::Store;
 use serde::Deserialize;
 
 use super::Viewer;
@@ -41,7 +40,7 @@ impl Notice {
     }
 }
 
-pub(crate) async fn overview<S: Store + Clone>(State(state): State<AppState<S>>, viewer: Viewer) -> Response {
+pub(crate) async fn overview(State(state): State<AppState>, viewer: Viewer) -> Response {
     let overview = match state.admin.overview(OVERVIEW_WINDOW_MS).await {
         Ok(o) => o,
         Err(e) => return viewer.failure(&e),
@@ -121,11 +120,7 @@ pub(crate) struct JobsQuery {
     notice: Notice,
 }
 
-pub(crate) async fn jobs<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    viewer: Viewer,
-    Query(q): Query<JobsQuery>,
-) -> Response {
+pub(crate) async fn jobs(State(state): State<AppState>, viewer: Viewer, Query(q): Query<JobsQuery>) -> Response {
     let filter = JobFilter {
         search: q.search.clone().filter(|s| !s.is_empty()),
         state: q.state.clone().filter(|s| !s.is_empty()),
@@ -200,8 +195,8 @@ fn schedule(job: &JobView) -> Markup {
     }
 }
 
-pub(crate) async fn job<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(crate) async fn job(
+    State(state): State<AppState>,
     viewer: Viewer,
     Path(name): Path<String>,
     Query(notice): Query<Notice>,
@@ -309,11 +304,7 @@ pub(crate) async fn job<S: Store + Clone>(
     ))
 }
 
-pub(crate) async fn delete_page<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    viewer: Viewer,
-    Path(name): Path<String>,
-) -> Response {
+pub(crate) async fn delete_page(State(state): State<AppState>, viewer: Viewer, Path(name): Path<String>) -> Response {
     let job = match state.admin.job(&name).await {
         Ok(j) => j,
         Err(e) => return viewer.failure(&e),
@@ -335,7 +326,7 @@ pub(crate) async fn delete_page<S: Store + Clone>(
     viewer.ok(html::page(&viewer, Section::Jobs, "Delete a job", None, body))
 }
 
-pub(crate) async fn nodes<S: Store + Clone>(State(state): State<AppState<S>>, viewer: Viewer) -> Response {
+pub(crate) async fn nodes(State(state): State<AppState>, viewer: Viewer) -> Response {
     let (nodes, now) = match (state.admin.nodes().await, state.admin.now().await) {
         (Ok(n), Ok(now)) => (n, now.as_millis()),
         (Err(e), _) | (_, Err(e)) => return viewer.failure(&e),
@@ -386,11 +377,7 @@ pub(crate) struct ChangesQuery {
     before: Option<String>,
 }
 
-pub(crate) async fn changes<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    viewer: Viewer,
-    Query(q): Query<ChangesQuery>,
-) -> Response {
+pub(crate) async fn changes(State(state): State<AppState>, viewer: Viewer, Query(q): Query<ChangesQuery>) -> Response {
     let job = q.job.clone().unwrap_or_default();
     let filter = ChangeFilter {
         job: Some(job.clone()).filter(|s| !s.is_empty()),

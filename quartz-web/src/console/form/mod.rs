@@ -9,7 +9,6 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 use quartz_core::admin::{AdminError, CronPreview, JobView};
-use quartz_core::store::Store;
 
 mod fields;
 
@@ -76,7 +75,7 @@ fn error_for<'a>(errors: &'a FieldErrors, field: &str) -> Option<&'a str> {
 /// The next five fire times of the form's cron expression, passing over
 /// the times its calendar (when one is named) excludes, or why there are
 /// none to show.
-async fn preview_times<S: Store + Clone>(state: &AppState<S>, form: &JobForm) -> Result<CronPreview, String> {
+async fn preview_times(state: &AppState, form: &JobForm) -> Result<CronPreview, String> {
     let zone = match form.time_zone.trim() {
         "" => "UTC",
         zone => zone,
@@ -253,7 +252,7 @@ fn render(viewer: &Viewer, form: &JobForm, errors: &FieldErrors, editing: Option
     }
 }
 
-async fn handlers<S: Store + Clone>(state: &AppState<S>) -> Vec<String> {
+async fn handlers(state: &AppState) -> Vec<String> {
     let mut all: Vec<String> = state
         .admin
         .nodes()
@@ -268,8 +267,8 @@ async fn handlers<S: Store + Clone>(state: &AppState<S>) -> Vec<String> {
     all
 }
 
-async fn respond<S: Store + Clone>(
-    state: &AppState<S>,
+async fn respond(
+    state: &AppState,
     viewer: &Viewer,
     status: StatusCode,
     form: &JobForm,
@@ -290,7 +289,7 @@ async fn respond<S: Store + Clone>(
     viewer.respond(status, html::page(viewer, Section::Jobs, &title, None, body))
 }
 
-pub(crate) async fn new_page<S: Store + Clone>(State(state): State<AppState<S>>, viewer: Viewer) -> Response {
+pub(crate) async fn new_page(State(state): State<AppState>, viewer: Viewer) -> Response {
     respond(
         &state,
         &viewer,
@@ -303,11 +302,7 @@ pub(crate) async fn new_page<S: Store + Clone>(State(state): State<AppState<S>>,
     .await
 }
 
-pub(crate) async fn create<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    viewer: Viewer,
-    body: Bytes,
-) -> Response {
+pub(crate) async fn create(State(state): State<AppState>, viewer: Viewer, body: Bytes) -> Response {
     let fields = Fields::parse(&body);
     if let Some(refused) = viewer.refuse_form(&fields) {
         return refused;
@@ -327,8 +322,8 @@ pub(crate) async fn create<S: Store + Clone>(
 
 /// After a save: to the job's page with `notice`, or the form again with
 /// each error beside its field.
-async fn settle<S: Store + Clone>(
-    state: &AppState<S>,
+async fn settle(
+    state: &AppState,
     viewer: &Viewer,
     saved: Result<JobView, FieldErrors>,
     form: &JobForm,
@@ -353,11 +348,7 @@ async fn settle<S: Store + Clone>(
     }
 }
 
-pub(crate) async fn edit_page<S: Store + Clone>(
-    State(state): State<AppState<S>>,
-    viewer: Viewer,
-    Path(name): Path<String>,
-) -> Response {
+pub(crate) async fn edit_page(State(state): State<AppState>, viewer: Viewer, Path(name): Path<String>) -> Response {
     match state.admin.job(&name).await {
         Ok(job) => {
             respond(
@@ -375,8 +366,8 @@ pub(crate) async fn edit_page<S: Store + Clone>(
     }
 }
 
-pub(crate) async fn edit<S: Store + Clone>(
-    State(state): State<AppState<S>>,
+pub(crate) async fn edit(
+    State(state): State<AppState>,
     viewer: Viewer,
     Path(name): Path<String>,
     body: Bytes,
@@ -425,13 +416,7 @@ pub(crate) async fn edit<S: Store + Clone>(
 /// what changed meanwhile (and who changed it last) said above them, and
 /// the form now against the current version, so that saving again is a
 /// choice made knowingly.
-async fn conflict<S: Store + Clone>(
-    state: &AppState<S>,
-    viewer: &Viewer,
-    form: &JobForm,
-    base: &JobForm,
-    now: &JobView,
-) -> Response {
+async fn conflict(state: &AppState, viewer: &Viewer, form: &JobForm, base: &JobForm, now: &JobView) -> Response {
     let current = JobForm::from_view(now);
     let meanwhile = base.differences(&current);
     let yours: Vec<String> = base.differences(form).into_iter().map(|(f, _)| f).collect();

@@ -1,0 +1,440 @@
+//! [`SqlStore`]'s side of the store contract: one impl per concern, each
+//! method a statement or a transaction of the files beside this one.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::*;
+use crate::ends::EndParts;
+
+#[async_trait]
+impl Store for SqlStore {
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        let row = self
+            .query("SELECT {now}")
+            .fetch_one(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(Timestamp::from_millis(row.try_get::<i64, _>(0).map_err(db_error)?))
+    }
+
+    fn acting_as(&self, actor: &str) -> SharedStore {
+        Arc::new(SqlStore {
+            db: self.db.clone(),
+            actor: crate::common::actor_name(actor).into(),
+        })
+    }
+
+    async fn close(&self) {
+        SqlStore::close(self).await;
+    }
+}
+
+#[async_trait]
+impl JobStore for SqlStore {
+    async fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {
+        self.job_create(scheduler, job, executes).await
+    }
+
+    async fn get_job(&self, scheduler: &str, name: &str) -> Result<Option<JobDetail>, StoreError> {
+        match self.job_by_name(scheduler, name).await? {
+            Some(job) => Ok(Some(self.executes_of(job).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> Result<Vec<Job>, StoreError> {
+        self.jobs_read(scheduler, ids).await
+    }
+
+    async fn list_jobs(&self, scheduler: &str) -> Result<Vec<Job>, StoreError> {
+        self.jobs_list(scheduler).await
+    }
+
+    async fn jobs_page(&self, query: &JobQuery) -> Result<Vec<Job>, StoreError> {
+        self.jobs_query(query).await
+    }
+
+    async fn update_job(
+        &self,
+        scheduler: &str,
+        name: &str,
+        job: &JobSpec,
+        executes: Option<&[ExecuteSpec]>,
+        expected_version: Option<i64>,
+    ) -> Result<Job, StoreError> {
+        self.job_update(scheduler, name, job, executes, expected_version).await
+    }
+
+    async fn set_paused(
+        &self,
+        scheduler: &str,
+        name: &str,
+        paused: bool,
+        expected_version: Option<i64>,
+    ) -> Result<Job, StoreError> {
+        self.job_set_paused(scheduler, name, paused, expected_version).await
+    }
+
+    async fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError> {
+        retry_conflicts(|| self.job_fire_now(scheduler, name)).await
+    }
+
+    async fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
+        self.job_delete(scheduler, name, expected_version).await
+    }
+
+    async fn retry_fire(&self, scheduler: &str, fire_id: i64) -> Result<FireRetry, StoreError> {
+        retry_conflicts(|| self.fire_retry_by_hand(scheduler, fire_id)).await
+    }
+}
+
+#[async_trait]
+impl CalendarStore for SqlStore {
+    async fn put_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        def: &CalendarDefinition,
+        expected_version: Option<i64>,
+    ) -> Result<CalendarRecord, StoreError> {
+        let write = match expected_version {
+            Some(version) => CalendarWrite::At(version),
+            None => CalendarWrite::Any,
+        };
+        retry_conflicts(|| self.calendar_put(scheduler, name, def, write)).await
+    }
+
+    async fn add_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        def: &CalendarDefinition,
+    ) -> Result<CalendarRecord, StoreError> {
+        retry_conflicts(|| self.calendar_put(scheduler, name, def, CalendarWrite::New)).await
+    }
+
+    async fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
+        self.calendar_get(scheduler, name).await
+    }
+
+    async fn list_calendars(&self, scheduler: &str) -> Result<Vec<CalendarRecord>, StoreError> {
+        self.calendar_list(scheduler).await
+    }
+
+    async fn delete_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        expected_version: Option<i64>,
+    ) -> Result<(), StoreError> {
+        retry_conflicts(|| self.calendar_delete(scheduler, name, expected_version)).await
+    }
+}
+
+#[async_trait]
+impl HistoryStore for SqlStore {
+    async fn list_nodes(&self, scheduler: &str) -> Result<Vec<Node>, StoreError> {
+        let rows = self
+            .query(concat!(
+                "SELECT ",
+                node_cols!(),
+                " FROM quartz_node WHERE scheduler = ? ORDER BY node_id"
+            ))
+            .bind(scheduler.to_owned())
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(decode_node).collect()
+    }
+
+    async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
+        self.fires_query(query).await
+    }
+
+    async fn change_log(&self, query: &ChangeQuery) -> Result<Vec<ChangeRecord>, StoreError> {
+        self.change_log_read(query).await
+    }
+
+    async fn health_counts(
+        &self,
+        scheduler: &str,
+        overdue_before: Timestamp,
+        stranded_before: Timestamp,
+        recent_since: Timestamp,
+    ) -> Result<HealthCounts, StoreError> {
+        self.health_read(scheduler, overdue_before, stranded_before, recent_since)
+            .await
+    }
+
+    async fn changes(&self, scheduler: &str) -> Result<i64, StoreError> {
+        self.changes_read(scheduler).await
+    }
+
+    async fn change_wait(&self, scheduler: &str, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError> {
+        self.changes_wait(scheduler, seen, max_wait).await
+    }
+}
+
+#[async_trait]
+impl NodeStore for SqlStore {
+    async fn register_node(&self, node: &NodeRegistration) -> Result<Node, StoreError> {
+        check_name("scheduler name", &node.scheduler)?;
+        check_name("node id", &node.node_id)?;
+        // Nodes starting together take gap locks on MySQL (the UPDATE of a
+        // row not there yet) before they insert, and deadlock: again.
+        retry_conflicts(|| self.register_node_once(node)).await
+    }
+
+    async fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
+        self.changed_one(
+            self.query(
+                "UPDATE quartz_node SET heartbeat_at = {now}, busy = ? \
+                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live'",
+            )
+            .bind(count_to_i64(busy))
+            .bind(scheduler.to_owned())
+            .bind(node.node_id.clone())
+            .bind(node.incarnation),
+        )
+        .await
+    }
+
+    async fn retire_node(&self, scheduler: &str, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError> {
+        self.changed_one(
+            self.query(
+                "UPDATE quartz_node SET state = 'dead' \
+                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live' AND heartbeat_at < {now} - ?",
+            )
+            .bind(scheduler.to_owned())
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .bind(dead_after_ms),
+        )
+        .await
+    }
+
+    async fn leave(&self, scheduler: &str, node: &NodeRef) -> Result<bool, StoreError> {
+        self.changed_one(
+            self.query(
+                "UPDATE quartz_node SET state = 'gone' \
+                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live'",
+            )
+            .bind(scheduler.to_owned())
+            .bind(node.node_id.clone())
+            .bind(node.incarnation),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl ScheduleStore for SqlStore {
+    async fn due_executes(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError> {
+        self.executes_due(scheduler, before, limit).await
+    }
+
+    async fn orphaned_executes(&self, scheduler: &str, limit: u32) -> Result<DueBatch, StoreError> {
+        self.executes_orphaned(scheduler, limit).await
+    }
+
+    async fn update_execute(&self, cas: &ExecuteCas, records: &[SkippedRecord]) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        if !self.update_in(&mut tx, cas, records).await? {
+            return Ok(false);
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(true)
+    }
+
+    async fn update_executes(&self, updates: &[(ExecuteCas, Vec<SkippedRecord>)]) -> Result<Vec<bool>, StoreError> {
+        self.executes_update(updates).await
+    }
+
+    async fn claim(&self, claim: &Claim) -> Result<Option<i64>, StoreError> {
+        self.claim_one(claim).await
+    }
+
+    async fn claim_batch(&self, claims: &[Claim]) -> Result<Vec<Option<i64>>, StoreError> {
+        self.claims_batch(claims).await
+    }
+
+    async fn chain_parents(&self, scheduler: &str) -> Result<Vec<i64>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT DISTINCT p.id FROM quartz_job k JOIN quartz_job p \
+                 ON p.scheduler = k.scheduler AND p.name = k.parent_job \
+                 WHERE k.scheduler = ? AND k.parent_job IS NOT NULL",
+            )
+            .bind(scheduler.to_owned())
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(|row| row.try_get(0).map_err(db_error)).collect()
+    }
+}
+
+#[async_trait]
+impl FireStore for SqlStore {
+    async fn mark_running_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<(i64, Timestamp)>, StoreError> {
+        self.starts(fire_ids, node, (MARK_RUNNING, MARK_RUNNING_RETURNING), "claimed")
+            .await
+    }
+
+    async fn confirm_starts(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<(i64, Timestamp)>, StoreError> {
+        self.starts(fire_ids, node, (CONFIRM_START, CONFIRM_START_RETURNING), "running")
+            .await
+    }
+
+    async fn end_fires(&self, node: &NodeRef, ends: &[(i64, FireEnd)]) -> Result<Vec<FollowUp>, StoreError> {
+        crate::ends::end_fires(self, node, ends).await
+    }
+
+    async fn fire_time_out(&self, fire_id: i64, node: &NodeRef, error: &str) -> Result<bool, StoreError> {
+        self.fire_transition(
+            "UPDATE quartz_fire SET timed_out_at = {now}, error = ? \
+             WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?",
+            fire_id,
+            node,
+            Some(truncate(error)),
+        )
+        .await
+    }
+
+    async fn orphaned_fires(&self, scheduler: &str, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        self.fires_orphaned(scheduler, limit).await
+    }
+
+    async fn claimed_by(
+        &self,
+        scheduler: &str,
+        node: &NodeRef,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<FireRecord>, StoreError> {
+        self.fires_claimed_by(scheduler, node, before, limit).await
+    }
+
+    async fn take_over(&self, fire: &FireRecord, node: &NodeRef) -> Result<bool, StoreError> {
+        self.fire_take_over(fire, node).await
+    }
+
+    async fn rerun(&self, fire: &FireRecord, node: &NodeRef) -> Result<Option<i64>, StoreError> {
+        self.fire_rerun(fire, node).await
+    }
+
+    async fn abandon(&self, fire: &FireRecord) -> Result<bool, StoreError> {
+        self.fire_abandon(fire).await
+    }
+
+    async fn fires_pending(
+        &self,
+        scheduler: &str,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<FireRecord>, StoreError> {
+        self.pending_due(scheduler, before, limit).await
+    }
+
+    async fn pending_claim(&self, fire_id: i64, node: &NodeRef, exclusive: bool) -> Result<PendingClaim, StoreError> {
+        self.claim_pending(fire_id, node, exclusive).await
+    }
+}
+
+#[async_trait]
+impl RetentionStore for SqlStore {
+    async fn purge_turn(&self, scheduler: &str, every_ms: i64) -> Result<bool, StoreError> {
+        self.purge_turn_take(scheduler, every_ms).await
+    }
+
+    async fn purge_horizon(&self, scheduler: &str) -> Result<Option<Timestamp>, StoreError> {
+        self.purge_horizon_read(scheduler).await
+    }
+
+    async fn purge_horizon_advance(&self, scheduler: &str, before: Timestamp) -> Result<(), StoreError> {
+        self.purge_horizon_move(scheduler, before).await
+    }
+
+    async fn fires_purge(
+        &self,
+        scheduler: &str,
+        state: FireState,
+        before: Timestamp,
+        keep_last: u32,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        self.fires_delete(scheduler, state, before, keep_last, limit).await
+    }
+
+    async fn nodes_purge(&self, scheduler: &str, before: Timestamp) -> Result<u64, StoreError> {
+        self.nodes_delete(scheduler, before).await
+    }
+
+    async fn executes_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        self.executes_delete(scheduler, before, limit).await
+    }
+}
+
+#[async_trait]
+impl EndParts for SqlStore {
+    async fn succeed_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<i64>, StoreError> {
+        let recorded = self
+            .transition_all(
+                fire_ids,
+                node,
+                (SUCCEED, SUCCEED_RETURNING),
+                false,
+                ("running", "succeeded"),
+            )
+            .await?;
+        Ok(recorded.into_iter().map(|(id, _)| id).collect())
+    }
+
+    async fn finish(&self, fire_id: i64, node: &NodeRef, outcome: &Outcome) -> Result<bool, StoreError> {
+        self.fire_finish(fire_id, node, outcome).await
+    }
+
+    async fn succeed_and_chain(&self, fire_id: i64, node: &NodeRef) -> Result<Option<Vec<ChainedFire>>, StoreError> {
+        self.fire_succeed_and_chain(fire_id, node).await
+    }
+
+    async fn misfire_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
+        self.fire_transition(MISFIRE_CLAIMED, fire_id, node, Some(truncate(reason)))
+            .await
+    }
+
+    async fn skip_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
+        self.fire_transition(SKIP_CLAIMED, fire_id, node, Some(truncate(reason)))
+            .await
+    }
+
+    async fn fail_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
+        self.fire_transition(FAIL_CLAIMED, fire_id, node, Some(truncate(reason)))
+            .await
+    }
+
+    async fn release_fire(&self, fire_id: i64, node: &NodeRef) -> Result<bool, StoreError> {
+        self.fire_transition(RELEASE_CLAIMED, fire_id, node, None).await
+    }
+
+    async fn fire_fail_and_retry(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        error: &str,
+        retry_in_ms: i64,
+    ) -> Result<FollowUp, StoreError> {
+        self.fail_and_retry(fire_id, node, error, retry_in_ms).await
+    }
+
+    async fn fire_misfire_and_run_late(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        reason: &str,
+        one_per_execute: bool,
+    ) -> Result<FollowUp, StoreError> {
+        self.misfire_and_run_late(fire_id, node, reason, one_per_execute).await
+    }
+}

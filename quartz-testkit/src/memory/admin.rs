@@ -1,0 +1,559 @@
+//! The admin surface's side of the contract in memory: jobs, calendars and
+//! history.
+
+use async_trait::async_trait;
+use quartz_core::Timestamp;
+use quartz_core::calendar::CalendarDefinition;
+use quartz_core::store::rules::{self, CalendarSet};
+use quartz_core::store::{
+    CalendarRecord, CalendarStore, ChangeAction, ChangeQuery, ChangeRecord, ExecuteSpec, ExecuteState, FireQuery,
+    FireRecord, FireRetry, FireState, HealthCounts, HistoryStore, Job, JobDetail, JobQuery, JobSpec, JobState,
+    JobStore, MANUAL_EXECUTE, Node, StoreError, check_name,
+};
+
+use super::db::{Change, Db};
+use super::{MemoryStore, ms};
+
+#[async_trait]
+impl JobStore for MemoryStore {
+    async fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {
+        check_name("scheduler name", scheduler)?;
+        job.validate()?;
+        let detail = format!("handler {}, {} trigger(s)", job.handler, executes.len());
+        let change = self.change(ChangeAction::JobCreate, &job.name, &detail);
+        self.step(|db, now| {
+            let rows = db.new_rows(scheduler, executes, now)?;
+            db.check_job_fits(scheduler, job, None)?;
+            let id = db.id();
+            let stored = Job {
+                id,
+                scheduler: scheduler.to_owned(),
+                spec: job.clone(),
+                state: JobState::Enabled,
+                created_at: Timestamp::from_millis(now),
+                updated_at: Timestamp::from_millis(now),
+                version: 1,
+            };
+            db.jobs.insert(id, stored.clone());
+            db.sched(scheduler).job_names.insert(job.name.clone(), id);
+            db.insert_rows(scheduler, id, false, rows, now);
+            db.changed(
+                scheduler,
+                now,
+                Change {
+                    target_id: Some(id),
+                    ..change
+                },
+            );
+            Ok(stored)
+        })
+    }
+
+    async fn get_job(&self, scheduler: &str, name: &str) -> Result<Option<JobDetail>, StoreError> {
+        Ok(self.read(|db| db.job_named(scheduler, name).ok().map(|job| db.detail(job))))
+    }
+
+    async fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> Result<Vec<Job>, StoreError> {
+        Ok(self.read(|db| {
+            ids.iter()
+                .filter_map(|id| db.jobs.get(id))
+                .filter(|j| j.scheduler == scheduler)
+                .cloned()
+                .collect()
+        }))
+    }
+
+    async fn list_jobs(&self, scheduler: &str) -> Result<Vec<Job>, StoreError> {
+        let mut query = JobQuery::new(scheduler);
+        query.limit = u32::MAX;
+        self.jobs_page(&query).await
+    }
+
+    async fn jobs_page(&self, query: &JobQuery) -> Result<Vec<Job>, StoreError> {
+        let search = query.search.as_deref().map(str::to_lowercase);
+        Ok(self.read(|db| {
+            let Some(sched) = db.sched_ref(&query.scheduler) else {
+                return Vec::new();
+            };
+            sched
+                .job_names
+                .iter()
+                .filter(|(name, _)| query.after.as_ref().is_none_or(|a| name.as_str() > a.as_str()))
+                .filter_map(|(_, id)| db.jobs.get(id))
+                .filter(|j| query.state.is_none_or(|s| j.state == s))
+                .filter(|j| query.handler.as_ref().is_none_or(|h| &j.spec.handler == h))
+                .filter(|j| {
+                    search
+                        .as_ref()
+                        .is_none_or(|s| j.spec.name.to_lowercase().contains(s.as_str()))
+                })
+                .take(query.limit as usize)
+                .cloned()
+                .collect()
+        }))
+    }
+
+    async fn update_job(
+        &self,
+        scheduler: &str,
+        name: &str,
+        job: &JobSpec,
+        executes: Option<&[ExecuteSpec]>,
+        expected_version: Option<i64>,
+    ) -> Result<Job, StoreError> {
+        job.validate()?;
+        let before = self
+            .get_job(scheduler, name)
+            .await?
+            .ok_or_else(|| Db::unknown_job(scheduler, name))?;
+        let detail = rules::edit_detail(&before, job, executes);
+        let change = self.change(ChangeAction::JobEdit, &job.name, &detail);
+        self.step(|db, now| {
+            let id = db.job_as_read(scheduler, name, expected_version)?;
+            db.check_job_fits(scheduler, job, Some(name))?;
+            let rows = executes.map(|e| db.new_rows(scheduler, e, now)).transpose()?;
+            let stored = db.jobs.get_mut(&id).ok_or_else(|| Db::unknown_job(scheduler, name))?;
+            stored.spec = job.clone();
+            stored.version += 1;
+            stored.updated_at = Timestamp::from_millis(now);
+            let stored = stored.clone();
+            let names = &mut db.sched(scheduler).job_names;
+            names.remove(name);
+            names.insert(job.name.clone(), id);
+            if let Some(rows) = rows {
+                db.executes.retain(|_, r| r.job_id != id);
+                db.insert_rows(scheduler, id, stored.state == JobState::Paused, rows, now);
+            }
+            db.changed(
+                scheduler,
+                now,
+                Change {
+                    target_id: Some(id),
+                    ..change
+                },
+            );
+            Ok(stored)
+        })
+    }
+
+    async fn set_paused(
+        &self,
+        scheduler: &str,
+        name: &str,
+        paused: bool,
+        expected_version: Option<i64>,
+    ) -> Result<Job, StoreError> {
+        let action = if paused {
+            ChangeAction::JobPause
+        } else {
+            ChangeAction::JobResume
+        };
+        let change = self.change(action, name, "");
+        self.step(|db, now| {
+            let id = db.job_as_read(scheduler, name, expected_version)?;
+            let (from, to, state) = if paused {
+                (ExecuteState::Waiting, ExecuteState::Paused, JobState::Paused)
+            } else {
+                (ExecuteState::Paused, ExecuteState::Waiting, JobState::Enabled)
+            };
+            let stored = db.jobs.get_mut(&id).ok_or_else(|| Db::unknown_job(scheduler, name))?;
+            stored.state = state;
+            stored.version += 1;
+            stored.updated_at = Timestamp::from_millis(now);
+            let stored = stored.clone();
+            for row in db
+                .executes
+                .values_mut()
+                .filter(|r| r.job_id == id && r.state == from.as_str())
+            {
+                row.state = to.as_str().to_owned();
+                row.updated_at = now;
+            }
+            db.changed(
+                scheduler,
+                now,
+                Change {
+                    target_id: Some(id),
+                    ..change
+                },
+            );
+            Ok(stored)
+        })
+    }
+
+    async fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError> {
+        let change = self.change(ChangeAction::JobTrigger, name, "by hand");
+        self.step(|db, now| {
+            let job = db.job_as_read(scheduler, name, None)?;
+            let mut at = now;
+            let fire = loop {
+                match db.insert_pending(scheduler, MANUAL_EXECUTE, job, at, 1, at, now) {
+                    Some(fire) => break fire,
+                    None => at += 1,
+                }
+            };
+            let detail = format!("fire {fire} by hand");
+            db.changed(
+                scheduler,
+                now,
+                Change {
+                    target_id: Some(job),
+                    detail,
+                    ..change
+                },
+            );
+            Ok((fire, Timestamp::from_millis(at)))
+        })
+    }
+
+    async fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
+        let handler = self.read(|db| db.job_named(scheduler, name).map(|j| j.spec.handler.clone()))?;
+        let change = self.change(ChangeAction::JobDelete, name, &format!("handler {handler}"));
+        self.step(|db, now| {
+            let id = db.job_as_read(scheduler, name, expected_version)?;
+            db.executes.retain(|_, r| r.job_id != id);
+            db.jobs.remove(&id);
+            db.sched(scheduler).job_names.remove(name);
+            db.changed(
+                scheduler,
+                now,
+                Change {
+                    target_id: Some(id),
+                    ..change
+                },
+            );
+            Ok(())
+        })
+    }
+
+    async fn retry_fire(&self, scheduler: &str, fire_id: i64) -> Result<FireRetry, StoreError> {
+        let change = self.change(ChangeAction::FireRetry, "", "");
+        Ok(self.step(|db, now| {
+            let Some(fire) = db.fires.get(&fire_id).filter(|f| f.scheduler == scheduler).cloned() else {
+                return FireRetry::NotFound;
+            };
+            let r = &fire.record;
+            if let Some(why) = rules::unretryable(fire_id, r.state.as_str()) {
+                return FireRetry::Refused(why);
+            }
+            let Some(job) = db.jobs.get(&r.job_id).cloned() else {
+                return FireRetry::Refused("its job was deleted".to_owned());
+            };
+            if job.state == JobState::Paused {
+                return FireRetry::Refused(format!(
+                    "job \"{}\" is paused: resume it first, or fire it now",
+                    job.spec.name
+                ));
+            }
+            let time = r.fire_time.as_millis();
+            let mut attempt = r.attempt;
+            while let Some(id) = db.fire_keys.get(&(r.execute_id, r.job_id, time, attempt + 1)).copied() {
+                let state = db.fires.get(&id).map_or(FireState::Failed, |f| f.record.state);
+                if let Some(why) = rules::blocks_retry(id, state.as_str()) {
+                    return FireRetry::Refused(why);
+                }
+                attempt += 1;
+            }
+            let Some(id) = db.insert_pending(scheduler, r.execute_id, r.job_id, time, attempt + 1, now, now) else {
+                return FireRetry::Refused("an attempt of this fire exists".to_owned());
+            };
+            let detail = format!("fire {fire_id} ({}): attempt {} is fire {id}", r.state, attempt + 1);
+            db.changed(
+                scheduler,
+                now,
+                Change {
+                    target: job.spec.name.clone(),
+                    target_id: Some(job.id),
+                    detail,
+                    ..change
+                },
+            );
+            FireRetry::Pending {
+                fire_id: id,
+                attempt: attempt + 1,
+            }
+        }))
+    }
+}
+
+impl MemoryStore {
+    /// Adds or replaces a calendar (with `only_new`, adds it only) and, in
+    /// the same step, moves the triggers that use it.
+    fn calendar_write(
+        &self,
+        scheduler: &str,
+        name: &str,
+        definition: &CalendarDefinition,
+        only_new: bool,
+        expected: Option<i64>,
+    ) -> Result<CalendarRecord, StoreError> {
+        rules::calendar_text(scheduler, name, definition)?;
+        let change = self.change(ChangeAction::CalendarPut, name, "");
+        self.step(|db, now| {
+            let current = db.sched_ref(scheduler).and_then(|s| s.calendars.get(name)).cloned();
+            let version = current.as_ref().map(|c| c.version);
+            if only_new && current.is_some() {
+                return Err(StoreError::DuplicateCalendar {
+                    scheduler: scheduler.to_owned(),
+                    name: name.to_owned(),
+                });
+            }
+            if let Some(expected) = expected.filter(|e| version != Some(*e)) {
+                return Err(StoreError::Stale {
+                    kind: "calendar",
+                    name: name.to_owned(),
+                    expected,
+                    current: version,
+                });
+            }
+            let mut definitions = db.definitions(scheduler);
+            definitions.insert(name.to_owned(), definition.clone());
+            let users = rules::changed_calendars(&definitions, name)?;
+            let set = CalendarSet::resolve(&definitions, users.iter().map(String::as_str));
+            let mut moves = Vec::new();
+            for row in db.executes.values().filter(|r| {
+                r.scheduler == scheduler
+                    && r.columns.calendar.as_ref().is_some_and(|c| users.contains(c))
+                    && ["waiting", "paused", "complete"].contains(&r.state.as_str())
+            }) {
+                // A row that cannot be read is left to the poll, which marks it.
+                let Ok(execute) = row.decode(&set) else { continue };
+                let paused = db.jobs.get(&row.job_id).is_some_and(|j| j.state == JobState::Paused);
+                if let Some(moved) = rules::recalendared(&execute, paused, Timestamp::from_millis(now)) {
+                    moves.push((row.id, moved));
+                }
+            }
+            for (id, (state, next)) in &moves {
+                if let Some(row) = db.executes.get_mut(id) {
+                    row.state = state.as_str().to_owned();
+                    row.next = ms(*next);
+                    row.calendar_stamp += 1;
+                    row.updated_at = now;
+                }
+            }
+            let record = CalendarRecord {
+                name: name.to_owned(),
+                definition: definition.clone(),
+                created_at: current.as_ref().map_or(Timestamp::from_millis(now), |c| c.created_at),
+                updated_at: Timestamp::from_millis(now),
+                version: version.map_or(1, |v| v + 1),
+            };
+            db.sched(scheduler).calendars.insert(name.to_owned(), record.clone());
+            let detail = rules::calendar_detail(current.is_some(), definition, moves.len());
+            db.changed(scheduler, now, Change { detail, ..change });
+            Ok(record)
+        })
+    }
+}
+
+#[async_trait]
+impl CalendarStore for MemoryStore {
+    async fn put_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        definition: &CalendarDefinition,
+        expected_version: Option<i64>,
+    ) -> Result<CalendarRecord, StoreError> {
+        self.calendar_write(scheduler, name, definition, false, expected_version)
+    }
+
+    async fn add_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        definition: &CalendarDefinition,
+    ) -> Result<CalendarRecord, StoreError> {
+        self.calendar_write(scheduler, name, definition, true, None)
+    }
+
+    async fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
+        Ok(self.read(|db| db.sched_ref(scheduler).and_then(|s| s.calendars.get(name)).cloned()))
+    }
+
+    async fn list_calendars(&self, scheduler: &str) -> Result<Vec<CalendarRecord>, StoreError> {
+        Ok(self.read(|db| {
+            db.sched_ref(scheduler)
+                .map(|s| s.calendars.values().cloned().collect())
+                .unwrap_or_default()
+        }))
+    }
+
+    async fn delete_calendar(
+        &self,
+        scheduler: &str,
+        name: &str,
+        expected_version: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let change = self.change(ChangeAction::CalendarDelete, name, "");
+        self.step(|db, now| {
+            let Some(current) = db.sched_ref(scheduler).and_then(|s| s.calendars.get(name)).cloned() else {
+                return Err(StoreError::UnknownCalendar {
+                    scheduler: scheduler.to_owned(),
+                    name: name.to_owned(),
+                });
+            };
+            if let Some(expected) = expected_version.filter(|e| *e != current.version) {
+                return Err(StoreError::Stale {
+                    kind: "calendar",
+                    name: name.to_owned(),
+                    expected,
+                    current: Some(current.version),
+                });
+            }
+            let mut users: Vec<String> = db
+                .executes
+                .values()
+                .filter(|r| r.scheduler == scheduler && r.columns.calendar.as_deref() == Some(name))
+                .filter_map(|r| db.jobs.get(&r.job_id))
+                .map(|j| format!("job {}", j.spec.name))
+                .collect();
+            users.sort();
+            users.dedup();
+            let built_on = db.sched_ref(scheduler).map(|s| {
+                s.calendars
+                    .values()
+                    .filter(|c| c.definition.base.as_deref() == Some(name))
+                    .map(|c| format!("calendar {}", c.name))
+                    .collect::<Vec<_>>()
+            });
+            users.extend(built_on.unwrap_or_default());
+            if !users.is_empty() {
+                return Err(StoreError::CalendarInUse {
+                    name: name.to_owned(),
+                    users,
+                });
+            }
+            db.sched(scheduler).calendars.remove(name);
+            db.changed(scheduler, now, change);
+            Ok(())
+        })
+    }
+}
+
+#[async_trait]
+impl HistoryStore for MemoryStore {
+    async fn list_nodes(&self, scheduler: &str) -> Result<Vec<Node>, StoreError> {
+        Ok(self.read(|db| {
+            db.sched_ref(scheduler)
+                .map(|s| s.nodes.values().cloned().collect())
+                .unwrap_or_default()
+        }))
+    }
+
+    async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
+        let error = query.error_contains.as_deref().map(str::to_lowercase);
+        self.read(|db| {
+            let job = match (&query.job, query.job_id) {
+                (Some(name), _) => Some(db.job_named(&query.scheduler, name)?.id),
+                (None, id) => id,
+            };
+            Ok(db
+                .fires
+                .values()
+                .rev()
+                .filter(|f| f.scheduler == query.scheduler)
+                .map(|f| &f.record)
+                .filter(|r| query.before_id.is_none_or(|b| r.id < b))
+                .filter(|r| job.is_none_or(|j| r.job_id == j))
+                .filter(|r| query.state.is_none_or(|s| r.state == s))
+                .filter(|r| {
+                    query
+                        .node_id
+                        .as_ref()
+                        .is_none_or(|n| r.owner.as_ref().is_some_and(|o| &o.node_id == n))
+                })
+                .filter(|r| {
+                    error.as_ref().is_none_or(|e| {
+                        r.error
+                            .as_deref()
+                            .is_some_and(|t| t.to_lowercase().contains(e.as_str()))
+                    })
+                })
+                .filter(|r| query.since.is_none_or(|s| r.fire_time >= s))
+                .filter(|r| query.until.is_none_or(|u| r.fire_time < u))
+                .take(query.limit as usize)
+                .cloned()
+                .collect())
+        })
+    }
+
+    async fn change_log(&self, query: &ChangeQuery) -> Result<Vec<ChangeRecord>, StoreError> {
+        Ok(self.read(|db| {
+            db.change_log
+                .values()
+                .rev()
+                .filter(|c| c.scheduler == query.scheduler)
+                .filter(|c| query.before_id.is_none_or(|b| c.id < b))
+                .filter(|c| query.target.as_ref().is_none_or(|t| &c.target == t))
+                .take(query.limit as usize)
+                .cloned()
+                .collect()
+        }))
+    }
+
+    async fn health_counts(
+        &self,
+        scheduler: &str,
+        overdue_before: Timestamp,
+        stranded_before: Timestamp,
+        recent_since: Timestamp,
+    ) -> Result<HealthCounts, StoreError> {
+        Ok(self.read(|db| {
+            let overdue: Vec<i64> = db
+                .executes
+                .values()
+                .filter(|r| r.scheduler == scheduler && r.state == ExecuteState::Waiting.as_str())
+                .filter_map(|r| r.next)
+                .filter(|n| *n < overdue_before.as_millis())
+                .collect();
+            let mut counts = HealthCounts {
+                overdue_triggers: overdue.len() as u64,
+                oldest_overdue: overdue.iter().min().map(|t| Timestamp::from_millis(*t)),
+                ..HealthCounts::default()
+            };
+            for r in db
+                .fires
+                .values()
+                .filter(|f| f.scheduler == scheduler)
+                .map(|f| &f.record)
+            {
+                let recent = r.fire_time >= recent_since;
+                match r.state {
+                    FireState::Claimed => counts.claimed += 1,
+                    FireState::Running => counts.running += 1,
+                    FireState::Pending => {
+                        counts.pending += 1;
+                        if r.due_at.is_some_and(|d| d < stranded_before) {
+                            counts.stranded += 1;
+                        }
+                    }
+                    FireState::Succeeded if recent => counts.recent_succeeded += 1,
+                    FireState::Failed if recent => counts.recent_failed += 1,
+                    FireState::Misfired if recent => counts.recent_misfired += 1,
+                    _ => {}
+                }
+            }
+            counts
+        }))
+    }
+
+    async fn changes(&self, scheduler: &str) -> Result<i64, StoreError> {
+        Ok(self.read(|db| db.sched_ref(scheduler).map_or(0, |s| s.changes)))
+    }
+
+    async fn change_wait(&self, scheduler: &str, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError> {
+        let deadline = tokio::time::Instant::now() + max_wait;
+        let mut changed = self.shared.changed.subscribe();
+        loop {
+            let now = self.changes(scheduler).await?;
+            if now != seen {
+                return Ok(now);
+            }
+            match tokio::time::timeout_at(deadline, changed.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return self.changes(scheduler).await,
+            }
+        }
+    }
+}

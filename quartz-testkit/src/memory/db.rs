@@ -1,0 +1,517 @@
+//! The memory's rows, and the steps the calls are made of.
+
+use std::collections::{BTreeMap, HashMap};
+
+use quartz_core::Timestamp;
+use quartz_core::store::rules::{self, CalendarSet};
+use quartz_core::store::{
+    CalendarRecord, ChangeAction, ChangeRecord, DueBatch, Execute, ExecuteCas, ExecuteSpec, ExecuteState, FireRecord,
+    FireState, Job, JobDetail, JobSpec, Node, NodeRef, NodeState, RejectedRow, StoreError, TriggerColumns,
+};
+use quartz_core::trigger::TriggerState;
+
+/// A change log row to write.
+pub(super) struct Change {
+    pub(super) actor: String,
+    pub(super) action: ChangeAction,
+    pub(super) target: String,
+    pub(super) target_id: Option<i64>,
+    pub(super) detail: String,
+}
+
+/// An execute as its columns: edited by hand like a SQL row, read through
+/// the same decoding rules.
+#[derive(Debug, Clone)]
+pub(super) struct Row {
+    pub(super) id: i64,
+    pub(super) job_id: i64,
+    pub(super) scheduler: String,
+    pub(super) columns: TriggerColumns,
+    pub(super) priority: i64,
+    pub(super) state: String,
+    pub(super) prev: Option<i64>,
+    pub(super) next: Option<i64>,
+    pub(super) times_triggered: i64,
+    pub(super) node_id: Option<String>,
+    pub(super) incarnation: Option<i64>,
+    pub(super) error: Option<String>,
+    pub(super) schedule_sig: Option<i64>,
+    pub(super) calendar_stamp: i64,
+    pub(super) updated_at: i64,
+}
+
+impl Row {
+    /// Sets a field by its SQL column name.
+    pub(super) fn set(&mut self, column: &str, value: Option<String>) {
+        let int = |v: &Option<String>| v.as_deref().map(|t| t.parse::<i64>().expect("an integer"));
+        match column {
+            "kind" => self.columns.kind = value.unwrap_or_default(),
+            "cron_expression" => self.columns.cron_expression = value,
+            "time_zone" => self.columns.time_zone = value,
+            "interval_ms" => self.columns.interval_ms = int(&value),
+            "start_time" => self.columns.start_time = int(&value).unwrap_or_default(),
+            "end_time" => self.columns.end_time = int(&value),
+            "repeat_limit" => self.columns.repeat_limit = int(&value),
+            "misfire_policy" => self.columns.misfire_policy = value.unwrap_or_default(),
+            "calendar" => self.columns.calendar = value,
+            "dst_skipped" => self.columns.dst_skipped = value,
+            "dst_repeated" => self.columns.dst_repeated = value,
+            "priority" => self.priority = int(&value).unwrap_or_default(),
+            "state" => self.state = value.unwrap_or_default(),
+            "prev_fire_time" => self.prev = int(&value),
+            "next_fire_time" => self.next = int(&value),
+            "times_triggered" => self.times_triggered = int(&value).unwrap_or_default(),
+            "node_id" => self.node_id = value,
+            "incarnation" => self.incarnation = int(&value),
+            "error" => self.error = value,
+            "schedule_sig" => self.schedule_sig = int(&value),
+            "calendar_stamp" => self.calendar_stamp = int(&value).unwrap_or_default(),
+            other => panic!("no execute column {other:?}"),
+        }
+    }
+
+    /// The row as the store's type, its calendar taken from `calendars`.
+    pub(super) fn decode(&self, calendars: &CalendarSet) -> Result<Execute, String> {
+        let trigger = calendars.attach(self.columns.to_trigger().map_err(|e| e.to_string())?)?;
+        let state = ExecuteState::parse(&self.state).map_err(|e| e.to_string())?;
+        let times_triggered = u64::try_from(self.times_triggered).map_err(|_| "negative times_triggered")?;
+        let next_fire_time = self.next.map(Timestamp::from_millis);
+        Ok(Execute {
+            id: self.id,
+            job_id: self.job_id,
+            scheduler: self.scheduler.clone(),
+            schedule_changed: self.schedule_sig != Some(self.columns.signature()),
+            trigger,
+            priority: i32::try_from(self.priority).map_err(|_| "priority out of range")?,
+            state,
+            fire_state: TriggerState {
+                prev_fire_time: self.prev.map(Timestamp::from_millis),
+                next_fire_time,
+                times_triggered,
+                awaiting_finish: state == ExecuteState::Running && next_fire_time.is_none(),
+                calendar_stamp: self.calendar_stamp,
+            },
+            owner: self.owner(),
+            error: self.error.clone(),
+        })
+    }
+
+    /// The node that owns it (a running fixed-delay execute's).
+    pub(super) fn owner(&self) -> Option<NodeRef> {
+        self.node_id.clone().map(|node_id| NodeRef {
+            node_id,
+            incarnation: self.incarnation.unwrap_or(0),
+        })
+    }
+}
+
+/// What one scheduler keeps beside its rows.
+#[derive(Debug, Default)]
+pub(super) struct Sched {
+    pub(super) nodes: BTreeMap<String, Node>,
+    /// Job ids by name.
+    pub(super) job_names: BTreeMap<String, i64>,
+    pub(super) calendars: BTreeMap<String, CalendarRecord>,
+    pub(super) changes: i64,
+    pub(super) purge_started_at: Option<i64>,
+    pub(super) purged_before: Option<i64>,
+}
+
+/// Everything the store keeps. Ids (of jobs, executes, fires and changes)
+/// come from one sequence.
+#[derive(Debug, Default)]
+pub(super) struct Db {
+    last_id: i64,
+    schedulers: HashMap<String, Sched>,
+    pub(super) jobs: BTreeMap<i64, Job>,
+    pub(super) executes: BTreeMap<i64, Row>,
+    pub(super) fires: BTreeMap<i64, Fire>,
+    /// The ledger's unique key: (execute, job, fire time, attempt).
+    pub(super) fire_keys: HashMap<(i64, i64, i64, u32), i64>,
+    pub(super) change_log: BTreeMap<i64, ChangeRecord>,
+    /// Every change of every scheduler, counted: what wakes change waiters.
+    pub(super) change_total: u64,
+}
+
+/// A ledger row and its scheduler.
+#[derive(Debug, Clone)]
+pub(super) struct Fire {
+    pub(super) scheduler: String,
+    pub(super) record: FireRecord,
+}
+
+/// The open states: claimed or running.
+pub(super) const OPEN: &[FireState] = &[FireState::Claimed, FireState::Running];
+
+impl Db {
+    pub(super) fn id(&mut self) -> i64 {
+        self.last_id += 1;
+        self.last_id
+    }
+
+    pub(super) fn sched(&mut self, scheduler: &str) -> &mut Sched {
+        self.schedulers.entry(scheduler.to_owned()).or_default()
+    }
+
+    pub(super) fn sched_ref(&self, scheduler: &str) -> Option<&Sched> {
+        self.schedulers.get(scheduler)
+    }
+
+    /// Counts a change and writes its log row.
+    pub(super) fn changed(&mut self, scheduler: &str, at: i64, c: Change) {
+        let id = self.id();
+        self.sched(scheduler).changes += 1;
+        self.change_total += 1;
+        self.change_log.insert(
+            id,
+            ChangeRecord {
+                id,
+                scheduler: scheduler.to_owned(),
+                at: Timestamp::from_millis(at),
+                actor: c.actor,
+                action: c.action.as_str().to_owned(),
+                target: c.target,
+                target_id: c.target_id,
+                detail: c.detail,
+            },
+        );
+    }
+
+    /// Whether `node` is a live incarnation of the scheduler.
+    pub(super) fn live(&self, scheduler: &str, node: Option<&NodeRef>) -> bool {
+        let Some(node) = node else { return false };
+        self.sched_ref(scheduler)
+            .and_then(|s| s.nodes.get(&node.node_id))
+            .is_some_and(|n| n.state == NodeState::Live && n.incarnation == node.incarnation)
+    }
+
+    pub(super) fn job_id(&self, scheduler: &str, name: &str) -> Option<i64> {
+        self.sched_ref(scheduler)?.job_names.get(name).copied()
+    }
+
+    pub(super) fn unknown_job(scheduler: &str, name: &str) -> StoreError {
+        StoreError::UnknownJob {
+            scheduler: scheduler.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    pub(super) fn job_named(&self, scheduler: &str, name: &str) -> Result<&Job, StoreError> {
+        self.job_id(scheduler, name)
+            .and_then(|id| self.jobs.get(&id))
+            .ok_or_else(|| Db::unknown_job(scheduler, name))
+    }
+
+    /// Refuses a job whose name another job of the scheduler has (`was`: its
+    /// name before, for an edit) or whose parent does not exist.
+    pub(super) fn check_job_fits(&self, scheduler: &str, job: &JobSpec, was: Option<&str>) -> Result<(), StoreError> {
+        if was != Some(job.name.as_str()) && self.job_id(scheduler, &job.name).is_some() {
+            return Err(StoreError::DuplicateJob {
+                scheduler: scheduler.to_owned(),
+                name: job.name.clone(),
+            });
+        }
+        match &job.parent {
+            Some(parent) if self.job_id(scheduler, parent).is_none() => Err(Db::unknown_job(scheduler, parent)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The job of a name at the version expected: its id.
+    pub(super) fn job_as_read(&self, scheduler: &str, name: &str, expected: Option<i64>) -> Result<i64, StoreError> {
+        let job = self.job_named(scheduler, name)?;
+        if let Some(expected) = expected.filter(|e| *e != job.version) {
+            return Err(StoreError::Stale {
+                kind: "job",
+                name: name.to_owned(),
+                expected,
+                current: Some(job.version),
+            });
+        }
+        Ok(job.id)
+    }
+
+    /// The scheduler's calendars as definitions by name.
+    pub(super) fn definitions(&self, scheduler: &str) -> BTreeMap<String, quartz_core::calendar::CalendarDefinition> {
+        let records: Vec<CalendarRecord> = self
+            .sched_ref(scheduler)
+            .map(|s| s.calendars.values().cloned().collect())
+            .unwrap_or_default();
+        rules::by_name(records)
+    }
+
+    /// The scheduler's calendars, resolved for `names`.
+    pub(super) fn calendar_set<'a>(&self, scheduler: &str, names: impl Iterator<Item = &'a str>) -> CalendarSet {
+        CalendarSet::resolve(&self.definitions(scheduler), names)
+    }
+
+    /// New triggers' rows, their calendars checked to exist.
+    pub(super) fn new_rows(
+        &self,
+        scheduler: &str,
+        executes: &[ExecuteSpec],
+        now: i64,
+    ) -> Result<Vec<rules::NewExecute>, StoreError> {
+        let named: Vec<&str> = executes.iter().filter_map(|e| e.trigger.calendar_name()).collect();
+        let known = self.sched_ref(scheduler).map(|s| &s.calendars);
+        if let Some(missing) = named.iter().find(|n| !known.is_some_and(|c| c.contains_key(**n))) {
+            return Err(StoreError::UnknownCalendar {
+                scheduler: scheduler.to_owned(),
+                name: (*missing).to_owned(),
+            });
+        }
+        let set = self.calendar_set(scheduler, named.into_iter());
+        rules::new_executes(executes, &set, Timestamp::from_millis(now))
+    }
+
+    /// Stores a job's new triggers: complete without a first fire time,
+    /// paused with a paused job, waiting otherwise.
+    pub(super) fn insert_rows(
+        &mut self,
+        scheduler: &str,
+        job_id: i64,
+        paused: bool,
+        rows: Vec<rules::NewExecute>,
+        now: i64,
+    ) {
+        for new in rows {
+            let id = self.id();
+            let state = new.state(paused);
+            self.executes.insert(
+                id,
+                Row {
+                    id,
+                    job_id,
+                    scheduler: scheduler.to_owned(),
+                    priority: i64::from(new.priority),
+                    state: state.as_str().to_owned(),
+                    prev: None,
+                    next: new.first.map(Timestamp::as_millis),
+                    times_triggered: 0,
+                    node_id: None,
+                    incarnation: None,
+                    error: None,
+                    schedule_sig: Some(new.signature),
+                    calendar_stamp: 0,
+                    updated_at: now,
+                    columns: new.columns,
+                },
+            );
+        }
+    }
+
+    /// A job with its executes (those that cannot be read apart).
+    pub(super) fn detail(&self, job: &Job) -> JobDetail {
+        let rows: Vec<&Row> = self.executes.values().filter(|r| r.job_id == job.id).collect();
+        let set = self.calendar_set(
+            &job.scheduler,
+            rows.iter().filter_map(|r| r.columns.calendar.as_deref()),
+        );
+        let mut detail = JobDetail {
+            job: job.clone(),
+            executes: Vec::new(),
+            broken: Vec::new(),
+        };
+        for row in rows {
+            match row.decode(&set) {
+                Ok(e) => detail.executes.push(e),
+                Err(reason) => detail.broken.push(RejectedRow {
+                    execute_id: row.id,
+                    reason,
+                }),
+            }
+        }
+        detail
+    }
+
+    /// Decodes rows for the poll, marking those that cannot be read.
+    pub(super) fn serve(&mut self, ids: Vec<i64>, now: i64) -> DueBatch {
+        let mut batch = DueBatch::default();
+        for id in ids {
+            let Some(row) = self.executes.get(&id) else { continue };
+            let set = self.calendar_set(&row.scheduler, row.columns.calendar.as_deref().into_iter());
+            match row.decode(&set) {
+                Ok(e) => batch.executes.push(e),
+                Err(reason) => {
+                    if let Some(row) = self.executes.get_mut(&id) {
+                        row.state = ExecuteState::Error.as_str().to_owned();
+                        row.error = Some(rules::truncate(&reason));
+                        row.updated_at = now;
+                    }
+                    batch.rejected.push(RejectedRow { execute_id: id, reason });
+                }
+            }
+        }
+        batch
+    }
+
+    /// The compare-and-set on an execute: whether it won.
+    pub(super) fn cas(&mut self, cas: &ExecuteCas, now: i64) -> bool {
+        let Some(row) = self.executes.get_mut(&cas.execute_id) else {
+            return false;
+        };
+        let expect = &cas.expect;
+        if row.state != cas.expect_state.as_str()
+            || row.prev != expect.prev_fire_time.map(Timestamp::as_millis)
+            || row.next != expect.next_fire_time.map(Timestamp::as_millis)
+            || row.calendar_stamp != expect.calendar_stamp
+        {
+            return false;
+        }
+        if let Some(owner) = &cas.expect_owner
+            && row.owner().as_ref() != Some(owner)
+        {
+            return false;
+        }
+        row.prev = cas.set.prev_fire_time.map(Timestamp::as_millis);
+        row.next = cas.set.next_fire_time.map(Timestamp::as_millis);
+        row.times_triggered = i64::try_from(cas.set.times_triggered).unwrap_or(i64::MAX);
+        row.state = cas.set_state.as_str().to_owned();
+        row.node_id = cas.set_owner.as_ref().map(|n| n.node_id.clone());
+        row.incarnation = cas.set_owner.as_ref().map(|n| n.incarnation);
+        row.updated_at = now;
+        let signature = cas
+            .set_trigger
+            .as_ref()
+            .map(|t| TriggerColumns::from_trigger(t).signature())
+            .or(cas.set_signature);
+        if signature.is_some() {
+            row.schedule_sig = signature;
+        }
+        if let Some(t) = &cas.set_trigger {
+            row.columns.start_time = t.start().as_millis();
+            row.columns.repeat_limit = t.repeat_limit().map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+        }
+        true
+    }
+
+    /// Inserts a ledger row; `None` when the unique key says it exists.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn insert_fire(
+        &mut self,
+        scheduler: &str,
+        execute_id: i64,
+        job_id: i64,
+        fire_time: i64,
+        attempt: u32,
+        owner: Option<&NodeRef>,
+        state: FireState,
+        now: i64,
+    ) -> Option<i64> {
+        let key = (execute_id, job_id, fire_time, attempt);
+        if self.fire_keys.contains_key(&key) {
+            return None;
+        }
+        let id = self.id();
+        self.fire_keys.insert(key, id);
+        self.fires.insert(
+            id,
+            Fire {
+                scheduler: scheduler.to_owned(),
+                record: FireRecord {
+                    id,
+                    execute_id,
+                    job_id,
+                    fire_time: Timestamp::from_millis(fire_time),
+                    attempt,
+                    owner: owner.cloned(),
+                    state,
+                    claimed_at: Timestamp::from_millis(now),
+                    started_at: None,
+                    finished_at: None,
+                    timed_out_at: None,
+                    due_at: None,
+                    error: None,
+                    skipped_until: None,
+                    fire_count: 1,
+                },
+            },
+        );
+        Some(id)
+    }
+
+    /// A pending attempt, due `due`: its ledger row.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn insert_pending(
+        &mut self,
+        scheduler: &str,
+        execute_id: i64,
+        job_id: i64,
+        fire_time: i64,
+        attempt: u32,
+        due: i64,
+        now: i64,
+    ) -> Option<i64> {
+        let id = self.insert_fire(
+            scheduler,
+            execute_id,
+            job_id,
+            fire_time,
+            attempt,
+            None,
+            FireState::Pending,
+            now,
+        )?;
+        if let Some(f) = self.fires.get_mut(&id) {
+            f.record.due_at = Some(Timestamp::from_millis(due));
+        }
+        Some(id)
+    }
+
+    /// The fire when it is in one of `from` under `owner` (`None`: no owner).
+    pub(super) fn held(&mut self, id: i64, from: &[FireState], owner: Option<&NodeRef>) -> Option<&mut Fire> {
+        self.fires
+            .get_mut(&id)
+            .filter(|f| from.contains(&f.record.state) && f.record.owner.as_ref() == owner)
+    }
+
+    /// Whether a fire of the job is claimed or running.
+    pub(super) fn job_has_open(&self, job_id: i64) -> bool {
+        self.fires
+            .values()
+            .any(|f| f.record.job_id == job_id && OPEN.contains(&f.record.state))
+    }
+
+    /// Open fires of a scheduler that `keep` accepts, by fire time then id,
+    /// at most `limit`.
+    pub(super) fn open_fires(
+        &self,
+        scheduler: &str,
+        limit: u32,
+        keep: impl Fn(&FireRecord) -> bool,
+    ) -> Vec<FireRecord> {
+        let mut chosen: Vec<FireRecord> = self
+            .fires
+            .values()
+            .filter(|f| f.scheduler == scheduler && OPEN.contains(&f.record.state) && keep(&f.record))
+            .map(|f| f.record.clone())
+            .collect();
+        chosen.sort_by_key(|f| (f.fire_time, f.id));
+        chosen.truncate(limit as usize);
+        chosen
+    }
+
+    /// Node ids and execute ids that open fires or running executes name.
+    pub(super) fn named_by_open(&self, scheduler: &str) -> (Vec<String>, Vec<i64>) {
+        let mut nodes = Vec::new();
+        let mut executes = Vec::new();
+        for f in self
+            .fires
+            .values()
+            .filter(|f| f.scheduler == scheduler && OPEN.contains(&f.record.state))
+        {
+            if let Some(o) = &f.record.owner {
+                nodes.push(o.node_id.clone());
+            }
+            executes.push(f.record.execute_id);
+        }
+        for r in self
+            .executes
+            .values()
+            .filter(|r| r.scheduler == scheduler && r.state == ExecuteState::Running.as_str())
+        {
+            nodes.extend(r.node_id.clone());
+        }
+        (nodes, executes)
+    }
+}

@@ -1,0 +1,491 @@
+//! The engine's side of the contract in memory: membership, the executes
+//! and their claim, the open fires, retention.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use quartz_core::Timestamp;
+use quartz_core::store::rules;
+use quartz_core::store::{
+    Claim, DueBatch, ExecuteCas, ExecuteState, FireEnd, FireRecord, FireState, FireStore, FollowUp, Node, NodeRef,
+    NodeRegistration, NodeState, NodeStore, PendingClaim, RetentionStore, ScheduleStore, SkippedRecord, StoreError,
+    check_name,
+};
+
+use super::MemoryStore;
+use super::db::Row;
+
+#[async_trait]
+impl NodeStore for MemoryStore {
+    async fn register_node(&self, node: &NodeRegistration) -> Result<Node, StoreError> {
+        check_name("scheduler name", &node.scheduler)?;
+        check_name("node id", &node.node_id)?;
+        Ok(self.step(|db, now| {
+            let nodes = &mut db.sched(&node.scheduler).nodes;
+            let (incarnation, busy) = match nodes.get(&node.node_id) {
+                Some(n) => (n.incarnation + 1, n.busy),
+                None => (now, 0),
+            };
+            let stored = Node {
+                scheduler: node.scheduler.clone(),
+                node_id: node.node_id.clone(),
+                host: node.host.clone(),
+                pid: node.pid,
+                weight: node.weight,
+                state: NodeState::Live,
+                incarnation,
+                registered_at: Timestamp::from_millis(now),
+                heartbeat_at: Timestamp::from_millis(now),
+                busy,
+                handlers: node.handlers.clone(),
+                dead_after: node.dead_after,
+            };
+            nodes.insert(node.node_id.clone(), stored.clone());
+            stored
+        }))
+    }
+
+    async fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
+        Ok(self.step(|db, now| {
+            if !db.live(scheduler, Some(node)) {
+                return false;
+            }
+            if let Some(n) = db.sched(scheduler).nodes.get_mut(&node.node_id) {
+                n.heartbeat_at = Timestamp::from_millis(now);
+                n.busy = busy;
+            }
+            true
+        }))
+    }
+
+    async fn retire_node(&self, scheduler: &str, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError> {
+        Ok(self.step(|db, now| {
+            if !db.live(scheduler, Some(node)) {
+                return false;
+            }
+            match db.sched(scheduler).nodes.get_mut(&node.node_id) {
+                Some(n) if n.heartbeat_at.as_millis() < now - dead_after_ms => {
+                    n.state = NodeState::Dead;
+                    true
+                }
+                _ => false,
+            }
+        }))
+    }
+
+    async fn leave(&self, scheduler: &str, node: &NodeRef) -> Result<bool, StoreError> {
+        Ok(self.step(|db, _| {
+            if !db.live(scheduler, Some(node)) {
+                return false;
+            }
+            if let Some(n) = db.sched(scheduler).nodes.get_mut(&node.node_id) {
+                n.state = NodeState::Gone;
+            }
+            true
+        }))
+    }
+}
+
+#[async_trait]
+impl ScheduleStore for MemoryStore {
+    async fn due_executes(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError> {
+        Ok(self.step(|db, now| {
+            let waiting: Vec<&Row> = db
+                .executes
+                .values()
+                .filter(|r| r.scheduler == scheduler && r.state == ExecuteState::Waiting.as_str())
+                .collect();
+            let mut due: Vec<&&Row> = waiting
+                .iter()
+                .filter(|r| r.next.is_some_and(|n| n < before.as_millis()))
+                .collect();
+            due.sort_by_key(|r| (r.next, -r.priority, r.id));
+            let mut ids: Vec<i64> = due.iter().take(limit as usize).map(|r| r.id).collect();
+            let room = (limit as usize).saturating_sub(ids.len());
+            ids.extend(waiting.iter().filter(|r| r.next.is_none()).take(room).map(|r| r.id));
+            db.serve(ids, now)
+        }))
+    }
+
+    async fn orphaned_executes(&self, scheduler: &str, limit: u32) -> Result<DueBatch, StoreError> {
+        Ok(self.step(|db, now| {
+            let ids: Vec<i64> = db
+                .executes
+                .values()
+                .filter(|r| r.scheduler == scheduler && r.state == ExecuteState::Running.as_str())
+                .filter(|r| !db.live(scheduler, r.owner().as_ref()))
+                .take(limit as usize)
+                .map(|r| r.id)
+                .collect();
+            db.serve(ids, now)
+        }))
+    }
+
+    async fn update_execute(&self, cas: &ExecuteCas, records: &[SkippedRecord]) -> Result<bool, StoreError> {
+        let won = self.update_executes(&[(cas.clone(), records.to_vec())]).await?;
+        Ok(won.first().copied().unwrap_or(false))
+    }
+
+    async fn update_executes(&self, updates: &[(ExecuteCas, Vec<SkippedRecord>)]) -> Result<Vec<bool>, StoreError> {
+        Ok(self.step(|db, now| {
+            updates
+                .iter()
+                .map(|(cas, records)| {
+                    if !db.cas(cas, now) {
+                        return false;
+                    }
+                    let Some(row) = db.executes.get(&cas.execute_id).cloned() else {
+                        return true;
+                    };
+                    for r in records {
+                        let from = r.from.as_millis();
+                        let inserted = db.insert_fire(&row.scheduler, row.id, row.job_id, from, 1, None, r.state, now);
+                        if let Some(f) = inserted.and_then(|id| db.fires.get_mut(&id)) {
+                            f.record.error = Some(rules::truncate(&r.reason));
+                            f.record.skipped_until = Some(r.until);
+                            f.record.fire_count = r.count;
+                        }
+                    }
+                    true
+                })
+                .collect()
+        }))
+    }
+
+    async fn claim(&self, claim: &Claim) -> Result<Option<i64>, StoreError> {
+        let won = self.claim_batch(std::slice::from_ref(claim)).await?;
+        Ok(won.first().copied().flatten())
+    }
+
+    async fn claim_batch(&self, claims: &[Claim]) -> Result<Vec<Option<i64>>, StoreError> {
+        Ok(self.step(|db, now| {
+            claims
+                .iter()
+                .map(|c| {
+                    let row = db.executes.get(&c.cas.execute_id)?.clone();
+                    if c.exclusive && db.job_has_open(row.job_id) {
+                        return None;
+                    }
+                    if !db.cas(&c.cas, now) {
+                        return None;
+                    }
+                    let time = c.fire_time.as_millis();
+                    let owner = Some(&c.node);
+                    db.insert_fire(
+                        &row.scheduler,
+                        row.id,
+                        row.job_id,
+                        time,
+                        c.attempt,
+                        owner,
+                        FireState::Claimed,
+                        now,
+                    )
+                })
+                .collect()
+        }))
+    }
+
+    async fn chain_parents(&self, scheduler: &str) -> Result<Vec<i64>, StoreError> {
+        Ok(self.read(|db| {
+            let mut parents: Vec<i64> = db
+                .jobs
+                .values()
+                .filter(|j| j.scheduler == scheduler)
+                .filter_map(|j| j.spec.parent.as_deref())
+                .filter_map(|p| db.job_id(scheduler, p))
+                .collect();
+            parents.sort_unstable();
+            parents.dedup();
+            parents
+        }))
+    }
+}
+
+impl MemoryStore {
+    /// Fenced starts (`from` claimed) or confirmations (`from` running).
+    fn starts(&self, ids: &[i64], node: &NodeRef, from: FireState) -> Vec<(i64, Timestamp)> {
+        self.step(|db, now| {
+            let mut out = Vec::new();
+            for id in ids {
+                let Some(scheduler) = db.fires.get(id).map(|f| f.scheduler.clone()) else {
+                    continue;
+                };
+                if !db.live(&scheduler, Some(node)) {
+                    continue;
+                }
+                if let Some(f) = db.held(*id, &[from], Some(node)) {
+                    let at = f.record.fire_time.max(Timestamp::from_millis(now));
+                    f.record.state = FireState::Running;
+                    f.record.started_at = Some(at);
+                    out.push((*id, at));
+                }
+            }
+            out
+        })
+    }
+}
+
+#[async_trait]
+impl FireStore for MemoryStore {
+    async fn mark_running_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<(i64, Timestamp)>, StoreError> {
+        Ok(self.starts(fire_ids, node, FireState::Claimed))
+    }
+
+    async fn confirm_starts(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<(i64, Timestamp)>, StoreError> {
+        Ok(self.starts(fire_ids, node, FireState::Running))
+    }
+
+    async fn end_fires(&self, node: &NodeRef, ends: &[(i64, FireEnd)]) -> Result<Vec<FollowUp>, StoreError> {
+        Ok(self.step(|db, now| ends.iter().map(|(id, end)| db.end_one(*id, node, end, now)).collect()))
+    }
+
+    async fn fire_time_out(&self, fire_id: i64, node: &NodeRef, error: &str) -> Result<bool, StoreError> {
+        Ok(
+            self.step(|db, now| match db.held(fire_id, &[FireState::Running], Some(node)) {
+                Some(f) => {
+                    f.record.timed_out_at = Some(Timestamp::from_millis(now));
+                    f.record.error = Some(rules::truncate(error));
+                    true
+                }
+                None => false,
+            }),
+        )
+    }
+
+    async fn orphaned_fires(&self, scheduler: &str, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        Ok(self.read(|db| db.open_fires(scheduler, limit, |r| !db.live(scheduler, r.owner.as_ref()))))
+    }
+
+    async fn claimed_by(
+        &self,
+        scheduler: &str,
+        node: &NodeRef,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<FireRecord>, StoreError> {
+        Ok(self.read(|db| {
+            db.open_fires(scheduler, limit, |r| {
+                r.state == FireState::Claimed
+                    && r.owner.as_ref() == Some(node)
+                    && r.fire_time < before
+                    && r.claimed_at < before
+            })
+        }))
+    }
+
+    async fn take_over(&self, fire: &FireRecord, node: &NodeRef) -> Result<bool, StoreError> {
+        Ok(self.step(
+            |db, now| match db.held(fire.id, &[FireState::Claimed], fire.owner.as_ref()) {
+                Some(f) => {
+                    f.record.owner = Some(node.clone());
+                    f.record.claimed_at = Timestamp::from_millis(now);
+                    true
+                }
+                None => false,
+            },
+        ))
+    }
+
+    async fn rerun(&self, fire: &FireRecord, node: &NodeRef) -> Result<Option<i64>, StoreError> {
+        Ok(self.step(|db, now| {
+            let held = db.held(fire.id, &[FireState::Running], fire.owner.as_ref())?.clone();
+            let r = &held.record;
+            let attempt = r.attempt + 1;
+            let time = r.fire_time.as_millis();
+            if db.fire_keys.contains_key(&(r.execute_id, r.job_id, time, attempt)) {
+                return None;
+            }
+            let f = db.fires.get_mut(&fire.id)?;
+            f.record.state = FireState::Failed;
+            f.record.error = Some(format!("node died mid-run; recovered as attempt {attempt}"));
+            f.record.finished_at = Some(Timestamp::from_millis(now));
+            let claimed = FireState::Claimed;
+            db.insert_fire(
+                &held.scheduler,
+                r.execute_id,
+                r.job_id,
+                time,
+                attempt,
+                Some(node),
+                claimed,
+                now,
+            )
+        }))
+    }
+
+    async fn abandon(&self, fire: &FireRecord) -> Result<bool, StoreError> {
+        Ok(self.step(
+            |db, now| match db.held(fire.id, &[FireState::Running], fire.owner.as_ref()) {
+                Some(f) => {
+                    f.record.state = FireState::Abandoned;
+                    f.record.error = Some("node died mid-run; the job does not request recovery".to_owned());
+                    f.record.finished_at = Some(Timestamp::from_millis(now));
+                    true
+                }
+                None => false,
+            },
+        ))
+    }
+
+    async fn fires_pending(
+        &self,
+        scheduler: &str,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<FireRecord>, StoreError> {
+        Ok(self.read(|db| {
+            let mut pending: Vec<FireRecord> = db
+                .fires
+                .values()
+                .filter(|f| f.scheduler == scheduler && f.record.state == FireState::Pending)
+                .filter(|f| f.record.due_at.is_some_and(|d| d < before))
+                .map(|f| f.record.clone())
+                .collect();
+            pending.sort_by_key(|f| (f.due_at, f.id));
+            pending.truncate(limit as usize);
+            pending
+        }))
+    }
+
+    async fn pending_claim(&self, fire_id: i64, node: &NodeRef, exclusive: bool) -> Result<PendingClaim, StoreError> {
+        Ok(self.step(|db, now| {
+            let Some(fire) = db
+                .fires
+                .get(&fire_id)
+                .filter(|f| f.record.state == FireState::Pending)
+                .cloned()
+            else {
+                return PendingClaim::Gone;
+            };
+            if exclusive && db.job_has_open(fire.record.job_id) {
+                return PendingClaim::Blocked;
+            }
+            if !db.live(&fire.scheduler, Some(node)) {
+                return PendingClaim::Gone;
+            }
+            let Some(f) = db.fires.get_mut(&fire_id) else {
+                return PendingClaim::Gone;
+            };
+            f.record.state = FireState::Claimed;
+            f.record.owner = Some(node.clone());
+            f.record.claimed_at = Timestamp::from_millis(now);
+            PendingClaim::Won
+        }))
+    }
+}
+
+#[async_trait]
+impl RetentionStore for MemoryStore {
+    async fn purge_turn(&self, scheduler: &str, every_ms: i64) -> Result<bool, StoreError> {
+        Ok(self.step(|db, now| {
+            let sched = db.sched(scheduler);
+            if sched.purge_started_at.unwrap_or(0) > now - every_ms {
+                return false;
+            }
+            sched.purge_started_at = Some(now);
+            true
+        }))
+    }
+
+    async fn purge_horizon(&self, scheduler: &str) -> Result<Option<Timestamp>, StoreError> {
+        Ok(self.read(|db| {
+            db.sched_ref(scheduler)
+                .and_then(|s| s.purged_before)
+                .map(Timestamp::from_millis)
+        }))
+    }
+
+    async fn purge_horizon_advance(&self, scheduler: &str, before: Timestamp) -> Result<(), StoreError> {
+        self.step(|db, _| {
+            let sched = db.sched(scheduler);
+            if sched.purged_before.is_none_or(|h| h < before.as_millis()) {
+                sched.purged_before = Some(before.as_millis());
+            }
+        });
+        Ok(())
+    }
+
+    async fn fires_purge(
+        &self,
+        scheduler: &str,
+        state: FireState,
+        before: Timestamp,
+        keep_last: u32,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        rules::refuse_open_purge(state)?;
+        Ok(self.step(|db, _| {
+            let mut chosen: Vec<(Timestamp, i64, i64)> = db
+                .fires
+                .values()
+                .filter(|f| f.scheduler == scheduler && f.record.state == state && f.record.fire_time < before)
+                .map(|f| (f.record.fire_time, f.record.id, f.record.job_id))
+                .collect();
+            chosen.sort_unstable();
+            // Per job, the id of its newest fire kept (`keep_last` back).
+            let mut kept: HashMap<i64, Option<i64>> = HashMap::new();
+            let mut deleted = 0u64;
+            for (_, id, job) in chosen {
+                if deleted >= u64::from(limit) {
+                    break;
+                }
+                if keep_last > 0 {
+                    let oldest_kept = *kept.entry(job).or_insert_with(|| {
+                        let mut ids: Vec<i64> = db
+                            .fires
+                            .values()
+                            .filter(|f| f.record.job_id == job)
+                            .map(|f| f.record.id)
+                            .collect();
+                        ids.sort_unstable_by(|a, b| b.cmp(a));
+                        ids.get(keep_last as usize - 1).copied()
+                    });
+                    if oldest_kept.is_none_or(|k| id >= k) {
+                        continue;
+                    }
+                }
+                if let Some(f) = db.fires.remove(&id) {
+                    let r = f.record;
+                    db.fire_keys
+                        .remove(&(r.execute_id, r.job_id, r.fire_time.as_millis(), r.attempt));
+                    deleted += 1;
+                }
+            }
+            deleted
+        }))
+    }
+
+    async fn nodes_purge(&self, scheduler: &str, before: Timestamp) -> Result<u64, StoreError> {
+        Ok(self.step(|db, _| {
+            let (named, _) = db.named_by_open(scheduler);
+            let sched = db.sched(scheduler);
+            let count = sched.nodes.len();
+            sched
+                .nodes
+                .retain(|id, n| n.state == NodeState::Live || n.heartbeat_at >= before || named.contains(id));
+            (count - sched.nodes.len()) as u64
+        }))
+    }
+
+    async fn executes_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        Ok(self.step(|db, _| {
+            let (_, named) = db.named_by_open(scheduler);
+            let before = before.as_millis();
+            let mut chosen: Vec<(i64, i64)> = db
+                .executes
+                .values()
+                .filter(|r| r.scheduler == scheduler && r.state == ExecuteState::Complete.as_str())
+                .filter(|r| r.updated_at < before && r.prev.unwrap_or(r.columns.start_time) < before)
+                .filter(|r| !named.contains(&r.id))
+                .map(|r| (r.updated_at, r.id))
+                .collect();
+            chosen.sort_unstable();
+            chosen.truncate(limit as usize);
+            for (_, id) in &chosen {
+                db.executes.remove(id);
+            }
+            chosen.len() as u64
+        }))
+    }
+}

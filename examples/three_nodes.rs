@@ -68,7 +68,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         node.shutdown().await;
     }
 
-    let mut query = FireQuery::new(scheduler);
+    let mut query = FireQuery::new();
     query.limit = 1_000;
     let fires = store.fires(&query).await?;
     let mut per_node: BTreeMap<String, usize> = BTreeMap::new();

@@ -95,7 +95,7 @@ async fn jobs_are_listed_filtered_searched_and_paged_by_key(db: &TestDb) {
 }
 
 async fn every_change_is_recorded_with_its_actor(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(CLUSTER);
     let admin = Admin::new(store.clone(), CLUSTER).acting_as("http:admin");
     admin.job_add(&job("nightly", "log")).await.unwrap();
     let patch = JobPatch {
@@ -110,16 +110,13 @@ async fn every_change_is_recorded_with_its_actor(db: &TestDb) {
     admin.job_delete("nightly-report", None).await.unwrap();
     // The library's own calls are recorded too, as the library's.
     store
-        .create_job(CLUSTER, &JobSpec::new(" padded", "log"), &[])
+        .create_job(&JobSpec::new(" padded", "log"), &[])
         .await
         .unwrap_err();
     let mut spec = JobSpec::new("direct", "log");
     spec.description = "made by the embedding service".into();
     let trigger = Trigger::new(Schedule::fixed_rate_millis(60_000).unwrap(), Timestamp::from_millis(0)).unwrap();
-    store
-        .create_job(CLUSTER, &spec, &[ExecuteSpec::new(trigger)])
-        .await
-        .unwrap();
+    store.create_job(&spec, &[ExecuteSpec::new(trigger)]).await.unwrap();
 
     let log = admin.changes(&ChangeFilter::default()).await.unwrap().items;
     let seen: Vec<(&str, &str, &str)> = log
@@ -567,7 +564,7 @@ async fn a_deleted_or_renamed_jobs_history_is_found_by_its_name(db: &TestDb) {
 /// fails at once and not at its first fire; with no node live, it is
 /// stored with a warning; a handler a node that is down offered is known.
 async fn a_handler_no_node_offers_is_refused_while_one_is_live(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(CLUSTER);
     let admin = Admin::new(store.clone(), CLUSTER);
     let early = admin.job_add(&job("early", "invoice")).await.unwrap();
     assert!(

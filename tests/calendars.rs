@@ -86,7 +86,7 @@ async fn a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost(db: &Te
             .await
             .unwrap();
     }
-    let detail = store.get_job(CLUSTER, "cron").await.unwrap().unwrap();
+    let detail = store.get_job("cron").await.unwrap().unwrap();
     assert_eq!(
         detail.executes[0].fire_state.next_fire_time,
         Some(start),
@@ -118,7 +118,7 @@ async fn a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost(db: &Te
             .collect()
     };
     let jobs: std::collections::HashMap<i64, String> = store
-        .list_jobs(CLUSTER)
+        .list_jobs()
         .await
         .unwrap()
         .into_iter()
@@ -204,7 +204,7 @@ async fn a_mended_calendar_revives_the_triggers_it_completed(db: &TestDb) {
     let state = |name: &'static str| {
         let store = store.clone();
         async move {
-            let detail = store.get_job(CLUSTER, name).await.unwrap().unwrap();
+            let detail = store.get_job(name).await.unwrap().unwrap();
             let execute = &detail.executes[0];
             (execute.state, execute.fire_state.next_fire_time)
         }
@@ -238,7 +238,7 @@ async fn a_mended_calendar_revives_the_triggers_it_completed(db: &TestDb) {
     let fired = |name: &'static str| {
         let store = store.clone();
         async move {
-            let jobs = store.list_jobs(CLUSTER).await.unwrap();
+            let jobs = store.list_jobs().await.unwrap();
             let id = jobs.iter().find(|j| j.spec.name == name).unwrap().id;
             let rows = ledger(&store, CLUSTER).await;
             rows.iter()
@@ -331,7 +331,7 @@ async fn a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_
         rows.iter().filter(|f| f.state == FireState::Succeeded).count() >= 3
     })
     .await;
-    let detail = store.get_job(CLUSTER, "rare").await.unwrap().unwrap();
+    let detail = store.get_job("rare").await.unwrap().unwrap();
     let execute = &detail.executes[0];
     assert_eq!(
         execute.state,
@@ -350,7 +350,7 @@ async fn a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_
     let cas = ExecuteCas::from_row(execute, ExecuteState::Waiting, moved);
     assert!(store.update_execute(&cas, &[]).await.unwrap());
     wait_until(bound, "the due checkpoint resumed", || async {
-        let detail = store.get_job(CLUSTER, "rare").await.unwrap().unwrap();
+        let detail = store.get_job("rare").await.unwrap().unwrap();
         detail.executes[0]
             .fire_state
             .next_fire_time

@@ -162,7 +162,7 @@ async fn rows_in(store: &AnyStore, state: FireState) -> usize {
 /// Job names by id.
 async fn job_names(store: &AnyStore) -> HashMap<i64, String> {
     store
-        .list_jobs(CLUSTER)
+        .list_jobs()
         .await
         .unwrap()
         .into_iter()
@@ -488,11 +488,10 @@ async fn a_cluster_stopped_past_the_threshold_applies_each_misfire_policy(db: &T
 
 async fn a_dead_nodes_fires_are_recovered_by_the_living(db: &TestDb) {
     let runs = Runs::default();
-    let store = db.store().await;
+    let store = db.store().await.scoped(CLUSTER);
     // A node that claims and dies: registered, never heart-beats again.
     let ghost = store
         .register_node(&NodeRegistration {
-            scheduler: CLUSTER.to_owned(),
             node_id: "ghost".to_owned(),
             host: "nowhere".to_owned(),
             pid: 1,
@@ -519,11 +518,8 @@ async fn a_dead_nodes_fires_are_recovered_by_the_living(db: &TestDb) {
     ];
     let mut fire_ids = HashMap::new();
     for spec in &specs {
-        store
-            .create_job(CLUSTER, spec, &[ExecuteSpec::new(once())])
-            .await
-            .unwrap();
-        let detail = store.get_job(CLUSTER, &spec.name).await.unwrap().unwrap();
+        store.create_job(spec, &[ExecuteSpec::new(once())]).await.unwrap();
+        let detail = store.get_job(&spec.name).await.unwrap().unwrap();
         let execute = &detail.executes[0];
         let fire = execute
             .trigger
@@ -571,7 +567,7 @@ async fn a_dead_nodes_fires_are_recovered_by_the_living(db: &TestDb) {
     assert_eq!(runs.of("not-recovering"), 0, "at most once: not re-run");
     assert_eq!(runs.of("claimed"), 1);
     assert_eq!(runs.of("recovering"), 1);
-    let nodes = store.list_nodes(CLUSTER).await.unwrap();
+    let nodes = store.list_nodes().await.unwrap();
     assert!(
         nodes
             .iter()
@@ -597,7 +593,7 @@ async fn a_declared_dead_node_runs_nothing_and_rejoins(db: &TestDb) {
     // The cluster declares the sleeper dead, as after a pause past dead_after
     // (the real pause, SIGSTOP, is in quartz-cli/tests/cluster.rs).
     wait_until(Duration::from_secs(5), "the retirement", || async {
-        store.retire_node(CLUSTER, &old, 0).await.unwrap()
+        store.retire_node(&old, 0).await.unwrap()
     })
     .await;
     wait_until(Duration::from_secs(10), "the sleeper to re-register", || async {
@@ -627,7 +623,7 @@ async fn a_declared_dead_node_runs_nothing_and_rejoins(db: &TestDb) {
         rows.iter().all(|f| f.owner.as_ref() != Some(&old)),
         "nothing ran under the retired incarnation"
     );
-    let nodes = store.list_nodes(CLUSTER).await.unwrap();
+    let nodes = store.list_nodes().await.unwrap();
     let me = nodes.iter().find(|n| n.node_id == old.node_id).unwrap();
     assert_eq!(me.state, quartz::store::NodeState::Live);
     assert!(me.incarnation > old.incarnation);
@@ -639,7 +635,7 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
     let attempts = Arc::new(AtomicU32::new(0));
     let overlapping = Arc::new(AtomicUsize::new(0));
     let inside = Arc::new(AtomicUsize::new(0));
-    let store = db.store().await;
+    let store = db.store().await.scoped(CLUSTER);
     // Two nodes: the exclusive job's two triggers may be claimed on either.
     let build = |store: AnyStore| {
         SchedulerBuilder::new(CLUSTER)
@@ -719,7 +715,7 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
     .unwrap();
     let job_id = |name: &'static str| {
         let store = store.clone();
-        async move { store.get_job(CLUSTER, name).await.unwrap().unwrap().job.id }
+        async move { store.get_job(name).await.unwrap().unwrap().job.id }
     };
     let (flaky_id, stuck_id, panics_id, delayed_id, exclusive_id) = (
         job_id("flaky").await,
@@ -808,12 +804,11 @@ async fn pause_resume_update_and_delete_while_running(db: &TestDb) {
             .all(|j| runs.of(j) >= 2)
     })
     .await;
-    store.set_paused(CLUSTER, "paused", true, None).await.unwrap();
-    store.delete_job(CLUSTER, "deleted", None).await.unwrap();
+    store.set_paused("paused", true, None).await.unwrap();
+    store.delete_job("deleted", None).await.unwrap();
     let every_other = Trigger::new(Schedule::fixed_rate_millis(400).unwrap(), store.now().await.unwrap()).unwrap();
     store
         .update_job(
-            CLUSTER,
             "updated",
             &JobSpec::new("updated", "count"),
             Some(&[ExecuteSpec::new(every_other)]),
@@ -831,7 +826,7 @@ async fn pause_resume_update_and_delete_while_running(db: &TestDb) {
         runs.of("updated") >= updated_then + 5,
         "the new 400 ms schedule is seen"
     );
-    store.set_paused(CLUSTER, "paused", false, None).await.unwrap();
+    store.set_paused("paused", false, None).await.unwrap();
     wait_until(Duration::from_secs(10), "the resumed job to fire again", || async {
         runs.of("paused") > paused_then
     })
@@ -881,7 +876,7 @@ async fn graceful_shutdown_gives_claimed_fires_to_another_node(db: &TestDb) {
     for f in &rows {
         assert_eq!(f.owner.as_ref().unwrap().node_id, staying.node().node_id);
     }
-    let nodes = store.list_nodes(CLUSTER).await.unwrap();
+    let nodes = store.list_nodes().await.unwrap();
     assert!(nodes.iter().any(|n| n.state == quartz::store::NodeState::Gone));
     staying.shutdown().await;
 }
@@ -921,7 +916,7 @@ async fn rows_written_by_hand_are_initialised_recomputed_or_set_aside(db: &TestD
         runs.of("by-hand") >= 2 && runs.of("healthy") >= 2
     })
     .await;
-    let detail = store.get_job(CLUSTER, "by-hand").await.unwrap().unwrap();
+    let detail = store.get_job("by-hand").await.unwrap().unwrap();
     assert_eq!(detail.executes.len(), 1);
     assert_eq!(detail.broken.len(), 1, "the bad row is set aside");
     assert!(detail.broken[0].reason.contains("full moon") || !detail.broken[0].reason.is_empty());
@@ -969,7 +964,7 @@ async fn bad_input_is_refused_at_the_boundary(db: &TestDb) {
     let mut huge = JobSpec::new("huge", "count");
     huge.payload = format!("\"{}\"", "x".repeat(2 << 20));
     assert!(n.add_job(&huge, &[ExecuteSpec::new(once)]).await.is_err());
-    assert!(n.store().list_jobs(CLUSTER).await.unwrap().is_empty(), "nothing stored");
+    assert!(n.store().list_jobs().await.unwrap().is_empty(), "nothing stored");
     let bad = Settings {
         dead_after: Duration::from_millis(100),
         heartbeat_interval: Duration::from_millis(200),
@@ -1007,7 +1002,7 @@ async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
             })
             .start(store)
     };
-    let store = db.store().await;
+    let store = db.store().await.scoped(CLUSTER);
     let nodes = [
         build(store.clone()).await.unwrap(),
         build(db.store().await).await.unwrap(),
@@ -1030,7 +1025,7 @@ async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
     grandchild.retry = RetryPolicy::fixed(2, Duration::from_millis(10));
     n.add_job(&grandchild, &[]).await.unwrap();
     n.add_job(&child_of("paused-child", "ok", "parent"), &[]).await.unwrap();
-    store.set_paused(CLUSTER, "paused-child", true, None).await.unwrap();
+    store.set_paused("paused-child", true, None).await.unwrap();
     n.add_job(
         &JobSpec::new("failing-parent", "fail"),
         &[ExecuteSpec::new(three.clone())],
@@ -1049,11 +1044,11 @@ async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
     .unwrap();
     n.add_job(&child_of("pong", "ok", "ping"), &[]).await.unwrap();
     store
-        .update_job(CLUSTER, "ping", &child_of("ping", "ok", "pong"), None, None)
+        .update_job("ping", &child_of("ping", "ok", "pong"), None, None)
         .await
         .unwrap();
     let mut ids = HashMap::new();
-    for job in store.list_jobs(CLUSTER).await.unwrap() {
+    for job in store.list_jobs().await.unwrap() {
         ids.insert(job.spec.name.clone(), job.id);
     }
     let rows_of = |rows: &[FireRecord], name: &str| -> Vec<FireRecord> {
@@ -1350,7 +1345,7 @@ async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &Tes
     n.add_job(&JobSpec::new("count", "count"), &[once(at.saturating_add_millis(100))])
         .await
         .unwrap();
-    let count_id = store.get_job(CLUSTER, "count").await.unwrap().unwrap().job.id;
+    let count_id = store.get_job("count").await.unwrap().unwrap().job.id;
     let first = n.node();
     wait_until(
         Duration::from_secs(10),
@@ -1364,7 +1359,7 @@ async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &Tes
     )
     .await;
     // Declared dead while its fire waits for the only thread.
-    assert!(store.retire_node(CLUSTER, &first, 0).await.unwrap());
+    assert!(store.retire_node(&first, 0).await.unwrap());
     wait_until(
         Duration::from_secs(15),
         "the waiting fire recorded abandoned",
@@ -1464,17 +1459,14 @@ async fn changes_reach_every_node_at_once(db: &TestDb) {
     let seen: Seen = Arc::default();
     let a = watching_node(db, slow_polls.clone(), &seen).await;
     let b = watching_node(db, slow_polls, &seen).await;
-    let store = db.store().await;
+    let store = db.store().await.scoped(CLUSTER);
     // Past both nodes' first poll.
     tokio::time::sleep(Duration::from_millis(600)).await;
     let added_at = store.now().await.unwrap();
     let tick = Trigger::new(Schedule::fixed_rate_millis(500).unwrap(), added_at).unwrap();
     let mut job = JobSpec::new("tick", "seen");
     job.payload = "1".to_owned();
-    store
-        .create_job(CLUSTER, &job, &[ExecuteSpec::new(tick)])
-        .await
-        .unwrap();
+    store.create_job(&job, &[ExecuteSpec::new(tick)]).await.unwrap();
     wait_for(Duration::from_secs(10), "three fires of the new job", || {
         let store = store.clone();
         async move {
@@ -1510,7 +1502,7 @@ async fn changes_reach_every_node_at_once(db: &TestDb) {
     // it carries the new payload.
     let mut edited = job.clone();
     edited.payload = "2".to_owned();
-    store.update_job(CLUSTER, "tick", &edited, None, None).await.unwrap();
+    store.update_job("tick", &edited, None, None).await.unwrap();
     let edited_at = store.now().await.unwrap();
     let visible = edited_at.saturating_add_millis(quartz::store::CHANGE_VISIBILITY_MS);
     wait_until(Duration::from_secs(10), "two fires after the edit", || {
@@ -1531,7 +1523,7 @@ async fn changes_reach_every_node_at_once(db: &TestDb) {
 
     // A pause stops the fires once every node has seen it, those already
     // claimed included (recorded skipped); a resume starts them again.
-    store.set_paused(CLUSTER, "tick", true, None).await.unwrap();
+    store.set_paused("tick", true, None).await.unwrap();
     let paused_at = store
         .now()
         .await
@@ -1541,7 +1533,7 @@ async fn changes_reach_every_node_at_once(db: &TestDb) {
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let ran: Vec<Timestamp> = seen.lock().iter().map(|(t, _)| *t).filter(|t| *t > paused_at).collect();
     assert!(ran.is_empty(), "fires ran while paused: {ran:?} (before: {count})");
-    store.set_paused(CLUSTER, "tick", false, None).await.unwrap();
+    store.set_paused("tick", false, None).await.unwrap();
     let resumed_at = store.now().await.unwrap();
     wait_until(Duration::from_secs(3), "a fire soon after the resume", || {
         let seen = Arc::clone(&seen);
@@ -1549,7 +1541,7 @@ async fn changes_reach_every_node_at_once(db: &TestDb) {
     })
     .await;
     // A delete stops them for good.
-    store.delete_job(CLUSTER, "tick", None).await.unwrap();
+    store.delete_job("tick", None).await.unwrap();
     let deleted_at = store
         .now()
         .await
@@ -1589,7 +1581,7 @@ async fn a_timed_out_fire_blocks_its_job_until_its_code_returns(db: &TestDb) {
     };
     let n = build(db.store().await).await.unwrap();
     let m = build(db.store().await).await.unwrap();
-    let store = db.store().await;
+    let store = db.store().await.scoped(CLUSTER);
     let now = store.now().await.unwrap();
     let mut job = JobSpec::new("stubborn", "stubborn");
     job.allow_concurrent = false;
@@ -1604,10 +1596,7 @@ async fn a_timed_out_fire_blocks_its_job_until_its_code_returns(db: &TestDb) {
             .unwrap(),
         )
     };
-    store
-        .create_job(CLUSTER, &job, &[every(500), every(600)])
-        .await
-        .unwrap();
+    store.create_job(&job, &[every(500), every(600)]).await.unwrap();
     wait_until(Duration::from_secs(15), "three runs of the stubborn job", || {
         let spans = Arc::clone(&spans);
         async move { spans.lock().len() >= 3 }
@@ -1663,7 +1652,7 @@ async fn retention_keeps_the_ledger_bounded_while_fires_go_on(db: &TestDb) {
     let runs = Runs::default();
     let a = node(db, settings.clone(), &runs).await;
     let b = node(db, settings, &runs).await;
-    let store = db.store().await;
+    let store = db.store().await.scoped(CLUSTER);
     // A node that leaves, and a one-off trigger that completes.
     let gone = register_and_leave(&store, "gone-node").await;
     let now = store.now().await.unwrap();
@@ -1671,18 +1660,14 @@ async fn retention_keeps_the_ledger_bounded_while_fires_go_on(db: &TestDb) {
     for i in 0..10 {
         let every = Trigger::new(Schedule::fixed_rate_millis(100).unwrap(), start).unwrap();
         store
-            .create_job(
-                CLUSTER,
-                &JobSpec::new(format!("busy-{i}"), "count"),
-                &[ExecuteSpec::new(every)],
-            )
+            .create_job(&JobSpec::new(format!("busy-{i}"), "count"), &[ExecuteSpec::new(every)])
             .await
             .unwrap();
     }
     // A job that fires rarely: its newest fires stay however old.
     let once = Trigger::new(Schedule::Once, start).unwrap();
     store
-        .create_job(CLUSTER, &JobSpec::new("rare", "count"), &[ExecuteSpec::new(once)])
+        .create_job(&JobSpec::new("rare", "count"), &[ExecuteSpec::new(once)])
         .await
         .unwrap();
     let mut most = 0;
@@ -1708,18 +1693,18 @@ async fn retention_keeps_the_ledger_bounded_while_fires_go_on(db: &TestDb) {
         1,
         "a job's newest fires stay whatever their age"
     );
-    let rare = store.get_job(CLUSTER, "rare").await.unwrap().unwrap();
+    let rare = store.get_job("rare").await.unwrap().unwrap();
     assert!(
         rare.executes.is_empty(),
         "the complete one-off trigger was purged: {:?}",
         rare.executes
     );
-    let members = store.list_nodes(CLUSTER).await.unwrap();
+    let members = store.list_nodes().await.unwrap();
     assert!(
         members.iter().all(|n| n.node_id != gone.node_id),
         "the gone node's row was purged: {members:?}"
     );
-    let horizon = store.purge_horizon(CLUSTER).await.unwrap().expect("a horizon");
+    let horizon = store.purge_horizon().await.unwrap().expect("a horizon");
     assert!(horizon > now, "{horizon} {now}");
     assert!(
         rows.iter().all(|f| f.state != FireState::Succeeded
@@ -1737,7 +1722,6 @@ async fn retention_keeps_the_ledger_bounded_while_fires_go_on(db: &TestDb) {
 async fn register_and_leave(store: &AnyStore, id: &str) -> NodeRef {
     let node = store
         .register_node(&NodeRegistration {
-            scheduler: CLUSTER.to_owned(),
             node_id: id.to_owned(),
             host: "elsewhere".to_owned(),
             pid: 1,
@@ -1751,7 +1735,7 @@ async fn register_and_leave(store: &AnyStore, id: &str) -> NodeRef {
         node_id: node.node_id,
         incarnation: node.incarnation,
     };
-    assert!(store.leave(CLUSTER, &node).await.unwrap());
+    assert!(store.leave(&node).await.unwrap());
     node
 }
 
@@ -1776,7 +1760,7 @@ async fn a_retry_survives_the_shutdown_of_the_node_that_failed(db: &TestDb) {
                 Ok(())
             })
     };
-    let store = db.store().await;
+    let store = db.store().await.scoped(CLUSTER);
     let first = build("first").start(db.store().await).await.unwrap();
     let now = store.now().await.unwrap();
     let mut job = JobSpec::new("flaky", "flaky");
@@ -1840,7 +1824,7 @@ async fn a_late_run_survives_the_shutdown_of_the_node_that_misfired_it(db: &Test
                 Ok(())
             })
     };
-    let store = db.store().await;
+    let store = db.store().await.scoped(CLUSTER);
     let faults = Faults::scripted();
     // Every start this node makes is recorded 800 ms late, and it cannot
     // claim the late run its misfire leaves.
@@ -1906,7 +1890,7 @@ async fn wait_for_ledger(store: &AnyStore, secs: u64, what: &str, done: impl Fn(
 /// The audit over the last hour finds nothing.
 async fn assert_audit_clean(store: &AnyStore) {
     let now = store.now().await.unwrap();
-    let report = quartz::audit::audit(&**store, CLUSTER, &quartz::audit::AuditParams::last_hour(now))
+    let report = quartz::audit::audit(&**store, &quartz::audit::AuditParams::last_hour(now))
         .await
         .unwrap();
     assert!(report.violations.is_empty(), "{:?}", report.violations);

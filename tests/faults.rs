@@ -61,6 +61,11 @@ async fn postgres() {
     seeds(Kind::Postgres).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory() {
+    seeds(Kind::Memory).await;
+}
+
 /// The seeds of this run, with their rates: one asked for, or the
 /// regressions and new ones.
 fn chosen_seeds() -> Vec<(u64, u64)> {
@@ -103,10 +108,15 @@ async fn seeds(kind: Kind) {
     let began = Instant::now();
     let (mut fires, mut faults) = (0, Injected::default());
     let mut seeds = chosen_seeds();
-    if std::env::var_os("QUARTZ_FAULT_SEED").is_none() && kind == Kind::Postgres {
+    if std::env::var_os("QUARTZ_FAULT_SEED").is_none() {
         // The backends run at once: each its own new seeds.
+        let apart = match kind {
+            Kind::Postgres => 1_000,
+            Kind::Memory => 2_000,
+            _ => 0,
+        };
         for (s, _) in seeds.iter_mut().skip(REGRESSIONS.len()) {
-            *s += 1_000;
+            *s += apart;
         }
     }
     for &(seed, rate) in &seeds {
@@ -143,6 +153,7 @@ async fn seeds(kind: Kind) {
 fn test_name(kind: Kind) -> &'static str {
     match kind {
         Kind::Postgres => "postgres",
+        Kind::Memory => "memory",
         _ => "sqlite_file",
     }
 }
@@ -190,7 +201,7 @@ async fn one_seed(db: &TestDb, seed: u64, rate: u64) -> Result<(usize, Injected)
             .map_err(|e| format!("a node did not start: {e}"))?;
         nodes.push(node);
     }
-    let store = db.store().await;
+    let store = db.store().await.scoped(CLUSTER);
     let now = store.now().await.unwrap().as_millis();
     let start = Timestamp::from_millis((now / 1_000 + 2) * 1_000);
     for i in 0..JOBS {
@@ -221,7 +232,7 @@ async fn one_seed(db: &TestDb, seed: u64, rate: u64) -> Result<(usize, Injected)
     tokio::time::sleep_until(settled).await;
     let (report, broken) = loop {
         let rows = ledger(&store, CLUSTER).await;
-        let report = audit(&*store, CLUSTER, &params).await.unwrap();
+        let report = audit(&*store, &params).await.unwrap();
         let mut broken: Vec<String> = report
             .violations
             .iter()

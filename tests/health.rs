@@ -19,7 +19,6 @@ async fn a_node_past_its_dead_after_is_silent_not_live(db: &TestDb) {
     let store = db.store().await;
     let admin = Admin::new(store.clone(), CLUSTER);
     let register = |id: &str, dead_after: Option<Duration>| NodeRegistration {
-        scheduler: CLUSTER.to_owned(),
         node_id: id.to_owned(),
         host: "h".to_owned(),
         pid: 1,

@@ -256,8 +256,8 @@ async fn create_jobs(store: &AnyStore, scheduler: &str, s: usize, seconds: i64) 
             .with_end(end)
             .unwrap();
         store
+            .scoped(scheduler)
             .create_job(
-                scheduler,
                 &JobSpec::new(format!("storm-{i:05}"), "noop"),
                 &[ExecuteSpec::new(trigger)],
             )
@@ -276,15 +276,16 @@ async fn create_jobs(store: &AnyStore, scheduler: &str, s: usize, seconds: i64) 
 /// due up to now, nothing claimed or running), for at most a minute, so that
 /// a fire time without a row is a fire missed, not one not reached yet.
 async fn settle(store: &AnyStore, scheduler: &str) {
+    let store = store.scoped(scheduler);
     for _ in 0..600 {
         let now = store.now().await.unwrap();
-        let due = store.due_executes(scheduler, now, 1).await.unwrap().executes.len();
+        let due = store.due_executes(now, 1).await.unwrap().executes.len();
         let mut open = 0;
         for state in [FireState::Claimed, FireState::Running] {
             let query = FireQuery {
                 state: Some(state),
                 limit: 1,
-                ..FireQuery::new(scheduler)
+                ..FireQuery::new()
             };
             open += store.fires(&query).await.unwrap().len();
         }
@@ -297,10 +298,11 @@ async fn settle(store: &AnyStore, scheduler: &str) {
 
 /// Every ledger row of the scheduler, a page at a time.
 async fn ledger(store: &AnyStore, scheduler: &str) -> Vec<quartz_core::store::FireRecord> {
+    let store = store.scoped(scheduler);
     let mut out = Vec::new();
     let mut query = FireQuery {
         limit: 10_000,
-        ..FireQuery::new(scheduler)
+        ..FireQuery::new()
     };
     loop {
         let page = store.fires(&query).await.unwrap();

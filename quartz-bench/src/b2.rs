@@ -16,7 +16,6 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use quartz_core::store::prelude::*;
 use quartz_core::store::{Claim, ExecuteSpec, JobSpec, NodeRef, NodeRegistration, Store};
 use quartz_core::trigger::{Schedule, Trigger, TriggerState};
 use quartz_store::{SqlStore, StoreOptions};
@@ -170,10 +169,9 @@ async fn claims(url: &str, n: usize, seconds: u64, batched: bool) -> f64 {
     let start = setup.now().await.unwrap();
     let mut claimers = Vec::new();
     for c in 0..n {
-        let store = SqlStore::connect_with(url, &options).await.unwrap();
+        let store = SqlStore::connect_with(url, &options).await.unwrap().scoped("b2");
         let node = store
             .register_node(&NodeRegistration {
-                scheduler: "b2".into(),
                 node_id: format!("claimer-{c}"),
                 host: "bench".into(),
                 pid: std::process::id(),
@@ -196,15 +194,16 @@ async fn claims(url: &str, n: usize, seconds: u64, batched: bool) -> f64 {
             )
             .unwrap();
             store
+                .scoped("b2")
                 .create_job(
-                    "b2",
                     &JobSpec::new(format!("job-{c}-{e}"), "noop"),
                     &[ExecuteSpec::new(trigger.clone())],
                 )
                 .await
                 .unwrap();
             let id = store
-                .get_job("b2", &format!("job-{c}-{e}"))
+                .scoped("b2")
+                .get_job(&format!("job-{c}-{e}"))
                 .await
                 .unwrap()
                 .unwrap()

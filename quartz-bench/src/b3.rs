@@ -119,11 +119,8 @@ async fn fill(store: &AnyStore, scheduler: &str, n: usize) {
     for i in 0..DUE {
         let trigger = Trigger::new(Schedule::fixed_rate_millis(1_000).unwrap(), now).unwrap();
         store
-            .create_job(
-                scheduler,
-                &JobSpec::new(format!("due-{i}"), "noop"),
-                &[ExecuteSpec::new(trigger)],
-            )
+            .scoped(scheduler)
+            .create_job(&JobSpec::new(format!("due-{i}"), "noop"), &[ExecuteSpec::new(trigger)])
             .await
             .unwrap();
     }
@@ -140,7 +137,8 @@ async fn fill_by_api(store: &AnyStore, scheduler: &str, n: usize, far: i64) {
             let name = format!("idle-{next:07}");
             running.spawn(async move {
                 store
-                    .create_job(&scheduler, &JobSpec::new(name, "noop"), &[ExecuteSpec::new(trigger)])
+                    .scoped(&scheduler)
+                    .create_job(&JobSpec::new(name, "noop"), &[ExecuteSpec::new(trigger)])
                     .await
                     .unwrap();
             });
@@ -212,7 +210,8 @@ async fn one(backend: &str, n: usize, polls: usize) {
         let now = store.now().await.unwrap();
         let t = Instant::now();
         let batch = store
-            .due_executes(scheduler, now.saturating_add_millis(5_000), 5_000)
+            .scoped(scheduler)
+            .due_executes(now.saturating_add_millis(5_000), 5_000)
             .await
             .unwrap();
         times.push(i64::try_from(t.elapsed().as_micros()).unwrap_or(i64::MAX));

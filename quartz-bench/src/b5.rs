@@ -102,7 +102,8 @@ async fn failover(args: Args) {
         };
         job.requests_recovery = i % 4 == 1;
         store
-            .create_job(&scheduler, &job, &[ExecuteSpec::new(trigger)])
+            .scoped(&scheduler)
+            .create_job(&job, &[ExecuteSpec::new(trigger)])
             .await
             .unwrap();
     }

@@ -114,8 +114,8 @@ async fn outage(args: Args) {
             .with_misfire_policy(*policy)
             .unwrap();
         store
+            .scoped(&scheduler)
             .create_job(
-                &scheduler,
                 &JobSpec::new(format!("policy-{i}"), "noop"),
                 &[ExecuteSpec::new(trigger)],
             )

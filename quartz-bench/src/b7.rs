@@ -15,7 +15,6 @@
 
 use std::time::{Duration, Instant};
 
-use quartz_core::store::prelude::*;
 use quartz_core::store::{ExecuteSpec, JobSpec, Store};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_store::{SqlStore, StoreOptions};
@@ -103,11 +102,8 @@ async fn retention() {
     for i in 0..args.triggers {
         let every = Trigger::new(Schedule::fixed_rate_millis(1_000).unwrap(), start).unwrap();
         store
-            .create_job(
-                SCHEDULER,
-                &JobSpec::new(format!("b7-{i}"), "noop"),
-                &[ExecuteSpec::new(every)],
-            )
+            .scoped(SCHEDULER)
+            .create_job(&JobSpec::new(format!("b7-{i}"), "noop"), &[ExecuteSpec::new(every)])
             .await
             .unwrap();
     }
@@ -138,7 +134,7 @@ async fn retention() {
         // A poll as a node makes it: the due executes of the next 5 s.
         let at = Instant::now();
         let horizon = store.now().await.unwrap().saturating_add_millis(5_000);
-        let batch = store.due_executes(SCHEDULER, horizon, 5_000).await.unwrap();
+        let batch = store.scoped(SCHEDULER).due_executes(horizon, 5_000).await.unwrap();
         assert!(!batch.executes.is_empty());
         minute.push(i64::try_from(at.elapsed().as_micros()).unwrap_or(i64::MAX));
         if minute.len() == 30 {
@@ -156,7 +152,7 @@ async fn retention() {
     for node in &mut nodes {
         crate::node::stop(node);
     }
-    let horizon = store.purge_horizon(SCHEDULER).await.unwrap();
+    let horizon = store.scoped(SCHEDULER).purge_horizon().await.unwrap();
     println!(
         "ledger rows at the end: {rows_last}; purge horizon {horizon:?}; fires run in all: about {}",
         args.triggers as u64 * args.minutes * 60

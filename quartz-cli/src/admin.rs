@@ -92,11 +92,11 @@ pub async fn migrate(url: &str, out: Out) -> anyhow::Result<()> {
 
 /// `quartz nodes`.
 pub async fn nodes(url: &str, scheduler: &str, out: Out) -> anyhow::Result<()> {
-    let store = AnyStore::connect(url).await?;
+    let store = AnyStore::connect(url).await?.scoped(scheduler);
     let now = store.now().await?;
-    let members = store.list_nodes(scheduler).await?;
+    let members = store.list_nodes().await?;
     let mut running: HashMap<(String, i64), usize> = HashMap::new();
-    let mut query = FireQuery::new(scheduler);
+    let mut query = FireQuery::new();
     query.state = Some(FireState::Running);
     for f in all_fires(&store, query).await? {
         if let Some(owner) = f.owner {

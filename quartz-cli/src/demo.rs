@@ -99,12 +99,12 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<()> {
         }
     }
     let url = format!("sqlite://{}", args.file.display());
-    let store = AnyStore::connect(&url).await?;
+    let store = AnyStore::connect(&url).await?.scoped(SCHEDULER);
     let now = store.now().await?;
     let defined = jobs(now)?;
     println!("quartz demo: {} (scheduler {SCHEDULER:?})", args.file.display());
     for (spec, executes) in &defined {
-        store.create_job(SCHEDULER, spec, executes).await?;
+        store.create_job(spec, executes).await?;
         println!("  job {:<12} {:<6} {}", spec.name, spec.handler, spec.description);
     }
     let settings = Settings {
@@ -127,7 +127,7 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<()> {
         "FIRE TIME", "JOB", "STATE", "LATE", "TOOK"
     );
     let names: HashMap<i64, String> = store
-        .list_jobs(SCHEDULER)
+        .list_jobs()
         .await?
         .into_iter()
         .map(|j| (j.id, j.spec.name))
@@ -147,7 +147,7 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<()> {
         if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
             break;
         }
-        let mut query = FireQuery::new(SCHEDULER);
+        let mut query = FireQuery::new();
         query.limit = 200;
         let mut fires = store.fires(&query).await?;
         fires.reverse();

@@ -115,7 +115,7 @@ async fn survivor(db: &TestDb) -> Scheduler {
 
 async fn job_ids(store: &AnyStore) -> HashMap<String, i64> {
     store
-        .list_jobs(CLUSTER)
+        .list_jobs()
         .await
         .unwrap()
         .into_iter()
@@ -124,12 +124,12 @@ async fn job_ids(store: &AnyStore) -> HashMap<String, i64> {
 }
 
 async fn a_killed_node_s_fires_run_elsewhere_or_are_recorded_abandoned(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(CLUSTER);
     // The victim claims 3 s ahead, so it holds claimed fires when it dies.
     let victim = NodeProcess::start(db, "victim", 3_000, 4_000);
     wait_until(Duration::from_secs(20), "the victim to join", || async {
         store
-            .list_nodes(CLUSTER)
+            .list_nodes()
             .await
             .unwrap()
             .iter()
@@ -145,13 +145,10 @@ async fn a_killed_node_s_fires_run_elsewhere_or_are_recorded_abandoned(db: &Test
     let mut abandoned = JobSpec::new("abandoned", "sleep");
     abandoned.payload = "60000".to_owned();
     for job in [recovering, abandoned] {
-        store
-            .create_job(CLUSTER, &job, &[ExecuteSpec::new(soon.clone())])
-            .await
-            .unwrap();
+        store.create_job(&job, &[ExecuteSpec::new(soon.clone())]).await.unwrap();
     }
     store
-        .create_job(CLUSTER, &JobSpec::new("claimed", "noop"), &[ExecuteSpec::new(later)])
+        .create_job(&JobSpec::new("claimed", "noop"), &[ExecuteSpec::new(later)])
         .await
         .unwrap();
     wait_until(Duration::from_secs(15), "two running fires and one claimed", || async {
@@ -193,7 +190,7 @@ async fn a_killed_node_s_fires_run_elsewhere_or_are_recorded_abandoned(db: &Test
     let gone = of("abandoned");
     assert_eq!(gone.len(), 1, "not re-run (at most once)");
     assert_eq!(gone[0].state, FireState::Abandoned);
-    let nodes = store.list_nodes(CLUSTER).await.unwrap();
+    let nodes = store.list_nodes().await.unwrap();
     assert!(
         nodes
             .iter()
@@ -203,12 +200,12 @@ async fn a_killed_node_s_fires_run_elsewhere_or_are_recorded_abandoned(db: &Test
 }
 
 async fn a_frozen_node_runs_nothing_it_lost_and_rejoins(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(CLUSTER);
     let frozen = NodeProcess::start(db, "frozen", 20, 1_000);
     let survivor = survivor(db).await;
     wait_until(Duration::from_secs(20), "both nodes live", || async {
         store
-            .list_nodes(CLUSTER)
+            .list_nodes()
             .await
             .unwrap()
             .iter()
@@ -230,16 +227,12 @@ async fn a_frozen_node_runs_nothing_it_lost_and_rejoins(db: &TestDb) {
         .with_end(end)
         .unwrap();
         store
-            .create_job(
-                CLUSTER,
-                &JobSpec::new(format!("tick-{i}"), "noop"),
-                &[ExecuteSpec::new(trigger)],
-            )
+            .create_job(&JobSpec::new(format!("tick-{i}"), "noop"), &[ExecuteSpec::new(trigger)])
             .await
             .unwrap();
     }
     let old = store
-        .list_nodes(CLUSTER)
+        .list_nodes()
         .await
         .unwrap()
         .into_iter()
@@ -249,7 +242,7 @@ async fn a_frozen_node_runs_nothing_it_lost_and_rejoins(db: &TestDb) {
     frozen.signal("STOP");
     wait_until(Duration::from_secs(10), "the frozen node declared dead", || async {
         store
-            .list_nodes(CLUSTER)
+            .list_nodes()
             .await
             .unwrap()
             .iter()
@@ -261,7 +254,7 @@ async fn a_frozen_node_runs_nothing_it_lost_and_rejoins(db: &TestDb) {
     frozen.signal("CONT");
     wait_until(Duration::from_secs(10), "the frozen node to re-register", || async {
         store
-            .list_nodes(CLUSTER)
+            .list_nodes()
             .await
             .unwrap()
             .iter()

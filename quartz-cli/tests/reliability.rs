@@ -355,7 +355,7 @@ fn label(kind: Kind) -> &'static str {
 
 impl Run {
     async fn start(db: &TestDb, kind: Kind, faketime: Option<PathBuf>, redis: Option<PrivateRedis>) -> Run {
-        let store = db.store().await;
+        let store = db.store().await.scoped("reliability");
         let offset = store.now().await.unwrap().as_millis() - wall_ms();
         let seed = u64::try_from(wall_ms()).unwrap() | 1;
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("reliability");
@@ -475,14 +475,13 @@ impl Run {
 
     async fn create(&mut self, spec: JobSpec, trigger: Trigger, counted: bool) -> i64 {
         let store = self.store.clone();
-        let scheduler = self.scheduler.clone();
         let (s2, t2) = (spec.clone(), trigger.clone());
         let job = self
             .retry("creating a job", || {
-                let (store, scheduler, spec, trigger) = (store.clone(), scheduler.clone(), s2.clone(), t2.clone());
+                let (store, spec, trigger) = (store.clone(), s2.clone(), t2.clone());
                 async move {
                     store
-                        .create_job(&scheduler, &spec, &[ExecuteSpec::new(trigger)])
+                        .create_job(&spec, &[ExecuteSpec::new(trigger)])
                         .await
                         .map_err(|e| e.to_string())
                 }
@@ -493,9 +492,9 @@ impl Run {
         let name = spec.name.clone();
         let stored = self
             .retry("reading the job back", || {
-                let (store, scheduler, name) = (store.clone(), scheduler.clone(), name.clone());
+                let (store, name) = (store.clone(), name.clone());
                 async move {
-                    let detail = store.get_job(&scheduler, &name).await.map_err(|e| e.to_string())?;
+                    let detail = store.get_job(&name).await.map_err(|e| e.to_string())?;
                     detail
                         .and_then(|d| d.executes.first().map(|e| e.trigger.clone()))
                         .ok_or_else(|| format!("job {name} has no trigger"))
@@ -636,10 +635,10 @@ impl Run {
 
     /// Every node's row, retried while the database is away.
     async fn nodes(&self) -> Vec<quartz_core::store::Node> {
-        let (store, scheduler) = (self.store.clone(), self.scheduler.clone());
+        let store = self.store.clone();
         self.retry("reading the nodes", || {
-            let (store, scheduler) = (store.clone(), scheduler.clone());
-            async move { store.list_nodes(&scheduler).await.map_err(|e| e.to_string()) }
+            let store = store.clone();
+            async move { store.list_nodes().await.map_err(|e| e.to_string()) }
         })
         .await
     }
@@ -662,7 +661,7 @@ impl Run {
         let query = FireQuery {
             state: Some(state),
             limit: 100_000,
-            ..FireQuery::new(self.scheduler.clone())
+            ..FireQuery::new()
         };
         let store = self.store.clone();
         let fires = self
@@ -1069,10 +1068,7 @@ impl Run {
         job.description = "d".repeat(10 << 20);
         cases.push(("description of 10 MiB".into(), job));
         for (what, spec) in cases {
-            let outcome = self
-                .store
-                .create_job(&self.scheduler, &spec, &[ExecuteSpec::new(trigger.clone())])
-                .await;
+            let outcome = self.store.create_job(&spec, &[ExecuteSpec::new(trigger.clone())]).await;
             self.bad_case("API: job", what, outcome.map(|_| ()).map_err(|e| e.to_string()));
         }
         // Odd but valid: stored as given, read back the same, and fired.
@@ -1089,7 +1085,7 @@ impl Run {
             true,
         )
         .await;
-        let back = self.store.get_job(&self.scheduler, &odd).await;
+        let back = self.store.get_job(&odd).await;
         let same = matches!(&back, Ok(Some(d)) if d.job.spec.name == odd && d.job.spec.payload == payload);
         self.bad.push(BadInput {
             via: "API: job",
@@ -1183,7 +1179,7 @@ impl Run {
                 ("victim-policy", "misfire_policy", "whenever"),
             ];
             for (victim, field, value) in corruptions {
-                let detail = self.store.get_job(&self.scheduler, victim).await.unwrap().unwrap();
+                let detail = self.store.get_job(victim).await.unwrap().unwrap();
                 let execute = detail.executes[0].id;
                 db.edit_execute(
                     &self.store,
@@ -1430,7 +1426,7 @@ impl Run {
             if victim == "victim-payload" {
                 continue; // checked above: its fires are recorded failed
             }
-            let detail = self.store.get_job(&self.scheduler, &victim).await.unwrap().unwrap();
+            let detail = self.store.get_job(&victim).await.unwrap().unwrap();
             let reason = detail
                 .executes
                 .iter()

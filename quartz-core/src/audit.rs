@@ -21,7 +21,7 @@
 //! use quartz_core::audit::{AuditParams, audit};
 //!
 //! let now = store.now().await?;
-//! let report = audit(store, "billing", &AuditParams::last_hour(now)).await?;
+//! let report = audit(store, &AuditParams::last_hour(now)).await?;
 //! assert!(report.violations.is_empty(), "{:?}", report.violations);
 //! # Ok(()) }
 //! ```
@@ -123,12 +123,12 @@ pub struct AuditReport {
 /// # Errors
 ///
 /// The store's errors; nothing is written.
-pub async fn audit(store: &dyn Store, scheduler: &str, params: &AuditParams) -> Result<AuditReport, StoreError> {
+pub async fn audit(store: &dyn Store, params: &AuditParams) -> Result<AuditReport, StoreError> {
     let now = store.now().await?;
     let until = params.until.min(now);
-    let purge_horizon = store.purge_horizon(scheduler).await?;
+    let purge_horizon = store.purge_horizon().await?;
     let since = purge_horizon.map_or(params.since, |h| params.since.max(h));
-    let mut query = FireQuery::new(scheduler);
+    let mut query = FireQuery::new();
     query.since = Some(since);
     query.until = Some(until);
     query.limit = 1_000;
@@ -140,8 +140,8 @@ pub async fn audit(store: &dyn Store, scheduler: &str, params: &AuditParams) -> 
         fires.extend(page);
     }
     let mut details = Vec::new();
-    for job in store.list_jobs(scheduler).await? {
-        if let Some(d) = store.get_job(scheduler, &job.spec.name).await? {
+    for job in store.list_jobs().await? {
+        if let Some(d) = store.get_job(&job.spec.name).await? {
             details.push(d);
         }
     }

@@ -146,7 +146,7 @@ pub struct PurgeReport {
 ///
 /// The first store error; what was deleted before it stays deleted, and the
 /// next purge goes on from there.
-pub async fn purge(store: &dyn Store, scheduler: &str, plan: &PurgePlan) -> Result<PurgeReport, StoreError> {
+pub async fn purge(store: &dyn Store, plan: &PurgePlan) -> Result<PurgeReport, StoreError> {
     let mut report = PurgeReport::default();
     if let Some(cutoff) = plan
         .fires
@@ -155,13 +155,11 @@ pub async fn purge(store: &dyn Store, scheduler: &str, plan: &PurgePlan) -> Resu
         .map(|(_, t)| *t)
         .max()
     {
-        store.purge_horizon_advance(scheduler, cutoff).await?;
+        store.purge_horizon_advance(cutoff).await?;
     }
     for (state, before) in &plan.fires {
         loop {
-            let n = store
-                .fires_purge(scheduler, *state, *before, plan.keep_last, PURGE_BATCH)
-                .await?;
+            let n = store.fires_purge(*state, *before, plan.keep_last, PURGE_BATCH).await?;
             report.fires += n;
             if n < u64::from(PURGE_BATCH) {
                 break;
@@ -170,11 +168,11 @@ pub async fn purge(store: &dyn Store, scheduler: &str, plan: &PurgePlan) -> Resu
         }
     }
     if let Some(before) = plan.nodes_before {
-        report.nodes = store.nodes_purge(scheduler, before).await?;
+        report.nodes = store.nodes_purge(before).await?;
     }
     if let Some(before) = plan.executes_before {
         loop {
-            let n = store.executes_purge(scheduler, before, PURGE_BATCH).await?;
+            let n = store.executes_purge(before, PURGE_BATCH).await?;
             report.executes += n;
             if n < u64::from(PURGE_BATCH) {
                 break;

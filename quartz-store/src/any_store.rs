@@ -23,8 +23,8 @@ use crate::{SqlStore, StoreOptions};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let store = AnyStore::connect("sqlite::memory:").await?;
-/// store.create_job("default", &JobSpec::new("nightly-report", "shell"), &[]).await?;
-/// assert_eq!(store.list_jobs("default").await?.len(), 1);
+/// store.create_job(&JobSpec::new("nightly-report", "shell"), &[]).await?;
+/// assert_eq!(store.list_jobs().await?.len(), 1);
 /// assert!(store.as_sql().is_some());
 /// # Ok::<(), quartz_core::store::StoreError>(())
 /// # }).unwrap();
@@ -83,6 +83,17 @@ impl AnyStore {
     #[cfg(feature = "redis")]
     pub fn as_redis(&self) -> Option<&RedisStore> {
         (&*self.0 as &dyn Any).downcast_ref()
+    }
+
+    /// The same store on another scheduler's rows (see [`Store::scoped`]).
+    pub fn scoped(&self, scheduler: &str) -> AnyStore {
+        AnyStore(self.0.scoped(scheduler))
+    }
+
+    /// The same store, its changes made as `actor` (see
+    /// [`Store::acting_as`]).
+    pub fn acting_as(&self, actor: &str) -> AnyStore {
+        AnyStore(self.0.acting_as(actor))
     }
 
     /// The store, shared.

@@ -15,13 +15,14 @@
 //! `(execute_id, fire_time, attempt)` makes a second claim of a fire impossible.
 //!
 //! ```
-//! use quartz_core::store::{JobSpec, Store};
+//! use quartz_core::store::JobSpec;
+//! use quartz_core::store::prelude::*;
 //! use quartz_store::SqlStore;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let store = SqlStore::connect("sqlite::memory:").await?;
-//! let job = store.create_job("default", &JobSpec::new("nightly-report", "shell"), &[]).await?;
-//! assert_eq!(store.list_jobs("default").await?, vec![job]);
+//! let job = store.create_job(&JobSpec::new("nightly-report", "shell"), &[]).await?;
+//! assert_eq!(store.list_jobs().await?, vec![job]);
 //! # Ok::<(), quartz_core::store::StoreError>(())
 //! # }).unwrap();
 //! ```

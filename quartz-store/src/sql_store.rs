@@ -6,11 +6,11 @@ use std::collections::HashSet;
 use quartz_core::Timestamp;
 use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{
-    CalendarRecord, CalendarStore, ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DueBatch, ExecuteCas,
-    ExecuteSpec, FireEnd, FireQuery, FireRecord, FireRetry, FireState, FireStore, FollowUp, HealthCounts, HistoryStore,
-    Job, JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef, NodeRegistration, NodeState, NodeStore, Outcome,
-    PendingClaim, RetentionStore, RetryPolicy, ScheduleStore, SharedStore, SkippedRecord, Store, StoreError,
-    check_name,
+    CalendarRecord, CalendarStore, ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DEFAULT_SCHEDULER,
+    DueBatch, ExecuteCas, ExecuteSpec, FireEnd, FireQuery, FireRecord, FireRetry, FireState, FireStore, FollowUp,
+    HealthCounts, HistoryStore, Job, JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef, NodeRegistration,
+    NodeState, NodeStore, Outcome, PendingClaim, RetentionStore, RetryPolicy, ScheduleStore, SharedStore,
+    SkippedRecord, Store, StoreError, check_name,
 };
 use quartz_core::trigger::TriggerState;
 use sqlx::any::AnyQueryResult;
@@ -89,6 +89,8 @@ pub struct SqlStore {
     /// Who the change log says made the changes made through this handle
     /// (see [`Store::acting_as`]).
     actor: std::sync::Arc<str>,
+    /// The scheduler whose rows it reads and writes (see [`Store::scoped`]).
+    scheduler: std::sync::Arc<str>,
 }
 
 impl SqlStore {
@@ -112,10 +114,16 @@ impl SqlStore {
     ///
     /// As [`connect`](Self::connect).
     pub async fn connect_with(url: &str, options: &StoreOptions) -> Result<SqlStore, StoreError> {
-        Ok(SqlStore {
-            db: Db::connect(url, options).await?,
+        Ok(SqlStore::on(Db::connect(url, options).await?))
+    }
+
+    /// A store on `db`, acting as [`DEFAULT_ACTOR`] on [`DEFAULT_SCHEDULER`].
+    pub(crate) fn on(db: Db) -> SqlStore {
+        SqlStore {
+            db,
             actor: DEFAULT_ACTOR.into(),
-        })
+            scheduler: DEFAULT_SCHEDULER.into(),
+        }
     }
 
     /// Creates or upgrades the schema; idempotent, and safe when several nodes

@@ -49,7 +49,6 @@ fn every_second(start: Timestamp) -> ExecuteSpec {
 async fn register(store: &AnyStore, node_id: &str) -> NodeRef {
     let node = store
         .register_node(&NodeRegistration {
-            scheduler: S.to_owned(),
             node_id: node_id.to_owned(),
             host: "test-host".to_owned(),
             pid: std::process::id(),
@@ -72,10 +71,10 @@ fn claim_of(execute_id: i64, fire: &Fire, node: &NodeRef) -> Claim {
 /// A job firing every second from `start`, and its execute's id and trigger.
 async fn ticking_job(store: &AnyStore, name: &str, start: Timestamp) -> (i64, Trigger) {
     store
-        .create_job(S, &JobSpec::new(name, "noop"), &[every_second(start)])
+        .create_job(&JobSpec::new(name, "noop"), &[every_second(start)])
         .await
         .unwrap();
-    let executes = store.get_job(S, name).await.unwrap().unwrap().executes;
+    let executes = store.get_job(name).await.unwrap().unwrap().executes;
     (executes[0].id, executes[0].trigger.clone())
 }
 
@@ -86,7 +85,7 @@ async fn count_fires(store: &AnyStore) -> i64 {
 async fn migrations_run_twice_and_concurrently(db: &TestDb) {
     if db.kind == Kind::SqliteMemory {
         // One connection, one database: nothing runs concurrently.
-        let store = db.store().await;
+        let store = db.store().await.scoped(S);
         store.as_sql().unwrap().migrate().await.unwrap();
         store.as_sql().unwrap().migrate().await.unwrap();
         return;
@@ -113,17 +112,17 @@ async fn migrations_run_twice_and_concurrently(db: &TestDb) {
     stores[1].as_sql().unwrap().migrate().await.unwrap();
     // The schema works after all that.
     stores[2]
-        .create_job(S, &JobSpec::new("after-migrations", "noop"), &[])
+        .create_job(&JobSpec::new("after-migrations", "noop"), &[])
         .await
         .unwrap();
-    assert_eq!(stores[3].list_jobs(S).await.unwrap().len(), 1);
+    assert_eq!(stores[3].list_jobs().await.unwrap().len(), 1);
     let no_migrate = db
         .store_with(&StoreOptions {
             migrate: false,
             ..StoreOptions::default()
         })
         .await;
-    assert_eq!(no_migrate.list_jobs(S).await.unwrap().len(), 1);
+    assert_eq!(no_migrate.list_jobs().await.unwrap().len(), 1);
 }
 
 /// On MySQL and MariaDB a migrating node holds a named lock, and a node that
@@ -173,7 +172,7 @@ async fn mysql_migration_waits_for_the_lock(db: &TestDb) {
 }
 
 async fn the_clock_is_the_databases(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(S);
     let a = store.now().await.unwrap();
     let b = store.now().await.unwrap();
     assert!(b >= a, "{a} then {b}");
@@ -194,7 +193,7 @@ async fn the_clock_is_the_databases(db: &TestDb) {
 }
 
 async fn jobs_are_created_read_updated_paused_and_deleted(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(S);
     let now = store.now().await.unwrap();
     let cron = Trigger::new(
         Schedule::cron(
@@ -211,11 +210,11 @@ async fn jobs_are_created_read_updated_paused_and_deleted(db: &TestDb) {
     spec.allow_concurrent = false;
     spec.timeout = Some(std::time::Duration::from_secs(30));
     let job = store
-        .create_job(S, &spec, &[ExecuteSpec::new(cron.clone()), every_second(now)])
+        .create_job(&spec, &[ExecuteSpec::new(cron.clone()), every_second(now)])
         .await
         .unwrap();
     assert_eq!(job.spec, spec);
-    let detail = store.get_job(S, "report").await.unwrap().unwrap();
+    let detail = store.get_job("report").await.unwrap().unwrap();
     let (read, executes) = (detail.job, detail.executes);
     assert_eq!(read, job);
     assert_eq!(executes.len(), 2);
@@ -229,47 +228,54 @@ async fn jobs_are_created_read_updated_paused_and_deleted(db: &TestDb) {
     );
     assert_eq!(executes[1].fire_state.next_fire_time, Some(visible));
     assert!(executes.iter().all(|e| e.state == ExecuteState::Waiting));
-    assert!(store.get_job(S, "nope").await.unwrap().is_none());
-    assert!(store.get_job("other-scheduler", "report").await.unwrap().is_none());
+    assert!(store.get_job("nope").await.unwrap().is_none());
+    assert!(
+        store
+            .scoped("other-scheduler")
+            .get_job("report")
+            .await
+            .unwrap()
+            .is_none()
+    );
 
-    let paused = store.set_paused(S, "report", true, None).await.unwrap();
+    let paused = store.set_paused("report", true, None).await.unwrap();
     assert_eq!(paused.state, quartz_core::store::JobState::Paused);
     let far = now.checked_add_millis(86_400_000 * 7).unwrap();
     assert!(
-        store.due_executes(S, far, 100).await.unwrap().executes.is_empty(),
+        store.due_executes(far, 100).await.unwrap().executes.is_empty(),
         "paused: not due"
     );
-    store.set_paused(S, "report", false, None).await.unwrap();
-    assert_eq!(store.due_executes(S, far, 100).await.unwrap().executes.len(), 2);
+    store.set_paused("report", false, None).await.unwrap();
+    assert_eq!(store.due_executes(far, 100).await.unwrap().executes.len(), 2);
 
     let mut renamed = spec.clone();
     renamed.name = "report-v2".to_owned();
     let updated = store
-        .update_job(S, "report", &renamed, Some(&[every_second(now)]), None)
+        .update_job("report", &renamed, Some(&[every_second(now)]), None)
         .await
         .unwrap();
     assert_eq!((updated.id, updated.spec.name.as_str()), (job.id, "report-v2"));
-    assert_eq!(store.get_job(S, "report-v2").await.unwrap().unwrap().executes.len(), 1);
+    assert_eq!(store.get_job("report-v2").await.unwrap().unwrap().executes.len(), 1);
 
-    store.delete_job(S, "report-v2", None).await.unwrap();
-    assert!(store.list_jobs(S).await.unwrap().is_empty());
-    assert!(store.due_executes(S, far, 100).await.unwrap().executes.is_empty());
+    store.delete_job("report-v2", None).await.unwrap();
+    assert!(store.list_jobs().await.unwrap().is_empty());
+    assert!(store.due_executes(far, 100).await.unwrap().executes.is_empty());
     assert!(matches!(
-        store.delete_job(S, "report-v2", None).await,
+        store.delete_job("report-v2", None).await,
         Err(StoreError::UnknownJob { .. })
     ));
 }
 
 async fn bad_input_is_refused_and_nothing_is_stored(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(S);
     let now = store.now().await.unwrap();
     store
-        .create_job(S, &JobSpec::new("kept", "noop"), &[every_second(now)])
+        .create_job(&JobSpec::new("kept", "noop"), &[every_second(now)])
         .await
         .unwrap();
 
     let err = store
-        .create_job(S, &JobSpec::new("kept", "other"), &[every_second(now)])
+        .create_job(&JobSpec::new("kept", "other"), &[every_second(now)])
         .await
         .unwrap_err();
     assert!(
@@ -279,18 +285,18 @@ async fn bad_input_is_refused_and_nothing_is_stored(db: &TestDb) {
 
     let mut bad_payload = JobSpec::new("bad-payload", "noop");
     bad_payload.payload = "{not json".to_owned();
-    let err = store.create_job(S, &bad_payload, &[]).await.unwrap_err();
+    let err = store.create_job(&bad_payload, &[]).await.unwrap_err();
     assert!(matches!(err, StoreError::Invalid(Error::InvalidJob { .. })), "{err}");
 
     let mut huge = JobSpec::new("huge", "noop");
     huge.payload = format!("\"{}\"", "x".repeat(2 << 20));
     assert!(matches!(
-        store.create_job(S, &huge, &[]).await,
+        store.create_job(&huge, &[]).await,
         Err(StoreError::Invalid(_))
     ));
 
     for name in ["", " padded", "new\nline", &"n".repeat(201)] {
-        let err = store.create_job(S, &JobSpec::new(name, "noop"), &[]).await.unwrap_err();
+        let err = store.create_job(&JobSpec::new(name, "noop"), &[]).await.unwrap_err();
         assert!(
             matches!(err, StoreError::Invalid(Error::InvalidJob { .. })),
             "{name:?}: {err}"
@@ -299,24 +305,24 @@ async fn bad_input_is_refused_and_nothing_is_stored(db: &TestDb) {
     let mut orphan = JobSpec::new("orphan", "noop");
     orphan.parent = Some("no-such-parent".to_owned());
     assert!(matches!(
-        store.create_job(S, &orphan, &[]).await,
+        store.create_job(&orphan, &[]).await,
         Err(StoreError::UnknownJob { .. })
     ));
 
     // Odd but valid characters are kept exactly.
     let odd = JobSpec::new("ünï-😀 'quoted' \"dq\" ; DROP TABLE quartz_job; --", "noop");
-    store.create_job(S, &odd, &[]).await.unwrap();
-    assert!(store.get_job(S, &odd.name).await.unwrap().is_some());
+    store.create_job(&odd, &[]).await.unwrap();
+    assert!(store.get_job(&odd.name).await.unwrap().is_some());
 
     let names: Vec<String> = store
-        .list_jobs(S)
+        .list_jobs()
         .await
         .unwrap()
         .into_iter()
         .map(|j| j.spec.name)
         .collect();
     assert_eq!(names.len(), 2, "only the valid jobs were stored: {names:?}");
-    let kept = store.get_job(S, "kept").await.unwrap().unwrap();
+    let kept = store.get_job("kept").await.unwrap().unwrap();
     assert_eq!(
         (kept.job.spec.handler.as_str(), kept.executes.len()),
         ("noop", 1),
@@ -325,19 +331,18 @@ async fn bad_input_is_refused_and_nothing_is_stored(db: &TestDb) {
 }
 
 async fn due_executes_come_in_time_order_and_bad_rows_are_set_aside(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(S);
     let now = store.now().await.unwrap();
     for (i, name) in ["c", "a", "b"].iter().enumerate() {
         // Beyond the visibility delay, so stored as given.
         let start = now.checked_add_millis(1_000 + 100 * (3 - i as i64)).unwrap();
         store
-            .create_job(S, &JobSpec::new(*name, "noop"), &[every_second(start)])
+            .create_job(&JobSpec::new(*name, "noop"), &[every_second(start)])
             .await
             .unwrap();
     }
     let later = store
         .create_job(
-            S,
             &JobSpec::new("later", "noop"),
             &[every_second(now.checked_add_millis(60_000).unwrap())],
         )
@@ -362,7 +367,7 @@ async fn due_executes_come_in_time_order_and_bad_rows_are_set_aside(db: &TestDb)
     )
     .await;
     let window = now.checked_add_millis(5_000).unwrap();
-    let batch = store.due_executes(S, window, 100).await.unwrap();
+    let batch = store.due_executes(window, 100).await.unwrap();
     assert_eq!(batch.rejected.len(), 1, "{batch:?}");
     assert!(
         batch.rejected[0].reason.contains("day-of-month"),
@@ -381,22 +386,22 @@ async fn due_executes_come_in_time_order_and_bad_rows_are_set_aside(db: &TestDb)
     );
 
     // The corrupt row is not served again; the others still are.
-    let again = store.due_executes(S, window, 100).await.unwrap();
+    let again = store.due_executes(window, 100).await.unwrap();
     assert!(again.rejected.is_empty());
     assert_eq!(again.executes.len(), 4);
-    let later = store.get_job(S, "later").await.unwrap().unwrap();
+    let later = store.get_job("later").await.unwrap().unwrap();
     assert_eq!(later.executes.len(), 2, "the valid rows");
     assert_eq!(later.broken.len(), 1, "the corrupt row, apart, with its reason");
     assert!(later.broken[0].reason.contains("day-of-month"));
 
-    let limited = store.due_executes(S, window, 2).await.unwrap();
+    let limited = store.due_executes(window, 2).await.unwrap();
     assert_eq!(limited.executes.len(), 2, "bounded batches");
 }
 
 async fn concurrent_claimers_win_each_fire_exactly_once(db: &TestDb) {
     const FIRES: usize = 40;
     const CLAIMERS: usize = 6;
-    let setup = db.store().await;
+    let setup = db.store().await.scoped(S);
     let start = setup.now().await.unwrap();
     let (execute_id, trigger) = ticking_job(&setup, "tick", start).await;
     let initial = quartz_core::trigger::TriggerState::initial(&trigger);
@@ -412,7 +417,7 @@ async fn concurrent_claimers_win_each_fire_exactly_once(db: &TestDb) {
         let store = if db.kind == Kind::SqliteMemory {
             setup.clone()
         } else {
-            db.store().await
+            db.store().await.scoped(S)
         };
         let node = register(&store, &format!("claimer-{c}")).await;
         let fires = Arc::clone(&fires);
@@ -447,7 +452,7 @@ async fn concurrent_claimers_win_each_fire_exactly_once(db: &TestDb) {
     assert_eq!(all.len(), FIRES, "each fire won exactly once: {} wins", all.len());
     assert_eq!(times.len(), FIRES);
     assert_eq!(count_fires(&setup).await, FIRES as i64, "one ledger row per fire");
-    let executes = setup.get_job(S, "tick").await.unwrap().unwrap().executes;
+    let executes = setup.get_job("tick").await.unwrap().unwrap().executes;
     assert_eq!(
         executes[0].fire_state,
         fires.last().unwrap().after,
@@ -488,7 +493,7 @@ async fn concurrent_claimers_win_each_fire_exactly_once(db: &TestDb) {
 }
 
 async fn a_retired_incarnation_is_fenced(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(S);
     let start = store.now().await.unwrap();
     let (execute_id, trigger) = ticking_job(&store, "fenced", start).await;
     let fires: Vec<Fire> = trigger
@@ -503,7 +508,7 @@ async fn a_retired_incarnation_is_fenced(db: &TestDb) {
         .await
         .unwrap()
         .unwrap();
-    assert!(store.heartbeat(S, &old, 0).await.unwrap());
+    assert!(store.heartbeat(&old, 0).await.unwrap());
 
     // Re-registering (a restart) retires the old incarnation.
     let new = register(&store, "node-a").await;
@@ -512,7 +517,7 @@ async fn a_retired_incarnation_is_fenced(db: &TestDb) {
         store.mark_running_all(&[fire_id], &old).await.unwrap().is_empty(),
         "stale incarnation refused"
     );
-    assert!(!store.heartbeat(S, &old, 0).await.unwrap());
+    assert!(!store.heartbeat(&old, 0).await.unwrap());
     assert!(
         store.mark_running_all(&[fire_id], &new).await.unwrap().is_empty(),
         "the new incarnation does not own the old claim"
@@ -525,15 +530,12 @@ async fn a_retired_incarnation_is_fenced(db: &TestDb) {
         .await
         .unwrap()
         .unwrap();
-    assert!(
-        !store.retire_node(S, &b, 60_000).await.unwrap(),
-        "its heartbeat is fresh"
-    );
-    assert!(store.retire_node(S, &b, -1).await.unwrap());
-    assert!(!store.retire_node(S, &b, -1).await.unwrap(), "retired once");
+    assert!(!store.retire_node(&b, 60_000).await.unwrap(), "its heartbeat is fresh");
+    assert!(store.retire_node(&b, -1).await.unwrap());
+    assert!(!store.retire_node(&b, -1).await.unwrap(), "retired once");
     assert!(store.mark_running_all(&[fire_b], &b).await.unwrap().is_empty());
-    assert!(!store.heartbeat(S, &b, 0).await.unwrap());
-    let nodes = store.list_nodes(S).await.unwrap();
+    assert!(!store.heartbeat(&b, 0).await.unwrap());
+    let nodes = store.list_nodes().await.unwrap();
     let state_of = |id: &str| nodes.iter().find(|n| n.node_id == id).unwrap().state;
     assert_eq!(
         (state_of("node-a"), state_of("node-b")),
@@ -558,15 +560,15 @@ async fn a_retired_incarnation_is_fenced(db: &TestDb) {
             .unwrap()
             .ended()
     );
-    assert!(store.leave(S, &new).await.unwrap());
+    assert!(store.leave(&new).await.unwrap());
     assert!(
-        !store.heartbeat(S, &new, 0).await.unwrap(),
+        !store.heartbeat(&new, 0).await.unwrap(),
         "a node that left must re-register"
     );
 }
 
 async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(S);
     let start = store.now().await.unwrap();
     let (execute_id, trigger) = ticking_job(&store, "recover", start).await;
     let fires: Vec<Fire> = trigger
@@ -593,13 +595,10 @@ async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
         .unwrap();
     assert!(!store.mark_running_all(&[running], &dead).await.unwrap().is_empty());
     assert!(!store.mark_running_all(&[running_too], &dead).await.unwrap().is_empty());
-    assert!(
-        store.orphaned_fires(S, 100).await.unwrap().is_empty(),
-        "its owner is live"
-    );
-    assert!(store.retire_node(S, &dead, -1).await.unwrap());
+    assert!(store.orphaned_fires(100).await.unwrap().is_empty(), "its owner is live");
+    assert!(store.retire_node(&dead, -1).await.unwrap());
 
-    let orphans = store.orphaned_fires(S, 100).await.unwrap();
+    let orphans = store.orphaned_fires(100).await.unwrap();
     assert_eq!(
         orphans.iter().map(|f| f.id).collect::<Vec<_>>(),
         [claimed, running, running_too]
@@ -625,9 +624,9 @@ async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
     // Running, no recovery: abandoned once.
     assert!(store.abandon(&orphans[2]).await.unwrap());
     assert!(!store.abandon(&orphans[2]).await.unwrap());
-    assert!(store.orphaned_fires(S, 100).await.unwrap().is_empty());
+    assert!(store.orphaned_fires(100).await.unwrap().is_empty());
 
-    let history = store.fires(&FireQuery::new(S)).await.unwrap();
+    let history = store.fires(&FireQuery::new()).await.unwrap();
     let by_id = |id: i64| history.iter().find(|f| f.id == id).unwrap();
     assert_eq!(by_id(running).state, FireState::Failed);
     assert_eq!(by_id(reruns[0]).attempt, 2);
@@ -642,7 +641,7 @@ async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
         .unwrap()
         .unwrap();
     assert!(store.end_fire(fire, leaving, FireEnd::Released).await.unwrap().ended());
-    let open = store.orphaned_fires(S, 100).await.unwrap();
+    let open = store.orphaned_fires(100).await.unwrap();
     let released = open.iter().find(|f| f.id == fire).expect("a released fire is open");
     assert!(store.take_over(released, &rescuers[1]).await.unwrap());
     assert!(!store.mark_running_all(&[fire], &rescuers[1]).await.unwrap().is_empty());
@@ -672,14 +671,8 @@ async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
         due_at.as_millis() >= before.as_millis() + 59_000,
         "due after the backoff: {due_at}"
     );
-    assert!(
-        store.fires_pending(S, before, 10).await.unwrap().is_empty(),
-        "not due yet"
-    );
-    let due = store
-        .fires_pending(S, due_at.saturating_add_millis(1), 10)
-        .await
-        .unwrap();
+    assert!(store.fires_pending(before, 10).await.unwrap().is_empty(), "not due yet");
+    let due = store.fires_pending(due_at.saturating_add_millis(1), 10).await.unwrap();
     assert_eq!(
         due.iter().map(|f| (f.id, f.attempt)).collect::<Vec<_>>(),
         vec![(retry, 3)]
@@ -706,7 +699,7 @@ async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
         ],
     )
     .await;
-    let stuck = store.orphaned_executes(S, 10).await.unwrap().executes;
+    let stuck = store.orphaned_executes(10).await.unwrap().executes;
     assert_eq!(stuck.len(), 1);
     let mut release = ExecuteCas {
         execute_id,
@@ -722,11 +715,11 @@ async fn a_dead_nodes_fires_are_recovered_by_exactly_one_node(db: &TestDb) {
     assert!(store.update_execute(&release, &[]).await.unwrap());
     assert!(!store.update_execute(&release, &[]).await.unwrap());
     release.expect_state = ExecuteState::Waiting;
-    assert!(store.orphaned_executes(S, 10).await.unwrap().executes.is_empty());
+    assert!(store.orphaned_executes(10).await.unwrap().executes.is_empty());
 }
 
 async fn misfire_decisions_are_compare_and_set_and_recorded(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(S);
     let now = store.now().await.unwrap();
     let start = now.checked_add_millis(-60_000).unwrap();
     let cron = Trigger::new(
@@ -735,10 +728,10 @@ async fn misfire_decisions_are_compare_and_set_and_recorded(db: &TestDb) {
     )
     .unwrap();
     store
-        .create_job(S, &JobSpec::new("overdue", "noop"), &[ExecuteSpec::new(cron.clone())])
+        .create_job(&JobSpec::new("overdue", "noop"), &[ExecuteSpec::new(cron.clone())])
         .await
         .unwrap();
-    let executes = store.get_job(S, "overdue").await.unwrap().unwrap().executes;
+    let executes = store.get_job("overdue").await.unwrap().unwrap().executes;
     let execute = &executes[0];
     let decision = execute
         .trigger
@@ -761,7 +754,7 @@ async fn misfire_decisions_are_compare_and_set_and_recorded(db: &TestDb) {
         !store.update_execute(&cas, std::slice::from_ref(&record)).await.unwrap(),
         "decided once"
     );
-    let ledger = store.fires(&FireQuery::new(S)).await.unwrap();
+    let ledger = store.fires(&FireQuery::new()).await.unwrap();
     assert_eq!(ledger.len(), 1, "one row for the whole skipped range");
     assert_eq!(ledger[0].state, FireState::Misfired);
     assert_eq!(
@@ -770,12 +763,12 @@ async fn misfire_decisions_are_compare_and_set_and_recorded(db: &TestDb) {
     );
     assert_eq!(ledger[0].fire_count, skipped.count);
     assert!(skipped.count >= 60);
-    let executes = store.get_job(S, "overdue").await.unwrap().unwrap().executes;
+    let executes = store.get_job("overdue").await.unwrap().unwrap().executes;
     assert_eq!(executes[0].fire_state, decision.state);
 }
 
 async fn history_filters_and_pages(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(S);
     let start = store.now().await.unwrap();
     let node = register(&store, "historian").await;
     for name in ["h1", "h2"] {
@@ -805,7 +798,7 @@ async fn history_filters_and_pages(db: &TestDb) {
             );
         }
     }
-    let all = store.fires(&FireQuery::new(S)).await.unwrap();
+    let all = store.fires(&FireQuery::new()).await.unwrap();
     assert_eq!(all.len(), 10);
     assert!(all.windows(2).all(|w| w[0].id > w[1].id), "newest first");
     assert!(all.iter().all(|f| f.finished_at.is_some() && f.started_at.is_some()));
@@ -815,17 +808,17 @@ async fn history_filters_and_pages(db: &TestDb) {
         "error text is cut"
     );
 
-    let mut q = FireQuery::new(S);
+    let mut q = FireQuery::new();
     q.job = Some("h1".to_owned());
     q.state = Some(FireState::Succeeded);
     let h1_ok = store.fires(&q).await.unwrap();
     assert_eq!(h1_ok.len(), 3);
-    let mut q = FireQuery::new(S);
+    let mut q = FireQuery::new();
     q.since = Some(start.checked_add_millis(1000).unwrap());
     q.until = Some(start.checked_add_millis(3000).unwrap());
     assert_eq!(store.fires(&q).await.unwrap().len(), 4);
     // Pages of 3.
-    let mut q = FireQuery::new(S);
+    let mut q = FireQuery::new();
     q.limit = 3;
     let seen = fire_pages(&store, q).await;
     assert_eq!(seen, all.iter().map(|f| f.id).collect::<Vec<_>>());
@@ -838,11 +831,11 @@ async fn history_filters_and_pages(db: &TestDb) {
     );
     for state in [FireState::Failed, FireState::Succeeded, FireState::Running] {
         let want: Vec<i64> = all.iter().filter(|f| f.state == state).map(|f| f.id).collect();
-        let mut q = FireQuery::new(S);
+        let mut q = FireQuery::new();
         q.state = Some(state);
         q.limit = 1;
         assert_eq!(fire_pages(&store, q).await, want, "{state:?} in pages");
-        let mut q = FireQuery::new(S);
+        let mut q = FireQuery::new();
         q.state = Some(state);
         q.since = Some(since);
         q.until = Some(until);
@@ -854,7 +847,7 @@ async fn history_filters_and_pages(db: &TestDb) {
         let got: Vec<i64> = store.fires(&q).await.unwrap().iter().map(|f| f.id).collect();
         assert_eq!(got, want, "{state:?} within a range");
     }
-    let mut unknown = FireQuery::new(S);
+    let mut unknown = FireQuery::new();
     unknown.job = Some("nope".to_owned());
     assert!(matches!(
         store.fires(&unknown).await,
@@ -876,12 +869,11 @@ async fn fire_pages(store: &AnyStore, mut q: FireQuery) -> Vec<i64> {
 }
 
 async fn edited_schedules_are_noticed_and_jobs_are_read_by_id(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(S);
     let mut ids = Vec::new();
     for i in 0..40 {
         let job = store
             .create_job(
-                S,
                 &JobSpec::new(format!("sig-{i}"), "h"),
                 &[every_second(Timestamp::from_millis(0))],
             )
@@ -892,30 +884,31 @@ async fn edited_schedules_are_noticed_and_jobs_are_read_by_id(db: &TestDb) {
     // Read by id, in chunks, unknown ids ignored.
     let mut wanted = ids.clone();
     wanted.push(-7);
-    let mut found: Vec<i64> = store
-        .jobs_by_id(S, &wanted)
-        .await
-        .unwrap()
-        .iter()
-        .map(|j| j.id)
-        .collect();
+    let mut found: Vec<i64> = store.jobs_by_id(&wanted).await.unwrap().iter().map(|j| j.id).collect();
     found.sort_unstable();
     assert_eq!(found, ids);
-    assert!(store.jobs_by_id("another-scheduler", &ids).await.unwrap().is_empty());
+    assert!(
+        store
+            .scoped("another-scheduler")
+            .jobs_by_id(&ids)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
-    let detail = store.get_job(S, "sig-0").await.unwrap().unwrap();
+    let detail = store.get_job("sig-0").await.unwrap().unwrap();
     let execute = &detail.executes[0];
     assert!(!execute.schedule_changed, "created by the library: signed");
     db.edit_execute(&store, S, execute.id, &[("interval_ms", Some("2000".to_owned()))])
         .await;
-    let edited = store.get_job(S, "sig-0").await.unwrap().unwrap().executes[0].clone();
+    let edited = store.get_job("sig-0").await.unwrap().unwrap().executes[0].clone();
     assert!(edited.schedule_changed, "an edit by hand is noticed");
     let cas = ExecuteCas {
         set_signature: Some(quartz_core::store::TriggerColumns::from_trigger(&edited.trigger).signature()),
         ..ExecuteCas::from_row(&edited, ExecuteState::Waiting, edited.fire_state.clone())
     };
     assert!(store.update_execute(&cas, &[]).await.unwrap());
-    let signed = store.get_job(S, "sig-0").await.unwrap().unwrap().executes[0].clone();
+    let signed = store.get_job("sig-0").await.unwrap().unwrap().executes[0].clone();
     assert!(!signed.schedule_changed, "recomputed once, then signed again");
 }
 
@@ -940,7 +933,7 @@ async fn claimed_fires(store: &AnyStore, prefix: &str, n: usize, start: Timestam
 /// they return are exactly the fires they moved (more than one statement's
 /// worth included).
 async fn fires_start_and_succeed_in_batches_fenced(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(S);
     let start = store.now().await.unwrap();
     let node = register(&store, "batcher").await;
     let other = register(&store, "other").await;
@@ -987,7 +980,7 @@ async fn fires_start_and_succeed_in_batches_fenced(db: &TestDb) {
     // A running fire of an incarnation declared dead is confirmed no more.
     assert_eq!(store.mark_running_all(&ids[69..], &node).await.unwrap().len(), 1);
     assert_eq!(store.confirm_starts(&ids[69..], &node).await.unwrap().len(), 1);
-    assert!(store.retire_node(S, &node, -1).await.unwrap());
+    assert!(store.retire_node(&node, -1).await.unwrap());
     assert!(
         store.confirm_starts(&ids[69..], &node).await.unwrap().is_empty(),
         "fenced by liveness"
@@ -998,7 +991,7 @@ async fn fires_start_and_succeed_in_batches_fenced(db: &TestDb) {
 /// (a thread took it past the threshold), failed when claimed (no node has
 /// its handler); fenced by incarnation, and with no start time either way.
 async fn fires_that_never_ran_are_recorded_without_a_start(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(S);
     let start = store.now().await.unwrap();
     let node = register(&store, "recorder").await;
     let other = register(&store, "stranger").await;
@@ -1077,13 +1070,13 @@ async fn fires_that_never_ran_are_recorded_without_a_start(db: &TestDb) {
 /// transactions deadlock on gap locks, and are tried again).
 async fn nodes_registering_together_all_register(db: &TestDb) {
     // An in-memory database lives in its one connection: one store there.
-    let first = db.store().await;
+    let first = db.store().await.scoped(S);
     let mut stores = vec![first.clone()];
     for _ in 1..8 {
         stores.push(if db.kind == Kind::SqliteMemory {
             first.clone()
         } else {
-            db.store().await
+            db.store().await.scoped(S)
         });
     }
     // Each node's incarnation by round: the first is the database's now,
@@ -1111,21 +1104,21 @@ async fn nodes_registering_together_all_register(db: &TestDb) {
             last[i] = Some(incarnation);
         }
     }
-    assert_eq!(stores[0].list_nodes(S).await.unwrap().len(), 8);
+    assert_eq!(stores[0].list_nodes().await.unwrap().len(), 8);
 }
 
 /// A node row the retention purged: the node that comes back with the same
 /// id gets an incarnation newer than every one it had, so a stale process of
 /// the old incarnation stays fenced.
 async fn a_node_purged_and_back_is_newer_than_before(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(S);
     let first = register(&store, "returning").await;
     let second = register(&store, "returning").await;
     assert!(second.incarnation > first.incarnation);
-    assert!(store.leave(S, &second).await.unwrap());
+    assert!(store.leave(&second).await.unwrap());
     let later = store.now().await.unwrap().saturating_add_millis(1_000);
-    assert_eq!(store.nodes_purge(S, later).await.unwrap(), 1);
-    assert!(store.list_nodes(S).await.unwrap().is_empty());
+    assert_eq!(store.nodes_purge(later).await.unwrap(), 1);
+    assert!(store.list_nodes().await.unwrap().is_empty());
     // A new row's incarnation is the database clock in milliseconds: newer
     // than the old ones once the clock has passed them, as it has long
     // before a retention purge (a node is purged hours after it left). Two
@@ -1142,7 +1135,7 @@ async fn a_node_purged_and_back_is_newer_than_before(db: &TestDb) {
     let back = register(&store, "returning").await;
     assert!(back.incarnation > second.incarnation, "{back:?} after {second:?}");
     assert!(
-        !store.heartbeat(S, &second, 0).await.unwrap(),
+        !store.heartbeat(&second, 0).await.unwrap(),
         "the old incarnation is fenced"
     );
 }
@@ -1156,12 +1149,12 @@ async fn a_calendar_name_is_added_once(db: &TestDb) {
     let weekly = |day: &str| -> CalendarDefinition {
         serde_json::from_value(serde_json::json!({"kind": "weekly", "days": [day]})).unwrap()
     };
-    let first = db.store().await;
+    let first = db.store().await.scoped(S);
     // Separate pools (connections) for all but the in-memory database.
     let second = if db.kind == Kind::SqliteMemory {
         first.clone()
     } else {
-        db.store().await
+        db.store().await.scoped(S)
     };
     let handles = [first, second];
     let days = ["mon", "tue", "wed", "thu", "fri", "sat"];
@@ -1171,7 +1164,7 @@ async fn a_calendar_name_is_added_once(db: &TestDb) {
         .map(|(i, day)| {
             let store = handles[i % 2].clone();
             let definition = weekly(day);
-            tokio::spawn(async move { store.add_calendar(S, "closed", &definition).await })
+            tokio::spawn(async move { store.add_calendar("closed", &definition).await })
         })
         .collect();
     let mut added = Vec::new();
@@ -1185,20 +1178,17 @@ async fn a_calendar_name_is_added_once(db: &TestDb) {
     assert_eq!(added.len(), 1, "one add stored: {added:?}");
     let (day, record) = &added[0];
     assert_eq!(record.definition.days, [*day]);
-    let stored = handles[0].get_calendar(S, "closed").await.unwrap().unwrap();
+    let stored = handles[0].get_calendar("closed").await.unwrap().unwrap();
     assert_eq!(stored.definition.days, [*day], "the stored one is the one added");
 
-    handles[1]
-        .put_calendar(S, "closed", &weekly("sun"), None)
-        .await
-        .unwrap();
+    handles[1].put_calendar("closed", &weekly("sun"), None).await.unwrap();
     assert!(matches!(
-        handles[0].add_calendar(S, "closed", &weekly("mon")).await,
+        handles[0].add_calendar("closed", &weekly("mon")).await,
         Err(StoreError::DuplicateCalendar { .. })
     ));
-    let stored = handles[0].get_calendar(S, "closed").await.unwrap().unwrap();
+    let stored = handles[0].get_calendar("closed").await.unwrap().unwrap();
     assert_eq!(stored.definition.days, ["sun"], "the replacement kept");
-    assert_eq!(handles[0].list_calendars(S).await.unwrap().len(), 1);
+    assert_eq!(handles[0].list_calendars().await.unwrap().len(), 1);
 }
 
 /// A misfire without a late run.

@@ -245,6 +245,17 @@ impl Store for FaultyStore {
         self.faults.around("now", self.inner.now()).await
     }
 
+    fn scheduler(&self) -> &str {
+        self.inner.scheduler()
+    }
+
+    fn scoped(&self, scheduler: &str) -> SharedStore {
+        Arc::new(FaultyStore {
+            inner: self.inner.scoped(scheduler),
+            faults: Arc::clone(&self.faults),
+        })
+    }
+
     fn acting_as(&self, actor: &str) -> SharedStore {
         Arc::new(FaultyStore {
             inner: self.inner.acting_as(actor),
@@ -255,67 +266,67 @@ impl Store for FaultyStore {
 
 faulty! {
     impl JobStore {
-        fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Job;
-        fn get_job(&self, scheduler: &str, name: &str) -> Option<JobDetail>;
-        fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> Vec<Job>;
-        fn list_jobs(&self, scheduler: &str) -> Vec<Job>;
+        fn create_job(&self, job: &JobSpec, executes: &[ExecuteSpec]) -> Job;
+        fn get_job(&self, name: &str) -> Option<JobDetail>;
+        fn jobs_by_id(&self, ids: &[i64]) -> Vec<Job>;
+        fn list_jobs(&self) -> Vec<Job>;
         fn jobs_page(&self, query: &JobQuery) -> Vec<Job>;
-        fn update_job(&self, scheduler: &str, name: &str, job: &JobSpec, executes: Option<&[ExecuteSpec]>, expected_version: Option<i64>) -> Job;
-        fn set_paused(&self, scheduler: &str, name: &str, paused: bool, expected_version: Option<i64>) -> Job;
-        fn fire_now(&self, scheduler: &str, name: &str) -> (i64, Timestamp);
-        fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> ();
-        fn retry_fire(&self, scheduler: &str, fire_id: i64) -> FireRetry;
+        fn update_job(&self, name: &str, job: &JobSpec, executes: Option<&[ExecuteSpec]>, expected_version: Option<i64>) -> Job;
+        fn set_paused(&self, name: &str, paused: bool, expected_version: Option<i64>) -> Job;
+        fn fire_now(&self, name: &str) -> (i64, Timestamp);
+        fn delete_job(&self, name: &str, expected_version: Option<i64>) -> ();
+        fn retry_fire(&self, fire_id: i64) -> FireRetry;
     }
     impl CalendarStore {
-        fn put_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition, expected_version: Option<i64>) -> CalendarRecord;
-        fn add_calendar(&self, scheduler: &str, name: &str, definition: &CalendarDefinition) -> CalendarRecord;
-        fn get_calendar(&self, scheduler: &str, name: &str) -> Option<CalendarRecord>;
-        fn list_calendars(&self, scheduler: &str) -> Vec<CalendarRecord>;
-        fn delete_calendar(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> ();
+        fn put_calendar(&self, name: &str, definition: &CalendarDefinition, expected_version: Option<i64>) -> CalendarRecord;
+        fn add_calendar(&self, name: &str, definition: &CalendarDefinition) -> CalendarRecord;
+        fn get_calendar(&self, name: &str) -> Option<CalendarRecord>;
+        fn list_calendars(&self) -> Vec<CalendarRecord>;
+        fn delete_calendar(&self, name: &str, expected_version: Option<i64>) -> ();
     }
     impl HistoryStore {
-        fn list_nodes(&self, scheduler: &str) -> Vec<Node>;
+        fn list_nodes(&self) -> Vec<Node>;
         fn fires(&self, query: &FireQuery) -> Vec<FireRecord>;
         fn change_log(&self, query: &ChangeQuery) -> Vec<ChangeRecord>;
-        fn health_counts(&self, scheduler: &str, overdue_before: Timestamp, stranded_before: Timestamp, recent_since: Timestamp) -> HealthCounts;
-        fn changes(&self, scheduler: &str) -> i64;
-        fn change_wait(&self, scheduler: &str, seen: i64, max_wait: Duration) -> i64;
+        fn health_counts(&self, overdue_before: Timestamp, stranded_before: Timestamp, recent_since: Timestamp) -> HealthCounts;
+        fn changes(&self) -> i64;
+        fn change_wait(&self, seen: i64, max_wait: Duration) -> i64;
     }
     impl NodeStore {
         fn register_node(&self, node: &NodeRegistration) -> Node;
-        fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> bool;
-        fn retire_node(&self, scheduler: &str, node: &NodeRef, dead_after_ms: i64) -> bool;
-        fn leave(&self, scheduler: &str, node: &NodeRef) -> bool;
+        fn heartbeat(&self, node: &NodeRef, busy: u64) -> bool;
+        fn retire_node(&self, node: &NodeRef, dead_after_ms: i64) -> bool;
+        fn leave(&self, node: &NodeRef) -> bool;
     }
     impl ScheduleStore {
-        fn due_executes(&self, scheduler: &str, before: Timestamp, limit: u32) -> DueBatch;
-        fn orphaned_executes(&self, scheduler: &str, limit: u32) -> DueBatch;
+        fn due_executes(&self, before: Timestamp, limit: u32) -> DueBatch;
+        fn orphaned_executes(&self, limit: u32) -> DueBatch;
         fn update_execute(&self, cas: &ExecuteCas, records: &[SkippedRecord]) -> bool;
         fn update_executes(&self, updates: &[(ExecuteCas, Vec<SkippedRecord>)]) -> Vec<bool>;
         fn claim(&self, claim: &Claim) -> Option<i64>;
         fn claim_batch(&self, claims: &[Claim]) -> Vec<Option<i64>>;
-        fn chain_parents(&self, scheduler: &str) -> Vec<i64>;
+        fn chain_parents(&self) -> Vec<i64>;
     }
     impl FireStore {
         fn mark_running_all(&self, fire_ids: &[i64], node: &NodeRef) -> Vec<(i64, Timestamp)>;
         fn confirm_starts(&self, fire_ids: &[i64], node: &NodeRef) -> Vec<(i64, Timestamp)>;
         fn end_fires(&self, node: &NodeRef, ends: &[(i64, FireEnd)]) -> Vec<FollowUp>;
         fn fire_time_out(&self, fire_id: i64, node: &NodeRef, error: &str) -> bool;
-        fn orphaned_fires(&self, scheduler: &str, limit: u32) -> Vec<FireRecord>;
-        fn claimed_by(&self, scheduler: &str, node: &NodeRef, before: Timestamp, limit: u32) -> Vec<FireRecord>;
+        fn orphaned_fires(&self, limit: u32) -> Vec<FireRecord>;
+        fn claimed_by(&self, node: &NodeRef, before: Timestamp, limit: u32) -> Vec<FireRecord>;
         fn take_over(&self, fire: &FireRecord, node: &NodeRef) -> bool;
         fn rerun(&self, fire: &FireRecord, node: &NodeRef) -> Option<i64>;
         fn abandon(&self, fire: &FireRecord) -> bool;
-        fn fires_pending(&self, scheduler: &str, before: Timestamp, limit: u32) -> Vec<FireRecord>;
+        fn fires_pending(&self, before: Timestamp, limit: u32) -> Vec<FireRecord>;
         fn pending_claim(&self, fire_id: i64, node: &NodeRef, exclusive: bool) -> PendingClaim;
     }
     impl RetentionStore {
-        fn purge_turn(&self, scheduler: &str, every_ms: i64) -> bool;
-        fn purge_horizon(&self, scheduler: &str) -> Option<Timestamp>;
-        fn purge_horizon_advance(&self, scheduler: &str, before: Timestamp) -> ();
-        fn fires_purge(&self, scheduler: &str, state: FireState, before: Timestamp, keep_last: u32, limit: u32) -> u64;
-        fn nodes_purge(&self, scheduler: &str, before: Timestamp) -> u64;
-        fn executes_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> u64;
+        fn purge_turn(&self, every_ms: i64) -> bool;
+        fn purge_horizon(&self) -> Option<Timestamp>;
+        fn purge_horizon_advance(&self, before: Timestamp) -> ();
+        fn fires_purge(&self, state: FireState, before: Timestamp, keep_last: u32, limit: u32) -> u64;
+        fn nodes_purge(&self, before: Timestamp) -> u64;
+        fn executes_purge(&self, before: Timestamp, limit: u32) -> u64;
     }
 }
 

@@ -440,8 +440,9 @@ pub async fn ledger(
     store: &impl std::ops::Deref<Target = dyn quartz_core::store::Store>,
     scheduler: &str,
 ) -> Vec<quartz_core::store::FireRecord> {
+    let store = store.scoped(scheduler);
     let mut all = Vec::new();
-    let mut query = quartz_core::store::FireQuery::new(scheduler);
+    let mut query = quartz_core::store::FireQuery::new();
     query.limit = 1_000;
     loop {
         let page = store.fires(&query).await.unwrap();

@@ -50,12 +50,12 @@ pub async fn history_command(url: &str, scheduler: &str, out: Out, command: Hist
     match command.action {
         None => history(url, scheduler, out, command.list).await,
         Some(HistoryAction::Purge { older_than, keep_last }) => {
-            let store = AnyStore::connect(url).await?;
+            let store = AnyStore::connect(url).await?.scoped(scheduler);
             let now = store.now().await?;
             let before = now.saturating_add_millis(-millis(older_than));
             let mut plan = PurgePlan::older_than(before);
             plan.keep_last = keep_last;
-            let report = purge(&*store, scheduler, &plan).await?;
+            let report = purge(&*store, &plan).await?;
             out.print(
                 &json!({"purged_fires": report.fires, "before": before.as_millis()}),
                 || {
@@ -112,15 +112,15 @@ pub(super) fn fire_json(f: &FireRecord) -> Value {
 
 /// `quartz history`.
 async fn history(url: &str, scheduler: &str, out: Out, args: HistoryArgs) -> anyhow::Result<()> {
-    let store = AnyStore::connect(url).await?;
-    let mut query = FireQuery::new(scheduler);
+    let store = AnyStore::connect(url).await?.scoped(scheduler);
+    let mut query = FireQuery::new();
     query.job = args.job;
     query.state = args.state.as_deref().map(FireState::parse).transpose()?;
     query.since = args.since;
     query.until = args.until;
     query.limit = args.limit;
     let fires = store.fires(&query).await?;
-    let names = job_names(&store, scheduler).await?;
+    let names = job_names(&store).await?;
     let value = Value::Array(
         fires
             .iter()
@@ -164,9 +164,9 @@ async fn history(url: &str, scheduler: &str, out: Out, args: HistoryArgs) -> any
     Ok(())
 }
 
-async fn job_names(store: &AnyStore, scheduler: &str) -> anyhow::Result<HashMap<i64, String>> {
+async fn job_names(store: &AnyStore) -> anyhow::Result<HashMap<i64, String>> {
     Ok(store
-        .list_jobs(scheduler)
+        .list_jobs()
         .await?
         .into_iter()
         .map(|j: Job| (j.id, j.spec.name))
@@ -204,7 +204,7 @@ pub struct AuditArgs {
 
 /// `quartz audit`: `Ok(true)` when the ledger is clean.
 pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> anyhow::Result<bool> {
-    let store = AnyStore::connect(url).await?;
+    let store = AnyStore::connect(url).await?.scoped(scheduler);
     let now = store.now().await?;
     let until = args.until.unwrap_or(now).min(now);
     let params = AuditParams {
@@ -212,7 +212,7 @@ pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> any
         until,
         misfire_threshold_ms: millis(args.misfire_threshold),
     };
-    let report = quartz_core::audit::audit(&*store, scheduler, &params).await?;
+    let report = quartz_core::audit::audit(&*store, &params).await?;
     let AuditReport {
         since,
         until,

@@ -117,7 +117,7 @@ fn warn(view: &quartz_core::admin::JobView) {
 /// Runs a `job` subcommand. Every change goes through the library's admin
 /// surface, recorded in the change log as made by `cli`.
 pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> anyhow::Result<()> {
-    let store = AnyStore::connect(url).await?;
+    let store = AnyStore::connect(url).await?.scoped(scheduler);
     let admin = Admin::new(store.clone(), scheduler).acting_as(CLI_ACTOR);
     match command {
         JobCommand::Add {
@@ -174,7 +174,7 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
         }
         JobCommand::Edit { name, job, trigger } => {
             let current = store
-                .get_job(scheduler, &name)
+                .get_job(&name)
                 .await?
                 .with_context(|| format!("no job {name:?} in scheduler {scheduler:?}"))?;
             let spec = job.apply(current.job.spec)?;
@@ -244,8 +244,8 @@ fn job_json(detail: &JobDetail) -> Value {
 
 async fn list(store: &AnyStore, scheduler: &str, out: Out) -> anyhow::Result<()> {
     let mut details = Vec::new();
-    for job in store.list_jobs(scheduler).await? {
-        if let Some(detail) = store.get_job(scheduler, &job.spec.name).await? {
+    for job in store.list_jobs().await? {
+        if let Some(detail) = store.get_job(&job.spec.name).await? {
             details.push(detail);
         }
     }
@@ -279,10 +279,10 @@ async fn list(store: &AnyStore, scheduler: &str, out: Out) -> anyhow::Result<()>
 
 async fn show(store: &AnyStore, scheduler: &str, name: &str, out: Out) -> anyhow::Result<()> {
     let detail = store
-        .get_job(scheduler, name)
+        .get_job(name)
         .await?
         .with_context(|| format!("no job {name:?} in scheduler {scheduler:?}"))?;
-    let mut query = FireQuery::new(scheduler);
+    let mut query = FireQuery::new();
     query.job = Some(name.to_owned());
     query.limit = 5;
     let recent = store.fires(&query).await?;

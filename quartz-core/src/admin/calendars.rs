@@ -60,10 +60,7 @@ impl Admin {
         expected_version: Option<i64>,
     ) -> Result<CalendarView, AdminError> {
         definition.calendar(None).map_err(|e| invalid_calendar(&e))?;
-        let record = self
-            .store
-            .put_calendar(&self.scheduler, name, definition, expected_version)
-            .await?;
+        let record = self.store.put_calendar(name, definition, expected_version).await?;
         Ok(record.into())
     }
 
@@ -76,7 +73,7 @@ impl Admin {
     /// [`AdminError::Invalid`] naming the field; the store's errors.
     pub async fn calendar_add(&self, name: &str, definition: &CalendarDefinition) -> Result<CalendarView, AdminError> {
         definition.calendar(None).map_err(|e| invalid_calendar(&e))?;
-        let record = self.store.add_calendar(&self.scheduler, name, definition).await?;
+        let record = self.store.add_calendar(name, definition).await?;
         Ok(record.into())
     }
 
@@ -87,7 +84,7 @@ impl Admin {
     /// [`AdminError::CalendarNotFound`]; the store's errors.
     pub async fn calendar(&self, name: &str) -> Result<CalendarView, AdminError> {
         self.store
-            .get_calendar(&self.scheduler, name)
+            .get_calendar(name)
             .await?
             .map(CalendarView::from)
             .ok_or_else(|| AdminError::CalendarNotFound { name: name.to_owned() })
@@ -99,7 +96,7 @@ impl Admin {
     ///
     /// The store's errors.
     pub async fn calendars(&self) -> Result<Vec<CalendarView>, AdminError> {
-        let records = self.store.list_calendars(&self.scheduler).await?;
+        let records = self.store.list_calendars().await?;
         Ok(records.into_iter().map(CalendarView::from).collect())
     }
 
@@ -111,10 +108,7 @@ impl Admin {
     /// [`AdminError::CalendarNotFound`], [`AdminError::InUse`] naming its
     /// users, [`AdminError::Stale`]; the store's errors.
     pub async fn calendar_delete(&self, name: &str, expected_version: Option<i64>) -> Result<(), AdminError> {
-        Ok(self
-            .store
-            .delete_calendar(&self.scheduler, name, expected_version)
-            .await?)
+        Ok(self.store.delete_calendar(name, expected_version).await?)
     }
 
     /// The next `count` fire times after `after` of a cron expression in a
@@ -175,7 +169,7 @@ impl Admin {
 
     /// A calendar with its bases, read.
     async fn resolved(&self, name: &str) -> Result<calendar::Calendar, AdminError> {
-        let records = self.store.list_calendars(&self.scheduler).await?;
+        let records = self.store.list_calendars().await?;
         if !records.iter().any(|r| r.name == name) {
             return Err(AdminError::CalendarNotFound { name: name.to_owned() });
         }

@@ -73,7 +73,7 @@ impl Admin {
             })
             .transpose()?;
         let limit = page_limit(filter.limit)?;
-        let mut query = FireQuery::new(self.scheduler.clone());
+        let mut query = FireQuery::new();
         query.job_id = filter.job_id;
         query.error_contains = filter.error.clone().filter(|e| !e.is_empty());
         query.node_id = filter.node.clone().filter(|n| !n.is_empty());
@@ -111,11 +111,11 @@ impl Admin {
     /// it is open or succeeded since, or its job is gone or paused; the
     /// store's errors.
     pub async fn fire_retry(&self, fire_id: i64) -> Result<FireView, AdminError> {
-        match self.store.retry_fire(&self.scheduler, fire_id).await? {
+        match self.store.retry_fire(fire_id).await? {
             FireRetry::NotFound => Err(AdminError::FireNotFound { id: fire_id }),
             FireRetry::Refused(reason) => Err(AdminError::Refused { reason }),
             FireRetry::Pending { fire_id: new, .. } => {
-                let mut query = FireQuery::new(self.scheduler.clone());
+                let mut query = FireQuery::new();
                 query.before_id = Some(new + 1);
                 query.limit = 1;
                 let fires = self.store.fires(&query).await?;
@@ -132,10 +132,10 @@ impl Admin {
     /// The id of the job of a name: the job's now, else the one its
     /// changes name (a job deleted or renamed since keeps its history).
     pub(super) async fn job_id_by_name(&self, name: &str) -> Result<i64, AdminError> {
-        if let Some(detail) = self.store.get_job(&self.scheduler, name).await? {
+        if let Some(detail) = self.store.get_job(name).await? {
             return Ok(detail.job.id);
         }
-        let mut query = ChangeQuery::new(self.scheduler.clone());
+        let mut query = ChangeQuery::new();
         query.target = Some(name.to_owned());
         query.limit = 50;
         self.store
@@ -152,7 +152,7 @@ impl Admin {
         ids.dedup();
         Ok(self
             .store
-            .jobs_by_id(&self.scheduler, &ids)
+            .jobs_by_id(&ids)
             .await?
             .into_iter()
             .map(|j| (j.id, j.spec.name))
@@ -168,7 +168,7 @@ impl Admin {
         let now = self.store.now().await?;
         let mut nodes: Vec<NodeView> = self
             .store
-            .list_nodes(&self.scheduler)
+            .list_nodes()
             .await?
             .iter()
             .map(|n| NodeView::new(n, now))
@@ -189,7 +189,7 @@ impl Admin {
     /// [`AdminError::Invalid`] for a bad cursor; the store's errors.
     pub async fn changes(&self, filter: &ChangeFilter) -> Result<Page<ChangeView>, AdminError> {
         let limit = page_limit(filter.limit)?;
-        let mut query = ChangeQuery::new(self.scheduler.clone());
+        let mut query = ChangeQuery::new();
         query.target = filter.job.clone().filter(|j| !j.is_empty());
         query.before_id = id_cursor("before", filter.before.as_deref())?;
         query.limit = limit;
@@ -209,7 +209,7 @@ impl Admin {
     ///
     /// The store's errors.
     pub async fn audit(&self, params: &AuditParams) -> Result<AuditReport, AdminError> {
-        Ok(crate::audit::audit(&*self.store, &self.scheduler, params).await?)
+        Ok(crate::audit::audit(&*self.store, params).await?)
     }
 
     /// The database's now.
@@ -232,11 +232,10 @@ impl Admin {
     /// The store's errors.
     pub async fn health(&self) -> Result<ClusterHealth, AdminError> {
         let now = self.store.now().await?;
-        let nodes = self.store.list_nodes(&self.scheduler).await?;
+        let nodes = self.store.list_nodes().await?;
         let counts = self
             .store
             .health_counts(
-                &self.scheduler,
                 now.saturating_add_millis(-HEALTH_OVERDUE_MS),
                 now.saturating_add_millis(-HEALTH_STRANDED_MS),
                 now.saturating_add_millis(-HEALTH_WINDOW_MS),
@@ -272,12 +271,12 @@ impl Admin {
     /// The store's errors.
     pub async fn overview(&self, window_ms: i64) -> Result<Overview, AdminError> {
         let now = self.store.now().await?;
-        let nodes = self.store.list_nodes(&self.scheduler).await?;
-        let mut jobs = JobQuery::new(self.scheduler.clone());
+        let nodes = self.store.list_nodes().await?;
+        let mut jobs = JobQuery::new();
         jobs.limit = 10_000;
         let jobs = self.store.jobs_page(&jobs).await?;
         let since = now.saturating_add_millis(-window_ms);
-        let mut query = FireQuery::new(self.scheduler.clone());
+        let mut query = FireQuery::new();
         query.since = Some(since);
         query.limit = OVERVIEW_FIRES;
         let fires = self.store.fires(&query).await?;

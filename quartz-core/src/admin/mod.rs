@@ -168,9 +168,10 @@ impl Admin {
     /// The admin surface of `scheduler` (the cluster's name) on `store`; its
     /// changes are recorded as made by the store's actor.
     pub fn new(store: impl IntoStore, scheduler: impl Into<String>) -> Admin {
+        let scheduler = scheduler.into();
         Admin {
-            store: store.into_store(),
-            scheduler: scheduler.into(),
+            store: store.into_store().scoped(&scheduler),
+            scheduler,
             previews: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_PREVIEWS)),
         }
     }
@@ -212,7 +213,6 @@ impl Admin {
             .transpose()?;
         let limit = page_limit(filter.limit)?;
         let query = JobQuery {
-            scheduler: self.scheduler.clone(),
             search: filter.search.clone().filter(|s| !s.is_empty()),
             state,
             handler: filter.handler.clone().filter(|s| !s.is_empty()),
@@ -222,7 +222,7 @@ impl Admin {
         let jobs = self.store.jobs_page(&query).await?;
         let mut items = Vec::with_capacity(jobs.len());
         for job in &jobs {
-            if let Some(detail) = self.store.get_job(&self.scheduler, &job.spec.name).await? {
+            if let Some(detail) = self.store.get_job(&job.spec.name).await? {
                 items.push(JobView::new(&detail, UPCOMING));
             }
         }
@@ -240,7 +240,7 @@ impl Admin {
     pub async fn job(&self, name: &str) -> Result<JobView, AdminError> {
         let detail = self
             .store
-            .get_job(&self.scheduler, name)
+            .get_job(name)
             .await?
             .ok_or_else(|| AdminError::NotFound { name: name.to_owned() })?;
         Ok(JobView::new(&detail, UPCOMING))
@@ -253,7 +253,7 @@ impl Admin {
     ///
     /// [`AdminError::NotFound`]; the store's errors.
     pub async fn job_stats(&self, name: &str) -> Result<JobStats, AdminError> {
-        let mut query = FireQuery::new(self.scheduler.clone());
+        let mut query = FireQuery::new();
         query.job_id = Some(self.job_id_by_name(name).await?);
         query.limit = JOB_STATS_FIRES;
         let fires = self.store.fires(&query).await?;
@@ -285,7 +285,7 @@ impl Admin {
     /// As [`job_add`](Self::job_add) and [`job_edit`](Self::job_edit).
     pub async fn job_put(&self, job: &JobDefinition) -> Result<(JobView, PutOutcome), AdminError> {
         for _ in 0..5 {
-            let Some(current) = self.store.get_job(&self.scheduler, &job.name).await? else {
+            let Some(current) = self.store.get_job(&job.name).await? else {
                 match self.job_add(job).await {
                     Ok(view) => return Ok((view, PutOutcome::Created)),
                     // Added meanwhile: compared with on the next turn.
@@ -327,7 +327,7 @@ impl Admin {
         self.check_parent(spec).await?;
         let warnings = self.check_handler(&spec.handler).await?;
         self.store
-            .create_job(&self.scheduler, spec, executes)
+            .create_job(spec, executes)
             .await
             .map_err(|e| calendar_field(e, executes))?;
         let mut view = self.job(&spec.name).await?;
@@ -345,7 +345,7 @@ impl Admin {
     /// offered the handler, it is refused, naming what they offer.
     async fn check_handler(&self, handler: &str) -> Result<Vec<String>, AdminError> {
         let now = self.store.now().await?;
-        let nodes = self.store.list_nodes(&self.scheduler).await?;
+        let nodes = self.store.list_nodes().await?;
         let offers = |n: &crate::store::Node| n.handlers.iter().any(|h| h == handler);
         let live: Vec<_> = nodes.iter().filter(|n| views::is_live(n, now)).collect();
         if live.iter().any(|n| offers(n)) {
@@ -385,7 +385,7 @@ impl Admin {
 
     async fn check_parent(&self, spec: &JobSpec) -> Result<(), AdminError> {
         if let Some(parent) = &spec.parent
-            && self.store.get_job(&self.scheduler, parent).await?.is_none()
+            && self.store.get_job(parent).await?.is_none()
         {
             return Err(AdminError::invalid("parent", format!("no job named {parent:?}")));
         }
@@ -414,7 +414,7 @@ impl Admin {
             tries += 1;
             let current = self
                 .store
-                .get_job(&self.scheduler, name)
+                .get_job(name)
                 .await?
                 .ok_or_else(|| AdminError::NotFound { name: name.to_owned() })?;
             let read = current.job.version;
@@ -455,14 +455,14 @@ impl Admin {
         spec.check_fields()
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
         self.check_parent(spec).await?;
-        let stored = self.store.get_job(&self.scheduler, name).await?;
+        let stored = self.store.get_job(name).await?;
         let warnings = match stored {
             // A handler the job already has is not checked again.
             Some(d) if d.job.spec.handler == spec.handler => Vec::new(),
             _ => self.check_handler(&spec.handler).await?,
         };
         self.store
-            .update_job(&self.scheduler, name, spec, executes, expected_version)
+            .update_job(name, spec, executes, expected_version)
             .await
             .map_err(|e| calendar_field(e, executes.unwrap_or_default()))?;
         let mut view = self.job(&spec.name).await?;
@@ -477,9 +477,7 @@ impl Admin {
     ///
     /// [`AdminError::NotFound`], [`AdminError::Stale`]; the store's errors.
     pub async fn job_pause(&self, name: &str, expected_version: Option<i64>) -> Result<JobView, AdminError> {
-        self.store
-            .set_paused(&self.scheduler, name, true, expected_version)
-            .await?;
+        self.store.set_paused(name, true, expected_version).await?;
         self.job(name).await
     }
 
@@ -491,9 +489,7 @@ impl Admin {
     ///
     /// [`AdminError::NotFound`], [`AdminError::Stale`]; the store's errors.
     pub async fn job_resume(&self, name: &str, expected_version: Option<i64>) -> Result<JobView, AdminError> {
-        self.store
-            .set_paused(&self.scheduler, name, false, expected_version)
-            .await?;
+        self.store.set_paused(name, false, expected_version).await?;
         self.job(name).await
     }
 
@@ -507,7 +503,7 @@ impl Admin {
     ///
     /// [`AdminError::NotFound`]; the store's errors.
     pub async fn job_trigger(&self, name: &str) -> Result<ManualFire, AdminError> {
-        let (fire_id, fire_time) = self.store.fire_now(&self.scheduler, name).await?;
+        let (fire_id, fire_time) = self.store.fire_now(name).await?;
         let job = self.job(name).await?;
         let offered = !self.nodes_offering(&job.handler).await?.is_empty();
         let paused = job.state == "paused";
@@ -542,7 +538,7 @@ impl Admin {
     ///
     /// [`AdminError::NotFound`], [`AdminError::Stale`]; the store's errors.
     pub async fn job_delete(&self, name: &str, expected_version: Option<i64>) -> Result<(), AdminError> {
-        Ok(self.store.delete_job(&self.scheduler, name, expected_version).await?)
+        Ok(self.store.delete_job(name, expected_version).await?)
     }
 
     /// Which of the live nodes offer `handler`: empty when none does (the
@@ -556,7 +552,7 @@ impl Admin {
         let now = self.store.now().await?;
         Ok(self
             .store
-            .list_nodes(&self.scheduler)
+            .list_nodes()
             .await?
             .into_iter()
             .filter(|n| views::is_live(n, now) && n.handlers.iter().any(|h| h == handler))

@@ -221,7 +221,7 @@ impl Inner {
     /// Why a pending fire runs, from the attempt before it: a late run a
     /// misfire policy promised follows a misfired one, a retry any other.
     async fn pending_kind(&self, fire: PendingFire) -> RunKind {
-        let mut query = FireQuery::new(self.scheduler.clone());
+        let mut query = FireQuery::new();
         query.job_id = Some(fire.job_id);
         query.since = Some(fire.fire_time);
         query.until = Some(fire.fire_time.saturating_add_millis(1));

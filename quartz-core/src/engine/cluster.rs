@@ -53,7 +53,7 @@ impl Inner {
     pub(super) async fn cluster_pass(self: &Arc<Self>) -> Result<(), StoreError> {
         let node = self.node();
         let busy = self.launch.held() + self.pending_queued.lock().len();
-        if !self.store.heartbeat(&self.scheduler, &node, busy as u64).await? {
+        if !self.store.heartbeat(&node, busy as u64).await? {
             self.rejoin(&node).await?;
         }
         let steady = {
@@ -67,7 +67,7 @@ impl Inner {
             now.duration_since(since) >= self.settings.dead_after
         };
         let db_now = self.db_now().await?;
-        let members = self.store.list_nodes(&self.scheduler).await?;
+        let members = self.store.list_nodes().await?;
         let dead_after = duration_ms(self.settings.dead_after);
         let me = self.node();
         for member in &members {
@@ -77,7 +77,7 @@ impl Inner {
                     node_id: member.node_id.clone(),
                     incarnation: member.incarnation,
                 };
-                if self.store.retire_node(&self.scheduler, &theirs, dead_after).await? {
+                if self.store.retire_node(&theirs, dead_after).await? {
                     tracing::warn!(
                         scheduler = self.scheduler,
                         node = member.node_id,

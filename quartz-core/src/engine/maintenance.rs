@@ -30,10 +30,10 @@ impl Inner {
         let mut stop = self.stop.subscribe();
         loop {
             let next = match seen {
-                None => self.store.changes(&self.scheduler).await,
+                None => self.store.changes().await,
                 Some(seen) => {
                     tokio::select! {
-                        r = self.store.change_wait(&self.scheduler, seen, CHANGE_WAIT) => r,
+                        r = self.store.change_wait(seen, CHANGE_WAIT) => r,
                         _ = stop.wait_for(|s| *s) => return,
                     }
                 }
@@ -74,7 +74,7 @@ impl Inner {
             if !self.pause(retention.every).await {
                 return;
             }
-            let won = match self.store.purge_turn(&self.scheduler, turn_ms).await {
+            let won = match self.store.purge_turn(turn_ms).await {
                 Ok(won) => won,
                 Err(e) => {
                     tracing::debug!(scheduler = self.scheduler, error = %e, "cannot take the purge turn");
@@ -92,7 +92,7 @@ impl Inner {
                 }
             };
             let plan = PurgePlan::from_retention(&retention, now);
-            match purge(&*self.store, &self.scheduler, &plan).await {
+            match purge(&*self.store, &plan).await {
                 Ok(report) => {
                     self.count(|c| c.purged += report.fires);
                     if report != Default::default() {

@@ -404,11 +404,7 @@ impl Scheduler {
     /// and the store's validation errors; on error nothing is stored.
     pub async fn add_job(&self, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, SchedulerError> {
         self.inner.check_handler(job)?;
-        let created = self
-            .inner
-            .store
-            .create_job(&self.inner.scheduler, job, executes)
-            .await?;
+        let created = self.inner.store.create_job(job, executes).await?;
         self.inner.poll_now.notify_one();
         Ok(created)
     }

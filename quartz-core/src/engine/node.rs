@@ -92,7 +92,8 @@ impl Inner {
         clock_skew_ms: i64,
     ) -> Result<Arc<Inner>, SchedulerError> {
         let clock = Clock::new(clock_skew_ms);
-        let registration = registration(&scheduler, &settings, &handlers);
+        let store = store.scoped(&scheduler);
+        let registration = registration(&settings, &handlers);
         let pool = Pool::builder()
             .core(settings.pool_core)
             .max(settings.pool_max)
@@ -209,7 +210,7 @@ impl Inner {
     /// The jobs with these ids, by id.
     pub(super) async fn jobs(&self, ids: impl Iterator<Item = i64>) -> Result<HashMap<i64, Arc<Job>>, StoreError> {
         let ids: Vec<i64> = ids.collect();
-        let jobs = self.store.jobs_by_id(&self.scheduler, &ids).await?;
+        let jobs = self.store.jobs_by_id(&ids).await?;
         Ok(jobs.into_iter().map(|j| (j.id, Arc::new(j))).collect())
     }
 
@@ -252,7 +253,7 @@ impl Inner {
         }
         let pool = Arc::clone(&self.pool);
         let _ = tokio::task::spawn_blocking(move || pool.shutdown(Duration::from_millis(500))).await;
-        match self.store.leave(&self.scheduler, &node).await {
+        match self.store.leave(&node).await {
             Ok(_) => tracing::info!(
                 scheduler = self.scheduler,
                 node = node.node_id,
@@ -281,7 +282,7 @@ impl Inner {
         let everything = Timestamp::from_millis(i64::MAX / 2);
         match self
             .store
-            .claimed_by(&self.scheduler, node, everything, super::recovery::RECOVERY_BATCH)
+            .claimed_by(node, everything, super::recovery::RECOVERY_BATCH)
             .await
         {
             Ok(fires) => ids.extend(fires.iter().map(|f| f.id)),
@@ -372,7 +373,7 @@ pub(super) async fn sleep_until_or_forever(at: Option<tokio::time::Instant>) {
 
 /// What this node registers: its id (the setting, or `host-pid-n`), host,
 /// process, weight and the handlers it offers.
-fn registration(scheduler: &str, settings: &Settings, handlers: &HashMap<String, Handler>) -> NodeRegistration {
+fn registration(settings: &Settings, handlers: &HashMap<String, Handler>) -> NodeRegistration {
     let host = hostname();
     let node_id = settings.node_id.clone().unwrap_or_else(|| {
         static N: AtomicU64 = AtomicU64::new(0);
@@ -381,7 +382,6 @@ fn registration(scheduler: &str, settings: &Settings, handlers: &HashMap<String,
     let mut names: Vec<String> = handlers.keys().cloned().collect();
     names.sort_unstable();
     NodeRegistration {
-        scheduler: scheduler.to_owned(),
         node_id,
         host,
         pid: std::process::id(),

@@ -85,10 +85,7 @@ impl Inner {
                 + WINDOW_SLACK_MS.max(2 * took),
         );
         let horizon = db_now.saturating_add_millis(reach);
-        let batch = self
-            .store
-            .due_executes(&self.scheduler, horizon, self.settings.batch_size)
-            .await?;
+        let batch = self.store.due_executes(horizon, self.settings.batch_size).await?;
         for rejected in &batch.rejected {
             tracing::error!(
                 scheduler = self.scheduler,
@@ -98,7 +95,7 @@ impl Inner {
             );
         }
         let full = batch.executes.len() + batch.rejected.len() >= self.settings.batch_size as usize;
-        let parents = self.store.chain_parents(&self.scheduler).await?;
+        let parents = self.store.chain_parents().await?;
         *self.parents.write() = parents.into_iter().collect();
         let executes = batch.executes.len();
         let jobs = self.read_jobs(&batch.executes).await?;
@@ -124,11 +121,7 @@ impl Inner {
         }
         let decided = writes.len();
         self.write_decisions(writes, db_now, horizon).await?;
-        for fire in self
-            .store
-            .fires_pending(&self.scheduler, horizon, PENDING_BATCH)
-            .await?
-        {
+        for fire in self.store.fires_pending(horizon, PENDING_BATCH).await? {
             self.queue_pending(PendingFire::of(&fire));
         }
         tracing::debug!(scheduler = self.scheduler, executes, decided, full, "polled");

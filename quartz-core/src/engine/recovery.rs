@@ -23,7 +23,7 @@ impl Inner {
             return Ok(());
         }
         let node = self.node();
-        let fires = self.store.orphaned_fires(&self.scheduler, RECOVERY_BATCH).await?;
+        let fires = self.store.orphaned_fires(RECOVERY_BATCH).await?;
         if !fires.is_empty() {
             let jobs = self.jobs(fires.iter().map(|f| f.job_id)).await?;
             for fire in fires {
@@ -33,7 +33,7 @@ impl Inner {
             }
         }
         self.sweep_own_claims(&node).await?;
-        let executes = self.store.orphaned_executes(&self.scheduler, RECOVERY_BATCH).await?;
+        let executes = self.store.orphaned_executes(RECOVERY_BATCH).await?;
         if !executes.executes.is_empty() {
             let db_now = self.db_now().await?;
             for execute in executes.executes {
@@ -79,10 +79,7 @@ impl Inner {
             .saturating_add(duration_ms(self.settings.dead_after));
         let before = Timestamp::from_millis(self.clock.db_now().as_millis().saturating_sub(margin));
         let unknown: Vec<FireRecord> = {
-            let fires = self
-                .store
-                .claimed_by(&self.scheduler, node, before, RECOVERY_BATCH)
-                .await?;
+            let fires = self.store.claimed_by(node, before, RECOVERY_BATCH).await?;
             let unstarted = self.launch.unstarted.lock();
             fires.into_iter().filter(|f| !unstarted.contains(&f.id)).collect()
         };
@@ -220,7 +217,7 @@ impl Inner {
 
     /// The trigger of one of a job's executes, if it still exists.
     pub(super) async fn trigger_of(&self, job: &Job, execute_id: i64) -> Result<Option<Arc<Trigger>>, StoreError> {
-        let detail = self.store.get_job(&self.scheduler, &job.spec.name).await?;
+        let detail = self.store.get_job(&job.spec.name).await?;
         Ok(detail
             .and_then(|d| d.executes.into_iter().find(|e| e.id == execute_id))
             .map(|e| Arc::new(e.trigger)))

@@ -6,8 +6,9 @@
 //!
 //! Every trait is object-safe: the engine, the admin surface and the tools
 //! hold a store as [`SharedStore`] (`Arc<dyn Store>`), whichever backend it
-//! is. Every method is one transaction; compare-and-set methods return
-//! whether this caller won.
+//! is. A store value is scoped to one scheduler ([`Store::scheduler`],
+//! [`Store::scoped`]): no call names one. Every method is one transaction;
+//! compare-and-set methods return whether this caller won.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -32,6 +33,17 @@ pub trait Store:
 {
     /// The database's clock: the only clock the cluster uses.
     async fn now(&self) -> Result<Timestamp, StoreError>;
+
+    /// The scheduler (cluster) whose rows this store reads and writes: every
+    /// call is scoped to it. A store made by a `connect` is on
+    /// [`DEFAULT_SCHEDULER`] until [`scoped`](Self::scoped).
+    fn scheduler(&self) -> &str;
+
+    /// The same store (the same connections, the same actor), on another
+    /// scheduler's rows. The name is checked where it is written (a job
+    /// created, a node registered): at most [`MAX_NAME_BYTES`] bytes, no
+    /// control characters.
+    fn scoped(&self, scheduler: &str) -> SharedStore;
 
     /// The same store, whose changes (jobs created, edited, paused, resumed,
     /// triggered, deleted) are recorded in the change log as made by `actor`
@@ -82,17 +94,17 @@ impl IntoStore for &SharedStore {
 pub trait JobStore: Send + Sync {
     /// Creates a job with its triggers, each initialised to its first fire time.
     /// Validates everything first; on any error nothing is stored.
-    async fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError>;
+    async fn create_job(&self, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError>;
 
     /// A job and its executes, by name. Execute rows that cannot be decoded
     /// are listed apart with the reason, not as an error of the whole call.
-    async fn get_job(&self, scheduler: &str, name: &str) -> Result<Option<JobDetail>, StoreError>;
+    async fn get_job(&self, name: &str) -> Result<Option<JobDetail>, StoreError>;
 
     /// The jobs with these ids (those that still exist), in any order.
-    async fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> Result<Vec<Job>, StoreError>;
+    async fn jobs_by_id(&self, ids: &[i64]) -> Result<Vec<Job>, StoreError>;
 
     /// Every job of the scheduler, by name.
-    async fn list_jobs(&self, scheduler: &str) -> Result<Vec<Job>, StoreError>;
+    async fn list_jobs(&self) -> Result<Vec<Job>, StoreError>;
 
     /// One page of the scheduler's jobs, by name: filtered, searched, and
     /// paged by key (see [`JobQuery`]).
@@ -104,7 +116,6 @@ pub trait JobStore: Send + Sync {
     /// ([`StoreError::Stale`] otherwise, nothing written).
     async fn update_job(
         &self,
-        scheduler: &str,
         name: &str,
         job: &JobSpec,
         executes: Option<&[ExecuteSpec]>,
@@ -113,13 +124,7 @@ pub trait JobStore: Send + Sync {
 
     /// Pauses (`true`) or resumes a job and its waiting executes; with
     /// `expected_version`, only if the job is still at that version.
-    async fn set_paused(
-        &self,
-        scheduler: &str,
-        name: &str,
-        paused: bool,
-        expected_version: Option<i64>,
-    ) -> Result<Job, StoreError>;
+    async fn set_paused(&self, name: &str, paused: bool, expected_version: Option<i64>) -> Result<Job, StoreError>;
 
     /// Fires a job now, once, beside its schedule: a pending fire of the
     /// job (no trigger's: its execute id is [`MANUAL_EXECUTE`]) due at the
@@ -128,11 +133,11 @@ pub trait JobStore: Send + Sync {
     /// manual fire runs too: the pause holds the job's triggers, not a fire
     /// asked for by hand. Recorded in the change log as `job.trigger`.
     /// Returns the fire's ledger id and fire time.
-    async fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError>;
+    async fn fire_now(&self, name: &str) -> Result<(i64, Timestamp), StoreError>;
 
     /// Deletes a job and its executes; its ledger rows stay as history.
     /// With `expected_version`, only if the job is still at that version.
-    async fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> Result<(), StoreError>;
+    async fn delete_job(&self, name: &str, expected_version: Option<i64>) -> Result<(), StoreError>;
 
     /// Retries a finished fire by hand: a new attempt of the same fire (its
     /// trigger, job and fire time; the next attempt number), pending from
@@ -140,7 +145,7 @@ pub trait JobStore: Send + Sync {
     /// a free thread runs. Only a failed, abandoned or misfired fire whose
     /// job exists and is not paused, with no attempt of it open or
     /// succeeded since. Recorded in the change log as `fire.retry`.
-    async fn retry_fire(&self, scheduler: &str, fire_id: i64) -> Result<FireRetry, StoreError>;
+    async fn retry_fire(&self, fire_id: i64) -> Result<FireRetry, StoreError>;
 }
 
 /// Calendars: added, replaced (moving the triggers that use them), read, deleted.
@@ -161,7 +166,6 @@ pub trait CalendarStore: Send + Sync {
     /// ([`StoreError::Stale`] otherwise, nothing written).
     async fn put_calendar(
         &self,
-        scheduler: &str,
         name: &str,
         definition: &CalendarDefinition,
         expected_version: Option<i64>,
@@ -171,28 +175,18 @@ pub trait CalendarStore: Send + Sync {
     /// if none of that name exists: of two adds of one name at once, one
     /// stores its definition and the other gets
     /// [`StoreError::DuplicateCalendar`], the first left as it was.
-    async fn add_calendar(
-        &self,
-        scheduler: &str,
-        name: &str,
-        definition: &CalendarDefinition,
-    ) -> Result<CalendarRecord, StoreError>;
+    async fn add_calendar(&self, name: &str, definition: &CalendarDefinition) -> Result<CalendarRecord, StoreError>;
 
     /// A calendar, by name.
-    async fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError>;
+    async fn get_calendar(&self, name: &str) -> Result<Option<CalendarRecord>, StoreError>;
 
     /// Every calendar of the scheduler, by name.
-    async fn list_calendars(&self, scheduler: &str) -> Result<Vec<CalendarRecord>, StoreError>;
+    async fn list_calendars(&self) -> Result<Vec<CalendarRecord>, StoreError>;
 
     /// Deletes a calendar that no trigger and no other calendar uses
     /// ([`StoreError::CalendarInUse`] otherwise, naming them); with
     /// `expected_version`, only if it is still at that version.
-    async fn delete_calendar(
-        &self,
-        scheduler: &str,
-        name: &str,
-        expected_version: Option<i64>,
-    ) -> Result<(), StoreError>;
+    async fn delete_calendar(&self, name: &str, expected_version: Option<i64>) -> Result<(), StoreError>;
 }
 
 /// What happened and who is there: the nodes, the fire ledger, the change log and its counter, the health counts.
@@ -201,7 +195,7 @@ pub trait CalendarStore: Send + Sync {
 #[async_trait]
 pub trait HistoryStore: Send + Sync {
     /// Every node the scheduler has seen.
-    async fn list_nodes(&self, scheduler: &str) -> Result<Vec<Node>, StoreError>;
+    async fn list_nodes(&self) -> Result<Vec<Node>, StoreError>;
 
     /// Ledger rows, newest first.
     async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError>;
@@ -217,7 +211,6 @@ pub trait HistoryStore: Send + Sync {
     /// indexes), meant for every scrape.
     async fn health_counts(
         &self,
-        scheduler: &str,
         overdue_before: Timestamp,
         stranded_before: Timestamp,
         recent_since: Timestamp,
@@ -225,11 +218,11 @@ pub trait HistoryStore: Send + Sync {
 
     /// The scheduler's change counter, which every change made through the
     /// store bumps in its own transaction (0 before the first).
-    async fn changes(&self, scheduler: &str) -> Result<i64, StoreError>;
+    async fn changes(&self) -> Result<i64, StoreError>;
 
     /// Waits until the change counter differs from `seen`, or `max_wait`
     /// passes, and returns it: on PostgreSQL woken by `LISTEN`/`NOTIFY`, on
     /// the others by reading the counter every few dozen milliseconds, so that
     /// every node sees a change within [`CHANGE_VISIBILITY_MS`].
-    async fn change_wait(&self, scheduler: &str, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError>;
+    async fn change_wait(&self, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError>;
 }

@@ -136,15 +136,15 @@ pub trait NodeStore: Send + Sync {
     /// Records a heartbeat with how busy the node is (fires running or queued
     /// on its pool); `false` when this incarnation is no longer live (it was
     /// declared dead or replaced) and must re-register.
-    async fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> Result<bool, StoreError>;
+    async fn heartbeat(&self, node: &NodeRef, busy: u64) -> Result<bool, StoreError>;
 
     /// Declares a node dead, if it is still live in that incarnation and its
     /// heartbeat is older than `dead_after_ms` (database time). `true` when this
     /// caller retired it.
-    async fn retire_node(&self, scheduler: &str, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError>;
+    async fn retire_node(&self, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError>;
 
     /// Marks a node gone (a graceful leave), if still live in that incarnation.
-    async fn leave(&self, scheduler: &str, node: &NodeRef) -> Result<bool, StoreError>;
+    async fn leave(&self, node: &NodeRef) -> Result<bool, StoreError>;
 }
 
 /// The executes (one trigger and its state each): the due ones read, moved by compare-and-set, and their fires won by the claim.
@@ -156,11 +156,11 @@ pub trait ScheduleStore: Send + Sync {
     /// (or empty: rows written by hand that need initialising), in time order,
     /// at most `limit`. Rows that cannot be decoded are marked as errors and
     /// reported; the rest are served.
-    async fn due_executes(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError>;
+    async fn due_executes(&self, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError>;
 
     /// Executes in the running state owned by a node that is not live (or by
     /// no node), at most `limit`.
-    async fn orphaned_executes(&self, scheduler: &str, limit: u32) -> Result<DueBatch, StoreError>;
+    async fn orphaned_executes(&self, limit: u32) -> Result<DueBatch, StoreError>;
 
     /// A compare-and-set on an execute row and, if it wins, the insert of the
     /// ledger records (skipped ranges) in the same transaction.
@@ -184,7 +184,7 @@ pub trait ScheduleStore: Send + Sync {
     async fn claim_batch(&self, claims: &[Claim]) -> Result<Vec<Option<i64>>, StoreError>;
 
     /// The ids of the scheduler's jobs that have at least one child job.
-    async fn chain_parents(&self, scheduler: &str) -> Result<Vec<i64>, StoreError>;
+    async fn chain_parents(&self) -> Result<Vec<i64>, StoreError>;
 }
 
 /// The ledger's open fires: started, ended ([`FireStore::end_fires`]), timed out, taken over from a dead node, and the pending ones (retries, late runs, fires by hand) claimed.
@@ -234,19 +234,13 @@ pub trait FireStore: Send + Sync {
 
     /// Fires claimed or running whose owner is not a live incarnation (a dead
     /// node's, or released), at most `limit`, oldest first.
-    async fn orphaned_fires(&self, scheduler: &str, limit: u32) -> Result<Vec<FireRecord>, StoreError>;
+    async fn orphaned_fires(&self, limit: u32) -> Result<Vec<FireRecord>, StoreError>;
 
     /// Fires this incarnation has not started, scheduled and claimed before
     /// `before` (a retry or late run claimed now has an old fire time),
     /// oldest first, at most `limit` (read through the index of open fires:
     /// the ledger's size does not count).
-    async fn claimed_by(
-        &self,
-        scheduler: &str,
-        node: &NodeRef,
-        before: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<FireRecord>, StoreError>;
+    async fn claimed_by(&self, node: &NodeRef, before: Timestamp, limit: u32) -> Result<Vec<FireRecord>, StoreError>;
 
     /// Takes over an orphaned claimed fire, by compare-and-set on its owner.
     async fn take_over(&self, fire: &FireRecord, node: &NodeRef) -> Result<bool, StoreError>;
@@ -261,12 +255,7 @@ pub trait FireStore: Send + Sync {
     async fn abandon(&self, fire: &FireRecord) -> Result<bool, StoreError>;
 
     /// Pending fires due before `before`, soonest first.
-    async fn fires_pending(
-        &self,
-        scheduler: &str,
-        before: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<FireRecord>, StoreError>;
+    async fn fires_pending(&self, before: Timestamp, limit: u32) -> Result<Vec<FireRecord>, StoreError>;
 
     /// Claims a pending fire for this (live) incarnation, by compare-and-set
     /// on its state. With `exclusive` (its job disallows concurrency) the
@@ -282,21 +271,20 @@ pub trait FireStore: Send + Sync {
 pub trait RetentionStore: Send + Sync {
     /// Wins this scheduler's purge turn, by compare-and-set on when the last
     /// purge began: `true` for one caller per `every_ms` (database time).
-    async fn purge_turn(&self, scheduler: &str, every_ms: i64) -> Result<bool, StoreError>;
+    async fn purge_turn(&self, every_ms: i64) -> Result<bool, StoreError>;
 
     /// The fire time before which succeeded fires may have been purged: the
     /// audit checks only after it.
-    async fn purge_horizon(&self, scheduler: &str) -> Result<Option<Timestamp>, StoreError>;
+    async fn purge_horizon(&self) -> Result<Option<Timestamp>, StoreError>;
 
     /// Moves the purge horizon to `before` (never back).
-    async fn purge_horizon_advance(&self, scheduler: &str, before: Timestamp) -> Result<(), StoreError>;
+    async fn purge_horizon_advance(&self, before: Timestamp) -> Result<(), StoreError>;
 
     /// Deletes at most `limit` fires in `state` (a finished state) scheduled
     /// before `before`, keeping each job's newest `keep_last` fires; returns
     /// how many it deleted.
     async fn fires_purge(
         &self,
-        scheduler: &str,
         state: FireState,
         before: Timestamp,
         keep_last: u32,
@@ -305,9 +293,9 @@ pub trait RetentionStore: Send + Sync {
 
     /// Deletes the rows of nodes dead or gone whose last heartbeat is before
     /// `before`, unless a fire or an execute still names their incarnation.
-    async fn nodes_purge(&self, scheduler: &str, before: Timestamp) -> Result<u64, StoreError>;
+    async fn nodes_purge(&self, before: Timestamp) -> Result<u64, StoreError>;
 
     /// Deletes at most `limit` complete executes last changed before `before`
     /// that no open fire names.
-    async fn executes_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<u64, StoreError>;
+    async fn executes_purge(&self, before: Timestamp, limit: u32) -> Result<u64, StoreError>;
 }

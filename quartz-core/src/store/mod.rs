@@ -71,6 +71,11 @@ pub const CHANGE_VISIBILITY_MS: i64 = 250;
 /// threshold.
 pub const START_NOW_GRACE_MS: i64 = 5_000;
 
+/// The scheduler (cluster) a store is on until it is
+/// [`scoped`](Store::scoped) to another, and the one the CLI and the
+/// examples use when none is named.
+pub const DEFAULT_SCHEDULER: &str = "default";
+
 /// The execute id of a fire made by hand ([`JobStore::fire_now`]): it belongs
 /// to no trigger.
 pub const MANUAL_EXECUTE: i64 = 0;

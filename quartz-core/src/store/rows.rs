@@ -299,8 +299,6 @@ pub struct ChainedFire {
 /// A history query: newest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FireQuery {
-    /// The scheduler (cluster) name.
-    pub scheduler: String,
     /// Only this job's fires (by name).
     pub job: Option<String>,
     /// Only the fires of the job of this id (a job deleted since among
@@ -322,11 +320,16 @@ pub struct FireQuery {
     pub limit: u32,
 }
 
+impl Default for FireQuery {
+    fn default() -> FireQuery {
+        FireQuery::new()
+    }
+}
+
 impl FireQuery {
     /// The newest 100 fires of a scheduler.
-    pub fn new(scheduler: impl Into<String>) -> FireQuery {
+    pub fn new() -> FireQuery {
         FireQuery {
-            scheduler: scheduler.into(),
             job: None,
             job_id: None,
             error_contains: None,
@@ -377,8 +380,6 @@ pub enum PendingClaim {
 /// however many jobs there are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobQuery {
-    /// The scheduler (cluster) name.
-    pub scheduler: String,
     /// Only jobs whose name contains this text (case-insensitive on
     /// PostgreSQL's `LOWER`, MySQL's collation and SQLite's ASCII folding).
     pub search: Option<String>,
@@ -393,11 +394,16 @@ pub struct JobQuery {
     pub limit: u32,
 }
 
+impl Default for JobQuery {
+    fn default() -> JobQuery {
+        JobQuery::new()
+    }
+}
+
 impl JobQuery {
     /// The first 100 jobs of a scheduler, by name.
-    pub fn new(scheduler: impl Into<String>) -> JobQuery {
+    pub fn new() -> JobQuery {
         JobQuery {
-            scheduler: scheduler.into(),
             search: None,
             state: None,
             handler: None,
@@ -482,8 +488,6 @@ pub struct ChangeRecord {
 /// A change log query: newest first, paged by key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangeQuery {
-    /// The scheduler (cluster) name.
-    pub scheduler: String,
     /// Only changes to this job (by name).
     pub target: Option<String>,
     /// Only changes with an id below this (the last id of the previous page).
@@ -492,11 +496,16 @@ pub struct ChangeQuery {
     pub limit: u32,
 }
 
+impl Default for ChangeQuery {
+    fn default() -> ChangeQuery {
+        ChangeQuery::new()
+    }
+}
+
 impl ChangeQuery {
     /// The newest 100 changes of a scheduler.
-    pub fn new(scheduler: impl Into<String>) -> ChangeQuery {
+    pub fn new() -> ChangeQuery {
         ChangeQuery {
-            scheduler: scheduler.into(),
             target: None,
             before_id: None,
             limit: 100,

@@ -20,11 +20,9 @@ pub const MAX_ERROR_BYTES: usize = 8_000;
 /// The most attempts a retry policy may ask for.
 pub const MAX_ATTEMPTS: u32 = 100;
 
-/// A node's registration, as it registers.
+/// A node's registration, as it registers (in the store's scheduler).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRegistration {
-    /// The scheduler (cluster) the node belongs to.
-    pub scheduler: String,
     /// The node's id, unique in the scheduler and stable across restarts.
     pub node_id: String,
     /// The host it runs on.

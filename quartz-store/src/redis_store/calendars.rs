@@ -80,7 +80,7 @@ impl RedisStore {
             let reply: Vec<String> = self.write(scheduler, "calendar_put", &args).await?;
             if let Answer::Ok = Self::answer(scheduler, name, &reply)? {
                 return self
-                    .get_calendar(scheduler, name)
+                    .get_calendar(name)
                     .await?
                     .ok_or_else(|| StoreError::UnknownCalendar {
                         scheduler: scheduler.to_owned(),

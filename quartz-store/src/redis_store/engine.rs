@@ -10,7 +10,7 @@ use quartz_core::Timestamp;
 use quartz_core::store::{
     ChainedFire, Claim, DueBatch, ExecuteCas, FireEnd, FireRecord, FireState, FireStore, FollowUp, Node, NodeRef,
     NodeRegistration, NodeStore, Outcome, PendingClaim, RejectedRow, RetentionStore, ScheduleStore, SkippedRecord,
-    StoreError, check_name,
+    Store, StoreError, check_name,
 };
 use redis::FromRedisValue;
 use serde_json::{Value, json};
@@ -184,9 +184,9 @@ impl RedisStore {
 #[async_trait]
 impl NodeStore for RedisStore {
     async fn register_node(&self, node: &NodeRegistration) -> Result<Node, StoreError> {
-        check_name("scheduler name", &node.scheduler)?;
+        check_name("scheduler name", &self.scheduler)?;
         check_name("node id", &node.node_id)?;
-        self.keys(&node.scheduler)?;
+        self.keys(&self.scheduler)?;
         let handlers = serde_json::to_string(&node.handlers).map_err(|e| StoreError::Database {
             reason: format!("handler names cannot be encoded: {e}"),
         })?;
@@ -198,28 +198,32 @@ impl NodeStore for RedisStore {
             "handlers": handlers,
             "dead_after": opt(node.dead_after.map(quartz_core::store::millis_of)),
         });
-        let record: Record = self.write(&node.scheduler, "register", &args).await?;
-        decode::node(&record, &node.scheduler)
+        let record: Record = self.write(&self.scheduler, "register", &args).await?;
+        decode::node(&record, &self.scheduler)
     }
 
-    async fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
+    async fn heartbeat(&self, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
+        let scheduler = self.scheduler();
         self.node_step(scheduler, "heartbeat", node, json!({ "busy": num(busy) }))
             .await
     }
 
-    async fn retire_node(&self, scheduler: &str, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError> {
+    async fn retire_node(&self, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError> {
+        let scheduler = self.scheduler();
         self.node_step(scheduler, "retire", node, json!({ "dead_after": num(dead_after_ms) }))
             .await
     }
 
-    async fn leave(&self, scheduler: &str, node: &NodeRef) -> Result<bool, StoreError> {
+    async fn leave(&self, node: &NodeRef) -> Result<bool, StoreError> {
+        let scheduler = self.scheduler();
         self.node_step(scheduler, "leave", node, json!({})).await
     }
 }
 
 #[async_trait]
 impl ScheduleStore for RedisStore {
-    async fn due_executes(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError> {
+    async fn due_executes(&self, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError> {
+        let scheduler = self.scheduler();
         let args = json!({ "before": num(before.as_millis()), "limit": num(limit) });
         let records: Vec<Record> = self.run(scheduler, 0, "due", &args).await?;
         let mut batch = self.serve(scheduler, records).await?;
@@ -234,7 +238,8 @@ impl ScheduleStore for RedisStore {
         Ok(batch)
     }
 
-    async fn orphaned_executes(&self, scheduler: &str, limit: u32) -> Result<DueBatch, StoreError> {
+    async fn orphaned_executes(&self, limit: u32) -> Result<DueBatch, StoreError> {
+        let scheduler = self.scheduler();
         let records: Vec<Record> = self
             .run(scheduler, 0, "orphaned_executes", &json!({ "limit": num(limit) }))
             .await?;
@@ -313,7 +318,8 @@ impl ScheduleStore for RedisStore {
         .await
     }
 
-    async fn chain_parents(&self, scheduler: &str) -> Result<Vec<i64>, StoreError> {
+    async fn chain_parents(&self) -> Result<Vec<i64>, StoreError> {
+        let scheduler = self.scheduler();
         self.run(scheduler, 0, "chain_parents", &json!({})).await
     }
 }
@@ -338,20 +344,16 @@ impl FireStore for RedisStore {
         self.fire_step(fire_id, "time_out", args).await
     }
 
-    async fn orphaned_fires(&self, scheduler: &str, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+    async fn orphaned_fires(&self, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        let scheduler = self.scheduler();
         let records: Vec<Record> = self
             .run(scheduler, 0, "orphaned_fires", &json!({ "limit": num(limit) }))
             .await?;
         fires(&records)
     }
 
-    async fn claimed_by(
-        &self,
-        scheduler: &str,
-        node: &NodeRef,
-        before: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<FireRecord>, StoreError> {
+    async fn claimed_by(&self, node: &NodeRef, before: Timestamp, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        let scheduler = self.scheduler();
         let (node_id, inc) = owner(node);
         let args = json!({ "node": node_id, "inc": inc, "before": num(before.as_millis()), "limit": num(limit) });
         let records: Vec<Record> = self.run(scheduler, 0, "claimed_by", &args).await?;
@@ -372,12 +374,8 @@ impl FireStore for RedisStore {
         self.fire_step(fire.id, "abandon", orphan_args(fire, None)).await
     }
 
-    async fn fires_pending(
-        &self,
-        scheduler: &str,
-        before: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<FireRecord>, StoreError> {
+    async fn fires_pending(&self, before: Timestamp, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        let scheduler = self.scheduler();
         let args = json!({ "before": num(before.as_millis()), "limit": num(limit) });
         let records: Vec<Record> = self.run(scheduler, 0, "pending_due", &args).await?;
         fires(&records)
@@ -397,19 +395,22 @@ impl FireStore for RedisStore {
 
 #[async_trait]
 impl RetentionStore for RedisStore {
-    async fn purge_turn(&self, scheduler: &str, every_ms: i64) -> Result<bool, StoreError> {
+    async fn purge_turn(&self, every_ms: i64) -> Result<bool, StoreError> {
+        let scheduler = self.scheduler();
         Ok(self
             .write::<i64>(scheduler, "purge_turn", &json!({ "every": num(every_ms) }))
             .await?
             == 1)
     }
 
-    async fn purge_horizon(&self, scheduler: &str) -> Result<Option<Timestamp>, StoreError> {
+    async fn purge_horizon(&self) -> Result<Option<Timestamp>, StoreError> {
+        let scheduler = self.scheduler();
         let horizon: String = self.run(scheduler, 0, "horizon", &json!({})).await?;
         Ok(horizon.parse().ok().map(Timestamp::from_millis))
     }
 
-    async fn purge_horizon_advance(&self, scheduler: &str, before: Timestamp) -> Result<(), StoreError> {
+    async fn purge_horizon_advance(&self, before: Timestamp) -> Result<(), StoreError> {
+        let scheduler = self.scheduler();
         self.write::<i64>(
             scheduler,
             "horizon_advance",
@@ -421,23 +422,25 @@ impl RetentionStore for RedisStore {
 
     async fn fires_purge(
         &self,
-        scheduler: &str,
         state: FireState,
         before: Timestamp,
         keep_last: u32,
         limit: u32,
     ) -> Result<u64, StoreError> {
+        let scheduler = self.scheduler();
         crate::common::refuse_open_purge(state)?;
         let args = json!({ "state": state.as_str(), "before": num(before.as_millis()), "keep": num(keep_last), "limit": num(limit) });
         self.write(scheduler, "fires_purge", &args).await
     }
 
-    async fn nodes_purge(&self, scheduler: &str, before: Timestamp) -> Result<u64, StoreError> {
+    async fn nodes_purge(&self, before: Timestamp) -> Result<u64, StoreError> {
+        let scheduler = self.scheduler();
         self.write(scheduler, "nodes_purge", &json!({ "before": num(before.as_millis()) }))
             .await
     }
 
-    async fn executes_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
+    async fn executes_purge(&self, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        let scheduler = self.scheduler();
         let args = json!({ "before": num(before.as_millis()), "limit": num(limit) });
         self.write(scheduler, "executes_purge", &args).await
     }

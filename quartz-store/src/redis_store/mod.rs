@@ -165,6 +165,9 @@ pub struct RedisStore {
     actor: std::sync::Arc<str>,
     /// The first part of every key (`quartz` unless the URL names another).
     namespace: std::sync::Arc<str>,
+    /// The scheduler whose keys it reads and writes (see
+    /// [`Store::scoped`](quartz_core::store::Store::scoped)).
+    scheduler: std::sync::Arc<str>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -234,6 +237,7 @@ impl RedisStore {
             },
             registry: std::sync::Arc::default(),
             actor: quartz_core::store::DEFAULT_ACTOR.into(),
+            scheduler: quartz_core::store::DEFAULT_SCHEDULER.into(),
             namespace: namespace.into(),
         };
         store.durability = store.check_durability().await?;

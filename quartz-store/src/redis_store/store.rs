@@ -223,6 +223,17 @@ impl Store for RedisStore {
         self.clock().await
     }
 
+    fn scheduler(&self) -> &str {
+        &self.scheduler
+    }
+
+    fn scoped(&self, scheduler: &str) -> SharedStore {
+        std::sync::Arc::new(RedisStore {
+            scheduler: scheduler.into(),
+            ..self.clone()
+        })
+    }
+
     fn acting_as(&self, actor: &str) -> SharedStore {
         std::sync::Arc::new(RedisStore {
             actor: common::actor_name(actor).into(),
@@ -233,7 +244,8 @@ impl Store for RedisStore {
 
 #[async_trait]
 impl JobStore for RedisStore {
-    async fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {
+    async fn create_job(&self, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {
+        let scheduler = self.scheduler();
         check_name("scheduler name", scheduler)?;
         self.keys(scheduler)?;
         job.validate()?;
@@ -247,7 +259,8 @@ impl JobStore for RedisStore {
         self.require_job(scheduler, &job.name).await
     }
 
-    async fn get_job(&self, scheduler: &str, name: &str) -> Result<Option<JobDetail>, StoreError> {
+    async fn get_job(&self, name: &str) -> Result<Option<JobDetail>, StoreError> {
+        let scheduler = self.scheduler();
         let records: Vec<Record> = self
             .run(scheduler, 0, "job", &json!({ "name": name, "executes": "1" }))
             .await?;
@@ -269,7 +282,8 @@ impl JobStore for RedisStore {
         Ok(Some(detail))
     }
 
-    async fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> Result<Vec<Job>, StoreError> {
+    async fn jobs_by_id(&self, ids: &[i64]) -> Result<Vec<Job>, StoreError> {
+        let scheduler = self.scheduler();
         let Some(number) = self.known_number(scheduler).await? else {
             return Ok(Vec::new());
         };
@@ -282,8 +296,8 @@ impl JobStore for RedisStore {
         Self::jobs(&records, scheduler)
     }
 
-    async fn list_jobs(&self, scheduler: &str) -> Result<Vec<Job>, StoreError> {
-        let mut query = JobQuery::new(scheduler);
+    async fn list_jobs(&self) -> Result<Vec<Job>, StoreError> {
+        let mut query = JobQuery::new();
         query.limit = u32::MAX;
         self.jobs_page(&query).await
     }
@@ -296,26 +310,23 @@ impl JobStore for RedisStore {
             "search": query.search.as_deref().map(str::to_lowercase).unwrap_or_default(),
             "limit": num(query.limit),
         });
-        let records: Vec<Record> = self.run(&query.scheduler, 0, "jobs_page", &args).await?;
-        Self::jobs(&records, &query.scheduler)
+        let records: Vec<Record> = self.run(&self.scheduler, 0, "jobs_page", &args).await?;
+        Self::jobs(&records, &self.scheduler)
     }
 
     async fn update_job(
         &self,
-        scheduler: &str,
         name: &str,
         job: &JobSpec,
         executes: Option<&[ExecuteSpec]>,
         expected_version: Option<i64>,
     ) -> Result<Job, StoreError> {
+        let scheduler = self.scheduler();
         job.validate()?;
-        let before = self
-            .get_job(scheduler, name)
-            .await?
-            .ok_or_else(|| StoreError::UnknownJob {
-                scheduler: scheduler.to_owned(),
-                name: name.to_owned(),
-            })?;
+        let before = self.get_job(name).await?.ok_or_else(|| StoreError::UnknownJob {
+            scheduler: scheduler.to_owned(),
+            name: name.to_owned(),
+        })?;
         let detail = common::edit_detail(&before, job, executes);
         let args = json!({
             "name": name,
@@ -328,13 +339,8 @@ impl JobStore for RedisStore {
         self.require_job(scheduler, &job.name).await
     }
 
-    async fn set_paused(
-        &self,
-        scheduler: &str,
-        name: &str,
-        paused: bool,
-        expected_version: Option<i64>,
-    ) -> Result<Job, StoreError> {
+    async fn set_paused(&self, name: &str, paused: bool, expected_version: Option<i64>) -> Result<Job, StoreError> {
+        let scheduler = self.scheduler();
         let action = if paused {
             ChangeAction::JobPause
         } else {
@@ -350,7 +356,8 @@ impl JobStore for RedisStore {
         self.require_job(scheduler, name).await
     }
 
-    async fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError> {
+    async fn fire_now(&self, name: &str) -> Result<(i64, Timestamp), StoreError> {
+        let scheduler = self.scheduler();
         let args = json!({
             "name": name,
             "change": self.change(ChangeAction::JobTrigger, name, "by hand"),
@@ -366,7 +373,8 @@ impl JobStore for RedisStore {
         }
     }
 
-    async fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
+    async fn delete_job(&self, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
+        let scheduler = self.scheduler();
         let Some(job) = self.job_named(scheduler, name).await? else {
             return Err(StoreError::UnknownJob {
                 scheduler: scheduler.to_owned(),
@@ -382,7 +390,8 @@ impl JobStore for RedisStore {
         self.job_change(scheduler, "job_delete", name, None, args).await
     }
 
-    async fn retry_fire(&self, scheduler: &str, fire_id: i64) -> Result<FireRetry, StoreError> {
+    async fn retry_fire(&self, fire_id: i64) -> Result<FireRetry, StoreError> {
+        let scheduler = self.scheduler();
         let args = json!({
             "fire": num(fire_id),
             "change": self.change(ChangeAction::FireRetry, "", ""),
@@ -404,39 +413,33 @@ impl JobStore for RedisStore {
 impl CalendarStore for RedisStore {
     async fn put_calendar(
         &self,
-        scheduler: &str,
         name: &str,
         definition: &CalendarDefinition,
         expected_version: Option<i64>,
     ) -> Result<CalendarRecord, StoreError> {
+        let scheduler = self.scheduler();
         self.calendar_write(scheduler, name, definition, false, expected_version)
             .await
     }
 
-    async fn add_calendar(
-        &self,
-        scheduler: &str,
-        name: &str,
-        definition: &CalendarDefinition,
-    ) -> Result<CalendarRecord, StoreError> {
+    async fn add_calendar(&self, name: &str, definition: &CalendarDefinition) -> Result<CalendarRecord, StoreError> {
+        let scheduler = self.scheduler();
         self.calendar_write(scheduler, name, definition, true, None).await
     }
 
-    async fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
+    async fn get_calendar(&self, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
+        let scheduler = self.scheduler();
         let snapshot = self.calendar_snapshot(scheduler, false).await?;
         Ok(snapshot.records.into_iter().find(|r| r.name == name))
     }
 
-    async fn list_calendars(&self, scheduler: &str) -> Result<Vec<CalendarRecord>, StoreError> {
+    async fn list_calendars(&self) -> Result<Vec<CalendarRecord>, StoreError> {
+        let scheduler = self.scheduler();
         Ok(self.calendar_snapshot(scheduler, false).await?.records)
     }
 
-    async fn delete_calendar(
-        &self,
-        scheduler: &str,
-        name: &str,
-        expected_version: Option<i64>,
-    ) -> Result<(), StoreError> {
+    async fn delete_calendar(&self, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
+        let scheduler = self.scheduler();
         let args = json!({
             "name": name,
             "expected": opt(expected_version),
@@ -449,7 +452,8 @@ impl CalendarStore for RedisStore {
 
 #[async_trait]
 impl HistoryStore for RedisStore {
-    async fn list_nodes(&self, scheduler: &str) -> Result<Vec<Node>, StoreError> {
+    async fn list_nodes(&self) -> Result<Vec<Node>, StoreError> {
+        let scheduler = self.scheduler();
         let records: Vec<Record> = self.run(scheduler, 0, "nodes", &json!({})).await?;
         let mut nodes = records
             .iter()
@@ -461,7 +465,7 @@ impl HistoryStore for RedisStore {
 
     async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
         let job = match (&query.job, query.job_id) {
-            (Some(name), _) => num(self.require_job(&query.scheduler, name).await?.id),
+            (Some(name), _) => num(self.require_job(&self.scheduler, name).await?.id),
             (None, Some(id)) => num(id),
             (None, None) => Value::String(String::new()),
         };
@@ -475,7 +479,7 @@ impl HistoryStore for RedisStore {
             "node": query.node_id.clone().unwrap_or_default(),
             "error": query.error_contains.as_deref().map(str::to_lowercase).unwrap_or_default(),
         });
-        let records: Vec<Record> = self.run(&query.scheduler, 0, "fires", &args).await?;
+        let records: Vec<Record> = self.run(&self.scheduler, 0, "fires", &args).await?;
         records.iter().map(decode::fire).collect()
     }
 
@@ -485,17 +489,17 @@ impl HistoryStore for RedisStore {
             "before_id": opt(query.before_id),
             "limit": num(query.limit),
         });
-        let records: Vec<Record> = self.run(&query.scheduler, 0, "change_log", &args).await?;
-        records.iter().map(|r| decode::change(r, &query.scheduler)).collect()
+        let records: Vec<Record> = self.run(&self.scheduler, 0, "change_log", &args).await?;
+        records.iter().map(|r| decode::change(r, &self.scheduler)).collect()
     }
 
     async fn health_counts(
         &self,
-        scheduler: &str,
         overdue_before: Timestamp,
         stranded_before: Timestamp,
         recent_since: Timestamp,
     ) -> Result<HealthCounts, StoreError> {
+        let scheduler = self.scheduler();
         let args = json!({
             "overdue_before": num(overdue_before.as_millis()),
             "stranded_before": num(stranded_before.as_millis()),
@@ -519,15 +523,16 @@ impl HistoryStore for RedisStore {
         })
     }
 
-    async fn changes(&self, scheduler: &str) -> Result<i64, StoreError> {
+    async fn changes(&self) -> Result<i64, StoreError> {
+        let scheduler = self.scheduler();
         let n: String = self.run(scheduler, 0, "changes", &json!({})).await?;
         Ok(n.parse().unwrap_or(0))
     }
 
-    async fn change_wait(&self, scheduler: &str, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError> {
+    async fn change_wait(&self, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError> {
         let deadline = tokio::time::Instant::now() + max_wait;
         loop {
-            let now = self.changes(scheduler).await?;
+            let now = self.changes().await?;
             if now != seen || tokio::time::Instant::now() >= deadline {
                 return Ok(now);
             }

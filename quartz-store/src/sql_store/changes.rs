@@ -139,7 +139,7 @@ impl SqlStore {
                 "SELECT id, scheduler, at, actor, action, target, detail, target_id FROM quartz_change_log \
                  WHERE scheduler = ? AND (? IS NULL OR target = ?) AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?",
             )
-            .bind(query.scheduler.clone())
+            .bind(self.scheduler.to_string())
             .bind(query.target.clone())
             .bind(query.target.clone())
             .bind(query.before_id)

@@ -19,10 +19,21 @@ impl Store for SqlStore {
         Ok(Timestamp::from_millis(row.try_get::<i64, _>(0).map_err(db_error)?))
     }
 
+    fn scheduler(&self) -> &str {
+        &self.scheduler
+    }
+
+    fn scoped(&self, scheduler: &str) -> SharedStore {
+        Arc::new(SqlStore {
+            scheduler: scheduler.into(),
+            ..self.clone()
+        })
+    }
+
     fn acting_as(&self, actor: &str) -> SharedStore {
         Arc::new(SqlStore {
-            db: self.db.clone(),
             actor: crate::common::actor_name(actor).into(),
+            ..self.clone()
         })
     }
 
@@ -33,22 +44,26 @@ impl Store for SqlStore {
 
 #[async_trait]
 impl JobStore for SqlStore {
-    async fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {
+    async fn create_job(&self, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {
+        let scheduler = self.scheduler();
         self.job_create(scheduler, job, executes).await
     }
 
-    async fn get_job(&self, scheduler: &str, name: &str) -> Result<Option<JobDetail>, StoreError> {
+    async fn get_job(&self, name: &str) -> Result<Option<JobDetail>, StoreError> {
+        let scheduler = self.scheduler();
         match self.job_by_name(scheduler, name).await? {
             Some(job) => Ok(Some(self.executes_of(job).await?)),
             None => Ok(None),
         }
     }
 
-    async fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> Result<Vec<Job>, StoreError> {
+    async fn jobs_by_id(&self, ids: &[i64]) -> Result<Vec<Job>, StoreError> {
+        let scheduler = self.scheduler();
         self.jobs_read(scheduler, ids).await
     }
 
-    async fn list_jobs(&self, scheduler: &str) -> Result<Vec<Job>, StoreError> {
+    async fn list_jobs(&self) -> Result<Vec<Job>, StoreError> {
+        let scheduler = self.scheduler();
         self.jobs_list(scheduler).await
     }
 
@@ -58,34 +73,32 @@ impl JobStore for SqlStore {
 
     async fn update_job(
         &self,
-        scheduler: &str,
         name: &str,
         job: &JobSpec,
         executes: Option<&[ExecuteSpec]>,
         expected_version: Option<i64>,
     ) -> Result<Job, StoreError> {
+        let scheduler = self.scheduler();
         self.job_update(scheduler, name, job, executes, expected_version).await
     }
 
-    async fn set_paused(
-        &self,
-        scheduler: &str,
-        name: &str,
-        paused: bool,
-        expected_version: Option<i64>,
-    ) -> Result<Job, StoreError> {
+    async fn set_paused(&self, name: &str, paused: bool, expected_version: Option<i64>) -> Result<Job, StoreError> {
+        let scheduler = self.scheduler();
         self.job_set_paused(scheduler, name, paused, expected_version).await
     }
 
-    async fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError> {
+    async fn fire_now(&self, name: &str) -> Result<(i64, Timestamp), StoreError> {
+        let scheduler = self.scheduler();
         retry_conflicts(|| self.job_fire_now(scheduler, name)).await
     }
 
-    async fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
+    async fn delete_job(&self, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
+        let scheduler = self.scheduler();
         self.job_delete(scheduler, name, expected_version).await
     }
 
-    async fn retry_fire(&self, scheduler: &str, fire_id: i64) -> Result<FireRetry, StoreError> {
+    async fn retry_fire(&self, fire_id: i64) -> Result<FireRetry, StoreError> {
+        let scheduler = self.scheduler();
         retry_conflicts(|| self.fire_retry_by_hand(scheduler, fire_id)).await
     }
 }
@@ -94,11 +107,11 @@ impl JobStore for SqlStore {
 impl CalendarStore for SqlStore {
     async fn put_calendar(
         &self,
-        scheduler: &str,
         name: &str,
         def: &CalendarDefinition,
         expected_version: Option<i64>,
     ) -> Result<CalendarRecord, StoreError> {
+        let scheduler = self.scheduler();
         let write = match expected_version {
             Some(version) => CalendarWrite::At(version),
             None => CalendarWrite::Any,
@@ -106,36 +119,31 @@ impl CalendarStore for SqlStore {
         retry_conflicts(|| self.calendar_put(scheduler, name, def, write)).await
     }
 
-    async fn add_calendar(
-        &self,
-        scheduler: &str,
-        name: &str,
-        def: &CalendarDefinition,
-    ) -> Result<CalendarRecord, StoreError> {
+    async fn add_calendar(&self, name: &str, def: &CalendarDefinition) -> Result<CalendarRecord, StoreError> {
+        let scheduler = self.scheduler();
         retry_conflicts(|| self.calendar_put(scheduler, name, def, CalendarWrite::New)).await
     }
 
-    async fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
+    async fn get_calendar(&self, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
+        let scheduler = self.scheduler();
         self.calendar_get(scheduler, name).await
     }
 
-    async fn list_calendars(&self, scheduler: &str) -> Result<Vec<CalendarRecord>, StoreError> {
+    async fn list_calendars(&self) -> Result<Vec<CalendarRecord>, StoreError> {
+        let scheduler = self.scheduler();
         self.calendar_list(scheduler).await
     }
 
-    async fn delete_calendar(
-        &self,
-        scheduler: &str,
-        name: &str,
-        expected_version: Option<i64>,
-    ) -> Result<(), StoreError> {
+    async fn delete_calendar(&self, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
+        let scheduler = self.scheduler();
         retry_conflicts(|| self.calendar_delete(scheduler, name, expected_version)).await
     }
 }
 
 #[async_trait]
 impl HistoryStore for SqlStore {
-    async fn list_nodes(&self, scheduler: &str) -> Result<Vec<Node>, StoreError> {
+    async fn list_nodes(&self) -> Result<Vec<Node>, StoreError> {
+        let scheduler = self.scheduler();
         let rows = self
             .query(concat!(
                 "SELECT ",
@@ -159,20 +167,22 @@ impl HistoryStore for SqlStore {
 
     async fn health_counts(
         &self,
-        scheduler: &str,
         overdue_before: Timestamp,
         stranded_before: Timestamp,
         recent_since: Timestamp,
     ) -> Result<HealthCounts, StoreError> {
+        let scheduler = self.scheduler();
         self.health_read(scheduler, overdue_before, stranded_before, recent_since)
             .await
     }
 
-    async fn changes(&self, scheduler: &str) -> Result<i64, StoreError> {
+    async fn changes(&self) -> Result<i64, StoreError> {
+        let scheduler = self.scheduler();
         self.changes_read(scheduler).await
     }
 
-    async fn change_wait(&self, scheduler: &str, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError> {
+    async fn change_wait(&self, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError> {
+        let scheduler = self.scheduler();
         self.changes_wait(scheduler, seen, max_wait).await
     }
 }
@@ -180,14 +190,15 @@ impl HistoryStore for SqlStore {
 #[async_trait]
 impl NodeStore for SqlStore {
     async fn register_node(&self, node: &NodeRegistration) -> Result<Node, StoreError> {
-        check_name("scheduler name", &node.scheduler)?;
+        check_name("scheduler name", &self.scheduler)?;
         check_name("node id", &node.node_id)?;
         // Nodes starting together take gap locks on MySQL (the UPDATE of a
         // row not there yet) before they insert, and deadlock: again.
         retry_conflicts(|| self.register_node_once(node)).await
     }
 
-    async fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
+    async fn heartbeat(&self, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
+        let scheduler = self.scheduler();
         self.changed_one(
             self.query(
                 "UPDATE quartz_node SET heartbeat_at = {now}, busy = ? \
@@ -201,7 +212,8 @@ impl NodeStore for SqlStore {
         .await
     }
 
-    async fn retire_node(&self, scheduler: &str, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError> {
+    async fn retire_node(&self, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError> {
+        let scheduler = self.scheduler();
         self.changed_one(
             self.query(
                 "UPDATE quartz_node SET state = 'dead' \
@@ -215,7 +227,8 @@ impl NodeStore for SqlStore {
         .await
     }
 
-    async fn leave(&self, scheduler: &str, node: &NodeRef) -> Result<bool, StoreError> {
+    async fn leave(&self, node: &NodeRef) -> Result<bool, StoreError> {
+        let scheduler = self.scheduler();
         self.changed_one(
             self.query(
                 "UPDATE quartz_node SET state = 'gone' \
@@ -231,11 +244,13 @@ impl NodeStore for SqlStore {
 
 #[async_trait]
 impl ScheduleStore for SqlStore {
-    async fn due_executes(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError> {
+    async fn due_executes(&self, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError> {
+        let scheduler = self.scheduler();
         self.executes_due(scheduler, before, limit).await
     }
 
-    async fn orphaned_executes(&self, scheduler: &str, limit: u32) -> Result<DueBatch, StoreError> {
+    async fn orphaned_executes(&self, limit: u32) -> Result<DueBatch, StoreError> {
+        let scheduler = self.scheduler();
         self.executes_orphaned(scheduler, limit).await
     }
 
@@ -260,7 +275,8 @@ impl ScheduleStore for SqlStore {
         self.claims_batch(claims).await
     }
 
-    async fn chain_parents(&self, scheduler: &str) -> Result<Vec<i64>, StoreError> {
+    async fn chain_parents(&self) -> Result<Vec<i64>, StoreError> {
+        let scheduler = self.scheduler();
         let rows = self
             .query(
                 "SELECT DISTINCT p.id FROM quartz_job k JOIN quartz_job p \
@@ -302,17 +318,13 @@ impl FireStore for SqlStore {
         .await
     }
 
-    async fn orphaned_fires(&self, scheduler: &str, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+    async fn orphaned_fires(&self, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        let scheduler = self.scheduler();
         self.fires_orphaned(scheduler, limit).await
     }
 
-    async fn claimed_by(
-        &self,
-        scheduler: &str,
-        node: &NodeRef,
-        before: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<FireRecord>, StoreError> {
+    async fn claimed_by(&self, node: &NodeRef, before: Timestamp, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        let scheduler = self.scheduler();
         self.fires_claimed_by(scheduler, node, before, limit).await
     }
 
@@ -328,12 +340,8 @@ impl FireStore for SqlStore {
         self.fire_abandon(fire).await
     }
 
-    async fn fires_pending(
-        &self,
-        scheduler: &str,
-        before: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<FireRecord>, StoreError> {
+    async fn fires_pending(&self, before: Timestamp, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        let scheduler = self.scheduler();
         self.pending_due(scheduler, before, limit).await
     }
 
@@ -344,34 +352,39 @@ impl FireStore for SqlStore {
 
 #[async_trait]
 impl RetentionStore for SqlStore {
-    async fn purge_turn(&self, scheduler: &str, every_ms: i64) -> Result<bool, StoreError> {
+    async fn purge_turn(&self, every_ms: i64) -> Result<bool, StoreError> {
+        let scheduler = self.scheduler();
         self.purge_turn_take(scheduler, every_ms).await
     }
 
-    async fn purge_horizon(&self, scheduler: &str) -> Result<Option<Timestamp>, StoreError> {
+    async fn purge_horizon(&self) -> Result<Option<Timestamp>, StoreError> {
+        let scheduler = self.scheduler();
         self.purge_horizon_read(scheduler).await
     }
 
-    async fn purge_horizon_advance(&self, scheduler: &str, before: Timestamp) -> Result<(), StoreError> {
+    async fn purge_horizon_advance(&self, before: Timestamp) -> Result<(), StoreError> {
+        let scheduler = self.scheduler();
         self.purge_horizon_move(scheduler, before).await
     }
 
     async fn fires_purge(
         &self,
-        scheduler: &str,
         state: FireState,
         before: Timestamp,
         keep_last: u32,
         limit: u32,
     ) -> Result<u64, StoreError> {
+        let scheduler = self.scheduler();
         self.fires_delete(scheduler, state, before, keep_last, limit).await
     }
 
-    async fn nodes_purge(&self, scheduler: &str, before: Timestamp) -> Result<u64, StoreError> {
+    async fn nodes_purge(&self, before: Timestamp) -> Result<u64, StoreError> {
+        let scheduler = self.scheduler();
         self.nodes_delete(scheduler, before).await
     }
 
-    async fn executes_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
+    async fn executes_purge(&self, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        let scheduler = self.scheduler();
         self.executes_delete(scheduler, before, limit).await
     }
 }

@@ -435,7 +435,7 @@ impl SqlStore {
 
     pub(super) async fn fires_query(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
         let job_id = match &query.job {
-            Some(name) => Some(self.require_job(&query.scheduler, name).await?.id),
+            Some(name) => Some(self.require_job(&self.scheduler, name).await?.id),
             None => query.job_id,
         };
         let pattern = query.error_contains.as_deref().map(crate::common::like_pattern);
@@ -448,7 +448,7 @@ impl SqlStore {
                  AND (? IS NULL OR LOWER(error) LIKE ? ESCAPE '!') AND (? IS NULL OR node_id = ?) \
                  ORDER BY id DESC LIMIT ?"
             ))
-            .bind(query.scheduler.clone())
+            .bind(self.scheduler.to_string())
             .bind(job_id)
             .bind(job_id)
             .bind(query.state.map(FireState::as_str))

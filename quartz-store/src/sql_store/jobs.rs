@@ -239,7 +239,7 @@ impl SqlStore {
         expected_version: Option<i64>,
     ) -> Result<Job, StoreError> {
         job.validate()?;
-        let before = quartz_core::store::JobStore::get_job(self, scheduler, name)
+        let before = quartz_core::store::JobStore::get_job(self, name)
             .await?
             .ok_or_else(|| StoreError::UnknownJob {
                 scheduler: scheduler.to_owned(),
@@ -456,7 +456,7 @@ impl SqlStore {
                  AND (? IS NULL OR handler = ?) AND (? IS NULL OR LOWER(name) LIKE ? ESCAPE '!') \
                  ORDER BY name LIMIT ?"
             ))
-            .bind(query.scheduler.clone())
+            .bind(self.scheduler.to_string())
             .bind(query.after.clone())
             .bind(query.after.clone())
             .bind(query.state.map(JobState::as_str))

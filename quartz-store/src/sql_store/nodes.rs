@@ -15,7 +15,7 @@ impl SqlStore {
         let mut tx = self.begin().await?;
         let upsert = self.db.backend.upsert_node();
         self.query(upsert)
-            .bind(node.scheduler.clone())
+            .bind(self.scheduler.to_string())
             .bind(node.node_id.clone())
             .bind(node.host.clone())
             .bind(i64::from(node.pid))
@@ -28,7 +28,7 @@ impl SqlStore {
             .map_err(db_error)?;
         self.query("UPDATE quartz_node SET dead_after_ms = ? WHERE scheduler = ? AND node_id = ?")
             .bind(node.dead_after.map(millis_of))
-            .bind(node.scheduler.clone())
+            .bind(self.scheduler.to_string())
             .bind(node.node_id.clone())
             .execute(&mut *tx)
             .await
@@ -39,7 +39,7 @@ impl SqlStore {
                 node_cols!(),
                 " FROM quartz_node WHERE scheduler = ? AND node_id = ?"
             ))
-            .bind(node.scheduler.clone())
+            .bind(self.scheduler.to_string())
             .bind(node.node_id.clone())
             .fetch_one(&mut *tx)
             .await

@@ -16,7 +16,8 @@ use super::{MemoryStore, ms};
 
 #[async_trait]
 impl JobStore for MemoryStore {
-    async fn create_job(&self, scheduler: &str, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {
+    async fn create_job(&self, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {
+        let scheduler = &*self.scheduler;
         check_name("scheduler name", scheduler)?;
         job.validate()?;
         let detail = format!("handler {}, {} trigger(s)", job.handler, executes.len());
@@ -49,11 +50,13 @@ impl JobStore for MemoryStore {
         })
     }
 
-    async fn get_job(&self, scheduler: &str, name: &str) -> Result<Option<JobDetail>, StoreError> {
+    async fn get_job(&self, name: &str) -> Result<Option<JobDetail>, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.read(|db| db.job_named(scheduler, name).ok().map(|job| db.detail(job))))
     }
 
-    async fn jobs_by_id(&self, scheduler: &str, ids: &[i64]) -> Result<Vec<Job>, StoreError> {
+    async fn jobs_by_id(&self, ids: &[i64]) -> Result<Vec<Job>, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.read(|db| {
             ids.iter()
                 .filter_map(|id| db.jobs.get(id))
@@ -63,8 +66,8 @@ impl JobStore for MemoryStore {
         }))
     }
 
-    async fn list_jobs(&self, scheduler: &str) -> Result<Vec<Job>, StoreError> {
-        let mut query = JobQuery::new(scheduler);
+    async fn list_jobs(&self) -> Result<Vec<Job>, StoreError> {
+        let mut query = JobQuery::new();
         query.limit = u32::MAX;
         self.jobs_page(&query).await
     }
@@ -72,7 +75,7 @@ impl JobStore for MemoryStore {
     async fn jobs_page(&self, query: &JobQuery) -> Result<Vec<Job>, StoreError> {
         let search = query.search.as_deref().map(str::to_lowercase);
         Ok(self.read(|db| {
-            let Some(sched) = db.sched_ref(&query.scheduler) else {
+            let Some(sched) = db.sched_ref(&self.scheduler) else {
                 return Vec::new();
             };
             sched
@@ -95,15 +98,15 @@ impl JobStore for MemoryStore {
 
     async fn update_job(
         &self,
-        scheduler: &str,
         name: &str,
         job: &JobSpec,
         executes: Option<&[ExecuteSpec]>,
         expected_version: Option<i64>,
     ) -> Result<Job, StoreError> {
+        let scheduler = &*self.scheduler;
         job.validate()?;
         let before = self
-            .get_job(scheduler, name)
+            .get_job(name)
             .await?
             .ok_or_else(|| Db::unknown_job(scheduler, name))?;
         let detail = rules::edit_detail(&before, job, executes);
@@ -136,13 +139,8 @@ impl JobStore for MemoryStore {
         })
     }
 
-    async fn set_paused(
-        &self,
-        scheduler: &str,
-        name: &str,
-        paused: bool,
-        expected_version: Option<i64>,
-    ) -> Result<Job, StoreError> {
+    async fn set_paused(&self, name: &str, paused: bool, expected_version: Option<i64>) -> Result<Job, StoreError> {
+        let scheduler = &*self.scheduler;
         let action = if paused {
             ChangeAction::JobPause
         } else {
@@ -181,7 +179,8 @@ impl JobStore for MemoryStore {
         })
     }
 
-    async fn fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError> {
+    async fn fire_now(&self, name: &str) -> Result<(i64, Timestamp), StoreError> {
+        let scheduler = &*self.scheduler;
         let change = self.change(ChangeAction::JobTrigger, name, "by hand");
         self.step(|db, now| {
             let job = db.job_as_read(scheduler, name, None)?;
@@ -206,7 +205,8 @@ impl JobStore for MemoryStore {
         })
     }
 
-    async fn delete_job(&self, scheduler: &str, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
+    async fn delete_job(&self, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
+        let scheduler = &*self.scheduler;
         let handler = self.read(|db| db.job_named(scheduler, name).map(|j| j.spec.handler.clone()))?;
         let change = self.change(ChangeAction::JobDelete, name, &format!("handler {handler}"));
         self.step(|db, now| {
@@ -226,7 +226,8 @@ impl JobStore for MemoryStore {
         })
     }
 
-    async fn retry_fire(&self, scheduler: &str, fire_id: i64) -> Result<FireRetry, StoreError> {
+    async fn retry_fire(&self, fire_id: i64) -> Result<FireRetry, StoreError> {
+        let scheduler = &*self.scheduler;
         let change = self.change(ChangeAction::FireRetry, "", "");
         Ok(self.step(|db, now| {
             let Some(fire) = db.fires.get(&fire_id).filter(|f| f.scheduler == scheduler).cloned() else {
@@ -350,28 +351,26 @@ impl MemoryStore {
 impl CalendarStore for MemoryStore {
     async fn put_calendar(
         &self,
-        scheduler: &str,
         name: &str,
         definition: &CalendarDefinition,
         expected_version: Option<i64>,
     ) -> Result<CalendarRecord, StoreError> {
+        let scheduler = &*self.scheduler;
         self.calendar_write(scheduler, name, definition, false, expected_version)
     }
 
-    async fn add_calendar(
-        &self,
-        scheduler: &str,
-        name: &str,
-        definition: &CalendarDefinition,
-    ) -> Result<CalendarRecord, StoreError> {
+    async fn add_calendar(&self, name: &str, definition: &CalendarDefinition) -> Result<CalendarRecord, StoreError> {
+        let scheduler = &*self.scheduler;
         self.calendar_write(scheduler, name, definition, true, None)
     }
 
-    async fn get_calendar(&self, scheduler: &str, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
+    async fn get_calendar(&self, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.read(|db| db.sched_ref(scheduler).and_then(|s| s.calendars.get(name)).cloned()))
     }
 
-    async fn list_calendars(&self, scheduler: &str) -> Result<Vec<CalendarRecord>, StoreError> {
+    async fn list_calendars(&self) -> Result<Vec<CalendarRecord>, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.read(|db| {
             db.sched_ref(scheduler)
                 .map(|s| s.calendars.values().cloned().collect())
@@ -379,12 +378,8 @@ impl CalendarStore for MemoryStore {
         }))
     }
 
-    async fn delete_calendar(
-        &self,
-        scheduler: &str,
-        name: &str,
-        expected_version: Option<i64>,
-    ) -> Result<(), StoreError> {
+    async fn delete_calendar(&self, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
+        let scheduler = &*self.scheduler;
         let change = self.change(ChangeAction::CalendarDelete, name, "");
         self.step(|db, now| {
             let Some(current) = db.sched_ref(scheduler).and_then(|s| s.calendars.get(name)).cloned() else {
@@ -433,7 +428,8 @@ impl CalendarStore for MemoryStore {
 
 #[async_trait]
 impl HistoryStore for MemoryStore {
-    async fn list_nodes(&self, scheduler: &str) -> Result<Vec<Node>, StoreError> {
+    async fn list_nodes(&self) -> Result<Vec<Node>, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.read(|db| {
             db.sched_ref(scheduler)
                 .map(|s| s.nodes.values().cloned().collect())
@@ -445,14 +441,14 @@ impl HistoryStore for MemoryStore {
         let error = query.error_contains.as_deref().map(str::to_lowercase);
         self.read(|db| {
             let job = match (&query.job, query.job_id) {
-                (Some(name), _) => Some(db.job_named(&query.scheduler, name)?.id),
+                (Some(name), _) => Some(db.job_named(&self.scheduler, name)?.id),
                 (None, id) => id,
             };
             Ok(db
                 .fires
                 .values()
                 .rev()
-                .filter(|f| f.scheduler == query.scheduler)
+                .filter(|f| f.scheduler == *self.scheduler)
                 .map(|f| &f.record)
                 .filter(|r| query.before_id.is_none_or(|b| r.id < b))
                 .filter(|r| job.is_none_or(|j| r.job_id == j))
@@ -483,7 +479,7 @@ impl HistoryStore for MemoryStore {
             db.change_log
                 .values()
                 .rev()
-                .filter(|c| c.scheduler == query.scheduler)
+                .filter(|c| c.scheduler == *self.scheduler)
                 .filter(|c| query.before_id.is_none_or(|b| c.id < b))
                 .filter(|c| query.target.as_ref().is_none_or(|t| &c.target == t))
                 .take(query.limit as usize)
@@ -494,11 +490,11 @@ impl HistoryStore for MemoryStore {
 
     async fn health_counts(
         &self,
-        scheduler: &str,
         overdue_before: Timestamp,
         stranded_before: Timestamp,
         recent_since: Timestamp,
     ) -> Result<HealthCounts, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.read(|db| {
             let overdue: Vec<i64> = db
                 .executes
@@ -538,21 +534,22 @@ impl HistoryStore for MemoryStore {
         }))
     }
 
-    async fn changes(&self, scheduler: &str) -> Result<i64, StoreError> {
+    async fn changes(&self) -> Result<i64, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.read(|db| db.sched_ref(scheduler).map_or(0, |s| s.changes)))
     }
 
-    async fn change_wait(&self, scheduler: &str, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError> {
+    async fn change_wait(&self, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError> {
         let deadline = tokio::time::Instant::now() + max_wait;
         let mut changed = self.shared.changed.subscribe();
         loop {
-            let now = self.changes(scheduler).await?;
+            let now = self.changes().await?;
             if now != seen {
                 return Ok(now);
             }
             match tokio::time::timeout_at(deadline, changed.changed()).await {
                 Ok(Ok(())) => {}
-                _ => return self.changes(scheduler).await,
+                _ => return self.changes().await,
             }
         }
     }

@@ -18,16 +18,16 @@ use super::db::Row;
 #[async_trait]
 impl NodeStore for MemoryStore {
     async fn register_node(&self, node: &NodeRegistration) -> Result<Node, StoreError> {
-        check_name("scheduler name", &node.scheduler)?;
+        check_name("scheduler name", &self.scheduler)?;
         check_name("node id", &node.node_id)?;
         Ok(self.step(|db, now| {
-            let nodes = &mut db.sched(&node.scheduler).nodes;
+            let nodes = &mut db.sched(&self.scheduler).nodes;
             let (incarnation, busy) = match nodes.get(&node.node_id) {
                 Some(n) => (n.incarnation + 1, n.busy),
                 None => (now, 0),
             };
             let stored = Node {
-                scheduler: node.scheduler.clone(),
+                scheduler: self.scheduler.to_string(),
                 node_id: node.node_id.clone(),
                 host: node.host.clone(),
                 pid: node.pid,
@@ -45,7 +45,8 @@ impl NodeStore for MemoryStore {
         }))
     }
 
-    async fn heartbeat(&self, scheduler: &str, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
+    async fn heartbeat(&self, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.step(|db, now| {
             if !db.live(scheduler, Some(node)) {
                 return false;
@@ -58,7 +59,8 @@ impl NodeStore for MemoryStore {
         }))
     }
 
-    async fn retire_node(&self, scheduler: &str, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError> {
+    async fn retire_node(&self, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.step(|db, now| {
             if !db.live(scheduler, Some(node)) {
                 return false;
@@ -73,7 +75,8 @@ impl NodeStore for MemoryStore {
         }))
     }
 
-    async fn leave(&self, scheduler: &str, node: &NodeRef) -> Result<bool, StoreError> {
+    async fn leave(&self, node: &NodeRef) -> Result<bool, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.step(|db, _| {
             if !db.live(scheduler, Some(node)) {
                 return false;
@@ -88,7 +91,8 @@ impl NodeStore for MemoryStore {
 
 #[async_trait]
 impl ScheduleStore for MemoryStore {
-    async fn due_executes(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError> {
+    async fn due_executes(&self, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.step(|db, now| {
             let waiting: Vec<&Row> = db
                 .executes
@@ -107,7 +111,8 @@ impl ScheduleStore for MemoryStore {
         }))
     }
 
-    async fn orphaned_executes(&self, scheduler: &str, limit: u32) -> Result<DueBatch, StoreError> {
+    async fn orphaned_executes(&self, limit: u32) -> Result<DueBatch, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.step(|db, now| {
             let ids: Vec<i64> = db
                 .executes
@@ -186,7 +191,8 @@ impl ScheduleStore for MemoryStore {
         }))
     }
 
-    async fn chain_parents(&self, scheduler: &str) -> Result<Vec<i64>, StoreError> {
+    async fn chain_parents(&self) -> Result<Vec<i64>, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.read(|db| {
             let mut parents: Vec<i64> = db
                 .jobs
@@ -253,17 +259,13 @@ impl FireStore for MemoryStore {
         )
     }
 
-    async fn orphaned_fires(&self, scheduler: &str, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+    async fn orphaned_fires(&self, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.read(|db| db.open_fires(scheduler, limit, |r| !db.live(scheduler, r.owner.as_ref()))))
     }
 
-    async fn claimed_by(
-        &self,
-        scheduler: &str,
-        node: &NodeRef,
-        before: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<FireRecord>, StoreError> {
+    async fn claimed_by(&self, node: &NodeRef, before: Timestamp, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.read(|db| {
             db.open_fires(scheduler, limit, |r| {
                 r.state == FireState::Claimed
@@ -328,12 +330,8 @@ impl FireStore for MemoryStore {
         ))
     }
 
-    async fn fires_pending(
-        &self,
-        scheduler: &str,
-        before: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<FireRecord>, StoreError> {
+    async fn fires_pending(&self, before: Timestamp, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.read(|db| {
             let mut pending: Vec<FireRecord> = db
                 .fires
@@ -377,7 +375,8 @@ impl FireStore for MemoryStore {
 
 #[async_trait]
 impl RetentionStore for MemoryStore {
-    async fn purge_turn(&self, scheduler: &str, every_ms: i64) -> Result<bool, StoreError> {
+    async fn purge_turn(&self, every_ms: i64) -> Result<bool, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.step(|db, now| {
             let sched = db.sched(scheduler);
             if sched.purge_started_at.unwrap_or(0) > now - every_ms {
@@ -388,7 +387,8 @@ impl RetentionStore for MemoryStore {
         }))
     }
 
-    async fn purge_horizon(&self, scheduler: &str) -> Result<Option<Timestamp>, StoreError> {
+    async fn purge_horizon(&self) -> Result<Option<Timestamp>, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.read(|db| {
             db.sched_ref(scheduler)
                 .and_then(|s| s.purged_before)
@@ -396,7 +396,8 @@ impl RetentionStore for MemoryStore {
         }))
     }
 
-    async fn purge_horizon_advance(&self, scheduler: &str, before: Timestamp) -> Result<(), StoreError> {
+    async fn purge_horizon_advance(&self, before: Timestamp) -> Result<(), StoreError> {
+        let scheduler = &*self.scheduler;
         self.step(|db, _| {
             let sched = db.sched(scheduler);
             if sched.purged_before.is_none_or(|h| h < before.as_millis()) {
@@ -408,12 +409,12 @@ impl RetentionStore for MemoryStore {
 
     async fn fires_purge(
         &self,
-        scheduler: &str,
         state: FireState,
         before: Timestamp,
         keep_last: u32,
         limit: u32,
     ) -> Result<u64, StoreError> {
+        let scheduler = &*self.scheduler;
         rules::refuse_open_purge(state)?;
         Ok(self.step(|db, _| {
             let mut chosen: Vec<(Timestamp, i64, i64)> = db
@@ -456,7 +457,8 @@ impl RetentionStore for MemoryStore {
         }))
     }
 
-    async fn nodes_purge(&self, scheduler: &str, before: Timestamp) -> Result<u64, StoreError> {
+    async fn nodes_purge(&self, before: Timestamp) -> Result<u64, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.step(|db, _| {
             let (named, _) = db.named_by_open(scheduler);
             let sched = db.sched(scheduler);
@@ -468,7 +470,8 @@ impl RetentionStore for MemoryStore {
         }))
     }
 
-    async fn executes_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
+    async fn executes_purge(&self, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        let scheduler = &*self.scheduler;
         Ok(self.step(|db, _| {
             let (_, named) = db.named_by_open(scheduler);
             let before = before.as_millis();

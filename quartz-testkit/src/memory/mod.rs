@@ -22,8 +22,8 @@
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let store = MemoryStore::new();
-//! store.create_job("default", &JobSpec::new("report", "shell"), &[]).await?;
-//! assert_eq!(store.list_jobs("default").await?.len(), 1);
+//! store.create_job(&JobSpec::new("report", "shell"), &[]).await?;
+//! assert_eq!(store.list_jobs().await?.len(), 1);
 //! assert!(store.now().await?.as_millis() > 0);
 //! # Ok::<(), quartz_core::store::StoreError>(())
 //! # }).unwrap();
@@ -40,7 +40,7 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use quartz_core::Timestamp;
 use quartz_core::store::rules;
-use quartz_core::store::{ChangeAction, DEFAULT_ACTOR, SharedStore, Store, StoreError};
+use quartz_core::store::{ChangeAction, DEFAULT_ACTOR, DEFAULT_SCHEDULER, SharedStore, Store, StoreError};
 
 use db::{Change, Db};
 
@@ -50,6 +50,7 @@ use db::{Change, Db};
 pub struct MemoryStore {
     shared: Arc<Shared>,
     actor: Arc<str>,
+    scheduler: Arc<str>,
 }
 
 struct Shared {
@@ -96,6 +97,7 @@ impl MemoryStore {
                 changed: tokio::sync::watch::channel(0).0,
             }),
             actor: DEFAULT_ACTOR.into(),
+            scheduler: DEFAULT_SCHEDULER.into(),
         }
     }
 
@@ -167,10 +169,21 @@ impl Store for MemoryStore {
         Ok(self.clock())
     }
 
+    fn scheduler(&self) -> &str {
+        &self.scheduler
+    }
+
+    fn scoped(&self, scheduler: &str) -> SharedStore {
+        Arc::new(MemoryStore {
+            scheduler: scheduler.into(),
+            ..self.clone()
+        })
+    }
+
     fn acting_as(&self, actor: &str) -> SharedStore {
         Arc::new(MemoryStore {
-            shared: Arc::clone(&self.shared),
             actor: rules::actor_name(actor).into(),
+            ..self.clone()
         })
     }
 }

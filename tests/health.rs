@@ -16,7 +16,7 @@ use quartz::store::spi::NodeRegistration;
 const CLUSTER: &str = "health-cluster";
 
 async fn a_node_past_its_dead_after_is_silent_not_live(db: &TestDb) {
-    let store = db.store().await;
+    let store = db.store().await.scoped(CLUSTER);
     let admin = Admin::new(store.clone(), CLUSTER);
     let register = |id: &str, dead_after: Option<Duration>| NodeRegistration {
         node_id: id.to_owned(),

@@ -429,7 +429,7 @@ impl Scheduler {
     ///
     /// ```no_run
     /// # async fn service(
-    /// #     node: quartz_core::engine::Scheduler<impl quartz_core::store::Store>,
+    /// #     node: quartz_core::engine::Scheduler,
     /// #     stop: tokio::sync::oneshot::Receiver<()>,
     /// # ) {
     /// // `stop` fires when the service shuts down (or Ctrl-C, a token...).

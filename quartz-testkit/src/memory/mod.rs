@@ -14,7 +14,10 @@
 //! Its clock is tokio's: the wall time when the store was made, moved on by
 //! [`tokio::time::Instant`]. Under `tokio::time::pause()` the store's time
 //! stands still until the test (or the runtime's auto-advance) moves it, so
-//! a test steps the node and its store together.
+//! a test steps the node and its store together (`tests/paused.rs`: a minute
+//! of fires in milliseconds). Read it from the runtime's tasks, as the engine
+//! does: on a thread outside the runtime (a blocking handler's pool thread)
+//! tokio's instant is the real one.
 //!
 //! ```
 //! use quartz_core::store::{JobSpec, JobStore, Store};

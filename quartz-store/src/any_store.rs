@@ -59,7 +59,7 @@ impl AnyStore {
             return Ok(AnyStore::from(RedisStore::connect(url).await?));
             #[cfg(not(feature = "redis"))]
             return Err(StoreError::InvalidUrl {
-                url: crate::connect::redact(url),
+                url: crate::dialect::redact(url),
                 reason: "this build has no redis support: enable the `redis` feature (for example \
                          `quartz = { version = \"0.1\", features = [\"redis\"] }` in Cargo.toml)"
                     .to_owned(),

@@ -12,7 +12,7 @@ use sqlx::migrate::Migrator;
 use sqlx::{AnyPool, AssertSqlSafe, Executor, SqlSafeStr, SqlStr};
 
 pub use crate::dialect::Backend;
-use crate::dialect::render;
+use crate::dialect::{redact, render};
 
 /// The table that records which schema migrations are applied; our own, so
 /// that an application's own sqlx migrations in the same database are never
@@ -21,20 +21,6 @@ pub const MIGRATIONS_TABLE: &str = "quartz_schema_migrations";
 
 /// How long a node waits for another node's migration to finish.
 const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(300);
-
-/// Hides a password in a URL before it is shown in an error.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            match userinfo.find(':') {
-                Some(colon) => format!("{}{}:***{}", &url[..scheme_end + 3], &userinfo[..colon], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
 
 /// How a store connects.
 #[derive(Debug, Clone)]
@@ -69,8 +55,6 @@ pub(crate) struct Db {
     sql: Arc<Mutex<HashMap<&'static str, SqlStr>>>,
     /// The URL connected to (the change listener opens its own connection).
     pub(crate) url: Arc<str>,
-    /// Wake-ups from the PostgreSQL change listener.
-    pub(crate) changes: Arc<crate::sql_store::ChangeSignal>,
     /// Schedulers whose `quartz_scheduler` row is known to exist.
     pub(crate) schedulers: Arc<Mutex<std::collections::HashSet<String>>>,
 }
@@ -107,7 +91,6 @@ impl Db {
             backend,
             sql: Arc::default(),
             url: Arc::from(url.as_str()),
-            changes: Arc::default(),
             schedulers: Arc::default(),
         };
         if options.migrate {

@@ -12,8 +12,6 @@ use quartz_core::store::StoreError;
 use sqlx::migrate::{Migration, MigrationType};
 use sqlx::{AssertSqlSafe, SqlSafeStr};
 
-use crate::connect::redact;
-
 /// The database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {
@@ -396,6 +394,20 @@ pub(crate) fn render(backend: Backend, template: &str) -> String {
         }
     }
     out
+}
+
+/// Hides a password in a URL before it is shown in an error.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!("{}{}:***{}", &url[..scheme_end + 3], &userinfo[..colon], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
 }
 
 #[cfg(test)]

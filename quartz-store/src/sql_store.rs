@@ -24,7 +24,7 @@ mod retention;
 
 pub use changes::CHANGE_POLL;
 use changes::Change;
-pub(crate) use changes::ChangeSignal;
+use changes::ChangeSignal;
 
 macro_rules! node_cols {
     () => {
@@ -91,6 +91,8 @@ pub struct SqlStore {
     actor: std::sync::Arc<str>,
     /// The scheduler whose rows it reads and writes (see [`Store::scoped`]).
     scheduler: std::sync::Arc<str>,
+    /// Wake-ups from the PostgreSQL change listener, shared by every clone.
+    changes: std::sync::Arc<ChangeSignal>,
 }
 
 impl SqlStore {
@@ -123,6 +125,7 @@ impl SqlStore {
             db,
             actor: DEFAULT_ACTOR.into(),
             scheduler: DEFAULT_SCHEDULER.into(),
+            changes: std::sync::Arc::default(),
         }
     }
 

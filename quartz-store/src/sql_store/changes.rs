@@ -238,11 +238,7 @@ impl SqlStore {
 
     pub(super) async fn changes_wait(&self, scheduler: &str, seen: i64, max_wait: Duration) -> Result<i64, StoreError> {
         let deadline = tokio::time::Instant::now() + max_wait;
-        let mut wake = self
-            .db
-            .backend
-            .notifies()
-            .then(|| self.db.changes.subscribe(&self.db.url));
+        let mut wake = self.db.backend.notifies().then(|| self.changes.subscribe(&self.db.url));
         loop {
             let now = self.changes_read(scheduler).await?;
             if now != seen || tokio::time::Instant::now() >= deadline {

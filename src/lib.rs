@@ -83,6 +83,7 @@ pub mod prelude {
     pub use quartz_core::cron::CronExpression;
     pub use quartz_core::engine::{JobContext, JobResult, Scheduler, SchedulerBuilder, Settings, TypedJob};
     pub use quartz_core::misfire::MisfirePolicy;
+    pub use quartz_core::store::{CalendarStore as _, HistoryStore as _, JobStore as _};
     pub use quartz_core::store::{ExecuteSpec, JobSpec, RetryPolicy, Store};
     pub use quartz_core::trigger::{Schedule, Trigger};
     pub use quartz_core::{Timestamp, Tz};

@@ -1812,7 +1812,7 @@ async fn a_late_run_survives_the_shutdown_of_the_node_that_misfired_it(db: &Test
             .settings(Settings {
                 node_id: Some(id.to_owned()),
                 misfire: quartz::misfire::MisfireSettings {
-                    threshold_ms: 300,
+                    threshold: Duration::from_millis(300),
                     ..quartz::misfire::MisfireSettings::default()
                 },
                 ..fast()

@@ -222,7 +222,7 @@ async fn one_seed(db: &TestDb, seed: u64, rate: u64) -> Result<(usize, Injected)
     let params = AuditParams {
         since: start,
         until: faults_end,
-        misfire_threshold_ms: settings().misfire.threshold_ms,
+        misfire_threshold: settings().misfire.threshold,
     };
     // The cluster settles: every fire time of the faulted span ends, or the
     // deadline passes and what is still wrong is the answer. A loaded

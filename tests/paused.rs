@@ -65,7 +65,7 @@ async fn a_minute_of_fires_on_a_stepped_clock() {
     let params = quartz::audit::AuditParams {
         since: from,
         until,
-        misfire_threshold_ms: quartz_testkit::fast_settings().misfire.threshold_ms,
+        misfire_threshold: quartz_testkit::fast_settings().misfire.threshold,
     };
     let report = quartz::audit::audit(&*store, &params).await.unwrap();
     assert!(report.violations.is_empty(), "{:?}", report.violations);

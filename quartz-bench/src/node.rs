@@ -74,7 +74,7 @@ pub fn run(args: &[String]) {
             "window_ms" => settings.window = ms,
             "heartbeat_ms" => settings.heartbeat_interval = ms,
             "dead_after_ms" => settings.dead_after = ms,
-            "misfire_ms" => settings.misfire.threshold_ms = i64::try_from(n).unwrap_or(i64::MAX),
+            "misfire_ms" => settings.misfire.threshold = ms,
             "keep_succeeded_ms" => settings.retention.succeeded = ms,
             "keep_failed_ms" => settings.retention.failed = ms,
             "purge_every_ms" => settings.retention.every = ms,

@@ -137,7 +137,7 @@ impl RunArgs {
             settings.dead_after = v;
         }
         if let Some(v) = self.misfire_threshold {
-            settings.misfire.threshold_ms = crate::args::millis(v);
+            settings.misfire.threshold = v;
         }
         if let Some(v) = self.pool_queue {
             settings.pool_queue = v;

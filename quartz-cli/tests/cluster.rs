@@ -89,7 +89,7 @@ fn settings() -> Settings {
         heartbeat_interval: Duration::from_millis(200),
         dead_after: Duration::from_millis(1_500),
         misfire: MisfireSettings {
-            threshold_ms: 2_000,
+            threshold: Duration::from_millis(2_000),
             ..MisfireSettings::default()
         },
         ..Settings::default()

@@ -100,7 +100,7 @@ fn node_process() {
             heartbeat_interval: Duration::from_millis(300),
             dead_after: Duration::from_millis(DEAD_AFTER_MS.unsigned_abs()),
             misfire: MisfireSettings {
-                threshold_ms: MISFIRE_MS,
+                threshold: Duration::from_millis(MISFIRE_MS.unsigned_abs()),
                 ..MisfireSettings::default()
             },
             pool_core: POOL.0,

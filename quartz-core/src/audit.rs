@@ -45,7 +45,7 @@ pub struct AuditParams {
     pub until: Timestamp,
     /// The cluster's misfire threshold: a first attempt that started later
     /// than this needs a misfire record.
-    pub misfire_threshold_ms: i64,
+    pub misfire_threshold: std::time::Duration,
 }
 
 impl AuditParams {
@@ -54,7 +54,7 @@ impl AuditParams {
         AuditParams {
             since: now.saturating_add_millis(-3_600_000),
             until: now,
-            misfire_threshold_ms: crate::misfire::MisfireSettings::default().threshold_ms,
+            misfire_threshold: crate::misfire::MisfireSettings::default().threshold,
         }
     }
 }
@@ -148,8 +148,9 @@ pub async fn audit(store: &dyn Store, params: &AuditParams) -> Result<AuditRepor
     let names: HashMap<i64, String> = details.iter().map(|d| (d.job.id, d.job.spec.name.clone())).collect();
     let name_of = |id: i64| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}"));
     let mut violations = duplicates(&fires, &name_of);
-    violations.extend(late_starts(&fires, &details, params.misfire_threshold_ms, &name_of));
-    violations.extend(stranded(&fires, until, params.misfire_threshold_ms, &name_of));
+    let threshold_ms = i64::try_from(params.misfire_threshold.as_millis()).unwrap_or(i64::MAX);
+    violations.extend(late_starts(&fires, &details, threshold_ms, &name_of));
+    violations.extend(stranded(&fires, until, threshold_ms, &name_of));
     let (gaps, fire_times_checked) = gaps(&fires, &details, since, until);
     violations.extend(gaps);
     Ok(AuditReport {

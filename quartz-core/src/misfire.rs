@@ -189,19 +189,26 @@ impl FromStr for MisfirePolicy {
 /// The cluster-wide settings misfire decisions depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MisfireSettings {
-    /// How late (in milliseconds, database time) a fire may be found before it
-    /// counts as misfired. Default [`DEFAULT_THRESHOLD_MILLIS`].
-    pub threshold_ms: i64,
+    /// How late (database time) a fire may be found before it counts as
+    /// misfired. Default [`DEFAULT_THRESHOLD_MILLIS`] ms.
+    pub threshold: std::time::Duration,
     /// The most missed fires [`MisfirePolicy::IgnoreMisfires`] runs: beyond it the
     /// oldest are skipped and the most recent `ignore_cap` run. At least 1;
     /// default [`DEFAULT_IGNORE_CAP`].
     pub ignore_cap: usize,
 }
 
+impl MisfireSettings {
+    /// The threshold in milliseconds, as database times are compared.
+    pub fn threshold_ms(&self) -> i64 {
+        i64::try_from(self.threshold.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
 impl Default for MisfireSettings {
     fn default() -> MisfireSettings {
         MisfireSettings {
-            threshold_ms: DEFAULT_THRESHOLD_MILLIS,
+            threshold: std::time::Duration::from_millis(DEFAULT_THRESHOLD_MILLIS.unsigned_abs()),
             ignore_cap: DEFAULT_IGNORE_CAP,
         }
     }
@@ -290,7 +297,7 @@ impl Trigger {
         now: Timestamp,
         settings: &MisfireSettings,
     ) -> Option<MisfireDecision> {
-        if !self.has_misfired(state, now, settings.threshold_ms) {
+        if !self.has_misfired(state, now, settings.threshold_ms()) {
             return None;
         }
         let overdue = state.next_fire_time?;

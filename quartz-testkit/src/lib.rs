@@ -46,7 +46,7 @@ pub fn fast_settings() -> quartz_core::engine::Settings {
         heartbeat_interval: std::time::Duration::from_millis(200),
         dead_after: std::time::Duration::from_millis(1_500),
         misfire: quartz_core::misfire::MisfireSettings {
-            threshold_ms: 2_000,
+            threshold: std::time::Duration::from_millis(2_000),
             ..quartz_core::misfire::MisfireSettings::default()
         },
         strategy_grace: std::time::Duration::from_millis(1_300),

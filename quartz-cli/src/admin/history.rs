@@ -210,7 +210,7 @@ pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> any
     let params = AuditParams {
         since: args.since.unwrap_or_else(|| until.saturating_add_millis(-3_600_000)),
         until,
-        misfire_threshold_ms: millis(args.misfire_threshold),
+        misfire_threshold: args.misfire_threshold,
     };
     let report = quartz_core::audit::audit(&*store, &params).await?;
     let AuditReport {

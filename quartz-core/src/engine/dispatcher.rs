@@ -34,7 +34,7 @@ impl Inner {
                 let due = self.queue.take_due(
                     db_now,
                     room.min(self.settings.claim_batch),
-                    self.settings.misfire.threshold_ms,
+                    self.settings.misfire.threshold_ms(),
                 );
                 if !due.late.is_empty() {
                     self.poll_now.notify_one();

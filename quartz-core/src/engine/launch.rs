@@ -296,7 +296,7 @@ impl Inner {
                 refused += 1;
                 continue;
             };
-            match late_past_limit(&run, self.settings.misfire.threshold_ms, started_at) {
+            match late_past_limit(&run, self.settings.misfire.threshold_ms(), started_at) {
                 Some(late_ms) => {
                     let inner = Arc::clone(self);
                     tokio::spawn(async move {
@@ -384,7 +384,7 @@ impl Inner {
         // A fire won by a poll, on its first attempt, is misfired when a
         // thread takes it past the threshold.
         let fire_time = run.fire_time;
-        let threshold_ms = misfire_limit(&run, self.settings.misfire.threshold_ms);
+        let threshold_ms = misfire_limit(&run, self.settings.misfire.threshold_ms());
         let ctx = JobContext {
             states: Arc::clone(&self.states),
             kind: run.kind,

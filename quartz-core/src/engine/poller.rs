@@ -203,7 +203,7 @@ impl Inner {
                 reason: format!(
                     "misfired: found {late_ms} ms late (threshold {} ms); policy {} ran {} of the missed times, \
                      skipped {}{}",
-                    self.settings.misfire.threshold_ms,
+                    self.settings.misfire.threshold_ms(),
                     decision.applied,
                     decision.runs.len(),
                     s.count,
@@ -298,7 +298,7 @@ impl Inner {
                 "this node has no such handler; leaving the job to nodes that have it"
             );
         }
-        let cutoff = Timestamp::from_millis(db_now.as_millis() - self.settings.misfire.threshold_ms);
+        let cutoff = Timestamp::from_millis(db_now.as_millis() - self.settings.misfire.threshold_ms());
         // A fixed-delay fire waits for a finish that never comes: left alone.
         let fires: Vec<Fire> = execute
             .trigger

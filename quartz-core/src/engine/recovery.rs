@@ -75,7 +75,7 @@ impl Inner {
         let margin = self
             .settings
             .misfire
-            .threshold_ms
+            .threshold_ms()
             .saturating_add(duration_ms(self.settings.dead_after));
         let before = Timestamp::from_millis(self.clock.db_now().as_millis().saturating_sub(margin));
         let unknown: Vec<FireRecord> = {
@@ -199,7 +199,7 @@ impl Inner {
         // own: it runs whenever it is found.
         let chained = job.spec.parent.is_some() && trigger.is_none();
         let run = RunFire { trigger, ..run };
-        if late_ms > self.settings.misfire.threshold_ms && !chained {
+        if late_ms > self.settings.misfire.threshold_ms() && !chained {
             let cause = format!("{whence}, {late_ms} ms after its time");
             self.misfired(run, &cause, true).await;
             return Ok(());

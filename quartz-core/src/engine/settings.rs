@@ -150,8 +150,8 @@ impl Settings {
         if self.dead_after <= self.heartbeat_interval {
             return bad("dead_after must be longer than heartbeat_interval");
         }
-        if self.misfire.threshold_ms < 0 || self.misfire.ignore_cap == 0 {
-            return bad("the misfire threshold must be >= 0 and the ignore cap >= 1");
+        if self.misfire.ignore_cap == 0 {
+            return bad("the misfire ignore cap must be at least 1");
         }
         if self.batch_size == 0 || self.claim_batch == 0 {
             return bad("batch_size and claim_batch must be at least 1");

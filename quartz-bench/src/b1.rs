@@ -242,6 +242,7 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
 /// to create them and start the nodes) for `seconds`; returns the storm's
 /// first and last instants.
 async fn create_jobs(store: &AnyStore, scheduler: &str, s: usize, seconds: i64) -> (Timestamp, Timestamp) {
+    let store = store.scoped(scheduler);
     // The jobs first, then the nodes: creating them while the nodes poll is
     // slower, and a job created after the storm's start would be counted
     // late from its first fire.
@@ -256,7 +257,6 @@ async fn create_jobs(store: &AnyStore, scheduler: &str, s: usize, seconds: i64) 
             .with_end(end)
             .unwrap();
         store
-            .scoped(scheduler)
             .create_job(
                 &JobSpec::new(format!("storm-{i:05}"), "noop"),
                 &[ExecuteSpec::new(trigger)],

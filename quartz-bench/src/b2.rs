@@ -194,21 +194,13 @@ async fn claims(url: &str, n: usize, seconds: u64, batched: bool) -> f64 {
             )
             .unwrap();
             store
-                .scoped("b2")
                 .create_job(
                     &JobSpec::new(format!("job-{c}-{e}"), "noop"),
                     &[ExecuteSpec::new(trigger.clone())],
                 )
                 .await
                 .unwrap();
-            let id = store
-                .scoped("b2")
-                .get_job(&format!("job-{c}-{e}"))
-                .await
-                .unwrap()
-                .unwrap()
-                .executes[0]
-                .id;
+            let id = store.get_job(&format!("job-{c}-{e}")).await.unwrap().unwrap().executes[0].id;
             rows.push((id, trigger.clone(), TriggerState::initial(&trigger)));
         }
         claimers.push((store, node, rows));

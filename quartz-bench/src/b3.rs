@@ -114,12 +114,11 @@ async fn fill(store: &AnyStore, scheduler: &str, n: usize) {
     let far = now.as_millis() + 365 * 86_400_000;
     match store.as_sql() {
         Some(sql) => fill_sql(sql, scheduler, n, far).await,
-        None => fill_by_api(store, scheduler, n, far).await,
+        None => fill_by_api(store, n, far).await,
     }
     for i in 0..DUE {
         let trigger = Trigger::new(Schedule::fixed_rate_millis(1_000).unwrap(), now).unwrap();
         store
-            .scoped(scheduler)
             .create_job(&JobSpec::new(format!("due-{i}"), "noop"), &[ExecuteSpec::new(trigger)])
             .await
             .unwrap();
@@ -127,17 +126,16 @@ async fn fill(store: &AnyStore, scheduler: &str, n: usize) {
 }
 
 /// The idle triggers through `create_job`, 64 at a time.
-async fn fill_by_api(store: &AnyStore, scheduler: &str, n: usize, far: i64) {
+async fn fill_by_api(store: &AnyStore, n: usize, far: i64) {
     let trigger = Trigger::new(Schedule::Once, Timestamp::from_millis(far)).unwrap();
     let mut next = 0;
     let mut running = tokio::task::JoinSet::new();
     while next < n || !running.is_empty() {
         while next < n && running.len() < 64 {
-            let (store, scheduler, trigger) = (store.clone(), scheduler.to_owned(), trigger.clone());
+            let (store, trigger) = (store.clone(), trigger.clone());
             let name = format!("idle-{next:07}");
             running.spawn(async move {
                 store
-                    .scoped(&scheduler)
                     .create_job(&JobSpec::new(name, "noop"), &[ExecuteSpec::new(trigger)])
                     .await
                     .unwrap();
@@ -197,8 +195,8 @@ pub fn run() {
 
 async fn one(backend: &str, n: usize, polls: usize) {
     let url = crate::fresh_url(backend, &format!("quartz_bench_b3_{n}")).await;
-    let store = AnyStore::connect(&url).await.unwrap();
     let scheduler = "b3";
+    let store = AnyStore::connect(&url).await.unwrap().scoped(scheduler);
     fill(&store, scheduler, n).await;
     if let Some(sql) = store.as_sql().filter(|_| backend == "postgres") {
         sqlx::query("ANALYZE quartz_execute").execute(sql.pool()).await.unwrap();
@@ -210,7 +208,6 @@ async fn one(backend: &str, n: usize, polls: usize) {
         let now = store.now().await.unwrap();
         let t = Instant::now();
         let batch = store
-            .scoped(scheduler)
             .due_executes(now.saturating_add_millis(5_000), 5_000)
             .await
             .unwrap();

@@ -73,6 +73,7 @@ async fn failover(args: Args) {
     sqlx::any::install_default_drivers();
     let store = SqlStore::connect(&args.url).await.unwrap();
     let scheduler = format!("b5-{}", std::process::id());
+    let jobs = store.scoped(&scheduler);
     let dead_after_ms: i64 = 10_000;
     // Each node its share of the triggers (id hash), so that no node is
     // overloaded before the faults; the survivors take the lost share over.
@@ -101,11 +102,7 @@ async fn failover(args: Args) {
             job
         };
         job.requests_recovery = i % 4 == 1;
-        store
-            .scoped(&scheduler)
-            .create_job(&job, &[ExecuteSpec::new(trigger)])
-            .await
-            .unwrap();
+        jobs.create_job(&job, &[ExecuteSpec::new(trigger)]).await.unwrap();
     }
     let left = start - now(&store).await;
     assert!(

@@ -94,6 +94,7 @@ async fn outage(args: Args) {
     sqlx::any::install_default_drivers();
     let store = SqlStore::connect(&args.url).await.unwrap();
     let scheduler = format!("b6-{}", std::process::id());
+    let jobs = store.scoped(&scheduler);
     let start_nodes = || -> Vec<_> {
         (0..3)
             .map(|i| spawn(&args.url, &scheduler, &format!("b6-node-{i}"), &["poll_ms=1000"]))
@@ -113,14 +114,12 @@ async fn outage(args: Args) {
             .unwrap()
             .with_misfire_policy(*policy)
             .unwrap();
-        store
-            .scoped(&scheduler)
-            .create_job(
-                &JobSpec::new(format!("policy-{i}"), "noop"),
-                &[ExecuteSpec::new(trigger)],
-            )
-            .await
-            .unwrap();
+        jobs.create_job(
+            &JobSpec::new(format!("policy-{i}"), "noop"),
+            &[ExecuteSpec::new(trigger)],
+        )
+        .await
+        .unwrap();
     }
     tokio::time::sleep(Duration::from_secs(8)).await;
     for node in &mut nodes {

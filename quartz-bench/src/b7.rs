@@ -97,12 +97,12 @@ async fn retention() {
     )
     .await
     .unwrap();
+    let scoped = store.scoped(SCHEDULER);
     let now = store.now().await.unwrap();
     let start = now.saturating_add_millis(5_000);
     for i in 0..args.triggers {
         let every = Trigger::new(Schedule::fixed_rate_millis(1_000).unwrap(), start).unwrap();
-        store
-            .scoped(SCHEDULER)
+        scoped
             .create_job(&JobSpec::new(format!("b7-{i}"), "noop"), &[ExecuteSpec::new(every)])
             .await
             .unwrap();
@@ -134,7 +134,7 @@ async fn retention() {
         // A poll as a node makes it: the due executes of the next 5 s.
         let at = Instant::now();
         let horizon = store.now().await.unwrap().saturating_add_millis(5_000);
-        let batch = store.scoped(SCHEDULER).due_executes(horizon, 5_000).await.unwrap();
+        let batch = scoped.due_executes(horizon, 5_000).await.unwrap();
         assert!(!batch.executes.is_empty());
         minute.push(i64::try_from(at.elapsed().as_micros()).unwrap_or(i64::MAX));
         if minute.len() == 30 {
@@ -152,7 +152,7 @@ async fn retention() {
     for node in &mut nodes {
         crate::node::stop(node);
     }
-    let horizon = store.scoped(SCHEDULER).purge_horizon().await.unwrap();
+    let horizon = scoped.purge_horizon().await.unwrap();
     println!(
         "ledger rows at the end: {rows_last}; purge horizon {horizon:?}; fires run in all: about {}",
         args.triggers as u64 * args.minutes * 60

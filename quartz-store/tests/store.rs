@@ -1000,14 +1000,24 @@ async fn fires_that_never_ran_are_recorded_without_a_start(db: &TestDb) {
     let started = store.mark_running_all(&ids[..1], &node).await.unwrap();
     assert_eq!(started.iter().map(|s| s.0).collect::<Vec<_>>(), vec![ids[0]]);
     assert!(
-        !store.end_fire(ids[0], &other, misfired("late")).await.unwrap().ended(),
+        !store
+            .end_fire(ids[0], &other, FireEnd::misfired("late"))
+            .await
+            .unwrap()
+            .ended(),
         "fenced"
     );
-    assert!(store.end_fire(ids[0], &node, misfired("late")).await.unwrap().ended());
+    assert!(
+        store
+            .end_fire(ids[0], &node, FireEnd::misfired("late"))
+            .await
+            .unwrap()
+            .ended()
+    );
     // Claimed: misfired (refused by the pool) or failed (no handler).
     assert!(
         store
-            .end_fire(ids[1], &node, misfired("refused"))
+            .end_fire(ids[1], &node, FireEnd::misfired("refused"))
             .await
             .unwrap()
             .ended()
@@ -1189,14 +1199,6 @@ async fn a_calendar_name_is_added_once(db: &TestDb) {
     let stored = handles[0].get_calendar("closed").await.unwrap().unwrap();
     assert_eq!(stored.definition.days, ["sun"], "the replacement kept");
     assert_eq!(handles[0].list_calendars().await.unwrap().len(), 1);
-}
-
-/// A misfire without a late run.
-fn misfired(reason: &str) -> FireEnd {
-    FireEnd::Misfired {
-        reason: reason.to_owned(),
-        run_late: None,
-    }
 }
 
 /// A failure whose retry is pending after `ms`.

@@ -64,7 +64,7 @@ impl Inner {
     /// Records a failed attempt and, in the same transaction, its retry as a
     /// pending fire after the job's backoff; then waits for it here.
     pub(super) async fn fail_with_retry(self: &Arc<Self>, run: &RunFire, error: &str) {
-        let backoff = run.job.spec.retry.delay_ms(run.attempt + 1, run.fire_id);
+        let backoff = run.job.spec.retry.delay(run.attempt + 1, run.fire_id);
         for attempt in 1..=FINISH_TRIES {
             match self
                 .store
@@ -73,7 +73,7 @@ impl Inner {
                     &run.node,
                     FireEnd::Failed {
                         error: error.to_owned(),
-                        retry_in: Some(Duration::from_millis(u64::try_from(backoff).unwrap_or(0))),
+                        retry_in: Some(backoff),
                     },
                 )
                 .await
@@ -187,13 +187,7 @@ impl Inner {
         if let Some(reason) = skip {
             self.launch.unstarted.lock().remove(&fire.fire_id);
             self.store
-                .end_fire(
-                    fire.fire_id,
-                    &node,
-                    FireEnd::Skipped {
-                        reason: reason.to_owned(),
-                    },
-                )
+                .end_fire(fire.fire_id, &node, FireEnd::skipped(reason))
                 .await?;
             return Ok(Some(true));
         }

@@ -276,11 +276,7 @@ impl Inner {
             tracing::warn!(scheduler = self.scheduler, fires = ids.len() - started.len(), error = %e,
                 "could not mark fires running; giving them back");
             for run in runs.iter().filter(|r| !started.contains_key(&r.fire_id)) {
-                let _ = self
-                    .store
-                    .end_fire(run.fire_id, &run.node, FireEnd::Released)
-                    .await
-                    .map(|f| f.ended());
+                let _ = self.give_back_fire(run.fire_id, &run.node).await;
             }
         }
         {
@@ -517,13 +513,7 @@ impl Inner {
         self.launch.unstarted.lock().remove(&run.fire_id);
         match self
             .store
-            .end_fire(
-                run.fire_id,
-                &run.node,
-                FireEnd::Skipped {
-                    reason: reason.to_owned(),
-                },
-            )
+            .end_fire(run.fire_id, &run.node, FireEnd::skipped(reason))
             .await
             .map(|f| f.ended())
         {
@@ -540,11 +530,7 @@ impl Inner {
             Err(e) => {
                 tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e,
                     "could not record a skipped fire; giving it back");
-                let _ = self
-                    .store
-                    .end_fire(run.fire_id, &run.node, FireEnd::Released)
-                    .await
-                    .map(|f| f.ended());
+                let _ = self.give_back_fire(run.fire_id, &run.node).await;
                 return;
             }
         }

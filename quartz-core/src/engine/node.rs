@@ -290,18 +290,19 @@ impl Inner {
         }
         let mut released = 0;
         for fire_id in ids {
-            match self
-                .store
-                .end_fire(fire_id, node, FireEnd::Released)
-                .await
-                .map(|f| f.ended())
-            {
+            match self.give_back_fire(fire_id, node).await {
                 Ok(true) => released += 1,
                 Ok(false) => {}
                 Err(e) => tracing::warn!(scheduler = self.scheduler, fire_id, error = %e, "could not give a fire back"),
             }
         }
         released
+    }
+
+    /// Gives a claimed, unstarted fire back, for any node to take at once;
+    /// whether it was still this incarnation's to give.
+    pub(super) async fn give_back_fire(&self, fire_id: i64, node: &NodeRef) -> Result<bool, StoreError> {
+        Ok(self.store.end_fire(fire_id, node, FireEnd::Released).await?.ended())
     }
 
     pub(crate) fn stop_tasks(&self) {

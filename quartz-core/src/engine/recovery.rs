@@ -115,14 +115,7 @@ impl Inner {
                 self.store.abandon(&fire).await?;
             } else if self.store.take_over(&fire, node).await? {
                 self.store
-                    .end_fire(
-                        fire.id,
-                        node,
-                        FireEnd::Misfired {
-                            reason: "the job was deleted".to_owned(),
-                            run_late: None,
-                        },
-                    )
+                    .end_fire(fire.id, node, FireEnd::misfired("the job was deleted"))
                     .await
                     .map(|f| f.ended())?;
             }

@@ -221,11 +221,7 @@ impl Inner {
                 .get(&child.job_id)
                 .filter(|job| self.handlers.contains_key(&job.spec.handler));
             let Some(job) = job else {
-                let _ = self
-                    .store
-                    .end_fire(child.fire_id, &parent.node, FireEnd::Released)
-                    .await
-                    .map(|f| f.ended());
+                let _ = self.give_back_fire(child.fire_id, &parent.node).await;
                 continue;
             };
             tracing::debug!(

@@ -81,6 +81,19 @@ pub enum LateRun {
 }
 
 impl FireEnd {
+    /// [`FireEnd::Skipped`], for `reason`.
+    pub fn skipped(reason: impl Into<String>) -> FireEnd {
+        FireEnd::Skipped { reason: reason.into() }
+    }
+
+    /// [`FireEnd::Misfired`] without a late run, for `reason`.
+    pub fn misfired(reason: impl Into<String>) -> FireEnd {
+        FireEnd::Misfired {
+            reason: reason.into(),
+            run_late: None,
+        }
+    }
+
     /// The fires of `ends` when every one is a plain success (`Succeeded`
     /// without a chain): the batch a store records in one transaction.
     pub fn plain_successes(ends: &[(i64, FireEnd)]) -> Option<Vec<i64>> {

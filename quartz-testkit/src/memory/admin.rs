@@ -38,14 +38,7 @@ impl JobStore for MemoryStore {
             db.jobs.insert(id, stored.clone());
             db.sched(scheduler).job_names.insert(job.name.clone(), id);
             db.insert_rows(scheduler, id, false, rows, now);
-            db.changed(
-                scheduler,
-                now,
-                Change {
-                    target_id: Some(id),
-                    ..change
-                },
-            );
+            db.changed(scheduler, now, change.on(id));
             Ok(stored)
         })
     }
@@ -127,14 +120,7 @@ impl JobStore for MemoryStore {
                 db.executes.retain(|_, r| r.job_id != id);
                 db.insert_rows(scheduler, id, stored.state == JobState::Paused, rows, now);
             }
-            db.changed(
-                scheduler,
-                now,
-                Change {
-                    target_id: Some(id),
-                    ..change
-                },
-            );
+            db.changed(scheduler, now, change.on(id));
             Ok(stored)
         })
     }
@@ -167,14 +153,7 @@ impl JobStore for MemoryStore {
                 row.state = to.as_str().to_owned();
                 row.updated_at = now;
             }
-            db.changed(
-                scheduler,
-                now,
-                Change {
-                    target_id: Some(id),
-                    ..change
-                },
-            );
+            db.changed(scheduler, now, change.on(id));
             Ok(stored)
         })
     }
@@ -214,14 +193,7 @@ impl JobStore for MemoryStore {
             db.executes.retain(|_, r| r.job_id != id);
             db.jobs.remove(&id);
             db.sched(scheduler).job_names.remove(name);
-            db.changed(
-                scheduler,
-                now,
-                Change {
-                    target_id: Some(id),
-                    ..change
-                },
-            );
+            db.changed(scheduler, now, change.on(id));
             Ok(())
         })
     }

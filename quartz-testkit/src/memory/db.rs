@@ -19,6 +19,16 @@ pub(super) struct Change {
     pub(super) detail: String,
 }
 
+impl Change {
+    /// The same change, of the job or row `id`.
+    pub(super) fn on(self, id: i64) -> Change {
+        Change {
+            target_id: Some(id),
+            ..self
+        }
+    }
+}
+
 /// An execute as its columns: edited by hand like a SQL row, read through
 /// the same decoding rules.
 #[derive(Debug, Clone)]

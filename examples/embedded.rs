@@ -59,16 +59,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     println!("node {} started on {url}; Ctrl-C to stop", node.node().node_id);
 
-    let hello = JobDefinition::new("hello", "hello").with_trigger(TriggerDefinition::cron("0/2 * * * * ?", "UTC"));
+    let hello = JobDefinition::new("hello", "hello").with_trigger(TriggerDefinition::cron("0/2 * * * * ?", "UTC")?);
     let report = JobDefinition::new("report", "report")
         .with_payload("from the async handler")?
         .with_timeout(Duration::from_secs(10))
-        .with_trigger(TriggerDefinition::cron("0/5 * * * * ?", "UTC"));
+        .with_trigger(TriggerDefinition::cron("0/5 * * * * ?", "UTC")?);
     let admin = node.admin();
     // Declared on every start: added the first time, then kept in step.
     for job in [hello, report] {
         let (_, outcome) = admin.job_put(&job).await?;
-        println!("job {:?}: {}", job.name, outcome.as_str());
+        println!("job {:?}: {}", job.spec.name, outcome.as_str());
     }
 
     match seconds {

@@ -53,10 +53,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for i in 0..20 {
         let trigger = Trigger::cron("* * * * * ?", "UTC", start)?.with_end(end)?;
         nodes[0]
-            .add_job(
+            .add_job(&JobDefinition::of_specs(
                 &JobSpec::new(format!("tick-{i:02}"), "tick"),
                 &[ExecuteSpec::new(trigger)],
-            )
+            ))
             .await?;
     }
     println!("3 nodes, 20 jobs firing every second for 10 s, on {url}");

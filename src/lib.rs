@@ -37,7 +37,7 @@
 //! let report = JobDefinition::new("nightly-report", "report")
 //!     .with_payload("ops@example.com")?
 //!     .with_retry(RetryPolicy::fixed(3, Duration::from_secs(10)))
-//!     .with_trigger(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris"));
+//!     .with_trigger(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris")?);
 //! node.admin().job_put(&report).await?; // declared on every start
 //! // ... serve ...
 //! node.shutdown().await;

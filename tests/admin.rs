@@ -45,7 +45,7 @@ async fn jobs_are_listed_filtered_searched_and_paged_by_key(db: &TestDb) {
     loop {
         let page = admin.jobs(&filter).await.unwrap();
         assert!(page.items.len() <= 10);
-        names.extend(page.items.iter().map(|j| j.name.clone()));
+        names.extend(page.items.iter().map(|j| j.spec.name.clone()));
         match page.next {
             Some(next) => filter.after = Some(next),
             None => break,
@@ -73,7 +73,7 @@ async fn jobs_are_listed_filtered_searched_and_paged_by_key(db: &TestDb) {
         .await
         .unwrap();
     assert_eq!(
-        paused.items.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(),
+        paused.items.iter().map(|j| j.spec.name.as_str()).collect::<Vec<_>>(),
         ["report-03"]
     );
     let odd = admin
@@ -100,7 +100,7 @@ async fn every_change_is_recorded_with_its_actor(db: &TestDb) {
     admin.job_add(&job("nightly", "log")).await.unwrap();
     let patch = JobPatch {
         name: Some("nightly-report".into()),
-        triggers: Some(vec![TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris")]),
+        triggers: Some(vec![TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris").unwrap()]),
         ..JobPatch::default()
     };
     admin.job_edit("nightly", &patch, None).await.unwrap();
@@ -181,44 +181,56 @@ async fn bad_input_names_the_field_and_keeps_what_is_stored(db: &TestDb) {
     admin.job_add(&job("keep", "log")).await.unwrap();
     let field_of = |e: AdminError| (e.code(), e.field().map(str::to_owned));
 
+    // A value alone that is wrong is refused where the definition is made:
+    // in code by its constructor, from JSON by its reading, naming the field.
+    let made = |e: AdminError| e.field().map(str::to_owned);
+    assert_eq!(
+        made(TriggerDefinition::cron("0 0 25 * * ?", "UTC").unwrap_err()).as_deref(),
+        Some("cron")
+    );
+    assert_eq!(
+        made(TriggerDefinition::cron("0 0 * * * ?", "Mars/Olympus").unwrap_err()).as_deref(),
+        Some("time_zone")
+    );
+    let read = |json: serde_json::Value| serde_json::from_value::<JobDefinition>(json).unwrap_err().to_string();
+    let e = read(
+        serde_json::json!({"name": "x", "handler": "log", "triggers": [{"kind": "cron", "cron": "0 0 25 * * ?"}]}),
+    );
+    assert!(e.starts_with("`cron`: "), "{e}");
+    let e = read(serde_json::json!({"name": "x", "handler": "log", "timeout_ms": -1}));
+    assert!(e.starts_with("`timeout_ms`: "), "{e}");
+    // What depends on the write is refused by it, naming the trigger.
     let mut bad = job("x", "log");
-    bad.triggers[0] = TriggerDefinition::cron("0 0 25 * * ?", "UTC");
-    assert_eq!(
-        field_of(admin.job_add(&bad).await.unwrap_err()),
-        ("invalid", Some("triggers[0].cron".into()))
-    );
-    bad.triggers[0] = TriggerDefinition::cron("0 0 * * * ?", "Mars/Olympus");
-    assert_eq!(
-        field_of(admin.job_add(&bad).await.unwrap_err()),
-        ("invalid", Some("triggers[0].time_zone".into()))
-    );
-    let mut no_interval = every(1_000);
-    no_interval.interval_ms = Some(0);
-    bad.triggers = vec![every(1_000), no_interval];
+    bad.triggers = vec![every(1_000), every(0)];
     assert_eq!(
         field_of(admin.job_add(&bad).await.unwrap_err()),
         ("invalid", Some("triggers[1].interval_ms".into()))
+    );
+    bad.triggers = vec![every(1_000).ending(quartz::Timestamp::from_millis(0))];
+    assert_eq!(
+        field_of(admin.job_add(&bad).await.unwrap_err()),
+        ("invalid", Some("triggers[0].end".into()))
     );
     let mut bad = job(" padded", "log");
     assert_eq!(
         field_of(admin.job_add(&bad).await.unwrap_err()).1.as_deref(),
         Some("name")
     );
-    bad.name = "x".into();
-    bad.payload = serde_json::Value::String("x".repeat(2 << 20));
+    bad.spec.name = "x".into();
+    bad.spec.payload = serde_json::Value::String("x".repeat(2 << 20)).to_string();
     assert_eq!(
         field_of(admin.job_add(&bad).await.unwrap_err()).1.as_deref(),
         Some("payload")
     );
-    bad.payload = serde_json::Value::Null;
-    bad.max_attempts = 0;
+    bad.spec.payload = "null".into();
+    bad.spec.retry.max_attempts = 0;
     assert_eq!(
         field_of(admin.job_add(&bad).await.unwrap_err()).1.as_deref(),
         Some("max_attempts")
     );
-    bad.max_attempts = 1;
+    bad.spec.retry.max_attempts = 1;
     bad.triggers.clear();
-    bad.parent = Some("nobody".into());
+    bad.spec.parent = Some("nobody".into());
     assert_eq!(
         field_of(admin.job_add(&bad).await.unwrap_err()).1.as_deref(),
         Some("parent")
@@ -248,7 +260,7 @@ async fn bad_input_names_the_field_and_keeps_what_is_stored(db: &TestDb) {
 
     let jobs = admin.jobs(&JobFilter::default()).await.unwrap().items;
     assert_eq!(jobs.len(), 1, "nothing stored but the one good job");
-    assert_eq!(jobs[0].name, "keep");
+    assert_eq!(jobs[0].spec.name, "keep");
     assert_eq!(jobs[0].state, "enabled");
     assert_eq!(admin.changes(&ChangeFilter::default()).await.unwrap().items.len(), 1);
 }
@@ -257,11 +269,11 @@ async fn a_job_shows_its_next_fire_times(db: &TestDb) {
     let admin = Admin::new(db.store().await, CLUSTER);
     let mut def = JobDefinition::new("ticker", "log");
     let mut t = every(1_000);
-    t.start = Some(4_102_444_800_000); // 2100-01-01T00:00:00Z
+    t.start = Some(quartz::Timestamp::from_millis(4_102_444_800_000)); // 2100-01-01T00:00:00Z
     t.repeat = Some(3);
     def.triggers.push(t);
     def.triggers
-        .push(TriggerDefinition::cron("0 0 12 ? * MON-FRI", "America/New_York"));
+        .push(TriggerDefinition::cron("0 0 12 ? * MON-FRI", "America/New_York").unwrap());
     let view = admin.job_add(&def).await.unwrap();
     assert_eq!(
         view.triggers[0].upcoming,
@@ -298,6 +310,7 @@ async fn a_cron_trigger_keeps_its_dst_choice(db: &TestDb) {
     // 01:30 in New York, from 31 October 2026: 1 November has it twice.
     let trigger = |dst: Option<DstChoice>| {
         let t = TriggerDefinition::cron("0 30 1 * * ?", "America/New_York")
+            .unwrap()
             .starting(Timestamp::from_millis(1793448000000 /* 2026-10-31T12:00:00Z */));
         match dst {
             Some(dst) => t.dst(dst),
@@ -318,10 +331,7 @@ async fn a_cron_trigger_keeps_its_dst_choice(db: &TestDb) {
     // Read back from the store.
     let view = admin.job("dst-both").await.unwrap();
     let t = &view.triggers[0];
-    assert_eq!(
-        (t.dst_skipped.as_deref(), t.dst_repeated.as_deref()),
-        (Some("skip"), Some("both"))
-    );
+    assert_eq!(t.definition.dst_choice(), Some(both));
     assert!(
         t.summary.ends_with("(DST: skipped skip, repeated both)"),
         "{}",
@@ -337,7 +347,7 @@ async fn a_cron_trigger_keeps_its_dst_choice(db: &TestDb) {
     );
     let view = admin.job("dst-quartz").await.unwrap();
     let t = &view.triggers[0];
-    assert_eq!((t.dst_skipped.as_deref(), t.dst_repeated.as_deref()), (None, None));
+    assert_eq!(t.definition.dst_choice(), Some(DstChoice::QUARTZ));
     assert_eq!(
         t.upcoming[..2],
         [
@@ -364,19 +374,20 @@ async fn a_cron_trigger_keeps_its_dst_choice(db: &TestDb) {
             1793601000000  /* 2026-11-02T06:30:00Z */
         ]
     );
-    assert_eq!(view.triggers[0].dst_repeated.as_deref(), Some("first"));
+    assert_eq!(view.triggers[0].definition.dst_choice(), Some(first));
 
-    // Refused, naming the field, with nothing stored.
-    let mut bad = JobDefinition::new("dst-bad", "log");
-    let mut t = trigger(None);
-    t.dst_repeated = Some("later".into());
-    bad.triggers.push(t);
-    let e = admin.job_add(&bad).await.unwrap_err();
-    assert_eq!(e.field(), Some("triggers[0].dst_repeated"), "{e}");
-    let mut bad = JobDefinition::new("dst-bad", "log");
-    bad.triggers.push(every(1_000).dst(both));
-    let e = admin.job_add(&bad).await.unwrap_err();
-    assert_eq!(e.field(), Some("triggers[0].dst_skipped"), "{e}");
+    // Refused where it is read, naming the field.
+    let read = |trigger: serde_json::Value| {
+        serde_json::from_value::<JobDefinition>(
+            serde_json::json!({"name": "dst-bad", "handler": "log", "triggers": [trigger]}),
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    let e = read(serde_json::json!({"kind": "cron", "cron": "0 30 1 * * ?", "dst_repeated": "later"}));
+    assert!(e.starts_with("`dst_repeated`: "), "{e}");
+    let e = read(serde_json::json!({"kind": "fixed_rate", "interval_ms": 1000, "dst_skipped": "skip"}));
+    assert!(e.starts_with("`dst_skipped`: "), "{e}");
     assert!(matches!(admin.job("dst-bad").await, Err(AdminError::NotFound { .. })));
 }
 
@@ -455,7 +466,8 @@ async fn fire_now_runs_once_beside_the_schedule_and_on_a_paused_job(db: &TestDb)
         .unwrap();
     let admin = node.admin();
     let mut def = JobDefinition::new("yearly", "count");
-    def.triggers.push(TriggerDefinition::cron("0 0 0 1 1 ? 2099", "UTC"));
+    def.triggers
+        .push(TriggerDefinition::cron("0 0 0 1 1 ? 2099", "UTC").unwrap());
     let added = admin.job_add(&def).await.unwrap();
     let succeeded = |n: usize| {
         let admin = admin.clone();

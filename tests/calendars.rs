@@ -82,7 +82,10 @@ async fn a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost(db: &Te
         .unwrap();
     for (name, trigger) in [("rate", rate), ("cron", cron)] {
         nodes[0]
-            .add_job(&JobSpec::new(name, "noop"), &[ExecuteSpec::new(trigger)])
+            .add_job(&JobDefinition::of_specs(
+                &JobSpec::new(name, "noop"),
+                &[ExecuteSpec::new(trigger)],
+            ))
             .await
             .unwrap();
     }
@@ -196,9 +199,12 @@ async fn a_mended_calendar_revives_the_triggers_it_completed(db: &TestDb) {
             trigger = trigger.with_end(end).unwrap();
         }
         let trigger = trigger.with_calendar("closed").unwrap();
-        node.add_job(&JobSpec::new(name, "noop"), &[ExecuteSpec::new(trigger)])
-            .await
-            .unwrap();
+        node.add_job(&JobDefinition::of_specs(
+            &JobSpec::new(name, "noop"),
+            &[ExecuteSpec::new(trigger)],
+        ))
+        .await
+        .unwrap();
     }
     admin.job_pause("held", None).await.unwrap();
     let state = |name: &'static str| {
@@ -290,7 +296,10 @@ async fn a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_
     for (name, trigger) in [("rare", rare), ("steady", steady)] {
         tokio::time::timeout(
             bound,
-            node.add_job(&JobSpec::new(name, "noop"), &[ExecuteSpec::new(trigger)]),
+            node.add_job(&JobDefinition::of_specs(
+                &JobSpec::new(name, "noop"),
+                &[ExecuteSpec::new(trigger)],
+            )),
         )
         .await
         .unwrap_or_else(|_| panic!("adding {name} searched past {bound:?}"))

@@ -209,10 +209,10 @@ async fn three_nodes_fire_every_time_exactly_once(db: &TestDb) {
     for i in 0..200 {
         let trigger = every_second(start).with_end(end).unwrap();
         nodes[i % 3]
-            .add_job(
+            .add_job(&JobDefinition::of_specs(
                 &JobSpec::new(format!("job-{i:03}"), "noop"),
                 &[ExecuteSpec::new(trigger)],
-            )
+            ))
             .await
             .unwrap();
     }
@@ -257,10 +257,10 @@ async fn skewed_node_clocks_change_nothing(db: &TestDb) {
     let end = start.saturating_add_millis(5_999);
     for i in 0..20 {
         nodes[0]
-            .add_job(
+            .add_job(&JobDefinition::of_specs(
                 &JobSpec::new(format!("skew-{i}"), "noop"),
                 &[ExecuteSpec::new(every_second(start).with_end(end).unwrap())],
-            )
+            ))
             .await
             .unwrap();
     }
@@ -306,7 +306,9 @@ async fn a_saturated_pool_holds_back_its_claims_and_overdue_fires_get_their_poli
                 .unwrap();
             let mut job = JobSpec::new(format!("{name}-{i}"), "sleep");
             job.payload = "400".to_owned();
-            n.add_job(&job, &[ExecuteSpec::new(trigger)]).await.unwrap();
+            n.add_job(&JobDefinition::of_specs(&job, &[ExecuteSpec::new(trigger)]))
+                .await
+                .unwrap();
         }
     }
     // 8 fires a second, 400 ms each, on one thread with one queue slot: the
@@ -392,7 +394,10 @@ async fn a_cluster_stopped_past_the_threshold_applies_each_misfire_policy(db: &T
     ];
     for (name, trigger) in &jobs {
         first
-            .add_job(&JobSpec::new(*name, "count"), &[ExecuteSpec::new(trigger.clone())])
+            .add_job(&JobDefinition::of_specs(
+                &JobSpec::new(*name, "count"),
+                &[ExecuteSpec::new(trigger.clone())],
+            ))
             .await
             .unwrap();
     }
@@ -603,14 +608,14 @@ async fn a_declared_dead_node_runs_nothing_and_rejoins(db: &TestDb) {
     // Its old incarnation cannot start anything any more.
     let start = next_second(&store, 1).await;
     sleeper
-        .add_job(
+        .add_job(&JobDefinition::of_specs(
             &JobSpec::new("after", "count"),
             &[ExecuteSpec::new(
                 every_second(start)
                     .with_end(start.saturating_add_millis(2_999))
                     .unwrap(),
             )],
-        )
+        ))
         .await
         .unwrap();
     wait_until(Duration::from_secs(15), "3 fires after the rejoin", || async {
@@ -682,20 +687,30 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
     let mut flaky = JobSpec::new("flaky", "flaky");
     // Exponential backoff: 25-50 ms before attempt 2, 50-100 ms before 3.
     flaky.retry = RetryPolicy::exponential(3, Duration::from_millis(50), Duration::from_millis(400));
-    n.add_job(&flaky, &[ExecuteSpec::new(once.clone())]).await.unwrap();
-    let mut stuck = JobSpec::new("stuck", "stuck");
-    stuck.timeout = Some(Duration::from_millis(300));
-    n.add_job(&stuck, &[ExecuteSpec::new(once.clone())]).await.unwrap();
-    n.add_job(&JobSpec::new("panics", "panics"), &[ExecuteSpec::new(once.clone())])
+    n.add_job(&JobDefinition::of_specs(&flaky, &[ExecuteSpec::new(once.clone())]))
         .await
         .unwrap();
+    let mut stuck = JobSpec::new("stuck", "stuck");
+    stuck.timeout = Some(Duration::from_millis(300));
+    n.add_job(&JobDefinition::of_specs(&stuck, &[ExecuteSpec::new(once.clone())]))
+        .await
+        .unwrap();
+    n.add_job(&JobDefinition::of_specs(
+        &JobSpec::new("panics", "panics"),
+        &[ExecuteSpec::new(once.clone())],
+    ))
+    .await
+    .unwrap();
     let delay = Trigger::new(Schedule::fixed_delay_millis(300).unwrap(), now)
         .unwrap()
         .with_repeat_limit(4)
         .unwrap();
-    n.add_job(&JobSpec::new("delayed", "work"), &[ExecuteSpec::new(delay)])
-        .await
-        .unwrap();
+    n.add_job(&JobDefinition::of_specs(
+        &JobSpec::new("delayed", "work"),
+        &[ExecuteSpec::new(delay)],
+    ))
+    .await
+    .unwrap();
     let mut exclusive = JobSpec::new("exclusive", "exclusive");
     exclusive.allow_concurrent = false;
     let start = next_second(&store, 0).await;
@@ -704,13 +719,13 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
         .unwrap()
         .with_misfire_policy(MisfirePolicy::DoNothing)
         .unwrap();
-    n.add_job(
+    n.add_job(&JobDefinition::of_specs(
         &exclusive,
         &[
             ExecuteSpec::new(exclusive_trigger.clone()),
             ExecuteSpec::new(exclusive_trigger),
         ],
-    )
+    ))
     .await
     .unwrap();
     let job_id = |name: &'static str| {
@@ -794,9 +809,12 @@ async fn pause_resume_update_and_delete_while_running(db: &TestDb) {
     let start = next_second(&store, 0).await;
     for name in ["paused", "updated", "deleted", "async"] {
         let handler = if name == "async" { "async-count" } else { "count" };
-        n.add_job(&JobSpec::new(name, handler), &[ExecuteSpec::new(every_second(start))])
-            .await
-            .unwrap();
+        n.add_job(&JobDefinition::of_specs(
+            &JobSpec::new(name, handler),
+            &[ExecuteSpec::new(every_second(start))],
+        ))
+        .await
+        .unwrap();
     }
     wait_until(Duration::from_secs(10), "the jobs to fire", || async {
         ["paused", "updated", "deleted", "async"]
@@ -850,10 +868,10 @@ async fn graceful_shutdown_gives_claimed_fires_to_another_node(db: &TestDb) {
     let start = next_second(&store, 4).await;
     for i in 0..10 {
         leaving
-            .add_job(
+            .add_job(&JobDefinition::of_specs(
                 &JobSpec::new(format!("handover-{i}"), "count"),
                 &[ExecuteSpec::new(Trigger::new(Schedule::Once, start).unwrap())],
-            )
+            ))
             .await
             .unwrap();
     }
@@ -906,10 +924,10 @@ async fn rows_written_by_hand_are_initialised_recomputed_or_set_aside(db: &TestD
     )
     .await;
     let start = next_second(&store, 0).await;
-    n.add_job(
+    n.add_job(&JobDefinition::of_specs(
         &JobSpec::new("healthy", "count"),
         &[ExecuteSpec::new(every_second(start))],
-    )
+    ))
     .await
     .unwrap();
     wait_until(Duration::from_secs(10), "the hand-written job to fire", || async {
@@ -953,17 +971,21 @@ async fn bad_input_is_refused_at_the_boundary(db: &TestDb) {
     let n = node(db, fast(), &runs).await;
     let once = Trigger::new(Schedule::Once, Timestamp::from_millis(0)).unwrap();
     let err = n
-        .add_job(
+        .add_job(&JobDefinition::of_specs(
             &JobSpec::new("ghost-handler", "nobody-has-this"),
             &[ExecuteSpec::new(once.clone())],
-        )
+        ))
         .await
         .unwrap_err();
     assert!(matches!(err, quartz::SchedulerError::UnknownHandler { .. }), "{err}");
     assert!(err.to_string().contains("nobody-has-this"));
     let mut huge = JobSpec::new("huge", "count");
     huge.payload = format!("\"{}\"", "x".repeat(2 << 20));
-    assert!(n.add_job(&huge, &[ExecuteSpec::new(once)]).await.is_err());
+    assert!(
+        n.add_job(&JobDefinition::of_specs(&huge, &[ExecuteSpec::new(once)]))
+            .await
+            .is_err()
+    );
     assert!(n.store().list_jobs().await.unwrap().is_empty(), "nothing stored");
     let bad = Settings {
         dead_after: Duration::from_millis(100),
@@ -1017,32 +1039,44 @@ async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
         job
     };
     let n = &nodes[0];
-    n.add_job(&JobSpec::new("parent", "ok"), &[ExecuteSpec::new(three.clone())])
+    n.add_job(&JobDefinition::of_specs(
+        &JobSpec::new("parent", "ok"),
+        &[ExecuteSpec::new(three.clone())],
+    ))
+    .await
+    .unwrap();
+    n.add_job(&JobDefinition::of_specs(&child_of("child", "ok", "parent"), &[]))
         .await
         .unwrap();
-    n.add_job(&child_of("child", "ok", "parent"), &[]).await.unwrap();
     let mut grandchild = child_of("grandchild", "second-time", "child");
     grandchild.retry = RetryPolicy::fixed(2, Duration::from_millis(10));
-    n.add_job(&grandchild, &[]).await.unwrap();
-    n.add_job(&child_of("paused-child", "ok", "parent"), &[]).await.unwrap();
-    store.set_paused("paused-child", true, None).await.unwrap();
-    n.add_job(
-        &JobSpec::new("failing-parent", "fail"),
-        &[ExecuteSpec::new(three.clone())],
-    )
-    .await
-    .unwrap();
-    n.add_job(&child_of("never", "ok", "failing-parent"), &[])
+    n.add_job(&JobDefinition::of_specs(&grandchild, &[])).await.unwrap();
+    n.add_job(&JobDefinition::of_specs(&child_of("paused-child", "ok", "parent"), &[]))
         .await
         .unwrap();
-    // ping -> pong -> ping: a cycle.
-    n.add_job(
-        &JobSpec::new("ping", "ok"),
-        &[ExecuteSpec::new(Trigger::new(Schedule::Once, start).unwrap())],
-    )
+    store.set_paused("paused-child", true, None).await.unwrap();
+    n.add_job(&JobDefinition::of_specs(
+        &JobSpec::new("failing-parent", "fail"),
+        &[ExecuteSpec::new(three.clone())],
+    ))
     .await
     .unwrap();
-    n.add_job(&child_of("pong", "ok", "ping"), &[]).await.unwrap();
+    n.add_job(&JobDefinition::of_specs(
+        &child_of("never", "ok", "failing-parent"),
+        &[],
+    ))
+    .await
+    .unwrap();
+    // ping -> pong -> ping: a cycle.
+    n.add_job(&JobDefinition::of_specs(
+        &JobSpec::new("ping", "ok"),
+        &[ExecuteSpec::new(Trigger::new(Schedule::Once, start).unwrap())],
+    ))
+    .await
+    .unwrap();
+    n.add_job(&JobDefinition::of_specs(&child_of("pong", "ok", "ping"), &[]))
+        .await
+        .unwrap();
     store
         .update_job("ping", &child_of("ping", "ok", "pong"), None, None)
         .await
@@ -1154,10 +1188,10 @@ async fn strategies_offer_executes_by_weight_and_by_load(db: &TestDb) {
         .unwrap();
     for i in 0..100 {
         light
-            .add_job(
+            .add_job(&JobDefinition::of_specs(
                 &JobSpec::new(format!("w-{i:03}"), "noop"),
                 &[ExecuteSpec::new(two.clone())],
-            )
+            ))
             .await
             .unwrap();
     }
@@ -1191,9 +1225,12 @@ async fn strategies_offer_executes_by_weight_and_by_load(db: &TestDb) {
     for i in 0..20 {
         let mut hog = JobSpec::new(format!("hog-{i:02}"), "hog");
         hog.timeout = Some(Duration::from_secs(20));
-        busy.add_job(&hog, &[ExecuteSpec::new(Trigger::new(Schedule::Once, now).unwrap())])
-            .await
-            .unwrap();
+        busy.add_job(&JobDefinition::of_specs(
+            &hog,
+            &[ExecuteSpec::new(Trigger::new(Schedule::Once, now).unwrap())],
+        ))
+        .await
+        .unwrap();
     }
     wait_until(
         Duration::from_secs(10),
@@ -1211,10 +1248,10 @@ async fn strategies_offer_executes_by_weight_and_by_load(db: &TestDb) {
         .with_end(start.saturating_add_millis(1_999))
         .unwrap();
     for i in 0..100 {
-        idle.add_job(
+        idle.add_job(&JobDefinition::of_specs(
             &JobSpec::new(format!("l-{i:03}"), "noop"),
             &[ExecuteSpec::new(two.clone())],
-        )
+        ))
         .await
         .unwrap();
     }
@@ -1273,10 +1310,10 @@ async fn a_handler_no_live_node_has_is_recorded_failed(db: &TestDb) {
     let store = AnyStore::from(plain.store().clone());
     let start = next_second(&store, 1).await;
     special
-        .add_job(
+        .add_job(&JobDefinition::of_specs(
             &JobSpec::new("special", "special"),
             &[ExecuteSpec::new(every_second(start))],
-        )
+        ))
         .await
         .unwrap();
     wait_until(
@@ -1341,10 +1378,15 @@ async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &Tes
     let store = AnyStore::from(n.store().clone());
     let at = next_second(&store, 1).await;
     let once = |t: Timestamp| ExecuteSpec::new(Trigger::new(Schedule::Once, t).unwrap());
-    n.add_job(&JobSpec::new("block", "block"), &[once(at)]).await.unwrap();
-    n.add_job(&JobSpec::new("count", "count"), &[once(at.saturating_add_millis(100))])
+    n.add_job(&JobDefinition::of_specs(&JobSpec::new("block", "block"), &[once(at)]))
         .await
         .unwrap();
+    n.add_job(&JobDefinition::of_specs(
+        &JobSpec::new("count", "count"),
+        &[once(at.saturating_add_millis(100))],
+    ))
+    .await
+    .unwrap();
     let count_id = store.get_job("count").await.unwrap().unwrap().job.id;
     let first = n.node();
     wait_until(
@@ -1392,9 +1434,12 @@ async fn a_claim_its_live_node_lost_track_of_is_recovered(db: &TestDb) {
     let now = store.now().await.unwrap();
     // A job whose one trigger fires in an hour: the node claims nothing of it.
     let later = Trigger::new(Schedule::Once, now.saturating_add_millis(3_600_000)).unwrap();
-    n.add_job(&JobSpec::new("lost", "count"), &[ExecuteSpec::new(later)])
-        .await
-        .unwrap();
+    n.add_job(&JobDefinition::of_specs(
+        &JobSpec::new("lost", "count"),
+        &[ExecuteSpec::new(later)],
+    ))
+    .await
+    .unwrap();
     let me = n.node();
     // The row the node's own claim wrote a second ago, its answer lost.
     let t = now.as_millis() - 1_000;
@@ -1766,7 +1811,10 @@ async fn a_retry_survives_the_shutdown_of_the_node_that_failed(db: &TestDb) {
     let mut job = JobSpec::new("flaky", "flaky");
     job.retry = RetryPolicy::fixed(3, Duration::from_millis(1_500));
     first
-        .add_job(&job, &[ExecuteSpec::new(Trigger::new(Schedule::Once, now).unwrap())])
+        .add_job(&JobDefinition::of_specs(
+            &job,
+            &[ExecuteSpec::new(Trigger::new(Schedule::Once, now).unwrap())],
+        ))
         .await
         .unwrap();
     wait_for_ledger(&store, 10, "the first attempt failed, the retry pending", |rows| {
@@ -1840,7 +1888,10 @@ async fn a_late_run_survives_the_shutdown_of_the_node_that_misfired_it(db: &Test
         .with_misfire_policy(MisfirePolicy::FireNow)
         .unwrap();
     first
-        .add_job(&JobSpec::new("late", "late"), &[ExecuteSpec::new(trigger)])
+        .add_job(&JobDefinition::of_specs(
+            &JobSpec::new("late", "late"),
+            &[ExecuteSpec::new(trigger)],
+        ))
         .await
         .unwrap();
     wait_for_ledger(

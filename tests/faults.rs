@@ -209,7 +209,10 @@ async fn one_seed(db: &TestDb, seed: u64, rate: u64) -> Result<(usize, Injected)
         job.requests_recovery = requests_recovery(&job.name);
         let cron = if i % 4 == 3 { "*/2 * * * * ?" } else { "* * * * * ?" };
         let trigger = Trigger::new(Schedule::cron(CronExpression::parse(cron).unwrap(), Tz::UTC), start).unwrap();
-        nodes[i % 3].add_job(&job, &[ExecuteSpec::new(trigger)]).await.unwrap();
+        nodes[i % 3]
+            .add_job(&JobDefinition::of_specs(&job, &[ExecuteSpec::new(trigger)]))
+            .await
+            .unwrap();
     }
     for plan in &plans {
         plan.set_enabled(true);

@@ -47,7 +47,8 @@ async fn a_failed_fire_is_retried_by_hand_and_the_history_is_searched(db: &TestD
         .unwrap();
     let admin = node.admin();
     let mut job = JobDefinition::new("backup", "disk");
-    job.triggers.push(TriggerDefinition::cron("0 0 0 1 1 ? 2099", "UTC"));
+    job.triggers
+        .push(TriggerDefinition::cron("0 0 0 1 1 ? 2099", "UTC").unwrap());
     admin.job_add(&job).await.unwrap();
     let fires = |filter: FireFilter| {
         let admin = admin.clone();

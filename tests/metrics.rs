@@ -63,11 +63,17 @@ async fn records(db: &TestDb) {
     .unwrap()
     .with_end(start.saturating_add_millis(2_000))
     .unwrap();
-    node.add_job(&JobSpec::new("tick", "noop"), &[ExecuteSpec::new(trigger.clone())])
-        .await
-        .unwrap();
+    node.add_job(&JobDefinition::of_specs(
+        &JobSpec::new("tick", "noop"),
+        &[ExecuteSpec::new(trigger.clone())],
+    ))
+    .await
+    .unwrap();
     labelled
-        .add_job(&JobSpec::new("named", "noop"), &[ExecuteSpec::new(trigger)])
+        .add_job(&JobDefinition::of_specs(
+            &JobSpec::new("named", "noop"),
+            &[ExecuteSpec::new(trigger)],
+        ))
         .await
         .unwrap();
     wait_for(Duration::from_secs(15), "three fires succeeded", || {

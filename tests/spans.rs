@@ -62,12 +62,15 @@ async fn spans(db: &TestDb) {
         .unwrap();
     let once = |at: Timestamp| ExecuteSpec::new(Trigger::new(Schedule::Once, at).unwrap());
     let at = db.store().await.now().await.unwrap().saturating_add_millis(500);
-    node.add_job(&JobSpec::new("sync-job", "sync"), &[once(at)])
+    node.add_job(&JobDefinition::of_specs(&JobSpec::new("sync-job", "sync"), &[once(at)]))
         .await
         .unwrap();
-    node.add_job(&JobSpec::new("async-job", "async"), &[once(at)])
-        .await
-        .unwrap();
+    node.add_job(&JobDefinition::of_specs(
+        &JobSpec::new("async-job", "async"),
+        &[once(at)],
+    ))
+    .await
+    .unwrap();
     let text = || String::from_utf8_lossy(&LINES.get().unwrap().0.lock()).into_owned();
     wait_for(Duration::from_secs(20), "both handlers' lines", || async {
         let text = text();

@@ -58,7 +58,7 @@ async fn typed(db: &TestDb) {
         amount_cents: 1_200,
     };
     let defined = JobDefinition::of("invoice-acme", &acme).unwrap();
-    assert_eq!(defined.handler, "invoice", "the kind is the handler");
+    assert_eq!(defined.spec.handler, "invoice", "the kind is the handler");
     admin.job_put(&defined).await.unwrap();
     // A row of the kind written by hand (another language, the CLI) whose
     // payload does not fit the type.

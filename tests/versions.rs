@@ -53,7 +53,7 @@ async fn a_stale_write_is_refused_and_writes_nothing(db: &TestDb) {
         Some(2),
     );
     assert_eq!(
-        admin.job("report").await.unwrap().description,
+        admin.job("report").await.unwrap().spec.description,
         "first",
         "nothing written"
     );
@@ -117,7 +117,7 @@ async fn of_two_writes_against_one_version_exactly_one_wins(db: &TestDb) {
         let won: Vec<String> = [a, b]
             .into_iter()
             .filter_map(|r| match r {
-                Ok(view) => Some(view.description),
+                Ok(view) => Some(view.spec.description),
                 Err(e) => {
                     assert_stale(e, Some(version + 1));
                     None
@@ -126,7 +126,7 @@ async fn of_two_writes_against_one_version_exactly_one_wins(db: &TestDb) {
             .collect();
         assert_eq!(won.len(), 1, "round {round}: one edit wins");
         let stored = admin.job("contended").await.unwrap();
-        assert_eq!((stored.description, stored.version), (won[0].clone(), version + 1));
+        assert_eq!((stored.spec.description, stored.version), (won[0].clone(), version + 1));
 
         let version = admin.calendar("contended").await.unwrap().version;
         let (monday, tuesday) = (weekly(&["mon"]), weekly(&["tue"]));
@@ -161,8 +161,8 @@ async fn edits_without_a_version_never_undo_each_other(db: &TestDb) {
         b.unwrap();
         let stored = admin.job("shared").await.unwrap();
         assert_eq!(
-            (stored.description.as_str(), stored.timeout_ms),
-            (description.as_str(), Some(1_000 + round)),
+            (stored.spec.description.as_str(), stored.spec.timeout),
+            (description.as_str(), Some(Duration::from_millis(1_000 + round as u64))),
             "both edits of round {round} are kept"
         );
     }
@@ -175,7 +175,7 @@ async fn a_job_declared_on_every_start_is_added_once_and_kept_in_step(db: &TestD
     let admin = Admin::new(db.store().await, CLUSTER);
     let mut job = JobDefinition::new("nightly", "report").with_description("the report");
     job.triggers
-        .push(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris"));
+        .push(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris").unwrap());
     let (first, outcome) = admin.job_put(&job).await.unwrap();
     assert_eq!((outcome, first.version), (PutOutcome::Created, 1));
 
@@ -196,21 +196,21 @@ async fn a_job_declared_on_every_start_is_added_once_and_kept_in_step(db: &TestD
     let changed = job.clone().with_description("the nightly report");
     let (updated, outcome) = admin.job_put(&changed).await.unwrap();
     assert_eq!((outcome, updated.version), (PutOutcome::Updated, 2));
-    assert_eq!(updated.description, "the nightly report");
+    assert_eq!(updated.spec.description, "the nightly report");
     assert_eq!(
         updated.triggers[0].id, first.triggers[0].id,
         "the same trigger keeps its place"
     );
 
     let mut moved = changed.clone();
-    moved.triggers = vec![TriggerDefinition::cron("0 30 2 * * ?", "Europe/Paris")];
+    moved.triggers = vec![TriggerDefinition::cron("0 30 2 * * ?", "Europe/Paris").unwrap()];
     let (rescheduled, outcome) = admin.job_put(&moved).await.unwrap();
     assert_eq!(outcome, PutOutcome::Updated);
     assert_ne!(
         rescheduled.triggers[0].id, first.triggers[0].id,
         "a new schedule starts afresh"
     );
-    assert_eq!(rescheduled.triggers[0].cron.as_deref(), Some("0 30 2 * * ?"));
+    assert_eq!(rescheduled.triggers[0].definition.cron_text(), Some("0 30 2 * * ?"));
 
     // Two instances starting at once.
     let mut fresh = JobDefinition::new("hourly", "report");

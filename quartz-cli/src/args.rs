@@ -8,10 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use chrono::{DateTime, SecondsFormat};
 use quartz_core::Timestamp;
-use quartz_core::cron::{CronExpression, DstChoice, parse_time_zone};
-use quartz_core::misfire::MisfirePolicy;
-use quartz_core::store::{ExecuteSpec, JobSpec, RetryPolicy};
-use quartz_core::trigger::{Schedule, Trigger};
+use quartz_core::admin::{JobPatch, TriggerDefinition};
+use quartz_core::cron::DstChoice;
+use quartz_core::store::JobSpec;
 
 /// A duration: `500ms`, `5s`, `2m`, `1h`, `1d`, or a bare number of
 /// milliseconds.
@@ -152,45 +151,37 @@ impl TriggerArgs {
             || self.dst.given()
     }
 
-    /// The execute these options describe; `now` is the default start.
-    pub fn to_execute(&self, now: Timestamp) -> anyhow::Result<ExecuteSpec> {
+    /// The trigger these options describe (its start, when not given, is
+    /// the time it is stored).
+    pub fn to_definition(&self) -> anyhow::Result<TriggerDefinition> {
         if self.tz.is_some() && self.cron.is_none() {
             bail!("--tz is the time zone of a --cron expression");
         }
         if self.dst.given() && self.cron.is_none() {
             bail!("--dst-skipped and --dst-repeated apply to a --cron trigger, whose times are local times");
         }
-        let (schedule, start) = if let Some(expr) = &self.cron {
-            let zone = parse_time_zone(self.tz.as_deref().unwrap_or("UTC"))?;
-            let expr = CronExpression::parse(expr)?;
-            (Schedule::cron_with_dst(expr, zone, self.dst.choice()?), self.start)
+        let mut trigger = if let Some(expr) = &self.cron {
+            TriggerDefinition::cron(expr, self.tz.as_deref().unwrap_or("UTC"))?.dst(self.dst.choice()?)
         } else if let Some(every) = self.every {
-            (Schedule::fixed_rate_millis(millis(every))?, self.start)
+            TriggerDefinition::every(every)
         } else if let Some(delay) = self.delay {
-            (Schedule::fixed_delay_millis(millis(delay))?, self.start)
+            TriggerDefinition::after_each(delay)
         } else if let Some(at) = self.at {
             if self.start.is_some() {
                 bail!("--at is the start of a one-off trigger: give --at or --start, not both");
             }
-            (Schedule::Once, Some(at))
+            TriggerDefinition::once(at)
         } else {
             bail!("a trigger needs one of --cron, --every, --delay or --at");
         };
-        let mut trigger = Trigger::new(schedule, start.unwrap_or(now))?;
-        if let Some(end) = self.end {
-            trigger = trigger.with_end(end)?;
-        }
-        if let Some(n) = self.repeat {
-            trigger = trigger.with_repeat_limit(n)?;
-        }
+        trigger.start = self.start.or(trigger.start);
+        trigger.end = self.end;
+        trigger.repeat = self.repeat;
         if let Some(policy) = &self.misfire {
-            let policy: MisfirePolicy = policy.parse()?;
-            trigger = trigger.with_misfire_policy(policy)?;
+            trigger.misfire = policy.parse()?;
         }
-        if let Some(calendar) = &self.calendar {
-            trigger = trigger.with_calendar(calendar)?;
-        }
-        Ok(ExecuteSpec::new(trigger))
+        trigger.calendar.clone_from(&self.calendar);
+        Ok(trigger)
     }
 }
 
@@ -231,43 +222,34 @@ pub struct JobArgs {
 }
 
 impl JobArgs {
-    /// These options applied over `base` (a new job's defaults, or the job
-    /// being edited).
-    pub fn apply(&self, mut job: JobSpec) -> anyhow::Result<JobSpec> {
-        if let Some(handler) = &self.handler {
-            job.handler.clone_from(handler);
-        }
-        if let Some(payload) = &self.payload {
-            serde_json::from_str::<serde_json::Value>(payload)
-                .with_context(|| format!("--payload is not JSON: {payload}"))?;
-            job.payload.clone_from(payload);
-        }
-        if let Some(description) = &self.description {
-            job.description.clone_from(description);
-        }
-        if self.recover {
-            job.requests_recovery = true;
-        }
-        if self.no_concurrent {
-            job.allow_concurrent = false;
-        }
-        if let Some(timeout) = self.timeout {
-            job.timeout = Some(timeout);
-        }
-        if let Some(attempts) = self.attempts {
-            job.retry.max_attempts = attempts;
-        }
-        if let Some(backoff) = self.backoff {
-            job.retry = RetryPolicy { backoff, ..job.retry };
-        }
-        if let Some(max) = self.backoff_max {
-            job.retry.backoff_max = Some(max);
-        }
-        if let Some(parent) = &self.parent {
-            job.parent = Some(parent.clone());
-        }
-        job.validate()?;
-        Ok(job)
+    /// These options over a new job's defaults.
+    pub fn apply(&self, job: JobSpec) -> anyhow::Result<JobSpec> {
+        Ok(self.patch()?.apply(job, Timestamp::from_millis(0))?.0)
+    }
+
+    /// These options as the change of an edit: each option given replaces
+    /// the job's.
+    pub fn patch(&self) -> anyhow::Result<JobPatch> {
+        let payload = match &self.payload {
+            Some(payload) => Some(
+                serde_json::from_str::<serde_json::Value>(payload)
+                    .with_context(|| format!("--payload is not JSON: {payload}"))?,
+            ),
+            None => None,
+        };
+        Ok(JobPatch {
+            handler: self.handler.clone(),
+            payload,
+            description: self.description.clone(),
+            requests_recovery: self.recover.then_some(true),
+            allow_concurrent: self.no_concurrent.then_some(false),
+            timeout_ms: self.timeout.map(millis),
+            max_attempts: self.attempts,
+            backoff_ms: self.backoff.map(millis),
+            backoff_max_ms: self.backoff_max.map(millis),
+            parent: self.parent.clone(),
+            ..JobPatch::default()
+        })
     }
 }
 

@@ -10,7 +10,7 @@
 //! sqlx::query("INSERT INTO customer (name) VALUES ('acme')").execute(&mut *tx).await?;
 //! let job = JobDefinition::new("invoice-acme", "invoice")
 //!     .with_payload("acme")?
-//!     .with_trigger(TriggerDefinition::cron("0 0 2 1 * ?", "Europe/Paris"));
+//!     .with_trigger(TriggerDefinition::cron("0 0 2 1 * ?", "Europe/Paris")?);
 //! quartz_store::postgres::add_job(&mut tx, "billing", &job).await?;
 //! tx.commit().await?; // the customer and its job, or neither
 //! # Ok(()) }

@@ -149,12 +149,14 @@ impl IntoResponse for ApiError {
 }
 
 /// The field a serde error names: its path, or for a missing or unknown
-/// field at that path, the field itself.
+/// field at that path, or a value the job model refused by name
+/// ([`FieldError`](quartz_core::admin::FieldError)), the field itself.
 fn field_of(path: &str, message: &str) -> String {
     let named = message
         .strip_prefix("missing field `")
         .or_else(|| message.strip_prefix("unknown field `"))
-        .and_then(|rest| rest.split('`').next());
+        .and_then(|rest| rest.split('`').next())
+        .or_else(|| quartz_core::admin::FieldError::parse(message).map(|(field, _)| field));
     match (path, named) {
         (".", Some(name)) => name.to_owned(),
         (".", None) => String::new(),
@@ -162,6 +164,13 @@ fn field_of(path: &str, message: &str) -> String {
         (path, Some(name)) => format!("{path}.{name}"),
         (path, None) => path.to_owned(),
     }
+}
+
+/// A serde error as the API's 400, the field at fault named.
+fn serde_error(path: &str, message: &str) -> ApiError {
+    let field = field_of(path, message);
+    let message = quartz_core::admin::FieldError::parse(message).map_or(message, |(_, rest)| rest);
+    ApiError::invalid(field, message)
 }
 
 /// A JSON body decoded with the field at fault named on error (400), a
@@ -203,11 +212,7 @@ impl<T: DeserializeOwned, St: Send + Sync> FromRequest<St> for ApiJson<T> {
                     format!("the body holds more than one JSON value: {e}"),
                 )),
             },
-            Err(e) => {
-                let path = e.path().to_string();
-                let message = e.inner().to_string();
-                Err(ApiError::invalid(field_of(&path, &message), message))
-            }
+            Err(e) => Err(serde_error(&e.path().to_string(), &e.inner().to_string())),
         }
     }
 }
@@ -233,11 +238,7 @@ impl<T: DeserializeOwned, St: Send + Sync> FromRequestParts<St> for ApiQuery<T> 
         let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
         match serde_path_to_error::deserialize(de) {
             Ok(value) => Ok(ApiQuery(value)),
-            Err(e) => {
-                let path = e.path().to_string();
-                let message = e.inner().to_string();
-                Err(ApiError::invalid(field_of(&path, &message), message))
-            }
+            Err(e) => Err(serde_error(&e.path().to_string(), &e.inner().to_string())),
         }
     }
 }

@@ -114,7 +114,10 @@ async fn roles(db: &TestDb) {
     }
     let probe_job = admin.job("probe").await.unwrap();
     assert_eq!(probe_job.state, "enabled");
-    assert_eq!(probe_job.description, "", "no change got through with the read token");
+    assert_eq!(
+        probe_job.spec.description, "",
+        "no change got through with the read token"
+    );
     assert_eq!(probe_job.triggers.len(), 1);
     assert!(admin.job("new").await.is_err());
 
@@ -128,7 +131,7 @@ async fn roles(db: &TestDb) {
         assert!(a.status < 500, "{method} {path}: {}", a.body);
     }
     assert!(admin.job("probe").await.is_err(), "the admin token deleted it");
-    assert_eq!(admin.job("new").await.unwrap().name, "new");
+    assert_eq!(admin.job("new").await.unwrap().spec.name, "new");
 
     // What needs no token: health and the API's description.
     assert_eq!(http::get(addr, "GET", "/healthz", None).await.status, 200);

@@ -268,7 +268,9 @@ async fn console(db: &TestDb) {
     browser.wait_text("#live", "live").await;
     browser.script("window.quartzMarker = 'still here'").await;
     let mut later = JobDefinition::new("appeared-later", "report");
-    later.triggers.push(TriggerDefinition::cron("0 0 5 * * ?", "UTC"));
+    later
+        .triggers
+        .push(TriggerDefinition::cron("0 0 5 * * ?", "UTC").unwrap());
     admin.job_add(&later).await.unwrap();
     wait_for(Duration::from_secs(20), "the jobs page to show the new job", || async {
         let shown = browser

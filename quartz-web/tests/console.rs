@@ -8,6 +8,10 @@
 mod http;
 
 use std::net::SocketAddr;
+use std::time::Duration;
+
+use quartz_core::Timestamp;
+use quartz_core::cron::{DstChoice, RepeatedTime, SkippedTime};
 
 use quartz_core::admin::{Admin, ChangeFilter, JobDefinition, JobFilter, TriggerDefinition};
 use quartz_testkit::{Kind, TestDb, backend_tests};
@@ -89,11 +93,11 @@ async fn job_state(admin: &Admin, name: &str) -> String {
 async fn pages_render_with_every_name_escaped(db: &TestDb) {
     let admin = Admin::new(db.store().await, CLUSTER);
     let mut hostile = JobDefinition::new(SCRIPT_NAME, "log");
-    hostile.description = "<img src=x onerror=alert(2)>".into();
-    hostile.payload = serde_json::json!({"html": "</pre><script>alert(3)</script>"});
+    hostile.spec.description = "<img src=x onerror=alert(2)>".into();
+    hostile.spec.payload = serde_json::json!({"html": "</pre><script>alert(3)</script>"}).to_string();
     hostile
         .triggers
-        .push(TriggerDefinition::cron("0 0 6 * * ?", "Europe/Paris"));
+        .push(TriggerDefinition::cron("0 0 6 * * ?", "Europe/Paris").unwrap());
     admin.job_add(&hostile).await.unwrap();
     let addr = server(admin.clone()).await;
 
@@ -221,15 +225,15 @@ async fn the_form_creates_edits_and_refuses_bad_input(db: &TestDb) {
         shown.body
     );
     let job = admin.job("nightly").await.unwrap();
-    assert_eq!(job.payload, serde_json::json!({"to": "ops"}));
-    assert_eq!(job.max_attempts, 3);
-    assert_eq!(job.triggers[0].cron.as_deref(), Some("0 0 2 * * ?"));
+    assert_eq!(job.spec.payload_value(), serde_json::json!({"to": "ops"}));
+    assert_eq!(job.spec.retry.max_attempts, 3);
+    assert_eq!(job.triggers[0].definition.cron_text(), Some("0 0 2 * * ?"));
     assert_eq!(
-        (
-            job.triggers[0].dst_skipped.as_deref(),
-            job.triggers[0].dst_repeated.as_deref()
-        ),
-        (None, Some("both")),
+        job.triggers[0].definition.dst_choice(),
+        Some(DstChoice {
+            skipped: SkippedTime::Quartz,
+            repeated: RepeatedTime::Both
+        }),
         "the DST choice, Quartz's where left so"
     );
     let edit = page(addr, "/jobs/nightly/edit", Some(&cookie)).await;
@@ -244,7 +248,10 @@ async fn the_form_creates_edits_and_refuses_bad_input(db: &TestDb) {
     let saved = post(addr, "/jobs/nightly/edit", Some(&cookie), &fields, &[]).await;
     assert_eq!(saved.status, 303, "{}", saved.body);
     let job = admin.job("nightly").await.unwrap();
-    assert_eq!((job.handler.as_str(), job.triggers[0].id), ("report.v2", trigger_id));
+    assert_eq!(
+        (job.spec.handler.as_str(), job.triggers[0].id),
+        ("report.v2", trigger_id)
+    );
     // One that changes it replaces it.
     fields[1] = ("name", "nightly-eu");
     fields[5] = ("cron", "0 30 2 * * ?");
@@ -254,7 +261,7 @@ async fn the_form_creates_edits_and_refuses_bad_input(db: &TestDb) {
         "/jobs/nightly-eu?notice=saved&subject=nightly-eu",
     );
     let job = admin.job("nightly-eu").await.unwrap();
-    assert_eq!(job.triggers[0].cron.as_deref(), Some("0 30 2 * * ?"));
+    assert_eq!(job.triggers[0].definition.cron_text(), Some("0 30 2 * * ?"));
     assert_ne!(job.triggers[0].id, trigger_id);
     let changes = admin.changes(&ChangeFilter::default()).await.unwrap().items;
     assert!(changes.iter().all(|c| c.actor == "http:admin"), "{changes:?}");
@@ -270,7 +277,8 @@ async fn the_form_creates_edits_and_refuses_bad_input(db: &TestDb) {
 async fn every_form_needs_the_sessions_csrf_token_and_the_admin_role(db: &TestDb) {
     let admin = Admin::new(db.store().await, CLUSTER);
     let mut job = JobDefinition::new("probe", "log");
-    job.triggers.push(TriggerDefinition::cron("0 0 6 * * ?", "UTC"));
+    job.triggers
+        .push(TriggerDefinition::cron("0 0 6 * * ?", "UTC").unwrap());
     admin.job_add(&job).await.unwrap();
     let addr = server(admin.clone()).await;
     let cookie = login(addr, ADMIN).await;
@@ -388,8 +396,11 @@ async fn calendars_are_listed_added_replaced_and_deleted(db: &TestDb) {
         .await
         .unwrap();
     let mut job = JobDefinition::new("daily", "log");
-    job.triggers
-        .push(TriggerDefinition::cron("0 0 9 * * ?", "UTC").calendar("holidays"));
+    job.triggers.push(
+        TriggerDefinition::cron("0 0 9 * * ?", "UTC")
+            .unwrap()
+            .calendar("holidays"),
+    );
     admin.job_add(&job).await.unwrap();
     let addr = server(admin.clone()).await;
     let cookie = login(addr, ADMIN).await;
@@ -561,8 +572,11 @@ async fn the_forms_preview_passes_over_its_calendars_exclusions(db: &TestDb) {
         serde_json::from_str(r#"{"kind": "weekly", "days": ["tue", "wed", "thu", "fri", "sat", "sun"]}"#).unwrap();
     admin.calendar_put("mondays", &mondays, None).await.unwrap();
     let mut job = JobDefinition::new("weekly", "log");
-    job.triggers
-        .push(TriggerDefinition::cron("0 0 9 * * ?", "UTC").calendar("mondays"));
+    job.triggers.push(
+        TriggerDefinition::cron("0 0 9 * * ?", "UTC")
+            .unwrap()
+            .calendar("mondays"),
+    );
     admin.job_add(&job).await.unwrap();
     let addr = server(admin.clone()).await;
     let cookie = login(addr, ADMIN).await;
@@ -644,7 +658,8 @@ async fn without_a_token_loopback_gets_a_session_and_a_rebound_host_is_refused()
 async fn loopback(db: &TestDb) {
     let admin = Admin::new(db.store().await, CLUSTER);
     let mut job = JobDefinition::new("probe", "log");
-    job.triggers.push(TriggerDefinition::cron("0 0 6 * * ?", "UTC"));
+    job.triggers
+        .push(TriggerDefinition::cron("0 0 6 * * ?", "UTC").unwrap());
     admin.job_add(&job).await.unwrap();
 
     let addr = http::serve(
@@ -761,30 +776,34 @@ async fn an_edit_keeps_every_trigger_field_it_did_not_change(db: &TestDb) {
         .await
         .unwrap();
     let mut job = JobDefinition::new("bounded", "report");
-    let mut trigger = TriggerDefinition::cron("0 0 6 * * ?", "Europe/Paris");
-    trigger.start = Some(1_798_761_600_000); // 2027-01-01T00:00:00Z
-    trigger.end = Some(1_811_808_000_000); // 2027-06-01T00:00:00Z
+    let mut trigger = TriggerDefinition::cron("0 0 6 * * ?", "Europe/Paris").unwrap();
+    trigger.start = Some(Timestamp::from_millis(1_798_761_600_000)); // 2027-01-01T00:00:00Z
+    trigger.end = Some(Timestamp::from_millis(1_811_808_000_000)); // 2027-06-01T00:00:00Z
     trigger.repeat = Some(5);
     trigger.priority = 7;
-    trigger.misfire = Some("do_nothing".into());
+    trigger.misfire = "do_nothing".parse().unwrap();
     trigger.calendar = Some("holidays".into());
-    trigger.dst_repeated = Some("both".into());
+    let trigger = trigger.dst(DstChoice {
+        skipped: SkippedTime::Quartz,
+        repeated: RepeatedTime::Both,
+    });
     job.triggers.push(trigger);
     admin.job_add(&job).await.unwrap();
     let addr = server(admin.clone()).await;
     let cookie = login(addr, ADMIN).await;
 
     let check = |view: &quartz_core::admin::JobView, cron: &str| {
-        let t = &view.triggers[0];
-        assert_eq!(t.cron.as_deref(), Some(cron));
-        assert_eq!(t.start, 1_798_761_600_000, "start kept: {t:?}");
-        assert_eq!(t.end, Some(1_811_808_000_000), "end kept: {t:?}");
-        assert_eq!(t.repeat, Some(5), "repeat kept: {t:?}");
-        assert_eq!(t.priority, 7, "priority kept: {t:?}");
-        assert_eq!(t.misfire, "do_nothing");
-        assert_eq!(t.calendar.as_deref(), Some("holidays"));
-        assert_eq!(t.dst_repeated.as_deref(), Some("both"));
-        assert_eq!(t.time_zone.as_deref(), Some("Europe/Paris"));
+        // As the API shows it.
+        let t = serde_json::to_value(&view.triggers[0]).unwrap();
+        assert_eq!(t["cron"], cron);
+        assert_eq!(t["start"], 1_798_761_600_000_i64, "start kept: {t}");
+        assert_eq!(t["end"], 1_811_808_000_000_i64, "end kept: {t}");
+        assert_eq!(t["repeat"], 5, "repeat kept: {t}");
+        assert_eq!(t["priority"], 7, "priority kept: {t}");
+        assert_eq!(t["misfire"], "do_nothing");
+        assert_eq!(t["calendar"], "holidays");
+        assert_eq!(t["dst_repeated"], "both");
+        assert_eq!(t["time_zone"], "Europe/Paris");
     };
 
     // The browser: every field as the edit page shows it, the cron changed.
@@ -825,7 +844,7 @@ async fn an_edit_keeps_every_trigger_field_it_did_not_change(db: &TestDb) {
     assert_eq!(saved.status, 303, "{}", saved.body);
     let view = admin.job("bounded").await.unwrap();
     check(&view, "0 45 6 * * ?");
-    assert_eq!(view.handler, "report", "the handler kept");
+    assert_eq!(view.spec.handler, "report", "the handler kept");
 }
 
 /// Sets a field of a posted form.
@@ -845,8 +864,9 @@ fn set(fields: &mut [(String, String)], name: &str, value: &str) {
 async fn two_editors_of_one_job_are_told_not_overwritten(db: &TestDb) {
     let admin = Admin::new(db.store().await, CLUSTER);
     let mut job = JobDefinition::new("shared", "report");
-    job.description = "as added".into();
-    job.triggers.push(TriggerDefinition::cron("0 0 6 * * ?", "UTC"));
+    job.spec.description = "as added".into();
+    job.triggers
+        .push(TriggerDefinition::cron("0 0 6 * * ?", "UTC").unwrap());
     admin.job_add(&job).await.unwrap();
     admin
         .calendar_put(
@@ -888,7 +908,10 @@ async fn two_editors_of_one_job_are_told_not_overwritten(db: &TestDb) {
         "Bob's own change is not news: {meanwhile}"
     );
     let stored = admin.job("shared").await.unwrap();
-    assert_eq!((stored.description.as_str(), stored.timeout_ms), ("Alice's", None));
+    assert_eq!(
+        (stored.spec.description.as_str(), stored.spec.timeout),
+        ("Alice's", None)
+    );
 
     // The form shown carries Bob's change onto Alice's; saving it keeps both.
     let fields = posted_by_browser(&refused.body);
@@ -901,8 +924,8 @@ async fn two_editors_of_one_job_are_told_not_overwritten(db: &TestDb) {
     assert_eq!(saved.status, 303, "{}", saved.body);
     let stored = admin.job("shared").await.unwrap();
     assert_eq!(
-        (stored.description.as_str(), stored.timeout_ms),
-        ("Alice's", Some(5000))
+        (stored.spec.description.as_str(), stored.spec.timeout),
+        ("Alice's", Some(Duration::from_secs(5)))
     );
 
     // A delete confirmed on a page shown before those changes.
@@ -962,7 +985,8 @@ async fn two_editors_of_one_job_are_told_not_overwritten(db: &TestDb) {
 async fn deleted_jobs_and_calendars_are_linked_where_they_are(db: &TestDb) {
     let admin = Admin::new(db.store().await, CLUSTER);
     let mut job = JobDefinition::new("gone", "report");
-    job.triggers.push(TriggerDefinition::cron("0 0 6 * * ?", "UTC"));
+    job.triggers
+        .push(TriggerDefinition::cron("0 0 6 * * ?", "UTC").unwrap());
     let added = admin.job_add(&job).await.unwrap();
     admin.job_trigger("gone").await.unwrap();
     admin.job_delete("gone", None).await.unwrap();
@@ -1019,7 +1043,8 @@ async fn the_history_pages_back_and_forth_and_retries_a_failed_fire(db: &TestDb)
         .unwrap();
     let admin = node.admin();
     let mut job = JobDefinition::new("backup", "disk");
-    job.triggers.push(TriggerDefinition::cron("0 0 0 1 1 ? 2099", "UTC"));
+    job.triggers
+        .push(TriggerDefinition::cron("0 0 0 1 1 ? 2099", "UTC").unwrap());
     admin.job_add(&job).await.unwrap();
     for _ in 0..105 {
         admin.job_trigger("backup").await.unwrap();
@@ -1102,8 +1127,8 @@ async fn the_history_pages_back_and_forth_and_retries_a_failed_fire(db: &TestDb)
 async fn a_triggers_times_show_in_its_zone_with_utc_beside(db: &TestDb) {
     let admin = Admin::new(db.store().await, CLUSTER);
     let mut job = JobDefinition::new("paris", "report");
-    let mut trigger = TriggerDefinition::cron("0 0 6 * * ?", "Europe/Paris");
-    trigger.start = Some(4_040_150_400_000); // 2098-01-10T00:00:00Z
+    let mut trigger = TriggerDefinition::cron("0 0 6 * * ?", "Europe/Paris").unwrap();
+    trigger.start = Some(Timestamp::from_millis(4_040_150_400_000)); // 2098-01-10T00:00:00Z
     job.triggers.push(trigger);
     let view = admin.job_add(&job).await.unwrap();
     assert_eq!(

@@ -2,7 +2,7 @@
 //! a job and its triggers.
 
 use anyhow::Context;
-use quartz_core::admin::Admin;
+use quartz_core::admin::{Admin, JobDefinition};
 use quartz_core::store::{FireQuery, JobDetail, JobSpec, TriggerColumns};
 use quartz_store::AnyStore;
 use serde_json::{Value, json};
@@ -134,8 +134,8 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
                 );
             };
             let spec = job.apply(JobSpec::new(name, handler.clone()))?;
-            let executes = if trigger.given() {
-                vec![trigger.to_execute(admin.now().await?)?]
+            let triggers = if trigger.given() {
+                vec![trigger.to_definition()?]
             } else if spec.parent.is_some() || on_demand {
                 Vec::new()
             } else {
@@ -144,8 +144,9 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
                      only when fired by hand"
                 );
             };
-            warn(&admin.job_create(&spec, &executes).await?);
-            show(&store, scheduler, &spec.name, out).await
+            let name = spec.name.clone();
+            warn(&admin.job_add(&JobDefinition { spec, triggers }).await?);
+            show(&store, scheduler, &name, out).await
         }
         JobCommand::List => list(&store, scheduler, out).await,
         JobCommand::Show { name } => show(&store, scheduler, &name, out).await,
@@ -173,24 +174,15 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
             Ok(())
         }
         JobCommand::Edit { name, job, trigger } => {
-            let current = store
-                .get_job(&name)
-                .await?
-                .with_context(|| format!("no job {name:?} in scheduler {scheduler:?}"))?;
-            let spec = job.apply(current.job.spec)?;
-            let executes = if trigger.given() {
-                Some(vec![trigger.to_execute(admin.now().await?)?])
-            } else {
-                None
-            };
-            // Against the version read: a change made meanwhile is refused
-            // (run the command again), never overwritten with what was read.
-            warn(
-                &admin
-                    .job_update(&name, &spec, executes.as_deref(), Some(current.job.version))
-                    .await?,
-            );
-            show(&store, scheduler, &spec.name, out).await
+            let mut patch = job.patch()?;
+            if trigger.given() {
+                patch.triggers = Some(vec![trigger.to_definition()?]);
+            }
+            // Applied to the job as it is when written: a change made
+            // meanwhile to another field is kept.
+            let view = admin.job_edit(&name, &patch, None).await?;
+            warn(&view);
+            show(&store, scheduler, view.name(), out).await
         }
         JobCommand::Delete { name } => {
             admin.job_delete(&name, None).await?;

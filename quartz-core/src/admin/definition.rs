@@ -1,5 +1,11 @@
-//! What the admin surface takes in: a job's definition and its triggers, as plain data (serde), checked field by field so that an
-//! error names the field at fault.
+//! The job model: a job's definition and its triggers, typed (durations as
+//! [`Duration`], the misfire policy as [`MisfirePolicy`], the schedule as a
+//! [`Schedule`] with its [`DstChoice`]). The same definition is what code
+//! declares, what the API, the CLI and the console read and write as JSON
+//! (with the field names and units the API has always used), and, with
+//! where it stands, what a view shows.
+
+use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -85,121 +91,121 @@ pub enum TriggerKind {
     Once,
 }
 
-/// A trigger as the admin API takes it.
+impl TriggerKind {
+    /// The kind of a schedule.
+    pub fn of(schedule: &Schedule) -> TriggerKind {
+        match schedule {
+            Schedule::Cron { .. } => TriggerKind::Cron,
+            Schedule::FixedRate { .. } => TriggerKind::FixedRate,
+            Schedule::FixedDelay { .. } => TriggerKind::FixedDelay,
+            Schedule::Once => TriggerKind::Once,
+        }
+    }
+
+    /// `cron`, `fixed_rate`, `fixed_delay` or `once`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TriggerKind::Cron => "cron",
+            TriggerKind::FixedRate => "fixed_rate",
+            TriggerKind::FixedDelay => "fixed_delay",
+            TriggerKind::Once => "once",
+        }
+    }
+}
+
+/// A trigger: when its job fires. Its JSON form is the API's (`kind`,
+/// `cron`, `time_zone`, `interval_ms`, `start`, `end`, `repeat`, `misfire`,
+/// `priority`, `calendar`, `dst_skipped`, `dst_repeated`); reading it
+/// checks each value and names the field at fault.
 ///
 /// ```
 /// use quartz_core::admin::TriggerDefinition;
+/// use quartz_core::misfire::MisfirePolicy;
 ///
 /// let nightly: TriggerDefinition = serde_json::from_str(
-///     r#"{"kind": "cron", "cron": "0 0 2 * * ?", "time_zone": "Europe/Paris"}"#,
+///     r#"{"kind": "cron", "cron": "0 0 2 * * ?", "time_zone": "Europe/Paris", "misfire": "do_nothing"}"#,
 /// )?;
-/// let spec = nightly.to_execute(0, quartz_core::Timestamp::from_millis(0))?;
-/// assert_eq!(spec.priority, 0);
+/// assert_eq!(nightly.misfire, MisfirePolicy::DoNothing);
+/// assert_eq!(nightly, TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris")?.misfire(MisfirePolicy::DoNothing));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(try_from = "super::wire::TriggerWire", into = "super::wire::TriggerWire")]
 pub struct TriggerDefinition {
     /// How fire times are spaced.
-    pub kind: TriggerKind,
-    /// For `cron`: the expression (Quartz syntax, seconds first).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cron: Option<String>,
-    /// For `cron`: the IANA time zone (default `UTC`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time_zone: Option<String>,
-    /// For `fixed_rate` and `fixed_delay`: milliseconds between fires.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interval_ms: Option<i64>,
-    /// Not before this instant (epoch ms or RFC 3339; default now); for
-    /// `once`, its one fire time.
-    #[serde(
-        default,
-        deserialize_with = "deserialize_instant",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[cfg_attr(feature = "openapi", schema(schema_with = instant_schema))]
-    pub start: Option<i64>,
+    pub schedule: Schedule,
+    /// Not before this instant (default: when the trigger is stored); for
+    /// a one-off trigger, its one fire time.
+    pub start: Option<Timestamp>,
     /// Not after this instant.
-    #[serde(
-        default,
-        deserialize_with = "deserialize_instant",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[cfg_attr(feature = "openapi", schema(schema_with = instant_schema))]
-    pub end: Option<i64>,
+    pub end: Option<Timestamp>,
     /// At most this many fires.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repeat: Option<u64>,
-    /// The misfire policy (`smart`, `fire_now`, `ignore_misfires`,
-    /// `do_nothing`, `reschedule_now_with_existing_count`, …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub misfire: Option<String>,
+    /// What a late fire does (default [`MisfirePolicy::Smart`]).
+    pub misfire: MisfirePolicy,
     /// Higher fires first among fires due at the same instant.
-    #[serde(default)]
     pub priority: i32,
     /// The calendar, by name, whose excluded times are not fire times (see
     /// [`crate::calendar`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calendar: Option<String>,
-    /// For `cron`: a local time a DST change skips fires at the shifted
-    /// instant (`shift`) or not at all (`skip`); default `quartz`, Quartz's
-    /// own behaviour (see [`crate::cron::DstChoice`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst_skipped: Option<String>,
-    /// For `cron`: a local time a DST change repeats fires at its `first`
-    /// occurrence, its `second`, or `both`; default `quartz` (once, at the
-    /// later instant).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst_repeated: Option<String>,
 }
 
 impl TriggerDefinition {
-    /// A cron trigger in a zone, from now on.
-    pub fn cron(expr: impl Into<String>, time_zone: impl Into<String>) -> TriggerDefinition {
+    /// A trigger on `schedule`, from when it is stored on.
+    pub fn new(schedule: Schedule) -> TriggerDefinition {
         TriggerDefinition {
-            cron: Some(expr.into()),
-            time_zone: Some(time_zone.into()),
-            ..TriggerDefinition::of(TriggerKind::Cron)
+            schedule,
+            start: None,
+            end: None,
+            repeat: None,
+            misfire: MisfirePolicy::Smart,
+            priority: 0,
+            calendar: None,
         }
     }
 
-    /// A fixed-rate trigger, from now on.
-    pub fn every(interval: std::time::Duration) -> TriggerDefinition {
-        TriggerDefinition {
-            interval_ms: Some(i64::try_from(interval.as_millis()).unwrap_or(i64::MAX)),
-            ..TriggerDefinition::of(TriggerKind::FixedRate)
-        }
+    /// A cron trigger: a Quartz expression (seconds first) in an IANA zone.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Invalid`] on `cron` or `time_zone`.
+    pub fn cron(expr: &str, time_zone: &str) -> Result<TriggerDefinition, AdminError> {
+        let expr = CronExpression::parse(expr).map_err(|e| AdminError::invalid("cron", e.to_string()))?;
+        let zone = parse_time_zone(time_zone).map_err(|e| AdminError::invalid("time_zone", e.to_string()))?;
+        Ok(TriggerDefinition::new(Schedule::cron(expr, zone)))
     }
 
-    /// A fixed-delay trigger: `delay` after each run finished, from now on.
-    pub fn after_each(delay: std::time::Duration) -> TriggerDefinition {
-        TriggerDefinition {
-            interval_ms: Some(crate::store::millis_of(delay)),
-            ..TriggerDefinition::of(TriggerKind::FixedDelay)
-        }
+    /// A fixed-rate trigger: every `interval` (1 ms to 100 years, kept to
+    /// the millisecond; checked when stored).
+    pub fn every(interval: Duration) -> TriggerDefinition {
+        TriggerDefinition::new(Schedule::FixedRate {
+            interval_ms: crate::store::millis_of(interval),
+        })
+    }
+
+    /// A fixed-delay trigger: `delay` after each run finished.
+    pub fn after_each(delay: Duration) -> TriggerDefinition {
+        TriggerDefinition::new(Schedule::FixedDelay {
+            delay_ms: crate::store::millis_of(delay),
+        })
     }
 
     /// A trigger that fires once, at `at`.
     pub fn once(at: Timestamp) -> TriggerDefinition {
-        TriggerDefinition {
-            start: Some(at.as_millis()),
-            ..TriggerDefinition::of(TriggerKind::Once)
-        }
+        TriggerDefinition::new(Schedule::Once).starting(at)
     }
 
     /// Not before `start`.
     #[must_use]
     pub fn starting(mut self, start: Timestamp) -> TriggerDefinition {
-        self.start = Some(start.as_millis());
+        self.start = Some(start);
         self
     }
 
     /// Not after `end`.
     #[must_use]
     pub fn ending(mut self, end: Timestamp) -> TriggerDefinition {
-        self.end = Some(end.as_millis());
+        self.end = Some(end);
         self
     }
 
@@ -218,135 +224,95 @@ impl TriggerDefinition {
     }
 
     /// For a cron trigger: what it does with a local time a DST change
-    /// skips or repeats.
+    /// skips or repeats. Other schedules have no local times, and are left
+    /// as they are.
     #[must_use]
     pub fn dst(mut self, choice: DstChoice) -> TriggerDefinition {
-        self.dst_skipped = Some(choice.skipped.as_str().to_owned());
-        self.dst_repeated = Some(choice.repeated.as_str().to_owned());
+        if let Schedule::Cron { dst, .. } = &mut self.schedule {
+            *dst = choice;
+        }
         self
     }
 
     /// The misfire policy.
     #[must_use]
-    pub fn misfire(mut self, policy: crate::misfire::MisfirePolicy) -> TriggerDefinition {
-        self.misfire = Some(policy.as_str().to_owned());
+    pub fn misfire(mut self, policy: MisfirePolicy) -> TriggerDefinition {
+        self.misfire = policy;
         self
     }
 
-    fn of(kind: TriggerKind) -> TriggerDefinition {
-        TriggerDefinition {
-            kind,
-            cron: None,
-            time_zone: None,
-            interval_ms: None,
-            start: None,
-            end: None,
-            repeat: None,
-            misfire: None,
-            priority: 0,
-            calendar: None,
-            dst_skipped: None,
-            dst_repeated: None,
+    /// The priority among fires due at the same instant.
+    #[must_use]
+    pub fn priority(mut self, priority: i32) -> TriggerDefinition {
+        self.priority = priority;
+        self
+    }
+
+    /// A cron trigger's zone, by IANA name.
+    pub fn zone_name(&self) -> Option<&'static str> {
+        match &self.schedule {
+            Schedule::Cron { zone, .. } => Some(zone.name()),
+            _ => None,
         }
     }
 
+    /// A cron trigger's expression, as written.
+    pub fn cron_text(&self) -> Option<&str> {
+        match &self.schedule {
+            Schedule::Cron { expr, .. } => Some(expr.as_str()),
+            _ => None,
+        }
+    }
+
+    /// A fixed-rate trigger's interval or a fixed-delay trigger's delay.
+    pub fn interval(&self) -> Option<Duration> {
+        match self.schedule {
+            Schedule::FixedRate { interval_ms: ms } | Schedule::FixedDelay { delay_ms: ms } => {
+                Some(crate::store::duration_of(ms))
+            }
+            _ => None,
+        }
+    }
+
+    /// A cron trigger's DST choice.
+    pub fn dst_choice(&self) -> Option<DstChoice> {
+        match self.schedule {
+            Schedule::Cron { dst, .. } => Some(dst),
+            _ => None,
+        }
+    }
+
+    /// How fire times are spaced.
+    pub fn kind(&self) -> TriggerKind {
+        TriggerKind::of(&self.schedule)
+    }
+
     /// The stored form of this trigger; `index` is its place in the job's
-    /// list (for the field an error names, `triggers[i].cron`), `now` the
+    /// list (for the field an error names, `triggers[i].end`), `now` the
     /// default start.
     ///
     /// # Errors
     ///
     /// [`AdminError::Invalid`] naming the field.
     pub fn to_execute(&self, index: usize, now: Timestamp) -> Result<ExecuteSpec, AdminError> {
-        let field = |name: &str| format!("triggers[{index}].{name}");
-        let invalid = |name: &str, e: &dyn std::fmt::Display| AdminError::invalid(field(name), e.to_string());
-        let unused = |name: &str, given: bool| {
-            if given {
-                Err(AdminError::invalid(
-                    field(name),
-                    format!("{name} does not apply to a {} trigger", self.kind_name()),
-                ))
-            } else {
-                Ok(())
-            }
+        let invalid = |name: &str, e: &dyn std::fmt::Display| {
+            AdminError::invalid(format!("triggers[{index}].{name}"), e.to_string())
         };
-        let interval = || {
-            self.interval_ms.ok_or_else(|| {
-                AdminError::invalid(
-                    field("interval_ms"),
-                    "a fixed-rate or fixed-delay trigger needs interval_ms",
-                )
-            })
+        let schedule_field = match self.kind() {
+            TriggerKind::FixedRate | TriggerKind::FixedDelay => "interval_ms",
+            TriggerKind::Cron | TriggerKind::Once => "kind",
         };
-        let schedule = match self.kind {
-            TriggerKind::Cron => {
-                unused("interval_ms", self.interval_ms.is_some())?;
-                let text = self
-                    .cron
-                    .as_deref()
-                    .ok_or_else(|| AdminError::invalid(field("cron"), "a cron trigger needs a cron expression"))?;
-                let expr = CronExpression::parse(text).map_err(|e| invalid("cron", &e))?;
-                let zone = parse_time_zone(self.time_zone.as_deref().unwrap_or("UTC"))
-                    .map_err(|e| invalid("time_zone", &e))?;
-                let dst =
-                    super::parse_dst(self.dst_skipped.as_deref(), self.dst_repeated.as_deref()).map_err(
-                        |e| match e {
-                            AdminError::Invalid { field: name, message } => AdminError::invalid(field(&name), message),
-                            other => other,
-                        },
-                    )?;
-                Schedule::cron_with_dst(expr, zone, dst)
-            }
-            TriggerKind::FixedRate | TriggerKind::FixedDelay | TriggerKind::Once
-                if self.dst_skipped.is_some() || self.dst_repeated.is_some() =>
-            {
-                let name = if self.dst_skipped.is_some() {
-                    "dst_skipped"
-                } else {
-                    "dst_repeated"
-                };
-                return Err(AdminError::invalid(
-                    field(name),
-                    format!(
-                        "a DST choice does not apply to a {} trigger: only cron triggers have local times",
-                        self.kind_name()
-                    ),
-                ));
-            }
-            TriggerKind::FixedRate | TriggerKind::FixedDelay => {
-                unused("cron", self.cron.is_some())?;
-                unused("time_zone", self.time_zone.is_some())?;
-                let ms = interval()?;
-                let schedule = if self.kind == TriggerKind::FixedRate {
-                    Schedule::fixed_rate_millis(ms)
-                } else {
-                    Schedule::fixed_delay_millis(ms)
-                };
-                schedule.map_err(|e| invalid("interval_ms", &e))?
-            }
-            TriggerKind::Once => {
-                unused("cron", self.cron.is_some())?;
-                unused("time_zone", self.time_zone.is_some())?;
-                unused("interval_ms", self.interval_ms.is_some())?;
-                Schedule::Once
-            }
-        };
-        let start = self.start.map_or(now, Timestamp::from_millis);
-        let mut trigger = Trigger::new(schedule, start).map_err(|e| invalid("kind", &e))?;
+        let mut trigger =
+            Trigger::new(self.schedule.clone(), self.start.unwrap_or(now)).map_err(|e| invalid(schedule_field, &e))?;
         if let Some(end) = self.end {
-            trigger = trigger
-                .with_end(Timestamp::from_millis(end))
-                .map_err(|e| invalid("end", &e))?;
+            trigger = trigger.with_end(end).map_err(|e| invalid("end", &e))?;
         }
         if let Some(n) = self.repeat {
             trigger = trigger.with_repeat_limit(n).map_err(|e| invalid("repeat", &e))?;
         }
-        if let Some(policy) = &self.misfire {
-            let policy: MisfirePolicy = policy.parse().map_err(|e| invalid("misfire", &e))?;
-            trigger = trigger
-                .with_misfire_policy(policy)
-                .map_err(|e| invalid("misfire", &e))?;
-        }
+        trigger = trigger
+            .with_misfire_policy(self.misfire)
+            .map_err(|e| invalid("misfire", &e))?;
         if let Some(name) = &self.calendar {
             trigger = trigger.with_calendar(name).map_err(|e| invalid("calendar", &e))?;
         }
@@ -355,77 +321,55 @@ impl TriggerDefinition {
             priority: self.priority,
         })
     }
+}
 
-    fn kind_name(&self) -> &'static str {
-        match self.kind {
-            TriggerKind::Cron => "cron",
-            TriggerKind::FixedRate => "fixed-rate",
-            TriggerKind::FixedDelay => "fixed-delay",
-            TriggerKind::Once => "one-off",
+impl From<&ExecuteSpec> for TriggerDefinition {
+    /// A stored trigger's definition, its start given.
+    fn from(e: &ExecuteSpec) -> TriggerDefinition {
+        TriggerDefinition::of_trigger(&e.trigger, e.priority)
+    }
+}
+
+impl TriggerDefinition {
+    /// The definition of a trigger and its priority, its start given.
+    pub fn of_trigger(trigger: &Trigger, priority: i32) -> TriggerDefinition {
+        TriggerDefinition {
+            schedule: trigger.schedule().clone(),
+            start: Some(trigger.start()),
+            end: trigger.end(),
+            repeat: trigger.repeat_limit(),
+            misfire: trigger.misfire_policy(),
+            priority,
+            calendar: trigger.calendar_name().map(str::to_owned),
         }
     }
 }
 
-fn default_true() -> bool {
-    true
-}
-
-fn default_attempts() -> u32 {
-    1
-}
-
-/// A new job as the admin API takes it: its definition and its triggers.
+/// A job: its own fields (the [`JobSpec`] that is stored) and its
+/// triggers. Its JSON form is the API's: the job's fields (`name`,
+/// `handler`, `payload`, `timeout_ms`, `max_attempts`, `backoff_ms`, …)
+/// beside `triggers`.
 ///
 /// ```
 /// use quartz_core::admin::JobDefinition;
 ///
 /// let job: JobDefinition = serde_json::from_str(r#"{
-///     "name": "report", "handler": "log", "payload": {"to": "ops"},
+///     "name": "report", "handler": "log", "payload": {"to": "ops"}, "timeout_ms": 30000,
 ///     "triggers": [{"kind": "fixed_rate", "interval_ms": 60000}]
 /// }"#)?;
+/// assert_eq!(job.spec.timeout, Some(std::time::Duration::from_secs(30)));
 /// let (spec, executes) = job.to_specs(quartz_core::Timestamp::from_millis(0))?;
 /// assert_eq!(spec.payload, r#"{"to":"ops"}"#);
 /// assert_eq!(executes.len(), 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobDefinition {
-    /// Unique in the scheduler.
-    pub name: String,
-    /// The handler that runs it.
-    pub handler: String,
-    /// The handler's input (any JSON; default `null`).
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
-    pub payload: serde_json::Value,
-    /// Free text.
-    #[serde(default)]
-    pub description: String,
-    /// Re-run a fire whose node died mid-run.
-    #[serde(default)]
-    pub requests_recovery: bool,
-    /// Whether fires of the job may overlap (default true).
-    #[serde(default = "default_true")]
-    pub allow_concurrent: bool,
-    /// Cancel a run after this many milliseconds.
-    #[serde(default)]
-    pub timeout_ms: Option<i64>,
-    /// Attempts in all (default 1: no retry).
-    #[serde(default = "default_attempts")]
-    pub max_attempts: u32,
-    /// Milliseconds between a failure and the next attempt.
-    #[serde(default)]
-    pub backoff_ms: i64,
-    /// Exponential backoff's longest wait, in milliseconds.
-    #[serde(default)]
-    pub backoff_max_ms: Option<i64>,
-    /// Run after each success of this job instead of on triggers.
-    #[serde(default)]
-    pub parent: Option<String>,
-    /// Its triggers (none for a child job).
-    #[serde(default)]
+    /// The job's own fields: name, handler, payload, description,
+    /// recovery, concurrency, timeout, retry and parent.
+    pub spec: JobSpec,
+    /// Its triggers: none for a child job (see [`JobSpec::parent`]) or a
+    /// job that runs only when fired by hand.
     pub triggers: Vec<TriggerDefinition>,
 }
 
@@ -433,18 +377,17 @@ impl JobDefinition {
     /// A job with the defaults and no trigger.
     pub fn new(name: impl Into<String>, handler: impl Into<String>) -> JobDefinition {
         JobDefinition {
-            name: name.into(),
-            handler: handler.into(),
-            payload: serde_json::Value::Null,
-            description: String::new(),
-            requests_recovery: false,
-            allow_concurrent: true,
-            timeout_ms: None,
-            max_attempts: 1,
-            backoff_ms: 0,
-            backoff_max_ms: None,
-            parent: None,
+            spec: JobSpec::new(name, handler),
             triggers: Vec::new(),
+        }
+    }
+
+    /// The definition of a job stored as `job` with `executes` as its
+    /// triggers (each with its start).
+    pub fn of_specs(job: &JobSpec, executes: &[ExecuteSpec]) -> JobDefinition {
+        JobDefinition {
+            spec: job.clone(),
+            triggers: executes.iter().map(TriggerDefinition::from).collect(),
         }
     }
 
@@ -458,14 +401,21 @@ impl JobDefinition {
         JobDefinition::new(name, J::KIND).with_payload(job)
     }
 
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
     /// The payload: any serde value.
     ///
     /// # Errors
     ///
     /// [`AdminError::Invalid`] on `payload` when it does not serialise.
     pub fn with_payload<T: Serialize + ?Sized>(mut self, payload: &T) -> Result<JobDefinition, AdminError> {
-        self.payload = serde_json::to_value(payload)
-            .map_err(|e| AdminError::invalid("payload", format!("the payload does not serialise: {e}")))?;
+        self.spec = self
+            .spec
+            .with_payload(payload)
+            .map_err(|e| AdminError::invalid("payload", e.to_string()))?;
         Ok(self)
     }
 
@@ -479,37 +429,35 @@ impl JobDefinition {
     /// The description.
     #[must_use]
     pub fn with_description(mut self, description: impl Into<String>) -> JobDefinition {
-        self.description = description.into();
+        self.spec.description = description.into();
         self
     }
 
     /// A timeout.
     #[must_use]
-    pub fn with_timeout(mut self, timeout: std::time::Duration) -> JobDefinition {
-        self.timeout_ms = Some(crate::store::millis_of(timeout));
+    pub fn with_timeout(mut self, timeout: Duration) -> JobDefinition {
+        self.spec.timeout = Some(timeout);
         self
     }
 
     /// A retry policy.
     #[must_use]
     pub fn with_retry(mut self, retry: RetryPolicy) -> JobDefinition {
-        self.max_attempts = retry.max_attempts;
-        self.backoff_ms = crate::store::millis_of(retry.backoff);
-        self.backoff_max_ms = retry.backoff_max.map(crate::store::millis_of);
+        self.spec.retry = retry;
         self
     }
 
     /// Re-run a fire whose node died mid-run, or not.
     #[must_use]
     pub fn with_recovery(mut self, requests_recovery: bool) -> JobDefinition {
-        self.requests_recovery = requests_recovery;
+        self.spec.requests_recovery = requests_recovery;
         self
     }
 
     /// Whether fires of the job may overlap.
     #[must_use]
     pub fn with_concurrency(mut self, allow_concurrent: bool) -> JobDefinition {
-        self.allow_concurrent = allow_concurrent;
+        self.spec.allow_concurrent = allow_concurrent;
         self
     }
 
@@ -517,7 +465,7 @@ impl JobDefinition {
     /// triggers.
     #[must_use]
     pub fn with_parent(mut self, parent: impl Into<String>) -> JobDefinition {
-        self.parent = Some(parent.into());
+        self.spec.parent = Some(parent.into());
         self
     }
 
@@ -527,44 +475,20 @@ impl JobDefinition {
     ///
     /// [`AdminError::Invalid`] naming the first field at fault.
     pub fn to_specs(&self, now: Timestamp) -> Result<(JobSpec, Vec<ExecuteSpec>), AdminError> {
-        let spec = JobSpec {
-            name: self.name.clone(),
-            handler: self.handler.clone(),
-            payload: self.payload.to_string(),
-            description: self.description.clone(),
-            requests_recovery: self.requests_recovery,
-            allow_concurrent: self.allow_concurrent,
-            timeout: self.timeout_ms.map(|ms| wire_duration("timeout_ms", ms)).transpose()?,
-            retry: RetryPolicy {
-                max_attempts: self.max_attempts,
-                backoff: wire_duration("backoff_ms", self.backoff_ms)?,
-                backoff_max: self
-                    .backoff_max_ms
-                    .map(|ms| wire_duration("backoff_max_ms", ms))
-                    .transpose()?,
-            },
-            parent: self.parent.clone(),
-        };
-        spec.check_fields()
+        self.spec
+            .check_fields()
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
-        // No trigger and no parent: a job that runs only when fired by hand.
         let executes = self
             .triggers
             .iter()
             .enumerate()
             .map(|(i, t)| t.to_execute(i, now))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((spec, executes))
+        Ok((self.spec.clone(), executes))
     }
 }
 
 /// A duration the API gives in milliseconds: never negative.
-pub(super) fn wire_duration(field: &str, ms: i64) -> Result<std::time::Duration, AdminError> {
-    if ms < 0 {
-        return Err(AdminError::invalid(
-            field,
-            format!("{field} must be between 0 and 100 years, got {ms} ms"),
-        ));
-    }
-    Ok(crate::store::duration_of(ms))
+pub(super) fn wire_duration(field: &str, ms: i64) -> Result<Duration, AdminError> {
+    super::wire::wire_duration(field, ms).map_err(AdminError::from)
 }

@@ -19,7 +19,7 @@
 //!
 //! let admin = Admin::new(store, "billing").acting_as("ops-script");
 //! let mut job = JobDefinition::new("invoice-acme", "invoice");
-//! job.triggers.push(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris"));
+//! job.triggers.push(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris")?);
 //! let view = admin.job_add(&job).await?;
 //! println!("next fires: {:?}", view.triggers[0].upcoming);
 //! // Paused only if nobody changed it since it was read (`None`: whatever
@@ -35,6 +35,7 @@ mod history;
 mod patch;
 mod reports;
 mod views;
+mod wire;
 
 use std::sync::Arc;
 
@@ -53,6 +54,7 @@ pub use views::{
     BrokenTrigger, ChangeView, FireView, JobView, ManualFire, NodeView, Overview, Page, TriggerView, local_time,
     summary,
 };
+pub use wire::FieldError;
 
 use crate::store::{ExecuteSpec, FireQuery, IntoStore, JobQuery, JobSpec, JobState, SharedStore};
 
@@ -285,7 +287,7 @@ impl Admin {
     /// As [`job_add`](Self::job_add) and [`job_edit`](Self::job_edit).
     pub async fn job_put(&self, job: &JobDefinition) -> Result<(JobView, PutOutcome), AdminError> {
         for _ in 0..5 {
-            let Some(current) = self.store.get_job(&job.name).await? else {
+            let Some(current) = self.store.get_job(job.name()).await? else {
                 match self.job_add(job).await {
                     Ok(view) => return Ok((view, PutOutcome::Created)),
                     // Added meanwhile: compared with on the next turn.
@@ -301,7 +303,7 @@ impl Admin {
             }
             let replaced = (!same).then_some(executes.as_slice());
             match self
-                .job_update(&job.name, &spec, replaced, Some(current.job.version))
+                .job_update(job.name(), &spec, replaced, Some(current.job.version))
                 .await
             {
                 Ok(view) => return Ok((view, PutOutcome::Updated)),
@@ -311,17 +313,12 @@ impl Admin {
             }
         }
         Err(AdminError::Unavailable {
-            reason: format!("job {:?} kept changing while it was declared; try again", job.name),
+            reason: format!("job {:?} kept changing while it was declared; try again", job.name()),
         })
     }
 
-    /// Adds a job from its stored form (as [`job_add`](Self::job_add), for
-    /// callers that build [`JobSpec`]s themselves, such as the CLI).
-    ///
-    /// # Errors
-    ///
-    /// As [`job_add`](Self::job_add).
-    pub async fn job_create(&self, spec: &JobSpec, executes: &[ExecuteSpec]) -> Result<JobView, AdminError> {
+    /// Adds a job from its stored form.
+    async fn job_create(&self, spec: &JobSpec, executes: &[ExecuteSpec]) -> Result<JobView, AdminError> {
         spec.check_fields()
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
         self.check_parent(spec).await?;
@@ -437,15 +434,10 @@ impl Admin {
         }
     }
 
-    /// Replaces a job's definition with a stored form (as
-    /// [`job_edit`](Self::job_edit), for callers that build [`JobSpec`]s
-    /// themselves); `executes`, when given, replace its triggers. With
-    /// `expected_version`, only if the job is at that version.
-    ///
-    /// # Errors
-    ///
-    /// As [`job_edit`](Self::job_edit).
-    pub async fn job_update(
+    /// Replaces a job's stored form; `executes`, when given, replace its
+    /// triggers. With `expected_version`, only if the job is at that
+    /// version.
+    async fn job_update(
         &self,
         name: &str,
         spec: &JobSpec,
@@ -505,11 +497,11 @@ impl Admin {
     pub async fn job_trigger(&self, name: &str) -> Result<ManualFire, AdminError> {
         let (fire_id, fire_time) = self.store.fire_now(name).await?;
         let job = self.job(name).await?;
-        let offered = !self.nodes_offering(&job.handler).await?.is_empty();
+        let offered = !self.nodes_offering(&job.spec.handler).await?.is_empty();
         let paused = job.state == "paused";
         let mut note = format!(
             "fire {fire_id} of {name} is pending: the first node with handler {:?} and a free thread runs it, once",
-            job.handler
+            job.spec.handler
         );
         if paused {
             note.push_str("; the job is paused, and stays paused: its triggers hold, this fire runs all the same");
@@ -519,7 +511,7 @@ impl Admin {
         if !offered {
             note.push_str(&format!(
                 "; no live node offers handler {:?} now: it runs when one does",
-                job.handler
+                job.spec.handler
             ));
         }
         Ok(ManualFire {

@@ -4,8 +4,9 @@
 
 use serde::Serialize;
 
+use super::{JobDefinition, TriggerDefinition};
 use crate::store::{
-    ChangeRecord, Execute, FireRecord, FireState, Job, JobDetail, Node, NodeState, RejectedRow, TriggerColumns,
+    ChangeRecord, Execute, FireRecord, FireState, Job, JobDetail, JobSpec, Node, NodeState, RejectedRow,
 };
 use crate::time::Timestamp;
 use crate::trigger::Schedule;
@@ -25,41 +26,18 @@ pub struct Page<T> {
     pub next: Option<String>,
 }
 
-/// A trigger, with where it stands and its next fire times.
+/// A trigger: its definition, where it stands and its next fire times.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TriggerView {
     /// Its id.
     pub id: i64,
-    /// `cron`, `fixed_rate`, `fixed_delay` or `once`.
-    pub kind: String,
+    /// Its definition (in JSON, its fields beside the others: `kind`,
+    /// `cron`, `interval_ms`, `start`, `misfire`, …).
+    #[serde(flatten)]
+    pub definition: TriggerDefinition,
     /// For people: `cron 0 0 6 * * ? Europe/Paris`, `every 5000 ms`, …
     pub summary: String,
-    /// The cron expression.
-    pub cron: Option<String>,
-    /// The cron expression's zone.
-    pub time_zone: Option<String>,
-    /// The interval of a fixed-rate or fixed-delay trigger.
-    pub interval_ms: Option<i64>,
-    /// Its start.
-    pub start: i64,
-    /// Its end.
-    pub end: Option<i64>,
-    /// Its repeat limit.
-    pub repeat: Option<u64>,
-    /// Its misfire policy.
-    pub misfire: String,
-    /// The calendar whose excluded times are not fire times, by name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub calendar: Option<String>,
-    /// A cron trigger's choice for skipped local times, when not Quartz's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst_skipped: Option<String>,
-    /// A cron trigger's choice for repeated local times, when not Quartz's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst_repeated: Option<String>,
-    /// Its priority.
-    pub priority: i32,
     /// `waiting`, `running`, `paused`, `complete` or `error`.
     pub state: String,
     /// The last fire time won.
@@ -94,30 +72,21 @@ pub fn local_time(ms: i64, zone: Option<&str>) -> String {
 impl TriggerView {
     /// The view of an execute, with up to `upcoming` next fire times.
     pub fn new(e: &Execute, upcoming: usize) -> TriggerView {
-        let c = TriggerColumns::from_trigger(&e.trigger);
         let fires: Vec<i64> = e
             .trigger
             .fires_until(&e.fire_state, Timestamp::from_millis(i64::MAX))
             .take(upcoming)
             .map(|f| f.fire_time.as_millis())
             .collect();
-        let c_zone = c.time_zone.clone();
-        let upcoming_local = fires.iter().map(|t| local_time(*t, c_zone.as_deref())).collect();
+        let zone = match e.trigger.schedule() {
+            Schedule::Cron { zone, .. } => Some(zone.name()),
+            _ => None,
+        };
+        let upcoming_local = fires.iter().map(|t| local_time(*t, zone)).collect();
         TriggerView {
             id: e.id,
-            kind: c.kind.to_owned(),
+            definition: TriggerDefinition::of_trigger(&e.trigger, e.priority),
             summary: summary(&e.trigger),
-            cron: c.cron_expression,
-            time_zone: c.time_zone,
-            interval_ms: c.interval_ms,
-            start: e.trigger.start().as_millis(),
-            end: ms(e.trigger.end()),
-            repeat: e.trigger.repeat_limit(),
-            misfire: e.trigger.misfire_policy().as_str().to_owned(),
-            calendar: c.calendar,
-            dst_skipped: c.dst_skipped,
-            dst_repeated: c.dst_repeated,
-            priority: e.priority,
             state: e.state.as_str().to_owned(),
             prev_fire_time: ms(e.fire_state.prev_fire_time),
             next_fire_time: ms(e.fire_state.next_fire_time),
@@ -145,37 +114,19 @@ pub fn summary(trigger: &crate::trigger::Trigger) -> String {
     }
 }
 
-/// A job as the admin surface shows it.
+/// A job as the admin surface shows it: its stored fields (the
+/// [`JobSpec`] its definition holds), where it stands, and its triggers.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobView {
     /// Its id.
     pub id: i64,
-    /// Its name.
-    pub name: String,
-    /// Its handler.
-    pub handler: String,
-    /// Its payload (JSON).
-    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
-    pub payload: serde_json::Value,
-    /// Its description.
-    pub description: String,
+    /// Its fields (in JSON, beside the others: `name`, `handler`,
+    /// `payload`, `timeout_ms`, `max_attempts`, `backoff_ms`, …).
+    #[serde(flatten)]
+    pub spec: JobSpec,
     /// `enabled` or `paused`.
     pub state: String,
-    /// Re-run after its node dies mid-run.
-    pub requests_recovery: bool,
-    /// Fires may overlap.
-    pub allow_concurrent: bool,
-    /// Its timeout.
-    pub timeout_ms: Option<i64>,
-    /// Attempts in all.
-    pub max_attempts: u32,
-    /// Wait between attempts.
-    pub backoff_ms: i64,
-    /// Exponential backoff's cap.
-    pub backoff_max_ms: Option<i64>,
-    /// Its parent job, for a child.
-    pub parent: Option<String>,
     /// Created (database time).
     pub created_at: i64,
     /// Last changed (database time).
@@ -213,18 +164,8 @@ impl JobView {
         let triggers: Vec<TriggerView> = detail.executes.iter().map(|e| TriggerView::new(e, upcoming)).collect();
         JobView {
             id: job.id,
-            name: job.spec.name.clone(),
-            handler: job.spec.handler.clone(),
-            payload: serde_json::from_str(&job.spec.payload).unwrap_or(serde_json::Value::Null),
-            description: job.spec.description.clone(),
+            spec: job.spec.clone(),
             state: job.state.as_str().to_owned(),
-            requests_recovery: job.spec.requests_recovery,
-            allow_concurrent: job.spec.allow_concurrent,
-            timeout_ms: job.spec.timeout.map(crate::store::millis_of),
-            max_attempts: job.spec.retry.max_attempts,
-            backoff_ms: crate::store::millis_of(job.spec.retry.backoff),
-            backoff_max_ms: job.spec.retry.backoff_max.map(crate::store::millis_of),
-            parent: job.spec.parent.clone(),
             created_at: job.created_at.as_millis(),
             updated_at: job.updated_at.as_millis(),
             version: job.version,
@@ -239,6 +180,20 @@ impl JobView {
                 })
                 .collect(),
             warnings: Vec::new(),
+        }
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// The definition the job is stored as: its fields and its triggers
+    /// (each with its start).
+    pub fn definition(&self) -> JobDefinition {
+        JobDefinition {
+            spec: self.spec.clone(),
+            triggers: self.triggers.iter().map(|t| t.definition.clone()).collect(),
         }
     }
 }

@@ -76,7 +76,7 @@ pub use settings::{Settings, Strategy};
 pub use typed::TypedJob;
 
 use crate::error::Error;
-use crate::store::{ExecuteSpec, IntoStore, Job, JobSpec, Node, NodeRef, StoreError};
+use crate::store::{IntoStore, Job, Node, NodeRef, StoreError};
 use handler::Handler;
 use node::Inner;
 pub(crate) use strategy::mix;
@@ -112,6 +112,9 @@ pub enum SchedulerError {
     /// Invalid input.
     #[error(transparent)]
     Invalid(#[from] Error),
+    /// A definition refused, the field at fault named.
+    #[error(transparent)]
+    Rejected(#[from] crate::admin::AdminError),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -396,15 +399,21 @@ impl Scheduler {
     /// Creates a job with its triggers, after checking that this node has its
     /// handler. This node polls at once; every other node sees it within
     /// [`CHANGE_VISIBILITY_MS`](crate::store::CHANGE_VISIBILITY_MS), and no
-    /// trigger's first fire time is earlier than that.
+    /// trigger's first fire time is earlier than that. (The admin surface's
+    /// [`job_add`](crate::admin::Admin::job_add) takes the same definition,
+    /// and [`job_put`](crate::admin::Admin::job_put) declares it on every
+    /// start.)
     ///
     /// # Errors
     ///
     /// [`SchedulerError::UnknownHandler`] when this node has no such handler,
-    /// and the store's validation errors; on error nothing is stored.
-    pub async fn add_job(&self, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, SchedulerError> {
-        self.inner.check_handler(job)?;
-        let created = self.inner.store.create_job(job, executes).await?;
+    /// [`SchedulerError::Rejected`] naming a field at fault, and the store's
+    /// errors; on error nothing is stored.
+    pub async fn add_job(&self, job: &crate::admin::JobDefinition) -> Result<Job, SchedulerError> {
+        self.inner.check_handler(&job.spec)?;
+        let now = self.inner.store.now().await?;
+        let (spec, executes) = job.to_specs(now)?;
+        let created = self.inner.store.create_job(&spec, &executes).await?;
         self.inner.poll_now.notify_one();
         Ok(created)
     }

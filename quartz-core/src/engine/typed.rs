@@ -38,7 +38,7 @@ use super::{JobContext, JobResult};
 /// let builder = SchedulerBuilder::new("billing").job::<Invoice>();
 /// let acme = Invoice { customer: "acme".into(), amount_cents: 1_200 };
 /// let job = JobDefinition::of("invoice-acme", &acme)?
-///     .with_trigger(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris"));
+///     .with_trigger(TriggerDefinition::cron("0 0 2 * * ?", "Europe/Paris")?);
 /// # let _ = (builder, job);
 /// # Ok(()) }
 /// ```

@@ -191,6 +191,12 @@ impl JobSpec {
         Ok(self)
     }
 
+    /// The payload as a JSON value (`null` when the stored text is not
+    /// JSON).
+    pub fn payload_value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.payload).unwrap_or(serde_json::Value::Null)
+    }
+
     /// The description.
     #[must_use]
     pub fn with_description(mut self, description: impl Into<String>) -> JobSpec {

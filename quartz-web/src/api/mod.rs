@@ -121,10 +121,10 @@ async fn job_put(
     ApiJson(job): ApiJson<JobDefinition>,
 ) -> Result<Response, ApiError> {
     caller.require_admin()?;
-    if job.name != name {
+    if job.spec.name != name {
         return Err(ApiError::invalid(
             "name",
-            format!("the body's name {:?} is not the path's {name:?}", job.name),
+            format!("the body's name {:?} is not the path's {name:?}", job.spec.name),
         ));
     }
     let (view, outcome) = state.admin.acting_as(&caller.actor).job_put(&job).await?;

@@ -5,6 +5,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use maud::{Markup, html};
 use quartz_core::admin::{ChangeFilter, ChangeView, FireFilter, JobFilter, JobView, NodeView};
+use quartz_core::store::millis_of as ms;
 use serde::Deserialize;
 
 use super::Viewer;
@@ -160,13 +161,13 @@ pub(crate) async fn jobs(State(state): State<AppState>, viewer: Viewer, Query(q)
                 thead { tr { th { "Name" } th { "Handler" } th { "State" } th { "Schedule" } th { "Next fire" } th {} } }
                 tbody {
                     @for job in &page.items {
-                        tr data-job=(job.name) {
-                            td { (job_link(&viewer, &job.name)) @if !job.description.is_empty() { br; small { (job.description) } } }
-                            td { code { (job.handler) } }
+                        tr data-job=(job.spec.name) {
+                            td { (job_link(&viewer, &job.spec.name)) @if !job.spec.description.is_empty() { br; small { (job.spec.description) } } }
+                            td { code { (job.spec.handler) } }
                             td { (badge(&job.state)) }
                             td { (schedule(job)) }
                             td { (instant(job.next_fire_time, now)) }
-                            td { (job_actions(&viewer, &job.name, &job.state, "list")) }
+                            td { (job_actions(&viewer, &job.spec.name, &job.state, "list")) }
                         }
                     }
                 }
@@ -185,13 +186,13 @@ pub(crate) async fn jobs(State(state): State<AppState>, viewer: Viewer, Query(q)
 
 fn schedule(job: &JobView) -> Markup {
     html! {
-        @if let Some(parent) = &job.parent {
+        @if let Some(parent) = &job.spec.parent {
             "after each success of " code { (parent) }
         }
         @for t in &job.triggers {
             div { code { (t.summary) } }
         }
-        @if job.triggers.is_empty() && job.parent.is_none() { span.none { "no trigger" } }
+        @if job.triggers.is_empty() && job.spec.parent.is_none() { span.none { "no trigger" } }
     }
 }
 
@@ -234,22 +235,22 @@ pub(crate) async fn job(
         .await
         .map(|p| p.items)
         .unwrap_or_default();
-    let history = format!("{}/fires{}", viewer.base, query(&[("job", &job.name)]));
+    let history = format!("{}/fires{}", viewer.base, query(&[("job", &job.spec.name)]));
     let body = html! {
         div.job-head {
             (badge(&job.state))
-            (job_actions(&viewer, &job.name, &job.state, "detail"))
+            (job_actions(&viewer, &job.spec.name, &job.state, "detail"))
         }
         dl.definition {
-            dt { "Handler" } dd { code { (job.handler) } }
-            dt { "Description" } dd { @if job.description.is_empty() { span.none { "—" } } @else { (job.description) } }
-            dt { "Payload" } dd { (html::json(&job.payload)) }
-            dt { "Attempts" } dd { (job.max_attempts) ", backoff " (millis(Some(job.backoff_ms)))
-                @if let Some(cap) = job.backoff_max_ms { " doubling up to " (millis(Some(cap))) } }
-            dt { "Timeout" } dd { (millis(job.timeout_ms)) }
-            dt { "Overlapping fires" } dd { @if job.allow_concurrent { "allowed" } @else { "not allowed" } }
-            dt { "After a node dies mid-run" } dd { @if job.requests_recovery { "run again" } @else { "abandoned" } }
-            @if let Some(parent) = &job.parent { dt { "Runs after" } dd { (job_link(&viewer, parent)) } }
+            dt { "Handler" } dd { code { (job.spec.handler) } }
+            dt { "Description" } dd { @if job.spec.description.is_empty() { span.none { "—" } } @else { (job.spec.description) } }
+            dt { "Payload" } dd { (html::json(&job.spec.payload_value())) }
+            dt { "Attempts" } dd { (job.spec.retry.max_attempts) ", backoff " (millis(Some(ms(job.spec.retry.backoff))))
+                @if let Some(cap) = job.spec.retry.backoff_max { " doubling up to " (millis(Some(ms(cap)))) } }
+            dt { "Timeout" } dd { (millis(job.spec.timeout.map(ms))) }
+            dt { "Overlapping fires" } dd { @if job.spec.allow_concurrent { "allowed" } @else { "not allowed" } }
+            dt { "After a node dies mid-run" } dd { @if job.spec.requests_recovery { "run again" } @else { "abandoned" } }
+            @if let Some(parent) = &job.spec.parent { dt { "Runs after" } dd { (job_link(&viewer, parent)) } }
             dt { "Created" } dd { (instant(Some(job.created_at), now)) }
             dt { "Changed" } dd { (instant(Some(job.updated_at), now)) }
         }
@@ -262,10 +263,10 @@ pub(crate) async fn job(
                         tr {
                             td { code { (t.summary) } @if let Some(error) = &t.error { p.error { (error) } } }
                             td { (badge(&t.state)) }
-                            td { (t.misfire) }
-                            td { (zoned(t.prev_fire_time, t.time_zone.as_deref(), now)) }
+                            td { (t.definition.misfire.as_str()) }
+                            td { (zoned(t.prev_fire_time, t.definition.zone_name(), now)) }
                             td { (t.times_triggered) }
-                            td { ol.upcoming { @for at in &t.upcoming { li { (zoned(Some(*at), t.time_zone.as_deref(), now)) } } } }
+                            td { ol.upcoming { @for at in &t.upcoming { li { (zoned(Some(*at), t.definition.zone_name(), now)) } } } }
                         }
                     }
                 }
@@ -294,7 +295,7 @@ pub(crate) async fn job(
         h2 { "Changes" }
         @if changes.is_empty() { (empty("No recorded change.")) } @else { (change_table(&viewer, &changes, now)) }
     };
-    let title = format!("Job {}", job.name);
+    let title = format!("Job {}", job.spec.name);
     viewer.ok(html::page(
         &viewer,
         Section::Jobs,
@@ -311,16 +312,16 @@ pub(crate) async fn delete_page(State(state): State<AppState>, viewer: Viewer, P
     };
     let body = html! {
         p.warning {
-            "Delete " strong { (job.name) } " and its " (job.triggers.len()) " trigger(s)? "
+            "Delete " strong { (job.spec.name) } " and its " (job.triggers.len()) " trigger(s)? "
             "It will not fire again; its fires stay in the history. This cannot be undone."
         }
-        form.confirm method="post" action={ (viewer.base) "/jobs/" (segment(&job.name)) "/delete" } {
+        form.confirm method="post" action={ (viewer.base) "/jobs/" (segment(&job.spec.name)) "/delete" } {
             (html::csrf(&viewer))
             // Deletes the job as shown: refused if it changed since.
             input type="hidden" name="version" value=(job.version);
-            (html::submit(&viewer, "confirm-delete", "danger", &format!("Delete {}", job.name)))
+            (html::submit(&viewer, "confirm-delete", "danger", &format!("Delete {}", job.spec.name)))
             " "
-            a href={ (viewer.base) "/jobs/" (segment(&job.name)) } { "Cancel" }
+            a href={ (viewer.base) "/jobs/" (segment(&job.spec.name)) } { "Cancel" }
         }
     };
     viewer.ok(html::page(&viewer, Section::Jobs, "Delete a job", None, body))

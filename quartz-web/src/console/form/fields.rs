@@ -2,7 +2,7 @@
 //! posted body, and turned into a definition or the patch of an edit.
 
 use quartz_core::Timestamp;
-use quartz_core::admin::{JobDefinition, JobPatch, JobView, TriggerDefinition, TriggerKind};
+use quartz_core::admin::{FieldError, JobDefinition, JobPatch, JobView};
 
 use crate::console::Fields;
 
@@ -37,10 +37,6 @@ pub(super) struct JobForm {
 /// An error beside a field.
 pub(super) type FieldErrors = Vec<(String, String)>;
 
-fn opt(v: Option<i64>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_default()
-}
-
 impl JobForm {
     pub(super) fn blank() -> JobForm {
         JobForm {
@@ -59,39 +55,57 @@ impl JobForm {
         }
     }
 
+    /// The form of a job as stored: each field read from the JSON form of
+    /// its definition (the same names), its first trigger's fields beside
+    /// the job's, instants as RFC 3339.
     pub(super) fn from_view(job: &JobView) -> JobForm {
-        let mut form = JobForm {
-            name: job.name.clone(),
-            handler: job.handler.clone(),
-            description: job.description.clone(),
-            payload: serde_json::to_string_pretty(&job.payload).unwrap_or_default(),
-            kind: "none".into(),
-            misfire: "smart".into(),
-            dst_skipped: "quartz".into(),
-            dst_repeated: "quartz".into(),
-            max_attempts: job.max_attempts.to_string(),
-            backoff_ms: job.backoff_ms.to_string(),
-            backoff_max_ms: opt(job.backoff_max_ms),
-            timeout_ms: opt(job.timeout_ms),
-            allow_concurrent: job.allow_concurrent,
-            requests_recovery: job.requests_recovery,
-            ..JobForm::default()
+        let definition = match serde_json::to_value(job.definition()) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
         };
-        if let Some(t) = job.triggers.first() {
-            form.kind.clone_from(&t.kind);
-            form.cron = t.cron.clone().unwrap_or_default();
-            form.time_zone = t.time_zone.clone().unwrap_or_default();
-            form.interval_ms = opt(t.interval_ms);
-            form.misfire.clone_from(&t.misfire);
-            form.calendar = t.calendar.clone().unwrap_or_default();
-            form.dst_skipped = t.dst_skipped.clone().unwrap_or_else(|| "quartz".into());
-            form.dst_repeated = t.dst_repeated.clone().unwrap_or_else(|| "quartz".into());
-            form.start = Timestamp::from_millis(t.start).to_string();
-            form.end = t.end.map(|e| Timestamp::from_millis(e).to_string()).unwrap_or_default();
-            form.repeat = t.repeat.map(|r| r.to_string()).unwrap_or_default();
-            form.priority = t.priority.to_string();
+        let mut fields = JobForm::blank_of(&definition);
+        fields.insert("kind".into(), "none".into());
+        if let Some(serde_json::Value::Object(trigger)) = definition.get("triggers").and_then(|t| t.get(0)).cloned() {
+            fields.extend(JobForm::blank_of(&trigger));
+            for name in ["start", "end"] {
+                if let Some(ms) = trigger.get(name).and_then(serde_json::Value::as_i64) {
+                    fields.insert(name.into(), Timestamp::from_millis(ms).to_string().into());
+                }
+            }
+        }
+        if let Some(payload) = definition.get("payload") {
+            fields.insert(
+                "payload".into(),
+                serde_json::to_string_pretty(payload).unwrap_or_default().into(),
+            );
+        }
+        let mut form: JobForm = serde_json::from_value(serde_json::Value::Object(fields)).unwrap_or_default();
+        for dst in [&mut form.dst_skipped, &mut form.dst_repeated] {
+            if dst.is_empty() {
+                "quartz".clone_into(dst);
+            }
+        }
+        if form.misfire.is_empty() {
+            "smart".clone_into(&mut form.misfire);
         }
         form
+    }
+
+    /// The form's text fields among a JSON form's values: strings as they
+    /// are, numbers as digits, booleans kept; the rest left out.
+    fn blank_of(json: &serde_json::Map<String, serde_json::Value>) -> serde_json::Map<String, serde_json::Value> {
+        let names = as_map(&JobForm::default());
+        json.iter()
+            .filter(|(name, _)| names.contains_key(*name))
+            .filter_map(|(name, value)| {
+                let value = match value {
+                    serde_json::Value::String(_) | serde_json::Value::Bool(_) => value.clone(),
+                    serde_json::Value::Number(n) => n.to_string().into(),
+                    _ => return None,
+                };
+                Some((name.clone(), value))
+            })
+            .collect()
     }
 
     /// The fields where `other` differs from this form, by name: each
@@ -177,85 +191,152 @@ impl JobForm {
         ]
     }
 
-    pub(super) fn trigger(&self, errors: &mut FieldErrors) -> Option<TriggerDefinition> {
-        let kind = match self.kind.as_str() {
-            "cron" => TriggerKind::Cron,
-            "fixed_rate" => TriggerKind::FixedRate,
-            "fixed_delay" => TriggerKind::FixedDelay,
-            "once" => TriggerKind::Once,
-            "none" => return None,
-            other => {
-                errors.push(("kind".into(), format!("{other:?} is not a kind of schedule")));
-                return None;
+    /// The JSON form of the trigger the form shows, `None` for none: only
+    /// the fields its kind has, empty ones left out.
+    fn trigger_json(&self) -> Option<serde_json::Map<String, serde_json::Value>> {
+        let kind = self.kind.trim();
+        if kind == "none" {
+            return None;
+        }
+        let cron_kind = kind == "cron";
+        let interval_kind = matches!(kind, "fixed_rate" | "fixed_delay");
+        let mut json = serde_json::Map::new();
+        json.insert("kind".into(), kind.into());
+        let mut text = |name: &str, value: &str, applies: bool| {
+            if applies && !value.trim().is_empty() {
+                json.insert(name.into(), wire_value(name, value.trim()));
             }
         };
-        let text = |s: &str| Some(s.trim().to_owned()).filter(|s| !s.is_empty());
-        let start = instant(errors, "start", &self.start);
-        let end = instant(errors, "end", &self.end);
-        let cron_kind = kind == TriggerKind::Cron;
-        let interval_kind = matches!(kind, TriggerKind::FixedRate | TriggerKind::FixedDelay);
-        Some(TriggerDefinition {
-            kind,
-            cron: text(&self.cron).filter(|_| cron_kind),
-            time_zone: text(&self.time_zone).filter(|_| cron_kind),
-            interval_ms: number(errors, "interval_ms", &self.interval_ms).filter(|_| interval_kind),
-            start,
-            end,
-            repeat: number(errors, "repeat", &self.repeat),
-            misfire: text(&self.misfire),
-            priority: number(errors, "priority", &self.priority).unwrap_or(0),
-            calendar: text(&self.calendar),
-            dst_skipped: Some(dst_name(&self.dst_skipped).to_owned()).filter(|s| s != "quartz" && cron_kind),
-            dst_repeated: Some(dst_name(&self.dst_repeated).to_owned()).filter(|s| s != "quartz" && cron_kind),
-        })
-    }
-
-    pub(super) fn payload(&self, errors: &mut FieldErrors) -> serde_json::Value {
-        if self.payload.trim().is_empty() {
-            return serde_json::Value::Null;
+        text("cron", &self.cron, cron_kind);
+        text("time_zone", &self.time_zone, cron_kind);
+        text("interval_ms", &self.interval_ms, interval_kind);
+        text("start", &self.start, true);
+        text("end", &self.end, true);
+        text("repeat", &self.repeat, true);
+        text("misfire", &self.misfire, true);
+        text("priority", &self.priority, true);
+        text("calendar", &self.calendar, true);
+        for (name, value) in [("dst_skipped", &self.dst_skipped), ("dst_repeated", &self.dst_repeated)] {
+            text(name, dst_name(value), cron_kind && dst_name(value) != "quartz");
         }
-        serde_json::from_str(&self.payload).unwrap_or_else(|e| {
-            errors.push(("payload".into(), format!("not JSON: {e}")));
-            serde_json::Value::Null
-        })
+        Some(json)
     }
 
+    /// The definition the form describes, read from the JSON form its
+    /// fields make, as the API reads a body: each error beside its field.
     pub(super) fn definition(&self) -> Result<JobDefinition, FieldErrors> {
+        let mut json = serde_json::Map::new();
         let mut errors = Vec::new();
-        let mut job = JobDefinition::new(self.name.trim(), self.handler.trim());
-        job.description = self.description.clone();
-        job.payload = self.payload(&mut errors);
-        job.allow_concurrent = self.allow_concurrent;
-        job.requests_recovery = self.requests_recovery;
-        job.timeout_ms = number(&mut errors, "timeout_ms", &self.timeout_ms);
-        job.max_attempts = number(&mut errors, "max_attempts", &self.max_attempts).unwrap_or(1);
-        job.backoff_ms = number(&mut errors, "backoff_ms", &self.backoff_ms).unwrap_or(0);
-        job.backoff_max_ms = number(&mut errors, "backoff_max_ms", &self.backoff_max_ms);
-        job.triggers = self.trigger(&mut errors).into_iter().collect();
-        if errors.is_empty() { Ok(job) } else { Err(errors) }
+        for (name, value) in [("name", self.name.trim()), ("handler", self.handler.trim())] {
+            json.insert(name.into(), value.into());
+        }
+        json.insert("description".into(), self.description.clone().into());
+        if !self.payload.trim().is_empty() {
+            match serde_json::from_str::<serde_json::Value>(&self.payload) {
+                Ok(payload) => {
+                    json.insert("payload".into(), payload);
+                }
+                Err(e) => errors.push(("payload".into(), format!("not JSON: {e}"))),
+            }
+        }
+        json.insert("allow_concurrent".into(), self.allow_concurrent.into());
+        json.insert("requests_recovery".into(), self.requests_recovery.into());
+        for (name, value) in [
+            ("timeout_ms", &self.timeout_ms),
+            ("max_attempts", &self.max_attempts),
+            ("backoff_ms", &self.backoff_ms),
+            ("backoff_max_ms", &self.backoff_max_ms),
+        ] {
+            if !value.trim().is_empty() {
+                json.insert(name.into(), wire_value(name, value.trim()));
+            }
+        }
+        let triggers: Vec<serde_json::Value> = self.trigger_json().into_iter().map(Into::into).collect();
+        json.insert("triggers".into(), triggers.into());
+        // Read until every field at fault is known: each one refused is
+        // noted beside its field, and the form read again without it.
+        loop {
+            match serde_path_to_error::deserialize(serde_json::Value::Object(json.clone())) {
+                Ok(definition) if errors.is_empty() => return Ok(definition),
+                Ok(_) => return Err(errors),
+                Err(e) => {
+                    let path = e.path().to_string();
+                    let message = e.inner().to_string();
+                    let (field, mut message) = match FieldError::parse(&message) {
+                        Some((field, rest)) => (field.to_owned(), rest.to_owned()),
+                        None => (path.rsplit('.').next().unwrap_or_default().to_owned(), message),
+                    };
+                    if let Some(text) = message
+                        .strip_prefix("invalid type: string ")
+                        .and_then(|rest| rest.split(", expected").next())
+                    {
+                        message = format!("{text} is not a whole number in range");
+                    }
+                    let removed = json.remove(&field).is_some()
+                        || json
+                            .get_mut("triggers")
+                            .and_then(|t| t.get_mut(0))
+                            .and_then(serde_json::Value::as_object_mut)
+                            .is_some_and(|t| t.remove(&field).is_some());
+                    let field = if field.is_empty() || field.starts_with("triggers") {
+                        "kind".to_owned()
+                    } else {
+                        field
+                    };
+                    if !errors.iter().any(|(f, _)| *f == field) {
+                        errors.push((field, message));
+                    }
+                    if !removed {
+                        return Err(errors);
+                    }
+                }
+            }
+        }
     }
 
     /// The change from `was` to this form; the schedule only when it changed
     /// and the job has at most one trigger.
     pub(super) fn patch(&self, was: &JobView) -> Result<JobPatch, FieldErrors> {
-        let def = self.definition()?;
+        let JobDefinition { spec, triggers } = self.definition()?;
         let before = JobForm::from_view(was);
         let schedule_changed = was.triggers.len() <= 1 && self.schedule() != before.schedule();
+        let ms = quartz_core::store::millis_of;
         Ok(JobPatch {
-            name: Some(def.name).filter(|n| *n != was.name),
-            handler: Some(def.handler),
-            payload: Some(def.payload),
-            description: Some(def.description),
-            requests_recovery: Some(def.requests_recovery),
-            allow_concurrent: Some(def.allow_concurrent),
-            timeout_ms: Some(def.timeout_ms.unwrap_or(0)),
-            max_attempts: Some(def.max_attempts),
-            backoff_ms: Some(def.backoff_ms),
-            backoff_max_ms: Some(def.backoff_max_ms.unwrap_or(0)),
+            name: Some(spec.name).filter(|n| n != was.name()),
+            handler: Some(spec.handler),
+            payload: Some(serde_json::from_str(&spec.payload).unwrap_or(serde_json::Value::Null)),
+            description: Some(spec.description),
+            requests_recovery: Some(spec.requests_recovery),
+            allow_concurrent: Some(spec.allow_concurrent),
+            timeout_ms: Some(spec.timeout.map_or(0, ms)),
+            max_attempts: Some(spec.retry.max_attempts),
+            backoff_ms: Some(ms(spec.retry.backoff)),
+            backoff_max_ms: Some(spec.retry.backoff_max.map_or(0, ms)),
             parent: None,
-            triggers: schedule_changed.then_some(def.triggers),
+            triggers: schedule_changed.then_some(triggers),
         })
     }
+}
+
+/// A field's text as its JSON form takes it: a number where the field is
+/// one and the text is, otherwise the text (which the definition then
+/// refuses, naming the field).
+fn wire_value(name: &str, text: &str) -> serde_json::Value {
+    const NUMBERS: [&str; 7] = [
+        "interval_ms",
+        "repeat",
+        "priority",
+        "timeout_ms",
+        "max_attempts",
+        "backoff_ms",
+        "backoff_max_ms",
+    ];
+    if NUMBERS.contains(&name)
+        && let Ok(n) = text.parse::<serde_json::Number>()
+    {
+        return serde_json::Value::Number(n);
+    }
+    text.into()
 }
 
 /// A form's fields by name.
@@ -274,30 +355,23 @@ pub(super) fn dst_name(text: &str) -> &str {
     }
 }
 
-/// An RFC 3339 instant from a field, `None` when empty.
-fn instant(errors: &mut FieldErrors, field: &str, text: &str) -> Option<i64> {
-    match text.trim() {
-        "" => None,
-        s => chrono::DateTime::parse_from_rfc3339(s).map_or_else(
-            |_| {
-                errors.push((field.into(), "write an RFC 3339 instant: 2026-01-31T09:00:00Z".into()));
-                None
-            },
-            |t| Some(t.timestamp_millis()),
-        ),
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// A whole number from a field, `None` when empty.
-fn number<T: std::str::FromStr>(errors: &mut FieldErrors, field: &str, text: &str) -> Option<T> {
-    match text.trim() {
-        "" => None,
-        t => t.parse().map_or_else(
-            |_| {
-                errors.push((field.into(), format!("{t:?} is not a whole number in range")));
-                None
-            },
-            Some,
-        ),
+    #[test]
+    fn every_field_at_fault_is_named() {
+        let form = JobForm {
+            name: "nightly".into(),
+            handler: "report".into(),
+            payload: "{not json".into(),
+            max_attempts: "many".into(),
+            interval_ms: "often".into(),
+            kind: "fixed_rate".into(),
+            ..JobForm::blank()
+        };
+        let errors = form.definition().unwrap_err();
+        let fields: Vec<&str> = errors.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(fields, ["payload", "max_attempts", "interval_ms"], "{errors:?}");
     }
 }

@@ -139,7 +139,7 @@ struct Beside {
 fn render(viewer: &Viewer, form: &JobForm, errors: &FieldErrors, editing: Option<&JobView>, beside: &Beside) -> Markup {
     let handlers = &beside.handlers;
     let action = match editing {
-        Some(job) => format!("{}/jobs/{}/edit", viewer.base, segment(&job.name)),
+        Some(job) => format!("{}/jobs/{}/edit", viewer.base, segment(&job.spec.name)),
         None => format!("{}/new", viewer.base),
     };
     let locked = editing.is_some_and(|j| j.triggers.len() > 1);
@@ -277,7 +277,7 @@ async fn respond(
     conflict: Option<Markup>,
 ) -> Response {
     let title = match editing {
-        Some(job) => format!("Edit {}", job.name),
+        Some(job) => format!("Edit {}", job.spec.name),
         None => "New job".to_owned(),
     };
     let beside = Beside {
@@ -340,8 +340,8 @@ async fn settle(
             };
             viewer.redirect(&format!(
                 "/jobs/{}{}",
-                segment(&job.name),
-                viewer.notice_query(&code, &job.name)
+                segment(&job.spec.name),
+                viewer.notice_query(&code, &job.spec.name)
             ))
         }
         Err(errors) => respond(state, viewer, StatusCode::BAD_REQUEST, form, &errors, editing, None).await,
@@ -422,7 +422,7 @@ async fn conflict(state: &AppState, viewer: &Viewer, form: &JobForm, base: &JobF
     let yours: Vec<String> = base.differences(form).into_iter().map(|(f, _)| f).collect();
     let form = form.rebased(base, &current);
     let filter = quartz_core::admin::ChangeFilter {
-        job: Some(now.name.clone()),
+        job: Some(now.spec.name.clone()),
         limit: Some(1),
         ..Default::default()
     };

@@ -71,3 +71,82 @@ async fn a_minute_of_fires_on_a_stepped_clock() {
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert!(report.fire_times_checked >= 58);
 }
+
+/// Async handlers run as tokio tasks with their own bound, not on pool
+/// threads: with one pool thread and room for four tasks, eight fires due
+/// together run four at a time (never more, and never one at a time), a
+/// blocking handler's fire due with them runs on the pool meanwhile, and a
+/// panicking task fails its own fire only.
+#[tokio::test(start_paused = true)]
+async fn async_handlers_run_as_tasks_within_their_own_bound() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let store = MemoryStore::new();
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let blocking_ran = Arc::new(AtomicUsize::new(0));
+    let (r, m, b) = (Arc::clone(&running), Arc::clone(&most), Arc::clone(&blocking_ran));
+    let settings = quartz::engine::Settings {
+        pool_core: 1,
+        pool_max: 1,
+        async_max: 4,
+        ..quartz_testkit::fast_settings()
+    };
+    let node = SchedulerBuilder::new(CLUSTER)
+        .settings(settings)
+        .async_handler("wait", move |_ctx| {
+            let (running, most) = (Arc::clone(&r), Arc::clone(&m));
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+        .async_handler("boom", |_ctx| async { panic!("the task fails") })
+        .handler("block", move |_ctx| {
+            b.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .start(store.clone())
+        .await
+        .unwrap();
+    let at = store.now().await.unwrap().saturating_add_millis(3_000);
+    let admin = node.admin();
+    for i in 0..8 {
+        let job = JobDefinition::new(format!("wait-{i}"), "wait").with_trigger(TriggerDefinition::once(at));
+        admin.job_add(&job).await.unwrap();
+    }
+    for (name, handler) in [("boom", "boom"), ("block", "block")] {
+        let job = JobDefinition::new(name, handler).with_trigger(TriggerDefinition::once(at));
+        admin.job_add(&job).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let status = node.status();
+    node.shutdown().await;
+
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        4,
+        "four tasks at once: their bound, not the pool's one thread"
+    );
+    assert_eq!(
+        blocking_ran.load(Ordering::SeqCst),
+        1,
+        "the pool's lane ran beside them"
+    );
+    assert_eq!(status.tasks, 0, "every task returned its place");
+    let store = store.scoped(CLUSTER);
+    let rows = quartz_testkit::ledger(&quartz::store::AnyStore::from(store.clone()), CLUSTER).await;
+    let ended = |state: FireState| rows.iter().filter(|r| r.state == state).count();
+    assert_eq!(ended(FireState::Succeeded), 9, "{rows:?}");
+    let failed: Vec<_> = rows.iter().filter(|r| r.state == FireState::Failed).collect();
+    assert_eq!(failed.len(), 1, "{rows:?}");
+    assert!(
+        failed[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("handler panicked: the task fails")),
+        "{failed:?}"
+    );
+}

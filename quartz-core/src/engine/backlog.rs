@@ -126,9 +126,9 @@ impl Inner {
             return;
         }
         loop {
-            // Room: a thread free, and room in the pool (no more fires held
-            // than it takes).
-            if self.room() > 0 && *self.phase.lock() == super::Phase::Running {
+            // Room in the lane of its job's handler: a thread free and room
+            // in the pool, or room for another task.
+            if self.room_for_job(fire.job_id) > 0 && *self.phase.lock() == super::Phase::Running {
                 match self.claim_pending(fire).await {
                     Ok(Some(claimed)) => {
                         if claimed {
@@ -200,14 +200,14 @@ impl Inner {
         self.launch(RunFire {
             fire_id: fire.fire_id,
             execute_id: fire.execute_id,
-            job,
             trigger: None,
             fire_time: fire.fire_time,
             attempt: fire.attempt,
             kind,
             node,
             release: None,
-            hold: Some(self.hold()),
+            hold: Some(self.hold(&job)),
+            job,
         });
         Ok(Some(true))
     }

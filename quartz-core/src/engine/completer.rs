@@ -71,11 +71,11 @@ pub(super) async fn record_successes(inner: std::sync::Weak<Inner>, mut rx: mpsc
 /// pool thread that waits for it): `Some` start time when confirmed, `None`
 /// when the fire is no longer this incarnation's, `Err` when the database
 /// could not say.
-pub(super) type Confirm = (
-    i64,
-    NodeRef,
-    std::sync::mpsc::SyncSender<Result<Option<Timestamp>, StoreError>>,
-);
+pub(super) type Confirm = (i64, NodeRef, oneshot::Sender<StartAnswer>);
+
+/// A start confirmed again: `Some` start time, `None` when the fire is no
+/// longer this incarnation's, `Err` when the database could not say.
+pub(super) type StartAnswer = Result<Option<Timestamp>, StoreError>;
 
 /// Confirms starts as they come, many per statement, as
 /// [`record_successes`] records successes; a database error is tried again

@@ -1,6 +1,8 @@
 //! The dispatcher: claims queued fires when their claim time comes, as many
-//! as the pool has room for and no more (back-pressure, as Quartz's
-//! scheduler thread waits for free threads before it acquires triggers).
+//! as their lane has room for and no more (back-pressure, as Quartz's
+//! scheduler thread waits for free threads before it acquires triggers):
+//! the pool's threads and queue for blocking handlers, `async_max` tasks
+//! for async ones.
 //! Fires it leaves for lack of room stay open: to another node a strategy
 //! grace later, or to this node as soon as a handler returns. Fires due
 //! together are claimed by one call; a claim that did not go through (a
@@ -29,33 +31,45 @@ impl Inner {
                 return;
             }
             let db_now = self.clock.db_now();
-            let room = self.room();
-            if room > 0 && self.queue.has_due(db_now) {
+            // The room of each lane: the pool for blocking handlers, tasks
+            // for async ones. A fire whose lane is full stays queued.
+            let rooms = self.rooms();
+            let lane = |p: &Pending| self.lane_of(&p.job);
+            if rooms != [0, 0] && self.queue.has_due(db_now) {
                 let due = self.queue.take_due(
                     db_now,
-                    room.min(self.settings.claim_batch),
+                    self.settings.claim_batch,
                     self.settings.misfire.threshold_ms(),
+                    rooms,
+                    lane,
                 );
                 if !due.late.is_empty() {
                     self.poll_now.notify_one();
                 }
+                let progressed = !due.fires.is_empty() || !due.late.is_empty();
                 let mine = self.first_or_defer(due.fires);
                 if !mine.is_empty() {
                     let span = tracing::debug_span!("claim", scheduler = self.scheduler, fires = mine.len());
                     self.claim_all(mine).instrument(span).await;
                 }
-                continue;
+                if progressed {
+                    continue;
+                }
             }
-            // Without room, only a handler returning (or new fires) wakes it.
-            let wake = if room > 0 {
-                self.queue.first_claim_at().map(|t| self.clock.instant_of(t))
-            } else {
+            // Without room, only a handler returning (or new fires) wakes it;
+            // with room in one lane, the first fire of that lane too.
+            let wake = if rooms == [0, 0] {
                 None
+            } else {
+                self.queue
+                    .first_claim_at_in(rooms, lane)
+                    .map(|t| self.clock.instant_of(t))
             };
             tokio::select! {
                 () = sleep_until_or_forever(wake) => {}
                 () = self.queue.changed.notified() => {}
                 () = self.launch.room.freed.notified() => {}
+                () = self.launch.task_room.freed.notified() => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
         }
@@ -73,7 +87,7 @@ impl Inner {
             scheduler = self.scheduler,
             mine = mine.len(),
             theirs = theirs.len(),
-            room = self.room(),
+            room = ?self.rooms(),
             "due"
         );
         if !theirs.is_empty() {
@@ -92,7 +106,7 @@ impl Inner {
         let node = self.node();
         let claims: Vec<Claim> = due.iter().map(|p| claim_of(p, &node)).collect();
         // Held from before the claim: nothing else takes this room meanwhile.
-        let holds: Vec<_> = due.iter().map(|_| self.hold()).collect();
+        let holds: Vec<_> = due.iter().map(|p| self.hold(&p.job)).collect();
         let won = match self.store.claim_batch(&claims).await {
             Ok(won) => won,
             Err(e) => {

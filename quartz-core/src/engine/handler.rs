@@ -26,8 +26,7 @@ type BlockingFn = dyn Fn(JobContext) -> JobResult + Send + Sync + 'static;
 type AsyncFn = dyn Fn(JobContext) -> Pin<Box<dyn Future<Output = JobResult> + Send + 'static>> + Send + Sync + 'static;
 
 /// A registered handler: a blocking function run on a pool thread, or an async
-/// function driven to completion on a pool thread (so both count against the
-/// pool's bounds).
+/// function run as a tokio task (bounded by [`Settings::async_max`](super::Settings::async_max)).
 #[derive(Clone)]
 pub(crate) enum Handler {
     Blocking(Arc<BlockingFn>),
@@ -50,6 +49,11 @@ impl Handler {
         Handler::Async(Arc::new(move |ctx| Box::pin(f(ctx))))
     }
 
+    /// Whether it runs as a tokio task rather than on a pool thread.
+    pub(crate) fn is_async(&self) -> bool {
+        matches!(self, Handler::Async(_))
+    }
+
     /// Runs the handler on the calling (pool) thread inside the fire's span
     /// (so the handler's own events carry the fire, for an async handler in
     /// every poll of its future); a panic becomes an error.
@@ -59,18 +63,32 @@ impl Handler {
             Handler::Blocking(f) => span.in_scope(|| f(ctx)),
             Handler::Async(f) => runtime.block_on(f(ctx).instrument(span.clone())),
         }));
-        match outcome {
+        outcome.unwrap_or_else(|panic| Err(panicked(&*panic)))
+    }
+
+    /// Runs an async handler as a task of its own inside the fire's span; a
+    /// panic becomes an error and takes nothing else down.
+    pub(crate) async fn call_async(&self, ctx: JobContext, span: tracing::Span) -> JobResult {
+        use tracing::Instrument as _;
+        let Handler::Async(f) = self else {
+            return Err("a blocking handler runs on a pool thread, not as a task".into());
+        };
+        match tokio::spawn(f(ctx).instrument(span)).await {
             Ok(result) => result,
-            Err(panic) => {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a non-string panic payload".to_owned());
-                Err(format!("handler panicked: {message}").into())
-            }
+            Err(e) if e.is_panic() => Err(panicked(&*e.into_panic())),
+            Err(e) => Err(format!("the handler's task ended without an outcome: {e}").into()),
         }
     }
+}
+
+/// A handler's panic as the error recorded for its fire.
+fn panicked(panic: &(dyn Any + Send)) -> JobError {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_owned());
+    format!("handler panicked: {message}").into()
 }
 
 impl fmt::Debug for Handler {
@@ -80,6 +98,18 @@ impl fmt::Debug for Handler {
             Handler::Async(_) => "Handler::Async",
         })
     }
+}
+
+/// Where a fire's handler runs, and whose room it takes: a pool thread (a
+/// blocking handler, or one this node does not have), or a tokio task (an
+/// async handler).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// A pool thread: [`Settings::pool_max`](super::Settings::pool_max)
+    /// threads and the pool's queue.
+    Pool = 0,
+    /// A tokio task: [`Settings::async_max`](super::Settings::async_max) at once.
+    Task = 1,
 }
 
 /// Why a running fire was asked to stop.

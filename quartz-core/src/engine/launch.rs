@@ -1,38 +1,36 @@
-//! Launch: from a won fire to a pool thread.
+//! Launch: from a won fire to its handler, on a pool thread or as a task.
 //!
 //! The fires won for one fire time wait together. A start lead before their
 //! time (twice the recent duration of the start statement, plus a margin)
 //! one fenced statement marks them all running, each with `started_at` =
 //! the later of the database's now and its fire time; at the fire time (on
 //! the node's estimate of the database clock, which never runs ahead) they
-//! go to the pool. The handler starts only after its fire is marked running,
+//! go to their lane: the pool, or a task each. The handler starts only after its fire is marked running,
 //! so after any crash the ledger can tell that it may have started; a node
 //! that dies between the start and the fire time leaves fires the ledger
 //! says may have started, which recovery treats as such (re-run when the job
 //! requests recovery, abandoned otherwise).
 //!
-//! The pool is never asked for more than it can take: the dispatcher claims
-//! no more fires than the pool's threads and queue have room for, counting
-//! every fire this node holds until its handler returns ([`Room`]).
+//! A lane is never asked for more than it can take: the dispatcher claims
+//! no more fires than its room (see `lanes.rs`), counting every fire this
+//! node holds until its handler returns.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 
 use super::handler::{Cancellation, JobContext, RunKind};
+use super::lanes::{Gate, Hold, Room, START_RECHECK};
 use super::node::Inner;
 use super::supervise::Ran;
 use crate::store::{FireEnd, Job, JobState, NodeRef, StoreError};
 use crate::time::Timestamp;
 use crate::trigger::{Trigger, TriggerState};
 
-/// A fire the pool holds longer than this before a thread takes it has its
-/// ownership confirmed again, and its start time set to now, before it runs.
-const START_RECHECK: Duration = Duration::from_millis(100);
 /// The start lead's bounds, and its margin over twice the statement's time.
 const START_LEAD_MIN: Duration = Duration::from_millis(5);
 const START_LEAD_MAX: Duration = Duration::from_millis(500);
@@ -63,59 +61,16 @@ pub(super) struct RunFire {
     pub(super) hold: Option<Hold>,
 }
 
-/// The room the pool has for fires this node holds.
-#[derive(Debug, Default)]
-pub(super) struct Room {
-    held: AtomicUsize,
-    /// Woken when a held fire is let go.
-    pub(super) freed: Notify,
-}
-
-/// One fire's place in the [`Room`]; clones share it, and the last one
-/// dropped gives it back.
-#[derive(Debug, Clone)]
-pub(super) struct Hold {
-    _place: Arc<HoldInner>,
-}
-
-#[derive(Debug)]
-struct HoldInner(Arc<Room>);
-
-impl Drop for HoldInner {
-    fn drop(&mut self) {
-        self.0.held.fetch_sub(1, Ordering::SeqCst);
-        self.0.freed.notify_one();
-    }
-}
-
-impl Room {
-    /// Takes a place.
-    pub(super) fn hold(self: &Arc<Self>) -> Hold {
-        self.held.fetch_add(1, Ordering::SeqCst);
-        Hold {
-            _place: Arc::new(HoldInner(Arc::clone(self))),
-        }
-    }
-
-    /// Fires held: won, and their handlers not returned.
-    pub(super) fn held(&self) -> usize {
-        self.held.load(Ordering::SeqCst)
-    }
-
-    /// How many more fires fit in `capacity`.
-    pub(super) fn left(&self, capacity: usize) -> usize {
-        capacity.saturating_sub(self.held())
-    }
-}
-
 /// What the launch stage keeps.
 #[derive(Debug, Default)]
 pub(super) struct LaunchState {
     /// Won fires not yet started (claimed in the ledger): given back at
     /// shutdown, and never taken for lost by the sweep.
     pub(super) unstarted: Mutex<HashSet<i64>>,
-    /// The fires this node holds.
+    /// The fires this node holds for the pool.
     pub(super) room: Arc<Room>,
+    /// The fires this node holds for async handlers' tasks.
+    pub(super) task_room: Arc<Room>,
     /// The start statement's recent duration, smoothed, in microseconds.
     start_micros: AtomicU64,
     /// The jobs the last poll read, `None` for one deleted: a fire claimed
@@ -128,9 +83,9 @@ pub(super) struct LaunchState {
 }
 
 impl LaunchState {
-    /// Fires held (see [`Room`]).
+    /// Fires held (see [`Room`]), in both lanes.
     pub(super) fn held(&self) -> usize {
-        self.room.held()
+        self.room.held() + self.task_room.held()
     }
 
     /// How far ahead of the fire time the start is issued.
@@ -179,22 +134,6 @@ fn start_lead(smoothed_micros: u64) -> Duration {
 }
 
 impl Inner {
-    /// The room the pool has: its threads and queue, less what this node
-    /// holds; none while every thread is busy (a queued fire would wait for
-    /// a thread that long handlers may hold past its time).
-    pub(super) fn room(&self) -> usize {
-        if self.pool.metrics().busy >= self.settings.pool_max {
-            return 0;
-        }
-        self.launch.room.left(self.settings.pool_max + self.settings.pool_queue)
-    }
-
-    /// A place in the room for a fire won outside the dispatcher (a
-    /// recovery, a child, a pending fire).
-    pub(super) fn hold(&self) -> Hold {
-        self.launch.room.hold()
-    }
-
     /// Launches fires won for `fire_time`: started a start lead ahead, handed
     /// to the pool at their time (at once if it has passed).
     pub(super) fn launch_at(self: &Arc<Self>, fire_time: Timestamp, runs: Vec<RunFire>) {
@@ -369,18 +308,16 @@ impl Inner {
         (started, last_error)
     }
 
-    /// Hands a started fire to the pool; its task runs the handler unless a
-    /// thread takes it past the misfire threshold.
+    /// Hands a started fire to its lane: the pool for a blocking handler,
+    /// a task of its own for an async one. Either runs the handler unless
+    /// it is taken past the misfire threshold, or, taken late, found no
+    /// longer this incarnation's ([`Gate`]).
     fn submit(self: &Arc<Self>, mut run: RunFire) {
         let Some(handler) = self.handlers.get(&run.job.spec.handler).cloned() else {
             return;
         };
         let (cancel_tx, cancellation) = Cancellation::new();
         let (done_tx, done_rx) = oneshot::channel::<Ran>();
-        // A fire won by a poll, on its first attempt, is misfired when a
-        // thread takes it past the threshold.
-        let fire_time = run.fire_time;
-        let threshold_ms = misfire_limit(&run, self.settings.misfire.threshold_ms());
         let ctx = JobContext {
             states: Arc::clone(&self.states),
             kind: run.kind,
@@ -395,54 +332,37 @@ impl Inner {
             cancellation,
         };
         let span = fire_span(&self.scheduler, &run);
-        let runtime = self.runtime.clone();
-        let inner = Arc::clone(self);
-        let owner = run.node.clone();
-        let fire_id = run.fire_id;
+        let gate = Gate {
+            inner: Arc::clone(self),
+            fire_time: run.fire_time,
+            threshold_ms: misfire_limit(&run, self.settings.misfire.threshold_ms()),
+            submitted: std::time::Instant::now(),
+            fire_id: run.fire_id,
+            owner: run.node.clone(),
+        };
+        // The fire's place in its room is given back when its handler returns.
         let hold = run.hold.take();
-        let submitted = std::time::Instant::now();
+        if handler.is_async() {
+            tokio::spawn(async move {
+                let _hold = hold;
+                let ran = match gate.pass().await {
+                    Ok(()) => Ran::Done(handler.call_async(ctx, span).await),
+                    Err(ran) => ran,
+                };
+                let _ = done_tx.send(ran);
+            });
+            tokio::spawn(Arc::clone(self).supervise(run, done_rx, cancel_tx));
+            return;
+        }
+        let runtime = self.runtime.clone();
         let task = move || {
-            // The fire's place in the room is given back when this returns.
             let _hold = hold;
             let _in_fire = span.enter();
-            let past_threshold = || {
-                let late_ms = inner.clock.db_now().as_millis() - fire_time.as_millis();
-                threshold_ms.is_some_and(|limit| late_ms > limit).then_some(late_ms)
+            let ran = match gate.pass_blocking() {
+                Ok(()) => Ran::Done(handler.call(ctx, &runtime, &span)),
+                Err(ran) => ran,
             };
-            if let Some(late_ms) = past_threshold() {
-                let _ = done_tx.send(Ran::Late(late_ms));
-                return;
-            }
-            // Waited on the pool past the bound (a busy pool, or this process
-            // paused): its ownership is confirmed again, and its start time
-            // set to now, before it runs. A node declared dead meanwhile runs
-            // nothing it lost.
-            if submitted.elapsed() > START_RECHECK {
-                // Confirmed with the others waiting at this moment, in one
-                // statement: a busy pool asks no round trip per fire.
-                let (reply, answer) = std::sync::mpsc::sync_channel(1);
-                let _ = inner.confirms.send((fire_id, owner, reply));
-                let started_at = match answer.recv() {
-                    Ok(Ok(Some(at))) => at,
-                    Ok(Ok(None)) => {
-                        tracing::warn!(fire_id, "fire not run: this incarnation no longer owns it");
-                        let _ = done_tx.send(Ran::NotOwned);
-                        return;
-                    }
-                    Ok(Err(_)) | Err(_) => {
-                        let _ = done_tx.send(Ran::Unconfirmed);
-                        return;
-                    }
-                };
-                // Judged by the start the ledger recorded.
-                let late_ms = started_at.as_millis() - fire_time.as_millis();
-                if threshold_ms.is_some_and(|limit| late_ms > limit) {
-                    let _ = done_tx.send(Ran::Late(late_ms));
-                    return;
-                }
-            }
-            let result = handler.call(ctx, &runtime, &span);
-            let _ = done_tx.send(Ran::Done(result));
+            let _ = done_tx.send(ran);
         };
         match self.pool.try_submit(task) {
             Ok(()) => {
@@ -570,21 +490,5 @@ mod tests {
         assert_eq!(smooth(0, 8_000), 8_000);
         assert_eq!(smooth(8_000, 16_000), 10_000);
         assert_eq!(smooth(10_000, 2_000), 8_000);
-    }
-
-    #[test]
-    fn a_hold_is_given_back_when_its_last_clone_is_dropped() {
-        let room = Arc::new(Room::default());
-        let a = room.hold();
-        let b = room.hold();
-        let a2 = a.clone();
-        assert_eq!(room.held(), 2);
-        assert_eq!(room.left(5), 3);
-        drop(a);
-        assert_eq!(room.held(), 2, "a clone still holds it");
-        drop(a2);
-        drop(b);
-        assert_eq!(room.held(), 0);
-        assert_eq!(room.left(5), 5);
     }
 }

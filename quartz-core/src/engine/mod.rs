@@ -52,6 +52,7 @@ mod cluster;
 mod completer;
 mod dispatcher;
 mod handler;
+mod lanes;
 mod launch;
 mod maintenance;
 pub mod metrics;
@@ -192,9 +193,12 @@ impl SchedulerBuilder {
         self.register(name.into(), Handler::blocking(f))
     }
 
-    /// Registers an async handler: each fire is driven to completion on a pool
-    /// thread, so async fires count against the pool's bounds like blocking
-    /// ones. It may use the runtime's timers and IO.
+    /// Registers an async handler: each fire runs as a tokio task on the
+    /// node's runtime, not on a pool thread, so a handler that awaits IO
+    /// holds no thread. At most [`Settings::async_max`] run at once (the
+    /// node claims no more), beside the pool's bound for blocking handlers.
+    /// It must not block: code that does belongs in a blocking
+    /// [`handler`](Self::handler).
     pub fn async_handler<F, Fut>(self, name: impl Into<String>, f: F) -> SchedulerBuilder
     where
         F: Fn(JobContext) -> Fut + Send + Sync + 'static,
@@ -302,8 +306,11 @@ pub struct NodeStatus {
     pub phase: Phase,
     /// The nodes it saw at its last heartbeat.
     pub members: Vec<Node>,
-    /// The worker pool.
+    /// The worker pool (blocking handlers).
     pub pool: PoolMetrics,
+    /// Fires of async handlers held: won, and their tasks not returned (at
+    /// most [`Settings::async_max`]).
+    pub tasks: usize,
     /// What it did so far.
     pub counters: Counters,
     /// Database time minus this node's clock, in ms.

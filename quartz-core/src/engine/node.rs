@@ -177,6 +177,7 @@ impl Inner {
             phase: *self.phase.lock(),
             members: self.cluster.members.read().clone(),
             pool: self.pool.metrics(),
+            tasks: self.launch.task_room.held(),
             counters: *self.counters.lock(),
             db_offset_ms: self.clock.offset_ms(),
             running: self.running.lock().len(),

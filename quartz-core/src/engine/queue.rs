@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::handler::Lane;
 use super::node::{Inner, duration_ms};
 use crate::store::Job;
 use crate::time::Timestamp;
@@ -175,27 +176,43 @@ impl FireQueue {
     /// Takes at most `limit` queued fires whose claim time has come, dropping
     /// stale ones; a fire more than `threshold_ms` past its time (and not a
     /// policy's late run) is not claimed: its execute is reported late.
-    pub(super) fn take_due(&self, db_now: Timestamp, limit: usize, threshold_ms: i64) -> Due {
+    /// Each fire takes a place in its lane's `room` (`lane` says which,
+    /// [`Lane`] as index); one whose lane has none left stays queued.
+    pub(super) fn take_due(
+        &self,
+        db_now: Timestamp,
+        limit: usize,
+        threshold_ms: i64,
+        mut room: [usize; 2],
+        lane: impl Fn(&Pending) -> Lane,
+    ) -> Due {
         let tracked = self.tracked.lock();
         let mut queue = self.fires.lock();
         let mut due = Due::default();
-        while due.fires.len() < limit {
-            let Some(entry) = queue.first_entry() else { break };
-            if entry.key().0 > db_now {
+        let keys: Vec<(Timestamp, u64)> = queue.range(..=(db_now, u64::MAX)).map(|(k, _)| *k).collect();
+        for key in keys {
+            if due.fires.len() >= limit || room == [0, 0] {
                 break;
             }
-            let pending = entry.remove();
+            let Some(pending) = queue.get(&key) else { continue };
             if tracked
                 .get(&pending.execute_id)
                 .is_none_or(|t| t.epoch != pending.epoch)
             {
+                queue.remove(&key);
                 continue;
             }
+            let place = &mut room[lane(pending) as usize];
+            if *place == 0 {
+                continue;
+            }
+            let Some(pending) = queue.remove(&key) else { continue };
             let lateness = db_now.as_millis() - pending.fire.fire_time.as_millis();
             if !pending.late_ok && lateness > threshold_ms {
                 due.late.push(pending.execute_id);
                 continue;
             }
+            *place -= 1;
             due.fires.push(pending);
         }
         drop(queue);
@@ -207,6 +224,15 @@ impl FireQueue {
             self.forget(*id);
         }
         due
+    }
+
+    /// The first claim time of a queued fire whose lane has room.
+    pub(super) fn first_claim_at_in(&self, room: [usize; 2], lane: impl Fn(&Pending) -> Lane) -> Option<Timestamp> {
+        self.fires
+            .lock()
+            .iter()
+            .find(|(_, p)| room[lane(p) as usize] > 0)
+            .map(|(k, _)| k.0)
     }
 
     /// Whether any queued fire's claim time has come.
@@ -265,6 +291,13 @@ mod tests {
     use crate::store::{JobSpec, JobState};
     use crate::trigger::Schedule;
 
+    /// Room without bound in both lanes.
+    const ANY: [usize; 2] = [usize::MAX, usize::MAX];
+
+    fn pool(_: &Pending) -> Lane {
+        Lane::Pool
+    }
+
     fn job(name: &str) -> Arc<Job> {
         Arc::new(Job {
             id: 1,
@@ -312,8 +345,8 @@ mod tests {
             3
         );
         assert_eq!(q.first_claim_at(), Some(ms(-1000)));
-        assert!(q.take_due(ms(-1001), 100, 5000).fires.is_empty());
-        let due = q.take_due(ms(0), 100, 5000);
+        assert!(q.take_due(ms(-1001), 100, 5000, ANY, pool).fires.is_empty());
+        let due = q.take_due(ms(0), 100, 5000, ANY, pool);
         let got: Vec<(i64, i64)> = due
             .fires
             .iter()
@@ -339,9 +372,9 @@ mod tests {
         let j = job("a");
         q.push(1, &j, &trigger, fires.clone(), |t| t, None);
         q.forget(1);
-        assert!(q.take_due(ms(5000), 100, 60_000).fires.is_empty());
+        assert!(q.take_due(ms(5000), 100, 60_000, ANY, pool).fires.is_empty());
         assert_eq!(q.push(1, &j, &trigger, fires, |t| t, None), 2);
-        assert_eq!(q.take_due(ms(5000), 100, 60_000).fires.len(), 2);
+        assert_eq!(q.take_due(ms(5000), 100, 60_000, ANY, pool).fires.len(), 2);
     }
 
     #[test]
@@ -351,7 +384,7 @@ mod tests {
         q.push(1, &job("a"), &trigger, fires.clone(), |t| t, None);
         let edited = job("a-edited");
         assert_eq!(q.push(1, &edited, &trigger, fires, |t| t, None), 1);
-        let due = q.take_due(ms(0), 100, 5000);
+        let due = q.take_due(ms(0), 100, 5000, ANY, pool);
         assert_eq!(due.fires.len(), 1, "the old version's fire is stale");
         assert_eq!(due.fires[0].job.spec.name, "a-edited");
     }
@@ -362,10 +395,10 @@ mod tests {
         let (trigger, fires) = every_second(2);
         q.push(1, &job("a"), &trigger, fires.clone(), |t| t, None);
         q.push(2, &job("b"), &trigger, fires, |t| t, Some(ms(1000)));
-        let due = q.take_due(ms(6001), 100, 5000);
+        let due = q.take_due(ms(6001), 100, 5000, ANY, pool);
         assert_eq!(due.late, vec![1, 1]);
         assert_eq!(due.fires.iter().map(|p| p.execute_id).collect::<Vec<_>>(), vec![2, 2]);
-        assert!(q.take_due(ms(6001), 100, 5000).fires.is_empty());
+        assert!(q.take_due(ms(6001), 100, 5000, ANY, pool).fires.is_empty());
     }
 
     #[test]
@@ -373,12 +406,12 @@ mod tests {
         let q = FireQueue::default();
         let (trigger, fires) = every_second(4);
         q.push(1, &job("a"), &trigger, fires, |t| t, None);
-        let first = q.take_due(ms(3000), 3, 5000).fires;
+        let first = q.take_due(ms(3000), 3, 5000, ANY, pool).fires;
         assert_eq!(first.len(), 3);
         q.retry_at(first, ms(3100));
-        let again = q.take_due(ms(3000), 10, 5000).fires;
+        let again = q.take_due(ms(3000), 10, 5000, ANY, pool).fires;
         assert_eq!(again.len(), 1, "only the fire not taken before");
-        assert_eq!(q.take_due(ms(3100), 10, 5000).fires.len(), 3);
+        assert_eq!(q.take_due(ms(3100), 10, 5000, ANY, pool).fires.len(), 3);
     }
 
     #[test]
@@ -386,12 +419,31 @@ mod tests {
         let q = FireQueue::default();
         let (trigger, fires) = every_second(2);
         q.push(1, &job("a"), &trigger, fires, |t| t, None);
-        let due = q.take_due(ms(1000), 10, 5000).fires;
+        let due = q.take_due(ms(1000), 10, 5000, ANY, pool).fires;
         assert!(due.iter().all(|p| !p.deferred));
         q.defer(due, |p| p.fire.fire_time.saturating_add_millis(500));
-        assert!(q.take_due(ms(499), 10, 5000).fires.is_empty());
-        let again = q.take_due(ms(500), 10, 5000).fires;
+        assert!(q.take_due(ms(499), 10, 5000, ANY, pool).fires.is_empty());
+        let again = q.take_due(ms(500), 10, 5000, ANY, pool).fires;
         assert_eq!(again.len(), 1);
         assert!(again[0].deferred);
+    }
+
+    #[test]
+    fn a_fire_whose_lane_is_full_stays_queued_and_the_other_lane_is_served() {
+        let q = FireQueue::default();
+        let (trigger, fires) = every_second(3);
+        q.push(1, &job("blocking"), &trigger, fires.clone(), |t| t, None);
+        q.push(2, &job("async"), &trigger, fires, |t| t, None);
+        let lane = |p: &Pending| if p.execute_id == 2 { Lane::Task } else { Lane::Pool };
+        let due = q.take_due(ms(3000), 100, 5000, [0, 2], lane);
+        assert_eq!(
+            due.fires.iter().map(|p| p.execute_id).collect::<Vec<_>>(),
+            [2, 2],
+            "only the lane with room, and only as much as it has"
+        );
+        assert_eq!(q.first_claim_at_in([0, 1], lane), Some(ms(2000)), "the async fire left");
+        assert_eq!(q.first_claim_at_in([0, 0], lane), None);
+        let due = q.take_due(ms(3000), 100, 5000, [5, 0], lane);
+        assert_eq!(due.fires.len(), 3, "the blocking fires were kept");
     }
 }

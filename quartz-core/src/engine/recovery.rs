@@ -134,7 +134,7 @@ impl Inner {
             kind,
             node: node.clone(),
             release: None,
-            hold: Some(self.hold()),
+            hold: Some(self.hold(job)),
         };
         match fire.state {
             FireState::Claimed => {

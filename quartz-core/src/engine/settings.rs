@@ -79,6 +79,12 @@ pub struct Settings {
     pub pool_queue: usize,
     /// How long an idle thread above core lives (default 60 s).
     pub pool_keep_alive: Duration,
+    /// The most fires of async handlers this node runs at once (default
+    /// 256). Async handlers run as tokio tasks on the node's runtime, not on
+    /// pool threads: this bound is theirs, beside the pool's for blocking
+    /// handlers, and the node claims no more fires of async handlers than it
+    /// leaves room for.
+    pub async_max: usize,
     /// The node's id in the cluster (default `host-pid-n`). A node that restarts
     /// with the same id re-registers with a new incarnation.
     pub node_id: Option<String>,
@@ -114,6 +120,7 @@ impl Default for Settings {
             pool_max: 4 * cores,
             pool_queue: 4_096,
             pool_keep_alive: Duration::from_secs(60),
+            async_max: 256,
             node_id: None,
             weight: 1,
             retention: Retention::default(),
@@ -158,6 +165,9 @@ impl Settings {
         }
         if self.pool_max == 0 || self.pool_core > self.pool_max || self.pool_queue == 0 {
             return bad("the pool needs 0 <= core <= max, max >= 1 and a queue of at least 1");
+        }
+        if self.async_max == 0 {
+            return bad("async_max must be at least 1");
         }
         if let Some(id) = &self.node_id {
             crate::store::check_name("node id", id).map_err(SchedulerError::Invalid)?;

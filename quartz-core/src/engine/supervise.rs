@@ -243,7 +243,7 @@ impl Inner {
                 kind: RunKind::Scheduled,
                 node: parent.node.clone(),
                 release: None,
-                hold: Some(self.hold()),
+                hold: Some(self.hold(job)),
             });
         }
     }

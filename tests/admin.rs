@@ -245,7 +245,7 @@ async fn bad_input_names_the_field_and_keeps_what_is_stored(db: &TestDb) {
     );
     assert_eq!(field_of(admin.job("nobody").await.unwrap_err()).0, "not_found");
     let patch = JobPatch {
-        timeout_ms: Some(-5),
+        timeout: Some(Some(Duration::from_secs(200 * 366 * 86_400))),
         ..JobPatch::default()
     };
     assert_eq!(
@@ -254,6 +254,10 @@ async fn bad_input_names_the_field_and_keeps_what_is_stored(db: &TestDb) {
             .as_deref(),
         Some("timeout_ms")
     );
+    let negative = serde_json::from_str::<JobPatch>(r#"{"timeout_ms": -5}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(negative.starts_with("`timeout_ms`: "), "{negative}");
     // An unknown field in JSON is refused by the definition itself.
     let unknown = serde_json::from_str::<JobDefinition>(r#"{"name": "y", "handler": "log", "cron": "0 * * * * ?"}"#);
     assert!(unknown.unwrap_err().to_string().contains("cron"));

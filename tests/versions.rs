@@ -149,7 +149,7 @@ async fn edits_without_a_version_never_undo_each_other(db: &TestDb) {
     for round in 0..6_i64 {
         let description = format!("round {round}");
         let timeout = JobPatch {
-            timeout_ms: Some(1_000 + round),
+            timeout: Some(Some(Duration::from_millis(1_000 + round as u64))),
             ..JobPatch::default()
         };
         let text = described(&description);

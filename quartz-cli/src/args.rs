@@ -243,11 +243,11 @@ impl JobArgs {
             description: self.description.clone(),
             requests_recovery: self.recover.then_some(true),
             allow_concurrent: self.no_concurrent.then_some(false),
-            timeout_ms: self.timeout.map(millis),
+            timeout: self.timeout.map(Some),
             max_attempts: self.attempts,
-            backoff_ms: self.backoff.map(millis),
-            backoff_max_ms: self.backoff_max.map(millis),
-            parent: self.parent.clone(),
+            backoff: self.backoff,
+            backoff_max: self.backoff_max.map(Some),
+            parent: self.parent.clone().map(Some),
             ..JobPatch::default()
         })
     }

@@ -487,8 +487,3 @@ impl JobDefinition {
         Ok((self.spec.clone(), executes))
     }
 }
-
-/// A duration the API gives in milliseconds: never negative.
-pub(super) fn wire_duration(field: &str, ms: i64) -> Result<Duration, AdminError> {
-    super::wire::wire_duration(field, ms).map_err(AdminError::from)
-}

@@ -451,3 +451,5 @@ schema_of_wire!(TriggerDefinition, TriggerWire, "TriggerDefinition");
 schema_of_wire!(JobDefinition, JobWire, "JobDefinition");
 #[cfg(feature = "openapi")]
 schema_of_wire!(JobSpec, JobSpecWire, "JobSpec");
+#[cfg(feature = "openapi")]
+schema_of_wire!(super::JobPatch, super::patch::PatchWire, "JobPatch");

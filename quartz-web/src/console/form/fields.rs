@@ -300,7 +300,6 @@ impl JobForm {
         let JobDefinition { spec, triggers } = self.definition()?;
         let before = JobForm::from_view(was);
         let schedule_changed = was.triggers.len() <= 1 && self.schedule() != before.schedule();
-        let ms = quartz_core::store::millis_of;
         Ok(JobPatch {
             name: Some(spec.name).filter(|n| n != was.name()),
             handler: Some(spec.handler),
@@ -308,10 +307,10 @@ impl JobForm {
             description: Some(spec.description),
             requests_recovery: Some(spec.requests_recovery),
             allow_concurrent: Some(spec.allow_concurrent),
-            timeout_ms: Some(spec.timeout.map_or(0, ms)),
+            timeout: Some(spec.timeout),
             max_attempts: Some(spec.retry.max_attempts),
-            backoff_ms: Some(ms(spec.retry.backoff)),
-            backoff_max_ms: Some(spec.retry.backoff_max.map_or(0, ms)),
+            backoff: Some(spec.retry.backoff),
+            backoff_max: Some(spec.retry.backoff_max),
             parent: None,
             triggers: schedule_changed.then_some(triggers),
         })

@@ -2,8 +2,8 @@
 //! a job and its triggers.
 
 use anyhow::Context;
-use quartz_core::admin::{Admin, JobDefinition};
-use quartz_core::store::{FireQuery, JobDetail, JobSpec, TriggerColumns};
+use quartz_core::admin::{Admin, JobDefinition, JobView};
+use quartz_core::store::{FireQuery, JobDetail, JobSpec};
 use quartz_store::AnyStore;
 use serde_json::{Value, json};
 
@@ -192,47 +192,15 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
     }
 }
 
+/// A job as JSON: the admin API's view of it (its definition, where it
+/// stands and its triggers' next fire times), the same shape `GET
+/// /api/v1/jobs/{name}` answers.
 fn job_json(detail: &JobDetail) -> Value {
-    let job = &detail.job;
-    json!({
-        "id": job.id,
-        "name": job.spec.name,
-        "handler": job.spec.handler,
-        "payload": serde_json::from_str::<Value>(&job.spec.payload).unwrap_or(Value::Null),
-        "description": job.spec.description,
-        "state": job.state.as_str(),
-        "requests_recovery": job.spec.requests_recovery,
-        "allow_concurrent": job.spec.allow_concurrent,
-        "timeout_ms": job.spec.timeout.map(|d| d.as_millis()),
-        "max_attempts": job.spec.retry.max_attempts,
-        "backoff_ms": job.spec.retry.backoff.as_millis(),
-        "backoff_max_ms": job.spec.retry.backoff_max.map(|d| d.as_millis()),
-        "parent": job.spec.parent,
-        "triggers": detail.executes.iter().map(|e| {
-            let c = TriggerColumns::from_trigger(&e.trigger);
-            json!({
-                "id": e.id,
-                "kind": c.kind,
-                "cron": c.cron_expression,
-                "time_zone": c.time_zone,
-                "interval_ms": c.interval_ms,
-                "start": e.trigger.start().as_millis(),
-                "end": opt_json(e.trigger.end()),
-                "repeat": e.trigger.repeat_limit(),
-                "misfire": e.trigger.misfire_policy().as_str(),
-                "calendar": c.calendar,
-                "dst_skipped": c.dst_skipped,
-                "dst_repeated": c.dst_repeated,
-                "state": e.state.as_str(),
-                "prev_fire_time": opt_json(e.fire_state.prev_fire_time),
-                "next_fire_time": opt_json(e.fire_state.next_fire_time),
-                "times_triggered": e.fire_state.times_triggered,
-                "error": e.error,
-            })
-        }).collect::<Vec<_>>(),
-        "broken_triggers": detail.broken.iter().map(|b| json!({"id": b.execute_id, "reason": b.reason})).collect::<Vec<_>>(),
-    })
+    serde_json::to_value(JobView::new(detail, UPCOMING)).unwrap_or(Value::Null)
 }
+
+/// The next fire times a job's JSON shows of each trigger.
+const UPCOMING: usize = 5;
 
 async fn list(store: &AnyStore, scheduler: &str, out: Out) -> anyhow::Result<()> {
     let mut details = Vec::new();

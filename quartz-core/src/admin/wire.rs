@@ -11,13 +11,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::AdminError;
 use super::definition::{JobDefinition, TriggerDefinition, TriggerKind, deserialize_instant};
-use super::{AdminError, parse_dst};
-use crate::cron::{CronExpression, parse_time_zone};
 use crate::misfire::MisfirePolicy;
-use crate::store::{JobSpec, RetryPolicy, duration_of, millis_of};
+use crate::store::{JobSpec, RetryPolicy, ScheduleColumns, duration_of, millis_of};
 use crate::time::Timestamp;
-use crate::trigger::Schedule;
 
 /// A field of the JSON form that cannot be read, by name: what the
 /// definitions' deserialisation reports, as `` `cron`: why ``, so that the
@@ -148,33 +146,19 @@ impl TryFrom<TriggerWire> for TriggerDefinition {
         if matches!(w.kind, TriggerKind::Cron | TriggerKind::Once) {
             unused("interval_ms", w.interval_ms.is_some())?;
         }
-        let interval = || {
-            w.interval_ms
-                .ok_or_else(|| FieldError::new("interval_ms", "a fixed-rate or fixed-delay trigger needs interval_ms"))
+        let columns = ScheduleColumns {
+            kind: w.kind.as_str().to_owned(),
+            cron_expression: w.cron,
+            time_zone: w.time_zone,
+            interval_ms: w.interval_ms,
+            dst_skipped: w.dst_skipped,
+            dst_repeated: w.dst_repeated,
         };
-        let schedule = match w.kind {
-            TriggerKind::Cron => {
-                let text = w
-                    .cron
-                    .as_deref()
-                    .ok_or_else(|| FieldError::new("cron", "a cron trigger needs a cron expression"))?;
-                let expr = CronExpression::parse(text).map_err(|e| FieldError::new("cron", e))?;
-                let zone = parse_time_zone(w.time_zone.as_deref().unwrap_or("UTC"))
-                    .map_err(|e| FieldError::new("time_zone", e))?;
-                let dst = parse_dst(w.dst_skipped.as_deref(), w.dst_repeated.as_deref()).map_err(|e| match e {
-                    AdminError::Invalid { field, message } => FieldError { field, message },
-                    other => FieldError::new("dst_skipped", other),
-                })?;
-                Schedule::cron_with_dst(expr, zone, dst)
-            }
-            TriggerKind::FixedRate => {
-                Schedule::fixed_rate_millis(interval()?).map_err(|e| FieldError::new("interval_ms", e))?
-            }
-            TriggerKind::FixedDelay => {
-                Schedule::fixed_delay_millis(interval()?).map_err(|e| FieldError::new("interval_ms", e))?
-            }
-            TriggerKind::Once => Schedule::Once,
-        };
+        // The columns' names where the JSON's differ.
+        let schedule = columns.to_schedule().map_err(|(column, e)| match column {
+            "cron_expression" => FieldError::new("cron", e),
+            column => FieldError::new(column, e),
+        })?;
         let misfire = match &w.misfire {
             Some(name) => name
                 .parse::<MisfirePolicy>()
@@ -195,36 +179,21 @@ impl TryFrom<TriggerWire> for TriggerDefinition {
 
 impl From<TriggerDefinition> for TriggerWire {
     fn from(t: TriggerDefinition) -> TriggerWire {
-        let mut wire = TriggerWire {
+        let columns = ScheduleColumns::of(&t.schedule);
+        TriggerWire {
             kind: TriggerKind::of(&t.schedule),
-            cron: None,
-            time_zone: None,
-            interval_ms: None,
+            cron: columns.cron_expression,
+            time_zone: columns.time_zone,
+            interval_ms: columns.interval_ms,
             start: t.start.map(Timestamp::as_millis),
             end: t.end.map(Timestamp::as_millis),
             repeat: t.repeat,
             misfire: Some(t.misfire.as_str().to_owned()),
             priority: t.priority,
             calendar: t.calendar,
-            dst_skipped: None,
-            dst_repeated: None,
-        };
-        match t.schedule {
-            Schedule::Cron { expr, zone, dst } => {
-                wire.cron = Some(expr.as_str().to_owned());
-                wire.time_zone = Some(zone.name().to_owned());
-                wire.dst_skipped = Some(dst.skipped)
-                    .filter(|s| *s != Default::default())
-                    .map(|s| s.as_str().to_owned());
-                wire.dst_repeated = Some(dst.repeated)
-                    .filter(|r| *r != Default::default())
-                    .map(|r| r.as_str().to_owned());
-            }
-            Schedule::FixedRate { interval_ms } => wire.interval_ms = Some(interval_ms),
-            Schedule::FixedDelay { delay_ms } => wire.interval_ms = Some(delay_ms),
-            Schedule::Once => {}
+            dst_skipped: columns.dst_skipped,
+            dst_repeated: columns.dst_repeated,
         }
-        wire
     }
 }
 

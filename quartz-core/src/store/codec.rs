@@ -36,37 +36,131 @@ pub struct TriggerColumns {
     pub dst_repeated: Option<String>,
 }
 
-impl TriggerColumns {
-    /// The columns of a trigger.
-    pub fn from_trigger(trigger: &Trigger) -> TriggerColumns {
-        let dst = trigger.dst();
-        let (kind, cron_expression, time_zone, interval_ms) = match trigger.schedule() {
-            Schedule::Cron { expr, zone, .. } => (
+/// A schedule as text and numbers: what the execute row's columns and the
+/// API's JSON both hold of it (their one mapping, both ways).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScheduleColumns {
+    /// `cron`, `fixed_rate`, `fixed_delay` or `once`.
+    pub kind: String,
+    /// The cron expression (cron only).
+    pub cron_expression: Option<String>,
+    /// The IANA zone (cron only; `UTC` when absent).
+    pub time_zone: Option<String>,
+    /// The interval or delay (fixed rate and fixed delay).
+    pub interval_ms: Option<i64>,
+    /// A cron schedule's choice for skipped local times; `None` for
+    /// Quartz's.
+    pub dst_skipped: Option<String>,
+    /// A cron schedule's choice for repeated local times; `None` for
+    /// Quartz's.
+    pub dst_repeated: Option<String>,
+}
+
+impl ScheduleColumns {
+    /// The columns of a schedule.
+    pub fn of(schedule: &Schedule) -> ScheduleColumns {
+        let (kind, cron_expression, time_zone, interval_ms, dst) = match schedule {
+            Schedule::Cron { expr, zone, dst } => (
                 "cron",
                 Some(expr.as_str().to_owned()),
                 Some(zone.name().to_owned()),
                 None,
+                *dst,
             ),
-            Schedule::FixedRate { interval_ms } => ("fixed_rate", None, None, Some(*interval_ms)),
-            Schedule::FixedDelay { delay_ms } => ("fixed_delay", None, None, Some(*delay_ms)),
-            Schedule::Once => ("once", None, None, None),
+            Schedule::FixedRate { interval_ms } => ("fixed_rate", None, None, Some(*interval_ms), DstChoice::QUARTZ),
+            Schedule::FixedDelay { delay_ms } => ("fixed_delay", None, None, Some(*delay_ms), DstChoice::QUARTZ),
+            Schedule::Once => ("once", None, None, None, DstChoice::QUARTZ),
         };
-        TriggerColumns {
+        ScheduleColumns {
             kind: kind.to_owned(),
             cron_expression,
             time_zone,
             interval_ms,
-            start_time: trigger.start().as_millis(),
-            end_time: trigger.end().map(Timestamp::as_millis),
-            repeat_limit: trigger.repeat_limit().map(|l| i64::try_from(l).unwrap_or(i64::MAX)),
-            misfire_policy: trigger.misfire_policy().as_str().to_owned(),
-            calendar: trigger.calendar_name().map(str::to_owned),
             dst_skipped: Some(dst.skipped)
                 .filter(|s| *s != SkippedTime::Quartz)
                 .map(|s| s.as_str().to_owned()),
             dst_repeated: Some(dst.repeated)
                 .filter(|r| *r != RepeatedTime::Quartz)
                 .map(|r| r.as_str().to_owned()),
+        }
+    }
+
+    /// The schedule the columns describe, checked; an error names the
+    /// column at fault (`cron_expression`, `time_zone`, `interval_ms`,
+    /// `dst_skipped`, `dst_repeated`, or `kind`).
+    ///
+    /// # Errors
+    ///
+    /// The column and why.
+    pub fn to_schedule(&self) -> Result<Schedule, (&'static str, Error)> {
+        let missing = |column: &'static str, what: &str| {
+            let reason = format!("a {} trigger needs {what}", self.kind);
+            (column, Error::InvalidTrigger { reason })
+        };
+        let interval = |what: &str| self.interval_ms.ok_or_else(|| missing("interval_ms", what));
+        let schedule = match self.kind.as_str() {
+            "cron" => {
+                let expr = self
+                    .cron_expression
+                    .as_deref()
+                    .ok_or_else(|| missing("cron_expression", "a cron expression"))?;
+                let expr = crate::cron::CronExpression::parse(expr).map_err(|e| ("cron_expression", e))?;
+                let zone = crate::cron::parse_time_zone(self.time_zone.as_deref().unwrap_or("UTC"))
+                    .map_err(|e| ("time_zone", e))?;
+                let dst = DstChoice {
+                    skipped: self
+                        .dst_skipped
+                        .as_deref()
+                        .map_or(Ok(SkippedTime::Quartz), str::parse)
+                        .map_err(|e| ("dst_skipped", e))?,
+                    repeated: self
+                        .dst_repeated
+                        .as_deref()
+                        .map_or(Ok(RepeatedTime::Quartz), str::parse)
+                        .map_err(|e| ("dst_repeated", e))?,
+                };
+                Schedule::cron_with_dst(expr, zone, dst)
+            }
+            "fixed_rate" => Schedule::fixed_rate_millis(interval("an interval")?).map_err(|e| ("interval_ms", e))?,
+            "fixed_delay" => Schedule::fixed_delay_millis(interval("a delay")?).map_err(|e| ("interval_ms", e))?,
+            "once" => Schedule::Once,
+            other => {
+                let reason = format!("unknown trigger kind {other:?} (expected cron, fixed_rate, fixed_delay or once)");
+                return Err(("kind", Error::InvalidTrigger { reason }));
+            }
+        };
+        Ok(schedule)
+    }
+}
+
+impl TriggerColumns {
+    /// The columns of a trigger.
+    pub fn from_trigger(trigger: &Trigger) -> TriggerColumns {
+        let s = ScheduleColumns::of(trigger.schedule());
+        TriggerColumns {
+            kind: s.kind,
+            cron_expression: s.cron_expression,
+            time_zone: s.time_zone,
+            interval_ms: s.interval_ms,
+            start_time: trigger.start().as_millis(),
+            end_time: trigger.end().map(Timestamp::as_millis),
+            repeat_limit: trigger.repeat_limit().map(|l| i64::try_from(l).unwrap_or(i64::MAX)),
+            misfire_policy: trigger.misfire_policy().as_str().to_owned(),
+            calendar: trigger.calendar_name().map(str::to_owned),
+            dst_skipped: s.dst_skipped,
+            dst_repeated: s.dst_repeated,
+        }
+    }
+
+    /// The schedule's columns.
+    pub fn schedule(&self) -> ScheduleColumns {
+        ScheduleColumns {
+            kind: self.kind.clone(),
+            cron_expression: self.cron_expression.clone(),
+            time_zone: self.time_zone.clone(),
+            interval_ms: self.interval_ms,
+            dst_skipped: self.dst_skipped.clone(),
+            dst_repeated: self.dst_repeated.clone(),
         }
     }
 
@@ -119,30 +213,7 @@ impl TriggerColumns {
     /// a missing or invalid expression, zone or interval, an end before the
     /// start, a policy that does not apply.
     pub fn to_trigger(&self) -> Result<Trigger, Error> {
-        let missing = |what: &str| Error::InvalidTrigger {
-            reason: format!("a {} trigger needs {what}", self.kind),
-        };
-        let schedule = match self.kind.as_str() {
-            "cron" => {
-                let expr = self
-                    .cron_expression
-                    .as_deref()
-                    .ok_or_else(|| missing("a cron expression"))?;
-                let zone = self.time_zone.as_deref().unwrap_or("UTC");
-                Schedule::cron(
-                    crate::cron::CronExpression::parse(expr)?,
-                    crate::cron::parse_time_zone(zone)?,
-                )
-            }
-            "fixed_rate" => Schedule::fixed_rate_millis(self.interval_ms.ok_or_else(|| missing("an interval"))?)?,
-            "fixed_delay" => Schedule::fixed_delay_millis(self.interval_ms.ok_or_else(|| missing("a delay"))?)?,
-            "once" => Schedule::Once,
-            other => {
-                return Err(Error::InvalidTrigger {
-                    reason: format!("unknown trigger kind {other:?} (expected cron, fixed_rate, fixed_delay or once)"),
-                });
-            }
-        };
+        let schedule = self.schedule().to_schedule().map_err(|(_, e)| e)?;
         let mut trigger = Trigger::new(schedule, Timestamp::from_millis(self.start_time))?;
         if let Some(end) = self.end_time {
             trigger = trigger.with_end(Timestamp::from_millis(end))?;
@@ -154,17 +225,6 @@ impl TriggerColumns {
             trigger = trigger.with_repeat_limit(limit)?;
         }
         trigger = trigger.with_misfire_policy(self.misfire_policy.parse::<MisfirePolicy>()?)?;
-        let dst = DstChoice {
-            skipped: self
-                .dst_skipped
-                .as_deref()
-                .map_or(Ok(SkippedTime::Quartz), str::parse)?,
-            repeated: self
-                .dst_repeated
-                .as_deref()
-                .map_or(Ok(RepeatedTime::Quartz), str::parse)?,
-        };
-        trigger = trigger.with_dst(dst)?;
         match &self.calendar {
             Some(name) => trigger.with_calendar(name),
             None => Ok(trigger),

@@ -39,7 +39,7 @@ use crate::calendar::CalendarDefinition;
 use crate::time::Timestamp;
 
 pub use cas::{Claim, ExecuteCas, SkippedRecord};
-pub use codec::TriggerColumns;
+pub use codec::{ScheduleColumns, TriggerColumns};
 pub use contract::{CalendarStore, HistoryStore, IntoStore, JobStore, SharedStore, Store};
 pub use error::StoreError;
 pub use fire_path::{FireEnd, FireStore, LateRun, NodeStore, RetentionStore, ScheduleStore};

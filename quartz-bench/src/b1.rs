@@ -27,68 +27,44 @@ use quartz_core::cron::CronExpression;
 use quartz_core::store::{ExecuteSpec, FireQuery, FireState, JobSpec};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_core::{Timestamp, Tz};
-use quartz_store::{AnyStore, StoreOptions};
+use quartz_store::AnyStore;
 
-struct Args {
+/// B1's options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The database (`postgres://`, `mysql://`, `sqlite://`, `redis://`)
+    /// [default: QUARTZ_PG_URL or the local PostgreSQL].
+    #[arg(long, default_value_t = crate::pg_url(), hide_default_value = true)]
     url: String,
+    /// Triggers firing every second, S: one run per value.
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
     triggers: Vec<usize>,
+    /// Node processes, K: one run per value.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     nodes: Vec<usize>,
+    /// Seconds each run lasts.
+    #[arg(long, default_value_t = 60)]
     seconds: i64,
+    /// CPU-bound processes kept busy through each run.
+    #[arg(long = "hog", default_value_t = 0)]
     hogs: usize,
+    /// A directory for the plots.
+    #[arg(long)]
     plot: Option<std::path::PathBuf>,
 }
 
-fn args() -> Args {
-    let mut out = Args {
-        url: crate::pg_url(),
-        triggers: vec![1_000],
-        nodes: vec![1, 2, 3],
-        seconds: 60,
-        hogs: 0,
-        plot: None,
-    };
-    let mut it = std::env::args().skip(2);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--url" => out.url = it.next().unwrap(),
-            "--triggers" => out.triggers = it.next().unwrap().split(',').map(|n| n.parse().unwrap()).collect(),
-            "--hog" => out.hogs = it.next().unwrap().parse().unwrap(),
-            "--nodes" => out.nodes = it.next().unwrap().split(',').map(|n| n.parse().unwrap()).collect(),
-            "--seconds" => out.seconds = it.next().unwrap().parse().unwrap(),
-            "--plot" => out.plot = it.next().map(std::path::PathBuf::from),
-            _ => {} // cargo bench passes --bench
-        }
-    }
-    out
-}
-
 /// Runs B1 with the options on the command line.
-pub fn run() {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(storm());
+pub fn run(args: Args) {
+    crate::block_on(storm(args));
 }
 
-async fn storm() {
-    let args = args();
-    sqlx::any::install_default_drivers();
-    let store = AnyStore::connect_with(
-        &args.url,
-        &StoreOptions {
-            max_connections: 4,
-            ..StoreOptions::default()
-        },
-    )
-    .await
-    .unwrap();
+async fn storm(args: Args) {
+    let store = crate::connect(&args.url).await;
     let backend = args.url.split(':').next().unwrap_or("db").to_owned();
     println!(
-        "| backend | S | K | D s | expected | observed | duplicates | misfired (recorded) | missed | p50 ms | p99 ms | max ms | node CPU s/1k fires | db CPU s/1k fires |"
+        "| backend | S | K | D s | expected | ran on time | ran late by policy | misfired, not run | missing | duplicated | p50 ms | p99 ms | max ms | node CPU s/1k fires | db CPU s/1k fires |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut curves = Vec::new();
     let mut p99_by_k: Vec<crate::plot::Series> = args
         .nodes
@@ -102,16 +78,18 @@ async fn storm() {
         for (i, &k) in args.nodes.iter().enumerate() {
             let run = one_run(&store, &args, s, k).await;
             #[allow(clippy::cast_precision_loss)]
-            let per_k = |cpu: f64| cpu / (run.observed.max(1) as f64 / 1000.0);
+            let t = run.tally;
+            let per_k = |cpu: f64| cpu / ((t.on_time + t.late_by_policy).max(1) as f64 / 1000.0);
             let lateness = &run.lateness;
             println!(
-                "| {backend} | {s} | {k} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {:.3} |",
+                "| {backend} | {s} | {k} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {:.3} |",
                 args.seconds,
-                run.expected,
-                run.observed,
-                run.duplicates,
-                run.misfired,
-                run.missed,
+                t.expected,
+                t.on_time,
+                t.late_by_policy,
+                t.misfired,
+                t.missing,
+                t.duplicated,
                 percentile(lateness, 0.5),
                 percentile(lateness, 0.99),
                 lateness.last().copied().unwrap_or(0),
@@ -172,12 +150,8 @@ async fn storm() {
 
 /// What one run of S triggers on K nodes measured.
 struct Run {
-    expected: i64,
-    observed: usize,
-    duplicates: usize,
-    misfired: i64,
-    missed: i64,
-    /// Of every run fire, sorted.
+    tally: Tally,
+    /// Of every fire run for its own time, sorted.
     lateness: Vec<i64>,
     node_cpu: f64,
     db_cpu: f64,
@@ -186,15 +160,7 @@ struct Run {
 /// One storm: the jobs first, then the nodes (and the CPU hogs), the storm,
 /// the backlog worked through, then the ledger read.
 async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
-    let server: &[&str] = if args.url.starts_with("postgres") {
-        &["postgres"]
-    } else if args.url.starts_with("sqlite") {
-        &[]
-    } else if args.url.starts_with("redis") {
-        &["redis-server"]
-    } else {
-        &["mariadbd", "mysqld"]
-    };
+    let server = crate::os::server_processes(&args.url);
     let scheduler = format!("b1-{s}-{k}-{}", std::process::id());
     let (start, end) = create_jobs(store, &scheduler, s, args.seconds).await;
     let mut hogs: Vec<Child> = (0..args.hogs)
@@ -226,13 +192,7 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
     for c in nodes.iter_mut().chain(hogs.iter_mut()) {
         let _ = c.wait();
     }
-    let mut run = read_ledger(
-        store,
-        &scheduler,
-        (start, end),
-        i64::try_from(s).unwrap() * args.seconds,
-    )
-    .await;
+    let mut run = read_ledger(store, &scheduler, (start, end)).await;
     run.node_cpu = node_cpu;
     run.db_cpu = db_cpu;
     run
@@ -275,7 +235,7 @@ async fn create_jobs(store: &AnyStore, scheduler: &str, s: usize, seconds: i64) 
 /// An overloaded cluster lags: lets it work through its backlog (no trigger
 /// due up to now, nothing claimed or running), for at most a minute, so that
 /// a fire time without a row is a fire missed, not one not reached yet.
-async fn settle(store: &AnyStore, scheduler: &str) {
+pub(crate) async fn settle(store: &AnyStore, scheduler: &str) {
     let store = store.scoped(scheduler);
     for _ in 0..600 {
         let now = store.now().await.unwrap();
@@ -297,7 +257,7 @@ async fn settle(store: &AnyStore, scheduler: &str) {
 }
 
 /// Every ledger row of the scheduler, a page at a time.
-async fn ledger(store: &AnyStore, scheduler: &str) -> Vec<quartz_core::store::FireRecord> {
+pub(crate) async fn ledger(store: &AnyStore, scheduler: &str) -> Vec<quartz_core::store::FireRecord> {
     let store = store.scoped(scheduler);
     let mut out = Vec::new();
     let mut query = FireQuery {
@@ -312,48 +272,164 @@ async fn ledger(store: &AnyStore, scheduler: &str) -> Vec<quartz_core::store::Fi
     }
 }
 
-/// The run's figures from the ledger (CPU left at zero).
-async fn read_ledger(store: &AnyStore, scheduler: &str, (start, end): (Timestamp, Timestamp), expected: i64) -> Run {
-    let rows = ledger(store, scheduler).await;
-    let mut runs: std::collections::HashMap<(i64, i64), usize> = std::collections::HashMap::new();
-    let mut lateness = Vec::new();
-    // Every fire time with a ledger row: run, or recorded misfired or
-    // skipped (a range of fire_count seconds).
-    let mut recorded: std::collections::HashSet<(i64, i64)> = std::collections::HashSet::new();
-    let mut misfired = 0_i64;
-    for row in &rows {
-        let state = row.state;
-        let key = (row.execute_id, row.fire_time.as_millis());
-        if matches!(state, FireState::Misfired | FireState::Skipped) {
-            let count = i64::try_from(row.fire_count).unwrap_or(i64::MAX);
-            misfired += count;
-            for i in 0..count {
-                let t = key.1 + i * 1_000;
-                if (start.as_millis()..=end.as_millis()).contains(&t) {
-                    recorded.insert((key.0, t));
+/// What became of each fire time a run expected, one class each, so that
+/// the classes add up to what was expected and none is negative.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tally {
+    /// Fire times expected: every trigger's grid seconds in the run.
+    pub(crate) expected: i64,
+    /// Ran for its own time, on its first attempt (however late: the
+    /// lateness columns say how late).
+    pub(crate) on_time: i64,
+    /// Ran by its misfire policy after it was found late (a later attempt
+    /// of the same fire time).
+    pub(crate) late_by_policy: i64,
+    /// Recorded misfired or skipped, and not run.
+    pub(crate) misfired: i64,
+    /// No run and no misfire record: lost.
+    pub(crate) missing: i64,
+    /// Fire times run more than once (also counted once above).
+    pub(crate) duplicated: i64,
+}
+
+impl Tally {
+    /// The fire times `expected` holds, classified by the ledger's `rows`;
+    /// `step_ms` is the trigger's spacing (a misfire record covering
+    /// `fire_count` times covers that many steps from its fire time).
+    pub(crate) fn of(
+        expected: &std::collections::HashSet<(i64, i64)>,
+        rows: &[quartz_core::store::FireRecord],
+        step_ms: i64,
+    ) -> Tally {
+        use std::collections::HashMap;
+        let mut first_runs: HashMap<(i64, i64), i64> = HashMap::new();
+        let mut later_runs: HashMap<(i64, i64), i64> = HashMap::new();
+        let mut recorded_misfired: std::collections::HashSet<(i64, i64)> = std::collections::HashSet::new();
+        for row in rows {
+            let key = (row.execute_id, row.fire_time.as_millis());
+            match row.state {
+                FireState::Misfired | FireState::Skipped => {
+                    let count = i64::try_from(row.fire_count.max(1)).unwrap_or(i64::MAX);
+                    for i in 0..count.min(1_000_000) {
+                        recorded_misfired.insert((key.0, key.1 + i * step_ms));
+                    }
                 }
+                FireState::Succeeded if row.attempt <= 1 => *first_runs.entry(key).or_default() += 1,
+                FireState::Succeeded => *later_runs.entry(key).or_default() += 1,
+                _ => {}
             }
-        } else if key.1 % 1_000 == 0 && (start.as_millis()..=end.as_millis()).contains(&key.1) {
-            // On the cron's grid (a fire-now policy's late run is not).
-            recorded.insert(key);
         }
-        if state != FireState::Succeeded {
-            continue;
+        let mut tally = Tally {
+            expected: i64::try_from(expected.len()).unwrap_or(i64::MAX),
+            ..Tally::default()
+        };
+        for key in expected {
+            let runs = first_runs.get(key).copied().unwrap_or(0) + later_runs.get(key).copied().unwrap_or(0);
+            if runs > 1 {
+                tally.duplicated += 1;
+            }
+            if first_runs.contains_key(key) {
+                tally.on_time += 1;
+            } else if later_runs.contains_key(key) {
+                tally.late_by_policy += 1;
+            } else if recorded_misfired.contains(key) {
+                tally.misfired += 1;
+            } else {
+                tally.missing += 1;
+            }
         }
-        *runs.entry(key).or_default() += 1;
-        if let Some(s) = row.started_at {
-            lateness.push(s.as_millis() - key.1);
+        tally
+    }
+}
+
+/// The run's figures from the ledger (CPU left at zero).
+async fn read_ledger(store: &AnyStore, scheduler: &str, (start, end): (Timestamp, Timestamp)) -> Run {
+    let rows = ledger(store, scheduler).await;
+    let executes: std::collections::HashSet<i64> = rows.iter().map(|r| r.execute_id).collect();
+    // Every trigger's grid seconds in the run; a trigger with no row at all
+    // is counted from the jobs the run created.
+    let mut expected = std::collections::HashSet::new();
+    let ids = execute_ids(store, scheduler).await;
+    for id in ids.iter().chain(executes.iter()) {
+        let mut t = start.as_millis();
+        while t <= end.as_millis() {
+            expected.insert((*id, t));
+            t += 1_000;
         }
     }
-    lateness.sort_unstable();
     Run {
-        expected,
-        observed: runs.values().sum(),
-        duplicates: runs.values().map(|n| n - 1).sum(),
-        misfired,
-        missed: expected - i64::try_from(recorded.len()).unwrap(),
-        lateness,
+        tally: Tally::of(&expected, &rows, 1_000),
+        lateness: lateness(&rows),
         node_cpu: 0.0,
         db_cpu: 0.0,
+    }
+}
+
+/// How late each fire run for its own time started (`started_at -
+/// fire_time`, database time), sorted.
+pub(crate) fn lateness(rows: &[quartz_core::store::FireRecord]) -> Vec<i64> {
+    let mut lateness: Vec<i64> = rows
+        .iter()
+        .filter(|r| r.state == FireState::Succeeded && r.attempt <= 1)
+        .filter_map(|r| r.started_at.map(|s| s.as_millis() - r.fire_time.as_millis()))
+        .collect();
+    lateness.sort_unstable();
+    lateness
+}
+
+/// The executes of the run's jobs.
+pub(crate) async fn execute_ids(store: &AnyStore, scheduler: &str) -> std::collections::HashSet<i64> {
+    let store = store.scoped(scheduler);
+    let mut ids = std::collections::HashSet::new();
+    for job in store.list_jobs().await.unwrap() {
+        if let Some(detail) = store.get_job(&job.spec.name).await.unwrap() {
+            ids.extend(detail.executes.iter().map(|e| e.id));
+        }
+    }
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quartz_core::store::FireRecord;
+
+    fn row(execute_id: i64, fire_time: i64, attempt: u32, state: FireState, fire_count: u64) -> FireRecord {
+        FireRecord {
+            id: 0,
+            execute_id,
+            job_id: execute_id,
+            fire_time: Timestamp::from_millis(fire_time),
+            attempt,
+            owner: None,
+            state,
+            claimed_at: Timestamp::from_millis(fire_time),
+            started_at: None,
+            finished_at: None,
+            timed_out_at: None,
+            due_at: None,
+            error: None,
+            skipped_until: None,
+            fire_count,
+        }
+    }
+
+    #[test]
+    fn every_expected_fire_time_is_in_one_class_and_the_classes_add_up() {
+        let expected: std::collections::HashSet<(i64, i64)> = (0..6).map(|i| (1, i * 1_000)).collect();
+        let rows = [
+            row(1, 0, 1, FireState::Succeeded, 1),
+            row(1, 0, 1, FireState::Succeeded, 1), // run twice
+            row(1, 1_000, 1, FireState::Misfired, 1),
+            row(1, 1_000, 2, FireState::Succeeded, 1), // its policy's late run
+            row(1, 2_000, 1, FireState::Misfired, 2),  // 2 s and 3 s, not run
+            row(1, 9_000, 1, FireState::Succeeded, 1), // outside the run
+        ];
+        let t = Tally::of(&expected, &rows, 1_000);
+        assert_eq!(
+            (t.on_time, t.late_by_policy, t.misfired, t.missing, t.duplicated),
+            (1, 1, 2, 2, 1)
+        );
+        assert_eq!(t.on_time + t.late_by_policy + t.misfired + t.missing, t.expected);
     }
 }

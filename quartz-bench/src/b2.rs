@@ -24,21 +24,23 @@ use sqlx::{AnyConnection, AssertSqlSafe, Connection, Executor, Row};
 const EXECUTES_PER_CLAIMER: usize = 50;
 const BATCH: usize = 100;
 
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
+/// B2's options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Seconds each figure is measured over.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Concurrent claimers: one figure per value.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    clients: Vec<usize>,
+    /// A directory for the plot.
+    #[arg(long)]
+    plot: Option<String>,
 }
 
 /// Runs B2 with the options on the command line.
-pub fn run() {
-    let seconds: u64 = arg("--seconds").map_or(5, |s| s.parse().expect("--seconds N"));
-    let clients: Vec<usize> = arg("--clients").map_or(vec![1, 2, 4, 8], |s| {
-        s.split(',')
-            .map(|c| c.trim().parse().expect("--clients 1,2,4"))
-            .collect()
-    });
+pub fn run(args: Args) {
+    let Args { seconds, clients, plot } = args;
     let base = crate::pg_url();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -85,7 +87,7 @@ pub fn run() {
     }
     println!();
     println!("ratio: claims per second over pgbench's single-row UPDATE tx/s (targets: single >= 0.5, batched > 1).");
-    if let Some(dir) = arg("--plot") {
+    if let Some(dir) = plot {
         crate::plot::lines(
             &std::path::Path::new(&dir).join("b2-claims.svg"),
             "B2 on PostgreSQL: claims per second against claimers",

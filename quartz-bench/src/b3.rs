@@ -26,29 +26,18 @@ use crate::os::{percentile, rss_kib};
 /// Triggers due every second among the N.
 const DUE: usize = 10;
 
-struct Args {
+/// B3's options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Executes stored, N: one run per value.
+    #[arg(long = "n", value_delimiter = ',', default_value = "10000,100000")]
     sizes: Vec<usize>,
+    /// Polls measured per run.
+    #[arg(long, default_value_t = 200)]
     polls: usize,
+    /// Backends: postgres, mysql, sqlite, redis.
+    #[arg(long, value_delimiter = ',', default_value = "postgres,mysql,sqlite,redis")]
     backends: Vec<String>,
-}
-
-fn args() -> Args {
-    let mut out = Args {
-        sizes: vec![10_000, 100_000],
-        polls: 200,
-        backends: vec!["postgres".into(), "mysql".into(), "sqlite".into(), "redis".into()],
-    };
-    let mut it = std::env::args().skip(2);
-    while let Some(a) = it.next() {
-        let value = it.next().expect("a value after the option");
-        match a.as_str() {
-            "--n" => out.sizes = value.split(',').map(|n| n.parse().expect("--n 10000,100000")).collect(),
-            "--polls" => out.polls = value.parse().expect("--polls N"),
-            "--backends" => out.backends = value.split(',').map(str::to_owned).collect(),
-            other => panic!("unknown option {other}"),
-        }
-    }
-    out
 }
 
 /// Rows the server has read so far: MariaDB/MySQL's `Rows_read`, Redis's
@@ -178,8 +167,7 @@ async fn fill_sql(store: &SqlStore, scheduler: &str, n: usize, far: i64) {
 }
 
 /// Runs B3.
-pub fn run() {
-    let args = args();
+pub fn run(args: Args) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -25,40 +25,35 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use quartz_pool::{DEFAULT_QUEUE_CAPACITY, Pool};
 
-struct Options {
+/// B4's options.
+#[derive(clap::Args, Debug)]
+pub struct Options {
+    /// Tiny tasks submitted in the throughput run.
+    #[arg(long, default_value_t = 1_000_000)]
     tiny: usize,
+    /// Bursts in the burst run.
+    #[arg(long, default_value_t = 2)]
     bursts: usize,
+    /// Tasks per burst.
+    #[arg(long, default_value_t = 10_000)]
     burst_size: usize,
+    /// How long an idle thread above core lives, in milliseconds.
+    #[arg(long = "keep-alive-ms", default_value = "500", value_parser = keep_alive)]
     keep_alive: Duration,
+    /// Runs of each figure (the median is shown).
+    #[arg(long, default_value_t = 5, value_parser = at_least_one)]
     repeat: usize,
 }
 
-fn options() -> Options {
-    let mut o = Options {
-        tiny: 1_000_000,
-        bursts: 2,
-        burst_size: 10_000,
-        keep_alive: Duration::from_millis(500),
-        repeat: 5,
-    };
-    let mut args = std::env::args().skip(2);
-    while let Some(arg) = args.next() {
-        let mut value = || {
-            args.next()
-                .and_then(|v| v.parse::<usize>().ok())
-                .expect("a number after the flag")
-        };
-        match arg.as_str() {
-            "--tiny" => o.tiny = value(),
-            "--bursts" => o.bursts = value(),
-            "--burst-size" => o.burst_size = value(),
-            "--repeat" => o.repeat = value().max(1),
-            "--keep-alive-ms" => o.keep_alive = Duration::from_millis(value() as u64),
-            "--bench" => {} // added by `cargo bench`
-            other => panic!("unknown option {other}"),
-        }
+fn at_least_one(n: &str) -> Result<usize, String> {
+    match n.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{n:?} is not a whole number of at least 1")),
     }
-    o
+}
+
+fn keep_alive(ms: &str) -> Result<Duration, std::num::ParseIntError> {
+    ms.parse().map(Duration::from_millis)
 }
 
 /// Counts finished tasks and signals once when the last one of a batch is done.
@@ -321,8 +316,7 @@ fn queue_full(cores: usize, max: usize) {
 }
 
 /// Runs B4 with the options on the command line.
-pub fn run() {
-    let o = options();
+pub fn run(o: Options) {
     let cores = thread::available_parallelism().map_or(1, |n| n.get());
     let max = cores * quartz_pool::DEFAULT_MAX_PER_CORE;
     println!("#### B4: the pool ({cores} cores; thread budget {max} for every contender)");

@@ -22,29 +22,18 @@ use sqlx::{AssertSqlSafe, Row};
 
 use crate::node::{signal, spawn, stop};
 
-struct Args {
+/// B5's options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The database [default: QUARTZ_PG_URL or the local PostgreSQL].
+    #[arg(long, default_value_t = crate::pg_url(), hide_default_value = true)]
     url: String,
+    /// Triggers firing every second.
+    #[arg(long, default_value_t = 1_000)]
     triggers: usize,
+    /// Seconds the run lasts.
+    #[arg(long, default_value_t = 40)]
     seconds: i64,
-}
-
-fn args() -> Args {
-    let mut out = Args {
-        url: crate::pg_url(),
-        triggers: 1_000,
-        seconds: 40,
-    };
-    let mut it = std::env::args().skip(2);
-    while let Some(a) = it.next() {
-        let value = it.next().expect("a value after the option");
-        match a.as_str() {
-            "--url" => out.url = value,
-            "--triggers" => out.triggers = value.parse().expect("--triggers N"),
-            "--seconds" => out.seconds = value.parse().expect("--seconds N"),
-            other => panic!("unknown option {other}"),
-        }
-    }
-    out
 }
 
 /// Database time, as the ledger has it.
@@ -59,14 +48,9 @@ async fn sleep_until(store: &SqlStore, at: i64) {
     }
 }
 
-/// Runs B5.
-pub fn run() {
-    let args = args();
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(failover(args));
+/// Runs B5 with the options on the command line.
+pub fn run(args: Args) {
+    crate::block_on(failover(args));
 }
 
 async fn failover(args: Args) {

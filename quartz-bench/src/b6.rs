@@ -21,26 +21,15 @@ use sqlx::{AssertSqlSafe, Row};
 
 use crate::node::{spawn, stop};
 
-struct Args {
+/// B6's options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The database [default: QUARTZ_PG_URL or the local PostgreSQL].
+    #[arg(long, default_value_t = crate::pg_url(), hide_default_value = true)]
     url: String,
+    /// Seconds the database is away.
+    #[arg(long, default_value_t = 60)]
     outage: i64,
-}
-
-fn args() -> Args {
-    let mut out = Args {
-        url: crate::pg_url(),
-        outage: 60,
-    };
-    let mut it = std::env::args().skip(2);
-    while let Some(a) = it.next() {
-        let value = it.next().expect("a value after the option");
-        match a.as_str() {
-            "--url" => out.url = value,
-            "--outage" => out.outage = value.parse().expect("--outage SECONDS"),
-            other => panic!("unknown option {other}"),
-        }
-    }
-    out
 }
 
 /// The policies measured, with the trigger kind each applies to and what it
@@ -80,14 +69,9 @@ fn cases() -> Vec<(&'static str, MisfirePolicy, bool, &'static str)> {
     ]
 }
 
-/// Runs B6.
-pub fn run() {
-    let args = args();
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(outage(args));
+/// Runs B6 with the options on the command line.
+pub fn run(args: Args) {
+    crate::block_on(outage(args));
 }
 
 async fn outage(args: Args) {

@@ -25,44 +25,29 @@ use crate::os::percentile;
 /// The scheduler name of the run.
 const SCHEDULER: &str = "b7";
 
-struct Args {
+/// B7's options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The database [default: QUARTZ_PG_URL or the local PostgreSQL].
+    #[arg(long, default_value_t = crate::pg_url(), hide_default_value = true)]
     url: String,
+    /// Triggers firing every second.
+    #[arg(long, default_value_t = 1_000)]
     triggers: usize,
+    /// Node processes.
+    #[arg(long, default_value_t = 2)]
     nodes: usize,
+    /// Minutes the run lasts.
+    #[arg(long, default_value_t = 20)]
     minutes: u64,
+    /// Seconds succeeded fires are kept.
+    #[arg(long = "keep", default_value_t = 60)]
     keep_s: u64,
 }
 
-fn args() -> Args {
-    let mut out = Args {
-        url: crate::pg_url(),
-        triggers: 1_000,
-        nodes: 2,
-        minutes: 20,
-        keep_s: 60,
-    };
-    let mut it = std::env::args().skip(2);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--url" => out.url = it.next().unwrap(),
-            "--triggers" => out.triggers = it.next().unwrap().parse().unwrap(),
-            "--nodes" => out.nodes = it.next().unwrap().parse().unwrap(),
-            "--minutes" => out.minutes = it.next().unwrap().parse().unwrap(),
-            "--keep" => out.keep_s = it.next().unwrap().parse().unwrap(),
-            _ => {}
-        }
-    }
-    out
-}
-
 /// Runs B7 with the options on the command line.
-pub fn run() {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(retention());
+pub fn run(args: Args) {
+    crate::block_on(retention(args));
 }
 
 /// Microseconds as milliseconds with one decimal.
@@ -79,8 +64,7 @@ async fn ledger_rows(store: &SqlStore) -> i64 {
         .unwrap()
 }
 
-async fn retention() {
-    let args = args();
+async fn retention(args: Args) {
     let backend = args
         .url
         .split(':')

@@ -1,10 +1,12 @@
-//! The benchmark program: each workload of BENCHMARKS.md (B1-B6) against the
+//! The benchmark program: each workload of BENCHMARKS.md (B1-B8) against the
 //! databases it names, printing one Markdown table per workload. Build it in
 //! release mode:
 //!
 //! ```text
 //! cargo run --release -p quartz-bench -- all           # every workload; plots to benches/
 //! cargo run --release -p quartz-bench -- b1 --triggers 1000 --nodes 1,2,3 --seconds 60
+//! cargo run --release -p quartz-bench -- b8 --jobs 1000,10000 --nodes 1,3
+//! cargo run --release -p quartz-bench -- b1 --help     # each workload's options
 //! ```
 //!
 //! Databases: `QUARTZ_PG_URL`, `QUARTZ_MYSQL_URL` and `QUARTZ_REDIS_URL`
@@ -22,6 +24,7 @@ mod b4;
 mod b5;
 mod b6;
 mod b7;
+mod b8;
 mod node;
 mod os;
 mod plot;
@@ -39,6 +42,27 @@ fn mysql_url() -> String {
 /// Redis: `QUARTZ_REDIS_URL`, or the local server.
 fn redis_url() -> String {
     std::env::var("QUARTZ_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_owned())
+}
+
+/// Runs a workload on a two-thread runtime, as the machine's two cores.
+fn block_on<F: std::future::Future>(workload: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(workload)
+}
+
+/// The workload's own connection to the database (a few connections: it
+/// reads the ledger and the clock, the nodes do the work).
+async fn connect(url: &str) -> quartz_store::AnyStore {
+    sqlx::any::install_default_drivers();
+    let options = quartz_store::StoreOptions {
+        max_connections: 4,
+        ..quartz_store::StoreOptions::default()
+    };
+    quartz_store::AnyStore::connect_with(url, &options).await.unwrap()
 }
 
 /// A database URL for a backend, on a fresh database (or file, or Redis
@@ -110,6 +134,10 @@ fn all(plots: &str) {
         ("B5 on PostgreSQL", vec!["b5", "--url", &pg, "--seconds", "40"]),
         ("B5 on MariaDB", vec!["b5", "--url", &mysql, "--seconds", "40"]),
         ("B6 on PostgreSQL", vec!["b6", "--url", &pg]),
+        (
+            "B8 on PostgreSQL",
+            vec!["b8", "--url", &pg, "--jobs", "10000", "--nodes", "3"],
+        ),
     ]);
     std::fs::create_dir_all(plots).expect("the plots directory");
     for (title, args) in runs {
@@ -122,21 +150,64 @@ fn all(plots: &str) {
     }
 }
 
+/// The benchmark program: the workloads of BENCHMARKS.md.
+#[derive(clap::Parser, Debug)]
+#[command(name = "quartz-bench", version)]
+struct Cli {
+    #[command(subcommand)]
+    workload: Workload,
+}
+
+/// A workload, or the node process the workloads start.
+#[derive(clap::Subcommand, Debug)]
+enum Workload {
+    /// B1, the fire storm: S one-second triggers on K node processes.
+    B1(b1::Args),
+    /// B2, claims against row updates: the claim's cost next to pgbench's.
+    B2(b2::Args),
+    /// B3, the poll at scale: N stored executes, a few due.
+    B3(b3::Args),
+    /// B4, the pool against other thread pools.
+    B4(b4::Options),
+    /// B5, failover: a node killed mid-run.
+    B5(b5::Args),
+    /// B6, a database outage and its misfires.
+    B6(b6::Args),
+    /// B7, retention: the ledger's size held by the purge over a long run.
+    B7(b7::Args),
+    /// B8, the burst: N jobs whose cron fires at one second, on K nodes.
+    B8(b8::Args),
+    /// Every workload with defaults that finish in about a quarter of an
+    /// hour; plots to DIR.
+    All {
+        /// Where the plots go.
+        #[arg(default_value = "benches")]
+        plots: String,
+    },
+    /// A node process: what the workloads start (`URL SCHEDULER NODE_ID
+    /// [SETTING=VALUE ...]`).
+    #[command(hide = true)]
+    Node {
+        /// The node's arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    match args.get(1).map(String::as_str) {
-        Some("b1") => b1::run(),
-        Some("b2") => b2::run(),
-        Some("b3") => b3::run(),
-        Some("b4") => b4::run(),
-        Some("b5") => b5::run(),
-        Some("b6") => b6::run(),
-        Some("b7") => b7::run(),
-        Some("node") => node::run(&args[2..]),
-        Some("all") => all(args.get(2).map_or("benches", String::as_str)),
-        _ => {
-            eprintln!("usage: quartz-bench b1|b2|b3|b4|b5|b6|b7|all [options]   (see the crate docs)");
-            std::process::exit(2);
-        }
+    // `cargo bench` adds `--bench`; nothing else is ignored.
+    let args = std::env::args().filter(|a| a != "--bench");
+    let cli = <Cli as clap::Parser>::parse_from(args);
+    match cli.workload {
+        Workload::B1(args) => b1::run(args),
+        Workload::B2(args) => b2::run(args),
+        Workload::B3(args) => b3::run(args),
+        Workload::B4(options) => b4::run(options),
+        Workload::B5(args) => b5::run(args),
+        Workload::B6(args) => b6::run(args),
+        Workload::B7(args) => b7::run(args),
+        Workload::B8(args) => b8::run(args),
+        Workload::All { plots } => all(&plots),
+        Workload::Node { args } => node::run(&args),
     }
 }

@@ -53,3 +53,17 @@ pub fn rss_kib(pid: u32) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// The database server's process names for a URL (none for SQLite, which
+/// runs in the nodes).
+pub fn server_processes(url: &str) -> &'static [&'static str] {
+    if url.starts_with("postgres") {
+        &["postgres"]
+    } else if url.starts_with("sqlite") {
+        &[]
+    } else if url.starts_with("redis") {
+        &["redis-server"]
+    } else {
+        &["mariadbd", "mysqld"]
+    }
+}

@@ -35,9 +35,11 @@ impl Inner {
             // for async ones. A fire whose lane is full stays queued.
             let rooms = self.rooms();
             let lane = |p: &Pending| self.lane_of(&p.job);
-            if rooms != [0, 0] && self.queue.has_due(db_now) {
+            // A burst begins its claims early enough to end them in time.
+            let ahead = self.queue.claim_ahead(db_now);
+            if rooms != [0, 0] && self.queue.has_due(db_now.saturating_add_millis(ahead.ms)) {
                 let due = self.queue.take_due(
-                    db_now,
+                    (db_now, ahead.ms),
                     self.settings.claim_batch,
                     self.settings.misfire.threshold_ms(),
                     rooms,
@@ -57,12 +59,17 @@ impl Inner {
                 }
             }
             // Without room, only a handler returning (or new fires) wakes it;
-            // with room in one lane, the first fire of that lane too.
+            // with room in one lane, the first fire of that lane too, or the
+            // moment a burst must begin its claims.
             let wake = if rooms == [0, 0] {
                 None
             } else {
-                self.queue
-                    .first_claim_at_in(rooms, lane)
+                let first = self.queue.first_claim_at_in(rooms, lane);
+                let begin = ahead.begin_by.filter(|b| *b > db_now);
+                [first, begin]
+                    .into_iter()
+                    .flatten()
+                    .min()
                     .map(|t| self.clock.instant_of(t))
             };
             tokio::select! {
@@ -107,8 +114,12 @@ impl Inner {
         let claims: Vec<Claim> = due.iter().map(|p| claim_of(p, &node)).collect();
         // Held from before the claim: nothing else takes this room meanwhile.
         let holds: Vec<_> = due.iter().map(|p| self.hold(&p.job)).collect();
+        let asked = std::time::Instant::now();
         let won = match self.store.claim_batch(&claims).await {
-            Ok(won) => won,
+            Ok(won) => {
+                self.queue.claim_pace.observe(asked.elapsed(), claims.len());
+                won
+            }
             Err(e) => {
                 tracing::warn!(scheduler = self.scheduler, fires = due.len(), error = %e,
                     "claims failed; trying them again shortly");

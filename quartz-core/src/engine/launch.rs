@@ -15,17 +15,18 @@
 //! no more fires than its room (see `lanes.rs`), counting every fire this
 //! node holds until its handler returns.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use super::handler::{Cancellation, JobContext, RunKind};
 use super::lanes::{Gate, Hold, Room, START_RECHECK};
 use super::node::Inner;
+use super::pace::Pace;
 use super::supervise::Ran;
 use crate::store::{FireEnd, Job, JobState, NodeRef, StoreError};
 use crate::time::Timestamp;
@@ -33,7 +34,7 @@ use crate::trigger::{Trigger, TriggerState};
 
 /// The start lead's bounds, and its margin over twice the statement's time.
 const START_LEAD_MIN: Duration = Duration::from_millis(5);
-const START_LEAD_MAX: Duration = Duration::from_millis(500);
+const START_LEAD_MAX: Duration = Duration::from_millis(1_000);
 const START_LEAD_MARGIN: Duration = Duration::from_millis(3);
 /// How many times the start statement is tried, and the first pause between
 /// tries (doubled each time).
@@ -61,6 +62,14 @@ pub(super) struct RunFire {
     pub(super) hold: Option<Hold>,
 }
 
+/// The fires of one fire time waiting for their start.
+#[derive(Debug, Default)]
+struct Starting {
+    runs: Vec<RunFire>,
+    /// Woken when more join, so that the start lead is measured again.
+    grew: Arc<Notify>,
+}
+
 /// What the launch stage keeps.
 #[derive(Debug, Default)]
 pub(super) struct LaunchState {
@@ -73,6 +82,12 @@ pub(super) struct LaunchState {
     pub(super) task_room: Arc<Room>,
     /// The start statement's recent duration, smoothed, in microseconds.
     start_micros: AtomicU64,
+    /// The start statement's cost per fire.
+    start_pace: Pace,
+    /// Won fires waiting for their start, by fire time: one starter task
+    /// per fire time starts them all, a start lead ahead that grows with
+    /// how many there are.
+    starting: Mutex<BTreeMap<Timestamp, Starting>>,
     /// The jobs the last poll read, `None` for one deleted: a fire claimed
     /// before its job was edited runs with the edited version, and one
     /// claimed before its job was paused or deleted does not run.
@@ -88,9 +103,12 @@ impl LaunchState {
         self.room.held() + self.task_room.held()
     }
 
-    /// How far ahead of the fire time the start is issued.
-    pub(super) fn start_lead(&self) -> Duration {
-        start_lead(self.start_micros.load(Ordering::Relaxed))
+    /// How far ahead of the fire time the start of `fires` fires due
+    /// together is issued: twice a start statement's recent time plus a
+    /// margin, and the time their number takes at the start's pace.
+    pub(super) fn start_lead(&self, fires: usize) -> Duration {
+        let statement = start_lead(self.start_micros.load(Ordering::Relaxed));
+        (statement + self.start_pace.of(fires)).min(START_LEAD_MAX)
     }
 
     /// Folds one start statement's duration into the average.
@@ -137,8 +155,24 @@ impl Inner {
     /// Launches fires won for `fire_time`: started a start lead ahead, handed
     /// to the pool at their time (at once if it has passed).
     pub(super) fn launch_at(self: &Arc<Self>, fire_time: Timestamp, runs: Vec<RunFire>) {
-        let inner = Arc::clone(self);
-        tokio::spawn(async move { inner.start_then_submit(fire_time, runs).await });
+        let mut starting = self.launch.starting.lock();
+        match starting.get_mut(&fire_time) {
+            Some(waiting) => {
+                waiting.runs.extend(runs);
+                waiting.grew.notify_one();
+            }
+            None => {
+                starting.insert(
+                    fire_time,
+                    Starting {
+                        runs,
+                        grew: Arc::new(Notify::new()),
+                    },
+                );
+                let inner = Arc::clone(self);
+                tokio::spawn(async move { inner.start_then_submit(fire_time).await });
+            }
+        }
     }
 
     /// Launches one won fire at its time (at once if it has passed).
@@ -146,12 +180,38 @@ impl Inner {
         self.launch_at(run.fire_time, vec![run]);
     }
 
-    async fn start_then_submit(self: Arc<Self>, fire_time: Timestamp, runs: Vec<RunFire>) {
-        let lead = i64::try_from(self.launch.start_lead().as_millis()).unwrap_or(0);
-        let start_at = fire_time.saturating_add_millis(-lead);
-        if start_at > self.clock.db_now() {
-            tokio::time::sleep_until(self.clock.instant_of(start_at)).await;
+    /// The starter of one fire time: waits for the start lead of every fire
+    /// due then (measured again whenever more join), starts them, and hands
+    /// them over at their time. Fires won after it took them have a starter
+    /// of their own, which starts them at once.
+    async fn start_then_submit(self: Arc<Self>, fire_time: Timestamp) {
+        loop {
+            let Some((fires, grew)) = self
+                .launch
+                .starting
+                .lock()
+                .get(&fire_time)
+                .map(|w| (w.runs.len(), Arc::clone(&w.grew)))
+            else {
+                return;
+            };
+            let lead = i64::try_from(self.launch.start_lead(fires).as_millis()).unwrap_or(0);
+            let start_at = fire_time.saturating_add_millis(-lead);
+            if start_at <= self.clock.db_now() {
+                break;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(self.clock.instant_of(start_at)) => break,
+                () = grew.notified() => {}
+            }
         }
+        let runs = self
+            .launch
+            .starting
+            .lock()
+            .remove(&fire_time)
+            .map(|w| w.runs)
+            .unwrap_or_default();
         if self.stopping() {
             return; // the shutdown gives them back
         }
@@ -197,8 +257,13 @@ impl Inner {
             by_owner.entry(run.node.clone()).or_default().push(run);
         }
         let mut ready = Vec::new();
-        for (owner, runs) in by_owner {
-            ready.extend(self.start_owned(&owner, runs).await);
+        for (owner, mut runs) in by_owner {
+            // A statement each of at most a claim batch's size.
+            while !runs.is_empty() {
+                let rest = runs.split_off(runs.len().min(self.settings.claim_batch));
+                ready.extend(self.start_owned(&owner, runs).await);
+                runs = rest;
+            }
         }
         ready
     }
@@ -278,6 +343,7 @@ impl Inner {
             let asked = std::time::Instant::now();
             let answer = self.store.mark_running_all(&unknown, node).await;
             self.launch.observe_start(asked.elapsed());
+            self.launch.start_pace.observe(asked.elapsed(), unknown.len());
             match answer {
                 Ok(now_started) => {
                     started.extend(now_started);

@@ -57,6 +57,7 @@ mod launch;
 mod maintenance;
 pub mod metrics;
 mod node;
+mod pace;
 mod poller;
 mod queue;
 mod recovery;

@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 
 use super::handler::Lane;
 use super::node::{Inner, duration_ms};
+use super::pace::Pace;
 use crate::store::Job;
 use crate::time::Timestamp;
 use crate::trigger::{Fire, Trigger, TriggerState};
@@ -65,6 +66,19 @@ pub(super) struct FireQueue {
     seq: AtomicU64,
     /// Woken when a fire is queued.
     pub(super) changed: Notify,
+    /// The claim's cost per fire: how far ahead a deep queue's claims begin.
+    pub(super) claim_pace: Pace,
+}
+
+/// How far the claims must reach ahead of now ([`FireQueue::claim_ahead`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ahead {
+    /// Fires whose claim time is up to this many milliseconds away are due
+    /// now: claiming every fire queued before them, at the claim's pace,
+    /// would otherwise end past their claim time.
+    pub(super) ms: i64,
+    /// When claiming must begin next, at the latest.
+    pub(super) begin_by: Option<Timestamp>,
 }
 
 impl FireQueue {
@@ -180,7 +194,7 @@ impl FireQueue {
     /// [`Lane`] as index); one whose lane has none left stays queued.
     pub(super) fn take_due(
         &self,
-        db_now: Timestamp,
+        (db_now, ahead_ms): (Timestamp, i64),
         limit: usize,
         threshold_ms: i64,
         mut room: [usize; 2],
@@ -189,7 +203,8 @@ impl FireQueue {
         let tracked = self.tracked.lock();
         let mut queue = self.fires.lock();
         let mut due = Due::default();
-        let keys: Vec<(Timestamp, u64)> = queue.range(..=(db_now, u64::MAX)).map(|(k, _)| *k).collect();
+        let until = db_now.saturating_add_millis(ahead_ms.max(0));
+        let keys: Vec<(Timestamp, u64)> = queue.range(..=(until, u64::MAX)).map(|(k, _)| *k).collect();
         for key in keys {
             if due.fires.len() >= limit || room == [0, 0] {
                 break;
@@ -203,7 +218,8 @@ impl FireQueue {
                 continue;
             }
             let place = &mut room[lane(pending) as usize];
-            if *place == 0 {
+            // A fire left to another node waits for its own claim time.
+            if *place == 0 || (pending.deferred && key.0 > db_now) {
                 continue;
             }
             let Some(pending) = queue.remove(&key) else { continue };
@@ -233,6 +249,38 @@ impl FireQueue {
             .iter()
             .find(|(_, p)| room[lane(p) as usize] > 0)
             .map(|(k, _)| k.0)
+    }
+
+    /// How far ahead of `db_now` claims must reach so that, claiming the
+    /// queue in order at the claim's pace, every fire is claimed by its
+    /// claim time: a burst of fires due together begins its claims as many
+    /// claims' time earlier. Fires another node was preferred for wait for
+    /// their own time and are not counted.
+    pub(super) fn claim_ahead(&self, db_now: Timestamp) -> Ahead {
+        let queue = self.fires.lock();
+        let mut ahead = Ahead { ms: 0, begin_by: None };
+        // No fire's claims take longer than the whole queue's.
+        let longest = i64::try_from(self.claim_pace.of(queue.len()).as_millis()).unwrap_or(i64::MAX);
+        let mut fires = 0;
+        for ((claim_at, _), pending) in queue.iter() {
+            // Every later fire begins after both now and the earliest
+            // beginning found: none changes the answer.
+            let earliest_begin = claim_at.saturating_add_millis(-longest);
+            if earliest_begin > db_now && ahead.begin_by.is_some_and(|b| earliest_begin >= b) {
+                break;
+            }
+            if pending.deferred {
+                continue;
+            }
+            fires += 1;
+            let takes = i64::try_from(self.claim_pace.of(fires).as_millis()).unwrap_or(i64::MAX);
+            let begin = claim_at.saturating_add_millis(-takes);
+            if begin <= db_now {
+                ahead.ms = ahead.ms.max(claim_at.as_millis() - db_now.as_millis());
+            }
+            ahead.begin_by = Some(ahead.begin_by.map_or(begin, |b| b.min(begin)));
+        }
+        ahead
     }
 
     /// Whether any queued fire's claim time has come.
@@ -345,8 +393,8 @@ mod tests {
             3
         );
         assert_eq!(q.first_claim_at(), Some(ms(-1000)));
-        assert!(q.take_due(ms(-1001), 100, 5000, ANY, pool).fires.is_empty());
-        let due = q.take_due(ms(0), 100, 5000, ANY, pool);
+        assert!(q.take_due((ms(-1001), 0), 100, 5000, ANY, pool).fires.is_empty());
+        let due = q.take_due((ms(0), 0), 100, 5000, ANY, pool);
         let got: Vec<(i64, i64)> = due
             .fires
             .iter()
@@ -372,9 +420,9 @@ mod tests {
         let j = job("a");
         q.push(1, &j, &trigger, fires.clone(), |t| t, None);
         q.forget(1);
-        assert!(q.take_due(ms(5000), 100, 60_000, ANY, pool).fires.is_empty());
+        assert!(q.take_due((ms(5000), 0), 100, 60_000, ANY, pool).fires.is_empty());
         assert_eq!(q.push(1, &j, &trigger, fires, |t| t, None), 2);
-        assert_eq!(q.take_due(ms(5000), 100, 60_000, ANY, pool).fires.len(), 2);
+        assert_eq!(q.take_due((ms(5000), 0), 100, 60_000, ANY, pool).fires.len(), 2);
     }
 
     #[test]
@@ -384,7 +432,7 @@ mod tests {
         q.push(1, &job("a"), &trigger, fires.clone(), |t| t, None);
         let edited = job("a-edited");
         assert_eq!(q.push(1, &edited, &trigger, fires, |t| t, None), 1);
-        let due = q.take_due(ms(0), 100, 5000, ANY, pool);
+        let due = q.take_due((ms(0), 0), 100, 5000, ANY, pool);
         assert_eq!(due.fires.len(), 1, "the old version's fire is stale");
         assert_eq!(due.fires[0].job.spec.name, "a-edited");
     }
@@ -395,10 +443,10 @@ mod tests {
         let (trigger, fires) = every_second(2);
         q.push(1, &job("a"), &trigger, fires.clone(), |t| t, None);
         q.push(2, &job("b"), &trigger, fires, |t| t, Some(ms(1000)));
-        let due = q.take_due(ms(6001), 100, 5000, ANY, pool);
+        let due = q.take_due((ms(6001), 0), 100, 5000, ANY, pool);
         assert_eq!(due.late, vec![1, 1]);
         assert_eq!(due.fires.iter().map(|p| p.execute_id).collect::<Vec<_>>(), vec![2, 2]);
-        assert!(q.take_due(ms(6001), 100, 5000, ANY, pool).fires.is_empty());
+        assert!(q.take_due((ms(6001), 0), 100, 5000, ANY, pool).fires.is_empty());
     }
 
     #[test]
@@ -406,12 +454,12 @@ mod tests {
         let q = FireQueue::default();
         let (trigger, fires) = every_second(4);
         q.push(1, &job("a"), &trigger, fires, |t| t, None);
-        let first = q.take_due(ms(3000), 3, 5000, ANY, pool).fires;
+        let first = q.take_due((ms(3000), 0), 3, 5000, ANY, pool).fires;
         assert_eq!(first.len(), 3);
         q.retry_at(first, ms(3100));
-        let again = q.take_due(ms(3000), 10, 5000, ANY, pool).fires;
+        let again = q.take_due((ms(3000), 0), 10, 5000, ANY, pool).fires;
         assert_eq!(again.len(), 1, "only the fire not taken before");
-        assert_eq!(q.take_due(ms(3100), 10, 5000, ANY, pool).fires.len(), 3);
+        assert_eq!(q.take_due((ms(3100), 0), 10, 5000, ANY, pool).fires.len(), 3);
     }
 
     #[test]
@@ -419,11 +467,11 @@ mod tests {
         let q = FireQueue::default();
         let (trigger, fires) = every_second(2);
         q.push(1, &job("a"), &trigger, fires, |t| t, None);
-        let due = q.take_due(ms(1000), 10, 5000, ANY, pool).fires;
+        let due = q.take_due((ms(1000), 0), 10, 5000, ANY, pool).fires;
         assert!(due.iter().all(|p| !p.deferred));
         q.defer(due, |p| p.fire.fire_time.saturating_add_millis(500));
-        assert!(q.take_due(ms(499), 10, 5000, ANY, pool).fires.is_empty());
-        let again = q.take_due(ms(500), 10, 5000, ANY, pool).fires;
+        assert!(q.take_due((ms(499), 0), 10, 5000, ANY, pool).fires.is_empty());
+        let again = q.take_due((ms(500), 0), 10, 5000, ANY, pool).fires;
         assert_eq!(again.len(), 1);
         assert!(again[0].deferred);
     }
@@ -435,7 +483,7 @@ mod tests {
         q.push(1, &job("blocking"), &trigger, fires.clone(), |t| t, None);
         q.push(2, &job("async"), &trigger, fires, |t| t, None);
         let lane = |p: &Pending| if p.execute_id == 2 { Lane::Task } else { Lane::Pool };
-        let due = q.take_due(ms(3000), 100, 5000, [0, 2], lane);
+        let due = q.take_due((ms(3000), 0), 100, 5000, [0, 2], lane);
         assert_eq!(
             due.fires.iter().map(|p| p.execute_id).collect::<Vec<_>>(),
             [2, 2],
@@ -443,7 +491,45 @@ mod tests {
         );
         assert_eq!(q.first_claim_at_in([0, 1], lane), Some(ms(2000)), "the async fire left");
         assert_eq!(q.first_claim_at_in([0, 0], lane), None);
-        let due = q.take_due(ms(3000), 100, 5000, [5, 0], lane);
+        let due = q.take_due((ms(3000), 0), 100, 5000, [5, 0], lane);
         assert_eq!(due.fires.len(), 3, "the blocking fires were kept");
+    }
+
+    #[test]
+    fn a_burst_begins_its_claims_as_early_as_claiming_it_takes() {
+        let q = FireQueue::default(); // 250 µs a claim until observed
+        let (trigger, _) = every_second(1);
+        for id in 0..4_000 {
+            let fire = Fire {
+                fire_time: ms(10_000),
+                ..every_second(1).1[0].clone()
+            };
+            q.push(
+                id,
+                &job("burst"),
+                &trigger,
+                vec![fire],
+                |t| t.saturating_add_millis(-1_000),
+                None,
+            );
+        }
+        // 4,000 claims take a second: they begin a second before the claim time.
+        let ahead = q.claim_ahead(ms(0));
+        assert_eq!((ahead.ms, ahead.begin_by), (0, Some(ms(8_000))));
+        assert_eq!(q.claim_ahead(ms(8_000)).ms, 1_000, "all due at once");
+        let due = q.take_due((ms(8_000), 1_000), 256, 5_000, ANY, pool);
+        assert_eq!(due.fires.len(), 256);
+        // One fire queued: its claim time, as before.
+        let single = FireQueue::default();
+        let (trigger, fires) = every_second(1);
+        single.push(
+            1,
+            &job("one"),
+            &trigger,
+            fires,
+            |t| t.saturating_add_millis(5_000),
+            None,
+        );
+        assert_eq!(single.claim_ahead(ms(0)).begin_by, Some(ms(5_000)));
     }
 }

@@ -73,6 +73,8 @@ pub(crate) struct Inner {
     pub(super) pending_queued: Mutex<HashSet<i64>>,
     pub(super) tasks: Mutex<Vec<JoinHandle<()>>>,
     pub(super) warned: Mutex<HashSet<String>>,
+    /// What misfired since the last poll, for its one-line report.
+    pub(super) misfires: Mutex<super::supervise::Misfires>,
     /// Jobs that have child jobs, as of the last poll: their successes start
     /// chains.
     pub(super) parents: RwLock<HashSet<i64>>,
@@ -135,6 +137,7 @@ impl Inner {
             pending_queued: Mutex::new(HashSet::new()),
             tasks: Mutex::new(Vec::new()),
             warned: Mutex::new(HashSet::new()),
+            misfires: Mutex::default(),
             parents: RwLock::new(HashSet::new()),
             successes,
             confirms,

@@ -39,6 +39,7 @@ impl Inner {
                 .instrument(tracing::debug_span!("poll", scheduler = self.scheduler))
                 .await;
             *self.poll_took.lock() = began.elapsed();
+            self.report_misfires();
             let full = match polled {
                 Ok((full, rows)) => {
                     super::metrics::polled(&self.scheduler, began.elapsed(), rows);
@@ -268,15 +269,18 @@ impl Inner {
             WriteKind::Misfire(decision) => {
                 self.count(|c| c.misfires += 1);
                 super::metrics::misfire(&self.scheduler, decision.applied.to_string());
-                tracing::info!(
+                let skipped = decision.skipped.as_ref().map_or(0, |s| s.count);
+                tracing::debug!(
                     scheduler = self.scheduler,
                     job,
                     execute_id,
                     policy = %decision.applied,
                     runs = decision.runs.len(),
-                    skipped = decision.skipped.as_ref().map_or(0, |s| s.count),
+                    skipped,
                     "misfire handled"
                 );
+                let fires = (decision.runs.len() as u64 + skipped).max(1);
+                self.misfires.lock().add(job, decision.applied.as_str(), fires);
             }
         }
     }

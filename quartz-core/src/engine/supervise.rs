@@ -33,7 +33,47 @@ pub(super) enum Ran {
     Unconfirmed,
 }
 
+/// The misfires since the last poll's report: an overloaded node says so in
+/// one line a poll, not one a fire.
+#[derive(Debug, Default)]
+pub(super) struct Misfires {
+    fires: u64,
+    by_policy: std::collections::BTreeMap<&'static str, u64>,
+    /// A few of the jobs, for the line.
+    jobs: Vec<String>,
+}
+
+impl Misfires {
+    /// How many jobs the line names.
+    const JOBS_NAMED: usize = 3;
+
+    /// `fires` fire times of `job` misfired, handled by `policy`.
+    pub(super) fn add(&mut self, job: &str, policy: &'static str, fires: u64) {
+        self.fires += fires;
+        *self.by_policy.entry(policy).or_default() += fires;
+        if self.jobs.len() < Self::JOBS_NAMED && !self.jobs.iter().any(|j| j == job) {
+            self.jobs.push(job.to_owned());
+        }
+    }
+}
+
 impl Inner {
+    /// Says in one line what misfired since the last report, if anything.
+    pub(super) fn report_misfires(&self) {
+        let seen = std::mem::take(&mut *self.misfires.lock());
+        if seen.fires == 0 {
+            return;
+        }
+        let policies: Vec<String> = seen.by_policy.iter().map(|(p, n)| format!("{p}: {n}")).collect();
+        tracing::warn!(
+            scheduler = self.scheduler,
+            fires = seen.fires,
+            policies = policies.join(", "),
+            jobs = seen.jobs.join(", "),
+            "fire times misfired since the last poll, each handled by its policy (debug logs name every one)"
+        );
+    }
+
     /// Follows a fire the pool accepted: its start, timeout and outcome, then
     /// what comes after (release, retry).
     pub(super) async fn supervise(
@@ -329,10 +369,31 @@ impl Inner {
                 }
             }
         };
-        tracing::warn!(scheduler = self.scheduler, job = run.job.spec.name, fire_id = run.fire_id, %policy, cause, "fire misfired");
+        tracing::debug!(scheduler = self.scheduler, job = run.job.spec.name, fire_id = run.fire_id, %policy, cause, "fire misfired");
+        self.misfires.lock().add(&run.job.spec.name, policy.as_str(), 1);
         self.release(&run).await;
         if let Some(late) = PendingFire::after(&run, follow_up) {
             self.queue_pending(late);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn misfires_are_summed_by_policy_and_a_few_jobs_named() {
+        let mut seen = Misfires::default();
+        for i in 0..5 {
+            seen.add(&format!("job-{i}"), "fire_now", 2);
+        }
+        seen.add("job-0", "do_nothing", 10);
+        assert_eq!(seen.fires, 20);
+        assert_eq!(
+            seen.by_policy.iter().map(|(p, n)| (*p, *n)).collect::<Vec<_>>(),
+            [("do_nothing", 10), ("fire_now", 10)]
+        );
+        assert_eq!(seen.jobs, ["job-0", "job-1", "job-2"]);
     }
 }

@@ -1,8 +1,8 @@
-//! The lanes a fire's handler runs in, and the room each has: the pool's
-//! threads and queue for blocking handlers, `async_max` tasks for async
-//! ones. The dispatcher claims no more fires than a lane has room for,
-//! counting every fire this node holds until its handler returns; and
-//! what a fire passes between its hand-over and its handler ([`Gate`]).
+//! The room a lane of handlers has ([`Room`], one for the pool's threads
+//! and queue, one for `async_max` tasks; the launch stage keeps both and
+//! says which a job's fires take), counting every fire this node holds
+//! until its handler returns; and what a fire passes between its hand-over
+//! and its handler ([`Gate`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,10 +11,9 @@ use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 
 use super::completer::StartAnswer;
-use super::handler::Lane;
 use super::node::Inner;
 use super::supervise::Ran;
-use crate::store::{Job, NodeRef};
+use crate::store::NodeRef;
 use crate::time::Timestamp;
 
 /// A fire its lane holds longer than this before its handler starts has
@@ -64,52 +63,6 @@ impl Room {
     /// How many more fires fit in `capacity`.
     pub(super) fn left(&self, capacity: usize) -> usize {
         capacity.saturating_sub(self.held())
-    }
-}
-
-impl Inner {
-    /// The lane a job's fires run in: a task for an async handler, the pool
-    /// otherwise.
-    pub(super) fn lane_of(&self, job: &Job) -> Lane {
-        match self.handlers.get(&job.spec.handler) {
-            Some(handler) if handler.is_async() => Lane::Task,
-            _ => Lane::Pool,
-        }
-    }
-
-    /// The room a lane has. The pool's: its threads and queue, less what
-    /// this node holds; none while every thread is busy (a queued fire would
-    /// wait for a thread that long handlers may hold past its time). The
-    /// tasks': `async_max` less the fires held for them.
-    pub(super) fn room_in(&self, lane: Lane) -> usize {
-        match lane {
-            Lane::Pool if self.pool.metrics().busy >= self.settings.pool_max => 0,
-            Lane::Pool => self.launch.room.left(self.settings.pool_max + self.settings.pool_queue),
-            Lane::Task => self.launch.task_room.left(self.settings.async_max),
-        }
-    }
-
-    /// The room of each lane, by [`Lane`] as index.
-    pub(super) fn rooms(&self) -> [usize; 2] {
-        [self.room_in(Lane::Pool), self.room_in(Lane::Task)]
-    }
-
-    /// The room for a fire of the job with this id: its lane's when the last
-    /// poll read the job, else the room of either.
-    pub(super) fn room_for_job(&self, job_id: i64) -> usize {
-        let lane = match self.launch.latest_jobs.read().get(&job_id) {
-            Some(Some(job)) => Some(self.lane_of(job)),
-            _ => None,
-        };
-        lane.map_or_else(|| self.rooms().into_iter().sum(), |lane| self.room_in(lane))
-    }
-
-    /// A place in the room of a job's lane, for a fire of it.
-    pub(super) fn hold(&self, job: &Job) -> Hold {
-        match self.lane_of(job) {
-            Lane::Pool => self.launch.room.hold(),
-            Lane::Task => self.launch.task_room.hold(),
-        }
     }
 }
 

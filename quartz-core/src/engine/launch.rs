@@ -23,10 +23,10 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{Notify, oneshot};
 
-use super::handler::{Cancellation, JobContext, RunKind};
+use super::handler::{Cancellation, JobContext, Lane, RunKind};
 use super::lanes::{Gate, Hold, Room, START_RECHECK};
 use super::node::Inner;
-use super::pace::Pace;
+use super::pace::{Pace, smooth};
 use super::supervise::Ran;
 use crate::store::{FireEnd, Job, JobState, NodeRef, StoreError};
 use crate::time::Timestamp;
@@ -135,16 +135,6 @@ fn late_past_limit(run: &RunFire, threshold_ms: i64, started_at: Timestamp) -> O
         .then_some(late_ms)
 }
 
-/// The smoothed duration after one more observation: a quarter of the way to
-/// it (the first observation is taken whole).
-fn smooth(old: u64, took: u64) -> u64 {
-    if old == 0 {
-        return took;
-    }
-    let (old, took) = (i128::from(old), i128::from(took));
-    u64::try_from(old + (took - old) / 4).unwrap_or(u64::MAX)
-}
-
 /// Twice the smoothed duration plus a margin, within bounds.
 fn start_lead(smoothed_micros: u64) -> Duration {
     let lead = Duration::from_micros(smoothed_micros.saturating_mul(2)) + START_LEAD_MARGIN;
@@ -152,6 +142,50 @@ fn start_lead(smoothed_micros: u64) -> Duration {
 }
 
 impl Inner {
+    /// The lane a job's fires run in: a task for an async handler, the pool
+    /// otherwise.
+    pub(super) fn lane_of(&self, job: &Job) -> Lane {
+        match self.handlers.get(&job.spec.handler) {
+            Some(handler) if handler.is_async() => Lane::Task,
+            _ => Lane::Pool,
+        }
+    }
+
+    /// The room a lane has. The pool's: its threads and queue, less what
+    /// this node holds; none while every thread is busy (a queued fire would
+    /// wait for a thread that long handlers may hold past its time). The
+    /// tasks': `async_max` less the fires held for them.
+    pub(super) fn room_in(&self, lane: Lane) -> usize {
+        match lane {
+            Lane::Pool if self.pool.metrics().busy >= self.settings.pool_max => 0,
+            Lane::Pool => self.launch.room.left(self.settings.pool_max + self.settings.pool_queue),
+            Lane::Task => self.launch.task_room.left(self.settings.async_max),
+        }
+    }
+
+    /// The room of each lane, by [`Lane`] as index.
+    pub(super) fn rooms(&self) -> [usize; 2] {
+        [self.room_in(Lane::Pool), self.room_in(Lane::Task)]
+    }
+
+    /// The room for a fire of the job with this id: its lane's when the last
+    /// poll read the job, else the room of either.
+    pub(super) fn room_for_job(&self, job_id: i64) -> usize {
+        let lane = match self.launch.latest_jobs.read().get(&job_id) {
+            Some(Some(job)) => Some(self.lane_of(job)),
+            _ => None,
+        };
+        lane.map_or_else(|| self.rooms().into_iter().sum(), |lane| self.room_in(lane))
+    }
+
+    /// A place in the room of a job's lane, for a fire of it.
+    pub(super) fn hold(&self, job: &Job) -> Hold {
+        match self.lane_of(job) {
+            Lane::Pool => self.launch.room.hold(),
+            Lane::Task => self.launch.task_room.hold(),
+        }
+    }
+
     /// Launches fires won for `fire_time`: started a start lead ahead, handed
     /// to the pool at their time (at once if it has passed).
     pub(super) fn launch_at(self: &Arc<Self>, fire_time: Timestamp, runs: Vec<RunFire>) {
@@ -549,12 +583,5 @@ mod tests {
         assert_eq!(start_lead(0), START_LEAD_MIN);
         assert_eq!(start_lead(10_000), Duration::from_millis(23));
         assert_eq!(start_lead(10_000_000), START_LEAD_MAX);
-    }
-
-    #[test]
-    fn the_smoothed_time_moves_a_quarter_of_the_way_to_each_observation() {
-        assert_eq!(smooth(0, 8_000), 8_000);
-        assert_eq!(smooth(8_000, 16_000), 10_000);
-        assert_eq!(smooth(10_000, 2_000), 8_000);
     }
 }

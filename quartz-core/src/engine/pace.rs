@@ -52,8 +52,12 @@ impl Pace {
     }
 }
 
-/// A quarter of the way from `old` to `seen`.
-fn smooth(old: u64, seen: u64) -> u64 {
+/// A smoothed value after one more observation: a quarter of the way from
+/// `old` to `seen` (the first observation, onto 0, is taken whole).
+pub(super) fn smooth(old: u64, seen: u64) -> u64 {
+    if old == 0 {
+        return seen;
+    }
     let (old, seen) = (i128::from(old), i128::from(seen));
     u64::try_from(old + (seen - old) / 4).unwrap_or(u64::MAX)
 }
@@ -61,6 +65,13 @@ fn smooth(old: u64, seen: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_smoothed_time_moves_a_quarter_of_the_way_to_each_observation() {
+        assert_eq!(smooth(0, 8_000), 8_000);
+        assert_eq!(smooth(8_000, 16_000), 10_000);
+        assert_eq!(smooth(10_000, 2_000), 8_000);
+    }
 
     #[test]
     fn the_pace_moves_a_quarter_of_the_way_and_ignores_small_statements() {

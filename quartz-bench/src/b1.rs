@@ -160,6 +160,7 @@ struct Run {
 /// One storm: the jobs first, then the nodes (and the CPU hogs), the storm,
 /// the backlog worked through, then the ledger read.
 async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
+    crate::tidy(&args.url).await;
     let server = crate::os::server_processes(&args.url);
     let scheduler = format!("b1-{s}-{k}-{}", std::process::id());
     let (start, end) = create_jobs(store, &scheduler, s, args.seconds).await;
@@ -239,7 +240,7 @@ pub(crate) async fn settle(store: &AnyStore, scheduler: &str) {
     let store = store.scoped(scheduler);
     for _ in 0..600 {
         let now = store.now().await.unwrap();
-        let due = store.due_executes(now, 1).await.unwrap().executes.len();
+        let due = store.due_executes(now, None, 1).await.unwrap().executes.len();
         let mut open = 0;
         for state in [FireState::Claimed, FireState::Running] {
             let query = FireQuery {

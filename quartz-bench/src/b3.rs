@@ -196,7 +196,7 @@ async fn one(backend: &str, n: usize, polls: usize) {
         let now = store.now().await.unwrap();
         let t = Instant::now();
         let batch = store
-            .due_executes(now.saturating_add_millis(5_000), 5_000)
+            .due_executes(now.saturating_add_millis(5_000), None, 5_000)
             .await
             .unwrap();
         times.push(i64::try_from(t.elapsed().as_micros()).unwrap_or(i64::MAX));

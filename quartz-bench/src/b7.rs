@@ -118,7 +118,7 @@ async fn retention(args: Args) {
         // A poll as a node makes it: the due executes of the next 5 s.
         let at = Instant::now();
         let horizon = store.now().await.unwrap().saturating_add_millis(5_000);
-        let batch = scoped.due_executes(horizon, 5_000).await.unwrap();
+        let batch = scoped.due_executes(horizon, None, 5_000).await.unwrap();
         assert!(!batch.executes.is_empty());
         minute.push(i64::try_from(at.elapsed().as_micros()).unwrap_or(i64::MAX));
         if minute.len() == 30 {

@@ -73,6 +73,7 @@ async fn bursts(args: Args) {
 
 /// One burst: the jobs, the nodes, the second, the ledger.
 async fn one_burst(store: &AnyStore, args: &Args, n: usize, k: usize) -> (Tally, Vec<i64>, f64, f64) {
+    crate::tidy(&args.url).await;
     let scheduler = format!("b8-{n}-{k}-{}", std::process::id());
     let at = create_jobs(store, &scheduler, n, args.lead).await;
     let mut nodes: Vec<Child> = (0..k)

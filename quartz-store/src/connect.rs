@@ -177,6 +177,15 @@ impl Db {
             .or_insert_with(|| AssertSqlSafe(Arc::<str>::from(render(self.backend, template))).into_sql_str())
             .clone()
     }
+
+    /// The SQL text of a query composed at run time (a filter's clauses:
+    /// only the conditions a query sets, so that every plan, generic ones
+    /// included, reaches its rows by an index), rendered as
+    /// [`Self::sql`] renders a template. Not cached here: the driver keeps
+    /// each text's prepared statement.
+    pub(crate) fn sql_composed(&self, template: &str) -> SqlStr {
+        AssertSqlSafe(render(self.backend, template)).into_sql_str()
+    }
 }
 
 impl crate::SqlStore {

@@ -7,8 +7,8 @@ use quartz_core::Timestamp;
 use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{
     CalendarRecord, CalendarStore, ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DEFAULT_SCHEDULER,
-    DueBatch, ExecuteCas, ExecuteSpec, FireEnd, FireQuery, FireRecord, FireRetry, FireState, FireStore, FollowUp,
-    HealthCounts, HistoryStore, Job, JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef, NodeRegistration,
+    DueBatch, DueCursor, ExecuteCas, ExecuteSpec, FireEnd, FireQuery, FireRecord, FireRetry, FireState, FireStore,
+    FollowUp, HealthCounts, HistoryStore, Job, JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef, NodeRegistration,
     NodeState, NodeStore, Outcome, PendingClaim, RetentionStore, RetryPolicy, ScheduleStore, SharedStore,
     SkippedRecord, Store, StoreError, check_name,
 };

@@ -37,7 +37,8 @@ backend_tests!(
     fires_that_never_ran_are_recorded_without_a_start,
     nodes_registering_together_all_register,
     a_node_purged_and_back_is_newer_than_before,
-    a_calendar_name_is_added_once;
+    a_calendar_name_is_added_once,
+    due_executes_come_a_page_at_a_time_after_a_cursor;
     sql: migrations_run_twice_and_concurrently,
     due_executes_come_in_time_order_and_bad_rows_are_set_aside,
 );
@@ -242,11 +243,11 @@ async fn jobs_are_created_read_updated_paused_and_deleted(db: &TestDb) {
     assert_eq!(paused.state, quartz_core::store::JobState::Paused);
     let far = now.checked_add_millis(86_400_000 * 7).unwrap();
     assert!(
-        store.due_executes(far, 100).await.unwrap().executes.is_empty(),
+        store.due_executes(far, None, 100).await.unwrap().executes.is_empty(),
         "paused: not due"
     );
     store.set_paused("report", false, None).await.unwrap();
-    assert_eq!(store.due_executes(far, 100).await.unwrap().executes.len(), 2);
+    assert_eq!(store.due_executes(far, None, 100).await.unwrap().executes.len(), 2);
 
     let mut renamed = spec.clone();
     renamed.name = "report-v2".to_owned();
@@ -259,7 +260,7 @@ async fn jobs_are_created_read_updated_paused_and_deleted(db: &TestDb) {
 
     store.delete_job("report-v2", None).await.unwrap();
     assert!(store.list_jobs().await.unwrap().is_empty());
-    assert!(store.due_executes(far, 100).await.unwrap().executes.is_empty());
+    assert!(store.due_executes(far, None, 100).await.unwrap().executes.is_empty());
     assert!(matches!(
         store.delete_job("report-v2", None).await,
         Err(StoreError::UnknownJob { .. })
@@ -367,7 +368,7 @@ async fn due_executes_come_in_time_order_and_bad_rows_are_set_aside(db: &TestDb)
     )
     .await;
     let window = now.checked_add_millis(5_000).unwrap();
-    let batch = store.due_executes(window, 100).await.unwrap();
+    let batch = store.due_executes(window, None, 100).await.unwrap();
     assert_eq!(batch.rejected.len(), 1, "{batch:?}");
     assert!(
         batch.rejected[0].reason.contains("day-of-month"),
@@ -386,7 +387,7 @@ async fn due_executes_come_in_time_order_and_bad_rows_are_set_aside(db: &TestDb)
     );
 
     // The corrupt row is not served again; the others still are.
-    let again = store.due_executes(window, 100).await.unwrap();
+    let again = store.due_executes(window, None, 100).await.unwrap();
     assert!(again.rejected.is_empty());
     assert_eq!(again.executes.len(), 4);
     let later = store.get_job("later").await.unwrap().unwrap();
@@ -394,8 +395,51 @@ async fn due_executes_come_in_time_order_and_bad_rows_are_set_aside(db: &TestDb)
     assert_eq!(later.broken.len(), 1, "the corrupt row, apart, with its reason");
     assert!(later.broken[0].reason.contains("day-of-month"));
 
-    let limited = store.due_executes(window, 2).await.unwrap();
+    let limited = store.due_executes(window, None, 2).await.unwrap();
     assert_eq!(limited.executes.len(), 2, "bounded batches");
+}
+
+/// A poll reads every due execute once, a page at a time: pages after a
+/// cursor hold, in order, what one read without a limit holds, ties of next
+/// fire time broken by priority (highest first), then by id, none twice.
+async fn due_executes_come_a_page_at_a_time_after_a_cursor(db: &TestDb) {
+    let store = db.store().await.scoped(S);
+    let now = store.now().await.unwrap();
+    for i in 0..11_i64 {
+        // Three fire times, each shared by several executes of mixed priority.
+        let start = now.checked_add_millis(1_000 + 100 * (i % 3)).unwrap();
+        let spec = ExecuteSpec {
+            priority: i32::try_from(i % 2).unwrap(),
+            ..every_second(start)
+        };
+        store
+            .create_job(&JobSpec::new(format!("page-{i:02}"), "noop"), &[spec])
+            .await
+            .unwrap();
+    }
+    let window = now.checked_add_millis(5_000).unwrap();
+    let key = |e: &quartz_core::store::Execute| (e.fire_state.next_fire_time, -e.priority, e.id);
+    let whole = store.due_executes(window, None, 100).await.unwrap().executes;
+    assert_eq!(whole.len(), 11);
+    assert!(whole.windows(2).all(|w| key(&w[0]) < key(&w[1])), "in order: {whole:?}");
+    let mut paged = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.due_executes(window, after, 3).await.unwrap();
+        assert!(page.executes.len() <= 3);
+        after = page.cursor();
+        let last = page.executes.len() < 3;
+        paged.extend(page.executes);
+        if last {
+            break;
+        }
+    }
+    let ids = |v: &[quartz_core::store::Execute]| v.iter().map(|e| e.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(&paged),
+        ids(&whole),
+        "the pages, one after the other, are the whole"
+    );
 }
 
 async fn concurrent_claimers_win_each_fire_exactly_once(db: &TestDb) {

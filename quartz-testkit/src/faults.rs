@@ -36,10 +36,10 @@ use parking_lot::Mutex;
 use quartz_core::Timestamp;
 use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{
-    CalendarRecord, CalendarStore, ChangeQuery, ChangeRecord, Claim, DueBatch, ExecuteCas, ExecuteSpec, FireEnd,
-    FireQuery, FireRecord, FireRetry, FireState, FireStore, FollowUp, HealthCounts, HistoryStore, IntoStore, Job,
-    JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef, NodeRegistration, NodeStore, PendingClaim, RetentionStore,
-    ScheduleStore, SharedStore, SkippedRecord, Store, StoreError,
+    CalendarRecord, CalendarStore, ChangeQuery, ChangeRecord, Claim, DueBatch, DueCursor, ExecuteCas, ExecuteSpec,
+    FireEnd, FireQuery, FireRecord, FireRetry, FireState, FireStore, FollowUp, HealthCounts, HistoryStore, IntoStore,
+    Job, JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef, NodeRegistration, NodeStore, PendingClaim,
+    RetentionStore, ScheduleStore, SharedStore, SkippedRecord, Store, StoreError,
 };
 
 /// What one faulted call does.
@@ -299,7 +299,7 @@ faulty! {
         fn leave(&self, node: &NodeRef) -> bool;
     }
     impl ScheduleStore {
-        fn due_executes(&self, before: Timestamp, limit: u32) -> DueBatch;
+        fn due_executes(&self, before: Timestamp, after: Option<DueCursor>, limit: u32) -> DueBatch;
         fn orphaned_executes(&self, limit: u32) -> DueBatch;
         fn update_execute(&self, cas: &ExecuteCas, records: &[SkippedRecord]) -> bool;
         fn update_executes(&self, updates: &[(ExecuteCas, Vec<SkippedRecord>)]) -> Vec<bool>;

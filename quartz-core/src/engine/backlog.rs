@@ -214,12 +214,16 @@ impl Inner {
 
     /// Why a pending fire runs, from the attempt before it: a late run a
     /// misfire policy promised follows a misfired one, a retry any other.
+    /// The attempt before is read by its key (execute, job, fire time), the
+    /// newest below the pending row: one row, however long the ledger.
     async fn pending_kind(&self, fire: PendingFire) -> RunKind {
         let mut query = FireQuery::new();
+        query.execute_id = Some(fire.execute_id);
         query.job_id = Some(fire.job_id);
         query.since = Some(fire.fire_time);
         query.until = Some(fire.fire_time.saturating_add_millis(1));
-        query.limit = 100;
+        query.before_id = Some(fire.fire_id);
+        query.limit = 1;
         let before = match self.store.fires(&query).await {
             Ok(rows) => rows
                 .into_iter()

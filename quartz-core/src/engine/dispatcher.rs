@@ -34,7 +34,6 @@ impl Inner {
             // The room of each lane: the pool for blocking handlers, tasks
             // for async ones. A fire whose lane is full stays queued.
             let rooms = self.rooms();
-            let lane = |p: &Pending| self.lane_of(&p.job);
             // A burst begins its claims early enough to end them in time.
             let ahead = self.queue.claim_ahead(db_now);
             if rooms != [0, 0] && self.queue.has_due(db_now.saturating_add_millis(ahead.ms)) {
@@ -43,7 +42,6 @@ impl Inner {
                     self.settings.claim_batch,
                     self.settings.misfire.threshold_ms(),
                     rooms,
-                    lane,
                 );
                 if !due.late.is_empty() {
                     self.poll_now.notify_one();
@@ -64,7 +62,7 @@ impl Inner {
             let wake = if rooms == [0, 0] {
                 None
             } else {
-                let first = self.queue.first_claim_at_in(rooms, lane);
+                let first = self.queue.first_claim_at_in(rooms);
                 let begin = ahead.begin_by.filter(|b| *b > db_now);
                 [first, begin]
                     .into_iter()

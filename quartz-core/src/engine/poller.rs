@@ -15,7 +15,7 @@ use super::node::{Inner, duration_ms, first_at_or_after, waiting_or_complete};
 use super::recovery::RECOVERY_BATCH;
 use crate::misfire::MisfireDecision;
 use crate::store::{
-    Claim, Execute, ExecuteCas, ExecuteState, FireEnd, FireState, Job, JobState, SkippedRecord, StoreError,
+    Claim, DueBatch, Execute, ExecuteCas, ExecuteState, FireEnd, FireState, Job, JobState, SkippedRecord, StoreError,
     TriggerColumns,
 };
 use crate::time::Timestamp;
@@ -23,6 +23,10 @@ use crate::trigger::{Fire, NextFire, Schedule, Trigger, TriggerState};
 
 /// How long the poller waits before the next poll when a batch came back full.
 const FULL_BATCH_REPOLL: Duration = Duration::from_millis(50);
+/// The most batches of due executes one poll reads; past them (more than
+/// `POLL_BATCHES * batch_size` executes due within the window), the next
+/// poll comes at once.
+const POLL_BATCHES: usize = 8;
 /// How far past the next poll a poll looks, for the time a poll takes.
 const WINDOW_SLACK_MS: i64 = 500;
 
@@ -86,7 +90,23 @@ impl Inner {
                 + WINDOW_SLACK_MS.max(2 * took),
         );
         let horizon = db_now.saturating_add_millis(reach);
-        let batch = self.store.due_executes(horizon, self.settings.batch_size).await?;
+        // Every due execute once, a batch at a time: a poll that read only
+        // its first batch again and again would pay for it many times over.
+        let mut batch = DueBatch::default();
+        let mut full = false;
+        for _ in 0..POLL_BATCHES {
+            let page = self
+                .store
+                .due_executes(horizon, batch.cursor(), self.settings.batch_size)
+                .await?;
+            full = page.executes.len() + page.rejected.len() >= self.settings.batch_size as usize;
+            let last = page.cursor();
+            batch.executes.extend(page.executes);
+            batch.rejected.extend(page.rejected);
+            if !full || last.is_none() {
+                break;
+            }
+        }
         for rejected in &batch.rejected {
             tracing::error!(
                 scheduler = self.scheduler,
@@ -95,7 +115,6 @@ impl Inner {
                 "execute row cannot be understood: marked as an error and skipped"
             );
         }
-        let full = batch.executes.len() + batch.rejected.len() >= self.settings.batch_size as usize;
         let parents = self.store.chain_parents().await?;
         *self.parents.write() = parents.into_iter().collect();
         let executes = batch.executes.len();

@@ -34,6 +34,26 @@ pub(super) struct Pending {
     pub(super) late_ok: bool,
     /// Left by the strategy to its preferred node, and due for this one now.
     pub(super) deferred: bool,
+    /// The lane its handler runs in, and whose room its claim takes.
+    pub(super) lane: Lane,
+}
+
+/// A queued fire's place: its claim time, then the order it was queued in.
+type Key = (Timestamp, u64);
+
+/// The queued fires of each lane ([`Lane`] as index), by claim time: a lane
+/// without room is passed over whole, however many fires wait in it.
+type Lanes = [BTreeMap<Key, Pending>; 2];
+
+/// Both lanes' fires, in claim-time order.
+fn in_order(lanes: &Lanes) -> impl Iterator<Item = (&Key, &Pending)> {
+    let mut pool = lanes[Lane::Pool as usize].iter().peekable();
+    let mut task = lanes[Lane::Task as usize].iter().peekable();
+    std::iter::from_fn(move || match (pool.peek(), task.peek()) {
+        (Some(p), Some(t)) if t.0 < p.0 => task.next(),
+        (Some(_), _) => pool.next(),
+        (None, _) => task.next(),
+    })
 }
 
 /// What the node remembers of an execute it has queued fires of.
@@ -61,7 +81,7 @@ pub(super) struct Due {
 /// The fires waiting for their claim, by claim time.
 #[derive(Debug, Default)]
 pub(super) struct FireQueue {
-    fires: Mutex<BTreeMap<(Timestamp, u64), Pending>>,
+    fires: Mutex<Lanes>,
     tracked: Mutex<HashMap<i64, Track>>,
     seq: AtomicU64,
     /// Woken when a fire is queued.
@@ -87,14 +107,14 @@ impl FireQueue {
     }
 
     /// Queues `fires` of an execute that are past what is queued of it
-    /// already, each at the claim time `claim_at` gives; the ones at or before
+    /// already, in `lane`, each at the claim time `claim_at` gives; the ones at or before
     /// `late_ok_until` are claimed however late they are (a misfire policy's
     /// runs). A job edited since the execute's fires were queued makes those
     /// stale first. Returns how many were queued.
     pub(super) fn push(
         &self,
         execute_id: i64,
-        job: &Arc<Job>,
+        (job, lane): (&Arc<Job>, Lane),
         trigger: &Arc<Trigger>,
         fires: Vec<Fire>,
         claim_at: impl Fn(Timestamp) -> Timestamp,
@@ -110,7 +130,8 @@ impl FireQueue {
         if track.job.spec != job.spec || track.job.state != job.state {
             *track = fresh();
         }
-        let mut queue = self.fires.lock();
+        let mut lanes = self.fires.lock();
+        let queue = &mut lanes[lane as usize];
         let mut added = 0;
         for fire in fires {
             if fire.fire_time <= track.horizon {
@@ -129,11 +150,12 @@ impl FireQueue {
                     epoch: track.epoch,
                     late_ok,
                     deferred: false,
+                    lane,
                 },
             );
             added += 1;
         }
-        drop(queue);
+        drop(lanes);
         drop(tracked);
         if added > 0 {
             self.changed.notify_one();
@@ -156,16 +178,16 @@ impl FireQueue {
 
     fn put_back(&self, fires: Vec<Pending>, at: impl Fn(&Pending) -> Timestamp) {
         let tracked = self.tracked.lock();
-        let mut queue = self.fires.lock();
+        let mut lanes = self.fires.lock();
         for pending in fires {
             if tracked
                 .get(&pending.execute_id)
                 .is_some_and(|t| t.epoch == pending.epoch)
             {
-                queue.insert((at(&pending), self.next_seq()), pending);
+                lanes[pending.lane as usize].insert((at(&pending), self.next_seq()), pending);
             }
         }
-        drop(queue);
+        drop(lanes);
         drop(tracked);
         self.changed.notify_one();
     }
@@ -179,59 +201,78 @@ impl FireQueue {
     pub(super) fn clear(&self) {
         let mut tracked = self.tracked.lock();
         tracked.clear();
-        self.fires.lock().clear();
+        self.fires.lock().iter_mut().for_each(BTreeMap::clear);
     }
 
     /// The earliest claim time queued.
     pub(super) fn first_claim_at(&self) -> Option<Timestamp> {
-        self.fires.lock().keys().next().map(|k| k.0)
+        self.first_claim_at_in([1, 1])
     }
 
     /// Takes at most `limit` queued fires whose claim time has come, dropping
     /// stale ones; a fire more than `threshold_ms` past its time (and not a
     /// policy's late run) is not claimed: its execute is reported late.
-    /// Each fire takes a place in its lane's `room` (`lane` says which,
-    /// [`Lane`] as index); one whose lane has none left stays queued.
+    /// Each fire takes a place in its lane's `room` ([`Lane`] as index); a
+    /// lane without room is not read, and its fires stay queued.
     pub(super) fn take_due(
         &self,
         (db_now, ahead_ms): (Timestamp, i64),
         limit: usize,
         threshold_ms: i64,
-        mut room: [usize; 2],
-        lane: impl Fn(&Pending) -> Lane,
+        room: [usize; 2],
     ) -> Due {
         let tracked = self.tracked.lock();
-        let mut queue = self.fires.lock();
-        let mut due = Due::default();
+        let mut lanes = self.fires.lock();
         let until = db_now.saturating_add_millis(ahead_ms.max(0));
-        let keys: Vec<(Timestamp, u64)> = queue.range(..=(until, u64::MAX)).map(|(k, _)| *k).collect();
-        for key in keys {
-            if due.fires.len() >= limit || room == [0, 0] {
+        let is_late = |p: &Pending| !p.late_ok && db_now.as_millis() - p.fire.fire_time.as_millis() > threshold_ms;
+        // Each lane's first fires, as many as its room and the limit take
+        // (a late one takes no place: it is not claimed).
+        let mut picked: Vec<(Key, Lane)> = Vec::new();
+        for lane in [Lane::Pool, Lane::Task] {
+            let queue = &mut lanes[lane as usize];
+            let mut places = room[lane as usize].min(limit);
+            let mut stale = Vec::new();
+            for (key, pending) in queue.range(..=(until, u64::MAX)) {
+                if places == 0 {
+                    break;
+                }
+                if tracked
+                    .get(&pending.execute_id)
+                    .is_none_or(|t| t.epoch != pending.epoch)
+                {
+                    stale.push(*key);
+                    continue;
+                }
+                // A fire left to another node waits for its own claim time.
+                if pending.deferred && key.0 > db_now {
+                    continue;
+                }
+                if !is_late(pending) {
+                    places -= 1;
+                }
+                picked.push((*key, lane));
+            }
+            for key in stale {
+                queue.remove(&key);
+            }
+        }
+        // The first of both lanes by claim time, up to the limit.
+        picked.sort_unstable_by_key(|(key, _)| *key);
+        let mut due = Due::default();
+        for (key, lane) in picked {
+            if due.fires.len() >= limit {
                 break;
             }
-            let Some(pending) = queue.get(&key) else { continue };
-            if tracked
-                .get(&pending.execute_id)
-                .is_none_or(|t| t.epoch != pending.epoch)
-            {
-                queue.remove(&key);
+            let Some(pending) = lanes[lane as usize].remove(&key) else {
                 continue;
-            }
-            let place = &mut room[lane(pending) as usize];
-            // A fire left to another node waits for its own claim time.
-            if *place == 0 || (pending.deferred && key.0 > db_now) {
-                continue;
-            }
-            let Some(pending) = queue.remove(&key) else { continue };
-            let lateness = db_now.as_millis() - pending.fire.fire_time.as_millis();
-            if !pending.late_ok && lateness > threshold_ms {
+            };
+            if is_late(&pending) {
                 due.late.push(pending.execute_id);
-                continue;
+            } else {
+                due.fires.push(pending);
             }
-            *place -= 1;
-            due.fires.push(pending);
         }
-        drop(queue);
+        drop(lanes);
         drop(tracked);
         // One lock order on every node: by time, then by row. Claims of the same
         // rows in different orders by two nodes would deadlock.
@@ -243,12 +284,13 @@ impl FireQueue {
     }
 
     /// The first claim time of a queued fire whose lane has room.
-    pub(super) fn first_claim_at_in(&self, room: [usize; 2], lane: impl Fn(&Pending) -> Lane) -> Option<Timestamp> {
-        self.fires
-            .lock()
-            .iter()
-            .find(|(_, p)| room[lane(p) as usize] > 0)
-            .map(|(k, _)| k.0)
+    pub(super) fn first_claim_at_in(&self, room: [usize; 2]) -> Option<Timestamp> {
+        let lanes = self.fires.lock();
+        [Lane::Pool, Lane::Task]
+            .into_iter()
+            .filter(|lane| room[*lane as usize] > 0)
+            .filter_map(|lane| lanes[lane as usize].keys().next().map(|k| k.0))
+            .min()
     }
 
     /// How far ahead of `db_now` claims must reach so that, claiming the
@@ -257,12 +299,13 @@ impl FireQueue {
     /// claims' time earlier. Fires another node was preferred for wait for
     /// their own time and are not counted.
     pub(super) fn claim_ahead(&self, db_now: Timestamp) -> Ahead {
-        let queue = self.fires.lock();
+        let lanes = self.fires.lock();
         let mut ahead = Ahead { ms: 0, begin_by: None };
         // No fire's claims take longer than the whole queue's.
-        let longest = i64::try_from(self.claim_pace.of(queue.len()).as_millis()).unwrap_or(i64::MAX);
+        let queued = lanes.iter().map(BTreeMap::len).sum();
+        let longest = i64::try_from(self.claim_pace.of(queued).as_millis()).unwrap_or(i64::MAX);
         let mut fires = 0;
-        for ((claim_at, _), pending) in queue.iter() {
+        for ((claim_at, _), pending) in in_order(&lanes) {
             // Every later fire begins after both now and the earliest
             // beginning found: none changes the answer.
             let earliest_begin = claim_at.saturating_add_millis(-longest);
@@ -317,7 +360,7 @@ impl Inner {
         let lead = duration_ms(self.settings.claim_lead);
         self.queue.push(
             execute_id,
-            job,
+            (job, self.lane_of(job)),
             &trigger,
             fires,
             |t| t.saturating_add_millis(-lead),
@@ -341,10 +384,6 @@ mod tests {
 
     /// Room without bound in both lanes.
     const ANY: [usize; 2] = [usize::MAX, usize::MAX];
-
-    fn pool(_: &Pending) -> Lane {
-        Lane::Pool
-    }
 
     fn job(name: &str) -> Arc<Job> {
         Arc::new(Job {
@@ -385,16 +424,30 @@ mod tests {
         let (trigger, fires) = every_second(3);
         let j = job("a");
         assert_eq!(
-            q.push(7, &j, &trigger, fires.clone(), |t| t.saturating_add_millis(-1000), None),
+            q.push(
+                7,
+                (&j, Lane::Pool),
+                &trigger,
+                fires.clone(),
+                |t| t.saturating_add_millis(-1000),
+                None
+            ),
             3
         );
         assert_eq!(
-            q.push(3, &j, &trigger, fires, |t| t.saturating_add_millis(-1000), None),
+            q.push(
+                3,
+                (&j, Lane::Pool),
+                &trigger,
+                fires,
+                |t| t.saturating_add_millis(-1000),
+                None
+            ),
             3
         );
         assert_eq!(q.first_claim_at(), Some(ms(-1000)));
-        assert!(q.take_due((ms(-1001), 0), 100, 5000, ANY, pool).fires.is_empty());
-        let due = q.take_due((ms(0), 0), 100, 5000, ANY, pool);
+        assert!(q.take_due((ms(-1001), 0), 100, 5000, ANY).fires.is_empty());
+        let due = q.take_due((ms(0), 0), 100, 5000, ANY);
         let got: Vec<(i64, i64)> = due
             .fires
             .iter()
@@ -409,8 +462,8 @@ mod tests {
         let q = FireQueue::default();
         let (trigger, fires) = every_second(2);
         let j = job("a");
-        assert_eq!(q.push(1, &j, &trigger, fires.clone(), |t| t, None), 2);
-        assert_eq!(q.push(1, &j, &trigger, fires, |t| t, None), 0);
+        assert_eq!(q.push(1, (&j, Lane::Pool), &trigger, fires.clone(), |t| t, None), 2);
+        assert_eq!(q.push(1, (&j, Lane::Pool), &trigger, fires, |t| t, None), 0);
     }
 
     #[test]
@@ -418,21 +471,21 @@ mod tests {
         let q = FireQueue::default();
         let (trigger, fires) = every_second(2);
         let j = job("a");
-        q.push(1, &j, &trigger, fires.clone(), |t| t, None);
+        q.push(1, (&j, Lane::Pool), &trigger, fires.clone(), |t| t, None);
         q.forget(1);
-        assert!(q.take_due((ms(5000), 0), 100, 60_000, ANY, pool).fires.is_empty());
-        assert_eq!(q.push(1, &j, &trigger, fires, |t| t, None), 2);
-        assert_eq!(q.take_due((ms(5000), 0), 100, 60_000, ANY, pool).fires.len(), 2);
+        assert!(q.take_due((ms(5000), 0), 100, 60_000, ANY).fires.is_empty());
+        assert_eq!(q.push(1, (&j, Lane::Pool), &trigger, fires, |t| t, None), 2);
+        assert_eq!(q.take_due((ms(5000), 0), 100, 60_000, ANY).fires.len(), 2);
     }
 
     #[test]
     fn an_edited_job_requeues_its_fires_with_the_new_version() {
         let q = FireQueue::default();
         let (trigger, fires) = every_second(1);
-        q.push(1, &job("a"), &trigger, fires.clone(), |t| t, None);
+        q.push(1, (&job("a"), Lane::Pool), &trigger, fires.clone(), |t| t, None);
         let edited = job("a-edited");
-        assert_eq!(q.push(1, &edited, &trigger, fires, |t| t, None), 1);
-        let due = q.take_due((ms(0), 0), 100, 5000, ANY, pool);
+        assert_eq!(q.push(1, (&edited, Lane::Pool), &trigger, fires, |t| t, None), 1);
+        let due = q.take_due((ms(0), 0), 100, 5000, ANY);
         assert_eq!(due.fires.len(), 1, "the old version's fire is stale");
         assert_eq!(due.fires[0].job.spec.name, "a-edited");
     }
@@ -441,37 +494,37 @@ mod tests {
     fn a_fire_past_the_threshold_is_left_to_the_misfire_decision_unless_a_policy_runs_it_late() {
         let q = FireQueue::default();
         let (trigger, fires) = every_second(2);
-        q.push(1, &job("a"), &trigger, fires.clone(), |t| t, None);
-        q.push(2, &job("b"), &trigger, fires, |t| t, Some(ms(1000)));
-        let due = q.take_due((ms(6001), 0), 100, 5000, ANY, pool);
+        q.push(1, (&job("a"), Lane::Pool), &trigger, fires.clone(), |t| t, None);
+        q.push(2, (&job("b"), Lane::Pool), &trigger, fires, |t| t, Some(ms(1000)));
+        let due = q.take_due((ms(6001), 0), 100, 5000, ANY);
         assert_eq!(due.late, vec![1, 1]);
         assert_eq!(due.fires.iter().map(|p| p.execute_id).collect::<Vec<_>>(), vec![2, 2]);
-        assert!(q.take_due((ms(6001), 0), 100, 5000, ANY, pool).fires.is_empty());
+        assert!(q.take_due((ms(6001), 0), 100, 5000, ANY).fires.is_empty());
     }
 
     #[test]
     fn take_due_stops_at_its_limit_and_a_retry_comes_back_at_its_time() {
         let q = FireQueue::default();
         let (trigger, fires) = every_second(4);
-        q.push(1, &job("a"), &trigger, fires, |t| t, None);
-        let first = q.take_due((ms(3000), 0), 3, 5000, ANY, pool).fires;
+        q.push(1, (&job("a"), Lane::Pool), &trigger, fires, |t| t, None);
+        let first = q.take_due((ms(3000), 0), 3, 5000, ANY).fires;
         assert_eq!(first.len(), 3);
         q.retry_at(first, ms(3100));
-        let again = q.take_due((ms(3000), 0), 10, 5000, ANY, pool).fires;
+        let again = q.take_due((ms(3000), 0), 10, 5000, ANY).fires;
         assert_eq!(again.len(), 1, "only the fire not taken before");
-        assert_eq!(q.take_due((ms(3100), 0), 10, 5000, ANY, pool).fires.len(), 3);
+        assert_eq!(q.take_due((ms(3100), 0), 10, 5000, ANY).fires.len(), 3);
     }
 
     #[test]
     fn a_deferred_fire_comes_back_marked_at_its_own_time() {
         let q = FireQueue::default();
         let (trigger, fires) = every_second(2);
-        q.push(1, &job("a"), &trigger, fires, |t| t, None);
-        let due = q.take_due((ms(1000), 0), 10, 5000, ANY, pool).fires;
+        q.push(1, (&job("a"), Lane::Pool), &trigger, fires, |t| t, None);
+        let due = q.take_due((ms(1000), 0), 10, 5000, ANY).fires;
         assert!(due.iter().all(|p| !p.deferred));
         q.defer(due, |p| p.fire.fire_time.saturating_add_millis(500));
-        assert!(q.take_due((ms(499), 0), 10, 5000, ANY, pool).fires.is_empty());
-        let again = q.take_due((ms(500), 0), 10, 5000, ANY, pool).fires;
+        assert!(q.take_due((ms(499), 0), 10, 5000, ANY).fires.is_empty());
+        let again = q.take_due((ms(500), 0), 10, 5000, ANY).fires;
         assert_eq!(again.len(), 1);
         assert!(again[0].deferred);
     }
@@ -480,18 +533,17 @@ mod tests {
     fn a_fire_whose_lane_is_full_stays_queued_and_the_other_lane_is_served() {
         let q = FireQueue::default();
         let (trigger, fires) = every_second(3);
-        q.push(1, &job("blocking"), &trigger, fires.clone(), |t| t, None);
-        q.push(2, &job("async"), &trigger, fires, |t| t, None);
-        let lane = |p: &Pending| if p.execute_id == 2 { Lane::Task } else { Lane::Pool };
-        let due = q.take_due((ms(3000), 0), 100, 5000, [0, 2], lane);
+        q.push(1, (&job("blocking"), Lane::Pool), &trigger, fires.clone(), |t| t, None);
+        q.push(2, (&job("async"), Lane::Task), &trigger, fires, |t| t, None);
+        let due = q.take_due((ms(3000), 0), 100, 5000, [0, 2]);
         assert_eq!(
             due.fires.iter().map(|p| p.execute_id).collect::<Vec<_>>(),
             [2, 2],
             "only the lane with room, and only as much as it has"
         );
-        assert_eq!(q.first_claim_at_in([0, 1], lane), Some(ms(2000)), "the async fire left");
-        assert_eq!(q.first_claim_at_in([0, 0], lane), None);
-        let due = q.take_due((ms(3000), 0), 100, 5000, [5, 0], lane);
+        assert_eq!(q.first_claim_at_in([0, 1]), Some(ms(2000)), "the async fire left");
+        assert_eq!(q.first_claim_at_in([0, 0]), None);
+        let due = q.take_due((ms(3000), 0), 100, 5000, [5, 0]);
         assert_eq!(due.fires.len(), 3, "the blocking fires were kept");
     }
 
@@ -506,7 +558,7 @@ mod tests {
             };
             q.push(
                 id,
-                &job("burst"),
+                (&job("burst"), Lane::Pool),
                 &trigger,
                 vec![fire],
                 |t| t.saturating_add_millis(-1_000),
@@ -517,14 +569,14 @@ mod tests {
         let ahead = q.claim_ahead(ms(0));
         assert_eq!((ahead.ms, ahead.begin_by), (0, Some(ms(8_000))));
         assert_eq!(q.claim_ahead(ms(8_000)).ms, 1_000, "all due at once");
-        let due = q.take_due((ms(8_000), 1_000), 256, 5_000, ANY, pool);
+        let due = q.take_due((ms(8_000), 1_000), 256, 5_000, ANY);
         assert_eq!(due.fires.len(), 256);
         // One fire queued: its claim time, as before.
         let single = FireQueue::default();
         let (trigger, fires) = every_second(1);
         single.push(
             1,
-            &job("one"),
+            (&job("one"), Lane::Pool),
             &trigger,
             fires,
             |t| t.saturating_add_millis(5_000),

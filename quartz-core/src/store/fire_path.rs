@@ -168,8 +168,15 @@ pub trait ScheduleStore: Send + Sync {
     /// Executes in the waiting state whose next fire time is before `before`
     /// (or empty: rows written by hand that need initialising), in time order,
     /// at most `limit`. Rows that cannot be decoded are marked as errors and
-    /// reported; the rest are served.
-    async fn due_executes(&self, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError>;
+    /// reported; the rest are served. With `after`, the page that follows
+    /// the one that cursor ends ([`DueBatch::cursor`]); rows needing
+    /// initialising come on the first page that has room for them.
+    async fn due_executes(
+        &self,
+        before: Timestamp,
+        after: Option<DueCursor>,
+        limit: u32,
+    ) -> Result<DueBatch, StoreError>;
 
     /// Executes in the running state owned by a node that is not live (or by
     /// no node), at most `limit`.

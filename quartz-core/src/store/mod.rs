@@ -44,9 +44,9 @@ pub use contract::{CalendarStore, HistoryStore, IntoStore, JobStore, SharedStore
 pub use error::StoreError;
 pub use fire_path::{FireEnd, FireStore, LateRun, NodeStore, RetentionStore, ScheduleStore};
 pub use rows::{
-    ChainedFire, ChangeAction, ChangeQuery, ChangeRecord, DEFAULT_ACTOR, DueBatch, Execute, ExecuteState, FireQuery,
-    FireRecord, FireRetry, FireState, FollowUp, HealthCounts, Job, JobDetail, JobQuery, JobState, Node, NodeRef,
-    NodeState, Outcome, PendingClaim, RejectedRow,
+    ChainedFire, ChangeAction, ChangeQuery, ChangeRecord, DEFAULT_ACTOR, DueBatch, DueCursor, Execute, ExecuteState,
+    FireQuery, FireRecord, FireRetry, FireState, FollowUp, HealthCounts, Job, JobDetail, JobQuery, JobState, Node,
+    NodeRef, NodeState, Outcome, PendingClaim, RejectedRow,
 };
 pub(crate) use spec::duration_of;
 pub use spec::{

@@ -237,6 +237,35 @@ pub struct DueBatch {
     pub rejected: Vec<RejectedRow>,
 }
 
+impl DueBatch {
+    /// Where the next page of due executes begins: after this batch's last
+    /// execute with a next fire time (none when it has none).
+    pub fn cursor(&self) -> Option<DueCursor> {
+        self.executes.iter().rev().find_map(|e| {
+            e.fire_state.next_fire_time.map(|next_fire_time| DueCursor {
+                next_fire_time,
+                priority: e.priority,
+                execute_id: e.id,
+            })
+        })
+    }
+}
+
+/// The last execute of a page of due executes
+/// ([`ScheduleStore::due_executes`](super::ScheduleStore::due_executes)):
+/// the next page holds the executes after it in the store's order (next
+/// fire time, then priority, highest first, then id), so that a poll reads
+/// every due execute once, however many there are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DueCursor {
+    /// Its next fire time.
+    pub next_fire_time: Timestamp,
+    /// Its priority.
+    pub priority: i32,
+    /// Its id.
+    pub execute_id: i64,
+}
+
 /// The outcome of a finished fire.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -304,6 +333,9 @@ pub struct FireQuery {
     /// Only the fires of the job of this id (a job deleted since among
     /// them).
     pub job_id: Option<i64>,
+    /// Only the fires of this execute (one trigger of a job, and the
+    /// chained fires of its fire times).
+    pub execute_id: Option<i64>,
     /// Only fires whose error contains this text (case-insensitive).
     pub error_contains: Option<String>,
     /// Only fires claimed by this node.
@@ -332,6 +364,7 @@ impl FireQuery {
         FireQuery {
             job: None,
             job_id: None,
+            execute_id: None,
             error_contains: None,
             node_id: None,
             state: None,

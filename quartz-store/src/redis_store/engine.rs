@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    ChainedFire, Claim, DueBatch, ExecuteCas, FireEnd, FireRecord, FireState, FireStore, FollowUp, Node, NodeRef,
-    NodeRegistration, NodeStore, Outcome, PendingClaim, RejectedRow, RetentionStore, ScheduleStore, SkippedRecord,
-    Store, StoreError, check_name,
+    ChainedFire, Claim, DueBatch, DueCursor, ExecuteCas, FireEnd, FireRecord, FireState, FireStore, FollowUp, Node,
+    NodeRef, NodeRegistration, NodeStore, Outcome, PendingClaim, RejectedRow, RetentionStore, ScheduleStore,
+    SkippedRecord, Store, StoreError, check_name,
 };
 use redis::FromRedisValue;
 use serde_json::{Value, json};
@@ -222,17 +222,30 @@ impl NodeStore for RedisStore {
 
 #[async_trait]
 impl ScheduleStore for RedisStore {
-    async fn due_executes(&self, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError> {
+    async fn due_executes(
+        &self,
+        before: Timestamp,
+        after: Option<DueCursor>,
+        limit: u32,
+    ) -> Result<DueBatch, StoreError> {
         let scheduler = self.scheduler();
-        let args = json!({ "before": num(before.as_millis()), "limit": num(limit) });
+        let args = json!({
+            "before": num(before.as_millis()),
+            "limit": num(limit),
+            "after_time": opt(after.map(|c| c.next_fire_time.as_millis())),
+            "after_priority": opt(after.map(|c| c.priority)),
+            "after_id": opt(after.map(|c| c.execute_id)),
+        });
         let records: Vec<Record> = self.run(scheduler, 0, "due", &args).await?;
         let mut batch = self.serve(scheduler, records).await?;
-        // By next fire time, then priority, highest first.
+        // By next fire time, then priority, highest first, then id: the
+        // script's page order.
         batch.executes.sort_by_key(|e| {
             (
                 e.fire_state.next_fire_time.is_none(),
                 e.fire_state.next_fire_time,
                 -e.priority,
+                e.id,
             )
         });
         Ok(batch)

@@ -471,6 +471,7 @@ impl HistoryStore for RedisStore {
         };
         let args = json!({
             "job": job,
+            "execute": opt(query.execute_id),
             "state": query.state.map(|s| s.as_str()).unwrap_or_default(),
             "since": ms(query.since),
             "upto": ms(query.until),

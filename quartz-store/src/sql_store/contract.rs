@@ -244,9 +244,14 @@ impl NodeStore for SqlStore {
 
 #[async_trait]
 impl ScheduleStore for SqlStore {
-    async fn due_executes(&self, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError> {
+    async fn due_executes(
+        &self,
+        before: Timestamp,
+        after: Option<DueCursor>,
+        limit: u32,
+    ) -> Result<DueBatch, StoreError> {
         let scheduler = self.scheduler();
-        self.executes_due(scheduler, before, limit).await
+        self.executes_due(scheduler, before, after, limit).await
     }
 
     async fn orphaned_executes(&self, limit: u32) -> Result<DueBatch, StoreError> {

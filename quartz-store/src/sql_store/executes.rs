@@ -2,7 +2,9 @@
 //! cannot be read set aside), orphaned ones, and the compare-and-set on an
 //! execute row with the ledger records it writes when it wins.
 
-use quartz_core::store::{DueBatch, ExecuteCas, ExecuteState, RejectedRow, SkippedRecord, StoreError, TriggerColumns};
+use quartz_core::store::{
+    DueBatch, DueCursor, ExecuteCas, ExecuteState, RejectedRow, SkippedRecord, StoreError, TriggerColumns,
+};
 use sqlx::any::AnyRow;
 use sqlx::{Any, Transaction};
 
@@ -146,18 +148,39 @@ impl SqlStore {
         &self,
         scheduler: &str,
         before: Timestamp,
+        after: Option<DueCursor>,
         limit: u32,
     ) -> Result<DueBatch, StoreError> {
         let mut batch = DueBatch::default();
-        let due = self
-            .query(concat!(
-                "SELECT ",
-                execute_cols!(),
-                " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time < ? \
-                 ORDER BY next_fire_time, priority DESC LIMIT ?"
-            ))
-            .bind(scheduler.to_owned())
-            .bind(before.as_millis())
+        let query = match after {
+            None => self
+                .query(concat!(
+                    "SELECT ",
+                    execute_cols!(),
+                    " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time < ? \
+                     ORDER BY next_fire_time, priority DESC, id LIMIT ?"
+                ))
+                .bind(scheduler.to_owned())
+                .bind(before.as_millis()),
+            // The rows after the cursor's in the same order, reached through
+            // the due index from the cursor's next fire time.
+            Some(c) => self
+                .query(concat!(
+                    "SELECT ",
+                    execute_cols!(),
+                    " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time < ? \
+                     AND next_fire_time >= ? AND (next_fire_time > ? OR priority < ? OR (priority = ? AND id > ?)) \
+                     ORDER BY next_fire_time, priority DESC, id LIMIT ?"
+                ))
+                .bind(scheduler.to_owned())
+                .bind(before.as_millis())
+                .bind(c.next_fire_time.as_millis())
+                .bind(c.next_fire_time.as_millis())
+                .bind(c.priority)
+                .bind(c.priority)
+                .bind(c.execute_id),
+        };
+        let due = query
             .bind(i64::from(limit))
             .fetch_all(&self.db.pool)
             .await

@@ -424,6 +424,7 @@ impl HistoryStore for MemoryStore {
                 .map(|f| &f.record)
                 .filter(|r| query.before_id.is_none_or(|b| r.id < b))
                 .filter(|r| job.is_none_or(|j| r.job_id == j))
+                .filter(|r| query.execute_id.is_none_or(|e| r.execute_id == e))
                 .filter(|r| query.state.is_none_or(|s| r.state == s))
                 .filter(|r| {
                     query

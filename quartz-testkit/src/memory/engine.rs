@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use quartz_core::Timestamp;
 use quartz_core::store::rules;
 use quartz_core::store::{
-    Claim, DueBatch, ExecuteCas, ExecuteState, FireEnd, FireRecord, FireState, FireStore, FollowUp, Node, NodeRef,
-    NodeRegistration, NodeState, NodeStore, PendingClaim, RetentionStore, ScheduleStore, SkippedRecord, StoreError,
-    check_name,
+    Claim, DueBatch, DueCursor, ExecuteCas, ExecuteState, FireEnd, FireRecord, FireState, FireStore, FollowUp, Node,
+    NodeRef, NodeRegistration, NodeState, NodeStore, PendingClaim, RetentionStore, ScheduleStore, SkippedRecord,
+    StoreError, check_name,
 };
 
 use super::MemoryStore;
@@ -91,7 +91,13 @@ impl NodeStore for MemoryStore {
 
 #[async_trait]
 impl ScheduleStore for MemoryStore {
-    async fn due_executes(&self, before: Timestamp, limit: u32) -> Result<DueBatch, StoreError> {
+    async fn due_executes(
+        &self,
+        before: Timestamp,
+        after: Option<DueCursor>,
+        limit: u32,
+    ) -> Result<DueBatch, StoreError> {
+        let after = after.map(|c| (Some(c.next_fire_time.as_millis()), -i64::from(c.priority), c.execute_id));
         let scheduler = &*self.scheduler;
         Ok(self.step(|db, now| {
             let waiting: Vec<&Row> = db
@@ -102,6 +108,7 @@ impl ScheduleStore for MemoryStore {
             let mut due: Vec<&&Row> = waiting
                 .iter()
                 .filter(|r| r.next.is_some_and(|n| n < before.as_millis()))
+                .filter(|r| after.is_none_or(|a| (r.next, -r.priority, r.id) > a))
                 .collect();
             due.sort_by_key(|r| (r.next, -r.priority, r.id));
             let mut ids: Vec<i64> = due.iter().take(limit as usize).map(|r| r.id).collect();

@@ -1,13 +1,43 @@
 -- ---- reads ----
 
--- Waiting executes due before A.before, by next fire time, at most
--- A.limit; then, with room left, waiting ones with no next fire time.
+-- Waiting executes due before A.before, in the order (next fire time,
+-- priority highest first, id), at most A.limit, after the cursor
+-- (A.after_time, A.after_priority, A.after_id) when one is given; then,
+-- with room left, waiting ones with no next fire time. Every member of
+-- the page's last score is read, so that the page's order within a score
+-- is its own and the next page begins where this one ends.
 C.due = function()
   local limit = tonumber(A.limit)
-  local out = {}
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('due'), '-inf', '(' .. A.before, 'LIMIT', 0, limit)) do
-    out[#out + 1] = flat(execute_key(id))
+  local at, prio, after = tonumber(A.after_time), tonumber(A.after_priority), tonumber(A.after_id)
+  local from = '-inf'
+  if at then from = A.after_time end
+  local rows, offset, last = {}, 0, nil
+  local done = false
+  while not done do
+    local chunk = redis.call('ZRANGEBYSCORE', k('due'), from, '(' .. A.before, 'WITHSCORES', 'LIMIT', offset, 500)
+    if #chunk == 0 then break end
+    for i = 1, #chunk, 2 do
+      local id, score = chunk[i], tonumber(chunk[i + 1])
+      if #rows >= limit and score ~= last then
+        done = true
+        break
+      end
+      local p = tonumber(redis.call('HGET', execute_key(id), 'priority')) or 0
+      local n = tonumber(id)
+      if not at or score > at or p < prio or (p == prio and n > after) then
+        rows[#rows + 1] = { score, p, n, id }
+        last = score
+      end
+    end
+    offset = offset + #chunk / 2
   end
+  table.sort(rows, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    if a[2] ~= b[2] then return a[2] > b[2] end
+    return a[3] < b[3]
+  end)
+  local out = {}
+  for i = 1, math.min(#rows, limit) do out[i] = flat(execute_key(rows[i][4])) end
   if #out < limit then
     local unset = redis.call('SMEMBERS', k('due-unset'))
     table.sort(unset, by_number)
@@ -118,6 +148,7 @@ C.fires = function()
   local since, upto = tonumber(A.since), tonumber(A.upto)
   local keep = function(f)
     if A.state ~= '' and g(f, 'state') ~= A.state then return false end
+    if A.execute ~= '' and g(f, 'execute_id') ~= A.execute then return false end
     if A.node ~= '' and g(f, 'node_id') ~= A.node then return false end
     if A.error ~= '' and not string.find(string.lower(g(f, 'error')), A.error, 1, true) then return false end
     local t = tonumber(g(f, 'fire_time'))

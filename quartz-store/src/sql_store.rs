@@ -66,6 +66,7 @@ mod contract;
 mod convert;
 mod decode;
 mod executes;
+mod filtered;
 mod fires;
 pub(crate) mod jobs;
 mod nodes;

@@ -94,16 +94,17 @@ impl Inner {
         // its first batch again and again would pay for it many times over.
         let mut batch = DueBatch::default();
         let mut full = false;
+        let mut after = None;
         for _ in 0..POLL_BATCHES {
             let page = self
                 .store
-                .due_executes(horizon, batch.cursor(), self.settings.batch_size)
+                .due_executes(horizon, after, self.settings.batch_size)
                 .await?;
             full = page.executes.len() + page.rejected.len() >= self.settings.batch_size as usize;
-            let last = page.cursor();
+            after = page.cursor();
             batch.executes.extend(page.executes);
             batch.rejected.extend(page.rejected);
-            if !full || last.is_none() {
+            if !full || after.is_none() {
                 break;
             }
         }

@@ -15,6 +15,7 @@ use quartz_core::store::{ChangeAction, ChangeQuery, ChangeRecord, StoreError};
 use sqlx::{Any, Row, Transaction};
 use tokio::sync::watch;
 
+use super::filtered::Filtered;
 use super::{SqlStore, db_error, truncate};
 
 /// How often a node reads the change counter where the database cannot notify
@@ -134,17 +135,14 @@ impl<'a> Change<'a> {
 impl SqlStore {
     /// The change log, newest first.
     pub(super) async fn change_log_read(&self, query: &ChangeQuery) -> Result<Vec<ChangeRecord>, StoreError> {
-        let rows = self
-            .query(
-                "SELECT id, scheduler, at, actor, action, target, detail, target_id FROM quartz_change_log \
-                 WHERE scheduler = ? AND (? IS NULL OR target = ?) AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?",
-            )
-            .bind(self.scheduler.to_string())
-            .bind(query.target.clone())
-            .bind(query.target.clone())
-            .bind(query.before_id)
-            .bind(query.before_id)
-            .bind(i64::from(query.limit))
+        let mut read = Filtered::new(
+            "SELECT id, scheduler, at, actor, action, target, detail, target_id FROM quartz_change_log",
+            &self.scheduler,
+        );
+        read.and("target = ?", query.target.clone())
+            .and("id < ?", query.before_id);
+        let rows = read
+            .query(self, "ORDER BY id DESC", query.limit)
             .fetch_all(&self.db.pool)
             .await
             .map_err(db_error)?;

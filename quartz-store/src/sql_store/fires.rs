@@ -6,6 +6,7 @@ use quartz_core::Timestamp;
 use quartz_core::store::{ChainedFire, FireQuery, FireRecord, FireState, NodeRef, Outcome, StoreError};
 use sqlx::Row;
 
+use super::filtered::Filtered;
 use super::*;
 
 /// The children's ledger rows of a succeeded fire (binds: node id,
@@ -433,67 +434,32 @@ impl SqlStore {
         .await
     }
 
-    /// A page of the ledger, newest first. The statement holds only the
-    /// conditions the query sets: a condition written `(? IS NULL OR ...)`
-    /// keeps a generic plan (the one every PostgreSQL connection uses) from
-    /// any index, and every page read the whole ledger.
+    /// A page of the ledger, newest first, read by the conditions the query
+    /// sets ([`Filtered`]).
     pub(super) async fn fires_query(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
         let job_id = match &query.job {
             Some(name) => Some(self.require_job(&self.scheduler, name).await?.id),
             None => query.job_id,
         };
-        let pattern = query.error_contains.as_deref().map(crate::common::like_pattern);
-        let mut text = String::from(concat!(
-            "SELECT ",
-            fire_cols!(),
-            " FROM quartz_fire WHERE scheduler = ?"
-        ));
-        let mut binds: Vec<Bind> = vec![Bind::Text(self.scheduler.to_string())];
-        let mut clause = |sql: &str, bind: Bind| {
-            text.push_str(sql);
-            binds.push(bind);
-        };
-        if let Some(id) = query.execute_id {
-            clause(" AND execute_id = ?", Bind::Int(id));
-        }
-        if let Some(id) = job_id {
-            clause(" AND job_id = ?", Bind::Int(id));
-        }
-        if let Some(state) = query.state {
-            clause(" AND state = ?", Bind::Text(state.as_str().to_owned()));
-        }
-        if let Some(since) = query.since {
-            clause(" AND fire_time >= ?", Bind::Int(since.as_millis()));
-        }
-        if let Some(until) = query.until {
-            clause(" AND fire_time < ?", Bind::Int(until.as_millis()));
-        }
-        if let Some(id) = query.before_id {
-            clause(" AND id < ?", Bind::Int(id));
-        }
-        if let Some(pattern) = pattern {
-            clause(" AND LOWER(error) LIKE ? ESCAPE '!'", Bind::Text(pattern));
-        }
-        if let Some(node) = &query.node_id {
-            clause(" AND node_id = ?", Bind::Text(node.clone()));
-        }
-        clause(" ORDER BY id DESC LIMIT ?", Bind::Int(i64::from(query.limit)));
-        let mut q = sqlx::query(self.db.sql_composed(&text));
-        for bind in binds {
-            q = match bind {
-                Bind::Int(v) => q.bind(v),
-                Bind::Text(v) => q.bind(v),
-            };
-        }
-        let rows = q.fetch_all(&self.db.pool).await.map_err(db_error)?;
+        let mut read = Filtered::new(concat!("SELECT ", fire_cols!(), " FROM quartz_fire"), &self.scheduler);
+        read.and("execute_id = ?", query.execute_id)
+            .and("job_id = ?", job_id)
+            .and("state = ?", query.state.map(FireState::as_str))
+            .and("fire_time >= ?", query.since.map(Timestamp::as_millis))
+            .and("fire_time < ?", query.until.map(Timestamp::as_millis))
+            .and("id < ?", query.before_id)
+            .and(
+                "LOWER(error) LIKE ? ESCAPE '!'",
+                query.error_contains.as_deref().map(crate::common::like_pattern),
+            )
+            .and("node_id = ?", query.node_id.clone());
+        let rows = read
+            .query(self, "ORDER BY id DESC", query.limit)
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(db_error)?;
         rows.iter().map(decode_fire).collect()
     }
-}
-
-/// A value bound to a composed statement.
-enum Bind {
-    Int(i64),
-    Text(String),
 }
 
 /// A fire's id and start time, from a row of `id, started_at`.

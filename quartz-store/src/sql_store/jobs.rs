@@ -9,6 +9,7 @@ use quartz_core::store::{
 };
 use sqlx::{Any, Transaction};
 
+use super::filtered::Filtered;
 use super::*;
 
 /// Binds a job's own columns, as written on create and on edit: name,
@@ -445,27 +446,20 @@ impl SqlStore {
         rows.iter().map(decode_job).collect()
     }
 
+    /// A page of the job list, by name, read by the conditions the query
+    /// sets ([`Filtered`]).
     pub(super) async fn jobs_query(&self, query: &JobQuery) -> Result<Vec<Job>, StoreError> {
-        // `!` escapes LIKE's wildcards the same way on the three backends.
-        let pattern = query.search.as_deref().map(crate::common::like_pattern);
-        let rows = self
-            .query(concat!(
-                "SELECT ",
-                job_cols!(),
-                " FROM quartz_job WHERE scheduler = ? AND (? IS NULL OR name > ?) AND (? IS NULL OR state = ?) \
-                 AND (? IS NULL OR handler = ?) AND (? IS NULL OR LOWER(name) LIKE ? ESCAPE '!') \
-                 ORDER BY name LIMIT ?"
-            ))
-            .bind(self.scheduler.to_string())
-            .bind(query.after.clone())
-            .bind(query.after.clone())
-            .bind(query.state.map(JobState::as_str))
-            .bind(query.state.map(JobState::as_str))
-            .bind(query.handler.clone())
-            .bind(query.handler.clone())
-            .bind(pattern.clone())
-            .bind(pattern)
-            .bind(i64::from(query.limit))
+        let mut read = Filtered::new(concat!("SELECT ", job_cols!(), " FROM quartz_job"), &self.scheduler);
+        read.and("name > ?", query.after.clone())
+            .and("state = ?", query.state.map(JobState::as_str))
+            .and("handler = ?", query.handler.clone())
+            // `!` escapes LIKE's wildcards the same way on the three backends.
+            .and(
+                "LOWER(name) LIKE ? ESCAPE '!'",
+                query.search.as_deref().map(crate::common::like_pattern),
+            );
+        let rows = read
+            .query(self, "ORDER BY name", query.limit)
             .fetch_all(&self.db.pool)
             .await
             .map_err(db_error)?;

@@ -3,15 +3,33 @@
 //! (one statement for many fires); failures, timeouts and successes that
 //! start chains are written one by one, each with what follows it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use parking_lot::RwLock;
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::launch::RunFire;
-use super::node::{FINISH_TRIES, Inner};
-use crate::store::{ChainedFire, FIRES_PER_BATCH, FireEnd, FollowUp, NodeRef, Outcome, StoreError};
+use super::node::FINISH_TRIES;
+use crate::store::{ChainedFire, FIRES_PER_BATCH, FireEnd, FollowUp, NodeRef, Outcome, SharedStore, StoreError};
 use crate::time::Timestamp;
+
+/// The recorder stage: a node's outcomes to the ledger, and the starts its
+/// waiting fires confirm again. It owns the queues its two batching tasks
+/// read (the tasks end when it is dropped with its node) and which jobs'
+/// successes start chains.
+pub(super) struct Recorder {
+    store: SharedStore,
+    scheduler: String,
+    /// Jobs that have child jobs, as of the last poll: their successes
+    /// start chains.
+    parents: RwLock<HashSet<i64>>,
+    /// Successes on their way to the ledger, recorded together.
+    successes: mpsc::UnboundedSender<Success>,
+    /// Starts to confirm again (fires that waited for a thread), confirmed
+    /// together.
+    confirms: mpsc::UnboundedSender<Confirm>,
+}
 
 /// The most successes recorded by one statement batch.
 const SUCCESS_BATCH: usize = FIRES_PER_BATCH;
@@ -46,16 +64,15 @@ async fn next_batch<T>(
 }
 
 /// Records successes as they come, many per statement: whatever arrived while
-/// the previous statement ran goes in the next. Ends with the node.
-pub(super) async fn record_successes(inner: std::sync::Weak<Inner>, mut rx: mpsc::UnboundedReceiver<Success>) {
+/// the previous statement ran goes in the next. Ends with its recorder.
+async fn record_successes(store: SharedStore, mut rx: mpsc::UnboundedReceiver<Success>) {
     while let Some(batch) = next_batch(&mut rx, |s| &s.1).await {
-        let Some(inner) = inner.upgrade() else { return };
         for (node, mine) in batch {
             let ends: Vec<(i64, FireEnd)> = mine
                 .iter()
                 .map(|s| (s.0, FireEnd::Succeeded { chain: false }))
                 .collect();
-            let recorded = inner.store.end_fires(&node, &ends).await;
+            let recorded = store.end_fires(&node, &ends).await;
             for (i, (_, _, reply)) in mine.into_iter().enumerate() {
                 let answer = match &recorded {
                     Ok(done) => Ok(done.get(i) == Some(&FollowUp::Recorded)),
@@ -79,19 +96,19 @@ pub(super) type StartAnswer = Result<Option<Timestamp>, StoreError>;
 
 /// Confirms starts as they come, many per statement, as
 /// [`record_successes`] records successes; a database error is tried again
-/// before it is the answer. Ends with the node.
-pub(super) async fn confirm_starts(inner: std::sync::Weak<Inner>, mut rx: mpsc::UnboundedReceiver<Confirm>) {
+/// before it is the answer, unless the node is stopping. Ends with its
+/// recorder.
+async fn confirm_starts(store: SharedStore, stop: watch::Receiver<bool>, mut rx: mpsc::UnboundedReceiver<Confirm>) {
     while let Some(batch) = next_batch(&mut rx, |c| &c.1).await {
-        let Some(inner) = inner.upgrade() else { return };
         for (node, mine) in batch {
             let ids: Vec<i64> = mine.iter().map(|c| c.0).collect();
-            let mut confirmed = inner.store.confirm_starts(&ids, &node).await;
+            let mut confirmed = store.confirm_starts(&ids, &node).await;
             for tries in 1..FINISH_TRIES {
-                if confirmed.is_ok() || inner.stopping() {
+                if confirmed.is_ok() || *stop.borrow() {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(25 << tries)).await;
-                confirmed = inner.store.confirm_starts(&ids, &node).await;
+                confirmed = store.confirm_starts(&ids, &node).await;
             }
             let confirmed = confirmed.map(|c| c.into_iter().collect::<HashMap<i64, Timestamp>>());
             for (id, _, reply) in mine {
@@ -105,7 +122,36 @@ pub(super) async fn confirm_starts(inner: std::sync::Weak<Inner>, mut rx: mpsc::
     }
 }
 
-impl Inner {
+impl Recorder {
+    /// The recorder of a node of `scheduler`, and its two batching tasks;
+    /// `stop` is the node's.
+    pub(super) fn start(store: SharedStore, scheduler: String, stop: watch::Receiver<bool>) -> Recorder {
+        let (successes, successes_rx) = mpsc::unbounded_channel();
+        let (confirms, confirms_rx) = mpsc::unbounded_channel();
+        tokio::spawn(record_successes(store.clone(), successes_rx));
+        tokio::spawn(confirm_starts(store.clone(), stop, confirms_rx));
+        Recorder {
+            store,
+            scheduler,
+            parents: RwLock::default(),
+            successes,
+            confirms,
+        }
+    }
+
+    /// The jobs that have children, as a poll read them.
+    pub(super) fn set_parents(&self, parents: Vec<i64>) {
+        *self.parents.write() = parents.into_iter().collect();
+    }
+
+    /// Asks for a fire's start to be confirmed again, with the others
+    /// waiting at this moment (one statement).
+    pub(super) fn confirm(&self, fire_id: i64, owner: NodeRef) -> oneshot::Receiver<StartAnswer> {
+        let (reply, answer) = oneshot::channel();
+        let _ = self.confirms.send((fire_id, owner, reply));
+        answer
+    }
+
     /// Records an outcome, retrying on database errors. A success of a job
     /// with children claims their fires in the same transaction: those are
     /// returned, to be run by this node.

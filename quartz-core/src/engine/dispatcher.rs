@@ -16,6 +16,7 @@ use super::RunKind;
 use super::launch::RunFire;
 use super::node::{Inner, duration_ms, sleep_until_or_forever};
 use super::queue::Pending;
+use super::strategy::tries_first;
 use crate::store::{Claim, ExecuteState, NodeRef};
 use crate::time::Timestamp;
 use crate::trigger::NextFire;
@@ -85,9 +86,13 @@ impl Inner {
     /// preferred for and left open a strategy grace long. The rest go back
     /// to the queue until then.
     fn first_or_defer(&self, fires: Vec<Pending>) -> Vec<Pending> {
+        // Asked of the membership once for all of them.
+        let me = self.node().node_id;
+        let members = self.cluster.members.read();
         let (mine, theirs): (Vec<Pending>, Vec<Pending>) = fires
             .into_iter()
-            .partition(|p| p.deferred || self.tries_first(p.execute_id));
+            .partition(|p| p.deferred || tries_first(self.settings.strategy, &members, &me, p.execute_id));
+        drop(members);
         tracing::debug!(
             scheduler = self.scheduler,
             mine = mine.len(),
@@ -131,7 +136,7 @@ impl Inner {
         for (((pending, claim), fire_id), hold) in due.into_iter().zip(claims).zip(won).zip(holds) {
             let Some(fire_id) = fire_id else {
                 lost += 1;
-                self.forget(pending.execute_id);
+                self.queue.forget(pending.execute_id);
                 continue;
             };
             self.launch.unstarted.lock().insert(fire_id);

@@ -112,9 +112,7 @@ impl Gate {
         if self.submitted.elapsed() <= START_RECHECK {
             return Ok(None);
         }
-        let (reply, answer) = oneshot::channel();
-        let _ = self.inner.confirms.send((self.fire_id, self.owner.clone(), reply));
-        Ok(Some(answer))
+        Ok(Some(self.inner.recorder.confirm(self.fire_id, self.owner.clone())))
     }
 
     /// The start confirmed again: judged by the start the ledger recorded.

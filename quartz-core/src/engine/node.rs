@@ -16,12 +16,12 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use quartz_pool::Pool;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::clock::Clock;
 use super::cluster::ClusterState;
-use super::completer::{Confirm, Success, confirm_starts, record_successes};
+use super::completer::Recorder;
 use super::handler::{CancelReason, Handler, States};
 use super::launch::LaunchState;
 use super::queue::FireQueue;
@@ -75,14 +75,8 @@ pub(crate) struct Inner {
     pub(super) warned: Mutex<HashSet<String>>,
     /// What misfired since the last poll, for its one-line report.
     pub(super) misfires: Mutex<super::supervise::Misfires>,
-    /// Jobs that have child jobs, as of the last poll: their successes start
-    /// chains.
-    pub(super) parents: RwLock<HashSet<i64>>,
-    /// Successes on their way to the ledger, recorded together.
-    pub(super) successes: mpsc::UnboundedSender<Success>,
-    /// Starts to confirm again (fires that waited for a thread), confirmed
-    /// together.
-    pub(super) confirms: mpsc::UnboundedSender<Confirm>,
+    /// Outcomes to the ledger, and starts confirmed again.
+    pub(super) recorder: Recorder,
 }
 
 impl Inner {
@@ -111,8 +105,8 @@ impl Inner {
             incarnation: registered.incarnation,
         };
         tracing::info!(scheduler, node = %node.node_id, incarnation = node.incarnation, "node registered");
-        let (successes, successes_rx) = mpsc::unbounded_channel();
-        let (confirms, confirms_rx) = mpsc::unbounded_channel();
+        let stop = watch::channel(false).0;
+        let recorder = Recorder::start(store.clone(), scheduler.clone(), stop.subscribe());
         let inner = Arc::new(Inner {
             store,
             scheduler,
@@ -125,7 +119,7 @@ impl Inner {
             registration,
             node: RwLock::new(node),
             phase: Mutex::new(Phase::Running),
-            stop: watch::channel(false).0,
+            stop,
             poll_now: Notify::new(),
             poll_took: Mutex::new(Duration::ZERO),
             queue: FireQueue::default(),
@@ -138,12 +132,8 @@ impl Inner {
             tasks: Mutex::new(Vec::new()),
             warned: Mutex::new(HashSet::new()),
             misfires: Mutex::default(),
-            parents: RwLock::new(HashSet::new()),
-            successes,
-            confirms,
+            recorder,
         });
-        tokio::spawn(record_successes(Arc::downgrade(&inner), successes_rx));
-        tokio::spawn(confirm_starts(Arc::downgrade(&inner), confirms_rx));
         let tasks = vec![
             tokio::spawn(Arc::clone(&inner).poller()),
             tokio::spawn(Arc::clone(&inner).dispatcher()),

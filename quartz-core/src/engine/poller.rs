@@ -116,8 +116,7 @@ impl Inner {
                 "execute row cannot be understood: marked as an error and skipped"
             );
         }
-        let parents = self.store.chain_parents().await?;
-        *self.parents.write() = parents.into_iter().collect();
+        self.recorder.set_parents(self.store.chain_parents().await?);
         let executes = batch.executes.len();
         let jobs = self.read_jobs(&batch.executes).await?;
         let mut writes = Vec::new();
@@ -147,6 +146,41 @@ impl Inner {
         }
         tracing::debug!(scheduler = self.scheduler, executes, decided, full, "polled");
         Ok((full, executes))
+    }
+
+    /// Queues the fires of an execute before `horizon` that are not queued yet.
+    /// Fires at or before `late_ok_until` are claimed however late they are
+    /// (a misfire policy's runs).
+    pub(super) fn enqueue(
+        &self,
+        execute_id: i64,
+        job: &Arc<Job>,
+        trigger: Arc<Trigger>,
+        state: &TriggerState,
+        horizon: Timestamp,
+        late_ok_until: Option<Timestamp>,
+    ) {
+        let blocks = !job.spec.allow_concurrent;
+        let fires: Vec<Fire> = trigger
+            .fires_until(state, horizon)
+            // A job that disallows concurrency blocks its execute until the run
+            // finishes: only its next fire can be claimed.
+            .take(if blocks { 1 } else { usize::MAX })
+            .collect();
+        if fires.is_empty() {
+            return;
+        }
+        // Due a claim lead ahead; then the dispatcher asks the strategy, on
+        // the membership as it is at that time.
+        let lead = duration_ms(self.settings.claim_lead);
+        self.queue.push(
+            execute_id,
+            (job, self.lane_of(job)),
+            &trigger,
+            fires,
+            |t| t.saturating_add_millis(-lead),
+            late_ok_until,
+        );
     }
 
     /// The jobs of the polled executes, and of fires claimed and not launched
@@ -258,7 +292,7 @@ impl Inner {
             return Ok(());
         }
         for w in &writes {
-            self.forget(w.cas.execute_id);
+            self.queue.forget(w.cas.execute_id);
         }
         let updates: Vec<(ExecuteCas, Vec<SkippedRecord>)> =
             writes.iter().map(|w| (w.cas.clone(), w.records.clone())).collect();

@@ -14,11 +14,10 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::handler::Lane;
-use super::node::{Inner, duration_ms};
 use super::pace::Pace;
 use crate::store::Job;
 use crate::time::Timestamp;
-use crate::trigger::{Fire, Trigger, TriggerState};
+use crate::trigger::{Fire, Trigger};
 
 /// A fire waiting for its claim.
 #[derive(Debug, Clone)]
@@ -332,55 +331,12 @@ impl FireQueue {
     }
 }
 
-impl Inner {
-    /// Queues the fires of an execute before `horizon` that are not queued yet.
-    /// Fires at or before `late_ok_until` are claimed however late they are
-    /// (a misfire policy's runs).
-    pub(super) fn enqueue(
-        &self,
-        execute_id: i64,
-        job: &Arc<Job>,
-        trigger: Arc<Trigger>,
-        state: &TriggerState,
-        horizon: Timestamp,
-        late_ok_until: Option<Timestamp>,
-    ) {
-        let blocks = !job.spec.allow_concurrent;
-        let fires: Vec<Fire> = trigger
-            .fires_until(state, horizon)
-            // A job that disallows concurrency blocks its execute until the run
-            // finishes: only its next fire can be claimed.
-            .take(if blocks { 1 } else { usize::MAX })
-            .collect();
-        if fires.is_empty() {
-            return;
-        }
-        // Due a claim lead ahead; then the dispatcher asks the strategy, on
-        // the membership as it is at that time.
-        let lead = duration_ms(self.settings.claim_lead);
-        self.queue.push(
-            execute_id,
-            (job, self.lane_of(job)),
-            &trigger,
-            fires,
-            |t| t.saturating_add_millis(-lead),
-            late_ok_until,
-        );
-    }
-
-    /// Drops what the node remembers of an execute: its queued fires become
-    /// stale, and the next poll expands it afresh from the database.
-    pub(super) fn forget(&self, execute_id: i64) {
-        self.queue.forget(execute_id);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cron::CronExpression;
     use crate::store::{JobSpec, JobState};
-    use crate::trigger::Schedule;
+    use crate::trigger::{Schedule, TriggerState};
 
     /// Room without bound in both lanes.
     const ANY: [usize; 2] = [usize::MAX, usize::MAX];

@@ -4,20 +4,12 @@
 //! who wins; the strategy only cuts needless races.
 
 use super::Strategy;
-use super::node::Inner;
 use crate::store::{Node, NodeState};
 
-impl Inner {
-    /// Whether this node is the one the strategy prefers for an execute's
-    /// fires (the others try a strategy grace later).
-    pub(super) fn tries_first(&self, execute_id: i64) -> bool {
-        if self.settings.strategy == Strategy::FirstCome {
-            return true;
-        }
-        let members = self.cluster.members.read();
-        let me = self.node.read().node_id.clone();
-        preferred(self.settings.strategy, execute_id, &members).is_none_or(|id| id == me)
-    }
+/// Whether node `me` is the one the strategy prefers for an execute's fires
+/// among `members` (the others try a strategy grace later).
+pub(super) fn tries_first(strategy: Strategy, members: &[Node], me: &str, execute_id: i64) -> bool {
+    strategy == Strategy::FirstCome || preferred(strategy, execute_id, members).is_none_or(|id| id == me)
 }
 
 /// The live node the strategy prefers for an execute, `None` for first come

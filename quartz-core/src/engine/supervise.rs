@@ -163,7 +163,7 @@ impl Inner {
                 self.fail_with_retry(run, error).await;
                 Vec::new()
             }
-            _ => self.record(run, &outcome).await,
+            _ => self.recorder.record(run, &outcome).await,
         };
         self.release(run).await;
         if !children.is_empty() {

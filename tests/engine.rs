@@ -204,7 +204,7 @@ async fn three_nodes_fire_every_time_exactly_once(db: &TestDb) {
     ];
     let store = AnyStore::from(nodes[0].store().clone());
     let start = next_second(&store, 5).await;
-    let seconds = 20;
+    let seconds = 10;
     let end = start.saturating_add_millis(seconds * 1000 - 1);
     for i in 0..200 {
         let trigger = every_second(start).with_end(end).unwrap();
@@ -217,7 +217,7 @@ async fn three_nodes_fire_every_time_exactly_once(db: &TestDb) {
             .unwrap();
     }
     let expected = 200 * usize::try_from(seconds).unwrap();
-    wait_until(Duration::from_secs(60), "4,000 fires to succeed", || async {
+    wait_until(Duration::from_secs(60), "2,000 fires to succeed", || async {
         rows_in(&store, FireState::Succeeded).await >= expected
     })
     .await;

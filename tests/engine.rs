@@ -21,42 +21,66 @@ use quartz::prelude::*;
 use quartz::store::spi::NodeRegistration;
 use quartz::store::{FireRecord, FireState, NodeRef};
 
-/// One test per backend the engine supports: SQLite (file), PostgreSQL,
-/// MariaDB and Redis; after `; sql:`, tests of rows written by hand in SQL,
-/// on the three SQL ones.
+/// The engine's tests, each on the backends that what it checks needs.
+///
+/// - `cluster:` the cluster and the SQL behind it (claim races, fencing,
+///   recovery, notifications, chains, retention): on every backend, SQLite
+///   (file), PostgreSQL, MariaDB and Redis, and on the in-memory store.
+/// - `logic:` the engine's own logic (misfire policies, the pool's bound,
+///   strategies, pauses and edits, timeouts): on the in-memory store and on
+///   SQLite, the embedded default. The store operations they use are proven
+///   on every backend by the store conformance suite (`quartz-store/tests`).
+/// - `sql:` rows written by hand in SQL, on the three SQL backends.
+///
+/// On the in-memory store the node runs on tokio's paused clock, which moves
+/// only when the whole node waits; the tests after `wall` in each list run
+/// on the wall clock there too: their handlers block a pool thread on it to
+/// hold the node back (a timeout must fire while such code still runs).
 macro_rules! engine_tests {
-    (@on $module:ident, $kind:ident, $($name:ident,)*) => {
-        mod $module { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::log_if_asked(); $crate::common::run($crate::common::Kind::$kind, |db| Box::pin(super::$name(db))).await } )* }
+    (@test $kind:ident, $name:ident, $($attr:tt)*) => {
+        #[tokio::test($($attr)*)] async fn $name() { $crate::log_if_asked(); $crate::common::run($crate::common::Kind::$kind, |db| Box::pin(super::$name(db))).await }
     };
-    ($($name:ident),* $(,)? $(; sql: $($sql:ident),* $(,)?)?) => {
-        engine_tests!(@on sqlite, SqliteFile, $($name,)* $($($sql,)*)?);
-        engine_tests!(@on postgres, Postgres, $($name,)* $($($sql,)*)?);
-        engine_tests!(@on mysql, MySql, $($name,)* $($($sql,)*)?);
-        engine_tests!(@on redis, Redis, $($name,)*);
-        engine_tests!(@on memory, Memory, $($name,)*);
+    (@on $module:ident, $kind:ident, $($name:ident,)*) => {
+        mod $module { $( engine_tests!(@test $kind, $name, flavor = "multi_thread", worker_threads = 2); )* }
+    };
+    (
+        cluster: $($cluster:ident),*; wall $($cluster_wall:ident),*;
+        logic: $($logic:ident),*; wall $($logic_wall:ident),*;
+        sql: $($sql:ident),* $(,)?
+    ) => {
+        engine_tests!(@on sqlite, SqliteFile, $($cluster,)* $($cluster_wall,)* $($logic,)* $($logic_wall,)* $($sql,)*);
+        engine_tests!(@on postgres, Postgres, $($cluster,)* $($cluster_wall,)* $($sql,)*);
+        engine_tests!(@on mysql, MySql, $($cluster,)* $($cluster_wall,)* $($sql,)*);
+        engine_tests!(@on redis, Redis, $($cluster,)* $($cluster_wall,)*);
+        mod memory {
+            $( engine_tests!(@test Memory, $cluster, start_paused = true); )*
+            $( engine_tests!(@test Memory, $logic, start_paused = true); )*
+            $( engine_tests!(@test Memory, $cluster_wall, flavor = "multi_thread", worker_threads = 2); )*
+            $( engine_tests!(@test Memory, $logic_wall, flavor = "multi_thread", worker_threads = 2); )*
+        }
     };
 }
 
 engine_tests!(
-    three_nodes_fire_every_time_exactly_once,
+    cluster: three_nodes_fire_every_time_exactly_once,
     skewed_node_clocks_change_nothing,
-    a_saturated_pool_holds_back_its_claims_and_overdue_fires_get_their_policy,
-    a_cluster_stopped_past_the_threshold_applies_each_misfire_policy,
     a_dead_nodes_fires_are_recovered_by_the_living,
     a_declared_dead_node_runs_nothing_and_rejoins,
-    retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs,
-    pause_resume_update_and_delete_while_running,
     graceful_shutdown_gives_claimed_fires_to_another_node,
     bad_input_is_refused_at_the_boundary,
     children_run_once_after_their_parent_succeeds,
-    strategies_offer_executes_by_weight_and_by_load,
-    a_handler_no_live_node_has_is_recorded_failed,
-    a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead,
     changes_reach_every_node_at_once,
-    a_timed_out_fire_blocks_its_job_until_its_code_returns,
     retention_keeps_the_ledger_bounded_while_fires_go_on,
     a_retry_survives_the_shutdown_of_the_node_that_failed,
     a_late_run_survives_the_shutdown_of_the_node_that_misfired_it;
+    wall retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs,
+    a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead;
+    logic: a_cluster_stopped_past_the_threshold_applies_each_misfire_policy,
+    pause_resume_update_and_delete_while_running,
+    a_handler_no_live_node_has_is_recorded_failed;
+    wall strategies_offer_executes_by_weight_and_by_load,
+    a_saturated_pool_holds_back_its_claims_and_overdue_fires_get_their_policy,
+    a_timed_out_fire_blocks_its_job_until_its_code_returns;
     sql: rows_written_by_hand_are_initialised_recomputed_or_set_aside,
     a_claim_its_live_node_lost_track_of_is_recovered,
 );
@@ -108,6 +132,7 @@ async fn skewed_node(db: &TestDb, settings: Settings, runs: &Runs, skew_ms: i64)
     SchedulerBuilder::new(CLUSTER)
         .settings(settings)
         .clock_skew_for_tests(skew_ms)
+        .paused_clock_for_tests(common::clock_is_paused())
         .handler("noop", |_| Ok(()))
         .handler("count", move |ctx| {
             counted.add(ctx.job_name());
@@ -644,6 +669,7 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
     // Two nodes: the exclusive job's two triggers may be claimed on either.
     let build = |store: AnyStore| {
         SchedulerBuilder::new(CLUSTER)
+            .paused_clock_for_tests(common::clock_is_paused())
             .settings(fast())
             .handler("flaky", {
                 let attempts = Arc::clone(&attempts);
@@ -1013,6 +1039,7 @@ async fn bad_input_is_refused_at_the_boundary(db: &TestDb) {
 async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
     let build = |store: AnyStore| {
         SchedulerBuilder::new(CLUSTER)
+            .paused_clock_for_tests(common::clock_is_paused())
             .settings(fast())
             .handler("ok", |_| Ok(()))
             .handler("fail", |_| Err("the parent fails".into()))
@@ -1204,6 +1231,7 @@ async fn strategies_offer_executes_by_weight_and_by_load(db: &TestDb) {
 
     // Least loaded: "busy" runs twenty long fires of a handler only it has.
     let busy = SchedulerBuilder::new(CLUSTER)
+        .paused_clock_for_tests(common::clock_is_paused())
         .settings(Settings {
             // Every hog runs at once; the pool still has room for more.
             pool_core: 32,
@@ -1296,6 +1324,7 @@ async fn a_handler_no_live_node_has_is_recorded_failed(db: &TestDb) {
     let plain = node(db, fast(), &runs).await;
     let special_runs = Arc::new(AtomicUsize::new(0));
     let special = SchedulerBuilder::new(CLUSTER)
+        .paused_clock_for_tests(common::clock_is_paused())
         .settings(fast())
         .handler("special", {
             let special_runs = Arc::clone(&special_runs);
@@ -1355,6 +1384,7 @@ async fn a_handler_no_live_node_has_is_recorded_failed(db: &TestDb) {
 async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &TestDb) {
     let ran = Arc::new(AtomicUsize::new(0));
     let n = SchedulerBuilder::new(CLUSTER)
+        .paused_clock_for_tests(common::clock_is_paused())
         .settings(Settings {
             pool_core: 1,
             pool_max: 1,
@@ -1479,6 +1509,7 @@ type Seen = Arc<parking_lot::Mutex<Vec<(Timestamp, String)>>>;
 async fn watching_node(db: &TestDb, settings: Settings, seen: &Seen) -> Scheduler {
     let seen = Arc::clone(seen);
     SchedulerBuilder::new(CLUSTER)
+        .paused_clock_for_tests(common::clock_is_paused())
         .settings(settings)
         .handler("seen", move |ctx| {
             seen.lock()
@@ -1614,6 +1645,7 @@ async fn a_timed_out_fire_blocks_its_job_until_its_code_returns(db: &TestDb) {
     let build = |store: AnyStore| {
         let spans = Arc::clone(&spans);
         SchedulerBuilder::new(CLUSTER)
+            .paused_clock_for_tests(common::clock_is_paused())
             .settings(fast())
             .handler("stubborn", move |_| {
                 // Ignores the cancellation signal: only returning ends it.
@@ -1793,6 +1825,7 @@ async fn a_retry_survives_the_shutdown_of_the_node_that_failed(db: &TestDb) {
     let build = |id: &str| {
         let ran_on = Arc::clone(&ran_on);
         SchedulerBuilder::new(CLUSTER)
+            .paused_clock_for_tests(common::clock_is_paused())
             .settings(Settings {
                 node_id: Some(id.to_owned()),
                 ..fast()
@@ -1857,6 +1890,7 @@ async fn a_late_run_survives_the_shutdown_of_the_node_that_misfired_it(db: &Test
     let build = |id: &str| {
         let ran_on = Arc::clone(&ran_on);
         SchedulerBuilder::new(CLUSTER)
+            .paused_clock_for_tests(common::clock_is_paused())
             .settings(Settings {
                 node_id: Some(id.to_owned()),
                 misfire: quartz::misfire::MisfireSettings {

@@ -285,11 +285,12 @@ fn gaps(fires: &[FireRecord], details: &[JobDetail], since: Timestamp, until: Ti
             let Some(last) = e.fire_state.prev_fire_time else {
                 continue;
             };
-            let upto = last.min(until);
             let covered = covered.get(&e.id).map_or(&[][..], Vec::as_slice);
             let mut t = e.trigger.fire_time_after(since.saturating_add_millis(-1));
             while let Some(at) = t {
-                if at > upto || checked >= MAX_FIRE_TIMES {
+                // Up to the execute's last fire, and before `until`: the
+                // ledger was read before it too.
+                if at > last || at >= until || checked >= MAX_FIRE_TIMES {
                     break;
                 }
                 checked += 1;

@@ -453,6 +453,14 @@ pub async fn ledger(
     all
 }
 
+/// Whether the test runs on tokio's paused clock (`start_paused`): it does
+/// not move while the thread sleeps a millisecond of wall-clock time.
+pub fn clock_is_paused() -> bool {
+    let before = tokio::time::Instant::now();
+    std::thread::sleep(std::time::Duration::from_millis(1));
+    tokio::time::Instant::now() == before
+}
+
 /// Waits until `cond` holds, failing the test with `what` after `limit`.
 pub async fn wait_until<F, Fut>(limit: std::time::Duration, what: &str, mut cond: F)
 where

@@ -17,6 +17,16 @@ use tokio::time::Instant;
 
 use crate::time::Timestamp;
 
+/// What a test sets of a node's clock (the `testing` feature's builder
+/// methods); the defaults are a real node's.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ClockHooks {
+    /// The node's own clock shifted by this many ms.
+    pub(crate) skew_ms: i64,
+    /// The node runs on tokio's paused clock, which a test steps.
+    pub(crate) paused: bool,
+}
+
 #[derive(Debug)]
 pub(crate) struct Clock {
     /// When the node started, on the monotonic clock.
@@ -26,17 +36,20 @@ pub(crate) struct Clock {
     anchor_ms: i64,
     /// Database time minus local time, in ms, from the latest reading.
     offset_ms: AtomicI64,
+    /// On tokio's paused clock: blocking handlers hold it while they run.
+    paused: bool,
 }
 
 impl Clock {
-    pub(crate) fn new(skew_ms: i64) -> Clock {
+    pub(crate) fn new(hooks: ClockHooks) -> Clock {
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         Clock {
             base: Instant::now(),
-            anchor_ms: wall.saturating_add(skew_ms),
+            anchor_ms: wall.saturating_add(hooks.skew_ms),
             offset_ms: AtomicI64::new(0),
+            paused: hooks.paused,
         }
     }
 
@@ -73,4 +86,23 @@ impl Clock {
             Err(_) => self.base,
         }
     }
+
+    /// On tokio's paused clock, a guard that keeps the clock from jumping
+    /// ahead while blocking code runs on a pool thread, off the runtime, as
+    /// tokio does for its own `spawn_blocking` threads (it is one): the
+    /// code's time is then the test's, not whatever the next timer is. The
+    /// clock moves again when the guard is dropped. `None` on a real clock.
+    pub(crate) fn hold(&self) -> Option<ClockHold> {
+        if !self.paused {
+            return None;
+        }
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        // Returns when the sender is dropped.
+        drop(tokio::task::spawn_blocking(move || rx.recv()));
+        Some(ClockHold(tx))
+    }
 }
+
+/// Holds a paused clock still until dropped ([`Clock::hold`]).
+#[derive(Debug)]
+pub(crate) struct ClockHold(#[allow(dead_code)] std::sync::mpsc::Sender<()>);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tracing::Instrument as _;
 
 use parking_lot::{Mutex, RwLock};
+use tokio::time::Instant;
 
 use super::Phase;
 use super::node::{Inner, duration_ms};
@@ -23,9 +24,9 @@ pub(super) struct ClusterState {
     /// heart-beating without a gap for `dead_after`: after an outage of the
     /// database every heartbeat is stale, and the living need time to write
     /// theirs again.
-    pub(super) heartbeats: Mutex<Option<(std::time::Instant, std::time::Instant)>>,
+    pub(super) heartbeats: Mutex<Option<(Instant, Instant)>>,
     /// When this node last looked for fires it claimed without knowing it.
-    pub(super) swept: Mutex<Option<std::time::Instant>>,
+    pub(super) swept: Mutex<Option<Instant>>,
 }
 
 impl ClusterState {
@@ -57,7 +58,7 @@ impl Inner {
             self.rejoin(&node).await?;
         }
         let steady = {
-            let now = std::time::Instant::now();
+            let now = Instant::now();
             let mut heartbeats = self.cluster.heartbeats.lock();
             let since = match *heartbeats {
                 Some((last, since)) if now.duration_since(last) <= self.settings.dead_after / 2 => since,

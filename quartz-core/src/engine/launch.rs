@@ -455,8 +455,9 @@ impl Inner {
             return;
         }
         let runtime = self.runtime.clone();
+        let clock_hold = self.clock.hold();
         let task = move || {
-            let _hold = hold;
+            let _hold = (hold, clock_hold);
             let _in_fire = span.enter();
             let ran = match gate.pass_blocking() {
                 Ok(()) => Ran::Done(handler.call(ctx, &runtime, &span)),

@@ -132,7 +132,7 @@ pub struct SchedulerBuilder {
     handlers: HashMap<String, Handler>,
     states: HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
     duplicate: Option<String>,
-    clock_skew_ms: i64,
+    clock_hooks: clock::ClockHooks,
 }
 
 impl fmt::Debug for SchedulerBuilder {
@@ -156,7 +156,21 @@ impl SchedulerBuilder {
     #[doc(hidden)]
     #[must_use]
     pub fn clock_skew_for_tests(mut self, ms: i64) -> SchedulerBuilder {
-        self.clock_skew_ms = ms;
+        self.clock_hooks.skew_ms = ms;
+        self
+    }
+
+    /// Runs the node on tokio's paused clock, which the test steps (a
+    /// `#[tokio::test(start_paused = true)]`): a blocking handler holds the
+    /// clock still while it runs on a pool thread, as tokio's own blocking
+    /// threads do, so that time moves only when the whole node waits. Costs
+    /// a blocking thread per running fire: for tests only, with the
+    /// `testing` feature.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn paused_clock_for_tests(mut self, paused: bool) -> SchedulerBuilder {
+        self.clock_hooks.paused = paused;
         self
     }
 
@@ -243,7 +257,7 @@ impl SchedulerBuilder {
             self.scheduler,
             self.settings,
             (self.handlers, Arc::new(self.states)),
-            self.clock_skew_ms,
+            self.clock_hooks,
         )
         .await?;
         let last = Arc::new(StopOnDrop(Arc::clone(&inner)));
@@ -378,7 +392,7 @@ impl SchedulerBuilder {
             handlers: HashMap::new(),
             states: HashMap::new(),
             duplicate: None,
-            clock_skew_ms: 0,
+            clock_hooks: clock::ClockHooks::default(),
         }
     }
 }

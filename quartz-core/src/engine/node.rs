@@ -19,7 +19,7 @@ use quartz_pool::Pool;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-use super::clock::Clock;
+use super::clock::{Clock, ClockHooks};
 use super::cluster::ClusterState;
 use super::completer::Recorder;
 use super::handler::{CancelReason, Handler, States};
@@ -85,9 +85,9 @@ impl Inner {
         scheduler: String,
         settings: Settings,
         (handlers, states): (HashMap<String, Handler>, States),
-        clock_skew_ms: i64,
+        clock_hooks: ClockHooks,
     ) -> Result<Arc<Inner>, SchedulerError> {
-        let clock = Clock::new(clock_skew_ms);
+        let clock = Clock::new(clock_hooks);
         let store = store.scoped(&scheduler);
         let registration = registration(&settings, &handlers);
         let pool = Pool::builder()

@@ -65,7 +65,7 @@ impl Inner {
     /// running one twice. At most once per `dead_after`.
     pub(super) async fn sweep_own_claims(self: &Arc<Self>, node: &NodeRef) -> Result<(), StoreError> {
         {
-            let now = std::time::Instant::now();
+            let now = tokio::time::Instant::now();
             let mut swept = self.cluster.swept.lock();
             if swept.is_some_and(|at| now.duration_since(at) < self.settings.dead_after) {
                 return Ok(());

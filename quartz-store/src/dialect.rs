@@ -191,10 +191,14 @@ impl Backend {
                         "node dead after",
                         include_str!(concat!("../../migrations/", $dir, "/0013_node_dead_after.sql")),
                     ),
+                    (
+                        "fire unended",
+                        include_str!(concat!("../../migrations/", $dir, "/0014_fire_unended.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 13] = match self {
+        let files: [(&str, &'static str); 14] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),
@@ -309,18 +313,20 @@ impl Backend {
 
     /// Whether a job has a claimed or running fire, the fire's row locked
     /// where a read can lock rows (not SQLite, whose writing transaction
-    /// holds the whole database); through the index of open fires
-    /// (scheduler, state), so a job's history does not count (binds: the
+    /// holds the whole database); through the index of fires not ended
+    /// (finished_at IS NULL), so a job's history does not count (binds: the
     /// job).
     pub(crate) fn open_fire_of_job(self) -> &'static str {
         match self {
             Backend::Sqlite => {
                 "SELECT f.id FROM quartz_fire f JOIN quartz_job j ON f.scheduler = j.scheduler \
-                 AND f.job_id = j.id WHERE j.id = ? AND f.state IN ('claimed', 'running') LIMIT 1"
+                 AND f.job_id = j.id WHERE j.id = ? AND f.finished_at IS NULL \
+                 AND f.state IN ('claimed', 'running') LIMIT 1"
             }
             Backend::Postgres | Backend::MySql => {
                 "SELECT f.id FROM quartz_fire f JOIN quartz_job j ON f.scheduler = j.scheduler \
-                 AND f.job_id = j.id WHERE j.id = ? AND f.state IN ('claimed', 'running') LIMIT 1 FOR UPDATE"
+                 AND f.job_id = j.id WHERE j.id = ? AND f.finished_at IS NULL \
+                 AND f.state IN ('claimed', 'running') LIMIT 1 FOR UPDATE"
             }
         }
     }

@@ -806,6 +806,10 @@ async fn misfire_decisions_are_compare_and_set_and_recorded(db: &TestDb) {
         (skipped.from, Some(skipped.until))
     );
     assert_eq!(ledger[0].fire_count, skipped.count);
+    assert!(
+        ledger[0].finished_at.is_some(),
+        "a row written ended is finished: it is not among the fires not ended yet"
+    );
     assert!(skipped.count >= 60);
     let executes = store.get_job("overdue").await.unwrap().unwrap().executes;
     assert_eq!(executes[0].fire_state, decision.state);

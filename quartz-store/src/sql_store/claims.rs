@@ -24,15 +24,16 @@ use super::executes::{bind_cas_expect, bind_cas_set};
 use super::*;
 
 /// A ledger row for one fire of an execute (binds: the job, when not the
-/// execute's own, fire time, attempt, node id, incarnation, state, error,
-/// skipped until, fire count, the execute); PostgreSQL and SQLite add their
-/// own "nothing on a duplicate" and `RETURNING`.
+/// execute's own, fire time, attempt, node id, incarnation, state, 1 when
+/// that state is an end (the row is finished now), error, skipped until,
+/// fire count, the execute); PostgreSQL and SQLite add their own "nothing on
+/// a duplicate" and `RETURNING`.
 macro_rules! insert_fire {
     () => {
         "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
-         state, claimed_at, error, skipped_until, fire_count) \
-         SELECT scheduler, id, COALESCE(?, job_id), ?, ?, ?, ?, ?, {now}, ?, ?, ? FROM quartz_execute \
-         WHERE id = ?"
+         state, finished_at, claimed_at, error, skipped_until, fire_count) \
+         SELECT scheduler, id, COALESCE(?, job_id), ?, ?, ?, ?, ?, CASE WHEN ? = 1 THEN {now} END, {now}, ?, ?, ? \
+         FROM quartz_execute WHERE id = ?"
     };
 }
 
@@ -231,6 +232,10 @@ impl SqlStore {
             .bind(owner.map(|n| n.node_id.clone()))
             .bind(owner.map_or(0, |n| n.incarnation))
             .bind(state.as_str())
+            .bind(i64::from(!matches!(
+                state,
+                FireState::Claimed | FireState::Running | FireState::Pending
+            )))
             .bind(error.map(truncate))
             .bind(skipped.map(|(until, _)| until.as_millis()))
             .bind(skipped.map_or(1, |(_, count)| count_to_i64(count)))

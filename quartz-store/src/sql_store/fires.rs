@@ -15,9 +15,10 @@ use super::*;
 macro_rules! chain_insert {
     () => {
         "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
-         state, claimed_at, error, fire_count) \
+         state, claimed_at, finished_at, error, fire_count) \
          SELECT f.scheduler, f.execute_id, k.id, f.fire_time, 1, ?, ?, \
          CASE WHEN k.state = 'enabled' THEN 'claimed' ELSE 'skipped' END, {now}, \
+         CASE WHEN k.state = 'enabled' THEN NULL ELSE {now} END, \
          CASE WHEN k.state = 'enabled' THEN NULL ELSE 'the child job is paused' END, 1 \
          FROM quartz_fire f JOIN quartz_job p ON p.id = f.job_id \
          JOIN quartz_job k ON k.scheduler = p.scheduler AND k.parent_job = p.name \
@@ -330,7 +331,8 @@ impl SqlStore {
             .query(concat!(
                 "SELECT ",
                 fire_cols!(),
-                " FROM quartz_fire f WHERE f.scheduler = ? AND f.state IN ('claimed', 'running') AND NOT EXISTS \
+                " FROM quartz_fire f WHERE f.scheduler = ? AND f.finished_at IS NULL \
+                 AND f.state IN ('claimed', 'running') AND NOT EXISTS \
                  (SELECT 1 FROM quartz_node n WHERE n.scheduler = f.scheduler AND n.node_id = f.node_id \
                  AND n.incarnation = f.incarnation AND n.state = 'live') ORDER BY f.fire_time, f.id LIMIT ?"
             ))
@@ -353,7 +355,8 @@ impl SqlStore {
             .query(concat!(
                 "SELECT ",
                 fire_cols!(),
-                " FROM quartz_fire WHERE scheduler = ? AND state = 'claimed' AND node_id = ? AND incarnation = ? \
+                " FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL AND state = 'claimed' \
+                 AND node_id = ? AND incarnation = ? \
                  AND fire_time < ? AND claimed_at < ? ORDER BY fire_time, id LIMIT ?"
             ))
             .bind(scheduler.to_owned())

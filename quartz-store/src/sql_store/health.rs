@@ -41,7 +41,7 @@ impl SqlStore {
         let by_state = self
             .query(
                 "SELECT state, COUNT(*) FROM quartz_fire WHERE scheduler = ? \
-                 AND state IN ('claimed', 'running', 'pending') GROUP BY state",
+                 AND finished_at IS NULL AND state IN ('claimed', 'running', 'pending') GROUP BY state",
             )
             .bind(scheduler.to_owned())
             .fetch_all(&self.db.pool)
@@ -56,7 +56,10 @@ impl SqlStore {
             }
         }
         let stranded = self
-            .query("SELECT COUNT(*) FROM quartz_fire WHERE scheduler = ? AND state = 'pending' AND due_at < ?")
+            .query(
+                "SELECT COUNT(*) FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL \
+                 AND state = 'pending' AND due_at < ?",
+            )
             .bind(scheduler.to_owned())
             .bind(stranded_before.as_millis())
             .fetch_one(&self.db.pool)

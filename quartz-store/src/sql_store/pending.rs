@@ -178,7 +178,8 @@ impl SqlStore {
             .query(concat!(
                 "SELECT ",
                 fire_cols!(),
-                " FROM quartz_fire WHERE scheduler = ? AND state = 'pending' AND due_at < ? ORDER BY due_at LIMIT ?"
+                " FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL AND state = 'pending' AND due_at < ? \
+                 ORDER BY due_at LIMIT ?"
             ))
             .bind(scheduler.to_owned())
             .bind(before.as_millis())

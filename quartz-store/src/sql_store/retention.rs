@@ -172,7 +172,8 @@ impl SqlStore {
                     "DELETE FROM quartz_node WHERE scheduler = ? AND node_id = ? AND state IN ('dead', 'gone') \
                      AND heartbeat_at < ? \
                      AND NOT EXISTS (SELECT 1 FROM quartz_fire f WHERE f.scheduler = quartz_node.scheduler \
-                     AND f.state IN ('claimed', 'running') AND f.node_id = quartz_node.node_id) \
+                     AND f.finished_at IS NULL AND f.state IN ('claimed', 'running') \
+                     AND f.node_id = quartz_node.node_id) \
                      AND NOT EXISTS (SELECT 1 FROM quartz_execute e WHERE e.scheduler = quartz_node.scheduler \
                      AND e.state = 'running' AND e.node_id = quartz_node.node_id)",
                 )

@@ -428,7 +428,10 @@ impl Db {
                     state,
                     claimed_at: Timestamp::from_millis(now),
                     started_at: None,
-                    finished_at: None,
+                    // Written ended (a misfire's record, a paused child's
+                    // skip): finished now.
+                    finished_at: (!matches!(state, FireState::Claimed | FireState::Running | FireState::Pending))
+                        .then(|| Timestamp::from_millis(now)),
                     timed_out_at: None,
                     due_at: None,
                     error: None,

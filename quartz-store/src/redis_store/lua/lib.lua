@@ -168,6 +168,10 @@ local function insert_fire(execute, job, fire_time, attempt, node, inc, state, e
   set_if(f, 'error', err)
   set_if(f, 'skipped_until', skipped_until)
   set_if(f, 'due_at', due)
+  if state ~= 'claimed' and state ~= 'running' and state ~= 'pending' then
+    -- Written ended (a misfire's record, a paused child's skip): finished now.
+    redis.call('HSET', f, 'finished_at', NOWS)
+  end
   redis.call('HSET', k('fire-keys'), ukey, id)
   redis.call('ZADD', k('fires'), id, id)
   redis.call('ZADD', k('job-fires:' .. job), id, id)

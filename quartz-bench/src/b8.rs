@@ -13,7 +13,6 @@
 //! `started_at - fire_time` of each job's fire at that second. Node CPU is
 //! from their start to the burst handled.
 
-use std::process::Child;
 use std::time::Duration;
 
 use quartz_core::Timestamp;
@@ -50,14 +49,14 @@ async fn bursts(args: Args) {
     let store = crate::connect(&args.url).await;
     let backend = args.url.split(':').next().unwrap_or("db").to_owned();
     println!(
-        "| backend | N | K | ran on time | ran late by policy | misfired, not run | missing | duplicated | p50 ms | p99 ms | max ms | node CPU s | db CPU s |"
+        "| backend | N | K | ran on time | ran late by policy | misfired, not run | missing | duplicated | p50 ms | p99 ms | max ms | handler p50 / p99 / max ms | node CPU s | db CPU s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &n in &args.jobs {
         for &k in &args.nodes {
-            let (tally, lateness, node_cpu, db_cpu) = one_burst(&store, &args, n, k).await;
+            let (tally, (lateness, handler), node_cpu, db_cpu) = one_burst(&store, &args, n, k).await;
             println!(
-                "| {backend} | {n} | {k} | {} | {} | {} | {} | {} | {} | {} | {} | {node_cpu:.2} | {db_cpu:.2} |",
+                "| {backend} | {n} | {k} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {node_cpu:.2} | {db_cpu:.2} |",
                 tally.on_time,
                 tally.late_by_policy,
                 tally.misfired,
@@ -66,19 +65,21 @@ async fn bursts(args: Args) {
                 percentile(&lateness, 0.5),
                 percentile(&lateness, 0.99),
                 lateness.last().copied().unwrap_or(0),
+                percentile(&handler, 0.5),
+                percentile(&handler, 0.99),
+                handler.last().copied().unwrap_or(0),
             );
         }
     }
 }
 
-/// One burst: the jobs, the nodes, the second, the ledger.
-async fn one_burst(store: &AnyStore, args: &Args, n: usize, k: usize) -> (Tally, Vec<i64>, f64, f64) {
+/// One burst: the jobs, the nodes, the second, the ledger; the lateness of
+/// the ledger's starts and of the handlers' (the nodes' notes), sorted.
+async fn one_burst(store: &AnyStore, args: &Args, n: usize, k: usize) -> (Tally, (Vec<i64>, Vec<i64>), f64, f64) {
     crate::tidy(&args.url).await;
     let scheduler = format!("b8-{n}-{k}-{}", std::process::id());
     let at = create_jobs(store, &scheduler, n, args.lead).await;
-    let mut nodes: Vec<Child> = (0..k)
-        .map(|i| crate::node::spawn(&args.url, &scheduler, &format!("b8-node-{i}"), &[]))
-        .collect();
+    let (notes, mut nodes) = crate::node::spawn_cluster_noting(&args.url, &scheduler, "b8", k);
     let server = server_processes(&args.url);
     let node_cpu0: f64 = nodes.iter().map(|c| cpu_seconds(c.id())).sum();
     let db_cpu0 = server_cpu(server);
@@ -96,7 +97,13 @@ async fn one_burst(store: &AnyStore, args: &Args, n: usize, k: usize) -> (Tally,
         .into_iter()
         .map(|id| (id, at.as_millis()))
         .collect();
-    (Tally::of(&expected, &rows, 1_000), lateness(&rows), node_cpu, db_cpu)
+    let handler = crate::node::cluster_lateness(&notes, (at.as_millis(), at.as_millis()));
+    (
+        Tally::of(&expected, &rows, 1_000),
+        (lateness(&rows), handler),
+        node_cpu,
+        db_cpu,
+    )
 }
 
 /// Creates N jobs whose cron (`0 * * * * ?`) fires at the start of every

@@ -119,6 +119,15 @@ pub enum FireState {
     Pending,
 }
 
+impl FireState {
+    /// Whether a fire in this state has ended (it is none of claimed,
+    /// running, pending): its row has a finish time, and the ledger's index
+    /// of fires not ended leaves it out.
+    pub fn is_ended(self) -> bool {
+        !matches!(self, FireState::Claimed | FireState::Running | FireState::Pending)
+    }
+}
+
 macro_rules! names {
     ($ty:ty { $($variant:ident = $name:literal),* $(,)? }) => {
         impl $ty {

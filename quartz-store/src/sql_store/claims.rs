@@ -232,10 +232,7 @@ impl SqlStore {
             .bind(owner.map(|n| n.node_id.clone()))
             .bind(owner.map_or(0, |n| n.incarnation))
             .bind(state.as_str())
-            .bind(i64::from(!matches!(
-                state,
-                FireState::Claimed | FireState::Running | FireState::Pending
-            )))
+            .bind(i64::from(state.is_ended()))
             .bind(error.map(truncate))
             .bind(skipped.map(|(until, _)| until.as_millis()))
             .bind(skipped.map_or(1, |(_, count)| count_to_i64(count)))

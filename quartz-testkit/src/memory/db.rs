@@ -430,8 +430,7 @@ impl Db {
                     started_at: None,
                     // Written ended (a misfire's record, a paused child's
                     // skip): finished now.
-                    finished_at: (!matches!(state, FireState::Claimed | FireState::Running | FireState::Pending))
-                        .then(|| Timestamp::from_millis(now)),
+                    finished_at: state.is_ended().then(|| Timestamp::from_millis(now)),
                     timed_out_at: None,
                     due_at: None,
                     error: None,

@@ -1257,7 +1257,7 @@ fn failed_retry(error: &str, ms: u64) -> FireEnd {
     }
 }
 
-/// Plain successes in one call, as the completer records them: the ids
+/// Plain successes in one call, as the recorder writes them: the ids
 /// recorded.
 async fn succeed_all(store: &AnyStore, ids: &[i64], node: &NodeRef) -> Vec<i64> {
     let ends: Vec<(i64, FireEnd)> = ids

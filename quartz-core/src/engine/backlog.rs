@@ -8,11 +8,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::RunKind;
-use super::launch::RunFire;
-use super::node::{FINISH_TRIES, Inner};
-use crate::store::{FireEnd, FireQuery, FireRecord, FireState, FollowUp, JobState, MANUAL_EXECUTE, PendingClaim};
-use crate::time::Timestamp;
+use tokio::sync::mpsc;
+
+use super::context::Ctx;
+use super::handler::RunKind;
+use super::launch::Launcher;
+use super::run::{PendingFire, RunFire};
+use crate::store::{FireEnd, FireQuery, FireState, JobState, MANUAL_EXECUTE, PendingClaim};
 
 /// How often a pending fire whose time has come looks for a free thread, or
 /// for its job's running fire to end.
@@ -21,114 +23,54 @@ const ROOM_TICK: Duration = Duration::from_millis(50);
 /// The most pending fires one poll reads.
 pub(super) const PENDING_BATCH: u32 = 1_000;
 
-/// A pending fire, as the node queues it.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct PendingFire {
-    pub(super) fire_id: i64,
-    pub(super) execute_id: i64,
-    pub(super) job_id: i64,
-    pub(super) fire_time: Timestamp,
-    pub(super) attempt: u32,
-    pub(super) due_at: Timestamp,
+/// The backlog stage: the pending fires this node waits on (their ids are
+/// in [`super::flight::Flights`]), each a task until its time comes and its
+/// lane has room.
+pub(super) struct Backlog {
+    ctx: Arc<Ctx>,
+    /// Where claimed pending fires go.
+    launcher: Arc<Launcher>,
 }
 
-impl PendingFire {
-    pub(super) fn of(f: &FireRecord) -> PendingFire {
-        PendingFire {
-            fire_id: f.id,
-            execute_id: f.execute_id,
-            job_id: f.job_id,
-            fire_time: f.fire_time,
-            attempt: f.attempt,
-            due_at: f.due_at.unwrap_or(f.claimed_at),
-        }
+impl Backlog {
+    pub(super) fn new(ctx: Arc<Ctx>, launcher: Arc<Launcher>) -> Backlog {
+        Backlog { ctx, launcher }
     }
 
-    /// The next attempt of `run`, pending as a follow-up said.
-    pub(super) fn after(run: &RunFire, follow_up: FollowUp) -> Option<PendingFire> {
-        match follow_up {
-            FollowUp::Pending { fire_id, due_at } => Some(PendingFire {
-                fire_id,
-                execute_id: run.execute_id,
-                job_id: run.job.id,
-                fire_time: run.fire_time,
-                attempt: run.attempt + 1,
-                due_at,
-            }),
-            FollowUp::NotOwned | FollowUp::Recorded | FollowUp::Chained(_) => None,
-        }
-    }
-}
-
-impl Inner {
-    /// Records a failed attempt and, in the same transaction, its retry as a
-    /// pending fire after the job's backoff; then waits for it here.
-    pub(super) async fn fail_with_retry(self: &Arc<Self>, run: &RunFire, error: &str) {
-        let backoff = run.job.spec.retry.delay(run.attempt + 1, run.fire_id);
-        for attempt in 1..=FINISH_TRIES {
-            match self
-                .store
-                .end_fire(
-                    run.fire_id,
-                    &run.node,
-                    FireEnd::Failed {
-                        error: error.to_owned(),
-                        retry_in: Some(backoff),
-                    },
-                )
-                .await
-            {
-                Ok(FollowUp::NotOwned) => {
-                    tracing::warn!(
-                        scheduler = self.scheduler,
-                        fire_id = run.fire_id,
-                        "outcome not recorded: this incarnation no longer owns the fire (declared dead meanwhile)"
-                    );
-                    return;
-                }
-                Ok(follow_up) => {
-                    if let Some(next) = PendingFire::after(run, follow_up) {
-                        self.queue_pending(next);
-                    }
-                    return;
-                }
-                Err(e) if attempt < FINISH_TRIES => {
-                    tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e, "recording the failure failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
-                }
-                Err(e) => {
-                    tracing::error!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e,
-                        "the failure could not be recorded; the fire stays running in the ledger");
-                }
-            }
+    /// Queues the pending fires the runner sends (retries, late runs), until
+    /// the node stops.
+    pub(super) async fn run(self: Arc<Self>, mut pending: mpsc::UnboundedReceiver<PendingFire>) {
+        while let Some(fire) = self.ctx.next(&mut pending).await {
+            self.queue_pending(fire);
         }
     }
 
     /// Waits for a pending fire's time, then claims and launches it when the
     /// pool has room. Queued once per node, whoever found it.
     pub(super) fn queue_pending(self: &Arc<Self>, fire: PendingFire) {
-        if !self.pending_queued.lock().insert(fire.fire_id) {
+        if !self.ctx.flights.pending(fire.fire_id) {
             return;
         }
-        let inner = Arc::clone(self);
+        let backlog = Arc::clone(self);
         tokio::spawn(async move {
-            inner.run_pending(fire).await;
-            inner.pending_queued.lock().remove(&fire.fire_id);
+            backlog.run_pending(fire).await;
+            backlog.ctx.flights.not_pending(fire.fire_id);
         });
     }
 
     async fn run_pending(self: &Arc<Self>, fire: PendingFire) {
         let wait = self
+            .ctx
             .clock
             .instant_of(fire.due_at)
             .saturating_duration_since(tokio::time::Instant::now());
-        if !self.pause(wait).await {
+        if !self.ctx.pause(wait).await {
             return;
         }
         loop {
             // Room in the lane of its job's handler: a thread free and room
             // in the pool, or room for another task.
-            if self.room_for_job(fire.job_id) > 0 && *self.phase.lock() == super::Phase::Running {
+            if self.ctx.room_for_job(fire.job_id) > 0 && self.ctx.phase() == super::Phase::Running {
                 match self.claim_pending(fire).await {
                     Ok(Some(claimed)) => {
                         if claimed {
@@ -137,11 +79,11 @@ impl Inner {
                     }
                     Ok(None) => return,
                     Err(e) => {
-                        tracing::warn!(scheduler = self.scheduler, fire_id = fire.fire_id, error = %e, "pending fire not claimed; retrying");
+                        tracing::warn!(scheduler = self.ctx.scheduler, fire_id = fire.fire_id, error = %e, "pending fire not claimed; retrying");
                     }
                 }
             }
-            if !self.pause(ROOM_TICK).await {
+            if !self.ctx.pause(ROOM_TICK).await {
                 return;
             }
         }
@@ -151,22 +93,22 @@ impl Inner {
     /// when its job's running fire blocks it, `None` when it is not for this
     /// node (gone, or its handler is not here).
     async fn claim_pending(self: &Arc<Self>, fire: PendingFire) -> Result<Option<bool>, crate::store::StoreError> {
-        let jobs = self.jobs(std::iter::once(fire.job_id)).await?;
+        let jobs = self.ctx.jobs(std::iter::once(fire.job_id)).await?;
         let job = jobs.get(&fire.job_id).cloned();
         if job
             .as_ref()
-            .is_some_and(|j| !self.handlers.contains_key(&j.spec.handler))
+            .is_some_and(|j| !self.ctx.handlers.contains_key(&j.spec.handler))
         {
             return Ok(None); // for a node that has its handler
         }
         let exclusive = job.as_ref().is_some_and(|j| !j.spec.allow_concurrent);
-        let node = self.node();
+        let node = self.ctx.node();
         // Known before it is claimed: the sweep for claims this node lost
         // track of must never take it.
-        self.launch.unstarted.lock().insert(fire.fire_id);
-        let claimed = self.store.pending_claim(fire.fire_id, &node, exclusive).await;
+        self.ctx.flights.unstarted([fire.fire_id]);
+        let claimed = self.ctx.store.pending_claim(fire.fire_id, &node, exclusive).await;
         if !matches!(claimed, Ok(PendingClaim::Won)) {
-            self.launch.unstarted.lock().remove(&fire.fire_id);
+            self.ctx.flights.not_unstarted([fire.fire_id]);
         }
         match claimed? {
             PendingClaim::Gone => return Ok(None),
@@ -185,8 +127,9 @@ impl Inner {
             Some(_) => None,
         };
         if let Some(reason) = skip {
-            self.launch.unstarted.lock().remove(&fire.fire_id);
-            self.store
+            self.ctx.flights.not_unstarted([fire.fire_id]);
+            self.ctx
+                .store
                 .end_fire(fire.fire_id, &node, FireEnd::skipped(reason))
                 .await?;
             return Ok(Some(true));
@@ -197,7 +140,7 @@ impl Inner {
         } else {
             self.pending_kind(fire).await
         };
-        self.launch(RunFire {
+        self.launcher.launch(RunFire {
             fire_id: fire.fire_id,
             execute_id: fire.execute_id,
             trigger: None,
@@ -206,7 +149,7 @@ impl Inner {
             kind,
             node,
             release: None,
-            hold: Some(self.hold(&job)),
+            hold: Some(self.ctx.hold(&job)),
             job,
         });
         Ok(Some(true))
@@ -224,7 +167,7 @@ impl Inner {
         query.until = Some(fire.fire_time.saturating_add_millis(1));
         query.before_id = Some(fire.fire_id);
         query.limit = 1;
-        let before = match self.store.fires(&query).await {
+        let before = match self.ctx.store.fires(&query).await {
             Ok(rows) => rows
                 .into_iter()
                 .find(|f| f.execute_id == fire.execute_id && f.attempt + 1 == fire.attempt),

@@ -7,70 +7,70 @@
 use std::sync::Arc;
 use tracing::Instrument as _;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::Phase;
-use super::node::{Inner, duration_ms};
-use crate::store::{Node, NodeRef, NodeState, StoreError};
+use super::context::{Ctx, duration_ms};
+use super::queue::FireQueue;
+use super::recovery::Recovery;
+use crate::store::{NodeRef, NodeState, StoreError};
 
-/// What the cluster task keeps.
-#[derive(Debug)]
-pub(super) struct ClusterState {
-    /// The scheduler's nodes as last read.
-    pub(super) members: RwLock<Vec<Node>>,
+/// The cluster stage: membership, then recovery.
+pub(super) struct Cluster {
+    ctx: Arc<Ctx>,
+    /// Forgotten when this node was declared dead.
+    queue: Arc<FireQueue>,
+    recovery: Recovery,
     /// This node's own heartbeats: (last written, written without a gap
     /// since). A node judges others dead only after it has itself been
     /// heart-beating without a gap for `dead_after`: after an outage of the
     /// database every heartbeat is stale, and the living need time to write
     /// theirs again.
-    pub(super) heartbeats: Mutex<Option<(Instant, Instant)>>,
-    /// When this node last looked for fires it claimed without knowing it.
-    pub(super) swept: Mutex<Option<Instant>>,
+    heartbeats: Mutex<Option<(Instant, Instant)>>,
 }
 
-impl ClusterState {
-    pub(super) fn new(me: Node) -> ClusterState {
-        ClusterState {
-            members: RwLock::new(vec![me]),
-            heartbeats: Mutex::new(None),
-            swept: Mutex::new(None),
+impl Cluster {
+    pub(super) fn new(ctx: Arc<Ctx>, queue: Arc<FireQueue>, recovery: Recovery) -> Cluster {
+        Cluster {
+            ctx,
+            queue,
+            recovery,
+            heartbeats: Mutex::default(),
         }
     }
-}
 
-impl Inner {
-    pub(super) async fn cluster(self: Arc<Self>) {
+    pub(super) async fn run(self: Arc<Self>) {
         loop {
             if let Err(e) = self.cluster_pass().await {
-                tracing::warn!(scheduler = self.scheduler, error = %e, "heartbeat or recovery failed; retrying");
+                tracing::warn!(scheduler = self.ctx.scheduler, error = %e, "heartbeat or recovery failed; retrying");
             }
-            if !self.pause(self.settings.heartbeat_interval).await {
+            if !self.ctx.pause(self.ctx.settings.heartbeat_interval).await {
                 return;
             }
         }
     }
 
     pub(super) async fn cluster_pass(self: &Arc<Self>) -> Result<(), StoreError> {
-        let node = self.node();
-        let busy = self.launch.held() + self.pending_queued.lock().len();
-        if !self.store.heartbeat(&node, busy as u64).await? {
+        let node = self.ctx.node();
+        let busy = self.ctx.flights.held() + self.ctx.flights.pending_count();
+        if !self.ctx.store.heartbeat(&node, busy as u64).await? {
             self.rejoin(&node).await?;
         }
         let steady = {
             let now = Instant::now();
-            let mut heartbeats = self.cluster.heartbeats.lock();
+            let mut heartbeats = self.heartbeats.lock();
             let since = match *heartbeats {
-                Some((last, since)) if now.duration_since(last) <= self.settings.dead_after / 2 => since,
+                Some((last, since)) if now.duration_since(last) <= self.ctx.settings.dead_after / 2 => since,
                 _ => now, // the first, or after a gap: this node was cut off too
             };
             *heartbeats = Some((now, since));
-            now.duration_since(since) >= self.settings.dead_after
+            now.duration_since(since) >= self.ctx.settings.dead_after
         };
-        let db_now = self.db_now().await?;
-        let members = self.store.list_nodes().await?;
-        let dead_after = duration_ms(self.settings.dead_after);
-        let me = self.node();
+        let db_now = self.ctx.db_now().await?;
+        let members = self.ctx.store.list_nodes().await?;
+        let dead_after = duration_ms(self.ctx.settings.dead_after);
+        let me = self.ctx.node();
         for member in &members {
             let silent = db_now.as_millis() - member.heartbeat_at.as_millis();
             if steady && member.state == NodeState::Live && member.node_id != me.node_id && silent > dead_after {
@@ -78,9 +78,9 @@ impl Inner {
                     node_id: member.node_id.clone(),
                     incarnation: member.incarnation,
                 };
-                if self.store.retire_node(&theirs, dead_after).await? {
+                if self.ctx.store.retire_node(&theirs, dead_after).await? {
                     tracing::warn!(
-                        scheduler = self.scheduler,
+                        scheduler = self.ctx.scheduler,
                         node = member.node_id,
                         incarnation = member.incarnation,
                         silent_ms = silent,
@@ -90,35 +90,36 @@ impl Inner {
             }
         }
         let live = members.iter().filter(|m| m.state == NodeState::Live).count();
-        *self.cluster.members.write() = members;
-        if !self.stopping() {
+        *self.ctx.members.write() = members;
+        if !self.ctx.stopping() {
             // A pass still in flight while the node shuts down records nothing:
             // the shutdown records the stopped node's gauges last.
-            super::metrics::beat(&self.scheduler, &self.pool.metrics(), live, *self.phase.lock());
+            super::metrics::beat(&self.ctx.scheduler, &self.ctx.pool.metrics(), live, self.ctx.phase());
         }
-        self.recover()
-            .instrument(tracing::debug_span!("recovery", scheduler = self.scheduler))
+        self.recovery
+            .recover()
+            .instrument(tracing::debug_span!("recovery", scheduler = self.ctx.scheduler))
             .await
     }
 
     /// This incarnation was declared dead (a long pause): forget everything in
     /// flight (its claims are refused now) and register again.
     pub(super) async fn rejoin(self: &Arc<Self>, old: &NodeRef) -> Result<(), StoreError> {
-        *self.phase.lock() = Phase::Fenced;
+        self.ctx.set_phase(Phase::Fenced);
         tracing::warn!(
-            scheduler = self.scheduler,
+            scheduler = self.ctx.scheduler,
             node = old.node_id,
             incarnation = old.incarnation,
             "this node was declared dead; re-registering"
         );
         self.queue.clear();
-        let registered = self.store.register_node(&self.registration).await?;
-        *self.node.write() = NodeRef {
+        let registered = self.ctx.store.register_node(&self.ctx.registration).await?;
+        self.ctx.set_node(NodeRef {
             node_id: registered.node_id,
             incarnation: registered.incarnation,
-        };
-        *self.phase.lock() = Phase::Running;
-        self.poll_now.notify_one();
+        });
+        self.ctx.set_phase(Phase::Running);
+        self.ctx.poll_now.notify_one();
         Ok(())
     }
 }

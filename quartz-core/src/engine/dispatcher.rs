@@ -12,10 +12,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use tracing::Instrument as _;
 
-use super::RunKind;
-use super::launch::RunFire;
-use super::node::{Inner, duration_ms, sleep_until_or_forever};
-use super::queue::Pending;
+use super::context::{Ctx, duration_ms, sleep_until_or_forever};
+use super::handler::RunKind;
+use super::launch::Launcher;
+use super::queue::{FireQueue, Pending};
+use super::run::RunFire;
 use super::strategy::tries_first;
 use crate::store::{Claim, ExecuteState, NodeRef};
 use crate::time::Timestamp;
@@ -24,33 +25,45 @@ use crate::trigger::NextFire;
 /// How long after a failed claim its fires are tried again.
 const CLAIM_RETRY_MS: i64 = 50;
 
-impl Inner {
-    pub(super) async fn dispatcher(self: Arc<Self>) {
-        let mut stop = self.stop.subscribe();
+/// The dispatcher stage: it takes fires from the queue the poller fills and
+/// hands the won ones to the launcher.
+pub(super) struct Dispatcher {
+    ctx: Arc<Ctx>,
+    queue: Arc<FireQueue>,
+    launcher: Arc<Launcher>,
+}
+
+impl Dispatcher {
+    pub(super) fn new(ctx: Arc<Ctx>, queue: Arc<FireQueue>, launcher: Arc<Launcher>) -> Dispatcher {
+        Dispatcher { ctx, queue, launcher }
+    }
+
+    pub(super) async fn run(self: Arc<Self>) {
+        let mut stop = self.ctx.stop_signal();
         loop {
-            if self.stopping() {
+            if self.ctx.stopping() {
                 return;
             }
-            let db_now = self.clock.db_now();
+            let db_now = self.ctx.clock.db_now();
             // The room of each lane: the pool for blocking handlers, tasks
             // for async ones. A fire whose lane is full stays queued.
-            let rooms = self.rooms();
+            let rooms = self.ctx.rooms();
             // A burst begins its claims early enough to end them in time.
             let ahead = self.queue.claim_ahead(db_now);
             if rooms != [0, 0] && self.queue.has_due(db_now.saturating_add_millis(ahead.ms)) {
                 let due = self.queue.take_due(
                     (db_now, ahead.ms),
-                    self.settings.claim_batch,
-                    self.settings.misfire.threshold_ms(),
+                    self.ctx.settings.claim_batch,
+                    self.ctx.settings.misfire.threshold_ms(),
                     rooms,
                 );
                 if !due.late.is_empty() {
-                    self.poll_now.notify_one();
+                    self.ctx.poll_now.notify_one();
                 }
                 let progressed = !due.fires.is_empty() || !due.late.is_empty();
                 let mine = self.first_or_defer(due.fires);
                 if !mine.is_empty() {
-                    let span = tracing::debug_span!("claim", scheduler = self.scheduler, fires = mine.len());
+                    let span = tracing::debug_span!("claim", scheduler = self.ctx.scheduler, fires = mine.len());
                     self.claim_all(mine).instrument(span).await;
                 }
                 if progressed {
@@ -69,13 +82,13 @@ impl Inner {
                     .into_iter()
                     .flatten()
                     .min()
-                    .map(|t| self.clock.instant_of(t))
+                    .map(|t| self.ctx.clock.instant_of(t))
             };
             tokio::select! {
                 () = sleep_until_or_forever(wake) => {}
                 () = self.queue.changed.notified() => {}
-                () = self.launch.room.freed.notified() => {}
-                () = self.launch.task_room.freed.notified() => {}
+                () = self.ctx.flights.room.freed.notified() => {}
+                () = self.ctx.flights.task_room.freed.notified() => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
         }
@@ -87,21 +100,21 @@ impl Inner {
     /// to the queue until then.
     fn first_or_defer(&self, fires: Vec<Pending>) -> Vec<Pending> {
         // Asked of the membership once for all of them.
-        let me = self.node().node_id;
-        let members = self.cluster.members.read();
+        let me = self.ctx.node().node_id;
+        let members = self.ctx.members.read();
         let (mine, theirs): (Vec<Pending>, Vec<Pending>) = fires
             .into_iter()
-            .partition(|p| p.deferred || tries_first(self.settings.strategy, &members, &me, p.execute_id));
+            .partition(|p| p.deferred || tries_first(self.ctx.settings.strategy, &members, &me, p.execute_id));
         drop(members);
         tracing::debug!(
-            scheduler = self.scheduler,
+            scheduler = self.ctx.scheduler,
             mine = mine.len(),
             theirs = theirs.len(),
-            room = ?self.rooms(),
+            room = ?self.ctx.rooms(),
             "due"
         );
         if !theirs.is_empty() {
-            let wait = duration_ms(self.settings.strategy_grace) - duration_ms(self.settings.claim_lead);
+            let wait = duration_ms(self.ctx.settings.strategy_grace) - duration_ms(self.ctx.settings.claim_lead);
             self.queue
                 .defer(theirs, |p| p.fire.fire_time.saturating_add_millis(wait));
         }
@@ -113,20 +126,20 @@ impl Inner {
     /// (another node won it, or the row changed: the next poll reads it
     /// afresh).
     async fn claim_all(self: &Arc<Self>, due: Vec<Pending>) {
-        let node = self.node();
+        let node = self.ctx.node();
         let claims: Vec<Claim> = due.iter().map(|p| claim_of(p, &node)).collect();
         // Held from before the claim: nothing else takes this room meanwhile.
-        let holds: Vec<_> = due.iter().map(|p| self.hold(&p.job)).collect();
+        let holds: Vec<_> = due.iter().map(|p| self.ctx.hold(&p.job)).collect();
         let asked = std::time::Instant::now();
-        let won = match self.store.claim_batch(&claims).await {
+        let won = match self.ctx.store.claim_batch(&claims).await {
             Ok(won) => {
                 self.queue.claim_pace.observe(asked.elapsed(), claims.len());
                 won
             }
             Err(e) => {
-                tracing::warn!(scheduler = self.scheduler, fires = due.len(), error = %e,
+                tracing::warn!(scheduler = self.ctx.scheduler, fires = due.len(), error = %e,
                     "claims failed; trying them again shortly");
-                let at = self.clock.db_now().saturating_add_millis(CLAIM_RETRY_MS);
+                let at = self.ctx.clock.db_now().saturating_add_millis(CLAIM_RETRY_MS);
                 self.queue.retry_at(due, at);
                 return;
             }
@@ -139,8 +152,7 @@ impl Inner {
                 self.queue.forget(pending.execute_id);
                 continue;
             };
-            self.launch.unstarted.lock().insert(fire_id);
-            *self.launch.awaiting_launch.lock().entry(pending.job.id).or_default() += 1;
+            self.ctx.flights.awaiting(pending.job.id);
             let release = (claim.cas.set_state == ExecuteState::Running).then(|| claim.cas.set.clone());
             starts.entry(pending.fire.fire_time).or_default().push(RunFire {
                 fire_id,
@@ -156,13 +168,13 @@ impl Inner {
             });
         }
         let won_count: u64 = starts.values().map(|v| v.len() as u64).sum();
-        tracing::debug!(scheduler = self.scheduler, won = won_count, lost, "claims");
-        self.count(|c| {
+        tracing::debug!(scheduler = self.ctx.scheduler, won = won_count, lost, "claims");
+        self.ctx.count(|c| {
             c.claimed += won_count;
             c.lost += lost;
         });
         for (fire_time, runs) in starts {
-            self.launch_at(fire_time, runs);
+            self.launcher.launch_at(fire_time, runs);
         }
     }
 }

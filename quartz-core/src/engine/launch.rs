@@ -1,36 +1,36 @@
-//! Launch: from a won fire to its handler, on a pool thread or as a task.
+//! The launcher: from a won fire to its fenced start, then to the runner
+//! at its fire time.
 //!
 //! The fires won for one fire time wait together. A start lead before their
 //! time (twice the recent duration of the start statement, plus a margin)
 //! one fenced statement marks them all running, each with `started_at` =
 //! the later of the database's now and its fire time; at the fire time (on
 //! the node's estimate of the database clock, which never runs ahead) they
-//! go to their lane: the pool, or a task each. The handler starts only after its fire is marked running,
-//! so after any crash the ledger can tell that it may have started; a node
-//! that dies between the start and the fire time leaves fires the ledger
-//! says may have started, which recovery treats as such (re-run when the job
-//! requests recovery, abandoned otherwise).
+//! go to the runner, which hands each to its lane ([`super::runner`]). The
+//! handler starts only after its fire is marked running, so after any crash
+//! the ledger can tell that it may have started; a node that dies between
+//! the start and the fire time leaves fires the ledger says may have
+//! started, which recovery treats as such (re-run when the job requests
+//! recovery, abandoned otherwise).
 //!
 //! A lane is never asked for more than it can take: the dispatcher claims
-//! no more fires than its room (see `lanes.rs`), counting every fire this
-//! node holds until its handler returns.
+//! no more fires than its room (see [`super::flight`]), counting every fire
+//! this node holds until its handler returns.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
-use tokio::sync::{Notify, oneshot};
+use parking_lot::Mutex;
+use tokio::sync::{Notify, mpsc};
 
-use super::handler::{Cancellation, JobContext, Lane, RunKind};
-use super::lanes::{Gate, Hold, Room, START_RECHECK};
-use super::node::Inner;
+use super::context::Ctx;
 use super::pace::{Pace, smooth};
-use super::supervise::Ran;
-use crate::store::{FireEnd, Job, JobState, NodeRef, StoreError};
+use super::run::RunFire;
+use super::runner::Runner;
+use crate::store::{FireEnd, JobState, NodeRef, StoreError};
 use crate::time::Timestamp;
-use crate::trigger::{Trigger, TriggerState};
 
 /// The start lead's bounds, and its margin over twice the statement's time.
 const START_LEAD_MIN: Duration = Duration::from_millis(5);
@@ -41,27 +41,6 @@ const START_LEAD_MARGIN: Duration = Duration::from_millis(3);
 const START_TRIES: u32 = 5;
 const START_RETRY: Duration = Duration::from_millis(25);
 
-/// A won fire, on its way to a handler.
-#[derive(Debug, Clone)]
-pub(super) struct RunFire {
-    pub(super) fire_id: i64,
-    pub(super) execute_id: i64,
-    pub(super) job: Arc<Job>,
-    pub(super) trigger: Option<Arc<Trigger>>,
-    pub(super) fire_time: Timestamp,
-    pub(super) attempt: u32,
-    /// Why it runs.
-    pub(super) kind: RunKind,
-    pub(super) node: NodeRef,
-    /// The claim moved the execute to running (a fixed-delay trigger awaiting
-    /// the finish, or a job that disallows concurrency): the state it wrote,
-    /// which the release after the run expects.
-    pub(super) release: Option<TriggerState>,
-    /// Its place in the pool's room, given back when its handler returns or
-    /// when it ends without running.
-    pub(super) hold: Option<Hold>,
-}
-
 /// The fires of one fire time waiting for their start.
 #[derive(Debug, Default)]
 struct Starting {
@@ -70,16 +49,26 @@ struct Starting {
     grew: Arc<Notify>,
 }
 
-/// What the launch stage keeps.
-#[derive(Debug, Default)]
-pub(super) struct LaunchState {
-    /// Won fires not yet started (claimed in the ledger): given back at
-    /// shutdown, and never taken for lost by the sweep.
-    pub(super) unstarted: Mutex<HashSet<i64>>,
-    /// The fires this node holds for the pool.
-    pub(super) room: Arc<Room>,
-    /// The fires this node holds for async handlers' tasks.
-    pub(super) task_room: Arc<Room>,
+/// How late a fire started, when that is past the threshold that applies.
+fn late_past_limit(run: &RunFire, threshold_ms: i64, started_at: Timestamp) -> Option<i64> {
+    let late_ms = started_at.as_millis() - run.fire_time.as_millis();
+    run.misfire_limit(threshold_ms)
+        .is_some_and(|limit| late_ms > limit)
+        .then_some(late_ms)
+}
+
+/// Twice the smoothed duration plus a margin, within bounds.
+fn start_lead(smoothed_micros: u64) -> Duration {
+    let lead = Duration::from_micros(smoothed_micros.saturating_mul(2)) + START_LEAD_MARGIN;
+    lead.clamp(START_LEAD_MIN, START_LEAD_MAX)
+}
+
+/// The launch stage: won fires waiting for their start, by fire time, and
+/// what it measured of the start statement.
+pub(super) struct Launcher {
+    ctx: Arc<Ctx>,
+    /// Where started fires go.
+    runner: Arc<Runner>,
     /// The start statement's recent duration, smoothed, in microseconds.
     start_micros: AtomicU64,
     /// The start statement's cost per fire.
@@ -88,25 +77,31 @@ pub(super) struct LaunchState {
     /// per fire time starts them all, a start lead ahead that grows with
     /// how many there are.
     starting: Mutex<BTreeMap<Timestamp, Starting>>,
-    /// The jobs the last poll read, `None` for one deleted: a fire claimed
-    /// before its job was edited runs with the edited version, and one
-    /// claimed before its job was paused or deleted does not run.
-    pub(super) latest_jobs: RwLock<HashMap<i64, Option<Arc<Job>>>>,
-    /// Jobs with fires claimed and not launched yet, and how many: each poll
-    /// reads them too, whether or not their triggers are due.
-    pub(super) awaiting_launch: Mutex<HashMap<i64, usize>>,
 }
 
-impl LaunchState {
-    /// Fires held (see [`Room`]), in both lanes.
-    pub(super) fn held(&self) -> usize {
-        self.room.held() + self.task_room.held()
+impl Launcher {
+    pub(super) fn new(ctx: Arc<Ctx>, runner: Arc<Runner>) -> Launcher {
+        Launcher {
+            ctx,
+            runner,
+            start_micros: AtomicU64::default(),
+            start_pace: Pace::default(),
+            starting: Mutex::default(),
+        }
+    }
+
+    /// Launches the children of chains the runner sends, until the node
+    /// stops.
+    pub(super) async fn run(self: Arc<Self>, mut chained: mpsc::UnboundedReceiver<RunFire>) {
+        while let Some(run) = self.ctx.next(&mut chained).await {
+            self.launch(run);
+        }
     }
 
     /// How far ahead of the fire time the start of `fires` fires due
     /// together is issued: twice a start statement's recent time plus a
     /// margin, and the time their number takes at the start's pace.
-    pub(super) fn start_lead(&self, fires: usize) -> Duration {
+    fn start_lead(&self, fires: usize) -> Duration {
         let statement = start_lead(self.start_micros.load(Ordering::Relaxed));
         (statement + self.start_pace.of(fires)).min(START_LEAD_MAX)
     }
@@ -118,78 +113,12 @@ impl LaunchState {
             .start_micros
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| Some(smooth(old, took)));
     }
-}
-
-/// The misfire threshold that applies to a fire, if one does: a fire won by
-/// a poll, on its first attempt, is misfired when it starts past it (late
-/// runs, retries, recoveries and children are late by design).
-fn misfire_limit(run: &RunFire, threshold_ms: i64) -> Option<i64> {
-    (run.attempt == 1 && run.trigger.is_some()).then_some(threshold_ms)
-}
-
-/// How late a fire started, when that is past the threshold that applies.
-fn late_past_limit(run: &RunFire, threshold_ms: i64, started_at: Timestamp) -> Option<i64> {
-    let late_ms = started_at.as_millis() - run.fire_time.as_millis();
-    misfire_limit(run, threshold_ms)
-        .is_some_and(|limit| late_ms > limit)
-        .then_some(late_ms)
-}
-
-/// Twice the smoothed duration plus a margin, within bounds.
-fn start_lead(smoothed_micros: u64) -> Duration {
-    let lead = Duration::from_micros(smoothed_micros.saturating_mul(2)) + START_LEAD_MARGIN;
-    lead.clamp(START_LEAD_MIN, START_LEAD_MAX)
-}
-
-impl Inner {
-    /// The lane a job's fires run in: a task for an async handler, the pool
-    /// otherwise.
-    pub(super) fn lane_of(&self, job: &Job) -> Lane {
-        match self.handlers.get(&job.spec.handler) {
-            Some(handler) if handler.is_async() => Lane::Task,
-            _ => Lane::Pool,
-        }
-    }
-
-    /// The room a lane has. The pool's: its threads and queue, less what
-    /// this node holds; none while every thread is busy (a queued fire would
-    /// wait for a thread that long handlers may hold past its time). The
-    /// tasks': `async_max` less the fires held for them.
-    pub(super) fn room_in(&self, lane: Lane) -> usize {
-        match lane {
-            Lane::Pool if self.pool.metrics().busy >= self.settings.pool_max => 0,
-            Lane::Pool => self.launch.room.left(self.settings.pool_max + self.settings.pool_queue),
-            Lane::Task => self.launch.task_room.left(self.settings.async_max),
-        }
-    }
-
-    /// The room of each lane, by [`Lane`] as index.
-    pub(super) fn rooms(&self) -> [usize; 2] {
-        [self.room_in(Lane::Pool), self.room_in(Lane::Task)]
-    }
-
-    /// The room for a fire of the job with this id: its lane's when the last
-    /// poll read the job, else the room of either.
-    pub(super) fn room_for_job(&self, job_id: i64) -> usize {
-        let lane = match self.launch.latest_jobs.read().get(&job_id) {
-            Some(Some(job)) => Some(self.lane_of(job)),
-            _ => None,
-        };
-        lane.map_or_else(|| self.rooms().into_iter().sum(), |lane| self.room_in(lane))
-    }
-
-    /// A place in the room of a job's lane, for a fire of it.
-    pub(super) fn hold(&self, job: &Job) -> Hold {
-        match self.lane_of(job) {
-            Lane::Pool => self.launch.room.hold(),
-            Lane::Task => self.launch.task_room.hold(),
-        }
-    }
 
     /// Launches fires won for `fire_time`: started a start lead ahead, handed
     /// to the pool at their time (at once if it has passed).
     pub(super) fn launch_at(self: &Arc<Self>, fire_time: Timestamp, runs: Vec<RunFire>) {
-        let mut starting = self.launch.starting.lock();
+        self.ctx.flights.unstarted(runs.iter().map(|r| r.fire_id));
+        let mut starting = self.starting.lock();
         match starting.get_mut(&fire_time) {
             Some(waiting) => {
                 waiting.runs.extend(runs);
@@ -203,8 +132,8 @@ impl Inner {
                         grew: Arc::new(Notify::new()),
                     },
                 );
-                let inner = Arc::clone(self);
-                tokio::spawn(async move { inner.start_then_submit(fire_time).await });
+                let launcher = Arc::clone(self);
+                tokio::spawn(async move { launcher.start_then_submit(fire_time).await });
             }
         }
     }
@@ -221,7 +150,6 @@ impl Inner {
     async fn start_then_submit(self: Arc<Self>, fire_time: Timestamp) {
         loop {
             let Some((fires, grew)) = self
-                .launch
                 .starting
                 .lock()
                 .get(&fire_time)
@@ -229,24 +157,23 @@ impl Inner {
             else {
                 return;
             };
-            let lead = i64::try_from(self.launch.start_lead(fires).as_millis()).unwrap_or(0);
+            let lead = i64::try_from(self.start_lead(fires).as_millis()).unwrap_or(0);
             let start_at = fire_time.saturating_add_millis(-lead);
-            if start_at <= self.clock.db_now() {
+            if start_at <= self.ctx.clock.db_now() {
                 break;
             }
             tokio::select! {
-                () = tokio::time::sleep_until(self.clock.instant_of(start_at)) => break,
+                () = tokio::time::sleep_until(self.ctx.clock.instant_of(start_at)) => break,
                 () = grew.notified() => {}
             }
         }
         let runs = self
-            .launch
             .starting
             .lock()
             .remove(&fire_time)
             .map(|w| w.runs)
             .unwrap_or_default();
-        if self.stopping() {
+        if self.ctx.stopping() {
             return; // the shutdown gives them back
         }
         let runs = self.ready(runs);
@@ -254,11 +181,11 @@ impl Inner {
             return;
         }
         let started = self.start_fenced(runs).await;
-        if fire_time > self.clock.db_now() {
-            tokio::time::sleep_until(self.clock.instant_of(fire_time)).await;
+        if fire_time > self.ctx.clock.db_now() {
+            tokio::time::sleep_until(self.ctx.clock.instant_of(fire_time)).await;
         }
         for run in started {
-            self.submit(run);
+            self.runner.submit(run);
         }
     }
 
@@ -270,7 +197,7 @@ impl Inner {
         for mut run in runs {
             if let Some(reason) = self.refresh_job(&mut run) {
                 tokio::spawn(Arc::clone(self).skip_unstarted(run, reason));
-            } else if self.handlers.contains_key(&run.job.spec.handler) {
+            } else if self.ctx.handlers.contains_key(&run.job.spec.handler) {
                 ready.push(run);
             }
         }
@@ -294,7 +221,7 @@ impl Inner {
         for (owner, mut runs) in by_owner {
             // A statement each of at most a claim batch's size.
             while !runs.is_empty() {
-                let rest = runs.split_off(runs.len().min(self.settings.claim_batch));
+                let rest = runs.split_off(runs.len().min(self.ctx.settings.claim_batch));
                 ready.extend(self.start_owned(&owner, runs).await);
                 runs = rest;
             }
@@ -308,21 +235,16 @@ impl Inner {
         // Counted before the statement: a shutdown from here on waits. The
         // fires stay known as unstarted until the answer, so that the sweep
         // for claims this node lost track of leaves them alone meanwhile.
-        self.inflight.fetch_add(runs.len(), Ordering::SeqCst);
+        self.ctx.flights.started(runs.len());
         let (started, error) = self.mark_running(&ids, node).await;
         if let Some(e) = error {
-            tracing::warn!(scheduler = self.scheduler, fires = ids.len() - started.len(), error = %e,
+            tracing::warn!(scheduler = self.ctx.scheduler, fires = ids.len() - started.len(), error = %e,
                 "could not mark fires running; giving them back");
             for run in runs.iter().filter(|r| !started.contains_key(&r.fire_id)) {
-                let _ = self.give_back_fire(run.fire_id, &run.node).await;
+                let _ = self.ctx.give_back_fire(run.fire_id, &run.node).await;
             }
         }
-        {
-            let mut unstarted = self.launch.unstarted.lock();
-            for id in &ids {
-                unstarted.remove(id);
-            }
-        }
+        self.ctx.flights.not_unstarted(ids.iter().copied());
         let mut ready = Vec::with_capacity(started.len());
         let mut refused = 0;
         for run in runs {
@@ -330,31 +252,31 @@ impl Inner {
                 refused += 1;
                 continue;
             };
-            match late_past_limit(&run, self.settings.misfire.threshold_ms(), started_at) {
+            match late_past_limit(&run, self.ctx.settings.misfire.threshold_ms(), started_at) {
                 Some(late_ms) => {
-                    let inner = Arc::clone(self);
+                    let (runner, ctx) = (Arc::clone(&self.runner), Arc::clone(&self.ctx));
                     tokio::spawn(async move {
                         let cause = format!("started {late_ms} ms after its time");
-                        inner.misfired(run, &cause, false).await;
-                        inner.inflight.fetch_sub(1, Ordering::SeqCst);
+                        runner.misfired(run, &cause, false).await;
+                        ctx.flights.ended(1);
                     });
                 }
                 None => ready.push(run),
             }
         }
         super::metrics::started(
-            &self.scheduler,
+            &self.ctx.scheduler,
             ready.iter().filter_map(|r| {
                 started
                     .get(&r.fire_id)
                     .map(|at| at.as_millis() - r.fire_time.as_millis())
             }),
         );
-        self.inflight.fetch_sub(refused, Ordering::SeqCst);
+        self.ctx.flights.ended(refused);
         if refused > 0 {
-            self.count(|c| c.fenced += refused as u64);
+            self.ctx.count(|c| c.fenced += refused as u64);
             tracing::warn!(
-                scheduler = self.scheduler,
+                scheduler = self.ctx.scheduler,
                 fires = refused,
                 "fires not started: this incarnation no longer owns them"
             );
@@ -375,9 +297,9 @@ impl Inner {
         let mut last_error = None;
         for tries in 1..=START_TRIES {
             let asked = std::time::Instant::now();
-            let answer = self.store.mark_running_all(&unknown, node).await;
-            self.launch.observe_start(asked.elapsed());
-            self.launch.start_pace.observe(asked.elapsed(), unknown.len());
+            let answer = self.ctx.store.mark_running_all(&unknown, node).await;
+            self.observe_start(asked.elapsed());
+            self.start_pace.observe(asked.elapsed(), unknown.len());
             match answer {
                 Ok(now_started) => {
                     started.extend(now_started);
@@ -385,7 +307,7 @@ impl Inner {
                     if !answer_lost {
                         return (started, None);
                     }
-                    match self.store.confirm_starts(&unknown, node).await {
+                    match self.ctx.store.confirm_starts(&unknown, node).await {
                         Ok(confirmed) => {
                             started.extend(confirmed);
                             return (started, None);
@@ -394,13 +316,13 @@ impl Inner {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(scheduler = self.scheduler, fires = unknown.len(), error = %e,
+                    tracing::warn!(scheduler = self.ctx.scheduler, fires = unknown.len(), error = %e,
                         "marking fires running failed; retrying");
                     answer_lost = true;
                     last_error = Some(e);
                 }
             }
-            if self.stopping() {
+            if self.ctx.stopping() {
                 break;
             }
             tokio::time::sleep(START_RETRY * (1 << tries)).await;
@@ -408,119 +330,18 @@ impl Inner {
         (started, last_error)
     }
 
-    /// Hands a started fire to its lane: the pool for a blocking handler,
-    /// a task of its own for an async one. Either runs the handler unless
-    /// it is taken past the misfire threshold, or, taken late, found no
-    /// longer this incarnation's ([`Gate`]).
-    fn submit(self: &Arc<Self>, mut run: RunFire) {
-        let Some(handler) = self.handlers.get(&run.job.spec.handler).cloned() else {
-            return;
-        };
-        let (cancel_tx, cancellation) = Cancellation::new();
-        let (done_tx, done_rx) = oneshot::channel::<Ran>();
-        let ctx = JobContext {
-            states: Arc::clone(&self.states),
-            kind: run.kind,
-            job_id: run.job.id,
-            job_name: Arc::from(run.job.spec.name.as_str()),
-            execute_id: run.execute_id,
-            fire_time: run.fire_time,
-            fire_id: run.fire_id,
-            attempt: run.attempt,
-            payload: Arc::from(run.job.spec.payload.as_str()),
-            node_id: Arc::from(run.node.node_id.as_str()),
-            cancellation,
-        };
-        let span = fire_span(&self.scheduler, &run);
-        let gate = Gate {
-            inner: Arc::clone(self),
-            fire_time: run.fire_time,
-            threshold_ms: misfire_limit(&run, self.settings.misfire.threshold_ms()),
-            submitted: std::time::Instant::now(),
-            fire_id: run.fire_id,
-            owner: run.node.clone(),
-        };
-        // The fire's place in its room is given back when its handler returns.
-        let hold = run.hold.take();
-        if handler.is_async() {
-            tokio::spawn(async move {
-                let _hold = hold;
-                let ran = match gate.pass().await {
-                    Ok(()) => Ran::Done(handler.call_async(ctx, span).await),
-                    Err(ran) => ran,
-                };
-                let _ = done_tx.send(ran);
-            });
-            tokio::spawn(Arc::clone(self).supervise(run, done_rx, cancel_tx));
-            return;
-        }
-        let runtime = self.runtime.clone();
-        let clock_hold = self.clock.hold();
-        let task = move || {
-            let _hold = (hold, clock_hold);
-            let _in_fire = span.enter();
-            let ran = match gate.pass_blocking() {
-                Ok(()) => Ran::Done(handler.call(ctx, &runtime, &span)),
-                Err(ran) => ran,
-            };
-            let _ = done_tx.send(ran);
-        };
-        match self.pool.try_submit(task) {
-            Ok(()) => {
-                tokio::spawn(Arc::clone(self).supervise(run, done_rx, cancel_tx));
-            }
-            Err(rejected) => {
-                tokio::spawn(Arc::clone(self).offer_again(run, rejected, done_rx, cancel_tx));
-            }
-        }
-    }
-
-    /// A started fire the pool refused. The room the dispatcher keeps says a
-    /// thread is about to be free (a handler returned and gave its place
-    /// back before its thread took the next task): offered again every
-    /// millisecond for a short while; refused still, it is a misfire.
-    async fn offer_again(
-        self: Arc<Self>,
-        run: RunFire,
-        mut rejected: quartz_pool::Rejected,
-        done_rx: oneshot::Receiver<Ran>,
-        cancel_tx: tokio::sync::watch::Sender<Option<super::handler::CancelReason>>,
-    ) {
-        let patience = std::time::Instant::now() + START_RECHECK;
-        while rejected.reason != quartz_pool::RejectReason::ShutDown && std::time::Instant::now() < patience {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            match self.pool.try_resubmit(rejected.into_task()) {
-                Ok(()) => return self.supervise(run, done_rx, cancel_tx).await,
-                Err(again) => rejected = again,
-            }
-        }
-        let reason = rejected.reason;
-        drop(rejected);
-        self.on_rejected(run, reason).await;
-    }
-
     /// A fire claimed before an edit of its job that a poll has seen since
     /// runs with the edited job (when this node has its handler); one claimed
     /// before its job was paused or deleted does not run: why is returned.
     fn refresh_job(&self, run: &mut RunFire) -> Option<&'static str> {
-        {
-            let mut awaiting = self.launch.awaiting_launch.lock();
-            if let Some(n) = awaiting.get_mut(&run.job.id) {
-                *n -= 1;
-                if *n == 0 {
-                    awaiting.remove(&run.job.id);
-                }
-            }
-        }
-        let latest = self.launch.latest_jobs.read();
-        match latest.get(&run.job.id) {
+        match self.ctx.flights.launching(run.job.id) {
             Some(None) => Some("the job was deleted after the fire was claimed"),
             Some(Some(job)) if job.updated_at >= run.job.updated_at => {
                 if job.state == JobState::Paused {
                     return Some("the job was paused after the fire was claimed");
                 }
-                if job.spec != run.job.spec && self.handlers.contains_key(&job.spec.handler) {
-                    run.job = Arc::clone(job);
+                if job.spec != run.job.spec && self.ctx.handlers.contains_key(&job.spec.handler) {
+                    run.job = job;
                 }
                 None
             }
@@ -531,8 +352,9 @@ impl Inner {
     /// A claimed fire whose job was paused or deleted since: recorded skipped
     /// with the reason, and its execute released.
     async fn skip_unstarted(self: Arc<Self>, run: RunFire, reason: &'static str) {
-        self.launch.unstarted.lock().remove(&run.fire_id);
+        self.ctx.flights.not_unstarted([run.fire_id]);
         match self
+            .ctx
             .store
             .end_fire(run.fire_id, &run.node, FireEnd::skipped(reason))
             .await
@@ -540,7 +362,7 @@ impl Inner {
         {
             Ok(true) => {
                 tracing::info!(
-                    scheduler = self.scheduler,
+                    scheduler = self.ctx.scheduler,
                     job = run.job.spec.name,
                     fire_id = run.fire_id,
                     reason,
@@ -549,30 +371,14 @@ impl Inner {
             }
             Ok(false) => return,
             Err(e) => {
-                tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e,
+                tracing::warn!(scheduler = self.ctx.scheduler, fire_id = run.fire_id, error = %e,
                     "could not record a skipped fire; giving it back");
-                let _ = self.give_back_fire(run.fire_id, &run.node).await;
+                let _ = self.ctx.give_back_fire(run.fire_id, &run.node).await;
                 return;
             }
         }
-        self.release(&run).await;
+        self.runner.release(&run).await;
     }
-}
-
-/// The span of one fire, entered on the pool thread around its handler: a
-/// handler's own log lines carry the job, the trigger (`execute`), the fire
-/// time, the attempt, the fire's ledger id and the node.
-fn fire_span(scheduler: &str, run: &RunFire) -> tracing::Span {
-    tracing::info_span!(
-        "fire",
-        scheduler,
-        job = run.job.spec.name.as_str(),
-        execute = run.execute_id,
-        fire_time = %run.fire_time,
-        attempt = run.attempt,
-        fire_id = run.fire_id,
-        node = run.node.node_id.as_str(),
-    )
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::node::{Inner, duration_ms};
+use super::context::{Ctx, duration_ms};
 use crate::retention::{PurgePlan, purge};
 
 /// The longest one wait for a change lasts before the watcher looks at its
@@ -21,93 +21,91 @@ const CHANGE_POLL_GAP: Duration = Duration::from_millis(100);
 /// How long the watcher backs off after a store error.
 const CHANGE_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
-impl Inner {
-    /// Polls at once whenever the scheduler's change counter moves. The poll
-    /// expands new and edited triggers, and requeues the fires of an edited
-    /// job with its new version.
-    pub(super) async fn change_watcher(self: Arc<Self>) {
-        let mut seen: Option<i64> = None;
-        let mut stop = self.stop.subscribe();
-        loop {
-            let next = match seen {
-                None => self.store.changes().await,
-                Some(seen) => {
-                    tokio::select! {
-                        r = self.store.change_wait(seen, CHANGE_WAIT) => r,
-                        _ = stop.wait_for(|s| *s) => return,
-                    }
+/// Polls at once whenever the scheduler's change counter moves. The poll
+/// expands new and edited triggers, and requeues the fires of an edited
+/// job with its new version.
+pub(super) async fn change_watcher(ctx: Arc<Ctx>) {
+    let mut seen: Option<i64> = None;
+    let mut stop = ctx.stop_signal();
+    loop {
+        let next = match seen {
+            None => ctx.store.changes().await,
+            Some(seen) => {
+                tokio::select! {
+                    r = ctx.store.change_wait(seen, CHANGE_WAIT) => r,
+                    _ = stop.wait_for(|s| *s) => return,
                 }
-            };
-            match next {
-                Ok(now) => {
-                    let changed = seen.is_some_and(|seen| seen != now);
-                    seen = Some(now);
-                    if changed {
-                        tracing::debug!(scheduler = self.scheduler, changes = now, "change seen; polling");
-                        self.poll_now.notify_one();
-                        if !self.pause(CHANGE_POLL_GAP).await {
-                            return;
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!(scheduler = self.scheduler, error = %e, "cannot read the change counter");
-                    if !self.pause(CHANGE_ERROR_PAUSE).await {
+            }
+        };
+        match next {
+            Ok(now) => {
+                let changed = seen.is_some_and(|seen| seen != now);
+                seen = Some(now);
+                if changed {
+                    tracing::debug!(scheduler = ctx.scheduler, changes = now, "change seen; polling");
+                    ctx.poll_now.notify_one();
+                    if !ctx.pause(CHANGE_POLL_GAP).await {
                         return;
                     }
                 }
             }
+            Err(e) => {
+                tracing::debug!(scheduler = ctx.scheduler, error = %e, "cannot read the change counter");
+                if !ctx.pause(CHANGE_ERROR_PAUSE).await {
+                    return;
+                }
+            }
         }
     }
+}
 
-    /// Once per [`Retention::every`](crate::retention::Retention::every), tries
-    /// to win the purge turn and, when it does, purges in small batches.
-    pub(super) async fn maintenance(self: Arc<Self>) {
-        let retention = self.settings.retention.clone();
-        if !retention.enabled {
+/// Once per [`Retention::every`](crate::retention::Retention::every), tries
+/// to win the purge turn and, when it does, purges in small batches.
+pub(super) async fn maintenance(ctx: Arc<Ctx>) {
+    let retention = ctx.settings.retention.clone();
+    if !retention.enabled {
+        return;
+    }
+    // Nodes tick at the same period; a little less as the turn's length
+    // keeps a turn from being skipped for a timer that fired early.
+    let turn_ms = duration_ms(retention.every) * 9 / 10;
+    loop {
+        if !ctx.pause(retention.every).await {
             return;
         }
-        // Nodes tick at the same period; a little less as the turn's length
-        // keeps a turn from being skipped for a timer that fired early.
-        let turn_ms = duration_ms(retention.every) * 9 / 10;
-        loop {
-            if !self.pause(retention.every).await {
-                return;
-            }
-            let won = match self.store.purge_turn(turn_ms).await {
-                Ok(won) => won,
-                Err(e) => {
-                    tracing::debug!(scheduler = self.scheduler, error = %e, "cannot take the purge turn");
-                    continue;
-                }
-            };
-            if !won {
+        let won = match ctx.store.purge_turn(turn_ms).await {
+            Ok(won) => won,
+            Err(e) => {
+                tracing::debug!(scheduler = ctx.scheduler, error = %e, "cannot take the purge turn");
                 continue;
             }
-            let now = match self.db_now().await {
-                Ok(now) => now,
-                Err(e) => {
-                    tracing::warn!(scheduler = self.scheduler, error = %e, "purge skipped: cannot read the clock");
-                    continue;
+        };
+        if !won {
+            continue;
+        }
+        let now = match ctx.db_now().await {
+            Ok(now) => now,
+            Err(e) => {
+                tracing::warn!(scheduler = ctx.scheduler, error = %e, "purge skipped: cannot read the clock");
+                continue;
+            }
+        };
+        let plan = PurgePlan::from_retention(&retention, now);
+        match purge(&*ctx.store, &plan).await {
+            Ok(report) => {
+                ctx.count(|c| c.purged += report.fires);
+                if report != Default::default() {
+                    tracing::info!(
+                        scheduler = ctx.scheduler,
+                        fires = report.fires,
+                        nodes = report.nodes,
+                        executes = report.executes,
+                        "purged under the retention settings"
+                    );
                 }
-            };
-            let plan = PurgePlan::from_retention(&retention, now);
-            match purge(&*self.store, &plan).await {
-                Ok(report) => {
-                    self.count(|c| c.purged += report.fires);
-                    if report != Default::default() {
-                        tracing::info!(
-                            scheduler = self.scheduler,
-                            fires = report.fires,
-                            nodes = report.nodes,
-                            executes = report.executes,
-                            "purged under the retention settings"
-                        );
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(scheduler = self.scheduler, error = %e, "purge interrupted; the next turn goes on");
-                }
+            }
+            Err(e) => {
+                tracing::warn!(scheduler = ctx.scheduler, error = %e, "purge interrupted; the next turn goes on");
             }
         }
     }

@@ -49,10 +49,11 @@
 mod backlog;
 mod clock;
 mod cluster;
-mod completer;
+mod context;
 mod dispatcher;
+mod flight;
+mod gate;
 mod handler;
-mod lanes;
 mod launch;
 mod maintenance;
 pub mod metrics;
@@ -60,10 +61,12 @@ mod node;
 mod pace;
 mod poller;
 mod queue;
+mod recorder;
 mod recovery;
+mod run;
+mod runner;
 mod settings;
 mod strategy;
-mod supervise;
 mod typed;
 
 use std::collections::HashMap;
@@ -80,7 +83,7 @@ pub use typed::TypedJob;
 use crate::error::Error;
 use crate::store::{IntoStore, Job, Node, NodeRef, StoreError};
 use handler::Handler;
-use node::Inner;
+use node::Stages;
 pub(crate) use strategy::mix;
 
 /// What can go wrong starting or driving a node.
@@ -252,14 +255,16 @@ impl SchedulerBuilder {
                 reason: e.to_string(),
             })?;
         }
-        let inner = Inner::start(
-            store.into_store(),
-            self.scheduler,
-            self.settings,
-            (self.handlers, Arc::new(self.states)),
-            self.clock_hooks,
-        )
-        .await?;
+        let inner = Arc::new(
+            Stages::start(
+                store.into_store(),
+                self.scheduler,
+                self.settings,
+                (self.handlers, Arc::new(self.states)),
+                self.clock_hooks,
+            )
+            .await?,
+        );
         let last = Arc::new(StopOnDrop(Arc::clone(&inner)));
         Ok(Scheduler { inner, _last: last })
     }
@@ -349,7 +354,7 @@ pub struct ShutdownSummary {
 /// call [`shutdown`](Self::shutdown) (from any handle) to leave the cluster
 /// cleanly, or [`run_until`](Self::run_until) to do so when a signal comes.
 pub struct Scheduler {
-    inner: Arc<Inner>,
+    inner: Arc<Stages>,
     /// Stops the node's tasks when the last handle goes.
     _last: Arc<StopOnDrop>,
 }
@@ -365,7 +370,7 @@ impl Clone for Scheduler {
 
 /// Stops a node's tasks when dropped: held by every handle, so dropped with
 /// the last.
-struct StopOnDrop(Arc<Inner>);
+struct StopOnDrop(Arc<Stages>);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
@@ -376,7 +381,7 @@ impl Drop for StopOnDrop {
 impl fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Scheduler")
-            .field("scheduler", &self.inner.scheduler)
+            .field("scheduler", &self.inner.ctx.scheduler)
             .field("node", &self.inner.node())
             .finish_non_exhaustive()
     }
@@ -400,12 +405,12 @@ impl SchedulerBuilder {
 impl Scheduler {
     /// The store the node runs on.
     pub fn store(&self) -> &crate::store::SharedStore {
-        &self.inner.store
+        &self.inner.ctx.store
     }
 
     /// The cluster's name.
     pub fn scheduler(&self) -> &str {
-        &self.inner.scheduler
+        &self.inner.ctx.scheduler
     }
 
     /// This node's id and current incarnation.
@@ -433,16 +438,16 @@ impl Scheduler {
     /// errors; on error nothing is stored.
     pub async fn add_job(&self, job: &crate::admin::JobDefinition) -> Result<Job, SchedulerError> {
         self.inner.check_handler(&job.spec)?;
-        let now = self.inner.store.now().await?;
+        let now = self.inner.ctx.store.now().await?;
         let (spec, executes) = job.to_specs(now)?;
-        let created = self.inner.store.create_job(&spec, &executes).await?;
-        self.inner.poll_now.notify_one();
+        let created = self.inner.ctx.store.create_job(&spec, &executes).await?;
+        self.inner.ctx.poll_now.notify_one();
         Ok(created)
     }
 
     /// Asks the poller to poll now rather than at its next tick.
     pub fn poll_now(&self) {
-        self.inner.poll_now.notify_one();
+        self.inner.ctx.poll_now.notify_one();
     }
 
     /// Leaves the cluster gracefully: stops claiming, gives back the fires
@@ -483,6 +488,6 @@ impl Scheduler {
     /// add, edit, pause, resume, fire now and delete jobs; read the ledger,
     /// the nodes and the change log (see [`crate::admin`]).
     pub fn admin(&self) -> crate::admin::Admin {
-        crate::admin::Admin::new(self.inner.store.clone(), self.inner.scheduler.clone())
+        crate::admin::Admin::new(self.inner.ctx.store.clone(), self.inner.ctx.scheduler.clone())
     }
 }

@@ -7,12 +7,16 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 use tracing::Instrument as _;
 
 use super::Phase;
-use super::backlog::{PENDING_BATCH, PendingFire};
-use super::node::{Inner, duration_ms, first_at_or_after, waiting_or_complete};
-use super::recovery::RECOVERY_BATCH;
+use super::backlog::{Backlog, PENDING_BATCH};
+use super::context::{Ctx, RECOVERY_BATCH, duration_ms, first_at_or_after, waiting_or_complete};
+use super::queue::FireQueue;
+use super::recorder::Recorder;
+use super::run::PendingFire;
 use crate::misfire::MisfireDecision;
 use crate::store::{
     Claim, DueBatch, Execute, ExecuteCas, ExecuteState, FireEnd, FireState, Job, JobState, SkippedRecord, StoreError,
@@ -30,38 +34,61 @@ const POLL_BATCHES: usize = 8;
 /// How far past the next poll a poll looks, for the time a poll takes.
 const WINDOW_SLACK_MS: i64 = 500;
 
-impl Inner {
-    pub(super) async fn poller(self: Arc<Self>) {
-        let mut stop = self.stop.subscribe();
+/// The poller stage: it fills the queue the dispatcher takes from, and
+/// hands the pending fires it finds to the backlog.
+pub(super) struct Poller {
+    ctx: Arc<Ctx>,
+    queue: Arc<FireQueue>,
+    backlog: Arc<Backlog>,
+    /// Told which jobs' successes start chains.
+    recorder: Arc<Recorder>,
+    /// How long the last poll took (the window reaches past the next poll
+    /// by twice that).
+    took: Mutex<Duration>,
+}
+
+impl Poller {
+    pub(super) fn new(ctx: Arc<Ctx>, queue: Arc<FireQueue>, backlog: Arc<Backlog>, recorder: Arc<Recorder>) -> Poller {
+        Poller {
+            ctx,
+            queue,
+            backlog,
+            recorder,
+            took: Mutex::default(),
+        }
+    }
+
+    pub(super) async fn run(self: Arc<Self>) {
+        let mut stop = self.ctx.stop_signal();
         loop {
-            if self.stopping() {
+            if self.ctx.stopping() {
                 return;
             }
             let began = std::time::Instant::now();
             let polled = self
                 .poll()
-                .instrument(tracing::debug_span!("poll", scheduler = self.scheduler))
+                .instrument(tracing::debug_span!("poll", scheduler = self.ctx.scheduler))
                 .await;
-            *self.poll_took.lock() = began.elapsed();
-            self.report_misfires();
+            *self.took.lock() = began.elapsed();
+            self.ctx.report_misfires();
             let full = match polled {
                 Ok((full, rows)) => {
-                    super::metrics::polled(&self.scheduler, began.elapsed(), rows);
+                    super::metrics::polled(&self.ctx.scheduler, began.elapsed(), rows);
                     full
                 }
                 Err(e) => {
-                    tracing::warn!(scheduler = self.scheduler, error = %e, "poll failed; retrying at the next tick");
+                    tracing::warn!(scheduler = self.ctx.scheduler, error = %e, "poll failed; retrying at the next tick");
                     false
                 }
             };
             let wait = if full {
                 FULL_BATCH_REPOLL
             } else {
-                self.settings.poll_interval
+                self.ctx.settings.poll_interval
             };
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
-                () = self.poll_now.notified() => {}
+                () = self.ctx.poll_now.notified() => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
         }
@@ -69,24 +96,24 @@ impl Inner {
 
     /// How long the last poll took.
     fn last_poll_took(&self) -> Duration {
-        *self.poll_took.lock()
+        *self.took.lock()
     }
 
     /// One poll: `true` when a batch came back full and more may be due, and
     /// how many due executes it read.
     pub(super) async fn poll(self: &Arc<Self>) -> Result<(bool, usize), StoreError> {
-        if *self.phase.lock() != Phase::Running {
+        if self.ctx.phase() != Phase::Running {
             return Ok((false, 0));
         }
-        let db_now = self.db_now().await?;
-        self.count(|c| c.polls += 1);
+        let db_now = self.ctx.db_now().await?;
+        self.ctx.count(|c| c.polls += 1);
         // A fire must be queued before its claim time: the window reaches
         // past the next poll by the claim lead, and by twice what a poll
         // takes (at least the slack).
         let took = i64::try_from(self.last_poll_took().as_millis()).unwrap_or(i64::MAX / 4);
-        let reach = duration_ms(self.settings.window).max(
-            duration_ms(self.settings.poll_interval)
-                + duration_ms(self.settings.claim_lead)
+        let reach = duration_ms(self.ctx.settings.window).max(
+            duration_ms(self.ctx.settings.poll_interval)
+                + duration_ms(self.ctx.settings.claim_lead)
                 + WINDOW_SLACK_MS.max(2 * took),
         );
         let horizon = db_now.saturating_add_millis(reach);
@@ -97,10 +124,11 @@ impl Inner {
         let mut after = None;
         for _ in 0..POLL_BATCHES {
             let page = self
+                .ctx
                 .store
-                .due_executes(horizon, after, self.settings.batch_size)
+                .due_executes(horizon, after, self.ctx.settings.batch_size)
                 .await?;
-            full = page.executes.len() + page.rejected.len() >= self.settings.batch_size as usize;
+            full = page.executes.len() + page.rejected.len() >= self.ctx.settings.batch_size as usize;
             after = page.cursor();
             batch.executes.extend(page.executes);
             batch.rejected.extend(page.rejected);
@@ -110,13 +138,13 @@ impl Inner {
         }
         for rejected in &batch.rejected {
             tracing::error!(
-                scheduler = self.scheduler,
+                scheduler = self.ctx.scheduler,
                 execute_id = rejected.execute_id,
                 reason = rejected.reason,
                 "execute row cannot be understood: marked as an error and skipped"
             );
         }
-        self.recorder.set_parents(self.store.chain_parents().await?);
+        self.recorder.set_parents(self.ctx.store.chain_parents().await?);
         let executes = batch.executes.len();
         let jobs = self.read_jobs(&batch.executes).await?;
         let mut writes = Vec::new();
@@ -124,10 +152,10 @@ impl Inner {
             let Some(job) = jobs.get(&execute.job_id) else {
                 continue; // deleted since
             };
-            if self.stopping() {
+            if self.ctx.stopping() {
                 break;
             }
-            if !self.handlers.contains_key(&job.spec.handler) && job.state != JobState::Paused {
+            if !self.ctx.handlers.contains_key(&job.spec.handler) && job.state != JobState::Paused {
                 self.unhandled(&execute, job, db_now).await?;
                 continue;
             }
@@ -141,10 +169,10 @@ impl Inner {
         }
         let decided = writes.len();
         self.write_decisions(writes, db_now, horizon).await?;
-        for fire in self.store.fires_pending(horizon, PENDING_BATCH).await? {
-            self.queue_pending(PendingFire::of(&fire));
+        for fire in self.ctx.store.fires_pending(horizon, PENDING_BATCH).await? {
+            self.backlog.queue_pending(PendingFire::of(&fire));
         }
-        tracing::debug!(scheduler = self.scheduler, executes, decided, full, "polled");
+        tracing::debug!(scheduler = self.ctx.scheduler, executes, decided, full, "polled");
         Ok((full, executes))
     }
 
@@ -172,10 +200,10 @@ impl Inner {
         }
         // Due a claim lead ahead; then the dispatcher asks the strategy, on
         // the membership as it is at that time.
-        let lead = duration_ms(self.settings.claim_lead);
+        let lead = duration_ms(self.ctx.settings.claim_lead);
         self.queue.push(
             execute_id,
-            (job, self.lane_of(job)),
+            (job, self.ctx.lane_of(job)),
             &trigger,
             fires,
             |t| t.saturating_add_millis(-lead),
@@ -187,16 +215,12 @@ impl Inner {
     /// yet (so that a pause or delete since their claim is seen), by id; the
     /// launch stage keeps them as the latest versions.
     async fn read_jobs(&self, executes: &[Execute]) -> Result<HashMap<i64, Arc<Job>>, StoreError> {
-        let awaiting: Vec<i64> = self.launch.awaiting_launch.lock().keys().copied().collect();
+        let awaiting = self.ctx.flights.awaiting_jobs();
         let jobs = self
+            .ctx
             .jobs(executes.iter().map(|e| e.job_id).chain(awaiting.iter().copied()))
             .await?;
-        let mut latest = self.launch.latest_jobs.write();
-        latest.clear();
-        latest.extend(jobs.iter().map(|(id, job)| (*id, Some(Arc::clone(job)))));
-        for id in awaiting {
-            latest.entry(id).or_insert(None);
-        }
+        self.ctx.flights.set_latest_jobs(&jobs, &awaiting);
         Ok(jobs)
     }
 
@@ -233,7 +257,7 @@ impl Inner {
         }
         match execute
             .trigger
-            .on_misfire(&execute.fire_state, db_now, &self.settings.misfire)
+            .on_misfire(&execute.fire_state, db_now, &self.ctx.settings.misfire)
         {
             Some(decision) => Decision::Write(self.overdue(execute, job, db_now, decision)),
             None => Decision::Queue(execute),
@@ -258,7 +282,7 @@ impl Inner {
                 reason: format!(
                     "misfired: found {late_ms} ms late (threshold {} ms); policy {} ran {} of the missed times, \
                      skipped {}{}",
-                    self.settings.misfire.threshold_ms(),
+                    self.ctx.settings.misfire.threshold_ms(),
                     decision.applied,
                     decision.runs.len(),
                     s.count,
@@ -296,7 +320,7 @@ impl Inner {
         }
         let updates: Vec<(ExecuteCas, Vec<SkippedRecord>)> =
             writes.iter().map(|w| (w.cas.clone(), w.records.clone())).collect();
-        let won = self.store.update_executes(&updates).await?;
+        let won = self.ctx.store.update_executes(&updates).await?;
         for (write, won) in writes.into_iter().zip(won) {
             if !won {
                 continue;
@@ -316,16 +340,16 @@ impl Inner {
         match &write.kind {
             WriteKind::Paused => {}
             WriteKind::Recomputed => {
-                self.count(|c| c.recomputed += 1);
-                tracing::info!(scheduler = self.scheduler, job, execute_id,
+                self.ctx.count(|c| c.recomputed += 1);
+                tracing::info!(scheduler = self.ctx.scheduler, job, execute_id,
                     next_fire_time = ?write.cas.set.next_fire_time, "execute's next fire time computed from its schedule");
             }
             WriteKind::Misfire(decision) => {
-                self.count(|c| c.misfires += 1);
-                super::metrics::misfire(&self.scheduler, decision.applied.to_string());
+                self.ctx.count(|c| c.misfires += 1);
+                super::metrics::misfire(&self.ctx.scheduler, decision.applied.to_string());
                 let skipped = decision.skipped.as_ref().map_or(0, |s| s.count);
                 tracing::debug!(
-                    scheduler = self.scheduler,
+                    scheduler = self.ctx.scheduler,
                     job,
                     execute_id,
                     policy = %decision.applied,
@@ -334,7 +358,7 @@ impl Inner {
                     "misfire handled"
                 );
                 let fires = (decision.runs.len() as u64 + skipped).max(1);
-                self.misfires.lock().add(job, decision.applied.as_str(), fires);
+                self.ctx.misfired(job, decision.applied.as_str(), fires);
             }
         }
     }
@@ -348,15 +372,15 @@ impl Inner {
         job: &Arc<Job>,
         db_now: Timestamp,
     ) -> Result<(), StoreError> {
-        if self.warned.lock().insert(job.spec.name.clone()) {
+        if self.ctx.warned.lock().insert(job.spec.name.clone()) {
             tracing::warn!(
-                scheduler = self.scheduler,
+                scheduler = self.ctx.scheduler,
                 job = job.spec.name,
                 handler = job.spec.handler,
                 "this node has no such handler; leaving the job to nodes that have it"
             );
         }
-        let cutoff = Timestamp::from_millis(db_now.as_millis() - self.settings.misfire.threshold_ms());
+        let cutoff = Timestamp::from_millis(db_now.as_millis() - self.ctx.settings.misfire.threshold_ms());
         // A fixed-delay fire waits for a finish that never comes: left alone.
         let fires: Vec<Fire> = execute
             .trigger
@@ -367,8 +391,8 @@ impl Inner {
         if fires.is_empty() {
             return Ok(()); // the usual case: not overdue, others may have it
         }
-        let node = self.node();
-        let mut known: Vec<&str> = self.handlers.keys().map(String::as_str).collect();
+        let node = self.ctx.node();
+        let mut known: Vec<&str> = self.ctx.handlers.keys().map(String::as_str).collect();
         known.sort_unstable();
         let error = format!(
             "no live node ran handler {:?} within the misfire threshold (this node has: {})",
@@ -376,16 +400,17 @@ impl Inner {
             known.join(", ")
         );
         for fire in fires {
-            let Some(fire_id) = self.store.claim(&Claim::for_fire(execute.id, &fire, &node)).await? else {
+            let Some(fire_id) = self.ctx.store.claim(&Claim::for_fire(execute.id, &fire, &node)).await? else {
                 break; // another node moved the row
             };
             if self
+                .ctx
                 .store
                 .end_fire(fire_id, &node, FireEnd::Refused { reason: error.clone() })
                 .await
                 .map(|f| f.ended())?
             {
-                self.count(|c| c.failed += 1);
+                self.ctx.count(|c| c.failed += 1);
             }
         }
         Ok(())

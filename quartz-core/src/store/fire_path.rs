@@ -235,7 +235,7 @@ pub trait FireStore: Send + Sync {
     /// for a fire that is no longer this incarnation's to end (so sending
     /// an end again after a lost answer is harmless), otherwise what
     /// [`FireEnd`] says of each kind. When every end is a plain success
-    /// (`Succeeded { chain: false }`, the completer's batch) they are one
+    /// (`Succeeded { chain: false }`, the recorder's batch) they are one
     /// transaction, all or none; otherwise each end is its own transaction,
     /// in order, and an error stops there (those before it stand).
     async fn end_fires(&self, node: &NodeRef, ends: &[(i64, FireEnd)]) -> Result<Vec<FollowUp>, StoreError>;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::launch::RunFire;
-use super::node::FINISH_TRIES;
+use super::context::FINISH_TRIES;
+use super::run::RunFire;
 use crate::store::{ChainedFire, FIRES_PER_BATCH, FireEnd, FollowUp, NodeRef, Outcome, SharedStore, StoreError};
 use crate::time::Timestamp;
 

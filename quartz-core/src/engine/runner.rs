@@ -1,77 +1,147 @@
-//! Supervision of a fire the pool accepted: its timeout, its outcome, and
-//! what comes after (the execute's release, a retry, a chain of child jobs,
-//! a misfire's late run).
+//! The runner: a started fire handed to its lane (a pool thread, or a task
+//! of its own for an async handler), followed to its outcome (its timeout,
+//! its cancellation), and what comes after: the outcome to the recorder,
+//! the execute's release, a retry or a misfire's late run to the backlog
+//! (a ledger row first), a chain's children to the launcher.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use quartz_pool::RejectReason;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
-use super::backlog::PendingFire;
-use super::handler::{CancelReason, JobResult, RunKind};
-use super::launch::RunFire;
-use super::node::{FINISH_TRIES, Inner, release_cas};
+use super::context::{Ctx, FINISH_TRIES, release_cas};
+use super::gate::{Gate, START_RECHECK};
+use super::handler::{CancelReason, Cancellation, JobContext, RunKind};
+use super::recorder::Recorder;
+use super::run::{PendingFire, Ran, RunFire};
 use crate::misfire::MisfirePolicy;
 use crate::store::{ChainedFire, FireEnd, FollowUp, LateRun, Outcome};
 use crate::trigger::Trigger;
 
-/// What a fire's pool task reports.
-pub(super) enum Ran {
-    /// The handler ran, with this outcome.
-    Done(JobResult),
-    /// A thread took the fire this many milliseconds after its time, past the
-    /// misfire threshold: the handler did not run.
-    Late(i64),
-    /// A thread took the fire late and found it no longer this incarnation's:
-    /// the handler did not run.
-    NotOwned,
-    /// A thread took the fire late and the database could not confirm its
-    /// start: the handler did not run, and the fire goes to its policy.
-    Unconfirmed,
+/// The runner stage.
+pub(super) struct Runner {
+    ctx: Arc<Ctx>,
+    /// Outcomes to the ledger.
+    pub(super) recorder: Arc<Recorder>,
+    /// Retries and late runs, to the backlog, which claims them when due.
+    pending: mpsc::UnboundedSender<PendingFire>,
+    /// A chain's children, claimed with their parent's success, to the
+    /// launcher.
+    chained: mpsc::UnboundedSender<RunFire>,
 }
 
-/// The misfires since the last poll's report: an overloaded node says so in
-/// one line a poll, not one a fire.
-#[derive(Debug, Default)]
-pub(super) struct Misfires {
-    fires: u64,
-    by_policy: std::collections::BTreeMap<&'static str, u64>,
-    /// A few of the jobs, for the line.
-    jobs: Vec<String>,
-}
-
-impl Misfires {
-    /// How many jobs the line names.
-    const JOBS_NAMED: usize = 3;
-
-    /// `fires` fire times of `job` misfired, handled by `policy`.
-    pub(super) fn add(&mut self, job: &str, policy: &'static str, fires: u64) {
-        self.fires += fires;
-        *self.by_policy.entry(policy).or_default() += fires;
-        if self.jobs.len() < Self::JOBS_NAMED && !self.jobs.iter().any(|j| j == job) {
-            self.jobs.push(job.to_owned());
+impl Runner {
+    pub(super) fn new(
+        ctx: Arc<Ctx>,
+        recorder: Arc<Recorder>,
+        pending: mpsc::UnboundedSender<PendingFire>,
+        chained: mpsc::UnboundedSender<RunFire>,
+    ) -> Runner {
+        Runner {
+            ctx,
+            recorder,
+            pending,
+            chained,
         }
     }
-}
 
-impl Inner {
-    /// Says in one line what misfired since the last report, if anything.
-    pub(super) fn report_misfires(&self) {
-        let seen = std::mem::take(&mut *self.misfires.lock());
-        if seen.fires == 0 {
+    /// A pending fire to the backlog.
+    fn queue_pending(&self, fire: PendingFire) {
+        let _ = self.pending.send(fire);
+    }
+
+    /// Hands a started fire to its lane: the pool for a blocking handler,
+    /// a task of its own for an async one. Either runs the handler unless
+    /// it is taken past the misfire threshold, or, taken late, found no
+    /// longer this incarnation's ([`Gate`]).
+    pub(super) fn submit(self: &Arc<Self>, mut run: RunFire) {
+        let Some(handler) = self.ctx.handlers.get(&run.job.spec.handler).cloned() else {
+            return;
+        };
+        let (cancel_tx, cancellation) = Cancellation::new();
+        let (done_tx, done_rx) = oneshot::channel::<Ran>();
+        let ctx = JobContext {
+            states: Arc::clone(&self.ctx.states),
+            kind: run.kind,
+            job_id: run.job.id,
+            job_name: Arc::from(run.job.spec.name.as_str()),
+            execute_id: run.execute_id,
+            fire_time: run.fire_time,
+            fire_id: run.fire_id,
+            attempt: run.attempt,
+            payload: Arc::from(run.job.spec.payload.as_str()),
+            node_id: Arc::from(run.node.node_id.as_str()),
+            cancellation,
+        };
+        let span = fire_span(&self.ctx.scheduler, &run);
+        let gate = Gate {
+            ctx: Arc::clone(&self.ctx),
+            recorder: Arc::clone(&self.recorder),
+            fire_time: run.fire_time,
+            threshold_ms: run.misfire_limit(self.ctx.settings.misfire.threshold_ms()),
+            submitted: std::time::Instant::now(),
+            fire_id: run.fire_id,
+            owner: run.node.clone(),
+        };
+        // The fire's place in its room is given back when its handler returns.
+        let hold = run.hold.take();
+        if handler.is_async() {
+            tokio::spawn(async move {
+                let _hold = hold;
+                let ran = match gate.pass().await {
+                    Ok(()) => Ran::Done(handler.call_async(ctx, span).await),
+                    Err(ran) => ran,
+                };
+                let _ = done_tx.send(ran);
+            });
+            tokio::spawn(Arc::clone(self).supervise(run, done_rx, cancel_tx));
             return;
         }
-        let policies: Vec<String> = seen.by_policy.iter().map(|(p, n)| format!("{p}: {n}")).collect();
-        tracing::warn!(
-            scheduler = self.scheduler,
-            fires = seen.fires,
-            policies = policies.join(", "),
-            jobs = seen.jobs.join(", "),
-            "fire times misfired since the last poll, each handled by its policy (debug logs name every one)"
-        );
+        let runtime = self.ctx.runtime.clone();
+        let clock_hold = self.ctx.clock.hold();
+        let task = move || {
+            let _hold = (hold, clock_hold);
+            let _in_fire = span.enter();
+            let ran = match gate.pass_blocking() {
+                Ok(()) => Ran::Done(handler.call(ctx, &runtime, &span)),
+                Err(ran) => ran,
+            };
+            let _ = done_tx.send(ran);
+        };
+        match self.ctx.pool.try_submit(task) {
+            Ok(()) => {
+                tokio::spawn(Arc::clone(self).supervise(run, done_rx, cancel_tx));
+            }
+            Err(rejected) => {
+                tokio::spawn(Arc::clone(self).offer_again(run, rejected, done_rx, cancel_tx));
+            }
+        }
+    }
+
+    /// A started fire the pool refused. The room the dispatcher keeps says a
+    /// thread is about to be free (a handler returned and gave its place
+    /// back before its thread took the next task): offered again every
+    /// millisecond for a short while; refused still, it is a misfire.
+    async fn offer_again(
+        self: Arc<Self>,
+        run: RunFire,
+        mut rejected: quartz_pool::Rejected,
+        done_rx: oneshot::Receiver<Ran>,
+        cancel_tx: watch::Sender<Option<CancelReason>>,
+    ) {
+        let patience = std::time::Instant::now() + START_RECHECK;
+        while rejected.reason != RejectReason::ShutDown && std::time::Instant::now() < patience {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            match self.ctx.pool.try_resubmit(rejected.into_task()) {
+                Ok(()) => return self.supervise(run, done_rx, cancel_tx).await,
+                Err(again) => rejected = again,
+            }
+        }
+        let reason = rejected.reason;
+        drop(rejected);
+        self.on_rejected(run, reason).await;
     }
 
     /// Follows a fire the pool accepted: its start, timeout and outcome, then
@@ -83,7 +153,7 @@ impl Inner {
         cancel_tx: watch::Sender<Option<CancelReason>>,
     ) {
         self.follow(&run, done_rx, cancel_tx).await;
-        self.inflight.fetch_sub(1, Ordering::SeqCst);
+        self.ctx.flights.ended(1);
     }
 
     pub(super) async fn follow(
@@ -92,7 +162,7 @@ impl Inner {
         done_rx: oneshot::Receiver<Ran>,
         cancel_tx: watch::Sender<Option<CancelReason>>,
     ) {
-        self.running.lock().insert(run.fire_id, cancel_tx.clone());
+        self.ctx.flights.running(run.fire_id, cancel_tx.clone());
         let timeout = run.job.spec.timeout;
         let mut done_rx = done_rx;
         let result = match timeout {
@@ -106,13 +176,13 @@ impl Inner {
         };
         let result = match result {
             Some(Ran::Late(late_ms)) => {
-                self.running.lock().remove(&run.fire_id);
+                self.ctx.flights.not_running(run.fire_id);
                 let cause = format!("a thread took it {late_ms} ms after its time");
                 self.misfired(run.clone(), &cause, false).await;
                 return;
             }
             Some(Ran::Unconfirmed) => {
-                self.running.lock().remove(&run.fire_id);
+                self.ctx.flights.not_running(run.fire_id);
                 self.misfired(
                     run.clone(),
                     "its start could not be confirmed after waiting for a thread",
@@ -122,14 +192,14 @@ impl Inner {
                 return;
             }
             Some(Ran::NotOwned) => {
-                self.running.lock().remove(&run.fire_id);
-                self.count(|c| c.fenced += 1);
+                self.ctx.flights.not_running(run.fire_id);
+                self.ctx.count(|c| c.fenced += 1);
                 return;
             }
             Some(Ran::Done(result)) => Some(result),
             None => None,
         };
-        self.running.lock().remove(&run.fire_id);
+        self.ctx.flights.not_running(run.fire_id);
         let outcome = match result {
             Some(Ok(())) => Outcome::Succeeded,
             Some(Err(e)) => Outcome::Failed { error: e.to_string() },
@@ -138,19 +208,23 @@ impl Inner {
             },
         };
         let succeeded = outcome == Outcome::Succeeded;
-        self.count(|c| {
+        self.ctx.count(|c| {
             if succeeded {
                 c.succeeded += 1;
             } else {
                 c.failed += 1;
             }
         });
-        let job = self.settings.metrics_job_label.then_some(run.job.spec.name.as_str());
+        let job = self
+            .ctx
+            .settings
+            .metrics_job_label
+            .then_some(run.job.spec.name.as_str());
         let what = if succeeded { "succeeded" } else { "failed" };
-        super::metrics::outcome(&self.scheduler, &run.job.spec.handler, job, what);
+        super::metrics::outcome(&self.ctx.scheduler, &run.job.spec.handler, job, what);
         if let Outcome::Failed { error } = &outcome {
             tracing::warn!(
-                scheduler = self.scheduler,
+                scheduler = self.ctx.scheduler,
                 job = run.job.spec.name,
                 fire_id = run.fire_id,
                 attempt = run.attempt,
@@ -186,13 +260,13 @@ impl Inner {
         let _ = cancel_tx.send(Some(CancelReason::TimedOut));
         let limit_ms = limit.as_millis();
         let asked = std::time::Instant::now();
-        self.count(|c| c.timed_out += 1);
+        self.ctx.count(|c| c.timed_out += 1);
         let note = format!("timed out after {limit_ms} ms; asked to stop, still running");
-        if let Err(e) = self.store.fire_time_out(run.fire_id, &run.node, &note).await {
-            tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e, "could not record the timeout");
+        if let Err(e) = self.ctx.store.fire_time_out(run.fire_id, &run.node, &note).await {
+            tracing::warn!(scheduler = self.ctx.scheduler, fire_id = run.fire_id, error = %e, "could not record the timeout");
         }
         tracing::warn!(
-            scheduler = self.scheduler,
+            scheduler = self.ctx.scheduler,
             job = run.job.spec.name,
             fire_id = run.fire_id,
             limit_ms,
@@ -222,23 +296,23 @@ impl Inner {
         };
         // Only a fixed-delay successor needs the clock: it counts from the finish.
         let now = if expect.awaiting_finish {
-            match self.db_now().await {
+            match self.ctx.db_now().await {
                 Ok(now) => now,
                 Err(e) => {
-                    tracing::warn!(scheduler = self.scheduler, error = %e, "cannot read the clock; the execute is released by recovery");
+                    tracing::warn!(scheduler = self.ctx.scheduler, error = %e, "cannot read the clock; the execute is released by recovery");
                     return;
                 }
             }
         } else {
-            self.clock.db_now()
+            self.ctx.clock.db_now()
         };
         let cas = release_cas(run.execute_id, trigger, expect, Some(run.node.clone()), now);
-        match self.store.update_execute(&cas, &[]).await {
+        match self.ctx.store.update_execute(&cas, &[]).await {
             // The successor is due soon, perhaps before the next poll.
-            Ok(true) => self.poll_now.notify_one(),
+            Ok(true) => self.ctx.poll_now.notify_one(),
             Ok(false) => {}
             Err(e) => {
-                tracing::warn!(scheduler = self.scheduler, execute_id = run.execute_id, error = %e,
+                tracing::warn!(scheduler = self.ctx.scheduler, execute_id = run.execute_id, error = %e,
                     "releasing the execute failed; recovery releases it if this node dies");
             }
         }
@@ -248,10 +322,10 @@ impl Inner {
     /// child whose handler this node lacks is given back, for a node that has
     /// it (recovery takes released fires).
     pub(super) async fn chain(self: &Arc<Self>, parent: &RunFire, children: Vec<ChainedFire>) {
-        let jobs = match self.jobs(children.iter().map(|c| c.job_id)).await {
+        let jobs = match self.ctx.jobs(children.iter().map(|c| c.job_id)).await {
             Ok(jobs) => jobs,
             Err(e) => {
-                tracing::warn!(scheduler = self.scheduler, fire_id = parent.fire_id, error = %e,
+                tracing::warn!(scheduler = self.ctx.scheduler, fire_id = parent.fire_id, error = %e,
                     "cannot read the child jobs; their claimed fires are released by recovery if this node dies");
                 HashMap::new()
             }
@@ -259,21 +333,20 @@ impl Inner {
         for child in children {
             let job = jobs
                 .get(&child.job_id)
-                .filter(|job| self.handlers.contains_key(&job.spec.handler));
+                .filter(|job| self.ctx.handlers.contains_key(&job.spec.handler));
             let Some(job) = job else {
-                let _ = self.give_back_fire(child.fire_id, &parent.node).await;
+                let _ = self.ctx.give_back_fire(child.fire_id, &parent.node).await;
                 continue;
             };
             tracing::debug!(
-                scheduler = self.scheduler,
+                scheduler = self.ctx.scheduler,
                 parent = parent.job.spec.name,
                 child = job.spec.name,
                 fire_id = child.fire_id,
                 "chained fire"
             );
-            self.count(|c| c.chained += 1);
-            self.launch.unstarted.lock().insert(child.fire_id);
-            self.launch(RunFire {
+            self.ctx.count(|c| c.chained += 1);
+            let _ = self.chained.send(RunFire {
                 fire_id: child.fire_id,
                 execute_id: parent.execute_id,
                 job: Arc::clone(job),
@@ -283,7 +356,7 @@ impl Inner {
                 kind: RunKind::Scheduled,
                 node: parent.node.clone(),
                 release: None,
-                hold: Some(self.hold(job)),
+                hold: Some(self.ctx.hold(job)),
             });
         }
     }
@@ -293,10 +366,10 @@ impl Inner {
     pub(super) async fn on_rejected(self: Arc<Self>, run: RunFire, reason: RejectReason) {
         // Started already: the pool's refusal is recorded as a misfire (the
         // room the dispatcher keeps makes it the rare exception).
-        self.count(|c| c.rejected += 1);
+        self.ctx.count(|c| c.rejected += 1);
         self.misfired(run, &format!("the pool refused the fire ({reason})"), false)
             .await;
-        self.inflight.fetch_sub(1, Ordering::SeqCst);
+        self.ctx.flights.ended(1);
     }
 
     /// A won fire that will not start on time: recorded as misfired with its
@@ -337,6 +410,7 @@ impl Inner {
                 LateRun::OnePerExecute
             });
             let recorded = self
+                .ctx
                 .store
                 .end_fire(
                     run.fire_id,
@@ -358,42 +432,81 @@ impl Inner {
                 Ok(FollowUp::NotOwned) => return,
                 Ok(follow_up) => break follow_up,
                 Err(e) if tries < FINISH_TRIES => {
-                    tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e,
+                    tracing::warn!(scheduler = self.ctx.scheduler, fire_id = run.fire_id, error = %e,
                         "recording a misfire failed; retrying");
                     tokio::time::sleep(Duration::from_millis(100 << tries)).await;
                 }
                 Err(e) => {
-                    tracing::error!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e,
+                    tracing::error!(scheduler = self.ctx.scheduler, fire_id = run.fire_id, error = %e,
                         "the misfire could not be recorded");
                     return;
                 }
             }
         };
-        tracing::debug!(scheduler = self.scheduler, job = run.job.spec.name, fire_id = run.fire_id, %policy, cause, "fire misfired");
-        self.misfires.lock().add(&run.job.spec.name, policy.as_str(), 1);
+        tracing::debug!(scheduler = self.ctx.scheduler, job = run.job.spec.name, fire_id = run.fire_id, %policy, cause, "fire misfired");
+        self.ctx.misfired(&run.job.spec.name, policy.as_str(), 1);
         self.release(&run).await;
         if let Some(late) = PendingFire::after(&run, follow_up) {
             self.queue_pending(late);
         }
     }
+    /// Records a failed attempt and, in the same transaction, its retry as a
+    /// pending fire after the job's backoff; then waits for it here.
+    pub(super) async fn fail_with_retry(self: &Arc<Self>, run: &RunFire, error: &str) {
+        let backoff = run.job.spec.retry.delay(run.attempt + 1, run.fire_id);
+        for attempt in 1..=FINISH_TRIES {
+            match self
+                .ctx
+                .store
+                .end_fire(
+                    run.fire_id,
+                    &run.node,
+                    FireEnd::Failed {
+                        error: error.to_owned(),
+                        retry_in: Some(backoff),
+                    },
+                )
+                .await
+            {
+                Ok(FollowUp::NotOwned) => {
+                    tracing::warn!(
+                        scheduler = self.ctx.scheduler,
+                        fire_id = run.fire_id,
+                        "outcome not recorded: this incarnation no longer owns the fire (declared dead meanwhile)"
+                    );
+                    return;
+                }
+                Ok(follow_up) => {
+                    if let Some(next) = PendingFire::after(run, follow_up) {
+                        self.queue_pending(next);
+                    }
+                    return;
+                }
+                Err(e) if attempt < FINISH_TRIES => {
+                    tracing::warn!(scheduler = self.ctx.scheduler, fire_id = run.fire_id, error = %e, "recording the failure failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                }
+                Err(e) => {
+                    tracing::error!(scheduler = self.ctx.scheduler, fire_id = run.fire_id, error = %e,
+                        "the failure could not be recorded; the fire stays running in the ledger");
+                }
+            }
+        }
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn misfires_are_summed_by_policy_and_a_few_jobs_named() {
-        let mut seen = Misfires::default();
-        for i in 0..5 {
-            seen.add(&format!("job-{i}"), "fire_now", 2);
-        }
-        seen.add("job-0", "do_nothing", 10);
-        assert_eq!(seen.fires, 20);
-        assert_eq!(
-            seen.by_policy.iter().map(|(p, n)| (*p, *n)).collect::<Vec<_>>(),
-            [("do_nothing", 10), ("fire_now", 10)]
-        );
-        assert_eq!(seen.jobs, ["job-0", "job-1", "job-2"]);
-    }
+/// The span of one fire, entered on the pool thread around its handler: a
+/// handler's own log lines carry the job, the trigger (`execute`), the fire
+/// time, the attempt, the fire's ledger id and the node.
+fn fire_span(scheduler: &str, run: &RunFire) -> tracing::Span {
+    tracing::info_span!(
+        "fire",
+        scheduler,
+        job = run.job.spec.name.as_str(),
+        execute = run.execute_id,
+        fire_time = %run.fire_time,
+        attempt = run.attempt,
+        fire_id = run.fire_id,
+        node = run.node.node_id.as_str(),
+    )
 }

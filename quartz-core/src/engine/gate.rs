@@ -1,18 +1,15 @@
-//! The room a lane of handlers has ([`Room`], one for the pool's threads
-//! and queue, one for `async_max` tasks; the launch stage keeps both and
-//! says which a job's fires take), counting every fire this node holds
-//! until its handler returns; and what a fire passes between its hand-over
-//! and its handler ([`Gate`]).
+//! What a fire passes between its hand-over to a lane and its handler
+//! ([`Gate`]): not too late, and, after a long wait for a thread, still
+//! this incarnation's.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 
-use super::completer::StartAnswer;
-use super::node::Inner;
-use super::supervise::Ran;
+use super::context::Ctx;
+use super::recorder::{Recorder, StartAnswer};
+use super::run::Ran;
 use crate::store::NodeRef;
 use crate::time::Timestamp;
 
@@ -21,51 +18,6 @@ use crate::time::Timestamp;
 /// runs.
 pub(super) const START_RECHECK: Duration = Duration::from_millis(100);
 
-/// The room the pool has for fires this node holds.
-#[derive(Debug, Default)]
-pub(super) struct Room {
-    held: AtomicUsize,
-    /// Woken when a held fire is let go.
-    pub(super) freed: Notify,
-}
-
-/// One fire's place in the [`Room`]; clones share it, and the last one
-/// dropped gives it back.
-#[derive(Debug, Clone)]
-pub(super) struct Hold {
-    _place: Arc<HoldInner>,
-}
-
-#[derive(Debug)]
-struct HoldInner(Arc<Room>);
-
-impl Drop for HoldInner {
-    fn drop(&mut self) {
-        self.0.held.fetch_sub(1, Ordering::SeqCst);
-        self.0.freed.notify_one();
-    }
-}
-
-impl Room {
-    /// Takes a place.
-    pub(super) fn hold(self: &Arc<Self>) -> Hold {
-        self.held.fetch_add(1, Ordering::SeqCst);
-        Hold {
-            _place: Arc::new(HoldInner(Arc::clone(self))),
-        }
-    }
-
-    /// Fires held: won, and their handlers not returned.
-    pub(super) fn held(&self) -> usize {
-        self.held.load(Ordering::SeqCst)
-    }
-
-    /// How many more fires fit in `capacity`.
-    pub(super) fn left(&self, capacity: usize) -> usize {
-        capacity.saturating_sub(self.held())
-    }
-}
-
 /// What a fire passes between its hand-over and its handler. A fire won by
 /// a poll, on its first attempt, is misfired when it is taken past the
 /// threshold; one that waited past [`START_RECHECK`] (a busy pool, or this
@@ -73,7 +25,8 @@ impl Room {
 /// set to now, before it runs, so that a node declared dead meanwhile runs
 /// nothing it lost.
 pub(super) struct Gate {
-    pub(super) inner: Arc<Inner>,
+    pub(super) ctx: Arc<Ctx>,
+    pub(super) recorder: Arc<Recorder>,
     pub(super) fire_time: Timestamp,
     pub(super) threshold_ms: Option<i64>,
     pub(super) submitted: std::time::Instant,
@@ -105,14 +58,14 @@ impl Gate {
     /// others waiting at this moment, in one statement: a busy pool asks
     /// no round trip per fire).
     fn check(&self) -> Result<Option<oneshot::Receiver<StartAnswer>>, Ran> {
-        let late_ms = self.inner.clock.db_now().as_millis() - self.fire_time.as_millis();
+        let late_ms = self.ctx.clock.db_now().as_millis() - self.fire_time.as_millis();
         if self.threshold_ms.is_some_and(|limit| late_ms > limit) {
             return Err(Ran::Late(late_ms));
         }
         if self.submitted.elapsed() <= START_RECHECK {
             return Ok(None);
         }
-        Ok(Some(self.inner.recorder.confirm(self.fire_id, self.owner.clone())))
+        Ok(Some(self.recorder.confirm(self.fire_id, self.owner.clone())))
     }
 
     /// The start confirmed again: judged by the start the ledger recorded.
@@ -133,26 +86,5 @@ impl Gate {
             return Err(Ran::Late(late_ms));
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_hold_is_given_back_when_its_last_clone_is_dropped() {
-        let room = Arc::new(Room::default());
-        let a = room.hold();
-        let b = room.hold();
-        let a2 = a.clone();
-        assert_eq!(room.held(), 2);
-        assert_eq!(room.left(5), 3);
-        drop(a);
-        assert_eq!(room.held(), 2, "a clone still holds it");
-        drop(a2);
-        drop(b);
-        assert_eq!(room.held(), 0);
-        assert_eq!(room.left(5), 5);
     }
 }

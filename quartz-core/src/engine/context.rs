@@ -1,0 +1,369 @@
+//! What a node's stages share ([`Ctx`]): the store, the settings, the
+//! handlers, the pool, the clock, the node's incarnation and phase, its
+//! stop signal, the membership as last read, its counters, and what it
+//! holds of fires in flight ([`Flights`]). Each stage is a type of its own
+//! file that keeps its own state and holds the context; the node
+//! ([`super::node`]) only wires them.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use quartz_pool::Pool;
+use tokio::sync::{Notify, mpsc, watch};
+
+use super::clock::Clock;
+use super::flight::{Flights, Hold};
+use super::handler::{Handler, Lane, States};
+use super::{Counters, Phase, Settings};
+use crate::store::{ExecuteCas, ExecuteState, FireEnd, Job, Node, NodeRef, NodeRegistration, SharedStore, StoreError};
+use crate::time::Timestamp;
+use crate::trigger::{Trigger, TriggerState};
+
+/// How many times recording an outcome is tried before it is left to recovery.
+pub(super) const FINISH_TRIES: u32 = 5;
+
+/// The most orphaned fires or executes one recovery pass handles.
+pub(super) const RECOVERY_BATCH: u32 = 200;
+
+/// What a node's stages share.
+pub(super) struct Ctx {
+    pub(super) store: SharedStore,
+    pub(super) scheduler: String,
+    pub(super) settings: Settings,
+    pub(super) handlers: HashMap<String, Handler>,
+    /// What the handlers share ([`JobContext::state`](super::JobContext::state)).
+    pub(super) states: States,
+    pub(super) pool: Arc<Pool>,
+    pub(super) runtime: tokio::runtime::Handle,
+    pub(super) clock: Clock,
+    pub(super) registration: NodeRegistration,
+    node: RwLock<NodeRef>,
+    phase: Mutex<Phase>,
+    /// Set once: stop claiming and starting fires.
+    stop: watch::Sender<bool>,
+    /// Asks the poller for a poll now.
+    pub(super) poll_now: Notify,
+    /// The scheduler's nodes as last read (the strategy asks them).
+    pub(super) members: RwLock<Vec<Node>>,
+    counters: Mutex<Counters>,
+    /// Jobs whose handler this node lacks, said once each.
+    pub(super) warned: Mutex<HashSet<String>>,
+    /// What misfired since the last poll, for its one-line report.
+    misfires: Mutex<Misfires>,
+    /// What the node holds of its fires in flight.
+    pub(super) flights: Flights,
+}
+
+/// What a node starts its context from.
+pub(super) struct Parts {
+    pub(super) store: SharedStore,
+    pub(super) scheduler: String,
+    pub(super) settings: Settings,
+    pub(super) handlers: HashMap<String, Handler>,
+    pub(super) states: States,
+    pub(super) pool: Pool,
+    pub(super) clock: Clock,
+    pub(super) registration: NodeRegistration,
+    pub(super) node: Node,
+}
+
+impl Ctx {
+    pub(super) fn new(parts: Parts) -> Ctx {
+        let me = NodeRef {
+            node_id: parts.node.node_id.clone(),
+            incarnation: parts.node.incarnation,
+        };
+        Ctx {
+            store: parts.store,
+            scheduler: parts.scheduler,
+            settings: parts.settings,
+            handlers: parts.handlers,
+            states: parts.states,
+            pool: Arc::new(parts.pool),
+            runtime: tokio::runtime::Handle::current(),
+            clock: parts.clock,
+            registration: parts.registration,
+            node: RwLock::new(me),
+            phase: Mutex::new(Phase::Running),
+            stop: watch::channel(false).0,
+            poll_now: Notify::new(),
+            members: RwLock::new(vec![parts.node]),
+            counters: Mutex::new(Counters::default()),
+            warned: Mutex::new(HashSet::new()),
+            misfires: Mutex::default(),
+            flights: Flights::default(),
+        }
+    }
+
+    /// This node's id and current incarnation.
+    pub(super) fn node(&self) -> NodeRef {
+        self.node.read().clone()
+    }
+
+    /// This node registered again, under a new incarnation.
+    pub(super) fn set_node(&self, node: NodeRef) {
+        *self.node.write() = node;
+    }
+
+    pub(super) fn phase(&self) -> Phase {
+        *self.phase.lock()
+    }
+
+    pub(super) fn set_phase(&self, phase: Phase) {
+        *self.phase.lock() = phase;
+    }
+
+    /// Moves to shutting down; `false` when the node is stopping already.
+    pub(super) fn begin_shutdown(&self) -> bool {
+        let mut phase = self.phase.lock();
+        if matches!(*phase, Phase::ShuttingDown | Phase::Stopped) {
+            return false;
+        }
+        *phase = Phase::ShuttingDown;
+        true
+    }
+
+    pub(super) fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Stops claiming and starting fires, for good.
+    pub(super) fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// The stop signal, for a task that waits on it.
+    pub(super) fn stop_signal(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    /// Waits until the node stops.
+    pub(super) async fn stopped(&self) {
+        let _ = self.stop.subscribe().wait_for(|s| *s).await;
+    }
+
+    /// Updates the node's counters, and records what was added as metrics.
+    pub(super) fn count(&self, f: impl FnOnce(&mut Counters)) {
+        let mut counters = self.counters.lock();
+        let before = *counters;
+        f(&mut counters);
+        let after = *counters;
+        drop(counters);
+        super::metrics::counted(&self.scheduler, &before, &after);
+    }
+
+    pub(super) fn counters(&self) -> Counters {
+        *self.counters.lock()
+    }
+
+    /// Reads the database clock and corrects the node's offset to it.
+    pub(super) async fn db_now(&self) -> Result<Timestamp, StoreError> {
+        let now = self.store.now().await?;
+        self.clock.observe(now);
+        Ok(now)
+    }
+
+    /// The jobs with these ids, by id.
+    pub(super) async fn jobs(&self, ids: impl Iterator<Item = i64>) -> Result<HashMap<i64, Arc<Job>>, StoreError> {
+        let ids: Vec<i64> = ids.collect();
+        let jobs = self.store.jobs_by_id(&ids).await?;
+        Ok(jobs.into_iter().map(|j| (j.id, Arc::new(j))).collect())
+    }
+
+    /// The next message of a stage's inbox; `None` once the node stops or
+    /// the inbox closes.
+    pub(super) async fn next<T>(&self, inbox: &mut mpsc::UnboundedReceiver<T>) -> Option<T> {
+        tokio::select! {
+            next = inbox.recv() => next,
+            () = self.stopped() => None,
+        }
+    }
+
+    /// Waits for `d`, or until the node stops; `false` when it stopped.
+    pub(super) async fn pause(&self, d: Duration) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(d) => !self.stopping(),
+            () = self.stopped() => false,
+        }
+    }
+
+    /// Gives a claimed, unstarted fire back, for any node to take at once;
+    /// whether it was still this incarnation's to give.
+    pub(super) async fn give_back_fire(&self, fire_id: i64, node: &NodeRef) -> Result<bool, StoreError> {
+        Ok(self.store.end_fire(fire_id, node, FireEnd::Released).await?.ended())
+    }
+
+    /// The lane a job's fires run in: a task for an async handler, the pool
+    /// otherwise.
+    pub(super) fn lane_of(&self, job: &Job) -> Lane {
+        match self.handlers.get(&job.spec.handler) {
+            Some(handler) if handler.is_async() => Lane::Task,
+            _ => Lane::Pool,
+        }
+    }
+
+    /// The room a lane has. The pool's: its threads and queue, less what
+    /// this node holds; none while every thread is busy (a queued fire would
+    /// wait for a thread that long handlers may hold past its time). The
+    /// tasks': `async_max` less the fires held for them.
+    pub(super) fn room_in(&self, lane: Lane) -> usize {
+        match lane {
+            Lane::Pool if self.pool.metrics().busy >= self.settings.pool_max => 0,
+            Lane::Pool => self
+                .flights
+                .room
+                .left(self.settings.pool_max + self.settings.pool_queue),
+            Lane::Task => self.flights.task_room.left(self.settings.async_max),
+        }
+    }
+
+    /// The room of each lane, by [`Lane`] as index.
+    pub(super) fn rooms(&self) -> [usize; 2] {
+        [self.room_in(Lane::Pool), self.room_in(Lane::Task)]
+    }
+
+    /// The room for a fire of the job with this id: its lane's when the last
+    /// poll read the job, else the room of either.
+    pub(super) fn room_for_job(&self, job_id: i64) -> usize {
+        let lane = match self.flights.latest_job(job_id) {
+            Some(Some(job)) => Some(self.lane_of(&job)),
+            _ => None,
+        };
+        lane.map_or_else(|| self.rooms().into_iter().sum(), |lane| self.room_in(lane))
+    }
+
+    /// A place in the room of a job's lane, for a fire of it.
+    pub(super) fn hold(&self, job: &Job) -> Hold {
+        match self.lane_of(job) {
+            Lane::Pool => self.flights.room.hold(),
+            Lane::Task => self.flights.task_room.hold(),
+        }
+    }
+
+    /// `fires` fire times of `job` misfired, handled by `policy`: said in
+    /// the poll's one line.
+    pub(super) fn misfired(&self, job: &str, policy: &'static str, fires: u64) {
+        self.misfires.lock().add(job, policy, fires);
+    }
+
+    /// Says in one line what misfired since the last report, if anything.
+    pub(super) fn report_misfires(&self) {
+        let seen = std::mem::take(&mut *self.misfires.lock());
+        if seen.fires == 0 {
+            return;
+        }
+        let policies: Vec<String> = seen.by_policy.iter().map(|(p, n)| format!("{p}: {n}")).collect();
+        tracing::warn!(
+            scheduler = self.scheduler,
+            fires = seen.fires,
+            policies = policies.join(", "),
+            jobs = seen.jobs.join(", "),
+            "fire times misfired since the last poll, each handled by its policy (debug logs name every one)"
+        );
+    }
+}
+
+/// The misfires since the last poll's report: an overloaded node says so in
+/// one line a poll, not one a fire.
+#[derive(Debug, Default)]
+struct Misfires {
+    fires: u64,
+    by_policy: std::collections::BTreeMap<&'static str, u64>,
+    /// A few of the jobs, for the line.
+    jobs: Vec<String>,
+}
+
+impl Misfires {
+    /// How many jobs the line names.
+    const JOBS_NAMED: usize = 3;
+
+    /// `fires` fire times of `job` misfired, handled by `policy`.
+    fn add(&mut self, job: &str, policy: &'static str, fires: u64) {
+        self.fires += fires;
+        *self.by_policy.entry(policy).or_default() += fires;
+        if self.jobs.len() < Self::JOBS_NAMED && !self.jobs.iter().any(|j| j == job) {
+            self.jobs.push(job.to_owned());
+        }
+    }
+}
+
+/// The release of an execute a fire held in the running state (a fixed-delay
+/// trigger awaiting its finish, or a job that disallows concurrency): back to
+/// waiting, or complete when nothing follows; a fixed-delay trigger's next fire
+/// is one delay after `now`.
+pub(super) fn release_cas(
+    execute_id: i64,
+    trigger: &Trigger,
+    held: &TriggerState,
+    owner: Option<NodeRef>,
+    now: Timestamp,
+) -> ExecuteCas {
+    let next = if held.awaiting_finish {
+        trigger.next_after_finish(now)
+    } else {
+        held.next_fire_time
+    };
+    ExecuteCas {
+        execute_id,
+        expect_state: ExecuteState::Running,
+        expect: held.clone(),
+        expect_owner: owner,
+        set_state: waiting_or_complete(next),
+        set: TriggerState {
+            next_fire_time: next,
+            awaiting_finish: false,
+            ..held.clone()
+        },
+        set_owner: None,
+        set_trigger: None,
+        set_signature: None,
+    }
+}
+
+/// Waiting when a fire follows, complete otherwise.
+pub(super) fn waiting_or_complete(next: Option<Timestamp>) -> ExecuteState {
+    if next.is_some() {
+        ExecuteState::Waiting
+    } else {
+        ExecuteState::Complete
+    }
+}
+
+/// The first fire time at or after `now` of a row whose schedule is new or was
+/// edited (a repeat limit already reached completes it).
+pub(super) fn first_at_or_after(trigger: &Trigger, state: &TriggerState, now: Timestamp) -> Option<Timestamp> {
+    trigger.first_at_or_after(state, now)
+}
+
+pub(super) fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+pub(super) async fn sleep_until_or_forever(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn misfires_are_summed_by_policy_and_a_few_jobs_named() {
+        let mut seen = Misfires::default();
+        for i in 0..5 {
+            seen.add(&format!("job-{i}"), "fire_now", 2);
+        }
+        seen.add("job-0", "do_nothing", 10);
+        assert_eq!(seen.fires, 20);
+        assert_eq!(
+            seen.by_policy.iter().map(|(p, n)| (*p, *n)).collect::<Vec<_>>(),
+            [("do_nothing", 10), ("fire_now", 10)]
+        );
+        assert_eq!(seen.jobs, ["job-0", "job-1", "job-2"]);
+    }
+}

@@ -1,0 +1,234 @@
+//! What a node holds of its fires in flight, with one owner ([`Flights`]):
+//! the fires won and not started, the ones started whose outcome is not
+//! recorded, the running fires' cancellation, the pending fires it waits
+//! on, and the room each lane of handlers has ([`Room`], one for the pool's
+//! threads and queue, one for `async_max` tasks), counting every fire this
+//! node holds until its handler returns.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{Notify, watch};
+
+use super::handler::CancelReason;
+use crate::store::Job;
+
+/// The room the pool has for fires this node holds.
+#[derive(Debug, Default)]
+pub(super) struct Room {
+    held: AtomicUsize,
+    /// Woken when a held fire is let go.
+    pub(super) freed: Notify,
+}
+
+/// One fire's place in the [`Room`]; clones share it, and the last one
+/// dropped gives it back.
+#[derive(Debug, Clone)]
+pub(super) struct Hold {
+    _place: Arc<HoldInner>,
+}
+
+#[derive(Debug)]
+struct HoldInner(Arc<Room>);
+
+impl Drop for HoldInner {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::SeqCst);
+        self.0.freed.notify_one();
+    }
+}
+
+impl Room {
+    /// Takes a place.
+    pub(super) fn hold(self: &Arc<Self>) -> Hold {
+        self.held.fetch_add(1, Ordering::SeqCst);
+        Hold {
+            _place: Arc::new(HoldInner(Arc::clone(self))),
+        }
+    }
+
+    /// Fires held: won, and their handlers not returned.
+    pub(super) fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// How many more fires fit in `capacity`.
+    pub(super) fn left(&self, capacity: usize) -> usize {
+        capacity.saturating_sub(self.held())
+    }
+}
+
+/// What a node holds of its fires in flight: every stage reads and writes
+/// it through the node's context, and nothing else keeps a fire's place.
+#[derive(Debug, Default)]
+pub(super) struct Flights {
+    /// Won fires not yet started (claimed in the ledger): given back at
+    /// shutdown, and never taken for lost by the sweep.
+    unstarted: Mutex<HashSet<i64>>,
+    /// Fires started (marked running) whose outcome is not recorded yet: a
+    /// shutdown waits for them.
+    inflight: AtomicUsize,
+    /// Running fires' cancellation senders.
+    running: Mutex<HashMap<i64, watch::Sender<Option<CancelReason>>>>,
+    /// The fires this node holds for the pool.
+    pub(super) room: Arc<Room>,
+    /// The fires this node holds for async handlers' tasks.
+    pub(super) task_room: Arc<Room>,
+    /// The jobs the last poll read, `None` for one deleted: a fire claimed
+    /// before its job was edited runs with the edited version, and one
+    /// claimed before its job was paused or deleted does not run.
+    latest_jobs: RwLock<HashMap<i64, Option<Arc<Job>>>>,
+    /// Jobs with fires claimed and not launched yet, and how many: each poll
+    /// reads them too, whether or not their triggers are due.
+    awaiting_launch: Mutex<HashMap<i64, usize>>,
+    /// Pending fires (retries, late runs) this node waits on, by ledger id.
+    pending: Mutex<HashSet<i64>>,
+}
+
+impl Flights {
+    /// Fires held (see [`Room`]), in both lanes.
+    pub(super) fn held(&self) -> usize {
+        self.room.held() + self.task_room.held()
+    }
+
+    /// Fires won and not started: known to this node before their claim
+    /// commits, so that the sweep for claims it lost track of leaves them
+    /// alone.
+    pub(super) fn unstarted(&self, ids: impl IntoIterator<Item = i64>) {
+        self.unstarted.lock().extend(ids);
+    }
+
+    /// Fires started, or given up, since [`Self::unstarted`].
+    pub(super) fn not_unstarted(&self, ids: impl IntoIterator<Item = i64>) {
+        let mut unstarted = self.unstarted.lock();
+        for id in ids {
+            unstarted.remove(&id);
+        }
+    }
+
+    /// Whether a fire is won and not started.
+    pub(super) fn is_unstarted(&self, id: i64) -> bool {
+        self.unstarted.lock().contains(&id)
+    }
+
+    /// Every fire won and not started, forgotten: a shutdown gives them back.
+    pub(super) fn take_unstarted(&self) -> HashSet<i64> {
+        std::mem::take(&mut *self.unstarted.lock())
+    }
+
+    /// `n` fires start: a shutdown waits for their outcomes.
+    pub(super) fn started(&self, n: usize) {
+        self.inflight.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// `n` started fires ended (recorded, or left to recovery).
+    pub(super) fn ended(&self, n: usize) {
+        self.inflight.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    /// Started fires whose outcome is not recorded yet.
+    pub(super) fn in_flight(&self) -> usize {
+        self.inflight.load(Ordering::SeqCst)
+    }
+
+    /// A fire's handler runs, cancelled through `cancel`.
+    pub(super) fn running(&self, fire_id: i64, cancel: watch::Sender<Option<CancelReason>>) {
+        self.running.lock().insert(fire_id, cancel);
+    }
+
+    /// A fire's handler returned.
+    pub(super) fn not_running(&self, fire_id: i64) {
+        self.running.lock().remove(&fire_id);
+    }
+
+    /// How many handlers run.
+    pub(super) fn running_count(&self) -> usize {
+        self.running.lock().len()
+    }
+
+    /// Asks every running handler to stop.
+    pub(super) fn cancel_all(&self, reason: CancelReason) {
+        for cancel in self.running.lock().values() {
+            let _ = cancel.send(Some(reason));
+        }
+    }
+
+    /// A won fire of job `job_id` waits for its launch: the polls read the
+    /// job until then.
+    pub(super) fn awaiting(&self, job_id: i64) {
+        *self.awaiting_launch.lock().entry(job_id).or_default() += 1;
+    }
+
+    /// The jobs with fires waiting for their launch.
+    pub(super) fn awaiting_jobs(&self) -> Vec<i64> {
+        self.awaiting_launch.lock().keys().copied().collect()
+    }
+
+    /// The jobs a poll read (`None` for one of `awaiting` found deleted).
+    pub(super) fn set_latest_jobs(&self, jobs: &HashMap<i64, Arc<Job>>, awaiting: &[i64]) {
+        let mut latest = self.latest_jobs.write();
+        latest.clear();
+        latest.extend(jobs.iter().map(|(id, job)| (*id, Some(Arc::clone(job)))));
+        for id in awaiting {
+            latest.entry(*id).or_insert(None);
+        }
+    }
+
+    /// A won fire of job `job_id` launches: the job as the last poll read
+    /// it (`Some(None)` when deleted since), if it did.
+    pub(super) fn launching(&self, job_id: i64) -> Option<Option<Arc<Job>>> {
+        {
+            let mut awaiting = self.awaiting_launch.lock();
+            if let Some(n) = awaiting.get_mut(&job_id) {
+                *n -= 1;
+                if *n == 0 {
+                    awaiting.remove(&job_id);
+                }
+            }
+        }
+        self.latest_job(job_id)
+    }
+
+    /// The job as the last poll read it, if it did.
+    pub(super) fn latest_job(&self, job_id: i64) -> Option<Option<Arc<Job>>> {
+        self.latest_jobs.read().get(&job_id).cloned()
+    }
+
+    /// This node waits on a pending fire; `false` when it did already.
+    pub(super) fn pending(&self, fire_id: i64) -> bool {
+        self.pending.lock().insert(fire_id)
+    }
+
+    /// A pending fire this node waited on is claimed, or gone.
+    pub(super) fn not_pending(&self, fire_id: i64) {
+        self.pending.lock().remove(&fire_id);
+    }
+
+    /// Pending fires this node waits on.
+    pub(super) fn pending_count(&self) -> usize {
+        self.pending.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hold_is_given_back_when_its_last_clone_is_dropped() {
+        let room = Arc::new(Room::default());
+        let a = room.hold();
+        let b = room.hold();
+        let a2 = a.clone();
+        assert_eq!(room.held(), 2);
+        assert_eq!(room.left(5), 3);
+        drop(a);
+        assert_eq!(room.held(), 2, "a clone still holds it");
+        drop(a2);
+        drop(b);
+        assert_eq!(room.held(), 0);
+        assert_eq!(room.left(5), 5);
+    }
+}

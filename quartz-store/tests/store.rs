@@ -31,6 +31,7 @@ backend_tests!(
     a_retired_incarnation_is_fenced,
     a_dead_nodes_fires_are_recovered_by_exactly_one_node,
     misfire_decisions_are_compare_and_set_and_recorded,
+    a_polls_row_decisions_are_written_together,
     history_filters_and_pages,
     edited_schedules_are_noticed_and_jobs_are_read_by_id,
     fires_start_and_succeed_in_batches_fenced,
@@ -813,6 +814,74 @@ async fn misfire_decisions_are_compare_and_set_and_recorded(db: &TestDb) {
     assert!(skipped.count >= 60);
     let executes = store.get_job("overdue").await.unwrap().unwrap().executes;
     assert_eq!(executes[0].fire_state, decision.state);
+}
+
+/// A poll's decisions on several rows in one call (on PostgreSQL one
+/// statement): each row's compare-and-set alone decides it, a lost one
+/// writes nothing, a won one its records and its rescheduled trigger.
+async fn a_polls_row_decisions_are_written_together(db: &TestDb) {
+    let store = db.store().await.scoped(S);
+    let now = store.now().await.unwrap();
+    let start = now.checked_add_millis(-60_000).unwrap();
+    let cron = Trigger::new(
+        Schedule::cron(CronExpression::parse("* * * * * ?").unwrap(), Tz::UTC),
+        start,
+    )
+    .unwrap();
+    let mut updates = Vec::new();
+    for name in ["late-a", "late-b", "late-c"] {
+        store
+            .create_job(&JobSpec::new(name, "noop"), &[ExecuteSpec::new(cron.clone())])
+            .await
+            .unwrap();
+        let execute = store.get_job(name).await.unwrap().unwrap().executes.remove(0);
+        let decision = execute
+            .trigger
+            .on_misfire(&execute.fire_state, now, &MisfireSettings::default())
+            .expect("a minute late");
+        let skipped = decision.skipped.clone().unwrap();
+        let record = SkippedRecord {
+            from: skipped.from,
+            until: skipped.until,
+            count: skipped.count,
+            state: FireState::Misfired,
+            reason: format!("{name} overdue"),
+        };
+        let cas = ExecuteCas::from_row(&execute, ExecuteState::Waiting, decision.state.clone());
+        updates.push((cas, vec![record]));
+    }
+    // a: rescheduled from now; b: as decided, with a signature; c: expects
+    // a state the row no longer has.
+    let restarted = Trigger::new(
+        Schedule::cron(CronExpression::parse("* * * * * ?").unwrap(), Tz::UTC),
+        now,
+    )
+    .unwrap();
+    updates[0].0.set_trigger = Some(restarted);
+    updates[1].0.set_signature = Some(42);
+    updates[2].0.expect.next_fire_time = Some(now);
+    let won = store.update_executes(&updates).await.unwrap();
+    assert_eq!(won, [true, true, false]);
+    assert_eq!(
+        store.update_executes(&updates[..2]).await.unwrap(),
+        [false, false],
+        "decided once"
+    );
+    let ledger = store.fires(&FireQuery::new()).await.unwrap();
+    let mut reasons: Vec<&str> = ledger.iter().filter_map(|f| f.error.as_deref()).collect();
+    reasons.sort_unstable();
+    assert_eq!(reasons, ["late-a overdue", "late-b overdue"], "only the rows that won");
+    assert!(
+        ledger
+            .iter()
+            .all(|f| f.state == FireState::Misfired && f.finished_at.is_some())
+    );
+    let a = store.get_job("late-a").await.unwrap().unwrap().executes.remove(0);
+    assert_eq!(a.trigger.start(), now, "the rescheduled trigger is written");
+    assert_eq!(a.fire_state, updates[0].0.set);
+    let c = store.get_job("late-c").await.unwrap().unwrap().executes.remove(0);
+    assert_eq!(c.trigger.start(), start, "a lost row is untouched");
+    assert_ne!(c.fire_state, updates[2].0.set);
 }
 
 async fn history_filters_and_pages(db: &TestDb) {

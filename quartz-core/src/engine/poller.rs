@@ -17,6 +17,7 @@ use super::context::{Ctx, RECOVERY_BATCH, duration_ms, first_at_or_after, waitin
 use super::queue::FireQueue;
 use super::recorder::Recorder;
 use super::run::PendingFire;
+use super::strategy::tries_first;
 use crate::misfire::MisfireDecision;
 use crate::store::{
     Claim, DueBatch, Execute, ExecuteCas, ExecuteState, FireEnd, FireState, Job, JobState, SkippedRecord, StoreError,
@@ -31,6 +32,8 @@ const FULL_BATCH_REPOLL: Duration = Duration::from_millis(50);
 /// `POLL_BATCHES * batch_size` executes due within the window), the next
 /// poll comes at once.
 const POLL_BATCHES: usize = 8;
+/// How many due executes a poll expands between two yields to the runtime.
+const YIELD_EVERY: usize = 64;
 /// How far past the next poll a poll looks, for the time a poll takes.
 const WINDOW_SLACK_MS: i64 = 500;
 
@@ -148,7 +151,12 @@ impl Poller {
         let executes = batch.executes.len();
         let jobs = self.read_jobs(&batch.executes).await?;
         let mut writes = Vec::new();
-        for execute in batch.executes {
+        for (i, execute) in batch.executes.into_iter().enumerate() {
+            // Thousands of rows are expanded a poll: the runtime's other
+            // tasks (the starters of fires due now) run in between.
+            if i % YIELD_EVERY == YIELD_EVERY - 1 {
+                tokio::task::yield_now().await;
+            }
             let Some(job) = jobs.get(&execute.job_id) else {
                 continue; // deleted since
             };
@@ -198,17 +206,22 @@ impl Poller {
         if fires.is_empty() {
             return;
         }
-        // Due a claim lead ahead; then the dispatcher asks the strategy, on
-        // the membership as it is at that time.
+        // Due a claim lead ahead when the strategy prefers this node (asked
+        // on the membership as it is now, and again by the dispatcher at
+        // the claim); a strategy grace later when it prefers another.
         let lead = duration_ms(self.ctx.settings.claim_lead);
-        self.queue.push(
-            execute_id,
-            (job, self.ctx.lane_of(job)),
-            &trigger,
-            fires,
-            |t| t.saturating_add_millis(-lead),
-            late_ok_until,
-        );
+        let placed = (job, self.ctx.lane_of(job));
+        let me = self.ctx.node().node_id;
+        if tries_first(self.ctx.settings.strategy, &self.ctx.members.read(), &me, execute_id) {
+            let claim_at = |t: Timestamp| t.saturating_add_millis(-lead);
+            self.queue
+                .push(execute_id, placed, &trigger, fires, claim_at, late_ok_until);
+        } else {
+            let wait = duration_ms(self.ctx.settings.strategy_grace) - lead;
+            let claim_at = |t: Timestamp| t.saturating_add_millis(wait);
+            self.queue
+                .push_theirs(execute_id, placed, &trigger, fires, claim_at, late_ok_until);
+        }
     }
 
     /// The jobs of the polled executes, and of fires claimed and not launched

@@ -40,14 +40,31 @@ pub(super) struct Pending {
 /// A queued fire's place: its claim time, then the order it was queued in.
 type Key = (Timestamp, u64);
 
-/// The queued fires of each lane ([`Lane`] as index), by claim time: a lane
-/// without room is passed over whole, however many fires wait in it.
-type Lanes = [BTreeMap<Key, Pending>; 2];
+/// The queued fires of each lane, by claim time, in four slots ([`slot`]):
+/// this node's own (the strategy prefers it, or first come) and those left
+/// to another node first, of each lane. A lane without room is passed over
+/// whole, however many fires wait in it; the fires left to others are not
+/// walked to pace this node's claims.
+type Lanes = [BTreeMap<Key, Pending>; 4];
 
-/// Both lanes' fires, in claim-time order.
+/// The slot of a lane's fires, this node's own or left to another first.
+fn slot(lane: Lane, deferred: bool) -> usize {
+    lane as usize + if deferred { 2 } else { 0 }
+}
+
+/// The lane of a slot.
+fn lane_of(slot: usize) -> Lane {
+    if slot % 2 == Lane::Pool as usize {
+        Lane::Pool
+    } else {
+        Lane::Task
+    }
+}
+
+/// This node's own fires of both lanes, in claim-time order.
 fn in_order(lanes: &Lanes) -> impl Iterator<Item = (&Key, &Pending)> {
-    let mut pool = lanes[Lane::Pool as usize].iter().peekable();
-    let mut task = lanes[Lane::Task as usize].iter().peekable();
+    let mut pool = lanes[slot(Lane::Pool, false)].iter().peekable();
+    let mut task = lanes[slot(Lane::Task, false)].iter().peekable();
     std::iter::from_fn(move || match (pool.peek(), task.peek()) {
         (Some(p), Some(t)) if t.0 < p.0 => task.next(),
         (Some(_), _) => pool.next(),
@@ -119,6 +136,34 @@ impl FireQueue {
         claim_at: impl Fn(Timestamp) -> Timestamp,
         late_ok_until: Option<Timestamp>,
     ) -> usize {
+        let placed = (job, lane, false);
+        self.push_in(execute_id, placed, trigger, fires, claim_at, late_ok_until)
+    }
+
+    /// [`Self::push`] for fires the strategy leaves to another node first,
+    /// each claimed by this node at the (later) time `claim_at` gives.
+    pub(super) fn push_theirs(
+        &self,
+        execute_id: i64,
+        (job, lane): (&Arc<Job>, Lane),
+        trigger: &Arc<Trigger>,
+        fires: Vec<Fire>,
+        claim_at: impl Fn(Timestamp) -> Timestamp,
+        late_ok_until: Option<Timestamp>,
+    ) -> usize {
+        let placed = (job, lane, true);
+        self.push_in(execute_id, placed, trigger, fires, claim_at, late_ok_until)
+    }
+
+    fn push_in(
+        &self,
+        execute_id: i64,
+        (job, lane, deferred): (&Arc<Job>, Lane, bool),
+        trigger: &Arc<Trigger>,
+        fires: Vec<Fire>,
+        claim_at: impl Fn(Timestamp) -> Timestamp,
+        late_ok_until: Option<Timestamp>,
+    ) -> usize {
         let mut tracked = self.tracked.lock();
         let fresh = || Track {
             epoch: self.next_seq(),
@@ -130,7 +175,7 @@ impl FireQueue {
             *track = fresh();
         }
         let mut lanes = self.fires.lock();
-        let queue = &mut lanes[lane as usize];
+        let queue = &mut lanes[slot(lane, deferred)];
         let mut added = 0;
         for fire in fires {
             if fire.fire_time <= track.horizon {
@@ -148,7 +193,7 @@ impl FireQueue {
                     fire,
                     epoch: track.epoch,
                     late_ok,
-                    deferred: false,
+                    deferred,
                     lane,
                 },
             );
@@ -183,7 +228,7 @@ impl FireQueue {
                 .get(&pending.execute_id)
                 .is_some_and(|t| t.epoch == pending.epoch)
             {
-                lanes[pending.lane as usize].insert((at(&pending), self.next_seq()), pending);
+                lanes[slot(pending.lane, pending.deferred)].insert((at(&pending), self.next_seq()), pending);
             }
         }
         drop(lanes);
@@ -224,13 +269,14 @@ impl FireQueue {
         let mut lanes = self.fires.lock();
         let until = db_now.saturating_add_millis(ahead_ms.max(0));
         let is_late = |p: &Pending| !p.late_ok && db_now.as_millis() - p.fire.fire_time.as_millis() > threshold_ms;
-        // Each lane's first fires, as many as its room and the limit take
-        // (a late one takes no place: it is not claimed).
-        let mut picked: Vec<(Key, Lane)> = Vec::new();
-        for lane in [Lane::Pool, Lane::Task] {
-            let queue = &mut lanes[lane as usize];
-            let mut places = room[lane as usize].min(limit);
+        // Each slot's first fires, as many as its lane's room and the limit
+        // take (a late one takes no place: it is not claimed).
+        let mut picked: Vec<(Key, usize)> = Vec::new();
+        for (at, queue) in lanes.iter_mut().enumerate() {
+            let mut places = room[lane_of(at) as usize].min(limit);
             let mut stale = Vec::new();
+            // A fire left to another node waits for its own claim time.
+            let until = if at == slot(lane_of(at), true) { db_now } else { until };
             for (key, pending) in queue.range(..=(until, u64::MAX)) {
                 if places == 0 {
                     break;
@@ -242,32 +288,36 @@ impl FireQueue {
                     stale.push(*key);
                     continue;
                 }
-                // A fire left to another node waits for its own claim time.
-                if pending.deferred && key.0 > db_now {
-                    continue;
-                }
                 if !is_late(pending) {
                     places -= 1;
                 }
-                picked.push((*key, lane));
+                picked.push((*key, at));
             }
             for key in stale {
                 queue.remove(&key);
             }
         }
-        // The first of both lanes by claim time, up to the limit.
+        // The first of every slot by claim time, up to the limit and each
+        // lane's room.
         picked.sort_unstable_by_key(|(key, _)| *key);
+        let mut places = room.map(|r| r.min(limit));
         let mut due = Due::default();
-        for (key, lane) in picked {
+        for (key, at) in picked {
             if due.fires.len() >= limit {
                 break;
             }
-            let Some(pending) = lanes[lane as usize].remove(&key) else {
+            let lane = lane_of(at) as usize;
+            let late = lanes[at].get(&key).is_some_and(is_late);
+            if !late && places[lane] == 0 {
+                continue;
+            }
+            let Some(pending) = lanes[at].remove(&key) else {
                 continue;
             };
-            if is_late(&pending) {
+            if late {
                 due.late.push(pending.execute_id);
             } else {
+                places[lane] -= 1;
                 due.fires.push(pending);
             }
         }
@@ -285,10 +335,11 @@ impl FireQueue {
     /// The first claim time of a queued fire whose lane has room.
     pub(super) fn first_claim_at_in(&self, room: [usize; 2]) -> Option<Timestamp> {
         let lanes = self.fires.lock();
-        [Lane::Pool, Lane::Task]
-            .into_iter()
-            .filter(|lane| room[*lane as usize] > 0)
-            .filter_map(|lane| lanes[lane as usize].keys().next().map(|k| k.0))
+        lanes
+            .iter()
+            .enumerate()
+            .filter(|(at, _)| room[lane_of(*at) as usize] > 0)
+            .filter_map(|(_, queue)| queue.keys().next().map(|k| k.0))
             .min()
     }
 
@@ -296,23 +347,20 @@ impl FireQueue {
     /// queue in order at the claim's pace, every fire is claimed by its
     /// claim time: a burst of fires due together begins its claims as many
     /// claims' time earlier. Fires another node was preferred for wait for
-    /// their own time and are not counted.
+    /// their own time and are neither counted nor walked.
     pub(super) fn claim_ahead(&self, db_now: Timestamp) -> Ahead {
         let lanes = self.fires.lock();
         let mut ahead = Ahead { ms: 0, begin_by: None };
         // No fire's claims take longer than the whole queue's.
-        let queued = lanes.iter().map(BTreeMap::len).sum();
+        let queued = lanes[slot(Lane::Pool, false)].len() + lanes[slot(Lane::Task, false)].len();
         let longest = i64::try_from(self.claim_pace.of(queued).as_millis()).unwrap_or(i64::MAX);
         let mut fires = 0;
-        for ((claim_at, _), pending) in in_order(&lanes) {
+        for ((claim_at, _), _) in in_order(&lanes) {
             // Every later fire begins after both now and the earliest
             // beginning found: none changes the answer.
             let earliest_begin = claim_at.saturating_add_millis(-longest);
             if earliest_begin > db_now && ahead.begin_by.is_some_and(|b| earliest_begin >= b) {
                 break;
-            }
-            if pending.deferred {
-                continue;
             }
             fires += 1;
             let takes = i64::try_from(self.claim_pace.of(fires).as_millis()).unwrap_or(i64::MAX);
@@ -539,5 +587,34 @@ mod tests {
             None,
         );
         assert_eq!(single.claim_ahead(ms(0)).begin_by, Some(ms(5_000)));
+    }
+
+    #[test]
+    fn fires_left_to_another_node_neither_pace_the_claims_nor_come_due_before_their_time() {
+        let q = FireQueue::default(); // 250 µs a claim until observed
+        let (trigger, _) = every_second(1);
+        let at_ten = || Fire {
+            fire_time: ms(10_000),
+            ..every_second(1).1[0].clone()
+        };
+        let lead = |t: Timestamp| t.saturating_add_millis(-1_000);
+        for id in 0..4_000 {
+            q.push_theirs(id, (&job("theirs"), Lane::Pool), &trigger, vec![at_ten()], |t| t, None);
+        }
+        for id in 4_000..4_100 {
+            q.push(id, (&job("mine"), Lane::Pool), &trigger, vec![at_ten()], lead, None);
+        }
+        // A hundred fires of its own take 25 ms: the 4,000 left to others do
+        // not count.
+        let ahead = q.claim_ahead(ms(0));
+        assert_eq!(ahead.begin_by, Some(ms(8_975)));
+        // Due at their claim time: this node's first, the others' at theirs,
+        // however far ahead the claims reach.
+        let due = q.take_due((ms(9_000), 5_000), 10_000, 5_000, ANY).fires;
+        assert_eq!(due.len(), 100);
+        assert!(due.iter().all(|p| !p.deferred && p.execute_id >= 4_000));
+        let theirs = q.take_due((ms(10_000), 0), 10_000, 5_000, [3_000, 0]).fires;
+        assert_eq!(theirs.len(), 3_000, "bounded by the lane's room");
+        assert!(theirs.iter().all(|p| p.deferred));
     }
 }

@@ -39,10 +39,10 @@ macro_rules! insert_fire {
 
 /// The batch: one row per run of an execute, one row per fire (binds: the
 /// runs, the fires, node id, incarnation).
-const CLAIM_RUNS: &str = "WITH r AS (SELECT * FROM json_to_recordset(CAST(? AS json)) AS r(execute_id BIGINT, \
+const CLAIM_RUNS: &str = "WITH r AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) AS r(execute_id BIGINT, \
      expect_state TEXT, expect_prev BIGINT, expect_next BIGINT, expect_stamp BIGINT, set_state TEXT, set_prev BIGINT, set_next BIGINT, \
      set_times BIGINT, set_node TEXT, set_inc BIGINT)), \
-     f AS (SELECT * FROM json_to_recordset(CAST(? AS json)) AS f(execute_id BIGINT, fire_time BIGINT, attempt BIGINT)), \
+     f AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) AS f(execute_id BIGINT, fire_time BIGINT, attempt BIGINT)), \
      locked AS (SELECT e.id FROM quartz_execute e JOIN r ON e.id = r.execute_id WHERE e.state = r.expect_state \
      AND e.prev_fire_time IS NOT DISTINCT FROM r.expect_prev AND e.next_fire_time IS NOT DISTINCT FROM r.expect_next \
      AND e.calendar_stamp = r.expect_stamp \
@@ -116,7 +116,7 @@ fn same(a: &TriggerState, b: &TriggerState) -> bool {
     a.prev_fire_time == b.prev_fire_time && a.next_fire_time == b.next_fire_time && a.calendar_stamp == b.calendar_stamp
 }
 
-fn millis(t: Option<quartz_core::Timestamp>) -> Value {
+pub(super) fn millis(t: Option<quartz_core::Timestamp>) -> Value {
     t.map_or(Value::Null, |t| json!(t.as_millis()))
 }
 

@@ -5,9 +5,13 @@
 use quartz_core::store::{
     DueBatch, DueCursor, ExecuteCas, ExecuteState, RejectedRow, SkippedRecord, StoreError, TriggerColumns,
 };
-use sqlx::any::AnyRow;
-use sqlx::{Any, Transaction};
+use std::collections::HashSet;
 
+use serde_json::{Value, json};
+use sqlx::any::AnyRow;
+use sqlx::{Any, Row, Transaction};
+
+use super::claims::millis;
 use super::*;
 
 /// Binds the state a compare-and-set writes: previous and next fire time,
@@ -41,7 +45,12 @@ impl SqlStore {
         batch: &mut DueBatch,
     ) -> Result<(), StoreError> {
         let calendars = self.calendars_for(scheduler, &rows).await?;
-        for row in rows {
+        for (i, row) in rows.into_iter().enumerate() {
+            // A poll decodes thousands of rows: the runtime's other tasks
+            // run in between.
+            if i % 256 == 255 {
+                tokio::task::yield_now().await;
+            }
             match decode_execute(&row, &calendars) {
                 Ok(execute) => batch.executes.push(execute),
                 Err(RowError { id, reason }) => {
@@ -236,6 +245,9 @@ impl SqlStore {
         let mut order: Vec<usize> = (0..updates.len()).collect();
         order.sort_by_key(|&i| updates[i].0.execute_id);
         won.resize(updates.len(), false);
+        if self.db.backend.claims_in_one_statement() && fit_one_statement(updates) {
+            return self.update_in_one(updates).await;
+        }
         let mut tx = self.begin().await?;
         for i in order {
             let (cas, records) = &updates[i];
@@ -244,4 +256,99 @@ impl SqlStore {
         tx.commit().await.map_err(db_error)?;
         Ok(won)
     }
+
+    /// A poll's row decisions in one statement (PostgreSQL): every
+    /// compare-and-set and the ledger records of the rows that won, as the
+    /// claims' batch does (see `claims.rs`); the rows locked in id order.
+    async fn update_in_one(&self, updates: &[(ExecuteCas, Vec<SkippedRecord>)]) -> Result<Vec<bool>, StoreError> {
+        let rows: Vec<Value> = updates
+            .iter()
+            .map(|(cas, _)| {
+                let set_trigger = cas.set_trigger.as_ref();
+                json!({
+                    "execute_id": cas.execute_id,
+                    "expect_state": cas.expect_state.as_str(),
+                    "expect_prev": millis(cas.expect.prev_fire_time),
+                    "expect_next": millis(cas.expect.next_fire_time),
+                    "expect_stamp": cas.expect.calendar_stamp,
+                    "set_state": cas.set_state.as_str(),
+                    "set_prev": millis(cas.set.prev_fire_time),
+                    "set_next": millis(cas.set.next_fire_time),
+                    "set_times": count_to_i64(cas.set.times_triggered),
+                    "set_node": cas.set_owner.as_ref().map(|n| n.node_id.clone()),
+                    "set_inc": cas.set_owner.as_ref().map(|n| n.incarnation),
+                    "set_sig": set_trigger.map(|t| TriggerColumns::from_trigger(t).signature()).or(cas.set_signature),
+                    "reschedule": set_trigger.is_some(),
+                    "set_start": set_trigger.map(|t| t.start().as_millis()),
+                    "set_limit": set_trigger.and_then(|t| t.repeat_limit()).map(count_to_i64),
+                })
+            })
+            .collect();
+        let records: Vec<Value> = updates
+            .iter()
+            .flat_map(|(cas, records)| records.iter().map(move |r| (cas.execute_id, r)))
+            .map(|(execute_id, r)| {
+                json!({
+                    "execute_id": execute_id,
+                    "fire_time": r.from.as_millis(),
+                    "state": r.state.as_str(),
+                    "ended": r.state.is_ended(),
+                    "error": truncate(&r.reason),
+                    "until_time": r.until.as_millis(),
+                    "fire_count": count_to_i64(r.count),
+                })
+            })
+            .collect();
+        let won_rows = self
+            .query(DECIDE_ROWS)
+            .bind(Value::Array(rows).to_string())
+            .bind(Value::Array(records).to_string())
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        let mut won = HashSet::with_capacity(won_rows.len());
+        for row in won_rows {
+            won.insert(row.try_get::<i64, _>(0).map_err(db_error)?);
+        }
+        Ok(updates.iter().map(|(cas, _)| won.contains(&cas.execute_id)).collect())
+    }
 }
+
+/// Row decisions one statement can take: none expects an owner, and each
+/// names its own row.
+fn fit_one_statement(updates: &[(ExecuteCas, Vec<SkippedRecord>)]) -> bool {
+    let mut seen = HashSet::with_capacity(updates.len());
+    updates
+        .iter()
+        .all(|(cas, _)| cas.expect_owner.is_none() && seen.insert(cas.execute_id))
+}
+
+/// A poll's row decisions (binds: the compare-and-sets, the ledger records
+/// of the skipped ranges), answering the rows that won.
+const DECIDE_ROWS: &str = "WITH r AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) AS r(execute_id BIGINT, \
+     expect_state TEXT, expect_prev BIGINT, expect_next BIGINT, expect_stamp BIGINT, set_state TEXT, set_prev BIGINT, \
+     set_next BIGINT, set_times BIGINT, set_node TEXT, set_inc BIGINT, set_sig BIGINT, reschedule BOOLEAN, \
+     set_start BIGINT, set_limit BIGINT)), \
+     k AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) AS k(execute_id BIGINT, fire_time BIGINT, state TEXT, \
+     ended BOOLEAN, error TEXT, until_time BIGINT, fire_count BIGINT)), \
+     locked AS (SELECT e.id FROM quartz_execute e JOIN r ON e.id = r.execute_id WHERE e.state = r.expect_state \
+     AND e.prev_fire_time IS NOT DISTINCT FROM r.expect_prev AND e.next_fire_time IS NOT DISTINCT FROM r.expect_next \
+     AND e.calendar_stamp = r.expect_stamp \
+     ORDER BY e.id FOR UPDATE OF e), \
+     won AS (UPDATE quartz_execute e SET prev_fire_time = r.set_prev, next_fire_time = r.set_next, \
+     times_triggered = r.set_times, state = r.set_state, node_id = r.set_node, incarnation = r.set_inc, \
+     schedule_sig = COALESCE(r.set_sig, e.schedule_sig), updated_at = {now}, \
+     start_time = CASE WHEN r.reschedule THEN r.set_start ELSE e.start_time END, \
+     repeat_limit = CASE WHEN r.reschedule THEN r.set_limit ELSE e.repeat_limit END \
+     FROM r WHERE e.id = r.execute_id AND e.id IN (SELECT id FROM locked) \
+     AND e.state = r.expect_state \
+     AND e.prev_fire_time IS NOT DISTINCT FROM r.expect_prev AND e.next_fire_time IS NOT DISTINCT FROM r.expect_next \
+     AND e.calendar_stamp = r.expect_stamp \
+     RETURNING e.scheduler, e.id, e.job_id), \
+     recorded AS (INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+     state, finished_at, claimed_at, error, skipped_until, fire_count) \
+     SELECT won.scheduler, won.id, won.job_id, k.fire_time, 1, NULL, 0, k.state, \
+     CASE WHEN k.ended THEN {now} END, {now}, k.error, k.until_time, k.fire_count \
+     FROM won JOIN k ON k.execute_id = won.id ORDER BY won.id, k.fire_time \
+     ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING) \
+     SELECT id FROM won";

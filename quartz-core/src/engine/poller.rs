@@ -212,16 +212,15 @@ impl Poller {
         let lead = duration_ms(self.ctx.settings.claim_lead);
         let placed = (job, self.ctx.lane_of(job));
         let me = self.ctx.node().node_id;
-        if tries_first(self.ctx.settings.strategy, &self.ctx.members.read(), &me, execute_id) {
-            let claim_at = |t: Timestamp| t.saturating_add_millis(-lead);
-            self.queue
-                .push(execute_id, placed, &trigger, fires, claim_at, late_ok_until);
+        let theirs = !tries_first(self.ctx.settings.strategy, &self.ctx.members.read(), &me, execute_id);
+        let wait = if theirs {
+            duration_ms(self.ctx.settings.strategy_grace) - lead
         } else {
-            let wait = duration_ms(self.ctx.settings.strategy_grace) - lead;
-            let claim_at = |t: Timestamp| t.saturating_add_millis(wait);
-            self.queue
-                .push_theirs(execute_id, placed, &trigger, fires, claim_at, late_ok_until);
-        }
+            -lead
+        };
+        let claim_at = |t: Timestamp| t.saturating_add_millis(wait);
+        self.queue
+            .push_placed(execute_id, placed, theirs, &trigger, (fires, claim_at), late_ok_until);
     }
 
     /// The jobs of the polled executes, and of fires claimed and not launched

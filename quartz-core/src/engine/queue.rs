@@ -122,46 +122,33 @@ impl FireQueue {
         self.seq.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Queues `fires` of an execute that are past what is queued of it
-    /// already, in `lane`, each at the claim time `claim_at` gives; the ones at or before
-    /// `late_ok_until` are claimed however late they are (a misfire policy's
-    /// runs). A job edited since the execute's fires were queued makes those
-    /// stale first. Returns how many were queued.
+    /// [`Self::push_placed`] as this node's own fires.
+    #[cfg(test)]
     pub(super) fn push(
         &self,
         execute_id: i64,
-        (job, lane): (&Arc<Job>, Lane),
+        placed: (&Arc<Job>, Lane),
         trigger: &Arc<Trigger>,
         fires: Vec<Fire>,
         claim_at: impl Fn(Timestamp) -> Timestamp,
         late_ok_until: Option<Timestamp>,
     ) -> usize {
-        let placed = (job, lane, false);
-        self.push_in(execute_id, placed, trigger, fires, claim_at, late_ok_until)
+        self.push_placed(execute_id, placed, false, trigger, (fires, claim_at), late_ok_until)
     }
 
-    /// [`Self::push`] for fires the strategy leaves to another node first,
-    /// each claimed by this node at the (later) time `claim_at` gives.
-    pub(super) fn push_theirs(
+    /// Queues `fires` of an execute that are past what is queued of it
+    /// already, in `lane`, each at the claim time `claim_at` gives, as this
+    /// node's own or, when `deferred`, as left to another node first; the
+    /// ones at or before `late_ok_until` are claimed however late they are
+    /// (a misfire policy's runs). A job edited since the execute's fires
+    /// were queued makes those stale first. Returns how many were queued.
+    pub(super) fn push_placed(
         &self,
         execute_id: i64,
         (job, lane): (&Arc<Job>, Lane),
+        deferred: bool,
         trigger: &Arc<Trigger>,
-        fires: Vec<Fire>,
-        claim_at: impl Fn(Timestamp) -> Timestamp,
-        late_ok_until: Option<Timestamp>,
-    ) -> usize {
-        let placed = (job, lane, true);
-        self.push_in(execute_id, placed, trigger, fires, claim_at, late_ok_until)
-    }
-
-    fn push_in(
-        &self,
-        execute_id: i64,
-        (job, lane, deferred): (&Arc<Job>, Lane, bool),
-        trigger: &Arc<Trigger>,
-        fires: Vec<Fire>,
-        claim_at: impl Fn(Timestamp) -> Timestamp,
+        (fires, claim_at): (Vec<Fire>, impl Fn(Timestamp) -> Timestamp),
         late_ok_until: Option<Timestamp>,
     ) -> usize {
         let mut tracked = self.tracked.lock();
@@ -599,7 +586,14 @@ mod tests {
         };
         let lead = |t: Timestamp| t.saturating_add_millis(-1_000);
         for id in 0..4_000 {
-            q.push_theirs(id, (&job("theirs"), Lane::Pool), &trigger, vec![at_ten()], |t| t, None);
+            q.push_placed(
+                id,
+                (&job("theirs"), Lane::Pool),
+                true,
+                &trigger,
+                (vec![at_ten()], |t| t),
+                None,
+            );
         }
         for id in 4_000..4_100 {
             q.push(id, (&job("mine"), Lane::Pool), &trigger, vec![at_ten()], lead, None);

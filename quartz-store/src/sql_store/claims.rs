@@ -15,9 +15,9 @@
 use std::collections::HashMap;
 
 use quartz_core::Timestamp;
-use quartz_core::store::{Claim, FireState, NodeRef, StoreError};
+use quartz_core::store::{Claim, ExecuteCas, FireState, NodeRef, StoreError};
 use quartz_core::trigger::TriggerState;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use sqlx::{Any, Row, Transaction};
 
 use super::executes::{bind_cas_expect, bind_cas_set};
@@ -37,29 +37,49 @@ macro_rules! insert_fire {
     };
 }
 
+/// The one-statement batches' compare-and-sets (PostgreSQL): the rows `r`
+/// (a JSON parameter, `$cols` its columns past the execute's own), locked
+/// in id order where they hold what their row expects, then updated
+/// (`$set`: the columns written past the state and the owner) into `won`.
+macro_rules! cas_rows {
+    ($cols:literal, $set:literal) => {
+        concat!(
+            "WITH r AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) AS r(execute_id BIGINT, \
+             expect_state TEXT, expect_prev BIGINT, expect_next BIGINT, expect_stamp BIGINT, set_state TEXT, \
+             set_prev BIGINT, set_next BIGINT, set_times BIGINT, set_node TEXT, set_inc BIGINT",
+            $cols,
+            ")), locked AS (SELECT e.id FROM quartz_execute e JOIN r ON e.id = r.execute_id WHERE ",
+            cas_rows!(@expect),
+            " ORDER BY e.id FOR UPDATE OF e), \
+             won AS (UPDATE quartz_execute e SET prev_fire_time = r.set_prev, next_fire_time = r.set_next, \
+             times_triggered = r.set_times, state = r.set_state, node_id = r.set_node, incarnation = r.set_inc, \
+             updated_at = {now}",
+            $set,
+            " FROM r WHERE e.id = r.execute_id AND e.id IN (SELECT id FROM locked) AND ",
+            cas_rows!(@expect),
+            " RETURNING e.scheduler, e.id, e.job_id)"
+        )
+    };
+    (@expect) => {
+        "e.state = r.expect_state AND e.prev_fire_time IS NOT DISTINCT FROM r.expect_prev \
+         AND e.next_fire_time IS NOT DISTINCT FROM r.expect_next AND e.calendar_stamp = r.expect_stamp"
+    };
+}
+pub(super) use cas_rows;
+
 /// The batch: one row per run of an execute, one row per fire (binds: the
 /// runs, the fires, node id, incarnation).
-const CLAIM_RUNS: &str = "WITH r AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) AS r(execute_id BIGINT, \
-     expect_state TEXT, expect_prev BIGINT, expect_next BIGINT, expect_stamp BIGINT, set_state TEXT, set_prev BIGINT, set_next BIGINT, \
-     set_times BIGINT, set_node TEXT, set_inc BIGINT)), \
-     f AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) AS f(execute_id BIGINT, fire_time BIGINT, attempt BIGINT)), \
-     locked AS (SELECT e.id FROM quartz_execute e JOIN r ON e.id = r.execute_id WHERE e.state = r.expect_state \
-     AND e.prev_fire_time IS NOT DISTINCT FROM r.expect_prev AND e.next_fire_time IS NOT DISTINCT FROM r.expect_next \
-     AND e.calendar_stamp = r.expect_stamp \
-     ORDER BY e.id FOR UPDATE OF e), \
-     won AS (UPDATE quartz_execute e SET prev_fire_time = r.set_prev, next_fire_time = r.set_next, \
-     times_triggered = r.set_times, state = r.set_state, node_id = r.set_node, incarnation = r.set_inc, \
-     updated_at = {now} FROM r WHERE e.id = r.execute_id AND e.id IN (SELECT id FROM locked) \
-     AND e.state = r.expect_state \
-     AND e.prev_fire_time IS NOT DISTINCT FROM r.expect_prev AND e.next_fire_time IS NOT DISTINCT FROM r.expect_next \
-     AND e.calendar_stamp = r.expect_stamp \
-     RETURNING e.scheduler, e.id, e.job_id) \
+const CLAIM_RUNS: &str = concat!(
+    cas_rows!("", ""),
+    ", f AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) AS f(execute_id BIGINT, fire_time BIGINT, \
+     attempt BIGINT)) \
      INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, state, \
      claimed_at, fire_count) \
      SELECT won.scheduler, won.id, won.job_id, f.fire_time, f.attempt, ?, ?, 'claimed', {now}, 1 \
      FROM won JOIN f ON f.execute_id = won.id \
      ORDER BY won.id, f.fire_time \
-     ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING execute_id, fire_time, id";
+     ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING execute_id, fire_time, id"
+);
 
 /// Claims that one statement can take: no job lock (not exclusive), no
 /// owner to check, no schedule to rewrite, and one node for all.
@@ -116,7 +136,29 @@ fn same(a: &TriggerState, b: &TriggerState) -> bool {
     a.prev_fire_time == b.prev_fire_time && a.next_fire_time == b.next_fire_time && a.calendar_stamp == b.calendar_stamp
 }
 
-pub(super) fn millis(t: Option<quartz_core::Timestamp>) -> Value {
+/// A compare-and-set as a JSON row of the one-statement batches: what
+/// `expect` expects, and what `set` writes.
+pub(super) fn cas_row(expect: &ExecuteCas, set: &ExecuteCas) -> Map<String, Value> {
+    let row = json!({
+        "execute_id": expect.execute_id,
+        "expect_state": expect.expect_state.as_str(),
+        "expect_prev": millis(expect.expect.prev_fire_time),
+        "expect_next": millis(expect.expect.next_fire_time),
+        "expect_stamp": expect.expect.calendar_stamp,
+        "set_state": set.set_state.as_str(),
+        "set_prev": millis(set.set.prev_fire_time),
+        "set_next": millis(set.set.next_fire_time),
+        "set_times": count_to_i64(set.set.times_triggered),
+        "set_node": set.set_owner.as_ref().map(|n| n.node_id.clone()),
+        "set_inc": set.set_owner.as_ref().map(|n| n.incarnation),
+    });
+    match row {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+fn millis(t: Option<quartz_core::Timestamp>) -> Value {
     t.map_or(Value::Null, |t| json!(t.as_millis()))
 }
 
@@ -131,22 +173,7 @@ impl SqlStore {
         let (runs, in_runs, rest) = runs(claims);
         let run_rows: Vec<Value> = runs
             .iter()
-            .map(|r| {
-                let (expect, set) = (&r.first.cas, &r.last.cas);
-                json!({
-                    "execute_id": expect.execute_id,
-                    "expect_state": expect.expect_state.as_str(),
-                    "expect_prev": millis(expect.expect.prev_fire_time),
-                    "expect_next": millis(expect.expect.next_fire_time),
-                    "expect_stamp": expect.expect.calendar_stamp,
-                    "set_state": set.set_state.as_str(),
-                    "set_prev": millis(set.set.prev_fire_time),
-                    "set_next": millis(set.set.next_fire_time),
-                    "set_times": count_to_i64(set.set.times_triggered),
-                    "set_node": set.set_owner.as_ref().map(|n| n.node_id.clone()),
-                    "set_inc": set.set_owner.as_ref().map(|n| n.incarnation),
-                })
-            })
+            .map(|r| Value::Object(cas_row(&r.first.cas, &r.last.cas)))
             .collect();
         let fire_rows: Vec<Value> = in_runs
             .iter()

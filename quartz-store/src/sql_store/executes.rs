@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
-use super::claims::millis;
+use super::claims::{cas_row, cas_rows};
 use super::*;
 
 /// Binds the state a compare-and-set writes: previous and next fire time,
@@ -265,23 +265,27 @@ impl SqlStore {
             .iter()
             .map(|(cas, _)| {
                 let set_trigger = cas.set_trigger.as_ref();
-                json!({
-                    "execute_id": cas.execute_id,
-                    "expect_state": cas.expect_state.as_str(),
-                    "expect_prev": millis(cas.expect.prev_fire_time),
-                    "expect_next": millis(cas.expect.next_fire_time),
-                    "expect_stamp": cas.expect.calendar_stamp,
-                    "set_state": cas.set_state.as_str(),
-                    "set_prev": millis(cas.set.prev_fire_time),
-                    "set_next": millis(cas.set.next_fire_time),
-                    "set_times": count_to_i64(cas.set.times_triggered),
-                    "set_node": cas.set_owner.as_ref().map(|n| n.node_id.clone()),
-                    "set_inc": cas.set_owner.as_ref().map(|n| n.incarnation),
-                    "set_sig": set_trigger.map(|t| TriggerColumns::from_trigger(t).signature()).or(cas.set_signature),
-                    "reschedule": set_trigger.is_some(),
-                    "set_start": set_trigger.map(|t| t.start().as_millis()),
-                    "set_limit": set_trigger.and_then(|t| t.repeat_limit()).map(count_to_i64),
-                })
+                let mut row = cas_row(cas, cas);
+                row.extend([
+                    (
+                        "set_sig".to_owned(),
+                        json!(
+                            set_trigger
+                                .map(|t| TriggerColumns::from_trigger(t).signature())
+                                .or(cas.set_signature)
+                        ),
+                    ),
+                    ("reschedule".to_owned(), json!(set_trigger.is_some())),
+                    (
+                        "set_start".to_owned(),
+                        json!(set_trigger.map(|t| t.start().as_millis())),
+                    ),
+                    (
+                        "set_limit".to_owned(),
+                        json!(set_trigger.and_then(|t| t.repeat_limit()).map(count_to_i64)),
+                    ),
+                ]);
+                Value::Object(row)
             })
             .collect();
         let records: Vec<Value> = updates
@@ -325,30 +329,20 @@ fn fit_one_statement(updates: &[(ExecuteCas, Vec<SkippedRecord>)]) -> bool {
 
 /// A poll's row decisions (binds: the compare-and-sets, the ledger records
 /// of the skipped ranges), answering the rows that won.
-const DECIDE_ROWS: &str = "WITH r AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) AS r(execute_id BIGINT, \
-     expect_state TEXT, expect_prev BIGINT, expect_next BIGINT, expect_stamp BIGINT, set_state TEXT, set_prev BIGINT, \
-     set_next BIGINT, set_times BIGINT, set_node TEXT, set_inc BIGINT, set_sig BIGINT, reschedule BOOLEAN, \
-     set_start BIGINT, set_limit BIGINT)), \
-     k AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) AS k(execute_id BIGINT, fire_time BIGINT, state TEXT, \
-     ended BOOLEAN, error TEXT, until_time BIGINT, fire_count BIGINT)), \
-     locked AS (SELECT e.id FROM quartz_execute e JOIN r ON e.id = r.execute_id WHERE e.state = r.expect_state \
-     AND e.prev_fire_time IS NOT DISTINCT FROM r.expect_prev AND e.next_fire_time IS NOT DISTINCT FROM r.expect_next \
-     AND e.calendar_stamp = r.expect_stamp \
-     ORDER BY e.id FOR UPDATE OF e), \
-     won AS (UPDATE quartz_execute e SET prev_fire_time = r.set_prev, next_fire_time = r.set_next, \
-     times_triggered = r.set_times, state = r.set_state, node_id = r.set_node, incarnation = r.set_inc, \
-     schedule_sig = COALESCE(r.set_sig, e.schedule_sig), updated_at = {now}, \
-     start_time = CASE WHEN r.reschedule THEN r.set_start ELSE e.start_time END, \
-     repeat_limit = CASE WHEN r.reschedule THEN r.set_limit ELSE e.repeat_limit END \
-     FROM r WHERE e.id = r.execute_id AND e.id IN (SELECT id FROM locked) \
-     AND e.state = r.expect_state \
-     AND e.prev_fire_time IS NOT DISTINCT FROM r.expect_prev AND e.next_fire_time IS NOT DISTINCT FROM r.expect_next \
-     AND e.calendar_stamp = r.expect_stamp \
-     RETURNING e.scheduler, e.id, e.job_id), \
+const DECIDE_ROWS: &str = concat!(
+    cas_rows!(
+        ", set_sig BIGINT, reschedule BOOLEAN, set_start BIGINT, set_limit BIGINT",
+        ", schedule_sig = COALESCE(r.set_sig, e.schedule_sig), \
+         start_time = CASE WHEN r.reschedule THEN r.set_start ELSE e.start_time END, \
+         repeat_limit = CASE WHEN r.reschedule THEN r.set_limit ELSE e.repeat_limit END"
+    ),
+    ", k AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) AS k(execute_id BIGINT, fire_time BIGINT, \
+     state TEXT, ended BOOLEAN, error TEXT, until_time BIGINT, fire_count BIGINT)), \
      recorded AS (INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
      state, finished_at, claimed_at, error, skipped_until, fire_count) \
      SELECT won.scheduler, won.id, won.job_id, k.fire_time, 1, NULL, 0, k.state, \
      CASE WHEN k.ended THEN {now} END, {now}, k.error, k.until_time, k.fire_count \
      FROM won JOIN k ON k.execute_id = won.id ORDER BY won.id, k.fire_time \
      ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING) \
-     SELECT id FROM won";
+     SELECT id FROM won"
+);

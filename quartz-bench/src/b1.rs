@@ -216,7 +216,7 @@ async fn create_jobs(store: &AnyStore, scheduler: &str, s: usize, seconds: i64) 
     // slower, and a job created after the storm's start would be counted
     // late from its first fire.
     let now = store.now().await.unwrap().as_millis();
-    let lead_ms = 12_000 + 3 * i64::try_from(s).unwrap_or(i64::MAX / 8);
+    let lead_ms = 12_000 + 5 * i64::try_from(s).unwrap_or(i64::MAX / 8);
     let start = Timestamp::from_millis((now + lead_ms) / 1000 * 1000);
     let end = start.saturating_add_millis(seconds * 1000 - 1);
     let cron = CronExpression::parse("* * * * * ?").unwrap();
@@ -317,9 +317,13 @@ impl Tally {
         for row in rows {
             let key = (row.execute_id, row.fire_time.as_millis());
             match row.state {
+                // A record covers its range up to `skipped_until` (its
+                // count is a lower bound past a long outage), or its count.
                 FireState::Misfired | FireState::Skipped => {
                     let count = i64::try_from(row.fire_count.max(1)).unwrap_or(i64::MAX);
-                    for i in 0..count.min(1_000_000) {
+                    let until = row.skipped_until.map_or(key.1 + count * step_ms, Timestamp::as_millis);
+                    let steps = ((until - key.1 + step_ms - 1) / step_ms).max(count);
+                    for i in 0..steps.min(1_000_000) {
                         recorded_misfired.insert((key.0, key.1 + i * step_ms));
                     }
                 }
@@ -439,6 +443,18 @@ mod tests {
         assert_eq!(
             (t.on_time, t.late_by_policy, t.misfired, t.missing, t.duplicated),
             (1, 1, 2, 2, 1)
+        );
+        assert_eq!(t.on_time + t.late_by_policy + t.misfired + t.missing, t.expected);
+        // A range recorded "1 or more" after a long outage covers every
+        // time up to its end.
+        let mut range = row(1, 4_000, 1, FireState::Misfired, 1);
+        range.skipped_until = Some(Timestamp::from_millis(6_000));
+        let rows = [row(1, 0, 1, FireState::Succeeded, 1), range];
+        let t = Tally::of(&expected, &rows, 1_000);
+        assert_eq!(
+            (t.misfired, t.missing),
+            (2, 3),
+            "4 s and 5 s covered; 1, 2 and 3 s missing"
         );
         assert_eq!(t.on_time + t.late_by_policy + t.misfired + t.missing, t.expected);
     }

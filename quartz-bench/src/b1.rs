@@ -303,8 +303,8 @@ pub(crate) struct Tally {
 
 impl Tally {
     /// The fire times `expected` holds, classified by the ledger's `rows`;
-    /// `step_ms` is the trigger's spacing (a misfire record covering
-    /// `fire_count` times covers that many steps from its fire time).
+    /// `step_ms` is the trigger's spacing (a misfire record without an end
+    /// covers `fire_count` steps from its fire time).
     pub(crate) fn of(
         expected: &std::collections::HashSet<(i64, i64)>,
         rows: &[quartz_core::store::FireRecord],
@@ -313,19 +313,19 @@ impl Tally {
         use std::collections::HashMap;
         let mut first_runs: HashMap<(i64, i64), i64> = HashMap::new();
         let mut later_runs: HashMap<(i64, i64), i64> = HashMap::new();
-        let mut recorded_misfired: std::collections::HashSet<(i64, i64)> = std::collections::HashSet::new();
+        let mut recorded_misfired: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
         for row in rows {
             let key = (row.execute_id, row.fire_time.as_millis());
             match row.state {
                 // A record covers its range up to `skipped_until` (its
-                // count is a lower bound past a long outage), or its count.
+                // count is a lower bound past a long outage, and a policy
+                // that fired now moved the grid), as the audit reads it.
                 FireState::Misfired | FireState::Skipped => {
-                    let count = i64::try_from(row.fire_count.max(1)).unwrap_or(i64::MAX);
-                    let until = row.skipped_until.map_or(key.1 + count * step_ms, Timestamp::as_millis);
-                    let steps = ((until - key.1 + step_ms - 1) / step_ms).max(count);
-                    for i in 0..steps.min(1_000_000) {
-                        recorded_misfired.insert((key.0, key.1 + i * step_ms));
-                    }
+                    let count = i64::try_from(row.fire_count.max(1)).unwrap_or(i64::MAX / 2);
+                    let until = row
+                        .skipped_until
+                        .map_or(key.1 + (count - 1) * step_ms, Timestamp::as_millis);
+                    recorded_misfired.entry(key.0).or_default().push((key.1, until));
                 }
                 FireState::Succeeded if row.attempt <= 1 => *first_runs.entry(key).or_default() += 1,
                 FireState::Succeeded => *later_runs.entry(key).or_default() += 1,
@@ -345,7 +345,10 @@ impl Tally {
                 tally.on_time += 1;
             } else if later_runs.contains_key(key) {
                 tally.late_by_policy += 1;
-            } else if recorded_misfired.contains(key) {
+            } else if recorded_misfired
+                .get(&key.0)
+                .is_some_and(|ranges| ranges.iter().any(|(from, to)| *from <= key.1 && key.1 <= *to))
+            {
                 tally.misfired += 1;
             } else {
                 tally.missing += 1;
@@ -449,12 +452,16 @@ mod tests {
         // time up to its end.
         let mut range = row(1, 4_000, 1, FireState::Misfired, 1);
         range.skipped_until = Some(Timestamp::from_millis(6_000));
-        let rows = [row(1, 0, 1, FireState::Succeeded, 1), range];
+        // One that starts off the grid (a policy that fired at once moved
+        // it) covers the grid's times inside it.
+        let mut moved = row(1, 1_500, 1, FireState::Misfired, 1);
+        moved.skipped_until = Some(Timestamp::from_millis(2_500));
+        let rows = [row(1, 0, 1, FireState::Succeeded, 1), range, moved];
         let t = Tally::of(&expected, &rows, 1_000);
         assert_eq!(
             (t.misfired, t.missing),
-            (2, 3),
-            "4 s and 5 s covered; 1, 2 and 3 s missing"
+            (3, 2),
+            "2, 4 and 5 s covered; 1 and 3 s missing"
         );
         assert_eq!(t.on_time + t.late_by_policy + t.misfired + t.missing, t.expected);
     }

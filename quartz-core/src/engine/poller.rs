@@ -147,6 +147,9 @@ impl Poller {
                 "execute row cannot be understood: marked as an error and skipped"
             );
         }
+        // A row moved by another node between two pages comes back in a
+        // later one: only its latest copy counts.
+        dedup_latest(&mut batch.executes);
         self.recorder.set_parents(self.ctx.store.chain_parents().await?);
         let executes = batch.executes.len();
         let jobs = self.read_jobs(&batch.executes).await?;
@@ -427,6 +430,14 @@ impl Poller {
         }
         Ok(())
     }
+}
+
+/// Keeps the last copy of each execute, in order.
+fn dedup_latest(executes: &mut Vec<Execute>) {
+    let mut seen = std::collections::HashSet::with_capacity(executes.len());
+    let mut latest: Vec<Execute> = executes.drain(..).rev().filter(|e| seen.insert(e.id)).collect();
+    latest.reverse();
+    *executes = latest;
 }
 
 /// What a poll does with an execute (short-lived: sizes do not matter).

@@ -503,3 +503,47 @@ fn recompute(execute: Execute, job: &Arc<Job>, db_now: Timestamp) -> RowWrite {
         kind: WriteKind::Recomputed,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cron::CronExpression;
+
+    fn execute(id: i64, next_ms: i64) -> Execute {
+        let cron = CronExpression::parse("* * * * * ?").unwrap();
+        let trigger = Trigger::new(Schedule::cron(cron, chrono_tz::UTC), Timestamp::from_millis(0)).unwrap();
+        Execute {
+            id,
+            job_id: 1,
+            scheduler: "s".to_owned(),
+            fire_state: TriggerState {
+                next_fire_time: Some(Timestamp::from_millis(next_ms)),
+                ..TriggerState::initial(&trigger)
+            },
+            trigger,
+            priority: 0,
+            state: ExecuteState::Waiting,
+            owner: None,
+            error: None,
+            schedule_changed: false,
+        }
+    }
+
+    #[test]
+    fn a_row_read_twice_by_one_poll_counts_once_as_last_read() {
+        // Row 2 moved by another node between two pages: read at 1 s, then
+        // at 3 s.
+        let mut rows = vec![
+            execute(1, 1_000),
+            execute(2, 1_000),
+            execute(3, 2_000),
+            execute(2, 3_000),
+        ];
+        dedup_latest(&mut rows);
+        let kept: Vec<(i64, i64)> = rows
+            .iter()
+            .map(|e| (e.id, e.fire_state.next_fire_time.unwrap().as_millis()))
+            .collect();
+        assert_eq!(kept, [(1, 1_000), (3, 2_000), (2, 3_000)]);
+    }
+}

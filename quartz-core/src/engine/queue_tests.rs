@@ -1,0 +1,245 @@
+//! The fire queue's unit tests.
+
+use super::*;
+use crate::cron::CronExpression;
+use crate::store::{JobSpec, JobState};
+use crate::trigger::{Schedule, TriggerState};
+
+/// Room without bound in both lanes.
+const ANY: [usize; 2] = [usize::MAX, usize::MAX];
+
+fn job(name: &str) -> Arc<Job> {
+    Arc::new(Job {
+        id: 1,
+        scheduler: "s".to_owned(),
+        spec: JobSpec::new(name, "noop"),
+        state: JobState::Enabled,
+        created_at: Timestamp::from_millis(0),
+        updated_at: Timestamp::from_millis(0),
+        version: 1,
+    })
+}
+
+/// A trigger every second from 0, and its first `count` fires.
+fn every_second(count: i64) -> (Arc<Trigger>, Vec<Fire>) {
+    let cron = CronExpression::parse("* * * * * ?").unwrap();
+    let trigger = Trigger::new(Schedule::cron(cron, chrono_tz::UTC), Timestamp::from_millis(0)).unwrap();
+    let state = TriggerState {
+        prev_fire_time: None,
+        next_fire_time: Some(Timestamp::from_millis(0)),
+        times_triggered: 0,
+        awaiting_finish: false,
+        calendar_stamp: 0,
+    };
+    let fires = trigger
+        .fires_until(&state, Timestamp::from_millis(count * 1000))
+        .collect();
+    (Arc::new(trigger), fires)
+}
+
+fn ms(t: i64) -> Timestamp {
+    Timestamp::from_millis(t)
+}
+
+#[test]
+fn fires_come_due_at_their_claim_time_in_fire_time_then_execute_order() {
+    let q = FireQueue::default();
+    let (trigger, fires) = every_second(3);
+    let j = job("a");
+    assert_eq!(
+        q.push(
+            7,
+            (&j, Lane::Pool),
+            &trigger,
+            fires.clone(),
+            |t| t.saturating_add_millis(-1000),
+            None
+        ),
+        3
+    );
+    assert_eq!(
+        q.push(
+            3,
+            (&j, Lane::Pool),
+            &trigger,
+            fires,
+            |t| t.saturating_add_millis(-1000),
+            None
+        ),
+        3
+    );
+    assert_eq!(q.first_claim_at(), Some(ms(-1000)));
+    assert!(q.take_due((ms(-1001), 0), 100, 5000, ANY).fires.is_empty());
+    let due = q.take_due((ms(0), 0), 100, 5000, ANY);
+    let got: Vec<(i64, i64)> = due
+        .fires
+        .iter()
+        .map(|p| (p.fire.fire_time.as_millis(), p.execute_id))
+        .collect();
+    assert_eq!(got, vec![(0, 3), (0, 7), (1000, 3), (1000, 7)]);
+    assert!(q.has_due(ms(1000)));
+}
+
+#[test]
+fn a_fire_already_queued_is_not_queued_twice() {
+    let q = FireQueue::default();
+    let (trigger, fires) = every_second(2);
+    let j = job("a");
+    assert_eq!(q.push(1, (&j, Lane::Pool), &trigger, fires.clone(), |t| t, None), 2);
+    assert_eq!(q.push(1, (&j, Lane::Pool), &trigger, fires, |t| t, None), 0);
+}
+
+#[test]
+fn a_forgotten_execute_leaves_only_stale_fires_and_may_be_queued_afresh() {
+    let q = FireQueue::default();
+    let (trigger, fires) = every_second(2);
+    let j = job("a");
+    q.push(1, (&j, Lane::Pool), &trigger, fires.clone(), |t| t, None);
+    q.forget(1);
+    assert!(q.take_due((ms(5000), 0), 100, 60_000, ANY).fires.is_empty());
+    assert_eq!(q.push(1, (&j, Lane::Pool), &trigger, fires, |t| t, None), 2);
+    assert_eq!(q.take_due((ms(5000), 0), 100, 60_000, ANY).fires.len(), 2);
+}
+
+#[test]
+fn an_edited_job_requeues_its_fires_with_the_new_version() {
+    let q = FireQueue::default();
+    let (trigger, fires) = every_second(1);
+    q.push(1, (&job("a"), Lane::Pool), &trigger, fires.clone(), |t| t, None);
+    let edited = job("a-edited");
+    assert_eq!(q.push(1, (&edited, Lane::Pool), &trigger, fires, |t| t, None), 1);
+    let due = q.take_due((ms(0), 0), 100, 5000, ANY);
+    assert_eq!(due.fires.len(), 1, "the old version's fire is stale");
+    assert_eq!(due.fires[0].job.spec.name, "a-edited");
+}
+
+#[test]
+fn a_fire_past_the_threshold_is_left_to_the_misfire_decision_unless_a_policy_runs_it_late() {
+    let q = FireQueue::default();
+    let (trigger, fires) = every_second(2);
+    q.push(1, (&job("a"), Lane::Pool), &trigger, fires.clone(), |t| t, None);
+    q.push(2, (&job("b"), Lane::Pool), &trigger, fires, |t| t, Some(ms(1000)));
+    let due = q.take_due((ms(6001), 0), 100, 5000, ANY);
+    assert_eq!(due.late, vec![1, 1]);
+    assert_eq!(due.fires.iter().map(|p| p.execute_id).collect::<Vec<_>>(), vec![2, 2]);
+    assert!(q.take_due((ms(6001), 0), 100, 5000, ANY).fires.is_empty());
+}
+
+#[test]
+fn take_due_stops_at_its_limit_and_a_retry_comes_back_at_its_time() {
+    let q = FireQueue::default();
+    let (trigger, fires) = every_second(4);
+    q.push(1, (&job("a"), Lane::Pool), &trigger, fires, |t| t, None);
+    let first = q.take_due((ms(3000), 0), 3, 5000, ANY).fires;
+    assert_eq!(first.len(), 3);
+    q.retry_at(first, ms(3100));
+    let again = q.take_due((ms(3000), 0), 10, 5000, ANY).fires;
+    assert_eq!(again.len(), 1, "only the fire not taken before");
+    assert_eq!(q.take_due((ms(3100), 0), 10, 5000, ANY).fires.len(), 3);
+}
+
+#[test]
+fn a_deferred_fire_comes_back_marked_at_its_own_time() {
+    let q = FireQueue::default();
+    let (trigger, fires) = every_second(2);
+    q.push(1, (&job("a"), Lane::Pool), &trigger, fires, |t| t, None);
+    let due = q.take_due((ms(1000), 0), 10, 5000, ANY).fires;
+    assert!(due.iter().all(|p| !p.deferred));
+    q.defer(due, |p| p.fire.fire_time.saturating_add_millis(500));
+    assert!(q.take_due((ms(499), 0), 10, 5000, ANY).fires.is_empty());
+    let again = q.take_due((ms(500), 0), 10, 5000, ANY).fires;
+    assert_eq!(again.len(), 1);
+    assert!(again[0].deferred);
+}
+
+#[test]
+fn a_fire_whose_lane_is_full_stays_queued_and_the_other_lane_is_served() {
+    let q = FireQueue::default();
+    let (trigger, fires) = every_second(3);
+    q.push(1, (&job("blocking"), Lane::Pool), &trigger, fires.clone(), |t| t, None);
+    q.push(2, (&job("async"), Lane::Task), &trigger, fires, |t| t, None);
+    let due = q.take_due((ms(3000), 0), 100, 5000, [0, 2]);
+    assert_eq!(
+        due.fires.iter().map(|p| p.execute_id).collect::<Vec<_>>(),
+        [2, 2],
+        "only the lane with room, and only as much as it has"
+    );
+    assert_eq!(q.first_claim_at_in([0, 1]), Some(ms(2000)), "the async fire left");
+    assert_eq!(q.first_claim_at_in([0, 0]), None);
+    let due = q.take_due((ms(3000), 0), 100, 5000, [5, 0]);
+    assert_eq!(due.fires.len(), 3, "the blocking fires were kept");
+}
+
+#[test]
+fn a_burst_begins_its_claims_as_early_as_claiming_it_takes() {
+    let q = FireQueue::default(); // 250 µs a claim until observed
+    let (trigger, _) = every_second(1);
+    for id in 0..4_000 {
+        let fire = Fire {
+            fire_time: ms(10_000),
+            ..every_second(1).1[0].clone()
+        };
+        q.push(
+            id,
+            (&job("burst"), Lane::Pool),
+            &trigger,
+            vec![fire],
+            |t| t.saturating_add_millis(-1_000),
+            None,
+        );
+    }
+    // 4,000 claims take a second: they begin a second before the claim time.
+    let ahead = q.claim_ahead(ms(0));
+    assert_eq!((ahead.ms, ahead.begin_by), (0, Some(ms(8_000))));
+    assert_eq!(q.claim_ahead(ms(8_000)).ms, 1_000, "all due at once");
+    let due = q.take_due((ms(8_000), 1_000), 256, 5_000, ANY);
+    assert_eq!(due.fires.len(), 256);
+    // One fire queued: its claim time, as before.
+    let single = FireQueue::default();
+    let (trigger, fires) = every_second(1);
+    single.push(
+        1,
+        (&job("one"), Lane::Pool),
+        &trigger,
+        fires,
+        |t| t.saturating_add_millis(5_000),
+        None,
+    );
+    assert_eq!(single.claim_ahead(ms(0)).begin_by, Some(ms(5_000)));
+}
+
+#[test]
+fn fires_left_to_another_node_neither_pace_the_claims_nor_come_due_before_their_time() {
+    let q = FireQueue::default(); // 250 µs a claim until observed
+    let (trigger, _) = every_second(1);
+    let at_ten = || Fire {
+        fire_time: ms(10_000),
+        ..every_second(1).1[0].clone()
+    };
+    let lead = |t: Timestamp| t.saturating_add_millis(-1_000);
+    for id in 0..4_000 {
+        q.push_placed(
+            id,
+            (&job("theirs"), Lane::Pool),
+            true,
+            &trigger,
+            (vec![at_ten()], |t| t),
+            None,
+        );
+    }
+    for id in 4_000..4_100 {
+        q.push(id, (&job("mine"), Lane::Pool), &trigger, vec![at_ten()], lead, None);
+    }
+    // A hundred fires of its own take 25 ms: the 4,000 left to others do
+    // not count.
+    let ahead = q.claim_ahead(ms(0));
+    assert_eq!(ahead.begin_by, Some(ms(8_975)));
+    // Due at their claim time: this node's first, the others' at theirs,
+    // however far ahead the claims reach.
+    let due = q.take_due((ms(9_000), 5_000), 10_000, 5_000, ANY).fires;
+    assert_eq!(due.len(), 100);
+    assert!(due.iter().all(|p| !p.deferred && p.execute_id >= 4_000));
+    let theirs = q.take_due((ms(10_000), 0), 10_000, 5_000, [3_000, 0]).fires;
+    assert_eq!(theirs.len(), 3_000, "bounded by the lane's room");
+    assert!(theirs.iter().all(|p| p.deferred));
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use quartz::prelude::*;
-use quartz::store::{FireState, Store};
+use quartz::store::{FireState, NodeState, Store};
 use quartz_testkit::memory::MemoryStore;
 
 const CLUSTER: &str = "paused";
@@ -159,4 +159,69 @@ async fn async_handlers_run_as_tasks_within_their_own_bound() {
             .is_some_and(|e| e.contains("handler panicked: the task fails")),
         "{failed:?}"
     );
+}
+
+/// After an outage of the database every heartbeat is stale, and the
+/// living come back one by one: a node's pool backs off between refused
+/// connections, so a living node may write its next heartbeat seconds after
+/// another. A node that was cut off itself judges the others only after
+/// twice `dead_after` of its own heartbeats: one back 1.3 `dead_after` late
+/// keeps its incarnation; one that never comes back is still declared dead.
+#[tokio::test(start_paused = true)]
+async fn the_living_are_not_declared_dead_for_coming_back_late_after_an_outage() {
+    use quartz_testkit::faults::{Fault, Faults, FaultyStore};
+    let store = MemoryStore::new();
+    let settings = quartz_testkit::fast_settings();
+    let dead_after = settings.dead_after;
+    let mut nodes = Vec::new();
+    let mut outages = Vec::new();
+    for _ in 0..4 {
+        let outage = Faults::scripted();
+        outage.set_enabled(false);
+        outage.always("heartbeat", Fault::Error);
+        let node = SchedulerBuilder::new(CLUSTER)
+            .settings(settings.clone())
+            .paused_clock_for_tests(true)
+            .start(FaultyStore::new(store.clone(), Arc::clone(&outage)))
+            .await
+            .unwrap();
+        nodes.push(node);
+        outages.push(outage);
+    }
+    let scoped = store.scoped(CLUSTER);
+    let incarnations = || async {
+        let members = scoped.list_nodes().await.unwrap();
+        nodes
+            .iter()
+            .map(|n| {
+                let id = n.node().node_id;
+                members
+                    .iter()
+                    .find(|m| m.node_id == id)
+                    .map(|m| (m.incarnation, m.state))
+                    .unwrap()
+            })
+            .collect::<Vec<_>>()
+    };
+    tokio::time::sleep(dead_after * 2).await;
+    let before = incarnations().await;
+    assert!(before.iter().all(|(_, s)| *s == NodeState::Live), "{before:?}");
+
+    // Every heartbeat refused for longer than dead_after.
+    outages.iter().for_each(|o| o.set_enabled(true));
+    tokio::time::sleep(dead_after + Duration::from_millis(500)).await;
+    // Two nodes back at once, the third 1.3 dead_after after them, the
+    // fourth never.
+    outages[0].set_enabled(false);
+    outages[1].set_enabled(false);
+    tokio::time::sleep(dead_after.mul_f64(1.3)).await;
+    outages[2].set_enabled(false);
+    tokio::time::sleep(dead_after * 2).await;
+    let after = incarnations().await;
+    assert_eq!(after[..3], before[..3], "the late node kept its incarnation");
+    assert_ne!(after[3], before[3], "the node that never came back was declared dead");
+    assert_eq!(after[3].1, NodeState::Dead, "{after:?}");
+    for node in nodes {
+        node.shutdown().await;
+    }
 }

@@ -5,6 +5,7 @@
 //! ([`super::recovery`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::Instrument as _;
 
 use parking_lot::Mutex;
@@ -23,11 +24,15 @@ pub(super) struct Cluster {
     queue: Arc<FireQueue>,
     recovery: Recovery,
     /// This node's own heartbeats: (last written, written without a gap
-    /// since). A node judges others dead only after it has itself been
-    /// heart-beating without a gap for `dead_after`: after an outage of the
-    /// database every heartbeat is stale, and the living need time to write
-    /// theirs again.
-    heartbeats: Mutex<Option<(Instant, Instant)>>,
+    /// since, how long it must have been so before it judges others). A
+    /// node judges others dead only after it has itself been heart-beating
+    /// without a gap for `dead_after`: after an outage of the database every
+    /// heartbeat is stale, and the living need time to write theirs again.
+    /// After a gap of its own it waits twice that: the others' connection
+    /// pools were refused meanwhile and back off between attempts (sqlx
+    /// doubles its wait up to a fifth of the acquire timeout, 2 s by
+    /// default), so a living node may be back seconds after this one.
+    heartbeats: Mutex<Option<(Instant, Instant, Duration)>>,
 }
 
 impl Cluster {
@@ -60,12 +65,15 @@ impl Cluster {
         let steady = {
             let now = Instant::now();
             let mut heartbeats = self.heartbeats.lock();
-            let since = match *heartbeats {
-                Some((last, since)) if now.duration_since(last) <= self.ctx.settings.dead_after / 2 => since,
-                _ => now, // the first, or after a gap: this node was cut off too
+            let dead_after = self.ctx.settings.dead_after;
+            let (since, wait) = match *heartbeats {
+                Some((last, since, wait)) if now.duration_since(last) <= dead_after / 2 => (since, wait),
+                // After a gap this node was cut off too, and so may the others have been.
+                Some(_) => (now, dead_after * 2),
+                None => (now, dead_after),
             };
-            *heartbeats = Some((now, since));
-            now.duration_since(since) >= self.ctx.settings.dead_after
+            *heartbeats = Some((now, since, wait));
+            now.duration_since(since) >= wait
         };
         let db_now = self.ctx.db_now().await?;
         let members = self.ctx.store.list_nodes().await?;

@@ -47,7 +47,10 @@ pub struct Settings {
     /// 2 s).
     pub heartbeat_interval: Duration,
     /// A node whose heartbeat is older than this (database time) is dead
-    /// (default 10 s).
+    /// (default 10 s). A node judges others only once it has itself
+    /// heart-beaten without a gap for this long, and for twice this long after
+    /// a gap of its own (an outage of the database: the others' pools may
+    /// reconnect seconds after its own).
     pub dead_after: Duration,
     /// The misfire threshold and the cap of the ignore policy (default 5 s and
     /// 1,000).

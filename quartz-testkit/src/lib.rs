@@ -1,6 +1,7 @@
 //! Test support for quartz-rs (not published): a fresh database per test on
 //! each backend, dropped after, helpers to read the ledger and wait on
-//! conditions, and a seeded fault-injecting store ([`faults`]).
+//! conditions, a seeded fault-injecting store ([`faults`]), and a
+//! fault-injecting TCP proxy between a node and its database ([`proxy`]).
 //!
 //! PostgreSQL, MariaDB and Redis come from `QUARTZ_PG_URL`, `QUARTZ_MYSQL_URL`
 //! and `QUARTZ_REDIS_URL` (defaults: the local servers,
@@ -30,6 +31,7 @@
 pub mod faketime;
 pub mod faults;
 pub mod memory;
+pub mod proxy;
 pub mod redis_server;
 pub mod tools;
 

@@ -1,0 +1,202 @@
+//! A node cut off from the database by the network, not by a closed
+//! connection: three nodes under a steady load, one of them talking to the
+//! database through a [`FaultProxy`] that stalls (sockets open and silent,
+//! no reset, its queries hanging) for three times `dead_after`, then heals.
+//! On PostgreSQL, MariaDB and Redis.
+//!
+//! The others declare it dead and take over its fires; it starts nothing
+//! once cut off past its claims' lead (the start of a fire is fenced by the
+//! database, which it cannot reach), and when the network heals it finds
+//! itself declared dead and rejoins under a new incarnation. The ledger then
+//! holds every fire time once, run or recorded misfired (the audit finds
+//! nothing), and no handler ran twice for one fire.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use quartz::audit::{AuditParams, audit};
+use quartz::engine::Phase;
+use quartz::prelude::*;
+use quartz::store::{FireState, NodeState};
+use quartz_testkit::proxy::{FaultProxy, Mode};
+use quartz_testkit::{Kind, TestDb, ledger, wait_until};
+
+const CLUSTER: &str = "partition";
+const JOBS: usize = 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres() {
+    quartz_testkit::run(Kind::Postgres, |db| Box::pin(a_node_cut_off_silently(db))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb() {
+    quartz_testkit::run(Kind::MySql, |db| Box::pin(a_node_cut_off_silently(db))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis() {
+    quartz_testkit::run(Kind::Redis, |db| Box::pin(a_node_cut_off_silently(db))).await;
+}
+
+/// The `host:port` a database URL names.
+fn host_port(url: &str) -> &str {
+    let rest = url.split_once("://").unwrap().1;
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split(['/', '?']).next().unwrap()
+}
+
+/// A handler's run: which node, which fire, when on the test's clock.
+type Runs = Arc<Mutex<Vec<(usize, String, Timestamp, Instant)>>>;
+
+async fn node(index: usize, store: AnyStore, runs: &Runs) -> Scheduler {
+    let runs = Arc::clone(runs);
+    SchedulerBuilder::new(CLUSTER)
+        .settings(quartz_testkit::fast_settings())
+        .handler("note", move |ctx| {
+            let run = (
+                index,
+                ctx.job_name().to_owned(),
+                ctx.scheduled_fire_time(),
+                Instant::now(),
+            );
+            runs.lock().push(run);
+            Ok(())
+        })
+        .start(store)
+        .await
+        .unwrap()
+}
+
+async fn a_node_cut_off_silently(db: &TestDb) {
+    let settings = quartz_testkit::fast_settings();
+    let proxy = FaultProxy::start(host_port(&db.url));
+    let runs = Runs::default();
+    let cut_off = node(0, AnyStore::connect(&proxy.url(&db.url)).await.unwrap(), &runs).await;
+    let nodes = [
+        cut_off,
+        node(1, db.store().await, &runs).await,
+        node(2, db.store().await, &runs).await,
+    ];
+    let store = db.store().await;
+    let now = store.now().await.unwrap().as_millis();
+    let start = Timestamp::from_millis((now / 1000 + 3) * 1000);
+    let end = start.saturating_add_millis(14_999);
+    for i in 0..JOBS {
+        let trigger = Trigger::cron("* * * * * ?", "UTC", start)
+            .unwrap()
+            .with_end(end)
+            .unwrap();
+        nodes[i % 3]
+            .add_job(&JobDefinition::of_specs(
+                &JobSpec::new(format!("job-{i:02}"), "note"),
+                &[ExecuteSpec::new(trigger)],
+            ))
+            .await
+            .unwrap();
+    }
+    let db_at = |ms: i64| {
+        let store = store.clone();
+        async move { store.now().await.unwrap() >= start.saturating_add_millis(ms) }
+    };
+    wait_until(Duration::from_secs(20), "three seconds of fires", || db_at(3_300)).await;
+
+    let before = nodes[0].node();
+    proxy.set(Mode::Stall);
+    let stalled = Instant::now();
+    let stalled_db = store.now().await.unwrap();
+    let dead_after = settings.dead_after;
+    wait_until(Duration::from_secs(30), "the cut-off node declared dead", || async {
+        let members = store.scoped(CLUSTER).list_nodes().await.unwrap();
+        members
+            .iter()
+            .any(|m| m.node_id == before.node_id && m.incarnation == before.incarnation && m.state == NodeState::Dead)
+    })
+    .await;
+    let declared = Instant::now();
+    // Its last heartbeat may have come up to an interval before the stall.
+    assert!(
+        declared - stalled >= dead_after.saturating_sub(settings.heartbeat_interval),
+        "declared dead {:?} after the stall began, before dead_after",
+        declared - stalled
+    );
+    // Stalled for three times dead_after in all.
+    tokio::time::sleep((dead_after * 3).saturating_sub(stalled.elapsed())).await;
+    proxy.set(Mode::Pass);
+    let healed = Instant::now();
+    wait_until(Duration::from_secs(20), "the cut-off node to rejoin", || async {
+        let status = nodes[0].status();
+        status.node.incarnation != before.incarnation && status.phase == Phase::Running
+    })
+    .await;
+    let rejoined = healed.elapsed();
+    wait_until(Duration::from_secs(40), "every fire time of the run ended", || async {
+        if store.now().await.unwrap() <= end.saturating_add_millis(1_000) {
+            return false;
+        }
+        let rows = ledger(&store, CLUSTER).await;
+        rows.iter()
+            .all(|f| !matches!(f.state, FireState::Claimed | FireState::Running))
+    })
+    .await;
+    for n in nodes {
+        n.shutdown().await;
+    }
+
+    // Once, and every fire time accounted for.
+    let rows = ledger(&store, CLUSTER).await;
+    let mut once = HashSet::new();
+    for f in &rows {
+        assert!(
+            once.insert((f.execute_id, f.fire_time, f.attempt)),
+            "twice in the ledger: {f:?}"
+        );
+    }
+    let params = AuditParams {
+        since: start,
+        until: end.saturating_add_millis(1),
+        misfire_threshold: settings.misfire.threshold,
+    };
+    let report = audit(&*store.scoped(CLUSTER), &params).await.unwrap();
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(report.fire_times_checked, JOBS as u64 * 15);
+    let runs = runs.lock().clone();
+    let mut ran = HashSet::new();
+    for (node, job, fire_time, _) in &runs {
+        assert!(
+            ran.insert((job, fire_time)),
+            "{job} at {fire_time} ran twice (node {node})"
+        );
+    }
+    // Nothing started on the cut-off node once it was cut off past its
+    // claims' lead, until it had rejoined.
+    let lead = settings.claim_lead + Duration::from_millis(200);
+    let during: Vec<_> = runs
+        .iter()
+        .filter(|(node, _, _, at)| *node == 0 && *at > stalled + lead && *at < healed)
+        .collect();
+    assert!(during.is_empty(), "the cut-off node ran fires: {during:?}");
+    // Its fires went on elsewhere meanwhile.
+    let cut_span = (
+        stalled_db.saturating_add_millis(2_000),
+        stalled_db.saturating_add_millis(4_000),
+    );
+    let elsewhere = rows
+        .iter()
+        .filter(|f| f.state == FireState::Succeeded && f.fire_time >= cut_span.0 && f.fire_time < cut_span.1)
+        .count();
+    assert_eq!(
+        elsewhere,
+        JOBS * 2,
+        "every fire of two seconds of the stall ran on the others"
+    );
+    eprintln!(
+        "{:?}: declared dead {:?} after the stall began, rejoined {rejoined:?} after it healed",
+        db.kind,
+        declared - stalled
+    );
+}

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use quartz::prelude::*;
 use quartz::store::{FireState, NodeState, Store};
 use quartz_testkit::memory::MemoryStore;
+use quartz_testkit::wait_until;
 
 const CLUSTER: &str = "paused";
 
@@ -222,6 +223,80 @@ async fn the_living_are_not_declared_dead_for_coming_back_late_after_an_outage()
     assert_ne!(after[3], before[3], "the node that never came back was declared dead");
     assert_eq!(after[3].1, NodeState::Dead, "{after:?}");
     for node in nodes {
+        node.shutdown().await;
+    }
+}
+
+/// A node whose heartbeats stop answering and whose confirmations of its
+/// starts fail (a network that drops packets on some of its connections)
+/// while its start statements still go through. Once its membership was
+/// last renewed half `dead_after` ago, it may be declared dead at any
+/// moment: it runs nothing the database has not confirmed as still its own,
+/// so nothing at all here, although the database still takes its starts
+/// until the others declare it dead.
+#[tokio::test(start_paused = true)]
+async fn a_node_that_cannot_renew_its_membership_runs_nothing_unconfirmed() {
+    use quartz_testkit::faults::{Fault, Faults, FaultyStore};
+    let store = MemoryStore::new();
+    let settings = quartz_testkit::fast_settings();
+    let runs: Arc<Mutex<Vec<(usize, String, Timestamp)>>> = Arc::default();
+    let silence = Faults::scripted();
+    silence.set_enabled(false);
+    silence.always("heartbeat", Fault::Delay(Duration::from_secs(3_600)));
+    silence.always("confirm_starts", Fault::Error);
+    let mut nodes = Vec::new();
+    for index in 0..3 {
+        let runs = Arc::clone(&runs);
+        let builder = SchedulerBuilder::new(CLUSTER)
+            .settings(settings.clone())
+            .paused_clock_for_tests(true)
+            .handler("note", move |ctx| {
+                runs.lock()
+                    .push((index, ctx.job_name().to_owned(), ctx.scheduled_fire_time()));
+                Ok(())
+            });
+        let node = if index == 0 {
+            builder
+                .start(FaultyStore::new(store.clone(), Arc::clone(&silence)))
+                .await
+        } else {
+            builder.start(store.clone()).await
+        };
+        nodes.push(node.unwrap());
+    }
+    // Fire times spread over each second, 33 ms apart.
+    let admin = nodes[1].admin();
+    let base = store.now().await.unwrap().saturating_add_millis(1_000);
+    for i in 0..30 {
+        let trigger = TriggerDefinition::every(Duration::from_secs(1)).starting(base.saturating_add_millis(i * 33));
+        let job = JobDefinition::new(format!("job-{i:02}"), "note").with_trigger(trigger);
+        admin.job_add(&job).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let before = nodes[0].node();
+    silence.set_enabled(true);
+    let silent_from = store.now().await.unwrap();
+    wait_until(Duration::from_secs(10), "the silent node declared dead", || async {
+        let members = store.scoped(CLUSTER).list_nodes().await.unwrap();
+        members
+            .iter()
+            .any(|m| m.node_id == before.node_id && m.incarnation == before.incarnation && m.state == NodeState::Dead)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let runs = runs.lock().clone();
+    // Its last heartbeat was sent before the silence: half dead_after after
+    // it, nothing more runs there.
+    let fresh_until = silent_from.saturating_add_millis(i64::try_from(settings.dead_after.as_millis() / 2).unwrap());
+    let late: Vec<_> = runs
+        .iter()
+        .filter(|(node, _, at)| *node == 0 && *at > fresh_until)
+        .collect();
+    assert!(late.is_empty(), "silent since {silent_from}, it ran: {late:?}");
+    let ran = |node: usize, from: Timestamp| runs.iter().filter(|r| r.0 == node && r.2 >= from).count();
+    assert!(ran(0, base) >= 30, "the node ran fires before its silence");
+    assert!(ran(1, fresh_until) + ran(2, fresh_until) >= 30, "the others ran on");
+    for node in nodes.drain(1..) {
         node.shutdown().await;
     }
 }

@@ -59,7 +59,10 @@ impl Cluster {
     pub(super) async fn cluster_pass(self: &Arc<Self>) -> Result<(), StoreError> {
         let node = self.ctx.node();
         let busy = self.ctx.flights.held() + self.ctx.flights.pending_count();
-        if !self.ctx.store.heartbeat(&node, busy as u64).await? {
+        let sent = self.ctx.clock.db_now();
+        if self.ctx.store.heartbeat(&node, busy as u64).await? {
+            self.ctx.renewed(sent);
+        } else {
             self.rejoin(&node).await?;
         }
         let steady = {
@@ -121,7 +124,9 @@ impl Cluster {
             "this node was declared dead; re-registering"
         );
         self.queue.clear();
+        let sent = self.ctx.clock.db_now();
         let registered = self.ctx.store.register_node(&self.ctx.registration).await?;
+        self.ctx.renewed(sent);
         self.ctx.set_node(NodeRef {
             node_id: registered.node_id,
             incarnation: registered.incarnation,

@@ -7,6 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
@@ -54,6 +55,9 @@ pub(super) struct Ctx {
     misfires: Mutex<Misfires>,
     /// What the node holds of its fires in flight.
     pub(super) flights: Flights,
+    /// When, on the node's estimate of database time, it last sent a
+    /// heartbeat or registration that the database accepted (epoch ms).
+    renewed_ms: AtomicI64,
 }
 
 /// What a node starts its context from.
@@ -67,6 +71,8 @@ pub(super) struct Parts {
     pub(super) clock: Clock,
     pub(super) registration: NodeRegistration,
     pub(super) node: Node,
+    /// When its registration was sent, on its estimate of database time.
+    pub(super) registered_at: Timestamp,
 }
 
 impl Ctx {
@@ -94,7 +100,27 @@ impl Ctx {
             warned: Mutex::new(HashSet::new()),
             misfires: Mutex::default(),
             flights: Flights::default(),
+            renewed_ms: AtomicI64::new(parts.registered_at.as_millis()),
         }
+    }
+
+    /// The database accepted this node's heartbeat or registration sent at
+    /// `sent` (the node's estimate of database time, which never runs ahead
+    /// of it, so the heartbeat's own time is no earlier).
+    pub(super) fn renewed(&self, sent: Timestamp) {
+        self.renewed_ms.fetch_max(sent.as_millis(), Ordering::Relaxed);
+    }
+
+    /// Whether this node renewed its membership within half of `dead_after`.
+    /// Another node may declare it dead once its heartbeat is `dead_after`
+    /// old; until half of that has passed since the last one sent, a fire
+    /// the database marked running for this incarnation may start without
+    /// asking it again. Past it (a network that drops packets, a stalled
+    /// connection), the node assumes it may have been declared dead and runs
+    /// nothing the database has not confirmed as still its own.
+    pub(super) fn membership_fresh(&self) -> bool {
+        let age = self.clock.db_now().as_millis() - self.renewed_ms.load(Ordering::Relaxed);
+        age < duration_ms(self.settings.dead_after) / 2
     }
 
     /// This node's id and current incarnation.

@@ -21,15 +21,21 @@ pub(super) const START_RECHECK: Duration = Duration::from_millis(100);
 /// What a fire passes between its hand-over and its handler. A fire won by
 /// a poll, on its first attempt, is misfired when it is taken past the
 /// threshold; one that waited past [`START_RECHECK`] (a busy pool, or this
-/// process paused) has its ownership confirmed again, and its start time
-/// set to now, before it runs, so that a node declared dead meanwhile runs
-/// nothing it lost.
+/// process paused), or that reaches its lane when this node has not renewed
+/// its membership for half of `dead_after` (a network that drops its
+/// heartbeats), has its ownership confirmed again, and its start time set
+/// to now, before it runs, so that a node declared dead meanwhile runs
+/// nothing it lost, even before the database could tell it so.
 pub(super) struct Gate {
     pub(super) ctx: Arc<Ctx>,
     pub(super) recorder: Arc<Recorder>,
     pub(super) fire_time: Timestamp,
     pub(super) threshold_ms: Option<i64>,
     pub(super) submitted: std::time::Instant,
+    /// Whether the node's membership was fresh when the fire was handed
+    /// over ([`Ctx::membership_fresh`], read on the runtime, whose clock a
+    /// test may step).
+    pub(super) member: bool,
     pub(super) fire_id: i64,
     pub(super) owner: NodeRef,
 }
@@ -62,7 +68,7 @@ impl Gate {
         if self.threshold_ms.is_some_and(|limit| late_ms > limit) {
             return Err(Ran::Late(late_ms));
         }
-        if self.submitted.elapsed() <= START_RECHECK {
+        if self.submitted.elapsed() <= START_RECHECK && self.member {
             return Ok(None);
         }
         Ok(Some(self.recorder.confirm(self.fire_id, self.owner.clone())))

@@ -65,6 +65,7 @@ impl Stages {
             .build()?;
         let db_now = store.now().await?;
         clock.observe(db_now);
+        let registered_at = clock.db_now();
         let registered = store.register_node(&registration).await?;
         tracing::info!(scheduler, node = %registered.node_id, incarnation = registered.incarnation, "node registered");
         let ctx = Arc::new(Ctx::new(Parts {
@@ -77,6 +78,7 @@ impl Stages {
             clock,
             registration,
             node: registered,
+            registered_at,
         }));
         // The stages, from the last a fire reaches to the first.
         let recorder = Arc::new(Recorder::start(

@@ -56,7 +56,50 @@ impl Runner {
     /// a task of its own for an async one. Either runs the handler unless
     /// it is taken past the misfire threshold, or, taken late, found no
     /// longer this incarnation's ([`Gate`]).
-    pub(super) fn submit(self: &Arc<Self>, mut run: RunFire) {
+    pub(super) fn submit(self: &Arc<Self>, run: RunFire) {
+        if self.ctx.membership_fresh() {
+            self.to_lane(run, false);
+        } else {
+            // Not renewed for half of dead_after: the database confirms the
+            // start first, from a task, so that no pool thread waits on a
+            // database that may not answer.
+            tokio::spawn(Arc::clone(self).confirm_then_submit(run));
+        }
+    }
+
+    /// A fire whose node has not renewed its membership lately goes to its
+    /// lane only once the database confirms it is still this incarnation's
+    /// (its start time set to now).
+    async fn confirm_then_submit(self: Arc<Self>, run: RunFire) {
+        let gate = self.gate(&run, false);
+        match gate.pass().await {
+            Ok(()) => self.to_lane(run, true),
+            Err(ran) => {
+                let (done_tx, done_rx) = oneshot::channel::<Ran>();
+                let (cancel_tx, _) = Cancellation::new();
+                let _ = done_tx.send(ran);
+                self.supervise(run, done_rx, cancel_tx).await;
+            }
+        }
+    }
+
+    /// What a fire passes on its way to its handler; `confirmed` when the
+    /// database has just confirmed its start.
+    fn gate(&self, run: &RunFire, confirmed: bool) -> Gate {
+        Gate {
+            ctx: Arc::clone(&self.ctx),
+            recorder: Arc::clone(&self.recorder),
+            fire_time: run.fire_time,
+            threshold_ms: run.misfire_limit(self.ctx.settings.misfire.threshold_ms()),
+            submitted: std::time::Instant::now(),
+            member: confirmed || self.ctx.membership_fresh(),
+            fire_id: run.fire_id,
+            owner: run.node.clone(),
+        }
+    }
+
+    /// Hands a fire to its lane.
+    fn to_lane(self: &Arc<Self>, mut run: RunFire, confirmed: bool) {
         let Some(handler) = self.ctx.handlers.get(&run.job.spec.handler).cloned() else {
             return;
         };
@@ -76,15 +119,7 @@ impl Runner {
             cancellation,
         };
         let span = fire_span(&self.ctx.scheduler, &run);
-        let gate = Gate {
-            ctx: Arc::clone(&self.ctx),
-            recorder: Arc::clone(&self.recorder),
-            fire_time: run.fire_time,
-            threshold_ms: run.misfire_limit(self.ctx.settings.misfire.threshold_ms()),
-            submitted: std::time::Instant::now(),
-            fire_id: run.fire_id,
-            owner: run.node.clone(),
-        };
+        let gate = self.gate(&run, confirmed);
         // The fire's place in its room is given back when its handler returns.
         let hold = run.hold.take();
         if handler.is_async() {

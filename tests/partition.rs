@@ -83,22 +83,7 @@ async fn a_node_cut_off_silently(db: &TestDb) {
         node(2, db.store().await, &runs).await,
     ];
     let store = db.store().await;
-    let now = store.now().await.unwrap().as_millis();
-    let start = Timestamp::from_millis((now / 1000 + 3) * 1000);
-    let end = start.saturating_add_millis(14_999);
-    for i in 0..JOBS {
-        let trigger = Trigger::cron("* * * * * ?", "UTC", start)
-            .unwrap()
-            .with_end(end)
-            .unwrap();
-        nodes[i % 3]
-            .add_job(&JobDefinition::of_specs(
-                &JobSpec::new(format!("job-{i:02}"), "note"),
-                &[ExecuteSpec::new(trigger)],
-            ))
-            .await
-            .unwrap();
-    }
+    let (start, end) = quartz_testkit::every_second_jobs(&nodes, JOBS, "note", 3, 15).await;
     let db_at = |ms: i64| {
         let store = store.clone();
         async move { store.now().await.unwrap() >= start.saturating_add_millis(ms) }
@@ -134,15 +119,7 @@ async fn a_node_cut_off_silently(db: &TestDb) {
     })
     .await;
     let rejoined = healed.elapsed();
-    wait_until(Duration::from_secs(40), "every fire time of the run ended", || async {
-        if store.now().await.unwrap() <= end.saturating_add_millis(1_000) {
-            return false;
-        }
-        let rows = ledger(&store, CLUSTER).await;
-        rows.iter()
-            .all(|f| !matches!(f.state, FireState::Claimed | FireState::Running))
-    })
-    .await;
+    quartz_testkit::wait_run_ended(&store, CLUSTER, end, Duration::from_secs(40)).await;
     for n in nodes {
         n.shutdown().await;
     }

@@ -13,6 +13,7 @@ use sqlx::{AnyPool, AssertSqlSafe, Executor, SqlSafeStr, SqlStr};
 
 pub use crate::dialect::Backend;
 use crate::dialect::{redact, render};
+use crate::hosts::Hosts;
 
 /// The table that records which schema migrations are applied; our own, so
 /// that an application's own sqlx migrations in the same database are never
@@ -21,6 +22,10 @@ pub const MIGRATIONS_TABLE: &str = "quartz_schema_migrations";
 
 /// How long a node waits for another node's migration to finish.
 const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(300);
+
+/// How long a heartbeat or a clock reading on a URL naming several hosts
+/// may take before the store looks for the primary again.
+const FOLLOW_AFTER: Duration = Duration::from_secs(1);
 
 /// How a store connects.
 #[derive(Debug, Clone)]
@@ -53,17 +58,49 @@ pub(crate) struct Db {
     pub(crate) pool: AnyPool,
     pub(crate) backend: Backend,
     sql: Arc<Mutex<HashMap<&'static str, SqlStr>>>,
-    /// The URL connected to (the change listener opens its own connection).
-    pub(crate) url: Arc<str>,
+    /// The server connected to (the change listener opens its own
+    /// connection there).
+    pub(crate) target: Target,
     /// Schedulers whose `quartz_scheduler` row is known to exist.
     pub(crate) schedulers: Arc<Mutex<std::collections::HashSet<String>>>,
+}
+
+/// The server a store connects to: the one a URL names, or the primary
+/// among the hosts of a PostgreSQL URL that names several
+/// ([`crate::hosts`]).
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    One(#[cfg_attr(not(feature = "postgres"), allow(dead_code))] Arc<str>),
+    Primary(Arc<Hosts>),
+}
+
+impl Target {
+    /// The URL of the server in use (the change listener's, on PostgreSQL).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn url(&self) -> Arc<str> {
+        match self {
+            Target::One(url) => Arc::clone(url),
+            Target::Primary(hosts) => hosts.current(),
+        }
+    }
 }
 
 impl Db {
     pub(crate) async fn connect(url: &str, options: &StoreOptions) -> Result<Db, StoreError> {
         install_default_drivers();
         let backend = Backend::of_url(url)?;
-        let (url, memory) = backend.driver_url(url);
+        let hosts = Hosts::parse(url)?.map(Arc::new);
+        if hosts.is_some() && backend != Backend::Postgres {
+            return Err(StoreError::InvalidUrl {
+                url: redact(url),
+                reason: "several hosts, or target_session_attrs, are for PostgreSQL URLs".to_owned(),
+            });
+        }
+        let (url, memory) = match &hosts {
+            Some(hosts) => (hosts.find().await?.to_string(), false),
+            None => backend.driver_url(url),
+        };
+        let primary_only = hosts.as_ref().is_some_and(|h| h.read_write);
         let mut pool = AnyPoolOptions::new()
             .max_connections(backend.max_connections(options.max_connections))
             .acquire_timeout(options.acquire_timeout);
@@ -78,6 +115,13 @@ impl Db {
                     for statement in setup {
                         conn.execute(*statement).await?;
                     }
+                    // A standby (an old primary back as one, or a host the
+                    // pool still names after a failover) takes no writes.
+                    if primary_only && crate::hosts::in_recovery(conn).await? {
+                        return Err(sqlx::Error::Configuration(
+                            "connected to a standby, where a writable primary was asked for".into(),
+                        ));
+                    }
                     Ok(())
                 })
             })
@@ -90,13 +134,46 @@ impl Db {
             pool,
             backend,
             sql: Arc::default(),
-            url: Arc::from(url.as_str()),
+            target: match hosts {
+                Some(hosts) => Target::Primary(hosts),
+                None => Target::One(Arc::from(url.as_str())),
+            },
             schedulers: Arc::default(),
         };
         if options.migrate {
             db.migrate().await?;
         }
         Ok(db)
+    }
+
+    /// After a failed statement that may mean the primary is gone: looks for
+    /// it again among the URL's hosts, when it names several.
+    pub(crate) fn follow_primary(&self) {
+        if let Target::Primary(hosts) = &self.target {
+            hosts.follow(&self.pool);
+        }
+    }
+
+    /// Runs a call that every node makes often (a heartbeat, a reading of
+    /// the clock), looking for the primary again when it fails or has not
+    /// answered within [`FOLLOW_AFTER`]: the pool's own attempts to
+    /// reconnect to a server that is gone only fail at the acquire timeout.
+    pub(crate) async fn watching<T, E>(&self, call: impl std::future::Future<Output = Result<T, E>>) -> Result<T, E> {
+        if matches!(self.target, Target::One(_)) {
+            return call.await;
+        }
+        tokio::pin!(call);
+        let outcome = tokio::select! {
+            outcome = &mut call => outcome,
+            () = tokio::time::sleep(FOLLOW_AFTER) => {
+                self.follow_primary();
+                call.await
+            }
+        };
+        if outcome.is_err() {
+            self.follow_primary();
+        }
+        outcome
     }
 
     /// Applies the schema migrations. Safe when several nodes start at once: on

@@ -32,6 +32,7 @@ mod common;
 mod connect;
 mod dialect;
 mod ends;
+mod hosts;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]

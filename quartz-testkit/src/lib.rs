@@ -31,6 +31,7 @@
 pub mod faketime;
 pub mod faults;
 pub mod memory;
+pub mod pg_pair;
 pub mod proxy;
 pub mod redis_server;
 pub mod tools;
@@ -501,4 +502,57 @@ where
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+}
+
+/// A steady load for a cluster test: `jobs` jobs of `handler`, each firing
+/// every second (cron `* * * * * ?`) for `seconds` seconds from the
+/// database's next whole second plus `lead_s`, added through the nodes in
+/// turn. The first and last fire times.
+pub async fn every_second_jobs(
+    nodes: &[quartz_core::engine::Scheduler],
+    jobs: usize,
+    handler: &str,
+    lead_s: i64,
+    seconds: i64,
+) -> (quartz_core::Timestamp, quartz_core::Timestamp) {
+    use quartz_core::admin::JobDefinition;
+    use quartz_core::store::{ExecuteSpec, JobSpec};
+    let now = nodes[0].store().now().await.unwrap().as_millis();
+    let start = quartz_core::Timestamp::from_millis((now / 1000 + lead_s) * 1000);
+    let end = start.saturating_add_millis(seconds * 1000 - 1);
+    for i in 0..jobs {
+        let trigger = quartz_core::trigger::Trigger::cron("* * * * * ?", "UTC", start)
+            .unwrap()
+            .with_end(end)
+            .unwrap();
+        nodes[i % nodes.len()]
+            .add_job(&JobDefinition::of_specs(
+                &JobSpec::new(format!("job-{i:02}"), handler),
+                &[ExecuteSpec::new(trigger)],
+            ))
+            .await
+            .unwrap();
+    }
+    (start, end)
+}
+
+/// Waits, up to `limit`, until the database's clock is a second past `end`
+/// and no fire of `scheduler` is claimed or running: every fire time of a
+/// run has ended.
+pub async fn wait_run_ended(
+    store: &impl std::ops::Deref<Target = dyn quartz_core::store::Store>,
+    scheduler: &str,
+    end: quartz_core::Timestamp,
+    limit: std::time::Duration,
+) {
+    use quartz_core::store::FireState;
+    wait_until(limit, "every fire time of the run ended", || async {
+        if store.now().await.is_ok_and(|t| t <= end.saturating_add_millis(1_000)) {
+            return false;
+        }
+        let rows = ledger(store, scheduler).await;
+        rows.iter()
+            .all(|f| !matches!(f.state, FireState::Claimed | FireState::Running))
+    })
+    .await;
 }

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use super::filtered::Filtered;
 use super::{SqlStore, db_error, truncate};
+use crate::connect::Target;
 
 /// How often a node reads the change counter where the database cannot notify
 /// (well inside [`quartz_core::store::CHANGE_VISIBILITY_MS`]).
@@ -51,10 +52,10 @@ impl Default for ChangeSignal {
 impl ChangeSignal {
     /// A receiver of wake-ups, starting the listener the first time: it lives
     /// as long as the store (it holds only a weak reference).
-    fn subscribe(self: &Arc<Self>, url: &str) -> watch::Receiver<u64> {
+    fn subscribe(self: &Arc<Self>, target: &Target) -> watch::Receiver<u64> {
         let rx = self.wake.subscribe();
         if !self.listening.swap(true, Ordering::SeqCst) {
-            tokio::spawn(listen(url.to_owned(), Arc::downgrade(self)));
+            tokio::spawn(listen(target.clone(), Arc::downgrade(self)));
         }
         rx
     }
@@ -63,10 +64,11 @@ impl ChangeSignal {
 /// The listener task: `LISTEN quartz_changes`, each notification a wake-up;
 /// on a lost connection it connects again. Ends once the store is dropped.
 #[cfg(feature = "postgres")]
-async fn listen(url: String, signal: Weak<ChangeSignal>) {
+async fn listen(target: Target, signal: Weak<ChangeSignal>) {
     use sqlx::postgres::PgListener;
     loop {
-        let mut listener = match PgListener::connect(&url).await {
+        // The server in use now: after a failover, the new primary.
+        let mut listener = match PgListener::connect(&target.url()).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::debug!(error = %e, "change listener cannot connect; retrying");
@@ -105,7 +107,7 @@ async fn listen(url: String, signal: Weak<ChangeSignal>) {
 /// Without PostgreSQL built in, no store of this build talks to it: there
 /// is nothing to listen to.
 #[cfg(not(feature = "postgres"))]
-async fn listen(_url: String, _signal: Weak<ChangeSignal>) {}
+async fn listen(_target: Target, _signal: Weak<ChangeSignal>) {}
 
 /// A change, as the change log records it.
 pub(super) struct Change<'a> {
@@ -236,7 +238,11 @@ impl SqlStore {
 
     pub(super) async fn changes_wait(&self, scheduler: &str, seen: i64, max_wait: Duration) -> Result<i64, StoreError> {
         let deadline = tokio::time::Instant::now() + max_wait;
-        let mut wake = self.db.backend.notifies().then(|| self.changes.subscribe(&self.db.url));
+        let mut wake = self
+            .db
+            .backend
+            .notifies()
+            .then(|| self.changes.subscribe(&self.db.target));
         loop {
             let now = self.changes_read(scheduler).await?;
             if now != seen || tokio::time::Instant::now() >= deadline {

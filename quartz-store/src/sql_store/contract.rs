@@ -11,9 +11,10 @@ use crate::ends::EndParts;
 #[async_trait]
 impl Store for SqlStore {
     async fn now(&self) -> Result<Timestamp, StoreError> {
+        // Every poll reads the clock: a failover is noticed here.
         let row = self
-            .query("SELECT {now}")
-            .fetch_one(&self.db.pool)
+            .db
+            .watching(self.query("SELECT {now}").fetch_one(&self.db.pool))
             .await
             .map_err(db_error)?;
         Ok(Timestamp::from_millis(row.try_get::<i64, _>(0).map_err(db_error)?))
@@ -199,17 +200,21 @@ impl NodeStore for SqlStore {
 
     async fn heartbeat(&self, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
         let scheduler = self.scheduler();
-        self.changed_one(
-            self.query(
-                "UPDATE quartz_node SET heartbeat_at = {now}, busy = ? \
+        // A failover is noticed here too.
+        self.db
+            .watching(
+                self.changed_one(
+                    self.query(
+                        "UPDATE quartz_node SET heartbeat_at = {now}, busy = ? \
                  WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live'",
+                    )
+                    .bind(count_to_i64(busy))
+                    .bind(scheduler.to_owned())
+                    .bind(node.node_id.clone())
+                    .bind(node.incarnation),
+                ),
             )
-            .bind(count_to_i64(busy))
-            .bind(scheduler.to_owned())
-            .bind(node.node_id.clone())
-            .bind(node.incarnation),
-        )
-        .await
+            .await
     }
 
     async fn retire_node(&self, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError> {

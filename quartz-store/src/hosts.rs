@@ -1,0 +1,243 @@
+//! PostgreSQL URLs naming several hosts, in libpq's form, the way a
+//! deployment follows its primary across a failover:
+//! `postgres://user@host1:5432,host2:5432/db?target_session_attrs=read-write`.
+//!
+//! The store tries the hosts in order and connects to the first that
+//! answers as a writable primary (`pg_is_in_recovery()` false; with
+//! `target_session_attrs=any`, or none, the first that answers). Every new
+//! connection checks it again, so a pool never writes to a standby. When a
+//! heartbeat fails (the primary is gone, its connections broken), the store
+//! looks for the primary again and points its pool's new connections there:
+//! a promoted standby takes over within a heartbeat or two.
+
+use std::str::FromStr as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use quartz_core::store::StoreError;
+use sqlx::any::AnyConnectOptions;
+use sqlx::{AnyConnection, Connection as _};
+
+use crate::dialect::redact;
+
+/// How long one host has to answer the probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often, and for how long, the hosts are probed after a failure until
+/// one answers as the primary (a standby's promotion takes a moment).
+const FOLLOW_PAUSE: Duration = Duration::from_millis(250);
+const FOLLOW_FOR: Duration = Duration::from_secs(60);
+
+/// The hosts of a multi-host URL, and the one the store uses now.
+#[derive(Debug)]
+pub(crate) struct Hosts {
+    /// The scheme and the user part, up to the hosts.
+    head: String,
+    hosts: Vec<String>,
+    /// The path and the parameters after the hosts, without
+    /// `target_session_attrs` (the driver does not know it).
+    tail: String,
+    /// Only a writable primary will do.
+    pub(crate) read_write: bool,
+    /// The URL of the host in use.
+    current: RwLock<Arc<str>>,
+    /// Set while a task looks for the primary, so that one looks at a time.
+    probing: AtomicBool,
+}
+
+impl Hosts {
+    /// The hosts of `url` when it names several or asks for a session kind;
+    /// `None` for a plain URL.
+    pub(crate) fn parse(url: &str) -> Result<Option<Hosts>, StoreError> {
+        let invalid = |reason: String| StoreError::InvalidUrl {
+            url: redact(url),
+            reason,
+        };
+        let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+            return Ok(None);
+        };
+        let after = &url[scheme_end..];
+        let authority_end = after.find(['/', '?']).unwrap_or(after.len());
+        let authority = &after[..authority_end];
+        let (user, host_list) = match authority.rfind('@') {
+            Some(at) => (&authority[..=at], &authority[at + 1..]),
+            None => ("", authority),
+        };
+        let rest = &after[authority_end..];
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let mut attrs = None;
+        let mut kept = Vec::new();
+        for param in query.split('&').filter(|p| !p.is_empty()) {
+            match param.split_once('=') {
+                Some(("target_session_attrs", value)) => attrs = Some(value),
+                _ => kept.push(param),
+            }
+        }
+        let read_write = match attrs {
+            None | Some("any") => false,
+            Some("read-write" | "primary") => true,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "target_session_attrs={other}: expected read-write, primary or any"
+                )));
+            }
+        };
+        let hosts: Vec<String> = host_list.split(',').map(str::to_owned).collect();
+        if hosts.len() < 2 && attrs.is_none() {
+            return Ok(None);
+        }
+        if hosts.iter().any(String::is_empty) {
+            return Err(invalid("an empty host in the list of hosts".to_owned()));
+        }
+        let tail = if kept.is_empty() {
+            path.to_owned()
+        } else {
+            format!("{path}?{}", kept.join("&"))
+        };
+        let head = format!("{}{user}", &url[..scheme_end]);
+        let current = Arc::from(format!("{head}{}{tail}", hosts[0]).as_str());
+        Ok(Some(Hosts {
+            head,
+            hosts,
+            tail,
+            read_write,
+            current: RwLock::new(current),
+            probing: AtomicBool::new(false),
+        }))
+    }
+
+    /// The URL of one host.
+    fn url_of(&self, host: &str) -> String {
+        format!("{}{host}{}", self.head, self.tail)
+    }
+
+    /// The URL of the host in use.
+    pub(crate) fn current(&self) -> Arc<str> {
+        Arc::clone(&self.current.read())
+    }
+
+    /// The URL of the first host that answers as the kind of server asked
+    /// for, which becomes the one in use.
+    pub(crate) async fn find(&self) -> Result<Arc<str>, StoreError> {
+        let mut tried = Vec::new();
+        for host in &self.hosts {
+            let url = self.url_of(host);
+            match tokio::time::timeout(PROBE_TIMEOUT, probe(&url, self.read_write)).await {
+                Ok(Ok(true)) => {
+                    let url: Arc<str> = Arc::from(url.as_str());
+                    *self.current.write() = Arc::clone(&url);
+                    return Ok(url);
+                }
+                Ok(Ok(false)) => tried.push(format!("{host}: a standby (in recovery)")),
+                Ok(Err(e)) => tried.push(format!("{host}: {e}")),
+                Err(_) => tried.push(format!("{host}: no answer within {PROBE_TIMEOUT:?}")),
+            }
+        }
+        Err(StoreError::Unavailable {
+            reason: format!(
+                "no host of {} is a {}: {}",
+                redact(&self.url_of(&self.hosts.join(","))),
+                if self.read_write {
+                    "writable primary"
+                } else {
+                    "server that answers"
+                },
+                tried.join("; ")
+            ),
+        })
+    }
+
+    /// Looks for the primary again, from a task of its own (one at a time;
+    /// a call while it runs does nothing), every [`FOLLOW_PAUSE`] until a
+    /// host answers as one or [`FOLLOW_FOR`] has passed, and points
+    /// `pool`'s new connections at it when it moved. The pool's connection
+    /// attempts in progress take the new host at their next try.
+    pub(crate) fn follow(self: &Arc<Self>, pool: &sqlx::AnyPool) {
+        if self.probing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (hosts, pool) = (Arc::clone(self), pool.clone());
+        tokio::spawn(async move {
+            let before = hosts.current();
+            let deadline = tokio::time::Instant::now() + FOLLOW_FOR;
+            loop {
+                match hosts.find().await {
+                    Ok(url) => {
+                        if url != before {
+                            match AnyConnectOptions::from_str(&url) {
+                                Ok(options) => {
+                                    pool.set_connect_options(options);
+                                    tracing::warn!(
+                                        from = %redact(&before),
+                                        to = %redact(&url),
+                                        "the primary moved; following it"
+                                    );
+                                }
+                                Err(e) => tracing::warn!(error = %e, "cannot read the new primary's URL"),
+                            }
+                        }
+                        break;
+                    }
+                    Err(e) if tokio::time::Instant::now() >= deadline => {
+                        tracing::warn!(error = %e, "no primary found; looking again at the next failure");
+                        break;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "looking for the primary"),
+                }
+                tokio::time::sleep(FOLLOW_PAUSE).await;
+            }
+            hosts.probing.store(false, Ordering::SeqCst);
+        });
+    }
+}
+
+/// Whether the server at `url` answers, as a primary when `read_write`.
+async fn probe(url: &str, read_write: bool) -> Result<bool, sqlx::Error> {
+    let mut conn = AnyConnection::connect(url).await?;
+    let fit = !read_write || !in_recovery(&mut conn).await?;
+    let _ = conn.close().await;
+    Ok(fit)
+}
+
+/// Whether the server of a connection is a standby.
+pub(crate) async fn in_recovery(conn: &mut AnyConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar::<_, bool>("SELECT pg_is_in_recovery()")
+        .fetch_one(conn)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn reads_libpq_host_lists() {
+        let hosts = Hosts::parse("postgres://u:pw@a:5432,b:5433/db?sslmode=disable&target_session_attrs=read-write")
+            .unwrap()
+            .unwrap();
+        assert_eq!(hosts.hosts, ["a:5432", "b:5433"]);
+        assert!(hosts.read_write);
+        assert_eq!(hosts.url_of("b:5433"), "postgres://u:pw@b:5433/db?sslmode=disable");
+        assert_eq!(&*hosts.current(), "postgres://u:pw@a:5432/db?sslmode=disable");
+
+        let any = Hosts::parse("postgresql://a,b/db").unwrap().unwrap();
+        assert!(!any.read_write);
+        assert_eq!(any.url_of("b"), "postgresql://b/db");
+        let one = Hosts::parse("postgres://u@a:1/db?target_session_attrs=primary")
+            .unwrap()
+            .unwrap();
+        assert_eq!(one.hosts, ["a:1"]);
+
+        assert!(Hosts::parse("postgres://u@a:5432/db").unwrap().is_none(), "a plain URL");
+        assert!(matches!(
+            Hosts::parse("postgres://u:secret@a,b/db?target_session_attrs=standby"),
+            Err(StoreError::InvalidUrl { url, reason }) if reason.contains("standby") && !url.contains("secret")
+        ));
+        assert!(matches!(
+            Hosts::parse("postgres://a,,b/db"),
+            Err(StoreError::InvalidUrl { reason, .. }) if reason.contains("empty host")
+        ));
+    }
+}

@@ -294,7 +294,8 @@ async fn a_node_that_cannot_renew_its_membership_runs_nothing_unconfirmed() {
         .collect();
     assert!(late.is_empty(), "silent since {silent_from}, it ran: {late:?}");
     let ran = |node: usize, from: Timestamp| runs.iter().filter(|r| r.0 == node && r.2 >= from).count();
-    assert!(ran(0, base) >= 30, "the node ran fires before its silence");
+    // Its share is the weighted strategy's (a hash of its id): some of 90.
+    assert!(ran(0, base) > 0, "the node ran fires before its silence");
     assert!(ran(1, fresh_until) + ran(2, fresh_until) >= 30, "the others ran on");
     for node in nodes.drain(1..) {
         node.shutdown().await;

@@ -45,10 +45,26 @@ impl Cluster {
         }
     }
 
+    /// Heart-beats on a loop of its own, and on another judges the silent
+    /// and recovers what they left: a slow recovery pass (a slow link, a
+    /// busy database) never delays this node's own heartbeat.
     pub(super) async fn run(self: Arc<Self>) {
+        let judge = tokio::spawn(Arc::clone(&self).judge_and_recover());
+        loop {
+            if let Err(e) = self.beat().await {
+                tracing::warn!(scheduler = self.ctx.scheduler, error = %e, "heartbeat failed; retrying");
+            }
+            if !self.ctx.pause(self.ctx.settings.heartbeat_interval).await {
+                break;
+            }
+        }
+        let _ = judge.await;
+    }
+
+    async fn judge_and_recover(self: Arc<Self>) {
         loop {
             if let Err(e) = self.cluster_pass().await {
-                tracing::warn!(scheduler = self.ctx.scheduler, error = %e, "heartbeat or recovery failed; retrying");
+                tracing::warn!(scheduler = self.ctx.scheduler, error = %e, "membership or recovery pass failed; retrying");
             }
             if !self.ctx.pause(self.ctx.settings.heartbeat_interval).await {
                 return;
@@ -56,7 +72,9 @@ impl Cluster {
         }
     }
 
-    pub(super) async fn cluster_pass(self: &Arc<Self>) -> Result<(), StoreError> {
+    /// One heartbeat (a rejoin when this incarnation was declared dead),
+    /// and its place in this node's run of heartbeats without a gap.
+    pub(super) async fn beat(&self) -> Result<(), StoreError> {
         let node = self.ctx.node();
         let busy = self.ctx.flights.held() + self.ctx.flights.pending_count();
         let sent = self.ctx.clock.db_now();
@@ -65,19 +83,31 @@ impl Cluster {
         } else {
             self.rejoin(&node).await?;
         }
-        let steady = {
-            let now = Instant::now();
-            let mut heartbeats = self.heartbeats.lock();
-            let dead_after = self.ctx.settings.dead_after;
-            let (since, wait) = match *heartbeats {
-                Some((last, since, wait)) if now.duration_since(last) <= dead_after / 2 => (since, wait),
-                // After a gap this node was cut off too, and so may the others have been.
-                Some(_) => (now, dead_after * 2),
-                None => (now, dead_after),
-            };
-            *heartbeats = Some((now, since, wait));
-            now.duration_since(since) >= wait
+        let now = Instant::now();
+        let mut heartbeats = self.heartbeats.lock();
+        let dead_after = self.ctx.settings.dead_after;
+        let (since, wait) = match *heartbeats {
+            Some((last, since, wait)) if now.duration_since(last) <= dead_after / 2 => (since, wait),
+            // After a gap this node was cut off too, and so may the others have been.
+            Some(_) => (now, dead_after * 2),
+            None => (now, dead_after),
         };
+        *heartbeats = Some((now, since, wait));
+        Ok(())
+    }
+
+    /// Whether this node has heart-beaten without a gap long enough to
+    /// judge others.
+    fn steady(&self) -> bool {
+        let now = Instant::now();
+        self.heartbeats.lock().is_some_and(|(last, since, wait)| {
+            now.duration_since(last) <= self.ctx.settings.dead_after / 2 && now.duration_since(since) >= wait
+        })
+    }
+
+    /// Declares the silent dead, reads the membership, then recovers.
+    pub(super) async fn cluster_pass(self: &Arc<Self>) -> Result<(), StoreError> {
+        let steady = self.steady();
         let db_now = self.ctx.db_now().await?;
         let members = self.ctx.store.list_nodes().await?;
         let dead_after = duration_ms(self.ctx.settings.dead_after);
@@ -115,7 +145,7 @@ impl Cluster {
 
     /// This incarnation was declared dead (a long pause): forget everything in
     /// flight (its claims are refused now) and register again.
-    pub(super) async fn rejoin(self: &Arc<Self>, old: &NodeRef) -> Result<(), StoreError> {
+    pub(super) async fn rejoin(&self, old: &NodeRef) -> Result<(), StoreError> {
         self.ctx.set_phase(Phase::Fenced);
         tracing::warn!(
             scheduler = self.ctx.scheduler,

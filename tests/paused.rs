@@ -180,6 +180,11 @@ async fn the_living_are_not_declared_dead_for_coming_back_late_after_an_outage()
         let outage = Faults::scripted();
         outage.set_enabled(false);
         outage.always("heartbeat", Fault::Error);
+        // The clock and the membership are read slowly, as a call waits for
+        // a connection while the database is away and answers once it is
+        // back.
+        outage.always("now", Fault::Delay(dead_after));
+        outage.always("list_nodes", Fault::Delay(dead_after));
         let node = SchedulerBuilder::new(CLUSTER)
             .settings(settings.clone())
             .paused_clock_for_tests(true)

@@ -107,9 +107,11 @@ impl Cluster {
 
     /// Declares the silent dead, reads the membership, then recovers.
     pub(super) async fn cluster_pass(self: &Arc<Self>) -> Result<(), StoreError> {
-        let steady = self.steady();
         let db_now = self.ctx.db_now().await?;
         let members = self.ctx.store.list_nodes().await?;
+        // Judged after the reads, which may have waited out an outage of the
+        // database: the heartbeats as they are now, not before it.
+        let steady = self.steady();
         let dead_after = duration_ms(self.ctx.settings.dead_after);
         let me = self.ctx.node();
         for member in &members {

@@ -58,7 +58,7 @@ impl Runner {
     /// longer this incarnation's ([`Gate`]).
     pub(super) fn submit(self: &Arc<Self>, run: RunFire) {
         if self.ctx.membership_fresh() {
-            self.to_lane(run, false);
+            self.to_lane(run, true);
         } else {
             // Not renewed for half of dead_after: the database confirms the
             // start first, from a task, so that no pool thread waits on a
@@ -83,23 +83,24 @@ impl Runner {
         }
     }
 
-    /// What a fire passes on its way to its handler; `confirmed` when the
-    /// database has just confirmed its start.
-    fn gate(&self, run: &RunFire, confirmed: bool) -> Gate {
+    /// What a fire passes on its way to its handler; `member` when the
+    /// node's membership is fresh or the database has just confirmed the
+    /// start.
+    fn gate(&self, run: &RunFire, member: bool) -> Gate {
         Gate {
             ctx: Arc::clone(&self.ctx),
             recorder: Arc::clone(&self.recorder),
             fire_time: run.fire_time,
             threshold_ms: run.misfire_limit(self.ctx.settings.misfire.threshold_ms()),
             submitted: std::time::Instant::now(),
-            member: confirmed || self.ctx.membership_fresh(),
+            member,
             fire_id: run.fire_id,
             owner: run.node.clone(),
         }
     }
 
-    /// Hands a fire to its lane.
-    fn to_lane(self: &Arc<Self>, mut run: RunFire, confirmed: bool) {
+    /// Hands a fire to its lane; `member` as [`Self::gate`] takes it.
+    fn to_lane(self: &Arc<Self>, mut run: RunFire, member: bool) {
         let Some(handler) = self.ctx.handlers.get(&run.job.spec.handler).cloned() else {
             return;
         };
@@ -119,7 +120,7 @@ impl Runner {
             cancellation,
         };
         let span = fire_span(&self.ctx.scheduler, &run);
-        let gate = self.gate(&run, confirmed);
+        let gate = self.gate(&run, member);
         // The fire's place in its room is given back when its handler returns.
         let hold = run.hold.take();
         if handler.is_async() {

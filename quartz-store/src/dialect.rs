@@ -229,6 +229,14 @@ impl Backend {
     /// indexes give is the right one whatever the tables' statistics say, and
     /// a custom plan, made anew for each of the first runs of a statement on
     /// a connection, can pick a sequential scan from missing statistics.
+    ///
+    /// On PostgreSQL and MariaDB a transaction left idle for a second ends
+    /// its session, so a node frozen between two statements of one of ours
+    /// (a pause, a stopped process, a lost network) holds its row locks no
+    /// longer: the nodes that declare it dead would otherwise wait on the
+    /// lock of its own row, and recovery on its fires, until it woke. Our
+    /// transactions send their statements back to back; MySQL has no such
+    /// limit (the `/*M!` comment is MariaDB's alone).
     pub(crate) fn session_setup(self, memory: bool) -> &'static [&'static str] {
         match self {
             Backend::Sqlite if memory => &["PRAGMA foreign_keys = ON", "PRAGMA busy_timeout = 10000"],
@@ -238,8 +246,11 @@ impl Backend {
                 "PRAGMA foreign_keys = ON",
                 "PRAGMA busy_timeout = 10000",
             ],
-            Backend::MySql => &["SET time_zone = '+00:00'"],
-            Backend::Postgres => &["SET plan_cache_mode = force_generic_plan"],
+            Backend::MySql => &["SET time_zone = '+00:00' /*M!100300 , idle_transaction_timeout = 1 */"],
+            Backend::Postgres => &[
+                "SET plan_cache_mode = force_generic_plan",
+                "SET idle_in_transaction_session_timeout = 1000",
+            ],
         }
     }
 

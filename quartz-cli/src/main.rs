@@ -32,7 +32,7 @@ use quartz_core::cron::{CronExpression, parse_time_zone};
   quartz audit --since 2026-01-01T00:00:00Z"
 )]
 struct Cli {
-    /// The database: sqlite://FILE, postgres://USER@HOST/DB, mysql://USER@HOST/DB or redis://HOST[:PORT][/DB].
+    /// The database: sqlite://FILE, postgres://USER@HOST/DB, mysql://USER@HOST/DB, redis://HOST[:PORT][/DB] or redis+cluster://HOST:PORT,HOST:PORT.
     #[arg(
         long,
         global = true,

@@ -32,9 +32,11 @@ use crate::{SqlStore, StoreOptions};
 #[derive(Debug, Clone)]
 pub struct AnyStore(SharedStore);
 
-/// Whether a URL names a Redis server.
+/// Whether a URL names a Redis server or a Redis Cluster.
 pub fn is_redis_url(url: &str) -> bool {
-    url.starts_with("redis://") || url.starts_with("rediss://")
+    ["redis://", "rediss://", "redis+cluster://", "rediss+cluster://"]
+        .iter()
+        .any(|scheme| url.starts_with(scheme))
 }
 
 impl AnyStore {

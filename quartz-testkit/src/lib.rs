@@ -33,6 +33,7 @@ pub mod faults;
 pub mod memory;
 pub mod pg_pair;
 pub mod proxy;
+pub mod redis_cluster;
 pub mod redis_server;
 pub mod tools;
 

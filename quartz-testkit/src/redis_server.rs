@@ -33,11 +33,7 @@ impl PrivateRedis {
     /// until it accepts connections. Panics when Debian's `redis-server`
     /// binary is missing or the server does not start within 10 s.
     pub fn start(options: &[&str]) -> PrivateRedis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port_with_bus();
         let dir = std::env::temp_dir().join(format!("quartz-redis-{port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut server = PrivateRedis {
@@ -53,6 +49,11 @@ impl PrivateRedis {
     /// Its URL, `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// Its data directory.
@@ -102,6 +103,18 @@ impl PrivateRedis {
                 self.port
             );
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A free port of 127.0.0.1 whose cluster bus port (10000 above it) is
+/// free too.
+fn free_port_with_bus() -> u16 {
+    loop {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        if port < 55_000 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
         }
     }
 }

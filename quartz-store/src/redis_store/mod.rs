@@ -20,10 +20,12 @@
 //! # Keys
 //!
 //! Every key of a scheduler starts with `quartz:{SCHEDULER}:`; the braces
-//! are Redis Cluster's hash tag, so a later cluster deployment keeps each
-//! scheduler's keys in one slot and every script may touch them together.
-//! The names are in [`Keys`]. The schema version is the one key outside a
-//! scheduler: `quartz:schema`.
+//! are Redis Cluster's hash tag, so on a cluster (`redis+cluster://`) each
+//! scheduler's keys are in one slot, on one master, and every script may
+//! touch them together. The names are in [`Keys`]. Outside a scheduler:
+//! the schema version, `quartz:schema`, and the scheduler registry
+//! (two hashes, `quartz:schedulers` and `quartz:scheduler-numbers`; on a
+//! cluster `{quartz}:schedulers` and `{quartz}:scheduler-numbers`, one slot).
 //!
 //! # Data model
 //!
@@ -92,6 +94,7 @@
 //! cannot check and says so with a warning.
 
 mod calendars;
+mod conn;
 mod decode;
 mod engine;
 mod keys;
@@ -103,7 +106,8 @@ use std::time::Duration;
 
 use quartz_core::Timestamp;
 use quartz_core::store::StoreError;
-use redis::aio::ConnectionManager;
+
+use conn::Conn;
 
 pub use keys::Keys;
 pub use registry::{MAX_SCHEDULERS, SEQUENCE_BITS};
@@ -124,6 +128,10 @@ if not found then
 end
 return tonumber(found)
 ";
+
+/// `TIME` on the master of the slot its one key names.
+static TIME_SCRIPT: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new("return redis.call('TIME')"));
 
 /// The persistence and eviction settings read at connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +166,7 @@ impl Durability {
 /// The store on a Redis server (see the [module docs](self)).
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Conn,
     durability: Durability,
     registry: std::sync::Arc<registry::Registry>,
     /// Who the change log says made the changes made through this handle.
@@ -190,8 +198,15 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl RedisStore {
     /// Connects to `redis://[:PASSWORD@]HOST[:PORT][/DB][?namespace=NAME]`
-    /// (or `rediss://` for TLS), checks the server's persistence and
-    /// eviction settings, and sets or checks the schema version.
+    /// (or `rediss://` for TLS), or to a Redis Cluster through some of its
+    /// nodes, `redis+cluster://[:PASSWORD@]HOST:PORT,HOST:PORT[/][?namespace=NAME]`
+    /// (`rediss+cluster://`); checks the server's persistence and eviction
+    /// settings (on a cluster, one node's), and sets or checks the schema
+    /// version.
+    ///
+    /// On a cluster every key of one scheduler is in one hash slot (see
+    /// [`Keys`]), so each scheduler lives on one master and its scripts run
+    /// there, on that master's clock; schedulers spread over the masters.
     ///
     /// Every key starts with the namespace, `quartz` unless `namespace`
     /// names another: deployments (or test runs) that share one Redis
@@ -206,28 +221,10 @@ impl RedisStore {
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
         let (url, namespace) = split_namespace(url)?;
         let url = url.as_str();
-        let client = redis::Client::open(url).map_err(|e| StoreError::InvalidUrl {
-            url: hide_password(url),
-            reason: e.to_string(),
-        })?;
-        let no_answer = |_| StoreError::Unavailable {
-            reason: format!("no answer from {} within {CONNECT_TIMEOUT:?}", hide_password(url)),
+        let conn = match conn::cluster_nodes(url)? {
+            Some(nodes) => conn::connect_cluster(url, nodes, CONNECT_TIMEOUT, RESPONSE_TIMEOUT).await?,
+            None => Conn::One(connect_one(url).await?),
         };
-        // One plain attempt first, so that a refused connection is reported
-        // at once rather than after the manager's retries.
-        tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection())
-            .await
-            .map_err(no_answer)?
-            .map_err(|e| unavailable(&e))?;
-        // Later reconnections: quick retries, capped at a second apart.
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_max_delay(Duration::from_secs(1));
-        let conn = tokio::time::timeout(CONNECT_TIMEOUT, client.get_connection_manager_with_config(config))
-            .await
-            .map_err(no_answer)?
-            .map_err(|e| unavailable(&e))?;
         let mut store = RedisStore {
             conn,
             durability: Durability {
@@ -270,12 +267,25 @@ impl RedisStore {
         &self.durability
     }
 
-    /// The server's clock (`TIME`), to the millisecond.
+    /// Whether the store is on a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
+    /// The server's clock (`TIME`), to the millisecond: on a cluster, the
+    /// clock of the master holding this store's scheduler, which its
+    /// scripts read.
     pub(super) async fn clock(&self) -> Result<Timestamp, StoreError> {
-        let (seconds, micros): (i64, i64) = redis::cmd("TIME")
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| error(&e))?;
+        let (seconds, micros): (i64, i64) = match &self.conn {
+            Conn::One(_) => redis::cmd("TIME").query_async(&mut self.conn.clone()).await,
+            Conn::Cluster(_) => {
+                TIME_SCRIPT
+                    .key(self.keys(&self.scheduler)?.prefix())
+                    .invoke_async(&mut self.conn.clone())
+                    .await
+            }
+        }
+        .map_err(|e| error(&e))?;
         Ok(Timestamp::from_millis(seconds * 1000 + micros / 1000))
     }
 
@@ -347,6 +357,32 @@ impl RedisStore {
         }
         Ok(())
     }
+}
+
+/// A connection to one server that reconnects by itself.
+async fn connect_one(url: &str) -> Result<redis::aio::ConnectionManager, StoreError> {
+    let client = redis::Client::open(url).map_err(|e| StoreError::InvalidUrl {
+        url: hide_password(url),
+        reason: e.to_string(),
+    })?;
+    let no_answer = |_| StoreError::Unavailable {
+        reason: format!("no answer from {} within {CONNECT_TIMEOUT:?}", hide_password(url)),
+    };
+    // One plain attempt first, so that a refused connection is reported at
+    // once rather than after the manager's retries.
+    tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection())
+        .await
+        .map_err(no_answer)?
+        .map_err(|e| unavailable(&e))?;
+    // Later reconnections: quick retries, capped at a second apart.
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_max_delay(Duration::from_secs(1));
+    tokio::time::timeout(CONNECT_TIMEOUT, client.get_connection_manager_with_config(config))
+        .await
+        .map_err(no_answer)?
+        .map_err(|e| unavailable(&e))
 }
 
 /// The URL without its `namespace` parameter, and the namespace.

@@ -52,14 +52,23 @@ pub(super) fn number_of_id(id: i64) -> i64 {
 }
 
 impl RedisStore {
+    /// One of the registry's two hashes.
+    fn registry_key(&self, name: &str) -> String {
+        if self.is_cluster() {
+            format!("{{{}}}:{name}", self.namespace())
+        } else {
+            self.namespaced(name)
+        }
+    }
+
     /// The scheduler's number, registered the first time.
     pub(super) async fn number(&self, scheduler: &str) -> Result<i64, StoreError> {
         if let Some(n) = self.registry.numbers.read().get(scheduler) {
             return Ok(*n);
         }
         let n: i64 = redis::Script::new(REGISTER)
-            .key(self.namespaced("schedulers"))
-            .key(self.namespaced("scheduler-numbers"))
+            .key(self.registry_key("schedulers"))
+            .key(self.registry_key("scheduler-numbers"))
             .arg(scheduler)
             .arg(MAX_SCHEDULERS)
             .invoke_async(&mut self.conn.clone())
@@ -85,7 +94,7 @@ impl RedisStore {
             return Ok(Some((name.clone(), number)));
         }
         let name: Option<String> = redis::cmd("HGET")
-            .arg(self.namespaced("scheduler-numbers"))
+            .arg(self.registry_key("scheduler-numbers"))
             .arg(number)
             .query_async(&mut self.conn.clone())
             .await
@@ -105,7 +114,7 @@ impl RedisStore {
             return Ok(Some(*n));
         }
         let n: Option<i64> = redis::cmd("HGET")
-            .arg(self.namespaced("schedulers"))
+            .arg(self.registry_key("schedulers"))
             .arg(scheduler)
             .query_async(&mut self.conn.clone())
             .await

@@ -29,7 +29,7 @@ use parking_lot::Mutex;
 use quartz::audit::{AuditParams, audit};
 use quartz::prelude::*;
 use quartz::store::redis_store::Keys;
-use quartz::store::{FireState, NodeState};
+use quartz::store::{FireState, NodeState, StoreError};
 use quartz_testkit::redis_cluster::RedisCluster;
 use quartz_testkit::{ledger, wait_until};
 
@@ -70,6 +70,41 @@ fn schedulers_on_every_master(cluster: &RedisCluster) -> Vec<(String, usize)> {
     unreachable!()
 }
 
+/// `wait_replicas`: a write is answered once that many replicas hold it; a
+/// cluster with fewer replicas answers with a clear error after
+/// `wait_timeout_ms`. What it costs a write is printed.
+async fn replicas_acknowledge_writes_when_asked(url: &str) {
+    const WRITES: u32 = 100;
+    let mut per_write = Vec::new();
+    for (query, label) in [("", "no wait"), ("?wait_replicas=1", "wait_replicas=1")] {
+        let store = AnyStore::connect(&format!("{url}{query}"))
+            .await
+            .unwrap()
+            .scoped("acks");
+        let began = Instant::now();
+        for i in 0..WRITES {
+            let job = JobSpec::new(format!("{}-{i}", label.replace(' ', "-")), "note");
+            store.create_job(&job, &[]).await.unwrap();
+        }
+        per_write.push(format!("{label}: {:?}", began.elapsed() / WRITES));
+    }
+    let store = AnyStore::connect(&format!("{url}?wait_replicas=2&wait_timeout_ms=200"))
+        .await
+        .unwrap()
+        .scoped("acks");
+    let asked = Instant::now();
+    let e = store
+        .create_job(&JobSpec::new("two-replicas", "note"), &[])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, StoreError::Unavailable { .. }) && e.to_string().contains("reached 1 of the 2 replicas"),
+        "{e}"
+    );
+    assert!(asked.elapsed() >= Duration::from_millis(200), "{:?}", asked.elapsed());
+    eprintln!("a create_job's round trip: {}", per_write.join(", "));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedulers_spread_over_masters_and_a_master_fails_over() {
     if std::env::var_os("RUST_LOG").is_some() {
@@ -95,6 +130,8 @@ async fn schedulers_spread_over_masters_and_a_master_fails_over() {
         e.to_string().contains("one database") && !e.to_string().contains("secret"),
         "{e}"
     );
+
+    replicas_acknowledge_writes_when_asked(&url).await;
 
     let settings = quartz_testkit::fast_settings();
     let runs: Arc<Mutex<Vec<(String, String, Timestamp)>>> = Arc::default();

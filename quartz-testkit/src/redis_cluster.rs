@@ -61,10 +61,14 @@ impl RedisCluster {
             servers: servers.into_iter().map(Some).collect(),
         };
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !cluster
-            .alive()
-            .all(|s| s.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
-        {
+        // Formed, and every master's replicas in sync (online), so that a
+        // write can be acknowledged by them from the first.
+        while !cluster.alive().all(|s| {
+            s.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") && {
+                let info = s.cli(&["INFO", "replication"]);
+                !info.contains("role:master") || info.matches("state=online").count() >= replicas
+            }
+        }) {
             assert!(Instant::now() < deadline, "the cluster did not form within 30 s");
             std::thread::sleep(Duration::from_millis(50));
         }

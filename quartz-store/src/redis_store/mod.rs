@@ -173,6 +173,8 @@ pub struct RedisStore {
     actor: std::sync::Arc<str>,
     /// The first part of every key (`quartz` unless the URL names another).
     namespace: std::sync::Arc<str>,
+    /// Replicas each command of the library waits for (`wait_replicas`).
+    wait: Option<Wait>,
     /// The scheduler whose keys it reads and writes (see
     /// [`Store::scoped`](quartz_core::store::Store::scoped)).
     scheduler: std::sync::Arc<str>,
@@ -208,6 +210,13 @@ impl RedisStore {
     /// [`Keys`]), so each scheduler lives on one master and its scripts run
     /// there, on that master's clock; schedulers spread over the masters.
     ///
+    /// `wait_replicas=N` (with `wait_timeout_ms`, 1000 by default) answers
+    /// each command of the store only once `N` replicas of its master hold
+    /// what it wrote (`WAIT`, in the same round trip): a master's failover
+    /// then loses no answered claim, start or outcome. A write that fewer
+    /// replicas acknowledge in time fails as [`StoreError::Unavailable`]
+    /// (made on the master, not known to survive it).
+    ///
     /// Every key starts with the namespace, `quartz` unless `namespace`
     /// names another: deployments (or test runs) that share one Redis
     /// database keep apart by it.
@@ -219,7 +228,7 @@ impl RedisStore {
     /// eviction policy that could drop the scheduler's keys;
     /// [`StoreError::Migration`] for data written by a newer schema.
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
-        let (url, namespace) = split_namespace(url)?;
+        let (url, params) = split_params(url)?;
         let url = url.as_str();
         let conn = match conn::cluster_nodes(url)? {
             Some(nodes) => conn::connect_cluster(url, nodes, CONNECT_TIMEOUT, RESPONSE_TIMEOUT).await?,
@@ -235,7 +244,8 @@ impl RedisStore {
             registry: std::sync::Arc::default(),
             actor: quartz_core::store::DEFAULT_ACTOR.into(),
             scheduler: quartz_core::store::DEFAULT_SCHEDULER.into(),
-            namespace: namespace.into(),
+            namespace: params.namespace.into(),
+            wait: params.wait,
         };
         store.durability = store.check_durability().await?;
         store.check_schema().await?;
@@ -385,31 +395,85 @@ async fn connect_one(url: &str) -> Result<redis::aio::ConnectionManager, StoreEr
         .map_err(|e| unavailable(&e))
 }
 
-/// The URL without its `namespace` parameter, and the namespace.
-fn split_namespace(url: &str) -> Result<(String, String), StoreError> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), keys::DEFAULT_NAMESPACE.to_owned()));
+/// The store's own URL parameters: the key namespace, and how many
+/// replicas must acknowledge each write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Params {
+    namespace: String,
+    wait: Option<Wait>,
+}
+
+/// `WAIT` after every command of the script library: the write is
+/// answered only once `replicas` replicas hold it, or fails after
+/// `timeout_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Wait {
+    pub(super) replicas: u32,
+    pub(super) timeout_ms: u64,
+}
+
+/// How long a write waits for its replicas unless `wait_timeout_ms` says.
+const WAIT_TIMEOUT_MS: u64 = 1_000;
+
+/// The URL without the store's own parameters (`namespace`,
+/// `wait_replicas`, `wait_timeout_ms`), and those parameters.
+fn split_params(url: &str) -> Result<(String, Params), StoreError> {
+    let mut params = Params {
+        namespace: keys::DEFAULT_NAMESPACE.to_owned(),
+        wait: None,
     };
-    let mut namespace = keys::DEFAULT_NAMESPACE.to_owned();
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), params));
+    };
+    let invalid = |reason: String| StoreError::InvalidUrl {
+        url: hide_password(url),
+        reason,
+    };
+    let number = |name: &str, value: &str| {
+        value
+            .parse::<u64>()
+            .map_err(|_| invalid(format!("{name} must be a whole number, got {value:?}")))
+    };
+    let (mut replicas, mut timeout_ms) = (None, None);
     let mut rest = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.strip_prefix("namespace=") {
-            Some(name) => namespace = name.to_owned(),
-            None => rest.push(pair),
+        match pair.split_once('=') {
+            Some(("namespace", name)) => params.namespace = name.to_owned(),
+            Some(("wait_replicas", n)) => replicas = Some(number("wait_replicas", n)?),
+            Some(("wait_timeout_ms", n)) => timeout_ms = Some(number("wait_timeout_ms", n)?),
+            _ => rest.push(pair),
         }
     }
-    if namespace.is_empty() || namespace.contains(['{', '}', ' ']) {
-        return Err(StoreError::InvalidUrl {
-            url: hide_password(url),
-            reason: format!("namespace {namespace:?} must be non-empty, without braces or spaces"),
-        });
+    if params.namespace.is_empty() || params.namespace.contains(['{', '}', ' ']) {
+        return Err(invalid(format!(
+            "namespace {:?} must be non-empty, without braces or spaces",
+            params.namespace
+        )));
+    }
+    match (replicas, timeout_ms) {
+        (Some(0) | None, Some(_)) => {
+            return Err(invalid("wait_timeout_ms is for wait_replicas of 1 or more".to_owned()));
+        }
+        (Some(r), _) if r > 16 => return Err(invalid(format!("wait_replicas must be at most 16, got {r}"))),
+        (Some(_), Some(0)) => {
+            return Err(invalid(
+                "wait_timeout_ms must be 1 or more (0 would wait for ever)".to_owned(),
+            ));
+        }
+        (Some(r), t) if r > 0 => {
+            params.wait = Some(Wait {
+                replicas: u32::try_from(r).unwrap_or(16),
+                timeout_ms: t.unwrap_or(WAIT_TIMEOUT_MS),
+            });
+        }
+        _ => {}
     }
     let url = if rest.is_empty() {
         base.to_owned()
     } else {
         format!("{base}?{}", rest.join("&"))
     };
-    Ok((url, namespace))
+    Ok((url, params))
 }
 
 /// A URL with its password replaced by `***`.
@@ -442,6 +506,34 @@ fn error(e: &redis::RedisError) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stores_parameters_are_taken_out_of_the_url() {
+        let (url, p) = split_params("redis://h/0?namespace=a&wait_replicas=1").unwrap();
+        assert_eq!(url, "redis://h/0");
+        assert_eq!(p.namespace, "a");
+        assert_eq!(
+            p.wait,
+            Some(Wait {
+                replicas: 1,
+                timeout_ms: WAIT_TIMEOUT_MS
+            })
+        );
+        let (url, p) = split_params("redis+cluster://h:1,h:2?wait_replicas=2&wait_timeout_ms=250").unwrap();
+        assert_eq!(url, "redis+cluster://h:1,h:2");
+        assert_eq!(p.wait.map(|w| (w.replicas, w.timeout_ms)), Some((2, 250)));
+        assert_eq!(split_params("redis://h?wait_replicas=0").unwrap().1.wait, None);
+        for bad in [
+            "redis://:secret@h?wait_replicas=x",
+            "redis://:secret@h?wait_timeout_ms=5",
+            "redis://:secret@h?wait_replicas=1&wait_timeout_ms=0",
+            "redis://:secret@h?wait_replicas=99",
+            "redis://:secret@h?namespace=",
+        ] {
+            let e = split_params(bad).unwrap_err().to_string();
+            assert!(!e.contains("secret"), "{e}");
+        }
+    }
 
     #[test]
     fn passwords_are_hidden_in_errors() {

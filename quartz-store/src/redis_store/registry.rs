@@ -22,7 +22,9 @@ pub const MAX_SCHEDULERS: i64 = 1 << (53 - SEQUENCE_BITS);
 
 /// A name's number, given the first time it is asked for: -1 when the
 /// registry is full.
-const REGISTER: &str = r"
+static REGISTER: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
 local found = redis.call('HGET', KEYS[1], ARGV[1])
 if found then return tonumber(found) end
 local n = redis.call('HLEN', KEYS[1])
@@ -30,7 +32,9 @@ if n >= tonumber(ARGV[2]) then return -1 end
 redis.call('HSET', KEYS[1], ARGV[1], n)
 redis.call('HSET', KEYS[2], n, ARGV[1])
 return n
-";
+",
+    )
+});
 
 /// The registry as this process has read it.
 #[derive(Debug, Default)]
@@ -66,14 +70,14 @@ impl RedisStore {
         if let Some(n) = self.registry.numbers.read().get(scheduler) {
             return Ok(*n);
         }
-        let n: i64 = redis::Script::new(REGISTER)
-            .key(self.registry_key("schedulers"))
-            .key(self.registry_key("scheduler-numbers"))
-            .arg(scheduler)
-            .arg(MAX_SCHEDULERS)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| error(&e))?;
+        let (names, numbers) = (self.registry_key("schedulers"), self.registry_key("scheduler-numbers"));
+        let n: i64 = self
+            .eval(
+                &REGISTER,
+                &[names.as_str(), numbers.as_str()],
+                (scheduler, MAX_SCHEDULERS),
+            )
+            .await?;
         if n < 0 {
             return Err(StoreError::Database {
                 reason: format!(

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use quartz_core::Timestamp;
 use quartz_core::store::{ExecuteCas, StoreError, TriggerColumns};
-use redis::FromRedisValue;
+use redis::{FromRedisValue, ToRedisArgs};
 use serde_json::{Map, Value, json};
 
 use super::registry::SEQUENCE_BITS;
@@ -22,6 +22,11 @@ static LIBRARY: LazyLock<redis::Script> = LazyLock::new(|| {
         include_str!("lua/reads.lua"),
     ))
 });
+
+/// Whether the server did not have the script.
+fn no_script(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
 
 /// A record as a script returns it: a hash's fields.
 pub(super) type Record = HashMap<String, String>;
@@ -91,14 +96,68 @@ impl RedisStore {
         args: &Value,
     ) -> Result<T, StoreError> {
         let keys = self.keys(scheduler)?;
-        LIBRARY
-            .key(keys.prefix())
-            .arg(command)
-            .arg(args.to_string())
-            .arg(number << SEQUENCE_BITS)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| error(&e))
+        self.eval(
+            &LIBRARY,
+            &[keys.prefix()],
+            (command, args.to_string(), number << SEQUENCE_BITS),
+        )
+        .await
+    }
+
+    /// Runs a script by `EVALSHA` on the master of its keys' slot
+    /// (loading it when the server has not got it), then, with
+    /// `wait_replicas`, `WAIT`s in the same round trip until that many
+    /// replicas hold what it wrote: a failover of the master cannot lose an
+    /// answered write then.
+    ///
+    /// # Errors
+    ///
+    /// The script's error; [`StoreError::Unavailable`] when fewer replicas
+    /// acknowledged the write within `wait_timeout_ms` (the write is made on
+    /// the master, and may or may not survive its failover: an outcome not
+    /// known, as a lost answer is).
+    pub(super) async fn eval<T: FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        keys: &[&str],
+        args: impl ToRedisArgs,
+    ) -> Result<T, StoreError> {
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
+        let mut conn = self.conn.clone();
+        let Some(wait) = self.wait else {
+            return match eval.query_async(&mut conn).await {
+                Err(e) if no_script(&e) => {
+                    script.load_async(&mut conn).await.map_err(|e| error(&e))?;
+                    eval.query_async(&mut conn).await
+                }
+                other => other,
+            }
+            .map_err(|e| error(&e));
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(eval)
+            .cmd("WAIT")
+            .arg(wait.replicas)
+            .arg(wait.timeout_ms);
+        let (value, acknowledged): (T, u32) = match pipe.query_async(&mut conn).await {
+            Err(e) if no_script(&e) => {
+                script.load_async(&mut conn).await.map_err(|e| error(&e))?;
+                pipe.query_async(&mut conn).await
+            }
+            other => other,
+        }
+        .map_err(|e| error(&e))?;
+        if acknowledged < wait.replicas {
+            return Err(StoreError::Unavailable {
+                reason: format!(
+                    "a write reached {acknowledged} of the {} replicas asked for (wait_replicas) within {} ms; it \
+                     is made on the master but may be lost if the master fails over",
+                    wait.replicas, wait.timeout_ms
+                ),
+            });
+        }
+        Ok(value)
     }
 
     /// A command that may write: the scheduler is registered first.

@@ -6,12 +6,12 @@
 //! -m immediate`, every connection cut mid-statement) and the standby
 //! promoted a second later.
 //!
-//! - Synchronous replication: nothing acknowledged is lost, so the ledger
-//!   must hold every fire time of the run once (the audit finds nothing)
-//!   and every node must be back on the new primary.
-//! - Asynchronous replication: the last commits may be gone with the old
-//!   primary (a claim, a start, an outcome). What the run shows is printed:
-//!   every fire time is in the ledger or reported by the audit, none silent.
+//! Asynchronous replication: the last commits may be gone with the old
+//! primary (a claim, a start, an outcome). What the run shows is printed:
+//! every fire time is in the ledger or reported by the audit, none silent.
+//! Synchronous replication, where nothing acknowledged may be lost, is the
+//! reliability suite's `postgres_failover` run (node processes, skewed
+//! clocks, every check of the suite).
 //!
 //! The pair needs the PostgreSQL server binaries (`initdb`, `pg_basebackup`,
 //! `pg_ctl`) and root to run them as `postgres`; without them the test says
@@ -34,18 +34,10 @@ const CLUSTER: &str = "failover";
 const JOBS: usize = 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn synchronous_standby_promoted_under_a_fire_storm() {
-    if let Some(report) = failover(Replication::Synchronous).await {
-        assert!(report.duplicates.is_empty(), "ran twice: {:?}", report.duplicates);
-        assert!(report.violations.is_empty(), "{:?}", report.violations);
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asynchronous_standby_promoted_under_a_fire_storm() {
     // What asynchronous replication may lose is reported, not refused:
     // the audit names every fire time it cannot account for.
-    let _ = failover(Replication::Asynchronous).await;
+    failover(Replication::Asynchronous).await;
 }
 
 /// Whether the machine can make a pair: the server binaries, and root.
@@ -64,13 +56,7 @@ fn can_make_a_pair() -> bool {
     false
 }
 
-/// What a failover run found.
-struct Report {
-    duplicates: Vec<String>,
-    violations: Vec<String>,
-}
-
-async fn failover(replication: Replication) -> Option<Report> {
+async fn failover(replication: Replication) {
     if std::env::var_os("RUST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -78,7 +64,7 @@ async fn failover(replication: Replication) -> Option<Report> {
             .try_init();
     }
     if !can_make_a_pair() {
-        return None;
+        return;
     }
     let pair = tokio::task::spawn_blocking(move || PgPair::start(replication))
         .await
@@ -112,6 +98,10 @@ async fn failover(replication: Replication) -> Option<Report> {
         nodes.push(node);
     }
     let store = AnyStore::connect(&url).await.unwrap();
+    // A handle that only reads, as an admin surface's: no heartbeat or
+    // clock reading of its own to notice the failover by.
+    let reader = AnyStore::connect(&url).await.unwrap().scoped(CLUSTER);
+    reader.list_jobs().await.unwrap();
     let (start, end) = quartz_testkit::every_second_jobs(&nodes, JOBS, "note", 2, 14).await;
     wait_until(Duration::from_secs(20), "four seconds of fires", || async {
         store.now().await.is_ok_and(|t| t >= start.saturating_add_millis(4_300))
@@ -129,6 +119,13 @@ async fn failover(replication: Replication) -> Option<Report> {
     .await
     .unwrap();
     let promoted = killed.elapsed();
+    wait_until(
+        Duration::from_secs(15),
+        "a handle that only reads on the new primary",
+        || async { reader.list_jobs().await.is_ok_and(|jobs| jobs.len() == JOBS) },
+    )
+    .await;
+    let reader_back = killed.elapsed();
     // Every node heart-beating on the new primary, running.
     wait_until(
         Duration::from_secs(30),
@@ -177,8 +174,8 @@ async fn failover(replication: Replication) -> Option<Report> {
     let report = audit(&*store.scoped(CLUSTER), &params).await.unwrap();
     let state = |s: FireState| rows.iter().filter(|f| f.state == s).count();
     eprintln!(
-        "{replication:?} replication: primary killed, standby promoted {promoted:?} later; every node back on it \
-         {back:?} after the kill; {} fire times, {} succeeded, {} misfired; handlers run twice: {}; \
+        "{replication:?} replication: primary killed, standby promoted {promoted:?} later; a handle that only \
+         reads back on it {reader_back:?} and every node {back:?} after the kill; {} fire times, {} succeeded, {} misfired; handlers run twice: {}; \
          audit: {} violations {:?}",
         report.fire_times_checked,
         state(FireState::Succeeded),
@@ -188,8 +185,4 @@ async fn failover(replication: Replication) -> Option<Report> {
         report.violations.iter().take(5).collect::<Vec<_>>()
     );
     assert_eq!(report.fire_times_checked, JOBS as u64 * 14);
-    Some(Report {
-        duplicates,
-        violations: report.violations.iter().map(|v| format!("{v:?}")).collect(),
-    })
 }

@@ -7,7 +7,7 @@
 //! the node's timer let it run.
 //!
 //! ```text
-//! cargo run --release -p quartz-bench -- b1 [--url URL] [--triggers 1000,2000] [--nodes 1,2,3] [--seconds 60] [--hog N] [--plot DIR]
+//! cargo run --release -p quartz-bench -- b1 [--url URL] [--triggers 1000,2000] [--nodes 1,2,3] [--seconds 60] [--hog N] [--schedulers N] [--plot DIR]
 //! ```
 //!
 //! Every S in `--triggers` runs with every K in `--nodes` (the grid). `--hog N`
@@ -17,7 +17,9 @@
 //! of several S, p99 lateness against S to `b1-grid-BACKEND.svg`.
 //!
 //! The URL defaults to `QUARTZ_PG_URL` or the local PostgreSQL; a `redis://`
-//! URL runs it on Redis. Each run uses its own scheduler name, so runs do not
+//! URL runs it on Redis, a `redis+cluster://` URL on a Redis Cluster (with
+//! `--schedulers N`, the S triggers split over N schedulers, K nodes each,
+//! their slots spread over the masters). Each run uses its own scheduler name, so runs do not
 //! see each other's rows. CPU seconds are read from /proc: the node processes,
 //! and every process of the database server (`postgres`,
 //! `mariadbd`/`mysqld`, `redis-server`) over the run.
@@ -52,6 +54,10 @@ pub struct Args {
     /// CPU-bound processes kept busy through each run.
     #[arg(long = "hog", default_value_t = 0)]
     hogs: usize,
+    /// Schedulers the S triggers are split over, each run by K nodes of its
+    /// own (on a Redis Cluster, each scheduler's keys are one slot).
+    #[arg(long, default_value_t = 1)]
+    schedulers: usize,
     /// A directory for the plots.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
@@ -85,8 +91,13 @@ async fn storm(args: Args) {
             let t = run.tally;
             let per_k = |cpu: f64| cpu / ((t.on_time + t.late_by_policy).max(1) as f64 / 1000.0);
             let lateness = &run.lateness;
+            let s_label = if args.schedulers > 1 {
+                format!("{s} ({} schedulers)", args.schedulers)
+            } else {
+                s.to_string()
+            };
             println!(
-                "| {backend} | {s} | {k} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {:.3} | {:.3} |",
+                "| {backend} | {s_label} | {k} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {:.3} | {:.3} |",
                 args.seconds,
                 t.expected,
                 t.on_time,
@@ -171,8 +182,19 @@ struct Run {
 async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
     crate::tidy(&args.url).await;
     let server = crate::os::server_processes(&args.url);
-    let scheduler = format!("b1-{s}-{k}-{}", std::process::id());
-    let (start, end) = create_jobs(store, &scheduler, s, args.seconds).await;
+    let n = args.schedulers.max(1);
+    let schedulers: Vec<String> = (0..n)
+        .map(|j| {
+            let base = format!("b1-{s}-{k}-{}", std::process::id());
+            if n > 1 { format!("{base}-{j}") } else { base }
+        })
+        .collect();
+    let (start, end) = storm_window(store, &schedulers[0], s, args.seconds).await;
+    for (j, scheduler) in schedulers.iter().enumerate() {
+        // S split as evenly as it goes.
+        let share = s / n + usize::from(j < s % n);
+        create_jobs(store, scheduler, share, (start, end)).await;
+    }
     let mut hogs: Vec<Child> = (0..args.hogs)
         .map(|_| {
             Command::new("sh")
@@ -181,7 +203,13 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
                 .expect("a CPU-bound process")
         })
         .collect();
-    let (notes, mut nodes) = crate::node::spawn_cluster_noting(&args.url, &scheduler, "b1", k);
+    let mut notes = Vec::new();
+    let mut nodes = Vec::new();
+    for scheduler in &schedulers {
+        let (n, c) = crate::node::spawn_cluster_noting(&args.url, scheduler, "b1", k);
+        notes.extend(n);
+        nodes.extend(c);
+    }
     // Measure CPU over the storm only.
     let wait_start = u64::try_from(start.as_millis() - store.now().await.unwrap().as_millis()).unwrap_or(0);
     tokio::time::sleep(Duration::from_millis(wait_start)).await;
@@ -191,7 +219,9 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
         u64::try_from(args.seconds * 1000 + 3_000).unwrap(),
     ))
     .await;
-    settle(store, &scheduler).await;
+    for scheduler in &schedulers {
+        settle(store, scheduler).await;
+    }
     let node_cpu = nodes.iter().map(|c| cpu_seconds(c.id())).sum::<f64>() - node_cpu0;
     let db_cpu = server_cpu(server) - db_cpu0;
     for c in nodes.iter_mut().chain(hogs.iter_mut()) {
@@ -200,25 +230,38 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
     for c in nodes.iter_mut().chain(hogs.iter_mut()) {
         let _ = c.wait();
     }
-    let mut run = read_ledger(store, &scheduler, (start, end)).await;
-    run.handler_lateness = crate::node::cluster_lateness(&notes, (start.as_millis(), end.as_millis()));
-    run.node_cpu = node_cpu;
-    run.db_cpu = db_cpu;
+    let mut run = Run {
+        tally: Tally::default(),
+        lateness: Vec::new(),
+        handler_lateness: crate::node::cluster_lateness(&notes, (start.as_millis(), end.as_millis())),
+        node_cpu,
+        db_cpu,
+    };
+    for scheduler in &schedulers {
+        let one = read_ledger(store, scheduler, (start, end)).await;
+        run.tally.add(one.tally);
+        run.lateness.extend(one.lateness);
+    }
+    run.lateness.sort_unstable();
     run
 }
 
-/// Creates S jobs firing every second from a start a few seconds ahead (room
-/// to create them and start the nodes) for `seconds`; returns the storm's
-/// first and last instants.
-async fn create_jobs(store: &AnyStore, scheduler: &str, s: usize, seconds: i64) -> (Timestamp, Timestamp) {
-    let store = store.scoped(scheduler);
-    // The jobs first, then the nodes: creating them while the nodes poll is
-    // slower, and a job created after the storm's start would be counted
-    // late from its first fire.
-    let now = store.now().await.unwrap().as_millis();
+/// The storm's first and last instants: a start a few seconds ahead, room
+/// to create S jobs and start the nodes (read on the clock of the first
+/// scheduler's store: on a Redis Cluster, its master's).
+async fn storm_window(store: &AnyStore, scheduler: &str, s: usize, seconds: i64) -> (Timestamp, Timestamp) {
+    let now = store.scoped(scheduler).now().await.unwrap().as_millis();
     let lead_ms = 12_000 + 5 * i64::try_from(s).unwrap_or(i64::MAX / 8);
     let start = Timestamp::from_millis((now + lead_ms) / 1000 * 1000);
-    let end = start.saturating_add_millis(seconds * 1000 - 1);
+    (start, start.saturating_add_millis(seconds * 1000 - 1))
+}
+
+/// Creates `s` jobs of a scheduler firing every second through the storm
+/// (before the nodes start: creating them while the nodes poll is slower,
+/// and a job created after the storm's start would be counted late from
+/// its first fire).
+async fn create_jobs(store: &AnyStore, scheduler: &str, s: usize, (start, end): (Timestamp, Timestamp)) {
+    let store = store.scoped(scheduler);
     let cron = CronExpression::parse("* * * * * ?").unwrap();
     for i in 0..s {
         let trigger = Trigger::new(Schedule::cron(cron.clone(), Tz::UTC), start)
@@ -238,7 +281,6 @@ async fn create_jobs(store: &AnyStore, scheduler: &str, s: usize, seconds: i64) 
         left > 3_000,
         "creating {s} jobs took until {left} ms before the storm: the nodes would start late"
     );
-    (start, end)
 }
 
 /// An overloaded cluster lags: lets it work through its backlog (no trigger
@@ -302,6 +344,16 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
+    /// Adds another run's classes (a scheduler's, of several).
+    pub(crate) fn add(&mut self, other: Tally) {
+        self.expected += other.expected;
+        self.on_time += other.on_time;
+        self.late_by_policy += other.late_by_policy;
+        self.misfired += other.misfired;
+        self.missing += other.missing;
+        self.duplicated += other.duplicated;
+    }
+
     /// The fire times `expected` holds, classified by the ledger's `rows`;
     /// `step_ms` is the trigger's spacing (a misfire record without an end
     /// covers `fire_count` steps from its fire time).

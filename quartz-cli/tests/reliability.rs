@@ -11,7 +11,10 @@
 //! restarted from its append-only file), the whole
 //! cluster down past the misfire threshold, the pool saturated by slow jobs,
 //! and bad input through the API, the CLI and rows corrupted by hand, with
-//! handlers that panic or never return. After the run the ledger is audited
+//! handlers that panic or never return. A fourth run (`postgres_failover`,
+//! the `reliability/failover.rs` module) puts PostgreSQL on a primary and a
+//! synchronous standby of the suite's own and kills the primary under the
+//! cluster. After each run the ledger is audited
 //! by `quartz audit` and by the suite's own checks, and a summary table per
 //! backend is written to a results file.
 //!
@@ -28,6 +31,9 @@
 //! (Debian's `redis-server` package) started by the suite.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "reliability/failover.rs"]
+mod failover;
 
 use quartz_testkit as common;
 
@@ -166,6 +172,14 @@ async fn redis() {
     suite(Kind::Redis).await;
 }
 
+/// PostgreSQL replaced under the cluster: a primary and its synchronous
+/// standby of the suite's own, the nodes on the URL that follows the
+/// primary ([`failover`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_failover() {
+    failover::suite().await;
+}
+
 /// How long the long version runs, from `QUARTZ_RELIABILITY_MINUTES`.
 fn long_minutes() -> Option<u64> {
     std::env::var("QUARTZ_RELIABILITY_MINUTES")
@@ -184,7 +198,7 @@ async fn suite(kind: Kind) {
         }
     };
     let faketime = faketime_library();
-    let mut run = Run::start(&db, kind, faketime, server).await;
+    let mut run = Run::start(&db, label(kind), faketime, server).await;
     run.baseline().await;
     match long_minutes() {
         None => {
@@ -221,7 +235,7 @@ async fn suite(kind: Kind) {
         }
     }
     let report = run.finish().await;
-    write_results(kind, &report.markdown);
+    write_results(label(kind), &report.markdown);
     println!("{}", report.markdown);
     // A private Redis server went with the run, its keys with it.
     if kind != Kind::Redis {
@@ -320,6 +334,8 @@ struct Report {
 
 struct Run {
     kind: Kind,
+    /// The run's name in its report and logs (`PostgreSQL`, ...).
+    label: &'static str,
     url: String,
     /// Redis: the suite's own server.
     redis: Option<PrivateRedis>,
@@ -354,7 +370,8 @@ fn label(kind: Kind) -> &'static str {
 }
 
 impl Run {
-    async fn start(db: &TestDb, kind: Kind, faketime: Option<PathBuf>, redis: Option<PrivateRedis>) -> Run {
+    async fn start(db: &TestDb, label: &'static str, faketime: Option<PathBuf>, redis: Option<PrivateRedis>) -> Run {
+        let kind = db.kind;
         let store = db.store().await.scoped("reliability");
         let offset = store.now().await.unwrap().as_millis() - wall_ms();
         let seed = u64::try_from(wall_ms()).unwrap() | 1;
@@ -365,11 +382,12 @@ impl Run {
                 id: format!("node-{i}"),
                 skew: SKEWS[i],
                 child: None,
-                log: dir.join(format!("{}-node-{i}.log", label(kind))),
+                log: dir.join(format!("{}-node-{i}.log", label.replace(' ', "-"))),
             })
             .collect();
         let mut run = Run {
             kind,
+            label,
             url: db.url.clone(),
             redis,
             scheduler: "reliability".to_owned(),
@@ -465,7 +483,7 @@ impl Run {
             match call().await {
                 Ok(v) => return v,
                 Err(e) if std::time::Instant::now() < deadline => {
-                    eprintln!("{}: {what}: {e}; retrying", label(self.kind));
+                    eprintln!("{}: {what}: {e}; retrying", self.label);
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 Err(e) => panic!("{what}: {e}"),
@@ -574,7 +592,7 @@ impl Run {
 
     fn begin(&self, fault: &'static str) -> Phase {
         let start = self.now();
-        eprintln!("{}: {fault} at +{} ms", label(self.kind), start - self.t0);
+        eprintln!("{}: {fault} at +{} ms", self.label, start - self.t0);
         Phase {
             fault,
             injected: 0,
@@ -1271,7 +1289,7 @@ impl Run {
 
     async fn finish(mut self) -> Report {
         let cut = self.now();
-        eprintln!("{}: faults over at +{} ms; settling", label(self.kind), cut - self.t0);
+        eprintln!("{}: faults over at +{} ms; settling", self.label, cut - self.t0);
         // Every counted fire time up to the cut recorded, and none left
         // claimed or running (fires run at most 1.5 s; retries none).
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -1447,7 +1465,7 @@ impl Run {
         }
 
         let mut md = String::new();
-        let _ = writeln!(md, "## {}\n", label(self.kind));
+        let _ = writeln!(md, "## {}\n", self.label);
         let _ = writeln!(
             md,
             "Run of {} s ({} phases), seed {}; three node processes; {} triggers at the start (24 every second, 6 cron every 5 s in three zones, 4 every 7 s, 6 victims); misfire threshold {MISFIRE_MS} ms, dead after {DEAD_AFTER_MS} ms.\n",
@@ -1473,7 +1491,9 @@ impl Run {
             );
         }
         let _ = writeln!(md, "\nAudit: {audit_line}.\n\nShutdown: {}.\n", exits.join("; "));
-        md.push_str("| bad input | via | outcome | as required |\n|---|---|---|---|\n");
+        if !self.bad.is_empty() {
+            md.push_str("| bad input | via | outcome | as required |\n|---|---|---|---|\n");
+        }
         for b in &self.bad {
             let _ = writeln!(
                 md,
@@ -1717,7 +1737,7 @@ fn join(n: &[u64]) -> String {
 
 /// Writes a backend's section into the results file: `RELIABILITY.md` for the
 /// long version, a file under the target directory for the short one.
-fn write_results(kind: Kind, section: &str) {
+fn write_results(label: &str, section: &str) {
     static LOCK: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
     let _guard = LOCK.lock();
     let path = match long_minutes() {
@@ -1756,10 +1776,7 @@ fn write_results(kind: Kind, section: &str) {
     if !text.starts_with("# Reliability") {
         text = header.to_owned();
     }
-    let (open, close) = (
-        format!("<!-- {} -->", label(kind)),
-        format!("<!-- /{} -->", label(kind)),
-    );
+    let (open, close) = (format!("<!-- {label} -->"), format!("<!-- /{label} -->"));
     let body = format!("{open}\n{section}\nCommit {commit}, {date}: `{command}`.\n{close}");
     if let (Some(a), Some(b)) = (text.find(&open), text.find(&close)) {
         text.replace_range(a..b + close.len(), &body);

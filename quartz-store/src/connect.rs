@@ -63,6 +63,9 @@ pub(crate) struct Db {
     pub(crate) target: Target,
     /// Schedulers whose `quartz_scheduler` row is known to exist.
     pub(crate) schedulers: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// Held by every clone: the primary's watch ([`Hosts::watch`]) ends
+    /// when the last is dropped.
+    _alive: Arc<()>,
 }
 
 /// The server a store connects to: the one a URL names, or the primary
@@ -130,6 +133,10 @@ impl Db {
             .map_err(|e| StoreError::Unavailable {
                 reason: format!("cannot connect to {}: {e}", redact(&url)),
             })?;
+        let alive = Arc::new(());
+        if let Some(hosts) = &hosts {
+            hosts.watch(&pool, Arc::downgrade(&alive));
+        }
         let db = Db {
             pool,
             backend,
@@ -139,6 +146,7 @@ impl Db {
                 None => Target::One(Arc::from(url.as_str())),
             },
             schedulers: Arc::default(),
+            _alive: alive,
         };
         if options.migrate {
             db.migrate().await?;

@@ -29,6 +29,13 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 const FOLLOW_PAUSE: Duration = Duration::from_millis(250);
 const FOLLOW_FOR: Duration = Duration::from_secs(60);
 
+/// How often a store checks, from a task of its own, that its pool's server
+/// still answers as the primary, and how long the check may take. A store
+/// that only reads and edits (the admin surface, the CLI, a service's
+/// handle) makes no heartbeat by which to notice a failover.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+const WATCH_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The hosts of a multi-host URL, and the one the store uses now.
 #[derive(Debug)]
 pub(crate) struct Hosts {
@@ -188,6 +195,32 @@ impl Hosts {
                 tokio::time::sleep(FOLLOW_PAUSE).await;
             }
             hosts.probing.store(false, Ordering::SeqCst);
+        });
+    }
+}
+
+impl Hosts {
+    /// Checks every [`WATCH_EVERY`] that a connection of `pool` answers
+    /// within [`WATCH_TIMEOUT`], on a primary when one is asked for, and
+    /// [`follow`](Self::follow)s when not; until the store is dropped (no
+    /// strong count left of `alive`) or its pool closed.
+    pub(crate) fn watch(self: &Arc<Self>, pool: &sqlx::AnyPool, alive: std::sync::Weak<()>) {
+        let (hosts, pool) = (Arc::clone(self), pool.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(WATCH_EVERY).await;
+                if alive.strong_count() == 0 || pool.is_closed() {
+                    return;
+                }
+                let check = tokio::time::timeout(WATCH_TIMEOUT, async {
+                    let mut conn = pool.acquire().await?;
+                    Ok::<_, sqlx::Error>(!hosts.read_write || !in_recovery(&mut conn).await?)
+                })
+                .await;
+                if !matches!(check, Ok(Ok(true))) {
+                    hosts.follow(&pool);
+                }
+            }
         });
     }
 }

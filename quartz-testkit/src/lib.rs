@@ -245,6 +245,19 @@ impl TestDb {
         }
     }
 
+    /// The database at `url`, made (and removed) by someone else: a
+    /// [`pg_pair::PgPair`]'s, say. [`drop_db`](Self::drop_db) leaves it.
+    pub fn on_server(kind: Kind, url: &str) -> TestDb {
+        TestDb {
+            kind,
+            url: url.to_owned(),
+            admin_url: None,
+            name: String::new(),
+            _dir: None,
+            memory: None,
+        }
+    }
+
     /// A key namespace of its own on the Redis server at `server` (a
     /// [`redis_server::PrivateRedis`], say), deleted by
     /// [`drop_db`](Self::drop_db).

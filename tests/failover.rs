@@ -10,7 +10,7 @@
 //! primary (a claim, a start, an outcome). What the run shows is printed:
 //! every fire time is in the ledger or reported by the audit, none silent.
 //! Synchronous replication, where nothing acknowledged may be lost, is the
-//! reliability suite's `postgres_failover` run (node processes, skewed
+//! reliability suite's "PostgreSQL failover" run (node processes, skewed
 //! clocks, every check of the suite).
 //!
 //! The pair needs the PostgreSQL server binaries (`initdb`, `pg_basebackup`,

@@ -11,10 +11,10 @@
 //! restarted from its append-only file), the whole
 //! cluster down past the misfire threshold, the pool saturated by slow jobs,
 //! and bad input through the API, the CLI and rows corrupted by hand, with
-//! handlers that panic or never return. A fourth run (`postgres_failover`,
-//! the `reliability/failover.rs` module) puts PostgreSQL on a primary and a
-//! synchronous standby of the suite's own and kills the primary under the
-//! cluster. After each run the ledger is audited
+//! handlers that panic or never return. Beside the PostgreSQL run, a run of
+//! its own (the `reliability/failover.rs` module) puts PostgreSQL on a
+//! primary and a synchronous standby of the suite's own and kills the
+//! primary under the cluster. After each run the ledger is audited
 //! by `quartz audit` and by the suite's own checks, and a summary table per
 //! backend is written to a results file.
 //!
@@ -157,9 +157,20 @@ fn wall_ms() -> i64 {
 
 // ---------------------------------------------------------------- the tests
 
+/// PostgreSQL, and beside it PostgreSQL replaced under the cluster: a
+/// primary and its synchronous standby of the suite's own, the nodes on the
+/// URL that follows the primary ([`failover`]). The two run at once, each
+/// to its end, so that the binary's test threads stay one per backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
-    suite(Kind::Postgres).await;
+    let failover = tokio::spawn(failover::suite());
+    let main = tokio::spawn(suite(Kind::Postgres));
+    let (main, failover) = (main.await, failover.await);
+    for outcome in [main, failover] {
+        if let Err(e) = outcome {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,14 +181,6 @@ async fn mariadb() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis() {
     suite(Kind::Redis).await;
-}
-
-/// PostgreSQL replaced under the cluster: a primary and its synchronous
-/// standby of the suite's own, the nodes on the URL that follows the
-/// primary ([`failover`]).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_failover() {
-    failover::suite().await;
 }
 
 /// How long the long version runs, from `QUARTZ_RELIABILITY_MINUTES`.

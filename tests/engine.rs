@@ -38,7 +38,7 @@ use quartz::store::{FireRecord, FireState, NodeRef};
 /// hold the node back (a timeout must fire while such code still runs).
 macro_rules! engine_tests {
     (@test $kind:ident, $name:ident, $($attr:tt)*) => {
-        #[tokio::test($($attr)*)] async fn $name() { $crate::log_if_asked(); $crate::common::run($crate::common::Kind::$kind, |db| Box::pin(super::$name(db))).await }
+        #[tokio::test($($attr)*)] async fn $name() { quartz_testkit::log_if_asked(); $crate::common::run($crate::common::Kind::$kind, |db| Box::pin(super::$name(db))).await }
     };
     (@on $module:ident, $kind:ident, $($name:ident,)*) => {
         mod $module { $( engine_tests!(@test $kind, $name, flavor = "multi_thread", worker_threads = 2); )* }
@@ -86,16 +86,6 @@ engine_tests!(
 );
 
 const CLUSTER: &str = "test-cluster";
-
-/// The nodes' logs on the test's output, when `RUST_LOG` asks for them.
-fn log_if_asked() {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-    }
-}
 
 /// Settings for tests: short intervals, the same guarantees
 /// ([`common::fast_settings`]), and a pool that queues whatever comes.
@@ -520,21 +510,7 @@ async fn a_dead_nodes_fires_are_recovered_by_the_living(db: &TestDb) {
     let runs = Runs::default();
     let store = db.store().await.scoped(CLUSTER);
     // A node that claims and dies: registered, never heart-beats again.
-    let ghost = store
-        .register_node(&NodeRegistration {
-            node_id: "ghost".to_owned(),
-            host: "nowhere".to_owned(),
-            pid: 1,
-            weight: 1,
-            handlers: Vec::new(),
-            dead_after: None,
-        })
-        .await
-        .unwrap();
-    let ghost = NodeRef {
-        node_id: ghost.node_id,
-        incarnation: ghost.incarnation,
-    };
+    let ghost = quartz_testkit::register_node(&store, "ghost").await;
     // Due 1 s from now: the living node declares the ghost dead after 1.5 s,
     // well within the misfire threshold of the claimed fire.
     let start = store.now().await.unwrap().saturating_add_millis(1_000);

@@ -40,30 +40,9 @@ async fn asynchronous_standby_promoted_under_a_fire_storm() {
     failover(Replication::Asynchronous).await;
 }
 
-/// Whether the machine can make a pair: the server binaries, and root.
-fn can_make_a_pair() -> bool {
-    let root = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    let binaries = std::path::Path::new("/usr/lib/postgresql").is_dir();
-    if root && binaries {
-        return true;
-    }
-    let why = "the failover test needs the PostgreSQL server binaries under /usr/lib/postgresql and root";
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
-    eprintln!("\n!!!!!!!! SKIPPED: {why} !!!!!!!!\n");
-    false
-}
-
 async fn failover(replication: Replication) {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-    }
-    if !can_make_a_pair() {
+    quartz_testkit::log_if_asked();
+    if !PgPair::can_start("the failover test") {
         return;
     }
     let pair = tokio::task::spawn_blocking(move || PgPair::start(replication))

@@ -104,12 +104,7 @@ fn rate() -> u64 {
 }
 
 async fn seeds(kind: Kind) {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-    }
+    quartz_testkit::log_if_asked();
     let began = Instant::now();
     let (mut fires, mut faults) = (0, Injected::default());
     let mut seeds = chosen_seeds(kind);

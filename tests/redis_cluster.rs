@@ -107,12 +107,7 @@ async fn replicas_acknowledge_writes_when_asked(url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedulers_spread_over_masters_and_a_master_fails_over() {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-    }
+    quartz_testkit::log_if_asked();
     if !can_make_a_cluster() {
         return;
     }

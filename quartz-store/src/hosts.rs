@@ -197,9 +197,7 @@ impl Hosts {
             hosts.probing.store(false, Ordering::SeqCst);
         });
     }
-}
 
-impl Hosts {
     /// Checks every [`WATCH_EVERY`] that a connection of `pool` answers
     /// within [`WATCH_TIMEOUT`], on a primary when one is asked for, and
     /// [`follow`](Self::follow)s when not; until the store is dropped (no
@@ -214,7 +212,7 @@ impl Hosts {
                 }
                 let check = tokio::time::timeout(WATCH_TIMEOUT, async {
                     let mut conn = pool.acquire().await?;
-                    Ok::<_, sqlx::Error>(!hosts.read_write || !in_recovery(&mut conn).await?)
+                    fit(&mut conn, hosts.read_write).await
                 })
                 .await;
                 if !matches!(check, Ok(Ok(true))) {
@@ -228,9 +226,14 @@ impl Hosts {
 /// Whether the server at `url` answers, as a primary when `read_write`.
 async fn probe(url: &str, read_write: bool) -> Result<bool, sqlx::Error> {
     let mut conn = AnyConnection::connect(url).await?;
-    let fit = !read_write || !in_recovery(&mut conn).await?;
+    let fit = fit(&mut conn, read_write).await?;
     let _ = conn.close().await;
     Ok(fit)
+}
+
+/// Whether a connection's server is one to use: a primary when `read_write`.
+async fn fit(conn: &mut AnyConnection, read_write: bool) -> Result<bool, sqlx::Error> {
+    Ok(!read_write || !in_recovery(conn).await?)
 }
 
 /// Whether the server of a connection is a standby.

@@ -12,28 +12,13 @@ use quartz_testkit as common;
 use std::time::{Duration, Instant};
 
 use common::{Kind, TestDb};
-use quartz_core::store::{NodeRef, NodeRegistration};
 
 const S: &str = "locks";
 
 async fn a_node_frozen_in_a_transaction_holds_its_locks_a_second(db: &TestDb) {
     let frozen = db.store().await.scoped(S);
     let judge = db.store().await.scoped(S);
-    let registered = frozen
-        .register_node(&NodeRegistration {
-            node_id: "frozen".to_owned(),
-            host: "test-host".to_owned(),
-            pid: std::process::id(),
-            weight: 1,
-            handlers: Vec::new(),
-            dead_after: None,
-        })
-        .await
-        .unwrap();
-    let node = NodeRef {
-        node_id: registered.node_id,
-        incarnation: registered.incarnation,
-    };
+    let node = common::register_node(&frozen, "frozen").await;
 
     // The frozen node's transaction holds its own row, as a start of its
     // fires does on MySQL, and sends nothing more.

@@ -49,21 +49,7 @@ fn every_second(start: Timestamp) -> ExecuteSpec {
 }
 
 async fn register(store: &AnyStore, node_id: &str) -> NodeRef {
-    let node = store
-        .register_node(&NodeRegistration {
-            node_id: node_id.to_owned(),
-            host: "test-host".to_owned(),
-            pid: std::process::id(),
-            weight: 1,
-            handlers: Vec::new(),
-            dead_after: None,
-        })
-        .await
-        .unwrap();
-    NodeRef {
-        node_id: node.node_id,
-        incarnation: node.incarnation,
-    }
+    common::register_node(store, node_id).await
 }
 
 fn claim_of(execute_id: i64, fire: &Fire, node: &NodeRef) -> Claim {

@@ -452,6 +452,36 @@ pub async fn run(
     }
 }
 
+/// The nodes' logs on the test's output, when `RUST_LOG` asks for them.
+pub fn log_if_asked() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+/// Registers a node named `node_id` on `store`'s scheduler, as a node does
+/// when it starts (this process, a test host, no handlers): its reference.
+pub async fn register_node(store: &AnyStore, node_id: &str) -> quartz_core::store::NodeRef {
+    let node = store
+        .register_node(&quartz_core::store::NodeRegistration {
+            node_id: node_id.to_owned(),
+            host: "test-host".to_owned(),
+            pid: std::process::id(),
+            weight: 1,
+            handlers: Vec::new(),
+            dead_after: None,
+        })
+        .await
+        .unwrap();
+    quartz_core::store::NodeRef {
+        node_id: node.node_id,
+        incarnation: node.incarnation,
+    }
+}
+
 /// Every ledger row of a scheduler, newest first, through the history pages.
 pub async fn ledger(
     store: &impl std::ops::Deref<Target = dyn quartz_core::store::Store>,

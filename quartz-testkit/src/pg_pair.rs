@@ -74,6 +74,24 @@ fn as_postgres(bin: &Path, tool: &str, args: &[&str]) {
 }
 
 impl PgPair {
+    /// Whether this machine can make a pair: the PostgreSQL server binaries
+    /// under `/usr/lib/postgresql`, and root to run them as `postgres`.
+    /// When not, says so loudly for `who` (the test that needed it) and
+    /// answers false, or fails under `CI=true`.
+    pub fn can_start(who: &str) -> bool {
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+        if root && Path::new("/usr/lib/postgresql").is_dir() {
+            return true;
+        }
+        let why = format!("{who} needs the PostgreSQL server binaries under /usr/lib/postgresql and root");
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        eprintln!("\n!!!!!!!! SKIPPED: {why} !!!!!!!!\n");
+        false
+    }
+
     /// Makes and starts a primary and a standby streaming from it, and waits
     /// until the standby streams (in sync, for [`Replication::Synchronous`]).
     pub fn start(replication: Replication) -> PgPair {

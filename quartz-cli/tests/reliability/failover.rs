@@ -17,27 +17,12 @@ use std::time::Duration;
 use quartz_testkit::TestDb;
 use quartz_testkit::pg_pair::{PgPair, Replication};
 
-use super::{DEAD_AFTER_MS, Kind, Run, faketime_library, in_ci, write_results};
+use super::{DEAD_AFTER_MS, Kind, Run, faketime_library, write_results};
 
 const LABEL: &str = "PostgreSQL failover";
 
-/// Whether the machine can make a pair: the server binaries, and root.
-fn can_make_a_pair() -> bool {
-    let root = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if root && std::path::Path::new("/usr/lib/postgresql").is_dir() {
-        return true;
-    }
-    let why = "the failover run needs the PostgreSQL server binaries under /usr/lib/postgresql and root";
-    assert!(!in_ci(), "{why}");
-    eprintln!("\n!!!!!!!! SKIPPED: {why} !!!!!!!!\n");
-    false
-}
-
 pub(super) async fn suite() {
-    if !can_make_a_pair() {
+    if !PgPair::can_start("the failover run") {
         return;
     }
     let pair = tokio::task::spawn_blocking(|| PgPair::start(Replication::Synchronous))

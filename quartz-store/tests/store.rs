@@ -14,7 +14,7 @@ use quartz_core::cron::CronExpression;
 use quartz_core::misfire::MisfireSettings;
 use quartz_core::store::{
     CHANGE_VISIBILITY_MS, Claim, ExecuteCas, ExecuteSpec, ExecuteState, FireEnd, FireQuery, FireState, FollowUp,
-    JobSpec, NodeRef, NodeRegistration, NodeState, Outcome, PendingClaim, SkippedRecord, StoreError,
+    JobSpec, NodeRef, NodeState, Outcome, PendingClaim, SkippedRecord, StoreError,
 };
 use quartz_core::trigger::{Fire, Schedule, Trigger};
 use quartz_core::{Error, Timestamp, Tz};

@@ -235,8 +235,10 @@ impl Backend {
     /// (a pause, a stopped process, a lost network) holds its row locks no
     /// longer: the nodes that declare it dead would otherwise wait on the
     /// lock of its own row, and recovery on its fires, until it woke. Our
-    /// transactions send their statements back to back; MySQL has no such
-    /// limit (the `/*M!` comment is MariaDB's alone).
+    /// engine's transactions send their statements back to back (a change
+    /// made through the admin surface lifts the limit:
+    /// [`change_begin`](Self::change_begin)); MySQL has no such limit (the
+    /// `/*M!` comment is MariaDB's alone).
     pub(crate) fn session_setup(self, memory: bool) -> &'static [&'static str] {
         match self {
             Backend::Sqlite if memory => &["PRAGMA foreign_keys = ON", "PRAGMA busy_timeout = 10000"],
@@ -252,6 +254,28 @@ impl Backend {
                 "SET idle_in_transaction_session_timeout = 1000",
             ],
         }
+    }
+
+    /// The statement that opens a change's transaction (a job or calendar
+    /// written through the admin surface), lifting the idle limit of
+    /// [`session_setup`](Self::session_setup) for it: such a transaction
+    /// computes between its statements (first fire times past a calendar
+    /// that excludes almost everything, a calendar's rescheduling) and
+    /// locks no node's row. PostgreSQL lifts it for the transaction;
+    /// MariaDB for the session, until [`change_end`](Self::change_end).
+    pub(crate) fn change_begin(self) -> Option<&'static str> {
+        match self {
+            Backend::Postgres => Some("SET LOCAL idle_in_transaction_session_timeout = 0"),
+            Backend::MySql => Some("SET @quartz_change = 1 /*M!100300 , SESSION idle_transaction_timeout = 0 */"),
+            Backend::Sqlite => None,
+        }
+    }
+
+    /// The last statement of a change's transaction: the idle limit back
+    /// (MariaDB).
+    pub(crate) fn change_end(self) -> Option<&'static str> {
+        (self == Backend::MySql)
+            .then_some("SET @quartz_change = 0 /*M!100300 , SESSION idle_transaction_timeout = 1 */")
     }
 
     /// A URL as the driver takes it, and whether it names an in-memory

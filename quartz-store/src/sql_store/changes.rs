@@ -168,7 +168,11 @@ impl SqlStore {
     /// the counter inside it.
     pub(super) async fn begin_change(&self, scheduler: &str) -> Result<Transaction<'static, Any>, StoreError> {
         self.ensure_scheduler_row(scheduler).await?;
-        self.begin().await
+        let mut tx = self.begin().await?;
+        if let Some(lift) = self.db.backend.change_begin() {
+            self.query(lift).execute(&mut *tx).await.map_err(db_error)?;
+        }
+        Ok(tx)
     }
 
     /// Bumps the change counter inside a change's transaction (begun by
@@ -206,6 +210,9 @@ impl SqlStore {
                 .execute(&mut **tx)
                 .await
                 .map_err(db_error)?;
+        }
+        if let Some(restore) = self.db.backend.change_end() {
+            self.query(restore).execute(&mut **tx).await.map_err(db_error)?;
         }
         Ok(())
     }

@@ -20,17 +20,7 @@ use quartz::calendar::CalendarDefinition;
 use quartz::prelude::*;
 use quartz::store::{CHANGE_VISIBILITY_MS, ExecuteState, FireState};
 
-/// One test per backend: SQLite (file), PostgreSQL, MariaDB, Redis.
-macro_rules! calendar_tests {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::SqliteFile, |db| Box::pin(super::$name(db))).await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::Postgres, |db| Box::pin(super::$name(db))).await } )* }
-        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::MySql, |db| Box::pin(super::$name(db))).await } )* }
-        mod redis { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run($crate::common::Kind::Redis, |db| Box::pin(super::$name(db))).await } )* }
-    };
-}
-
-calendar_tests!(
+common::backend_tests!(shared:
     a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost,
     a_mended_calendar_revives_the_triggers_it_completed,
     a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_preview,

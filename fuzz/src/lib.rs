@@ -115,6 +115,11 @@ pub fn trigger_row(data: &[u8]) {
         calendar: None,
         dst_skipped: next(),
         dst_repeated: next(),
+        // The jitter from the flags' top bit: the interval's number, as
+        // a hand might write any.
+        jitter_ms: (flags & 128 != 0).then(|| number(2).rem_euclid(1 << 40)),
+        jitter_seed: (flags & 128 != 0).then(|| number(3)),
+        catch_up_ms: None,
     };
     if let Ok(trigger) = columns.to_trigger() {
         let mut t = Timestamp::from_millis(columns.start_time.saturating_sub(1));

@@ -100,6 +100,14 @@ pub struct TriggerArgs {
     /// A calendar (see `quartz calendar`) whose excluded times are not fire times.
     #[arg(long)]
     pub calendar: Option<String>,
+    /// Spread each fire by up to DURATION (e.g. 10m), the offset fixed per
+    /// fire time, so that many jobs on one schedule do not start at once.
+    #[arg(long, value_parser = duration_arg)]
+    pub jitter: Option<Duration>,
+    /// Make up for missed fire times only DURATION back (e.g. 1h): older
+    /// ones are recorded misfired and skipped, whatever --misfire says.
+    #[arg(long, value_parser = duration_arg)]
+    pub catch_up: Option<Duration>,
     #[command(flatten)]
     pub dst: DstArgs,
 }
@@ -148,6 +156,8 @@ impl TriggerArgs {
             || self.repeat.is_some()
             || self.misfire.is_some()
             || self.calendar.is_some()
+            || self.jitter.is_some()
+            || self.catch_up.is_some()
             || self.dst.given()
     }
 
@@ -181,6 +191,8 @@ impl TriggerArgs {
             trigger.misfire = policy.parse()?;
         }
         trigger.calendar.clone_from(&self.calendar);
+        trigger.jitter = self.jitter;
+        trigger.catch_up = self.catch_up;
         Ok(trigger)
     }
 }

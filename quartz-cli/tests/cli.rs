@@ -307,6 +307,28 @@ fn every_admin_command(url: &str) {
     );
     assert_eq!(dst["triggers"][0]["dst_skipped"], "shift");
     assert_eq!(dst["triggers"][0]["dst_repeated"], "both");
+    // Jitter and a catch-up window: stored, shown, and a zero refused.
+    let spread = json(
+        &url,
+        &[
+            "job",
+            "edit",
+            "report",
+            "--cron",
+            "0 0 0 * * ?",
+            "--jitter",
+            "10m",
+            "--catch-up",
+            "1h",
+        ],
+    );
+    assert_eq!(spread["triggers"][0]["jitter_ms"], 600_000);
+    assert_eq!(spread["triggers"][0]["catch_up_ms"], 3_600_000);
+    refused(
+        &url,
+        &["job", "edit", "report", "--cron", "0 0 0 * * ?", "--jitter", "0s"],
+        "jitter",
+    );
     refused(&url, &["job", "show", "nobody"], "nobody");
     refused(&url, &["job", "pause", "nobody"], "nobody");
     refused(&url, &["history", "--state", "sleeping"], "sleeping");

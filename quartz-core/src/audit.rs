@@ -9,7 +9,10 @@
 //! - **late**: a trigger's first attempt started later than the misfire
 //!   threshold with no misfire record for its time;
 //! - **stranded**: a retry or a late run (a pending fire) still not claimed
-//!   more than the misfire threshold after it was due (guarantee 2).
+//!   more than the misfire threshold after it was due (guarantee 2);
+//! - **beyond catch-up**: a trigger's own first attempt that started later
+//!   than its catch-up window (and the threshold) after its fire time: a
+//!   missed time the window should have skipped was made up for.
 //!
 //! Fixed-delay triggers have no grid to check gaps against, and triggers in
 //! error are skipped. The audit starts no earlier than the purge horizon
@@ -72,16 +75,21 @@ pub enum ViolationKind {
     /// A retry or late run not claimed by the misfire threshold after its due
     /// time.
     Stranded,
+    /// A first attempt that started later than its trigger's catch-up
+    /// window (and the misfire threshold) after its fire time.
+    BeyondCatchUp,
 }
 
 impl ViolationKind {
-    /// Its name in reports: `duplicate`, `missing`, `late`.
+    /// Its name in reports: `duplicate`, `missing`, `late`, `stranded`,
+    /// `beyond_catch_up`.
     pub fn as_str(self) -> &'static str {
         match self {
             ViolationKind::Duplicate => "duplicate",
             ViolationKind::Missing => "missing",
             ViolationKind::Late => "late",
             ViolationKind::Stranded => "stranded",
+            ViolationKind::BeyondCatchUp => "beyond_catch_up",
         }
     }
 }
@@ -204,7 +212,7 @@ fn duplicates(fires: &[FireRecord], name_of: &dyn Fn(i64) -> String) -> Vec<Viol
 }
 
 /// A trigger's own first attempts that started past the threshold with no
-/// misfire record for their time.
+/// misfire record for their time, or past its catch-up window.
 fn late_starts(
     fires: &[FireRecord],
     details: &[JobDetail],
@@ -214,6 +222,11 @@ fn late_starts(
     let job_of_execute: HashMap<i64, i64> = details
         .iter()
         .flat_map(|d| d.executes.iter().map(|e| (e.id, e.job_id)))
+        .collect();
+    let catch_up_of: HashMap<i64, i64> = details
+        .iter()
+        .flat_map(|d| d.executes.iter())
+        .filter_map(|e| Some((e.id, crate::store::millis_of(e.trigger.catch_up()?))))
         .collect();
     let mut violations = Vec::new();
     for ((execute_id, job_id, fire_time), rows) in by_fire(fires) {
@@ -229,6 +242,20 @@ fn late_starts(
                     execute_id,
                     fire_time,
                     detail: format!("fire {} started {late} ms late with no misfire record", f.id),
+                });
+            }
+            if let Some(window) = catch_up_of.get(&execute_id).filter(|_| own && f.attempt == 1)
+                && late > window.saturating_add(threshold_ms)
+            {
+                violations.push(Violation {
+                    kind: ViolationKind::BeyondCatchUp,
+                    job: name_of(job_id),
+                    execute_id,
+                    fire_time,
+                    detail: format!(
+                        "fire {} started {late} ms after its time, past the trigger's catch-up window of {window} ms",
+                        f.id
+                    ),
                 });
             }
         }

@@ -24,6 +24,14 @@
 //! trigger whose end has passed completes instead. "Fire now" fires even when the
 //! end has passed, as Quartz does: it stands in for the missed fires.
 //!
+//! A trigger with a catch-up window ([`Trigger::with_catch_up`]) makes up only
+//! for the missed times within the window before `now`: the older ones are
+//! skipped whatever the policy and reported apart, in
+//! [`MisfireDecision::beyond_window`]; the policy then decides as though the
+//! first missed time within the window were the overdue one. With none
+//! within it, the trigger moves to its next time (a fixed delay: one delay
+//! after now), so a service that was down for a week does not replay a week.
+//!
 //! Every missed time that will not run is reported in [`MisfireDecision::skipped`]
 //! as a range with a count, so the ledger can record it; the times that will run
 //! are in [`MisfireDecision::runs`].
@@ -246,6 +254,11 @@ pub struct MisfireDecision {
     pub rescheduled: Option<Trigger>,
     /// The missed times that will not run, for the ledger.
     pub skipped: Option<SkippedFires>,
+    /// The missed times further back than the trigger's catch-up window,
+    /// skipped whatever the policy, for the ledger: they come before
+    /// [`skipped`](Self::skipped), which holds what the policy skipped of
+    /// the times within the window.
+    pub beyond_window: Option<SkippedFires>,
     /// The times that will run now, in order (some may be missed times that run
     /// late, under the ignore policy).
     pub runs: Vec<Timestamp>,
@@ -301,6 +314,12 @@ impl Trigger {
             return None;
         }
         let overdue = state.next_fire_time?;
+        if let Some(window) = self.catch_up_ms() {
+            let cutoff = now.saturating_add_millis(-window);
+            if overdue < cutoff {
+                return Some(self.beyond_catch_up(state, overdue, cutoff, now, settings));
+            }
+        }
         let applied = self.resolved_misfire_policy();
         let decision = Decider {
             trigger: self,
@@ -321,6 +340,54 @@ impl Trigger {
             MisfirePolicy::RescheduleNextWithExistingCount => decision.reschedule_next(applied, false),
             MisfirePolicy::RescheduleNextWithRemainingCount => decision.reschedule_next(applied, true),
         })
+    }
+
+    /// A misfire whose first missed time is before `cutoff`, the start of
+    /// the catch-up window: the times before it are skipped whatever the
+    /// policy; the policy decides for the missed times within the window, as
+    /// though the first of them were the trigger's overdue time; with none,
+    /// the trigger moves to its first time within the window (or, for a
+    /// fixed delay, one delay after now).
+    fn beyond_catch_up(
+        &self,
+        state: &TriggerState,
+        overdue: Timestamp,
+        cutoff: Timestamp,
+        now: Timestamp,
+        settings: &MisfireSettings,
+    ) -> MisfireDecision {
+        let first_within = match self.schedule() {
+            Schedule::FixedDelay { .. } => None,
+            _ => cutoff.checked_add_millis(-1).and_then(|t| self.fire_time_after(t)),
+        };
+        let resumed = TriggerState {
+            next_fire_time: first_within,
+            ..state.clone()
+        };
+        if let Some(mut decision) = first_within.and_then(|_| self.on_misfire(&resumed, now, settings)) {
+            decision.beyond_window = first_within.and_then(|t| self.skipped(overdue, t));
+            return decision;
+        }
+        let next = match self.schedule() {
+            Schedule::FixedDelay { .. } => self.next_after_finish(now),
+            _ => first_within,
+        };
+        let applied = match self.schedule() {
+            Schedule::Cron { .. } | Schedule::FixedDelay { .. } => MisfirePolicy::DoNothing,
+            Schedule::FixedRate { .. } | Schedule::Once => MisfirePolicy::RescheduleNextWithExistingCount,
+        };
+        MisfireDecision {
+            applied,
+            state: TriggerState {
+                next_fire_time: next,
+                awaiting_finish: false,
+                ..state.clone()
+            },
+            rescheduled: None,
+            skipped: None,
+            beyond_window: self.skipped(overdue, next.unwrap_or(now.saturating_add_millis(1))),
+            runs: Vec::new(),
+        }
     }
 
     /// Quartz's `computeNumTimesFiredBetween`: whole intervals from `from` to
@@ -352,7 +419,7 @@ impl Trigger {
         if until <= from {
             return (0, true);
         }
-        if let Schedule::FixedRate { interval_ms } = self.schedule() {
+        if let (Schedule::FixedRate { interval_ms }, None) = (self.schedule(), self.jitter()) {
             // Arithmetic: the grid after `from`, up to its last valid time.
             let Some(second) = self.fire_time_after(from) else {
                 return (1, true);
@@ -483,6 +550,7 @@ impl Decider<'_> {
             rescheduled: None,
             skipped: self.trigger.skipped(self.overdue, self.now),
             runs: vec![self.now],
+            beyond_window: None,
         }
     }
 
@@ -498,6 +566,7 @@ impl Decider<'_> {
             rescheduled: None,
             skipped: self.trigger.skipped(self.overdue, next.unwrap_or(self.after_now())),
             runs: Vec::new(),
+            beyond_window: None,
         }
     }
 
@@ -536,6 +605,7 @@ impl Decider<'_> {
             rescheduled: None,
             skipped,
             runs,
+            beyond_window: None,
         }
     }
 
@@ -550,6 +620,7 @@ impl Decider<'_> {
                 rescheduled: None,
                 skipped: self.trigger.skipped(self.overdue, self.after_now()),
                 runs: Vec::new(),
+                beyond_window: None,
             };
         }
         let (limit, times_triggered) = match self.trigger.repeat_limit() {
@@ -565,6 +636,7 @@ impl Decider<'_> {
             rescheduled: Some(self.trigger.restarted(self.now, limit)),
             skipped: self.trigger.skipped(self.overdue, self.now),
             runs: vec![self.now],
+            beyond_window: None,
         }
     }
 
@@ -585,6 +657,7 @@ impl Decider<'_> {
             rescheduled: None,
             skipped: self.trigger.skipped(self.overdue, next.unwrap_or(self.after_now())),
             runs: Vec::new(),
+            beyond_window: None,
         }
     }
 }

@@ -195,10 +195,14 @@ impl Backend {
                         "fire unended",
                         include_str!(concat!("../../migrations/", $dir, "/0014_fire_unended.sql")),
                     ),
+                    (
+                        "jitter and catch-up",
+                        include_str!(concat!("../../migrations/", $dir, "/0015_jitter_catch_up.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 14] = match self {
+        let files: [(&str, &'static str); 15] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

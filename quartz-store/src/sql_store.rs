@@ -43,7 +43,8 @@ macro_rules! execute_cols {
     () => {
         "id, job_id, scheduler, kind, cron_expression, time_zone, interval_ms, start_time, end_time, \
          repeat_limit, times_triggered, misfire_policy, priority, state, prev_fire_time, next_fire_time, \
-         node_id, incarnation, error, schedule_sig, calendar, calendar_stamp, dst_skipped, dst_repeated"
+         node_id, incarnation, error, schedule_sig, calendar, calendar_stamp, dst_skipped, dst_repeated, \
+         jitter_ms, jitter_seed, catch_up_ms"
     };
 }
 macro_rules! fire_cols {

@@ -413,11 +413,19 @@ pub async fn drop_namespace(server: &str, namespace: &str) {
 /// `name(db: &TestDb) -> impl Future`. `backend_tests!(with memory: a, b;
 /// sql: c)` runs `a` and `b` on the in-memory store too (the store
 /// conformance suite: tests that reach the store through [`TestDb::store`]
-/// only, never by URL).
+/// only, never by URL). `backend_tests!(shared: a, b)` runs `a` and `b`
+/// on the backends several nodes share as a cluster does: SQLite in a
+/// file, PostgreSQL, MariaDB and Redis.
 #[macro_export]
 macro_rules! backend_tests {
     (@sql $module:ident, $kind:ident, $($name:ident,)*) => {
         mod $module { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run($crate::Kind::$kind, |db| Box::pin(super::$name(db))).await } )* }
+    };
+    (shared: $($name:ident),* $(,)?) => {
+        $crate::backend_tests!(@sql sqlite, SqliteFile, $($name,)*);
+        $crate::backend_tests!(@sql postgres, Postgres, $($name,)*);
+        $crate::backend_tests!(@sql mysql, MySql, $($name,)*);
+        $crate::backend_tests!(@sql redis, Redis, $($name,)*);
     };
     (with memory: $($name:ident),* $(,)? $(; sql: $($sql:ident),* $(,)?)?) => {
         $crate::backend_tests!($($name),* $(; sql: $($sql),*)?);

@@ -783,6 +783,8 @@ async fn an_edit_keeps_every_trigger_field_it_did_not_change(db: &TestDb) {
     trigger.priority = 7;
     trigger.misfire = "do_nothing".parse().unwrap();
     trigger.calendar = Some("holidays".into());
+    trigger.jitter = Some(std::time::Duration::from_secs(90));
+    trigger.catch_up = Some(std::time::Duration::from_secs(3_600));
     let trigger = trigger.dst(DstChoice {
         skipped: SkippedTime::Quartz,
         repeated: RepeatedTime::Both,
@@ -804,6 +806,8 @@ async fn an_edit_keeps_every_trigger_field_it_did_not_change(db: &TestDb) {
         assert_eq!(t["calendar"], "holidays");
         assert_eq!(t["dst_repeated"], "both");
         assert_eq!(t["time_zone"], "Europe/Paris");
+        assert_eq!(t["jitter_ms"], 90_000, "jitter kept: {t}");
+        assert_eq!(t["catch_up_ms"], 3_600_000, "catch-up window kept: {t}");
     };
 
     // The browser: every field as the edit page shows it, the cron changed.

@@ -14,7 +14,7 @@ use crate::cron::{CronExpression, DstChoice, parse_time_zone};
 use crate::misfire::MisfirePolicy;
 use crate::store::{ExecuteSpec, JobSpec, RetryPolicy};
 use crate::time::Timestamp;
-use crate::trigger::{Schedule, Trigger};
+use crate::trigger::{Jitter, Schedule, Trigger};
 
 /// An instant as the admin API takes it: epoch milliseconds (a number, or
 /// digits in a query string), or RFC 3339 text (`2026-12-24T18:00:00+01:00`).
@@ -115,7 +115,8 @@ impl TriggerKind {
 
 /// A trigger: when its job fires. Its JSON form is the API's (`kind`,
 /// `cron`, `time_zone`, `interval_ms`, `start`, `end`, `repeat`, `misfire`,
-/// `priority`, `calendar`, `dst_skipped`, `dst_repeated`); reading it
+/// `priority`, `calendar`, `dst_skipped`, `dst_repeated`, `jitter_ms`,
+/// `catch_up_ms`); reading it
 /// checks each value and names the field at fault.
 ///
 /// ```
@@ -148,6 +149,13 @@ pub struct TriggerDefinition {
     /// The calendar, by name, whose excluded times are not fire times (see
     /// [`crate::calendar`]).
     pub calendar: Option<String>,
+    /// Spread each fire by up to this much, the offset fixed per fire time
+    /// (see [`Trigger::with_jitter`]).
+    pub jitter: Option<Duration>,
+    /// Make up for missed fire times only this far back; older ones are
+    /// recorded as misfired and skipped, whatever the misfire policy (see
+    /// [`Trigger::with_catch_up`]).
+    pub catch_up: Option<Duration>,
 }
 
 impl TriggerDefinition {
@@ -161,6 +169,8 @@ impl TriggerDefinition {
             misfire: MisfirePolicy::Smart,
             priority: 0,
             calendar: None,
+            jitter: None,
+            catch_up: None,
         }
     }
 
@@ -241,6 +251,20 @@ impl TriggerDefinition {
         self
     }
 
+    /// Spreads each fire by up to `max`, the offset fixed per fire time.
+    #[must_use]
+    pub fn jitter(mut self, max: Duration) -> TriggerDefinition {
+        self.jitter = Some(max);
+        self
+    }
+
+    /// Makes up for missed fire times only `window` back.
+    #[must_use]
+    pub fn catch_up(mut self, window: Duration) -> TriggerDefinition {
+        self.catch_up = Some(window);
+        self
+    }
+
     /// The priority among fires due at the same instant.
     #[must_use]
     pub fn priority(mut self, priority: i32) -> TriggerDefinition {
@@ -287,14 +311,14 @@ impl TriggerDefinition {
         TriggerKind::of(&self.schedule)
     }
 
-    /// The stored form of this trigger; `index` is its place in the job's
-    /// list (for the field an error names, `triggers[i].end`), `now` the
-    /// default start.
+    /// The stored form of this trigger in job `job`; `index` is its place
+    /// in the job's list (for the field an error names, `triggers[i].end`,
+    /// and the jitter's seed), `now` the default start.
     ///
     /// # Errors
     ///
     /// [`AdminError::Invalid`] naming the field.
-    pub fn to_execute(&self, index: usize, now: Timestamp) -> Result<ExecuteSpec, AdminError> {
+    pub fn to_execute(&self, job: &str, index: usize, now: Timestamp) -> Result<ExecuteSpec, AdminError> {
         let invalid = |name: &str, e: &dyn std::fmt::Display| {
             AdminError::invalid(format!("triggers[{index}].{name}"), e.to_string())
         };
@@ -315,6 +339,13 @@ impl TriggerDefinition {
             .map_err(|e| invalid("misfire", &e))?;
         if let Some(name) = &self.calendar {
             trigger = trigger.with_calendar(name).map_err(|e| invalid("calendar", &e))?;
+        }
+        if let Some(max) = self.jitter {
+            let jitter = Jitter::new(max, Jitter::seed_of(job, index)).map_err(|e| invalid("jitter_ms", &e))?;
+            trigger = trigger.with_jitter(jitter);
+        }
+        if let Some(window) = self.catch_up {
+            trigger = trigger.with_catch_up(window).map_err(|e| invalid("catch_up_ms", &e))?;
         }
         Ok(ExecuteSpec {
             trigger,
@@ -341,6 +372,8 @@ impl TriggerDefinition {
             misfire: trigger.misfire_policy(),
             priority,
             calendar: trigger.calendar_name().map(str::to_owned),
+            jitter: trigger.jitter().map(|j| crate::store::duration_of(j.max_ms)),
+            catch_up: trigger.catch_up(),
         }
     }
 }
@@ -482,7 +515,7 @@ impl JobDefinition {
             .triggers
             .iter()
             .enumerate()
-            .map(|(i, t)| t.to_execute(i, now))
+            .map(|(i, t)| t.to_execute(&self.spec.name, i, now))
             .collect::<Result<Vec<_>, _>>()?;
         Ok((self.spec.clone(), executes))
     }

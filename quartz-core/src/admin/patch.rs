@@ -193,7 +193,7 @@ impl JobPatch {
                 triggers
                     .iter()
                     .enumerate()
-                    .map(|(i, t)| t.to_execute(i, now))
+                    .map(|(i, t)| t.to_execute(&base.name, i, now))
                     .collect::<Result<Vec<_>, _>>()?,
             ),
             None => None,

@@ -99,7 +99,8 @@ impl TriggerView {
 }
 
 /// How a trigger reads for people: `cron 0/2 * * * * ? UTC`, `every 5000 ms`,
-/// `delay 1000 ms`, `once at 2026-01-01T00:00:00.000Z`.
+/// `delay 1000 ms`, `once at 2026-01-01T00:00:00.000Z`, with its calendar,
+/// jitter and catch-up window if it has them.
 pub fn summary(trigger: &crate::trigger::Trigger) -> String {
     let schedule = match trigger.schedule() {
         Schedule::Cron { expr, zone, dst } if dst.is_quartz() => format!("cron {expr} {zone}"),
@@ -108,10 +109,17 @@ pub fn summary(trigger: &crate::trigger::Trigger) -> String {
         Schedule::FixedDelay { delay_ms } => format!("delay {delay_ms} ms"),
         Schedule::Once => format!("once at {}", trigger.start()),
     };
-    match trigger.calendar_name() {
+    let mut text = match trigger.calendar_name() {
         Some(calendar) => format!("{schedule}, except calendar {calendar}"),
         None => schedule,
+    };
+    if let Some(jitter) = trigger.jitter() {
+        text.push_str(&format!(", jitter up to {} ms", jitter.max_ms));
     }
+    if let Some(window) = trigger.catch_up() {
+        text.push_str(&format!(", catch-up window {} ms", window.as_millis()));
+    }
+    text
 }
 
 /// A job as the admin surface shows it: its stored fields (the

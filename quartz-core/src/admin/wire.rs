@@ -114,6 +114,16 @@ pub(super) struct TriggerWire {
     /// later instant).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dst_repeated: Option<String>,
+    /// Spread each fire by up to this many milliseconds, the offset fixed
+    /// per fire time (so every node agrees) and below the time to the next
+    /// scheduled time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_ms: Option<i64>,
+    /// Make up for missed fire times only this many milliseconds back:
+    /// older ones are recorded as misfired and skipped, whatever the
+    /// misfire policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up_ms: Option<i64>,
 }
 
 impl TryFrom<TriggerWire> for TriggerDefinition {
@@ -165,8 +175,19 @@ impl TryFrom<TriggerWire> for TriggerDefinition {
                 .map_err(|e| FieldError::new("misfire", e))?,
             None => MisfirePolicy::Smart,
         };
+        let duration = |name: &str, ms: Option<i64>| match ms {
+            Some(ms) if !(1..=crate::trigger::MAX_INTERVAL_MILLIS).contains(&ms) => Err(FieldError::new(
+                name,
+                format!("must be between 1 ms and 100 years, got {ms} ms"),
+            )),
+            ms => Ok(ms.map(duration_of)),
+        };
+        let jitter = duration("jitter_ms", w.jitter_ms)?;
+        let catch_up = duration("catch_up_ms", w.catch_up_ms)?;
         Ok(TriggerDefinition {
             schedule,
+            jitter,
+            catch_up,
             start: w.start.map(Timestamp::from_millis),
             end: w.end.map(Timestamp::from_millis),
             repeat: w.repeat,
@@ -193,6 +214,8 @@ impl From<TriggerDefinition> for TriggerWire {
             calendar: t.calendar,
             dst_skipped: columns.dst_skipped,
             dst_repeated: columns.dst_repeated,
+            jitter_ms: t.jitter.map(millis_of),
+            catch_up_ms: t.catch_up.map(millis_of),
         }
     }
 }

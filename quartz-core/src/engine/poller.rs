@@ -286,10 +286,21 @@ impl Poller {
             .fire_state
             .next_fire_time
             .map_or(0, |t| db_now.as_millis() - t.as_millis());
-        let records: Vec<SkippedRecord> = decision
-            .skipped
-            .iter()
-            .map(|s| SkippedRecord {
+        let catch_up_ms = execute.trigger.catch_up().map_or(0, crate::store::millis_of);
+        let beyond = decision.beyond_window.iter().map(|s| SkippedRecord {
+            from: s.from,
+            until: s.until,
+            count: s.count,
+            state: FireState::Misfired,
+            reason: format!(
+                "misfired: found {late_ms} ms late; {}{} missed times older than the trigger's catch-up window \
+                 ({catch_up_ms} ms) skipped whatever the policy",
+                s.count,
+                if s.count_exact { "" } else { " or more" }
+            ),
+        });
+        let records: Vec<SkippedRecord> = beyond
+            .chain(decision.skipped.iter().map(|s| SkippedRecord {
                 from: s.from,
                 until: s.until,
                 count: s.count,
@@ -303,7 +314,7 @@ impl Poller {
                     s.count,
                     if s.count_exact { "" } else { " or more" }
                 ),
-            })
+            }))
             .collect();
         let set_state = waiting_or_complete(decision.state.next_fire_time);
         let mut cas = ExecuteCas::from_row(&execute, set_state, decision.state.clone());
@@ -362,7 +373,11 @@ impl Poller {
             WriteKind::Misfire(decision) => {
                 self.ctx.count(|c| c.misfires += 1);
                 super::metrics::misfire(&self.ctx.scheduler, decision.applied.to_string());
-                let skipped = decision.skipped.as_ref().map_or(0, |s| s.count);
+                let skipped = [&decision.skipped, &decision.beyond_window]
+                    .iter()
+                    .filter_map(|s| s.as_ref())
+                    .map(|s| s.count)
+                    .sum::<u64>();
                 tracing::debug!(
                     scheduler = self.ctx.scheduler,
                     job,

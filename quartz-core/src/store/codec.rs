@@ -5,7 +5,7 @@ use crate::cron::{DstChoice, RepeatedTime, SkippedTime};
 use crate::error::Error;
 use crate::misfire::MisfirePolicy;
 use crate::time::Timestamp;
-use crate::trigger::{Schedule, Trigger};
+use crate::trigger::{Jitter, Schedule, Trigger};
 
 /// A trigger as the execute row's columns, the format every backend shares.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +34,12 @@ pub struct TriggerColumns {
     /// A cron trigger's choice for repeated local times (`first`, `second`
     /// or `both`); `None` for Quartz's behaviour.
     pub dst_repeated: Option<String>,
+    /// The largest jitter, exclusive, in milliseconds; `None` for none.
+    pub jitter_ms: Option<i64>,
+    /// The jitter's seed (see [`Jitter`]); with `jitter_ms` only.
+    pub jitter_seed: Option<i64>,
+    /// The catch-up window in milliseconds; `None` for no limit.
+    pub catch_up_ms: Option<i64>,
 }
 
 /// A schedule as text and numbers: what the execute row's columns and the
@@ -149,6 +155,9 @@ impl TriggerColumns {
             calendar: trigger.calendar_name().map(str::to_owned),
             dst_skipped: s.dst_skipped,
             dst_repeated: s.dst_repeated,
+            jitter_ms: trigger.jitter().map(|j| j.max_ms),
+            jitter_seed: trigger.jitter().map(|j| j.seed),
+            catch_up_ms: trigger.catch_up().map(crate::store::millis_of),
         }
     }
 
@@ -165,8 +174,8 @@ impl TriggerColumns {
     }
 
     /// A stable 64-bit signature of the schedule columns (kind, expression,
-    /// zone, interval, window, repeat limit, calendar name and DST choice;
-    /// not the misfire policy). The
+    /// zone, interval, window, repeat limit, calendar name, DST choice and
+    /// jitter; not the misfire policy or the catch-up window). The
     /// row keeps the signature its fire times were computed from, so that a
     /// schedule edited with plain SQL is noticed and recomputed once.
     pub fn signature(&self) -> i64 {
@@ -202,6 +211,12 @@ impl TriggerColumns {
                 feed(choice.as_bytes());
             }
         }
+        // And the jitter, newer still.
+        if let Some(jitter) = self.jitter_ms {
+            feed(b"jitter");
+            feed(jitter.to_string().as_bytes());
+            feed(self.jitter_seed.unwrap_or(0).to_string().as_bytes());
+        }
         i64::from_ne_bytes(hash.to_ne_bytes())
     }
 
@@ -225,6 +240,13 @@ impl TriggerColumns {
             trigger = trigger.with_repeat_limit(limit)?;
         }
         trigger = trigger.with_misfire_policy(self.misfire_policy.parse::<MisfirePolicy>()?)?;
+        if let Some(ms) = self.jitter_ms {
+            let max = std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+            trigger = trigger.with_jitter(Jitter::new(max, self.jitter_seed.unwrap_or(0))?);
+        }
+        if let Some(ms) = self.catch_up_ms {
+            trigger = trigger.with_catch_up(std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0)))?;
+        }
         match &self.calendar {
             Some(name) => trigger.with_calendar(name),
             None => Ok(trigger),

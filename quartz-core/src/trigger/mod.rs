@@ -21,11 +21,13 @@
 //! ```
 
 mod calendar;
+mod spread;
 
 use chrono_tz::Tz;
 
 pub(crate) use calendar::CALENDAR_GIVE_UP_MS;
 pub use calendar::{CALENDAR_SEARCH_STEPS, TriggerCalendar};
+pub use spread::{Jitter, check_catch_up};
 
 use crate::cron::{CronExpression, DstChoice};
 use crate::error::Error;
@@ -138,6 +140,8 @@ pub struct Trigger {
     repeat_limit: Option<u64>,
     misfire_policy: MisfirePolicy,
     calendar: Option<TriggerCalendar>,
+    jitter: Option<Jitter>,
+    catch_up_ms: Option<i64>,
 }
 
 impl Trigger {
@@ -161,6 +165,8 @@ impl Trigger {
             repeat_limit: None,
             misfire_policy: MisfirePolicy::Smart,
             calendar: None,
+            jitter: None,
+            catch_up_ms: None,
         })
     }
 
@@ -213,6 +219,8 @@ impl Trigger {
             repeat_limit: None,
             misfire_policy: MisfirePolicy::Smart,
             calendar: None,
+            jitter: None,
+            catch_up_ms: None,
         }
     }
 
@@ -349,8 +357,14 @@ impl Trigger {
     }
 
     /// The first fire time: the start itself, or for cron the first matching time
-    /// at or after it. `None` when there is none inside the window.
+    /// at or after it (moved by the jitter, if any). `None` when there is none
+    /// inside the window.
     pub fn first_fire_time(&self) -> Option<Timestamp> {
+        self.plain_first().map(|t| self.jittered(t))
+    }
+
+    /// The first scheduled time, before any jitter.
+    fn plain_first(&self) -> Option<Timestamp> {
         let first = self.first_candidate()?;
         match &self.schedule {
             Schedule::Once => self.included(first, |_| None),
@@ -387,9 +401,27 @@ impl Trigger {
     /// checkpoint resumes the search. The engine stores a checkpoint as the
     /// row's next fire time and resumes at a later poll, so that a calendar
     /// that excludes almost everything never stalls it.
+    ///
+    /// With a jitter, the answer is the first jittered time after `after`
+    /// (see [`with_jitter`](Self::with_jitter)).
     pub fn fire_time_after(&self, after: Timestamp) -> Option<Timestamp> {
+        let Some(jitter) = self.jitter else {
+            return self.plain_after(after);
+        };
+        // The last scheduled time at or before `after` may be jittered past it.
+        if let Some(t) = self.plain_at_or_before(after, jitter.max_ms) {
+            let at = self.jittered(t);
+            if at > after {
+                return Some(at);
+            }
+        }
+        self.plain_after(after).map(|t| self.jittered(t))
+    }
+
+    /// The first scheduled time strictly after `after`, before any jitter.
+    fn plain_after(&self, after: Timestamp) -> Option<Timestamp> {
         if after < self.start {
-            return self.first_fire_time();
+            return self.plain_first();
         }
         self.included(self.candidate_after(after)?, |t| self.candidate_after(t))
     }
@@ -443,8 +475,13 @@ impl Trigger {
     }
 
     /// For a fixed-delay trigger: the next fire time once a run finished at
-    /// `finished_at`. `None` for other schedules, or past the end.
+    /// `finished_at` (moved by the jitter, if any). `None` for other
+    /// schedules, or past the end.
     pub fn next_after_finish(&self, finished_at: Timestamp) -> Option<Timestamp> {
+        self.plain_after_finish(finished_at).map(|t| self.jittered(t))
+    }
+
+    fn plain_after_finish(&self, finished_at: Timestamp) -> Option<Timestamp> {
         match &self.schedule {
             Schedule::FixedDelay { delay_ms } => {
                 // Any instant may follow a finish: the first the calendar
@@ -461,6 +498,85 @@ impl Trigger {
         match self.end {
             Some(end) if t > end => None,
             _ => Some(t),
+        }
+    }
+
+    /// Spreads the fires: each scheduled time `t` fires at `t` plus an
+    /// offset below `jitter.max_ms` and below the time to the next
+    /// scheduled time, fixed per fire time (see [`Jitter`]). A jittered time
+    /// past the end, or one the calendar excludes, stays at `t`. The misfire
+    /// threshold, the ledger and the audit count from the jittered time.
+    #[must_use]
+    pub fn with_jitter(mut self, jitter: Jitter) -> Trigger {
+        self.jitter = Some(jitter);
+        self
+    }
+
+    /// The jitter, if the trigger has one.
+    pub fn jitter(&self) -> Option<Jitter> {
+        self.jitter
+    }
+
+    /// The catch-up window: a missed fire time further back than `window`
+    /// from the moment the misfire is found is recorded as misfired and
+    /// skipped, whatever the misfire policy; the policy decides only for the
+    /// missed times within the window (see [`crate::misfire`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTrigger`] when the window is under 1 ms or over 100
+    /// years.
+    pub fn with_catch_up(mut self, window: std::time::Duration) -> Result<Trigger, Error> {
+        self.catch_up_ms = Some(check_catch_up(window)?);
+        Ok(self)
+    }
+
+    /// The catch-up window, if the trigger has one.
+    pub fn catch_up(&self) -> Option<std::time::Duration> {
+        self.catch_up_ms.map(crate::store::duration_of)
+    }
+
+    /// The catch-up window in milliseconds.
+    pub(crate) fn catch_up_ms(&self) -> Option<i64> {
+        self.catch_up_ms
+    }
+
+    /// Scheduled time `t` moved by the jitter: not a checkpoint, not past
+    /// the end, not into a time the calendar excludes.
+    fn jittered(&self, t: Timestamp) -> Timestamp {
+        let Some(jitter) = self.jitter else { return t };
+        if self.is_checkpoint(t) {
+            return t;
+        }
+        let next = match self.schedule {
+            Schedule::Cron { .. } | Schedule::FixedRate { .. } => self.plain_after(t),
+            Schedule::FixedDelay { .. } | Schedule::Once => None,
+        };
+        let at = t.saturating_add_millis(jitter.offset(t, next));
+        if self.within_end(at).is_none() || !self.calendar_includes(at) {
+            return t;
+        }
+        at
+    }
+
+    /// The last scheduled time (before any jitter) in `(at - span, at]`, if
+    /// any: found by looking back 1, 2, 4… ms until a time turns up, then
+    /// stepping forward to the last, so that a frequent schedule costs a few
+    /// steps and a sparse one a few dozen.
+    fn plain_at_or_before(&self, at: Timestamp, span: i64) -> Option<Timestamp> {
+        let mut back: i64 = 1;
+        loop {
+            let from = at.checked_add_millis(-back)?;
+            if let Some(mut t) = self.plain_after(from).filter(|t| *t <= at) {
+                while let Some(n) = self.plain_after(t).filter(|n| *n <= at) {
+                    t = n;
+                }
+                return Some(t);
+            }
+            if back >= span {
+                return None;
+            }
+            back = back.saturating_mul(2).min(span);
         }
     }
 

@@ -84,6 +84,9 @@ pub(super) fn execute(record: &Record, scheduler: &str, calendars: &CalendarSet)
             calendar: f.opt_text("calendar"),
             dst_skipped: f.opt_text("dst_skipped"),
             dst_repeated: f.opt_text("dst_repeated"),
+            jitter_ms: f.opt("jitter_ms")?,
+            jitter_seed: f.opt("jitter_seed")?,
+            catch_up_ms: f.opt("catch_up_ms")?,
         };
         let trigger = calendars.attach(columns.to_trigger().map_err(|e| e.to_string())?)?;
         let state = ExecuteState::parse(&f.text("state")?).map_err(|e| e.to_string())?;

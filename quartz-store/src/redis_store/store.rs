@@ -62,6 +62,9 @@ fn execute_fields(new: &NewExecute) -> Value {
         "calendar": text(&c.calendar),
         "dst_skipped": text(&c.dst_skipped),
         "dst_repeated": text(&c.dst_repeated),
+        "jitter_ms": opt(c.jitter_ms),
+        "jitter_seed": opt(c.jitter_seed),
+        "catch_up_ms": opt(c.catch_up_ms),
         "next_fire_time": ms(new.first),
     })
 }

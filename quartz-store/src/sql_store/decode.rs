@@ -41,6 +41,9 @@ pub(super) fn decode_execute(row: &AnyRow, calendars: &CalendarSet) -> Result<Ex
         calendar: get_opt_str("calendar")?,
         dst_skipped: get_opt_str("dst_skipped")?,
         dst_repeated: get_opt_str("dst_repeated")?,
+        jitter_ms: get_opt_i64("jitter_ms")?,
+        jitter_seed: get_opt_i64("jitter_seed")?,
+        catch_up_ms: get_opt_i64("catch_up_ms")?,
     };
     let trigger = calendars
         .attach(columns.to_trigger().map_err(|e| fail(e.to_string()))?)

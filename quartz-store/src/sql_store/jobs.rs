@@ -44,8 +44,9 @@ pub(crate) const INSERT_JOB: &str = "INSERT INTO quartz_job (scheduler, name, ha
 /// A new trigger's row (binds: [`bind_new_execute`]'s).
 pub(crate) const INSERT_EXECUTE: &str = "INSERT INTO quartz_execute (job_id, scheduler, kind, cron_expression, \
      time_zone, interval_ms, start_time, end_time, repeat_limit, times_triggered, misfire_policy, priority, state, \
-     prev_fire_time, next_fire_time, schedule_sig, calendar, dst_skipped, dst_repeated, updated_at) \
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, ?, ?, ?, ?, ?, {now})";
+     prev_fire_time, next_fire_time, schedule_sig, calendar, dst_skipped, dst_repeated, jitter_ms, jitter_seed, \
+     catch_up_ms, updated_at) \
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, {now})";
 
 /// Binds a new trigger's row for [`INSERT_EXECUTE`]: its job, scheduler,
 /// columns, priority, state (paused or not) and first fire time.
@@ -71,6 +72,9 @@ macro_rules! bind_new_execute {
             .bind(c.calendar)
             .bind(c.dst_skipped)
             .bind(c.dst_repeated)
+            .bind(c.jitter_ms)
+            .bind(c.jitter_seed)
+            .bind(c.catch_up_ms)
     }};
 }
 #[cfg(feature = "postgres")]

@@ -4,7 +4,7 @@ local JOB_FIELDS = { 'name', 'handler', 'payload', 'description', 'requests_reco
   'timeout_ms', 'max_attempts', 'backoff_ms', 'backoff_max_ms', 'parent_job' }
 local EXECUTE_FIELDS = { 'kind', 'cron_expression', 'time_zone', 'interval_ms', 'start_time', 'end_time',
   'repeat_limit', 'misfire_policy', 'priority', 'schedule_sig', 'calendar', 'dst_skipped', 'dst_repeated',
-  'next_fire_time' }
+  'jitter_ms', 'jitter_seed', 'catch_up_ms', 'next_fire_time' }
 
 -- The calendars new triggers name must exist as read (the version every
 -- calendar change and every trigger naming a calendar moves): an error

@@ -26,6 +26,8 @@ pub(super) struct JobForm {
     pub(super) calendar: String,
     pub(super) dst_skipped: String,
     pub(super) dst_repeated: String,
+    pub(super) jitter_ms: String,
+    pub(super) catch_up_ms: String,
     pub(super) max_attempts: String,
     pub(super) backoff_ms: String,
     pub(super) backoff_max_ms: String,
@@ -161,6 +163,8 @@ impl JobForm {
             calendar: text("calendar", &base.calendar),
             dst_skipped: text("dst_skipped", &base.dst_skipped),
             dst_repeated: text("dst_repeated", &base.dst_repeated),
+            jitter_ms: text("jitter_ms", &base.jitter_ms),
+            catch_up_ms: text("catch_up_ms", &base.catch_up_ms),
             max_attempts: text("max_attempts", &base.max_attempts),
             backoff_ms: text("backoff_ms", &base.backoff_ms),
             backoff_max_ms: text("backoff_max_ms", &base.backoff_max_ms),
@@ -174,7 +178,7 @@ impl JobForm {
     /// trigger (and where it stands); an edit of any of it replaces the
     /// trigger with one built from every field the form shows, so that
     /// nothing the form did not change is lost.
-    pub(super) fn schedule(&self) -> [&str; 12] {
+    pub(super) fn schedule(&self) -> [&str; 14] {
         [
             self.kind.trim(),
             self.cron.trim(),
@@ -188,6 +192,8 @@ impl JobForm {
             self.calendar.trim(),
             dst_name(&self.dst_skipped),
             dst_name(&self.dst_repeated),
+            self.jitter_ms.trim(),
+            self.catch_up_ms.trim(),
         ]
     }
 
@@ -216,6 +222,8 @@ impl JobForm {
         text("misfire", &self.misfire, true);
         text("priority", &self.priority, true);
         text("calendar", &self.calendar, true);
+        text("jitter_ms", &self.jitter_ms, true);
+        text("catch_up_ms", &self.catch_up_ms, true);
         for (name, value) in [("dst_skipped", &self.dst_skipped), ("dst_repeated", &self.dst_repeated)] {
             text(name, dst_name(value), cron_kind && dst_name(value) != "quartz");
         }
@@ -321,8 +329,10 @@ impl JobForm {
 /// one and the text is, otherwise the text (which the definition then
 /// refuses, naming the field).
 fn wire_value(name: &str, text: &str) -> serde_json::Value {
-    const NUMBERS: [&str; 7] = [
+    const NUMBERS: [&str; 9] = [
         "interval_ms",
+        "jitter_ms",
+        "catch_up_ms",
         "repeat",
         "priority",
         "timeout_ms",

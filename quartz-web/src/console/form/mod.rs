@@ -161,6 +161,8 @@ fn render(viewer: &Viewer, form: &JobForm, errors: &FieldErrors, editing: Option
             "calendar",
             "dst_skipped",
             "dst_repeated",
+            "jitter_ms",
+            "catch_up_ms",
             "max_attempts",
             "backoff_ms",
             "backoff_max_ms",
@@ -229,6 +231,10 @@ fn render(viewer: &Viewer, form: &JobForm, errors: &FieldErrors, editing: Option
                     }, None, Some("cron fixed_rate fixed_delay once")))
                     (field("Calendar", "calendar", errors, text_input("calendar", &form.calendar, ""),
                         Some("The name of a calendar whose excluded times are not fire times; empty: none."), Some("cron fixed_rate fixed_delay once")))
+                    (field("Jitter (ms)", "jitter_ms", errors, text_input("jitter_ms", &form.jitter_ms, ""),
+                        Some("Spread each fire by up to this much, the same offset for a fire time on every node; empty: none."), Some("cron fixed_rate fixed_delay once")))
+                    (field("Catch-up window (ms)", "catch_up_ms", errors, text_input("catch_up_ms", &form.catch_up_ms, ""),
+                        Some("Missed fire times older than this are recorded and skipped, whatever the misfire policy; empty: no limit."), Some("cron fixed_rate fixed_delay once")))
                 }
             }
             fieldset {

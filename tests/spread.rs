@@ -1,0 +1,191 @@
+//! Jitter and the catch-up window through the engine, on real databases and
+//! three nodes: jobs on one cron second fire at their own jittered times,
+//! each once, each on time; a trigger found far behind makes up only for
+//! its window, the rest recorded; and the audit agrees with the ledger.
+//!
+//! Each test runs on SQLite (a file), PostgreSQL, MariaDB and Redis, on a
+//! fresh database (see `quartz-testkit`).
+
+#![allow(clippy::unwrap_used)]
+
+use quartz_testkit as common;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::Duration;
+
+use common::{TestDb, ledger, wait_until};
+use quartz::admin::{JobDefinition, TriggerDefinition};
+use quartz::misfire::MisfirePolicy;
+use quartz::prelude::*;
+use quartz::store::FireState;
+
+common::backend_tests!(shared: jittered_jobs_and_a_trigger_far_behind_on_three_nodes);
+
+/// Both at once, so that one cluster's few seconds prove both.
+async fn jittered_jobs_and_a_trigger_far_behind_on_three_nodes(db: &TestDb) {
+    common::log_if_asked();
+    let nodes = nodes(db).await;
+    let store = AnyStore::from(nodes[0].store().clone());
+    let behind = add_a_trigger_far_behind(&nodes[1], &store).await;
+    let jittered = add_jittered_jobs(&nodes, &store).await;
+    wait_until(Duration::from_secs(30), "eight seconds of fires", || async {
+        store.now().await.unwrap() > jittered.until.saturating_add_millis(2_000)
+    })
+    .await;
+    for n in nodes {
+        n.shutdown().await;
+    }
+    let rows = ledger(&store, CLUSTER).await;
+    let mut once = HashSet::new();
+    for f in &rows {
+        assert!(once.insert((f.execute_id, f.fire_time, f.attempt)), "twice: {f:?}");
+        // A fire won but not started when the nodes stopped stays claimed.
+        if f.fire_time < jittered.until {
+            assert!(matches!(f.state, FireState::Succeeded | FireState::Misfired), "{f:?}");
+        }
+    }
+    check_jittered(&store, &rows, &jittered).await;
+    check_behind(&rows, behind);
+    assert_audit_clean(&store).await;
+}
+
+const CLUSTER: &str = "spread-cluster";
+
+async fn nodes(db: &TestDb) -> Vec<Scheduler> {
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(
+            SchedulerBuilder::new(CLUSTER)
+                .settings(common::fast_settings())
+                .handler("noop", |_| Ok(()))
+                .start(db.store().await)
+                .await
+                .unwrap(),
+        );
+    }
+    nodes
+}
+
+async fn assert_audit_clean(store: &AnyStore) {
+    let now = store.now().await.unwrap();
+    let report = quartz::audit::audit(&**store, &quartz::audit::AuditParams::last_hour(now))
+        .await
+        .unwrap();
+    assert!(report.fire_times_checked > 0);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
+struct Jittered {
+    began: Timestamp,
+    until: Timestamp,
+}
+
+/// Twenty jobs on every even second, each spread by up to 1.5 s.
+async fn add_jittered_jobs(nodes: &[Scheduler], store: &AnyStore) -> Jittered {
+    for i in 0..20 {
+        let job = JobDefinition::new(format!("spread-{i}"), "noop").with_trigger(
+            TriggerDefinition::cron("0/2 * * * * ?", "UTC")
+                .unwrap()
+                .jitter(Duration::from_millis(1_500)),
+        );
+        nodes[i % 3].add_job(&job).await.unwrap();
+    }
+    let began = store.now().await.unwrap();
+    Jittered {
+        began,
+        until: began.saturating_add_millis(6_000),
+    }
+}
+
+/// Each jittered job ran every one of its own times, each on time, and the
+/// times spread over the jitter.
+async fn check_jittered(store: &AnyStore, rows: &[quartz::store::FireRecord], j: &Jittered) {
+    let mut expected: HashMap<i64, BTreeSet<Timestamp>> = HashMap::new();
+    for job in store.list_jobs().await.unwrap() {
+        if !job.spec.name.starts_with("spread-") {
+            continue;
+        }
+        let detail = store.get_job(&job.spec.name).await.unwrap().unwrap();
+        let execute = &detail.executes[0];
+        let times = std::iter::successors(execute.trigger.fire_time_after(j.began), |t| {
+            execute.trigger.fire_time_after(*t)
+        })
+        .take_while(|t| *t < j.until)
+        .collect();
+        expected.insert(execute.id, times);
+    }
+    let mut offsets = BTreeSet::new();
+    for f in rows
+        .iter()
+        .filter(|f| expected.contains_key(&f.execute_id) && f.fire_time < j.until)
+    {
+        assert_eq!(f.state, FireState::Succeeded, "{f:?}");
+        offsets.insert(f.fire_time.as_millis().rem_euclid(2_000));
+        let late = f.started_at.unwrap().as_millis() - f.fire_time.as_millis();
+        assert!(late < 2_000, "started {late} ms after its jittered time: {f:?}");
+    }
+    for (execute_id, times) in &expected {
+        let ran: BTreeSet<Timestamp> = rows
+            .iter()
+            .filter(|f| f.execute_id == *execute_id && f.state == FireState::Succeeded)
+            .map(|f| f.fire_time)
+            .collect();
+        assert!(
+            ran.is_superset(times),
+            "execute {execute_id}: ran {ran:?}, due {times:?}"
+        );
+    }
+    assert!(offsets.len() > 20, "the fires spread over the 1.5 s: {offsets:?}");
+    assert!(offsets.iter().all(|o| *o < 1_500), "{offsets:?}");
+}
+
+/// Every second since ten minutes ago, every missed time to run (ignore
+/// misfires), but a catch-up window of 4 s: a few run late, the rest are
+/// recorded and skipped. Its start.
+async fn add_a_trigger_far_behind(node: &Scheduler, store: &AnyStore) -> Timestamp {
+    let now = store.now().await.unwrap();
+    let start = Timestamp::from_millis((now.as_millis() / 1000 - 600) * 1000);
+    let trigger = TriggerDefinition::every(Duration::from_secs(1))
+        .starting(start)
+        .misfire(MisfirePolicy::IgnoreMisfires)
+        .catch_up(Duration::from_secs(4));
+    node.add_job(&JobDefinition::new("behind", "noop").with_trigger(trigger))
+        .await
+        .unwrap();
+    start
+}
+
+fn check_behind(rows: &[quartz::store::FireRecord], start: Timestamp) {
+    let beyond: Vec<_> = rows
+        .iter()
+        .filter(|f| f.state == FireState::Misfired && f.error.as_deref().unwrap_or("").contains("catch-up window"))
+        .collect();
+    assert_eq!(beyond.len(), 1, "{rows:?}");
+    assert_eq!(beyond[0].fire_time, start, "from the first missed time");
+    assert!(
+        (590..=600).contains(&beyond[0].fire_count),
+        "about ten minutes of seconds skipped: {}",
+        beyond[0].fire_count
+    );
+    let runs: Vec<_> = rows
+        .iter()
+        .filter(|f| {
+            f.state == FireState::Succeeded
+                && f.skipped_until.is_none()
+                && f.fire_time >= start
+                && f.fire_time.as_millis() % 1000 == 0
+        })
+        .collect();
+    let caught_up = runs
+        .iter()
+        .filter(|f| f.started_at.unwrap().as_millis() - f.fire_time.as_millis() > 2_000)
+        .count();
+    for f in &runs {
+        let late = f.started_at.unwrap().as_millis() - f.fire_time.as_millis();
+        assert!(late <= 4_000 + 2_000, "a run {late} ms late, beyond the window: {f:?}");
+    }
+    assert!(
+        (1..=5).contains(&caught_up),
+        "the window's missed times ran late: {caught_up}"
+    );
+}

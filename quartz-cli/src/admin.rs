@@ -21,6 +21,40 @@ pub use history::{AuditArgs, HistoryCommand, audit, history_command};
 use history::{all_fires, fire_json};
 pub use jobs::{JobCommand, job};
 
+/// `quartz scheduler …`: the whole scheduler on standby or running.
+#[derive(clap::Subcommand, Debug)]
+pub enum SchedulerCommand {
+    /// Pause everything: no node claims a fire (of a trigger, a retry, a
+    /// late run or one fired by hand) until `scheduler resume`; fires
+    /// already claimed or running finish. Recorded in the change log.
+    Pause,
+    /// Resume: the nodes claim again, and each trigger found overdue gets
+    /// its misfire policy. Recorded in the change log.
+    Resume,
+    /// Whether the scheduler is on standby, and since when.
+    Status,
+}
+
+/// Runs a `scheduler` command.
+pub async fn scheduler_command(url: &str, scheduler: &str, out: Out, command: SchedulerCommand) -> anyhow::Result<()> {
+    let store = AnyStore::connect(url).await?.scoped(scheduler);
+    let admin = quartz_core::admin::Admin::new(store, scheduler).acting_as(jobs::CLI_ACTOR);
+    let standby = match command {
+        SchedulerCommand::Pause => admin.pause_all().await?,
+        SchedulerCommand::Resume => admin.resume_all().await?,
+        SchedulerCommand::Status => admin.standby().await?,
+    };
+    let since = standby.standby_since.map(Timestamp::from_millis);
+    out.print(&serde_json::to_value(&standby)?, || match since {
+        Some(since) => format!(
+            "scheduler {scheduler} is on standby since {}: no fire is claimed until `quartz scheduler resume`\n",
+            show_instant(since)
+        ),
+        None => format!("scheduler {scheduler} is running\n"),
+    });
+    Ok(())
+}
+
 /// Where output goes and in which form.
 #[derive(Clone, Copy)]
 pub struct Out {

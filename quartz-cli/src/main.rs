@@ -66,6 +66,13 @@ enum Command {
     /// Add, list, show and delete calendars: times triggers do not fire at.
     #[command(subcommand)]
     Calendar(admin::CalendarCommand),
+    /// Pause everything (the whole scheduler on standby), resume, or show which.
+    ///
+    /// Examples:
+    ///   quartz scheduler pause --database-url postgres://postgres@127.0.0.1/test
+    ///   quartz scheduler status --json
+    #[command(subcommand, verbatim_doc_comment)]
+    Scheduler(admin::SchedulerCommand),
     /// The nodes of the scheduler: live or dead, heartbeat age, incarnation, running fires.
     ///
     /// Example:
@@ -232,6 +239,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<bool> {
             Command::Migrate => admin::migrate(&url, out).await.map(|()| true),
             Command::Job(job) => admin::job(&url, &scheduler, out, job).await.map(|()| true),
             Command::Calendar(c) => admin::calendar(&url, &scheduler, out, c).await.map(|()| true),
+            Command::Scheduler(c) => admin::scheduler_command(&url, &scheduler, out, c).await.map(|()| true),
             Command::Nodes => admin::nodes(&url, &scheduler, out).await.map(|()| true),
             Command::History(args) => admin::history_command(&url, &scheduler, out, args).await.map(|()| true),
             Command::Audit(args) => admin::audit(&url, &scheduler, out, args).await,

@@ -329,6 +329,14 @@ fn every_admin_command(url: &str) {
         &["job", "edit", "report", "--cron", "0 0 0 * * ?", "--jitter", "0s"],
         "jitter",
     );
+    // The whole scheduler paused and resumed.
+    let paused = json(&url, &["scheduler", "pause"]);
+    assert_eq!(paused["on_standby"], true);
+    assert_eq!(
+        json(&url, &["scheduler", "status"])["standby_since"],
+        paused["standby_since"]
+    );
+    assert_eq!(json(&url, &["scheduler", "resume"])["on_standby"], false);
     refused(&url, &["job", "show", "nobody"], "nobody");
     refused(&url, &["job", "pause", "nobody"], "nobody");
     refused(&url, &["history", "--state", "sleeping"], "sleeping");

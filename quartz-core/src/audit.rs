@@ -12,7 +12,11 @@
 //!   more than the misfire threshold after it was due (guarantee 2);
 //! - **beyond catch-up**: a trigger's own first attempt that started later
 //!   than its catch-up window (and the threshold) after its fire time: a
-//!   missed time the window should have skipped was made up for.
+//!   missed time the window should have skipped was made up for;
+//! - **claimed on standby**: a fire claimed while the whole scheduler was on
+//!   standby (from a `scheduler.pause` in the change log to the next
+//!   `scheduler.resume`), later than the threshold after the pause (a claim
+//!   already under way when the pause was made may end after it).
 //!
 //! Fixed-delay triggers have no grid to check gaps against, and triggers in
 //! error are skipped. The audit starts no earlier than the purge horizon
@@ -31,7 +35,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::store::{ExecuteState, FireQuery, FireRecord, FireState, JobDetail, Store, StoreError};
+use crate::store::{ChangeQuery, ExecuteState, FireQuery, FireRecord, FireState, JobDetail, Store, StoreError};
 use crate::time::Timestamp;
 use crate::trigger::Schedule;
 
@@ -78,11 +82,13 @@ pub enum ViolationKind {
     /// A first attempt that started later than its trigger's catch-up
     /// window (and the misfire threshold) after its fire time.
     BeyondCatchUp,
+    /// A fire claimed while the scheduler was on standby.
+    ClaimedOnStandby,
 }
 
 impl ViolationKind {
     /// Its name in reports: `duplicate`, `missing`, `late`, `stranded`,
-    /// `beyond_catch_up`.
+    /// `beyond_catch_up`, `claimed_on_standby`.
     pub fn as_str(self) -> &'static str {
         match self {
             ViolationKind::Duplicate => "duplicate",
@@ -90,6 +96,7 @@ impl ViolationKind {
             ViolationKind::Late => "late",
             ViolationKind::Stranded => "stranded",
             ViolationKind::BeyondCatchUp => "beyond_catch_up",
+            ViolationKind::ClaimedOnStandby => "claimed_on_standby",
         }
     }
 }
@@ -159,6 +166,8 @@ pub async fn audit(store: &dyn Store, params: &AuditParams) -> Result<AuditRepor
     let threshold_ms = i64::try_from(params.misfire_threshold.as_millis()).unwrap_or(i64::MAX);
     violations.extend(late_starts(&fires, &details, threshold_ms, &name_of));
     violations.extend(stranded(&fires, until, threshold_ms, &name_of));
+    let standbys = standbys(store, until).await?;
+    violations.extend(claimed_on_standby(&fires, &standbys, threshold_ms, &name_of));
     let (gaps, fire_times_checked) = gaps(&fires, &details, since, until);
     violations.extend(gaps);
     Ok(AuditReport {
@@ -285,6 +294,67 @@ fn stranded(
                 detail: format!(
                     "attempt {} (fire {}) was due {overdue} ms ago and never ran",
                     f.attempt, f.id
+                ),
+            })
+        })
+        .collect()
+}
+
+/// The scheduler's standby periods as its change log records them, oldest
+/// first: from a pause to the next resume (or `until`).
+async fn standbys(store: &dyn Store, until: Timestamp) -> Result<Vec<(Timestamp, Timestamp)>, StoreError> {
+    let mut query = ChangeQuery::new();
+    query.target = Some(store.scheduler().to_owned());
+    query.limit = 1_000;
+    let mut changes = Vec::new();
+    loop {
+        let page = store.change_log(&query).await?;
+        let Some(last) = page.last() else { break };
+        query.before_id = Some(last.id);
+        changes.extend(page);
+    }
+    changes.reverse();
+    let mut periods = Vec::new();
+    let mut since: Option<Timestamp> = None;
+    for c in changes {
+        match c.action.as_str() {
+            "scheduler.pause" => since = since.or(Some(c.at)),
+            "scheduler.resume" => {
+                if let Some(from) = since.take() {
+                    periods.push((from, c.at));
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(from) = since {
+        periods.push((from, until));
+    }
+    Ok(periods)
+}
+
+/// Fires claimed on standby, later than `grace_ms` after the pause.
+fn claimed_on_standby(
+    fires: &[FireRecord],
+    standbys: &[(Timestamp, Timestamp)],
+    grace_ms: i64,
+    name_of: &dyn Fn(i64) -> String,
+) -> Vec<Violation> {
+    fires
+        .iter()
+        .filter(|f| !matches!(f.state, FireState::Misfired | FireState::Pending))
+        .filter_map(|f| {
+            let (from, to) = standbys
+                .iter()
+                .find(|(from, to)| f.claimed_at > from.saturating_add_millis(grace_ms) && f.claimed_at < *to)?;
+            Some(Violation {
+                kind: ViolationKind::ClaimedOnStandby,
+                job: name_of(f.job_id),
+                execute_id: f.execute_id,
+                fire_time: f.fire_time,
+                detail: format!(
+                    "fire {} (attempt {}) was claimed at {} while the scheduler was on standby from {from} to {to}",
+                    f.id, f.attempt, f.claimed_at
                 ),
             })
         })

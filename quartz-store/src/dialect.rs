@@ -199,10 +199,14 @@ impl Backend {
                         "jitter and catch-up",
                         include_str!(concat!("../../migrations/", $dir, "/0015_jitter_catch_up.sql")),
                     ),
+                    (
+                        "standby",
+                        include_str!(concat!("../../migrations/", $dir, "/0016_standby.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 15] = match self {
+        let files: [(&str, &'static str); 16] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

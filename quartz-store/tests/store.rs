@@ -39,7 +39,9 @@ backend_tests!(
     nodes_registering_together_all_register,
     a_node_purged_and_back_is_newer_than_before,
     a_calendar_name_is_added_once,
-    due_executes_come_a_page_at_a_time_after_a_cursor;
+    due_executes_come_a_page_at_a_time_after_a_cursor,
+    the_scheduler_pauses_and_resumes_as_a_recorded_change,
+    a_triggers_jitter_and_catch_up_window_are_kept;
     sql: migrations_run_twice_and_concurrently,
     due_executes_come_in_time_order_and_bad_rows_are_set_aside,
 );
@@ -1326,4 +1328,59 @@ async fn succeed_all(store: &AnyStore, ids: &[i64], node: &NodeRef) -> Vec<i64> 
         .filter(|(_, d)| *d == FollowUp::Recorded)
         .map(|(id, _)| *id)
         .collect()
+}
+
+async fn the_scheduler_pauses_and_resumes_as_a_recorded_change(db: &TestDb) {
+    let store = db.store().await.scoped(S).acting_as("ops");
+    let other = store.scoped("another");
+    assert_eq!(store.standby().await.unwrap(), None, "a new scheduler runs");
+    let before = store.changes().await.unwrap();
+    let since = store.set_standby(true).await.unwrap().expect("on standby");
+    assert_eq!(store.standby().await.unwrap(), Some(since));
+    assert_eq!(
+        other.standby().await.unwrap(),
+        None,
+        "one scheduler's standby is its own"
+    );
+    assert!(store.changes().await.unwrap() > before, "a change every node sees");
+    // A second pause keeps the first's time.
+    let now = store.now().await.unwrap();
+    common::wait_until(std::time::Duration::from_secs(5), "the clock to move", || async {
+        store.now().await.unwrap() > now
+    })
+    .await;
+    assert_eq!(store.set_standby(true).await.unwrap(), Some(since));
+    assert_eq!(store.set_standby(false).await.unwrap(), None);
+    assert_eq!(store.standby().await.unwrap(), None);
+    let mut query = quartz_core::store::ChangeQuery::new();
+    query.target = Some(S.to_owned());
+    let log = store.change_log(&query).await.unwrap();
+    let actions: Vec<&str> = log.iter().map(|c| c.action.as_str()).collect();
+    assert_eq!(actions, ["scheduler.resume", "scheduler.pause", "scheduler.pause"]);
+    assert!(log.iter().all(|c| c.actor == "ops" && c.target == S));
+}
+
+async fn a_triggers_jitter_and_catch_up_window_are_kept(db: &TestDb) {
+    use quartz_core::trigger::Jitter;
+    let store = db.store().await.scoped(S);
+    let now = store.now().await.unwrap();
+    let trigger = Trigger::cron("0 0 0 * * ?", "UTC", now)
+        .unwrap()
+        .with_jitter(Jitter::new(std::time::Duration::from_secs(600), Jitter::seed_of("midnight", 0)).unwrap())
+        .with_catch_up(std::time::Duration::from_secs(3_600))
+        .unwrap();
+    let first = trigger.first_fire_time().unwrap();
+    store
+        .create_job(&JobSpec::new("midnight", "noop"), &[ExecuteSpec::new(trigger.clone())])
+        .await
+        .unwrap();
+    let detail = store.get_job("midnight").await.unwrap().unwrap();
+    let execute = &detail.executes[0];
+    assert_eq!(execute.trigger, trigger, "every field read back");
+    assert_eq!(
+        execute.fire_state.next_fire_time,
+        Some(first),
+        "the first fire time is the jittered one"
+    );
+    assert!(!execute.schedule_changed, "its signature matches its columns");
 }

@@ -276,6 +276,8 @@ faulty! {
         fn fire_now(&self, name: &str) -> (i64, Timestamp);
         fn delete_job(&self, name: &str, expected_version: Option<i64>) -> ();
         fn retry_fire(&self, fire_id: i64) -> FireRetry;
+        fn set_standby(&self, on: bool) -> Option<Timestamp>;
+        fn standby(&self) -> Option<Timestamp>;
     }
     impl CalendarStore {
         fn put_calendar(&self, name: &str, definition: &CalendarDefinition, expected_version: Option<i64>) -> CalendarRecord;

@@ -596,6 +596,27 @@ async fn if_match_refuses_a_stale_write(db: &TestDb) {
 /// (X-Quartz-Actor), and an edit's change-log row says what changed.
 async fn changes_say_what_changed_and_who_made_them(db: &TestDb) {
     let addr = server(db).await;
+    // The whole scheduler paused and resumed: writers only, recorded.
+    let refused = http::get(addr, "POST", "/api/v1/scheduler/pause", Some(READ)).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let paused = http::get(addr, "POST", "/api/v1/scheduler/pause", Some(ADMIN)).await;
+    assert_eq!(paused.status, 200, "{}", paused.body);
+    assert_eq!(paused.json()["on_standby"], true);
+    let since = paused.json()["standby_since"].as_i64().unwrap();
+    let read = http::get(addr, "GET", "/api/v1/scheduler/standby", Some(READ)).await;
+    assert_eq!(read.json(), json!({"on_standby": true, "standby_since": since}));
+    let resumed = http::get(addr, "POST", "/api/v1/scheduler/resume", Some(ADMIN)).await;
+    assert_eq!(resumed.json(), json!({"on_standby": false, "standby_since": null}));
+    let log = http::get(addr, "GET", &format!("/api/v1/changes?job={CLUSTER}"), Some(READ))
+        .await
+        .json();
+    let actions: Vec<&Value> = log["items"].as_array().unwrap().iter().map(|c| &c["action"]).collect();
+    assert_eq!(
+        actions,
+        [&json!("scheduler.resume"), &json!("scheduler.pause")],
+        "{log}"
+    );
+
     let def = json!({"name": "report", "handler": "log", "description": "daily",
         "triggers": [{"kind": "fixed_rate", "interval_ms": 60000}]});
     let created = with_headers(addr, "POST", "/api/v1/jobs", &[("X-Quartz-Actor", "alice@ops")], &def).await;

@@ -284,8 +284,10 @@ async fn every_form_needs_the_sessions_csrf_token_and_the_admin_role(db: &TestDb
     let cookie = login(addr, ADMIN).await;
     let csrf = csrf_of(&page(addr, "/jobs", Some(&cookie)).await.body);
 
-    let forms: [(&str, Vec<(&str, &str)>); 6] = [
+    let forms: [(&str, Vec<(&str, &str)>); 8] = [
         ("/jobs/probe/pause", vec![]),
+        ("/scheduler/pause", vec![]),
+        ("/scheduler/resume", vec![]),
         ("/jobs/probe/resume", vec![]),
         ("/jobs/probe/trigger", vec![]),
         ("/jobs/probe/delete", vec![]),
@@ -704,6 +706,25 @@ async fn loopback(db: &TestDb) {
         (change.actor.as_str(), change.action.as_str()),
         ("http:local", "job.pause")
     );
+    // Pause everything from the overview's button, and resume.
+    assert!(overview.body.contains("Pause everything"), "{}", overview.body);
+    let all = post(addr, "/quartz/scheduler/pause", Some(&cookie), &[("csrf", &csrf)], &[]).await;
+    assert_eq!(all.status, 303, "{}", all.body);
+    let location = all.header("location").unwrap().to_owned();
+    assert!(location.starts_with("/quartz?notice=paused_all"), "{location}");
+    let home = page(addr, &location, Some(&cookie)).await;
+    assert!(home.body.contains("is on standby since"), "{}", home.body);
+    assert!(home.body.contains("Paused everything"), "the notice: {}", home.body);
+    assert!(home.body.contains("Resume the scheduler"));
+    assert!(admin.standby().await.unwrap().on_standby);
+    let change = &admin.changes(&ChangeFilter::default()).await.unwrap().items[0];
+    assert_eq!(
+        (change.actor.as_str(), change.action.as_str()),
+        ("http:local", "scheduler.pause")
+    );
+    let back = post(addr, "/quartz/scheduler/resume", Some(&cookie), &[("csrf", &csrf)], &[]).await;
+    assert_eq!(back.status, 303, "{}", back.body);
+    assert!(!admin.standby().await.unwrap().on_standby);
     // A form from a page that never had the session is refused.
     let forged = post(addr, "/quartz/jobs/probe/resume", None, &[("csrf", "")], &[]).await;
     assert_eq!(forged.status, 403);

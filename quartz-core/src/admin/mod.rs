@@ -51,8 +51,8 @@ pub use history::{ChangeFilter, FireFilter};
 pub use patch::JobPatch;
 pub use reports::{ClusterHealth, JobStats};
 pub use views::{
-    BrokenTrigger, ChangeView, FireView, JobView, ManualFire, NodeView, Overview, Page, TriggerView, local_time,
-    summary,
+    BrokenTrigger, ChangeView, FireView, JobView, ManualFire, NodeView, Overview, Page, Standby, TriggerView,
+    local_time, summary,
 };
 pub use wire::FieldError;
 
@@ -483,6 +483,40 @@ impl Admin {
     pub async fn job_resume(&self, name: &str, expected_version: Option<i64>) -> Result<JobView, AdminError> {
         self.store.set_paused(name, false, expected_version).await?;
         self.job(name).await
+    }
+
+    /// Puts the whole scheduler on standby: no node claims a fire (of a
+    /// trigger, a retry, a late run or one asked for by hand) until it
+    /// resumes; fires already claimed or running finish. Recorded in the
+    /// change log as `scheduler.pause`. Since when it is on standby.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    pub async fn pause_all(&self) -> Result<Standby, AdminError> {
+        let since = self.store.set_standby(true).await?;
+        Ok(Standby::since(since))
+    }
+
+    /// Takes the scheduler off standby: the nodes claim again, and each
+    /// trigger found overdue gets its misfire policy. Recorded in the change
+    /// log as `scheduler.resume`.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    pub async fn resume_all(&self) -> Result<Standby, AdminError> {
+        let since = self.store.set_standby(false).await?;
+        Ok(Standby::since(since))
+    }
+
+    /// Whether the scheduler is on standby, and since when.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    pub async fn standby(&self) -> Result<Standby, AdminError> {
+        Ok(Standby::since(self.store.standby().await?))
     }
 
     /// Fires a job now, once, beside its schedule: a pending fire in the

@@ -206,6 +206,27 @@ impl JobView {
     }
 }
 
+/// Whether the whole scheduler is on standby ([`Admin::pause_all`](super::Admin::pause_all),
+/// [`Admin::resume_all`](super::Admin::resume_all), [`Admin::standby`](super::Admin::standby)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Standby {
+    /// Whether it is on standby: no fire is claimed.
+    pub on_standby: bool,
+    /// Since when (database time, epoch ms), while it is.
+    pub standby_since: Option<i64>,
+}
+
+impl Standby {
+    /// The standby since `since`, or none.
+    pub fn since(since: Option<Timestamp>) -> Standby {
+        Standby {
+            on_standby: since.is_some(),
+            standby_since: since.map(Timestamp::as_millis),
+        }
+    }
+}
+
 /// A fire asked for by hand ([`Admin::job_trigger`](super::Admin::job_trigger)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

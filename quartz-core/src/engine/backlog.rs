@@ -70,7 +70,10 @@ impl Backlog {
         loop {
             // Room in the lane of its job's handler: a thread free and room
             // in the pool, or room for another task.
-            if self.ctx.room_for_job(fire.job_id) > 0 && self.ctx.phase() == super::Phase::Running {
+            if self.ctx.room_for_job(fire.job_id) > 0
+                && self.ctx.phase() == super::Phase::Running
+                && !self.ctx.on_standby()
+            {
                 match self.claim_pending(fire).await {
                     Ok(Some(claimed)) => {
                         if claimed {

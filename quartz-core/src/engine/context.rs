@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
@@ -58,6 +58,9 @@ pub(super) struct Ctx {
     /// When, on the node's estimate of database time, it last sent a
     /// heartbeat or registration that the database accepted (epoch ms).
     renewed_ms: AtomicI64,
+    /// The scheduler is on standby, as this node last read it (at start,
+    /// then at every change): claim nothing.
+    standby: AtomicBool,
 }
 
 /// What a node starts its context from.
@@ -73,6 +76,8 @@ pub(super) struct Parts {
     pub(super) node: Node,
     /// When its registration was sent, on its estimate of database time.
     pub(super) registered_at: Timestamp,
+    /// Whether the scheduler was on standby when the node started.
+    pub(super) standby: bool,
 }
 
 impl Ctx {
@@ -101,6 +106,26 @@ impl Ctx {
             misfires: Mutex::default(),
             flights: Flights::default(),
             renewed_ms: AtomicI64::new(parts.registered_at.as_millis()),
+            standby: AtomicBool::new(parts.standby),
+        }
+    }
+
+    /// Whether the scheduler is on standby, as this node last read it.
+    pub(super) fn on_standby(&self) -> bool {
+        self.standby.load(Ordering::Relaxed)
+    }
+
+    /// The scheduler's standby as just read (`since`: since when, or
+    /// `None`); a resume asks for a poll at once.
+    pub(super) fn standby_read(&self, since: Option<Timestamp>) {
+        let on = since.is_some();
+        if self.standby.swap(on, Ordering::Relaxed) != on {
+            match since {
+                Some(since) => tracing::info!(scheduler = self.scheduler, %since,
+                    "the scheduler is on standby: no fire is claimed until it resumes"),
+                None => tracing::info!(scheduler = self.scheduler, "the scheduler resumed"),
+            }
+            self.poll_now.notify_one();
         }
     }
 

@@ -47,7 +47,12 @@ impl Dispatcher {
             let db_now = self.ctx.clock.db_now();
             // The room of each lane: the pool for blocking handlers, tasks
             // for async ones. A fire whose lane is full stays queued.
-            let rooms = self.ctx.rooms();
+            // On standby no lane has room: nothing is claimed.
+            let rooms = if self.ctx.on_standby() {
+                [0, 0]
+            } else {
+                self.ctx.rooms()
+            };
             // A burst begins its claims early enough to end them in time.
             let ahead = self.queue.claim_ahead(db_now);
             if rooms != [0, 0] && self.queue.has_due(db_now.saturating_add_millis(ahead.ms)) {

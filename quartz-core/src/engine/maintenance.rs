@@ -23,7 +23,8 @@ const CHANGE_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
 /// Polls at once whenever the scheduler's change counter moves. The poll
 /// expands new and edited triggers, and requeues the fires of an edited
-/// job with its new version.
+/// job with its new version. A change may be the whole scheduler paused or
+/// resumed: the standby is read again at every change.
 pub(super) async fn change_watcher(ctx: Arc<Ctx>) {
     let mut seen: Option<i64> = None;
     let mut stop = ctx.stop_signal();
@@ -42,6 +43,20 @@ pub(super) async fn change_watcher(ctx: Arc<Ctx>) {
                 let changed = seen.is_some_and(|seen| seen != now);
                 seen = Some(now);
                 if changed {
+                    // A pause or resume of the whole scheduler is a change.
+                    match ctx.store.standby().await {
+                        Ok(since) => ctx.standby_read(since),
+                        Err(e) => {
+                            // Read again after a pause: the counter is
+                            // taken as not yet seen.
+                            tracing::debug!(scheduler = ctx.scheduler, error = %e, "cannot read the standby");
+                            seen = Some(now.wrapping_sub(1));
+                            if !ctx.pause(CHANGE_ERROR_PAUSE).await {
+                                return;
+                            }
+                            continue;
+                        }
+                    }
                     tracing::debug!(scheduler = ctx.scheduler, changes = now, "change seen; polling");
                     ctx.poll_now.notify_one();
                     if !ctx.pause(CHANGE_POLL_GAP).await {

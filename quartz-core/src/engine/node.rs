@@ -67,6 +67,7 @@ impl Stages {
         clock.observe(db_now);
         let registered_at = clock.db_now();
         let registered = store.register_node(&registration).await?;
+        let standby = store.standby().await?.is_some();
         tracing::info!(scheduler, node = %registered.node_id, incarnation = registered.incarnation, "node registered");
         let ctx = Arc::new(Ctx::new(Parts {
             store,
@@ -79,6 +80,7 @@ impl Stages {
             registration,
             node: registered,
             registered_at,
+            standby,
         }));
         // The stages, from the last a fire reaches to the first.
         let recorder = Arc::new(Recorder::start(

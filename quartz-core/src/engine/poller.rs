@@ -108,6 +108,12 @@ impl Poller {
         if self.ctx.phase() != Phase::Running {
             return Ok((false, 0));
         }
+        if self.ctx.on_standby() {
+            // Nothing is queued, and no misfire decided, until the
+            // scheduler resumes: then each overdue trigger's policy decides.
+            self.queue.clear();
+            return Ok((false, 0));
+        }
         let db_now = self.ctx.db_now().await?;
         self.ctx.count(|c| c.polls += 1);
         // A fire must be queued before its claim time: the window reaches

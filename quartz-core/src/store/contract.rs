@@ -146,6 +146,22 @@ pub trait JobStore: Send + Sync {
     /// job exists and is not paused, with no attempt of it open or
     /// succeeded since. Recorded in the change log as `fire.retry`.
     async fn retry_fire(&self, fire_id: i64) -> Result<FireRetry, StoreError>;
+
+    /// Puts the whole scheduler on standby (`true`) or takes it off
+    /// (`false`). On standby no node claims a fire: none of a trigger, no
+    /// retry, no late run, no fire asked for by hand; the fires already
+    /// claimed or running finish. Once resumed, each trigger found overdue
+    /// gets its misfire policy. Every node sees the change within
+    /// [`CHANGE_VISIBILITY_MS`]. Recorded in the change log as
+    /// `scheduler.pause` or `scheduler.resume` (target: the scheduler's
+    /// name), even when it changes nothing. Returns since when the
+    /// scheduler is on standby (database time; a second pause keeps the
+    /// first's), `None` once resumed.
+    async fn set_standby(&self, on: bool) -> Result<Option<Timestamp>, StoreError>;
+
+    /// Since when the scheduler is on standby (database time), or `None`
+    /// while it runs.
+    async fn standby(&self) -> Result<Option<Timestamp>, StoreError>;
 }
 
 /// Calendars: added, replaced (moving the triggers that use them), read, deleted.

@@ -479,6 +479,11 @@ pub enum ChangeAction {
     CalendarDelete,
     /// A finished fire was retried by hand (a new attempt, pending).
     FireRetry,
+    /// The whole scheduler was put on standby: no fire claimed until it
+    /// resumes.
+    SchedulerPause,
+    /// The scheduler was taken off standby.
+    SchedulerResume,
 }
 
 names!(ChangeAction {
@@ -492,6 +497,8 @@ names!(ChangeAction {
     CalendarPut = "calendar.put",
     CalendarDelete = "calendar.delete",
     FireRetry = "fire.retry",
+    SchedulerPause = "scheduler.pause",
+    SchedulerResume = "scheduler.resume",
 });
 
 /// The actor a store acts as until told otherwise: code that embeds the

@@ -410,6 +410,27 @@ impl JobStore for RedisStore {
             _ => FireRetry::Refused(at(1).to_owned()),
         })
     }
+
+    async fn set_standby(&self, on: bool) -> Result<Option<Timestamp>, StoreError> {
+        let scheduler = self.scheduler();
+        let action = if on {
+            ChangeAction::SchedulerPause
+        } else {
+            ChangeAction::SchedulerResume
+        };
+        let args = json!({
+            "on": flag(on),
+            "change": self.change(action, scheduler, ""),
+        });
+        let since: String = self.write(scheduler, "standby_set", &args).await?;
+        Ok(since.parse().ok().map(Timestamp::from_millis))
+    }
+
+    async fn standby(&self) -> Result<Option<Timestamp>, StoreError> {
+        let scheduler = self.scheduler();
+        let since: String = self.run(scheduler, 0, "standby", &json!({})).await?;
+        Ok(since.parse().ok().map(Timestamp::from_millis))
+    }
 }
 
 #[async_trait]

@@ -269,4 +269,49 @@ impl SqlStore {
             }
         }
     }
+
+    /// Puts the scheduler on standby or takes it off, in a change's
+    /// transaction: since when it is on standby, after the change.
+    pub(super) async fn standby_set(&self, scheduler: &str, on: bool) -> Result<Option<Timestamp>, StoreError> {
+        let mut tx = self.begin_change(scheduler).await?;
+        self.query(
+            "UPDATE quartz_scheduler SET paused_at = CASE WHEN ? = 1 THEN COALESCE(paused_at, {now}) ELSE NULL END \
+             WHERE scheduler = ?",
+        )
+        .bind(i64::from(on))
+        .bind(scheduler.to_owned())
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let since: Option<i64> = sqlx::query_scalar(
+            self.db
+                .sql("SELECT paused_at FROM quartz_scheduler WHERE scheduler = ?"),
+        )
+        .bind(scheduler.to_owned())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let action = if on {
+            ChangeAction::SchedulerPause
+        } else {
+            ChangeAction::SchedulerResume
+        };
+        self.changed_in(&mut tx, scheduler, Change::new(action, scheduler, String::new()))
+            .await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(since.map(Timestamp::from_millis))
+    }
+
+    /// Since when the scheduler is on standby, if it is.
+    pub(super) async fn standby_read(&self, scheduler: &str) -> Result<Option<Timestamp>, StoreError> {
+        let since: Option<Option<i64>> = sqlx::query_scalar(
+            self.db
+                .sql("SELECT paused_at FROM quartz_scheduler WHERE scheduler = ?"),
+        )
+        .bind(scheduler.to_owned())
+        .fetch_optional(&self.db.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(since.flatten().map(Timestamp::from_millis))
+    }
 }

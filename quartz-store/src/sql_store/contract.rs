@@ -102,6 +102,15 @@ impl JobStore for SqlStore {
         let scheduler = self.scheduler();
         retry_conflicts(|| self.fire_retry_by_hand(scheduler, fire_id)).await
     }
+
+    async fn set_standby(&self, on: bool) -> Result<Option<Timestamp>, StoreError> {
+        let scheduler = self.scheduler();
+        retry_conflicts(|| self.standby_set(scheduler, on)).await
+    }
+
+    async fn standby(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.standby_read(self.scheduler()).await
+    }
 }
 
 #[async_trait]

@@ -247,6 +247,32 @@ impl JobStore for MemoryStore {
             }
         }))
     }
+
+    async fn set_standby(&self, on: bool) -> Result<Option<Timestamp>, StoreError> {
+        let scheduler = &*self.scheduler;
+        let action = if on {
+            ChangeAction::SchedulerPause
+        } else {
+            ChangeAction::SchedulerResume
+        };
+        let change = self.change(action, scheduler, "");
+        Ok(self.step(|db, now| {
+            let sched = db.sched(scheduler);
+            sched.paused_at = if on { sched.paused_at.or(Some(now)) } else { None };
+            let since = sched.paused_at;
+            db.changed(scheduler, now, change);
+            since.map(Timestamp::from_millis)
+        }))
+    }
+
+    async fn standby(&self) -> Result<Option<Timestamp>, StoreError> {
+        let scheduler = &*self.scheduler;
+        Ok(self.read(|db| {
+            db.sched_ref(scheduler)
+                .and_then(|s| s.paused_at)
+                .map(Timestamp::from_millis)
+        }))
+    }
 }
 
 impl MemoryStore {

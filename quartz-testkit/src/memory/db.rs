@@ -128,6 +128,8 @@ pub(super) struct Sched {
     pub(super) changes: i64,
     pub(super) purge_started_at: Option<i64>,
     pub(super) purged_before: Option<i64>,
+    /// Since when the scheduler is on standby.
+    pub(super) paused_at: Option<i64>,
 }
 
 /// Everything the store keeps. Ids (of jobs, executes, fires and changes)

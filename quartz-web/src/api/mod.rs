@@ -10,8 +10,8 @@ use axum::routing::{get, post};
 use quartz_core::Timestamp;
 use quartz_core::admin::{
     CalendarView, ChangeFilter, ChangeView, ClusterHealth, FireFilter, FireView, JobDefinition, JobFilter, JobPatch,
-    JobStats, JobView, ManualFire, NodeView, Overview, Page, PutOutcome, TriggerDefinition, TriggerKind, TriggerView,
-    deserialize_instant, instant_schema,
+    JobStats, JobView, ManualFire, NodeView, Overview, Page, PutOutcome, Standby, TriggerDefinition, TriggerKind,
+    TriggerView, deserialize_instant, instant_schema,
 };
 use quartz_core::audit::AuditParams;
 use quartz_core::calendar::{CalendarDefinition, CalendarType};
@@ -24,6 +24,7 @@ use crate::versions::{IfMatch, etag};
 use crate::{AppState, Router};
 
 mod calendars;
+mod scheduler;
 
 use calendars::Preview;
 
@@ -54,6 +55,9 @@ pub(crate) fn routes() -> Router<AppState> {
                 .delete(calendars::calendar_delete),
         )
         .route("/cron/preview", get(calendars::cron_preview))
+        .route("/scheduler/standby", get(scheduler::standby_get))
+        .route("/scheduler/pause", post(scheduler::pause_all))
+        .route("/scheduler/resume", post(scheduler::resume_all))
         .route("/openapi.json", get(openapi))
 }
 
@@ -454,10 +458,11 @@ struct ChangePage {
         writes, QUARTZ_READ_TOKEN reads); with no token configured only loopback callers are answered."),
     paths(jobs_list, job_add, job_get, job_put, job_edit, job_delete, job_pause, job_resume, job_trigger, job_stats, fires_list, fire_retry,
         nodes_list, changes_list, audit, overview, health, calendars::cron_preview, calendars::calendars_list,
-        calendars::calendar_get, calendars::calendar_put, calendars::calendar_delete),
+        calendars::calendar_get, calendars::calendar_put, calendars::calendar_delete, scheduler::standby_get,
+        scheduler::pause_all, scheduler::resume_all),
     components(schemas(JobDefinition, JobPatch, TriggerDefinition, TriggerKind, JobView, TriggerView, FireView,
         NodeView, ChangeView, Overview, ClusterHealth, JobStats, JobPage, FirePage, ChangePage, ErrorBody, ManualFire, AuditView,
-        ViolationView, Preview, CalendarDefinition, CalendarType, CalendarView)),
+        ViolationView, Preview, CalendarDefinition, CalendarType, CalendarView, Standby)),
     modifiers(&BearerAuth),
     security(("bearer" = []))
 )]

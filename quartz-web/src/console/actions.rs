@@ -109,6 +109,39 @@ pub(super) async fn delete(
     act(state, viewer, name, body, Verb::Delete).await
 }
 
+/// Pauses everything (the whole scheduler on standby), back to the overview.
+pub(super) async fn pause_all(State(state): State<AppState>, viewer: Viewer, body: Bytes) -> Response {
+    standby(state, viewer, body, true).await
+}
+
+/// Takes the scheduler off standby, back to the overview.
+pub(super) async fn resume_all(State(state): State<AppState>, viewer: Viewer, body: Bytes) -> Response {
+    standby(state, viewer, body, false).await
+}
+
+async fn standby(state: AppState, viewer: Viewer, body: Bytes, on: bool) -> Response {
+    let fields = Fields::parse(&body);
+    if let Some(refused) = viewer.refuse_form(&fields) {
+        return refused;
+    }
+    let admin = state.admin.acting_as(viewer.actor);
+    let done = if on {
+        admin.pause_all().await
+    } else {
+        admin.resume_all().await
+    };
+    match done {
+        Ok(_) => {
+            let code = if on { "paused_all" } else { "resumed_all" };
+            let subject = viewer.scheduler.clone();
+            // The overview: the mount point itself, `/` at the root.
+            let home = if viewer.base.is_empty() { "/" } else { "" };
+            viewer.redirect(&format!("{home}{}", viewer.notice_query(code, &subject)))
+        }
+        Err(e) => viewer.failure(&e),
+    }
+}
+
 /// What a notice code in a redirect says.
 pub(crate) fn notice_text(code: &str, subject: &str) -> Option<String> {
     let verb = match code {
@@ -120,6 +153,16 @@ pub(crate) fn notice_text(code: &str, subject: &str) -> Option<String> {
         "triggered_paused" => {
             return Some(format!(
                 "Fired {subject} now, once: it runs although the job is paused, and the job stays paused (its triggers hold until you resume it)."
+            ));
+        }
+        "paused_all" => {
+            return Some(format!(
+                "Paused everything: scheduler {subject} is on standby. No node claims a fire until you resume it; fires already running finish."
+            ));
+        }
+        "resumed_all" => {
+            return Some(format!(
+                "Resumed scheduler {subject}: the nodes claim again, and each trigger found overdue follows its misfire policy."
             ));
         }
         "retried" => {

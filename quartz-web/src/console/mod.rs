@@ -49,6 +49,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/jobs/{name}/resume", post(actions::resume))
         .route("/jobs/{name}/trigger", post(actions::trigger))
         .route("/fires/{id}/retry", post(actions::retry))
+        .route("/scheduler/pause", post(actions::pause_all))
+        .route("/scheduler/resume", post(actions::resume_all))
         .route("/fires", get(history::fires))
         .route("/nodes", get(pages::nodes))
         .route("/changes", get(pages::changes))

@@ -41,13 +41,17 @@ impl Notice {
     }
 }
 
-pub(crate) async fn overview(State(state): State<AppState>, viewer: Viewer) -> Response {
+pub(crate) async fn overview(State(state): State<AppState>, viewer: Viewer, Query(notice): Query<Notice>) -> Response {
     let overview = match state.admin.overview(OVERVIEW_WINDOW_MS).await {
         Ok(o) => o,
         Err(e) => return viewer.failure(&e),
     };
     let nodes = match state.admin.nodes().await {
         Ok(n) => n,
+        Err(e) => return viewer.failure(&e),
+    };
+    let standby = match state.admin.standby().await {
+        Ok(s) => s,
         Err(e) => return viewer.failure(&e),
     };
     let failures = state
@@ -80,6 +84,7 @@ pub(crate) async fn overview(State(state): State<AppState>, viewer: Viewer) -> R
     ];
     let body = html! {
         p.lead { "The last hour of the cluster's fire ledger, in database time (" (instant(Some(now), now)) ")." }
+        (standby_panel(&viewer, &standby, now))
         @if overview.fires_read >= quartz_core::admin::OVERVIEW_FIRES as usize {
             p.warning { "Only the newest " (overview.fires_read) " fires are counted." }
         }
@@ -108,7 +113,36 @@ pub(crate) async fn overview(State(state): State<AppState>, viewer: Viewer) -> R
         h2 { "Recent failures" }
         @if failures.is_empty() { (empty("No failed fires.")) } @else { (fire_table(&viewer, &failures, now)) }
     };
-    viewer.ok(html::page(&viewer, Section::Overview, "Overview", None, body))
+    viewer.ok(html::page(
+        &viewer,
+        Section::Overview,
+        "Overview",
+        notice.text(&viewer).as_deref(),
+        body,
+    ))
+}
+
+/// Whether the whole scheduler is on standby, with the button that changes it.
+fn standby_panel(viewer: &Viewer, standby: &quartz_core::admin::Standby, now: i64) -> Markup {
+    let (verb, label) = if standby.on_standby {
+        ("resume", "Resume the scheduler")
+    } else {
+        ("pause", "Pause everything")
+    };
+    html! {
+        div.standby {
+            @if let Some(since) = standby.standby_since {
+                p.warning role="status" {
+                    "The scheduler is on standby since " (instant(Some(since), now))
+                    ": no node claims a fire until it resumes; fires already running finish."
+                }
+            }
+            form.inline method="post" action={ (viewer.base) "/scheduler/" (verb) } {
+                (html::csrf(viewer))
+                button type="submit" class={ "act " (verb) } disabled[viewer.role != crate::access::Role::Admin] { (label) }
+            }
+        }
+    }
 }
 
 /// The jobs page's query.

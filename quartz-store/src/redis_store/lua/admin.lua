@@ -304,3 +304,17 @@ C.calendar_delete = function()
   changed(A.change)
   return { 'ok' }
 end
+
+-- ---- the scheduler ----
+
+-- Standby on (A.on = '1', keeping the first pause's time) or off, recorded
+-- as a change: since when it is on standby, or the empty string.
+C.standby_set = function()
+  if A.on == '1' then
+    redis.call('HSETNX', k('meta'), 'paused_at', NOWS)
+  else
+    redis.call('HDEL', k('meta'), 'paused_at')
+  end
+  changed(A.change)
+  return redis.call('HGET', k('meta'), 'paused_at') or ''
+end

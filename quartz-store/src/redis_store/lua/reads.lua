@@ -283,6 +283,9 @@ end
 
 C.horizon = function() return redis.call('HGET', k('meta'), 'purged_before') or '' end
 
+-- Since when the scheduler is on standby, or the empty string.
+C.standby = function() return redis.call('HGET', k('meta'), 'paused_at') or '' end
+
 C.horizon_advance = function()
   local horizon = tonumber(redis.call('HGET', k('meta'), 'purged_before'))
   if horizon == nil or horizon < tonumber(A.before) then redis.call('HSET', k('meta'), 'purged_before', A.before) end

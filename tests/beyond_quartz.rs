@@ -1,7 +1,9 @@
-//! Jitter and the catch-up window through the engine, on real databases and
-//! three nodes: jobs on one cron second fire at their own jittered times,
-//! each once, each on time; a trigger found far behind makes up only for
-//! its window, the rest recorded; and the audit agrees with the ledger.
+//! Schedules beyond Quartz through the engine, on real databases and three
+//! nodes: jobs on one cron second fire at their own jittered times, each
+//! once, each on time; a trigger found far behind makes up only for its
+//! catch-up window, the rest recorded; the whole scheduler paused claims
+//! nothing on any node until it resumes, when each trigger's misfire policy
+//! decides; and the audit agrees with the ledger.
 //!
 //! Each test runs on SQLite (a file), PostgreSQL, MariaDB and Redis, on a
 //! fresh database (see `quartz-testkit`).
@@ -19,7 +21,10 @@ use quartz::misfire::MisfirePolicy;
 use quartz::prelude::*;
 use quartz::store::FireState;
 
-common::backend_tests!(shared: jittered_jobs_and_a_trigger_far_behind_on_three_nodes);
+common::backend_tests!(shared:
+    jittered_jobs_and_a_trigger_far_behind_on_three_nodes,
+    pausing_everything_holds_every_node_until_it_resumes,
+);
 
 /// Both at once, so that one cluster's few seconds prove both.
 async fn jittered_jobs_and_a_trigger_far_behind_on_three_nodes(db: &TestDb) {
@@ -188,4 +193,100 @@ fn check_behind(rows: &[quartz::store::FireRecord], start: Timestamp) {
         (1..=5).contains(&caught_up),
         "the window's missed times ran late: {caught_up}"
     );
+}
+
+/// Three nodes firing every 250 ms and every second; the scheduler paused
+/// (and a fire asked for by hand meanwhile), then resumed after longer than
+/// the misfire threshold.
+async fn pausing_everything_holds_every_node_until_it_resumes(db: &TestDb) {
+    common::log_if_asked();
+    let nodes = nodes(db).await;
+    let store = AnyStore::from(nodes[0].store().clone());
+    let admin = nodes[2].admin().acting_as("ops");
+    let rate = TriggerDefinition::every(Duration::from_millis(250));
+    let cron = TriggerDefinition::cron("* * * * * ?", "UTC").unwrap();
+    nodes[0]
+        .add_job(&JobDefinition::new("rate", "noop").with_trigger(rate))
+        .await
+        .unwrap();
+    nodes[1]
+        .add_job(&JobDefinition::new("cron", "noop").with_trigger(cron))
+        .await
+        .unwrap();
+    nodes[1].add_job(&JobDefinition::new("by-hand", "noop")).await.unwrap();
+    let ran = |rows: &[quartz::store::FireRecord]| rows.iter().filter(|f| f.state == FireState::Succeeded).count();
+    wait_until(Duration::from_secs(30), "fires before the pause", || async {
+        ran(&ledger(&store, CLUSTER).await) >= 8
+    })
+    .await;
+
+    let paused = admin.pause_all().await.unwrap();
+    let since = Timestamp::from_millis(paused.standby_since.expect("on standby"));
+    assert!(admin.standby().await.unwrap().on_standby);
+    let manual = admin.job_trigger("by-hand").await.unwrap();
+    // Longer than the misfire threshold (2 s here): the resume finds the
+    // triggers overdue.
+    let hold_until = since.saturating_add_millis(4_000);
+    wait_until(Duration::from_secs(30), "four seconds on standby", || async {
+        store.now().await.unwrap() > hold_until
+    })
+    .await;
+    // A claim already under way when the pause was made may end after it.
+    let grace = since.saturating_add_millis(quartz::store::CHANGE_VISIBILITY_MS + 750);
+    let rows = ledger(&store, CLUSTER).await;
+    let held: Vec<_> = rows
+        .iter()
+        .filter(|f| f.state != FireState::Misfired && f.state != FireState::Pending && f.claimed_at > grace)
+        .collect();
+    assert!(held.is_empty(), "claimed on standby: {held:?}");
+    let pending = rows.iter().find(|f| f.id == manual.fire_id).unwrap();
+    assert_eq!(pending.state, FireState::Pending, "a fire asked for by hand waits too");
+
+    let resumed = admin.resume_all().await.unwrap();
+    assert!(!resumed.on_standby);
+    let resumed_at = store.now().await.unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "fires after the resume, the missed times handled",
+        || async {
+            let rows = ledger(&store, CLUSTER).await;
+            let by_hand = rows
+                .iter()
+                .any(|f| f.id == manual.fire_id && f.state == FireState::Succeeded);
+            let misfired = rows
+                .iter()
+                .filter(|f| f.state == FireState::Misfired && f.fire_time > since)
+                .count();
+            let ran_after = rows
+                .iter()
+                .filter(|f| f.state == FireState::Succeeded && f.claimed_at > resumed_at)
+                .count();
+            by_hand && misfired >= 2 && ran_after >= 6
+        },
+    )
+    .await;
+    for n in nodes {
+        n.shutdown().await;
+    }
+    let rows = ledger(&store, CLUSTER).await;
+    for f in rows
+        .iter()
+        .filter(|f| f.state != FireState::Misfired && f.state != FireState::Pending)
+    {
+        assert!(
+            f.claimed_at <= grace || f.claimed_at >= resumed_at.saturating_add_millis(-100),
+            "claimed on standby: {f:?}"
+        );
+    }
+    let mut query = quartz::store::ChangeQuery::new();
+    query.target = Some(CLUSTER.to_owned());
+    let actions: Vec<String> = store
+        .change_log(&query)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| format!("{} by {}", c.action, c.actor))
+        .collect();
+    assert_eq!(actions, ["scheduler.resume by ops", "scheduler.pause by ops"]);
+    assert_audit_clean(&store).await;
 }

@@ -3,7 +3,8 @@
 //! once, each on time; a trigger found far behind makes up only for its
 //! catch-up window, the rest recorded; the whole scheduler paused claims
 //! nothing on any node until it resumes, when each trigger's misfire policy
-//! decides; and the audit agrees with the ledger.
+//! decides; a backfill runs each missed time once, at its pace, and never a
+//! time that ran; and the audit agrees with the ledger.
 //!
 //! Each test runs on SQLite (a file), PostgreSQL, MariaDB and Redis, on a
 //! fresh database (see `quartz-testkit`).
@@ -24,6 +25,7 @@ use quartz::store::FireState;
 common::backend_tests!(shared:
     jittered_jobs_and_a_trigger_far_behind_on_three_nodes,
     pausing_everything_holds_every_node_until_it_resumes,
+    a_backfill_runs_each_missed_time_once_at_its_pace,
 );
 
 /// Both at once, so that one cluster's few seconds prove both.
@@ -288,5 +290,97 @@ async fn pausing_everything_holds_every_node_until_it_resumes(db: &TestDb) {
         .map(|c| format!("{} by {}", c.action, c.actor))
         .collect();
     assert_eq!(actions, ["scheduler.resume by ops", "scheduler.pause by ops"]);
+    assert_audit_clean(&store).await;
+}
+
+/// A job every second whose last thirty seconds were skipped (do nothing):
+/// backfilled at 50 a second, each missed time runs once, never before its
+/// turn, on any of three nodes; a second backfill of the range queues
+/// nothing.
+async fn a_backfill_runs_each_missed_time_once_at_its_pace(db: &TestDb) {
+    common::log_if_asked();
+    let nodes = nodes(db).await;
+    let store = AnyStore::from(nodes[0].store().clone());
+    let admin = nodes[1].admin().acting_as("ops");
+    let now = store.now().await.unwrap();
+    let start = Timestamp::from_millis((now.as_millis() / 1000 - 30) * 1000);
+    let trigger = TriggerDefinition::cron("* * * * * ?", "UTC")
+        .unwrap()
+        .starting(start)
+        .misfire(MisfirePolicy::DoNothing);
+    nodes[0]
+        .add_job(&JobDefinition::new("missed", "noop").with_trigger(trigger))
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(30), "the missed times recorded", || async {
+        ledger(&store, CLUSTER)
+            .await
+            .iter()
+            .any(|f| f.state == FireState::Misfired)
+    })
+    .await;
+    let to = start.saturating_add_millis(19_000);
+    let request = quartz::admin::BackfillRequest {
+        from: Some(start.as_millis()),
+        to: Some(to.as_millis()),
+        rate: Some(50),
+        preview: true,
+    };
+    let preview = admin.job_backfill("missed", &request).await.unwrap();
+    assert_eq!(preview.times.len(), 20, "{preview:?}");
+    assert_eq!(preview.queued, 0);
+    let done = admin
+        .job_backfill(
+            "missed",
+            &quartz::admin::BackfillRequest {
+                preview: false,
+                ..request.clone()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((done.queued, done.already), (20, 0), "{done:?}");
+    let in_range = |f: &&quartz::store::FireRecord| f.fire_time >= start && f.fire_time <= to;
+    wait_until(Duration::from_secs(30), "every backfilled time run", || async {
+        let rows = ledger(&store, CLUSTER).await;
+        rows.iter()
+            .filter(in_range)
+            .filter(|f| f.state == FireState::Succeeded)
+            .count()
+            == 20
+    })
+    .await;
+    let again = admin
+        .job_backfill(
+            "missed",
+            &quartz::admin::BackfillRequest {
+                preview: false,
+                ..request
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.queued, again.already),
+        (0, 20),
+        "the times that ran are left alone"
+    );
+    for n in nodes {
+        n.shutdown().await;
+    }
+    let rows = ledger(&store, CLUSTER).await;
+    let mut ran = BTreeSet::new();
+    let mut dues = Vec::new();
+    for f in rows.iter().filter(in_range).filter(|f| f.state != FireState::Misfired) {
+        assert_eq!(f.state, FireState::Succeeded, "{f:?}");
+        assert!(ran.insert(f.fire_time), "twice: {f:?}");
+        let due = f.due_at.expect("a backfilled fire is due at its turn");
+        assert!(f.started_at.unwrap() >= due, "started before its turn: {f:?}");
+        // The first missed time had a misfired row: its next attempt.
+        assert_eq!(f.attempt, if f.fire_time == start { 2 } else { 1 }, "{f:?}");
+        dues.push(due.as_millis());
+    }
+    dues.sort_unstable();
+    assert!(dues.windows(2).all(|w| w[1] - w[0] == 20), "50 a second: {dues:?}");
     assert_audit_clean(&store).await;
 }

@@ -329,6 +329,18 @@ fn every_admin_command(url: &str) {
         &["job", "edit", "report", "--cron", "0 0 0 * * ?", "--jitter", "0s"],
         "jitter",
     );
+    // A backfill previewed and queued (a trigger edited now has no past times).
+    let preview = json(&url, &["job", "backfill", "report", "--from", "0", "--preview"]);
+    assert_eq!(preview["preview"], true);
+    assert_eq!(
+        json(&url, &["job", "backfill", "report", "--from", "0", "--rate", "5"])["queued"],
+        0
+    );
+    refused(
+        &url,
+        &["job", "backfill", "report", "--from", "0", "--rate", "0"],
+        "rate",
+    );
     // The whole scheduler paused and resumed.
     let paused = json(&url, &["scheduler", "pause"]);
     assert_eq!(paused["on_standby"], true);

@@ -243,6 +243,11 @@ fn late_starts(
         let misfired = rows.iter().any(|f| f.state == FireState::Misfired);
         for f in rows {
             let Some(started) = f.started_at else { continue };
+            // A first attempt that was pending (a backfill's) runs when
+            // it is due, not at its fire time.
+            if f.due_at.is_some() {
+                continue;
+            }
             let late = started.as_millis() - f.fire_time.as_millis();
             if own && f.attempt == 1 && late > threshold_ms && !misfired {
                 violations.push(Violation {

@@ -41,7 +41,8 @@ backend_tests!(
     a_calendar_name_is_added_once,
     due_executes_come_a_page_at_a_time_after_a_cursor,
     the_scheduler_pauses_and_resumes_as_a_recorded_change,
-    a_triggers_jitter_and_catch_up_window_are_kept;
+    a_triggers_jitter_and_catch_up_window_are_kept,
+    a_backfill_queues_each_past_fire_time_once;
     sql: migrations_run_twice_and_concurrently,
     due_executes_come_in_time_order_and_bad_rows_are_set_aside,
 );
@@ -1383,4 +1384,63 @@ async fn a_triggers_jitter_and_catch_up_window_are_kept(db: &TestDb) {
         "the first fire time is the jittered one"
     );
     assert!(!execute.schedule_changed, "its signature matches its columns");
+}
+
+async fn a_backfill_queues_each_past_fire_time_once(db: &TestDb) {
+    use quartz_core::store::BackfillFire;
+    let store = db.store().await.scoped(S);
+    let now = store.now().await.unwrap();
+    let start = now.saturating_add_millis(-10_000);
+    let job = store
+        .create_job(&JobSpec::new("late", "noop"), &[every_second(start)])
+        .await
+        .unwrap();
+    let other = store
+        .create_job(&JobSpec::new("other", "noop"), &[every_second(start)])
+        .await
+        .unwrap();
+    let execute = store.get_job("late").await.unwrap().unwrap().executes[0].id;
+    let foreign = store.get_job("other").await.unwrap().unwrap().executes[0].id;
+    let fires: Vec<BackfillFire> = (0..5)
+        .map(|i| BackfillFire {
+            execute_id: execute,
+            fire_time: start.saturating_add_millis(i * 1000),
+            due_at: now.saturating_add_millis(i * 100),
+        })
+        .collect();
+    let done = store.backfill("late", &fires).await.unwrap();
+    assert_eq!((done.queued.len(), done.already), (5, 0));
+    assert!(done.queued.iter().all(|q| q.attempt == 1 && q.execute_id == execute));
+    let mut query = FireQuery::new();
+    query.job_id = Some(job.id);
+    let rows = store.fires(&query).await.unwrap();
+    assert_eq!(rows.len(), 5);
+    for f in &rows {
+        assert_eq!(f.state, FireState::Pending);
+        let i = (f.fire_time.as_millis() - start.as_millis()) / 1000;
+        assert_eq!(f.due_at, Some(now.saturating_add_millis(i * 100)), "its pace: {f:?}");
+    }
+    // Again: every time is in the ledger, pending; nothing queued twice.
+    let again = store.backfill("late", &fires).await.unwrap();
+    assert_eq!((again.queued.len(), again.already), (0, 5));
+    // Another job's trigger, an unknown job: refused, nothing written.
+    let stray = [BackfillFire {
+        execute_id: foreign,
+        ..fires[0]
+    }];
+    assert!(matches!(
+        store.backfill("late", &stray).await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(matches!(
+        store.backfill("nobody", &fires).await,
+        Err(StoreError::UnknownJob { .. })
+    ));
+    query.job_id = Some(other.id);
+    assert!(store.fires(&query).await.unwrap().is_empty());
+    let mut changes = quartz_core::store::ChangeQuery::new();
+    changes.target = Some("late".to_owned());
+    let log = store.change_log(&changes).await.unwrap();
+    assert_eq!(log[0].action, "job.backfill");
+    assert!(log[0].detail.contains("0 queued, 5 already"), "{}", log[0].detail);
 }

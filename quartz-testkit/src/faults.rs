@@ -36,10 +36,10 @@ use parking_lot::Mutex;
 use quartz_core::Timestamp;
 use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{
-    CalendarRecord, CalendarStore, ChangeQuery, ChangeRecord, Claim, DueBatch, DueCursor, ExecuteCas, ExecuteSpec,
-    FireEnd, FireQuery, FireRecord, FireRetry, FireState, FireStore, FollowUp, HealthCounts, HistoryStore, IntoStore,
-    Job, JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef, NodeRegistration, NodeStore, PendingClaim,
-    RetentionStore, ScheduleStore, SharedStore, SkippedRecord, Store, StoreError,
+    BackfillFire, Backfilled, CalendarRecord, CalendarStore, ChangeQuery, ChangeRecord, Claim, DueBatch, DueCursor,
+    ExecuteCas, ExecuteSpec, FireEnd, FireQuery, FireRecord, FireRetry, FireState, FireStore, FollowUp, HealthCounts,
+    HistoryStore, IntoStore, Job, JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef, NodeRegistration, NodeStore,
+    PendingClaim, RetentionStore, ScheduleStore, SharedStore, SkippedRecord, Store, StoreError,
 };
 
 /// What one faulted call does.
@@ -278,6 +278,7 @@ faulty! {
         fn retry_fire(&self, fire_id: i64) -> FireRetry;
         fn set_standby(&self, on: bool) -> Option<Timestamp>;
         fn standby(&self) -> Option<Timestamp>;
+        fn backfill(&self, name: &str, fires: &[BackfillFire]) -> Backfilled;
     }
     impl CalendarStore {
         fn put_calendar(&self, name: &str, definition: &CalendarDefinition, expected_version: Option<i64>) -> CalendarRecord;

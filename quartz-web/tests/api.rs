@@ -45,6 +45,30 @@ async fn jobs_are_created_read_changed_fired_and_deleted(db: &TestDb) {
     assert_eq!(edited.json()["triggers"][0]["kind"], "fixed_rate");
     assert_eq!(edited.json()["description"], "weekly");
 
+    // A backfill: previewed by anyone, queued by a writer, bad ranges refused.
+    let backfill = |body: Value, token| async move {
+        http::json(addr, "POST", "/api/v1/jobs/report/backfill", Some(token), &body).await
+    };
+    let preview = backfill(json!({"from": 0, "preview": true}), READ).await;
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    assert_eq!(preview.json()["preview"], true);
+    assert_eq!(backfill(json!({"from": 0}), READ).await.status, 403);
+    let queued = backfill(json!({"from": 0, "rate": 5}), ADMIN).await;
+    assert_eq!(queued.status, 202, "{}", queued.body);
+    assert_eq!(
+        queued.json()["queued"],
+        0,
+        "a trigger that starts now has no past times"
+    );
+    for (body, field) in [
+        (json!({"from": 0, "to": 4_000_000_000_000_i64}), "to"),
+        (json!({"from": 0, "rate": 0}), "rate"),
+        (json!({"to": 0}), "from"),
+    ] {
+        let refused = backfill(body, ADMIN).await;
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert_eq!(refused.error().1.as_deref(), Some(field), "{}", refused.body);
+    }
     let paused = http::get(addr, "POST", "/api/v1/jobs/report/pause", Some(ADMIN)).await;
     assert_eq!((paused.status, paused.json()["state"].clone()), (200, json!("paused")));
     let resumed = http::get(addr, "POST", "/api/v1/jobs/report/resume", Some(ADMIN)).await;
@@ -108,6 +132,7 @@ async fn jobs_are_created_read_changed_fired_and_deleted(db: &TestDb) {
         [
             ("http:admin", "job.create"),
             ("http:admin", "job.edit"),
+            ("http:admin", "job.backfill"),
             ("http:admin", "job.pause"),
             ("http:admin", "job.resume"),
             ("http:admin", "job.trigger"),

@@ -284,8 +284,9 @@ async fn every_form_needs_the_sessions_csrf_token_and_the_admin_role(db: &TestDb
     let cookie = login(addr, ADMIN).await;
     let csrf = csrf_of(&page(addr, "/jobs", Some(&cookie)).await.body);
 
-    let forms: [(&str, Vec<(&str, &str)>); 8] = [
+    let forms: [(&str, Vec<(&str, &str)>); 9] = [
         ("/jobs/probe/pause", vec![]),
+        ("/jobs/probe/backfill", vec![("from", "0"), ("preview", "on")]),
         ("/scheduler/pause", vec![]),
         ("/scheduler/resume", vec![]),
         ("/jobs/probe/resume", vec![]),
@@ -316,6 +317,32 @@ async fn every_form_needs_the_sessions_csrf_token_and_the_admin_role(db: &TestDb
         let no_session = post(addr, path, None, &right, &[]).await;
         assert_eq!(no_session.status, 303, "{path} with no session goes to the login");
     }
+    // The job's page offers a backfill; its preview lists the times.
+    assert!(
+        page(addr, "/jobs/probe", Some(&cookie))
+            .await
+            .body
+            .contains("Preview the times")
+    );
+    let preview = post(
+        addr,
+        "/jobs/probe/backfill",
+        Some(&cookie),
+        &[("csrf", &csrf), ("from", "0"), ("preview", "on")],
+        &[],
+    )
+    .await;
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    assert!(preview.body.contains("nothing queued (a preview)"), "{}", preview.body);
+    let bad = post(
+        addr,
+        "/jobs/probe/backfill",
+        Some(&cookie),
+        &[("csrf", &csrf), ("rate", "fast")],
+        &[],
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
     let reader = login(addr, READ).await;
     let read_csrf = csrf_of(&page(addr, "/jobs", Some(&reader)).await.body);
     let jobs = page(addr, "/jobs", Some(&reader)).await.body;

@@ -81,6 +81,29 @@ pub enum JobCommand {
         /// The job.
         name: String,
     },
+    /// Run a job's past fire times from --from to --to, once each, at most
+    /// --rate a second; times that ran are left alone. --preview lists them.
+    ///
+    /// Examples:
+    ///   quartz job backfill report --from 2026-11-01T00:00:00Z --to 2026-11-08T00:00:00Z --preview
+    ///   quartz job backfill report --from 2026-11-01T00:00:00Z --rate 2
+    #[command(verbatim_doc_comment)]
+    Backfill {
+        /// The job.
+        name: String,
+        /// The first instant of the range (RFC 3339 or epoch ms).
+        #[arg(long, value_parser = crate::args::instant_arg)]
+        from: Timestamp,
+        /// The last instant of the range [default: now].
+        #[arg(long, value_parser = crate::args::instant_arg)]
+        to: Option<Timestamp>,
+        /// At most this many fires a second [default: 10].
+        #[arg(long)]
+        rate: Option<u32>,
+        /// Only list the fire times; queue nothing.
+        #[arg(long)]
+        preview: bool,
+    },
     /// Change a job; with a trigger option, its triggers are replaced by that one.
     ///
     /// Example:
@@ -170,6 +193,34 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
                     show_instant(Timestamp::from_millis(fired.fire_time)),
                     fired.note
                 )
+            });
+            Ok(())
+        }
+        JobCommand::Backfill {
+            name,
+            from,
+            to,
+            rate,
+            preview,
+        } => {
+            let request = quartz_core::admin::BackfillRequest {
+                from: Some(from.as_millis()),
+                to: to.map(Timestamp::as_millis),
+                rate,
+                preview,
+            };
+            let done = admin.job_backfill(&name, &request).await?;
+            out.print(&serde_json::to_value(&done)?, || {
+                let mut text = String::new();
+                if done.preview {
+                    for t in &done.times {
+                        text.push_str(&show_instant(Timestamp::from_millis(*t)));
+                        text.push('\n');
+                    }
+                }
+                text.push_str(&done.note);
+                text.push('\n');
+                text
             });
             Ok(())
         }

@@ -28,6 +28,7 @@
 //! # Ok(()) }
 //! ```
 
+mod backfill;
 mod calendars;
 mod definition;
 mod error;
@@ -39,6 +40,7 @@ mod wire;
 
 use std::sync::Arc;
 
+pub use backfill::{BackfillRequest, BackfillView, DEFAULT_BACKFILL_RATE, MAX_BACKFILL_RATE};
 use calendars::calendar_field;
 pub use calendars::{
     CalendarView, CronPreview, MAX_CONCURRENT_PREVIEWS, PREVIEW_STEPS, PREVIEW_TIME_LIMIT, cron_preview, parse_dst,

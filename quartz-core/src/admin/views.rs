@@ -254,6 +254,9 @@ pub struct FireView {
     pub execute_id: i64,
     /// Fired by hand ("fire now"), not by a trigger.
     pub by_hand: bool,
+    /// A past fire time a backfill queued: a trigger's first attempt that
+    /// was pending.
+    pub backfill: bool,
     /// The job's id.
     pub job_id: i64,
     /// The job's name (`None` once the job is deleted).
@@ -294,6 +297,7 @@ impl FireView {
             id: f.id,
             execute_id: f.execute_id,
             by_hand: f.execute_id == crate::store::MANUAL_EXECUTE,
+            backfill: f.execute_id != crate::store::MANUAL_EXECUTE && f.attempt == 1 && f.due_at.is_some(),
             job_id: f.job_id,
             job,
             fire_time: f.fire_time.as_millis(),

@@ -159,7 +159,8 @@ impl Backlog {
     }
 
     /// Why a pending fire runs, from the attempt before it: a late run a
-    /// misfire policy promised follows a misfired one, a retry any other.
+    /// misfire policy promised follows a misfired one, a retry any other; a
+    /// first attempt is a backfill's.
     /// The attempt before is read by its key (execute, job, fire time), the
     /// newest below the pending row: one row, however long the ledger.
     async fn pending_kind(&self, fire: PendingFire) -> RunKind {
@@ -177,6 +178,8 @@ impl Backlog {
             Err(_) => None,
         };
         match before {
+            // A first attempt pending on a trigger's row: a backfill queued it.
+            None if fire.attempt == 1 => RunKind::Backfill,
             Some(f) if f.state == FireState::Misfired => RunKind::LateRun,
             _ => RunKind::Retry,
         }

@@ -182,10 +182,12 @@ pub enum RunKind {
     Recovery,
     /// Fired by hand ("fire now").
     ByHand,
+    /// A past fire time a backfill queued.
+    Backfill,
 }
 
 impl RunKind {
-    /// `scheduled`, `retry`, `late_run`, `recovery` or `by_hand`.
+    /// `scheduled`, `retry`, `late_run`, `recovery`, `by_hand` or `backfill`.
     pub fn as_str(self) -> &'static str {
         match self {
             RunKind::Scheduled => "scheduled",
@@ -193,6 +195,7 @@ impl RunKind {
             RunKind::LateRun => "late_run",
             RunKind::Recovery => "recovery",
             RunKind::ByHand => "by_hand",
+            RunKind::Backfill => "backfill",
         }
     }
 }

@@ -162,6 +162,22 @@ pub trait JobStore: Send + Sync {
     /// Since when the scheduler is on standby (database time), or `None`
     /// while it runs.
     async fn standby(&self) -> Result<Option<Timestamp>, StoreError>;
+
+    /// Backfills job `name`: each of `fires` (a fire time of one of the
+    /// job's triggers) is queued as a pending fire due at its `due_at`,
+    /// which the first node with the job's handler and room runs, once, as
+    /// it runs a retry: its first attempt, or, when every attempt of it in
+    /// the ledger was misfired or skipped, the next one (see
+    /// [`backfill_attempt`]). A fire time that ran, or has an attempt under
+    /// way, is left alone and counted in [`Backfilled::already`]. At most
+    /// [`MAX_BACKFILL`] at once. One transaction; recorded in the change
+    /// log as `job.backfill`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownJob`]; [`StoreError::Invalid`] for a fire of
+    /// an execute that is not the job's, or too many.
+    async fn backfill(&self, name: &str, fires: &[BackfillFire]) -> Result<Backfilled, StoreError>;
 }
 
 /// Calendars: added, replaced (moving the triggers that use them), read, deleted.

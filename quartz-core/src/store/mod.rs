@@ -26,6 +26,7 @@
 //! The row formats shared by every backend live here too: [`TriggerColumns`]
 //! (a [`Trigger`](crate::trigger::Trigger) as the execute row's columns) and the state names.
 
+mod backfill;
 mod cas;
 mod codec;
 mod contract;
@@ -38,6 +39,7 @@ mod spec;
 use crate::calendar::CalendarDefinition;
 use crate::time::Timestamp;
 
+pub use backfill::{BackfillFire, Backfilled, MAX_BACKFILL, QueuedFire, backfill_attempt, check_backfill};
 pub use cas::{Claim, ExecuteCas, SkippedRecord};
 pub use codec::{ScheduleColumns, TriggerColumns};
 pub use contract::{CalendarStore, HistoryStore, IntoStore, JobStore, SharedStore, Store};

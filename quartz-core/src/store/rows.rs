@@ -484,6 +484,8 @@ pub enum ChangeAction {
     SchedulerPause,
     /// The scheduler was taken off standby.
     SchedulerResume,
+    /// A job's fire times over a past range were queued to run (pending).
+    JobBackfill,
 }
 
 names!(ChangeAction {
@@ -499,6 +501,7 @@ names!(ChangeAction {
     FireRetry = "fire.retry",
     SchedulerPause = "scheduler.pause",
     SchedulerResume = "scheduler.resume",
+    JobBackfill = "job.backfill",
 });
 
 /// The actor a store acts as until told otherwise: code that embeds the

@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use quartz_core::Timestamp;
 use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{
-    CalendarRecord, CalendarStore, ChangeAction, ChangeQuery, ChangeRecord, ExecuteSpec, FireQuery, FireRecord,
-    FireRetry, HealthCounts, HistoryStore, Job, JobDetail, JobQuery, JobSpec, JobStore, Node, RejectedRow, SharedStore,
-    Store, StoreError, check_name, millis_of,
+    BackfillFire, Backfilled, CalendarRecord, CalendarStore, ChangeAction, ChangeQuery, ChangeRecord, ExecuteSpec,
+    FireQuery, FireRecord, FireRetry, HealthCounts, HistoryStore, Job, JobDetail, JobQuery, JobSpec, JobStore, Node,
+    QueuedFire, RejectedRow, SharedStore, Store, StoreError, check_name, millis_of,
 };
 use serde_json::{Value, json};
 
@@ -424,6 +424,46 @@ impl JobStore for RedisStore {
         });
         let since: String = self.write(scheduler, "standby_set", &args).await?;
         Ok(since.parse().ok().map(Timestamp::from_millis))
+    }
+
+    async fn backfill(&self, name: &str, fires: &[BackfillFire]) -> Result<Backfilled, StoreError> {
+        let scheduler = self.scheduler();
+        if fires.len() > quartz_core::store::MAX_BACKFILL {
+            quartz_core::store::check_backfill(name, fires, &[])?;
+        }
+        let span = match (fires.first(), fires.last()) {
+            (Some(first), Some(last)) => format!(" from {} to {}", first.fire_time, last.fire_time),
+            _ => String::new(),
+        };
+        let args = json!({
+            "name": name,
+            "span": span,
+            "fires": fires.iter().map(|f| json!({
+                "execute": num(f.execute_id),
+                "fire_time": num(f.fire_time.as_millis()),
+                "due": num(f.due_at.as_millis()),
+            })).collect::<Vec<_>>(),
+            "change": self.change(ChangeAction::JobBackfill, name, ""),
+        });
+        let reply: Vec<String> = self.write(scheduler, "job_backfill", &args).await?;
+        if reply.first().map(String::as_str) == Some("invalid") {
+            let reason = reply.get(1).cloned().unwrap_or_default();
+            return Err(StoreError::Invalid(quartz_core::Error::InvalidJob { reason }));
+        }
+        Self::answer(scheduler, name, &reply)?;
+        let mut done = Backfilled::default();
+        for (f, pair) in fires.iter().zip(reply.get(1..).unwrap_or_default().chunks(2)) {
+            match pair {
+                [id, attempt] if attempt != "0" => done.queued.push(QueuedFire {
+                    fire_id: id.parse().unwrap_or_default(),
+                    execute_id: f.execute_id,
+                    fire_time: f.fire_time,
+                    attempt: attempt.parse().unwrap_or(1),
+                }),
+                _ => done.already += 1,
+            }
+        }
+        Ok(done)
     }
 
     async fn standby(&self) -> Result<Option<Timestamp>, StoreError> {

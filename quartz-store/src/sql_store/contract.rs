@@ -111,6 +111,15 @@ impl JobStore for SqlStore {
     async fn standby(&self) -> Result<Option<Timestamp>, StoreError> {
         self.standby_read(self.scheduler()).await
     }
+
+    async fn backfill(
+        &self,
+        name: &str,
+        fires: &[quartz_core::store::BackfillFire],
+    ) -> Result<quartz_core::store::Backfilled, StoreError> {
+        let scheduler = self.scheduler();
+        retry_conflicts(|| self.job_backfill(scheduler, name, fires)).await
+    }
 }
 
 #[async_trait]

@@ -3,10 +3,14 @@
 //! the attempt before it, and claimed by compare-and-set like any fire.
 
 use quartz_core::Timestamp;
-use quartz_core::store::{FireRecord, FollowUp, NodeRef, PendingClaim, StoreError};
+use quartz_core::store::{
+    BackfillFire, Backfilled, ChangeAction, FireRecord, FireState, FollowUp, NodeRef, PendingClaim, QueuedFire,
+    StoreError, backfill_attempt, check_backfill,
+};
 use sqlx::any::AnyQueryResult;
 use sqlx::{Any, Row, Transaction};
 
+use super::changes::Change;
 use super::{SqlStore, db_error, decode_fire, is_unique_violation, truncate};
 
 /// The next attempt of a fire as a pending row (binds: delay ms, fire id).
@@ -278,4 +282,85 @@ impl SqlStore {
             .and_then(|row| row.try_get(0))
             .map_err(db_error)
     }
+
+    /// Backfills a job (see [`JobStore::backfill`](quartz_core::store::JobStore::backfill)):
+    /// each fire time's ledger rows read, and the attempt the rule gives
+    /// inserted pending, in one change.
+    pub(super) async fn job_backfill(
+        &self,
+        scheduler: &str,
+        name: &str,
+        fires: &[BackfillFire],
+    ) -> Result<Backfilled, StoreError> {
+        let job = self.require_job(scheduler, name).await?;
+        let mut tx = self.begin_change(scheduler).await?;
+        let executes: Vec<i64> = self
+            .query("SELECT id FROM quartz_execute WHERE job_id = ?")
+            .bind(job.id)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .iter()
+            .map(|row| row.try_get(0))
+            .collect::<Result<_, _>>()
+            .map_err(db_error)?;
+        check_backfill(name, fires, &executes)?;
+        let mut done = Backfilled::default();
+        for f in fires {
+            let rows = self
+                .query("SELECT attempt, state FROM quartz_fire WHERE execute_id = ? AND job_id = ? AND fire_time = ?")
+                .bind(f.execute_id)
+                .bind(job.id)
+                .bind(f.fire_time.as_millis())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            let mut seen = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let attempt: i64 = row.try_get(0).map_err(db_error)?;
+                let state: String = row.try_get(1).map_err(db_error)?;
+                let state = FireState::parse(&state).map_err(StoreError::Invalid)?;
+                seen.push((u32::try_from(attempt).unwrap_or(u32::MAX), state));
+            }
+            let Some(attempt) = backfill_attempt(seen) else {
+                done.already += 1;
+                continue;
+            };
+            let key = (f.execute_id, job.id, f.fire_time.as_millis(), i64::from(attempt));
+            let fire_id = self
+                .insert_pending_by_hand(&mut tx, scheduler, key, f.due_at.as_millis(), || {
+                    format!("two backfills of {name:?} at once")
+                })
+                .await?;
+            done.queued.push(QueuedFire {
+                fire_id,
+                execute_id: f.execute_id,
+                fire_time: f.fire_time,
+                attempt,
+            });
+        }
+        let detail = backfill_detail(fires, &done);
+        self.changed_in(
+            &mut tx,
+            scheduler,
+            Change::new(ChangeAction::JobBackfill, name, detail).of_job(job.id),
+        )
+        .await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(done)
+    }
+}
+
+/// What the change log says of a backfill.
+pub(crate) fn backfill_detail(fires: &[BackfillFire], done: &Backfilled) -> String {
+    let span = match (fires.first(), fires.last()) {
+        (Some(first), Some(last)) => format!(" from {} to {}", first.fire_time, last.fire_time),
+        _ => String::new(),
+    };
+    format!(
+        "{} fire time(s){span}: {} queued, {} already in the ledger",
+        fires.len(),
+        done.queued.len(),
+        done.already
+    )
 }

@@ -6,9 +6,10 @@ use quartz_core::Timestamp;
 use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::rules::{self, CalendarSet};
 use quartz_core::store::{
-    CalendarRecord, CalendarStore, ChangeAction, ChangeQuery, ChangeRecord, ExecuteSpec, ExecuteState, FireQuery,
-    FireRecord, FireRetry, FireState, HealthCounts, HistoryStore, Job, JobDetail, JobQuery, JobSpec, JobState,
-    JobStore, MANUAL_EXECUTE, Node, StoreError, check_name,
+    BackfillFire, Backfilled, CalendarRecord, CalendarStore, ChangeAction, ChangeQuery, ChangeRecord, ExecuteSpec,
+    ExecuteState, FireQuery, FireRecord, FireRetry, FireState, HealthCounts, HistoryStore, Job, JobDetail, JobQuery,
+    JobSpec, JobState, JobStore, MANUAL_EXECUTE, Node, QueuedFire, StoreError, backfill_attempt, check_backfill,
+    check_name,
 };
 
 use super::db::{Change, Db};
@@ -263,6 +264,58 @@ impl JobStore for MemoryStore {
             db.changed(scheduler, now, change);
             since.map(Timestamp::from_millis)
         }))
+    }
+
+    async fn backfill(&self, name: &str, fires: &[BackfillFire]) -> Result<Backfilled, StoreError> {
+        let scheduler = &*self.scheduler;
+        let change = self.change(ChangeAction::JobBackfill, name, "");
+        self.step(|db, now| {
+            let job = db.job_as_read(scheduler, name, None)?;
+            let executes: Vec<i64> = db.executes.values().filter(|r| r.job_id == job).map(|r| r.id).collect();
+            check_backfill(name, fires, &executes)?;
+            let mut done = Backfilled::default();
+            for f in fires {
+                let time = f.fire_time.as_millis();
+                let rows = (1..)
+                    .map_while(|attempt| {
+                        let id = db.fire_keys.get(&(f.execute_id, job, time, attempt))?;
+                        Some((attempt, db.fires.get(id)?.record.state))
+                    })
+                    .collect::<Vec<_>>();
+                let Some(attempt) = backfill_attempt(rows) else {
+                    done.already += 1;
+                    continue;
+                };
+                let Some(fire_id) =
+                    db.insert_pending(scheduler, f.execute_id, job, time, attempt, f.due_at.as_millis(), now)
+                else {
+                    done.already += 1;
+                    continue;
+                };
+                done.queued.push(QueuedFire {
+                    fire_id,
+                    execute_id: f.execute_id,
+                    fire_time: f.fire_time,
+                    attempt,
+                });
+            }
+            let detail = format!(
+                "{} fire time(s): {} queued, {} already in the ledger",
+                fires.len(),
+                done.queued.len(),
+                done.already
+            );
+            db.changed(
+                scheduler,
+                now,
+                Change {
+                    target_id: Some(job),
+                    detail,
+                    ..change
+                },
+            );
+            Ok(done)
+        })
     }
 
     async fn standby(&self) -> Result<Option<Timestamp>, StoreError> {

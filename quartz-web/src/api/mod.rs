@@ -9,9 +9,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use quartz_core::Timestamp;
 use quartz_core::admin::{
-    CalendarView, ChangeFilter, ChangeView, ClusterHealth, FireFilter, FireView, JobDefinition, JobFilter, JobPatch,
-    JobStats, JobView, ManualFire, NodeView, Overview, Page, PutOutcome, Standby, TriggerDefinition, TriggerKind,
-    TriggerView, deserialize_instant, instant_schema,
+    BackfillRequest, BackfillView, CalendarView, ChangeFilter, ChangeView, ClusterHealth, FireFilter, FireView,
+    JobDefinition, JobFilter, JobPatch, JobStats, JobView, ManualFire, NodeView, Overview, Page, PutOutcome, Standby,
+    TriggerDefinition, TriggerKind, TriggerView, deserialize_instant, instant_schema,
 };
 use quartz_core::audit::AuditParams;
 use quartz_core::calendar::{CalendarDefinition, CalendarType};
@@ -39,6 +39,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/jobs/{name}/pause", post(job_pause))
         .route("/jobs/{name}/resume", post(job_resume))
         .route("/jobs/{name}/trigger", post(job_trigger))
+        .route("/jobs/{name}/backfill", post(scheduler::job_backfill))
         .route("/jobs/{name}/stats", get(job_stats))
         .route("/fires", get(fires_list))
         .route("/fires/{id}/retry", post(fire_retry))
@@ -459,10 +460,11 @@ struct ChangePage {
     paths(jobs_list, job_add, job_get, job_put, job_edit, job_delete, job_pause, job_resume, job_trigger, job_stats, fires_list, fire_retry,
         nodes_list, changes_list, audit, overview, health, calendars::cron_preview, calendars::calendars_list,
         calendars::calendar_get, calendars::calendar_put, calendars::calendar_delete, scheduler::standby_get,
-        scheduler::pause_all, scheduler::resume_all),
+        scheduler::pause_all, scheduler::resume_all, scheduler::job_backfill),
     components(schemas(JobDefinition, JobPatch, TriggerDefinition, TriggerKind, JobView, TriggerView, FireView,
         NodeView, ChangeView, Overview, ClusterHealth, JobStats, JobPage, FirePage, ChangePage, ErrorBody, ManualFire, AuditView,
-        ViolationView, Preview, CalendarDefinition, CalendarType, CalendarView, Standby)),
+        ViolationView, Preview, CalendarDefinition, CalendarType, CalendarView, Standby,
+        BackfillRequest, BackfillView)),
     modifiers(&BearerAuth),
     security(("bearer" = []))
 )]

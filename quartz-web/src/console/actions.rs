@@ -155,6 +155,11 @@ pub(crate) fn notice_text(code: &str, subject: &str) -> Option<String> {
                 "Fired {subject} now, once: it runs although the job is paused, and the job stays paused (its triggers hold until you resume it)."
             ));
         }
+        "backfilled" => {
+            return Some(format!(
+                "Backfilled {subject}: each runs once, at its turn, on the first node with the job's handler."
+            ));
+        }
         "paused_all" => {
             return Some(format!(
                 "Paused everything: scheduler {subject} is on standby. No node claims a fire until you resume it; fires already running finish."

@@ -14,6 +14,7 @@
 //!   Content-Security-Policy allows only the console's own embedded assets.
 
 mod actions;
+mod backfill;
 mod calendars;
 mod form;
 mod history;
@@ -48,6 +49,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/jobs/{name}/pause", post(actions::pause))
         .route("/jobs/{name}/resume", post(actions::resume))
         .route("/jobs/{name}/trigger", post(actions::trigger))
+        .route("/jobs/{name}/backfill", post(backfill::backfill))
         .route("/fires/{id}/retry", post(actions::retry))
         .route("/scheduler/pause", post(actions::pause_all))
         .route("/scheduler/resume", post(actions::resume_all))

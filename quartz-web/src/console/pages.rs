@@ -322,6 +322,11 @@ pub(crate) async fn job(
                 "."
             }
         }
+        @if viewer.role == crate::access::Role::Admin {
+            h2 { "Backfill" }
+            p.hint { "Run the fire times of a past range, once each, at a bounded pace; times that ran are left alone." }
+            (super::backfill::form(&viewer, &job.spec.name, "", "", ""))
+        }
         h2 { "Recent fires " small { a href=(history) { "all history →" } } }
         @if recent.is_empty() { (empty("No fires yet.")) } @else { (fire_table(&viewer, &recent, now)) }
         h2 { "Errors" }

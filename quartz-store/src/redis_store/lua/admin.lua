@@ -318,3 +318,49 @@ C.standby_set = function()
   changed(A.change)
   return redis.call('HGET', k('meta'), 'paused_at') or ''
 end
+
+-- ---- backfill ----
+
+-- Each fire time (A.fires: execute, fire_time, due) of job A.name queued
+-- pending at its next attempt, unless an attempt of it ran or is under way
+-- (the rule of quartz_core::store::backfill_attempt): { 'ok', then for
+-- each fire in order its new row's id and attempt, or '' and '0' }.
+C.job_backfill = function()
+  local id, refused = job_as_read()
+  if refused then return refused end
+  local mine = k('job-executes:' .. id)
+  for _, f in ipairs(A.fires) do
+    if redis.call('SISMEMBER', mine, f.execute) == 0 then
+      return { 'invalid', 'trigger ' .. f.execute .. ' is not one of job ' .. A.name .. '\'s' }
+    end
+  end
+  local out, already, queued = { 'ok' }, 0, 0
+  for _, f in ipairs(A.fires) do
+    local attempt, ran = 1, false
+    while true do
+      local fid = redis.call('HGET', k('fire-keys'), unique_key(f.execute, id, f.fire_time, s(attempt)))
+      if not fid then break end
+      local state = g(fire_key(fid), 'state')
+      if state ~= 'misfired' and state ~= 'skipped' then
+        ran = true
+        break
+      end
+      attempt = attempt + 1
+    end
+    if ran then
+      already = already + 1
+      out[#out + 1] = ''
+      out[#out + 1] = '0'
+    else
+      local fire = insert_fire(f.execute, id, f.fire_time, s(attempt), '', '0', 'pending', '', '', '1', f.due)
+      out[#out + 1] = fire
+      out[#out + 1] = s(attempt)
+      queued = queued + 1
+    end
+  end
+  A.change.detail = #A.fires .. ' fire time(s)' .. A.span .. ': ' .. queued .. ' queued, ' .. already
+    .. ' already in the ledger'
+  A.change.target_id = id
+  changed(A.change)
+  return out
+end

@@ -131,6 +131,27 @@ fn probes() -> Vec<Probe> {
         probe("POST", "/api/v1/jobs/{name}/resume", "/api/v1/jobs/probe/resume", None),
         probe(
             "POST",
+            "/api/v1/jobs/{name}/backfill",
+            "/api/v1/jobs/probe/backfill",
+            Some(json!({"from": "2026-01-01T00:00:00Z", "preview": true})),
+        ),
+        probe(
+            "POST",
+            "/api/v1/jobs/{name}/backfill",
+            "/api/v1/jobs/probe/backfill",
+            Some(json!({"from": 0, "rate": 5})),
+        ),
+        probe(
+            "POST",
+            "/api/v1/jobs/{name}/backfill",
+            "/api/v1/jobs/probe/backfill",
+            Some(json!({"from": 0, "rate": 0})),
+        ),
+        probe("GET", "/api/v1/scheduler/standby", "/api/v1/scheduler/standby", None),
+        probe("POST", "/api/v1/scheduler/pause", "/api/v1/scheduler/pause", None),
+        probe("POST", "/api/v1/scheduler/resume", "/api/v1/scheduler/resume", None),
+        probe(
+            "POST",
             "/api/v1/jobs/{name}/trigger",
             "/api/v1/jobs/probe/trigger",
             None,

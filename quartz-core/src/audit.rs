@@ -243,9 +243,9 @@ fn late_starts(
         let misfired = rows.iter().any(|f| f.state == FireState::Misfired);
         for f in rows {
             let Some(started) = f.started_at else { continue };
-            // A first attempt that was pending (a backfill's) runs when
-            // it is due, not at its fire time.
-            if f.due_at.is_some() {
+            // A backfill's first attempt runs when it is due, not at its
+            // fire time.
+            if f.by_backfill() {
                 continue;
             }
             let late = started.as_millis() - f.fire_time.as_millis();

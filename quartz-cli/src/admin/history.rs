@@ -95,7 +95,8 @@ pub(super) fn fire_json(f: &FireRecord) -> Value {
     json!({
         "id": f.id,
         "execute_id": f.execute_id,
-        "by_hand": f.execute_id == quartz_core::store::MANUAL_EXECUTE,
+        "by_hand": f.by_hand(),
+        "backfill": f.by_backfill(),
         "job_id": f.job_id,
         "fire_time": f.fire_time.as_millis(),
         "attempt": f.attempt,

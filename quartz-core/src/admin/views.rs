@@ -296,8 +296,8 @@ impl FireView {
         FireView {
             id: f.id,
             execute_id: f.execute_id,
-            by_hand: f.execute_id == crate::store::MANUAL_EXECUTE,
-            backfill: f.execute_id != crate::store::MANUAL_EXECUTE && f.attempt == 1 && f.due_at.is_some(),
+            by_hand: f.by_hand(),
+            backfill: f.by_backfill(),
             job_id: f.job_id,
             job,
             fire_time: f.fire_time.as_millis(),

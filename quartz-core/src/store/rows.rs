@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::JobSpec;
+use super::{JobSpec, MANUAL_EXECUTE};
 use crate::error::Error;
 use crate::time::Timestamp;
 use crate::trigger::{Trigger, TriggerState};
@@ -323,6 +323,19 @@ pub struct FireRecord {
     pub skipped_until: Option<Timestamp>,
     /// For a skipped range: how many fire times it holds (1 for a single fire).
     pub fire_count: u64,
+}
+
+impl FireRecord {
+    /// Fired by hand ("fire now"), not by a trigger.
+    pub fn by_hand(&self) -> bool {
+        self.execute_id == MANUAL_EXECUTE
+    }
+
+    /// A past fire time a backfill queued: a trigger's first attempt that
+    /// was pending.
+    pub fn by_backfill(&self) -> bool {
+        !self.by_hand() && self.attempt == 1 && self.due_at.is_some()
+    }
 }
 
 /// A child job's fire claimed when its parent's fire succeeded.

@@ -148,15 +148,13 @@ impl Admin {
             });
         }
         let done = self.store.backfill(name, &fires).await?;
+        let due: std::collections::HashMap<(i64, Timestamp), Timestamp> =
+            fires.iter().map(|f| ((f.execute_id, f.fire_time), f.due_at)).collect();
         let last_due = done
             .queued
             .iter()
-            .filter_map(|q| {
-                fires
-                    .iter()
-                    .find(|f| f.execute_id == q.execute_id && f.fire_time == q.fire_time)
-            })
-            .map(|f| f.due_at.as_millis())
+            .filter_map(|q| due.get(&(q.execute_id, q.fire_time)))
+            .map(|t| t.as_millis())
             .max();
         Ok(BackfillView {
             job: name.to_owned(),

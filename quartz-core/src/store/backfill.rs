@@ -44,6 +44,29 @@ pub struct Backfilled {
     pub already: u64,
 }
 
+impl Backfilled {
+    /// What the change log says of a backfill of `fires` that did this,
+    /// on every backend.
+    pub fn detail(&self, fires: &[BackfillFire]) -> String {
+        format!(
+            "{} fire time(s){}: {} queued, {} already in the ledger",
+            fires.len(),
+            backfill_span(fires),
+            self.queued.len(),
+            self.already
+        )
+    }
+}
+
+/// The range of a backfill, as the change log says it: ` from A to B`, or
+/// nothing for none.
+pub fn backfill_span(fires: &[BackfillFire]) -> String {
+    match (fires.first(), fires.last()) {
+        (Some(first), Some(last)) => format!(" from {} to {}", first.fire_time, last.fire_time),
+        _ => String::new(),
+    }
+}
+
 /// The attempt a backfill inserts for a fire time whose ledger rows are
 /// `rows` (attempt, state): 1 with none; the next when every attempt was
 /// misfired or skipped (it never ran); `None` when one ran or is under way.

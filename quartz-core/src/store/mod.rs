@@ -39,7 +39,9 @@ mod spec;
 use crate::calendar::CalendarDefinition;
 use crate::time::Timestamp;
 
-pub use backfill::{BackfillFire, Backfilled, MAX_BACKFILL, QueuedFire, backfill_attempt, check_backfill};
+pub use backfill::{
+    BackfillFire, Backfilled, MAX_BACKFILL, QueuedFire, backfill_attempt, backfill_span, check_backfill,
+};
 pub use cas::{Claim, ExecuteCas, SkippedRecord};
 pub use codec::{ScheduleColumns, TriggerColumns};
 pub use contract::{CalendarStore, HistoryStore, IntoStore, JobStore, SharedStore, Store};

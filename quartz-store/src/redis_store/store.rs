@@ -431,10 +431,7 @@ impl JobStore for RedisStore {
         if fires.len() > quartz_core::store::MAX_BACKFILL {
             quartz_core::store::check_backfill(name, fires, &[])?;
         }
-        let span = match (fires.first(), fires.last()) {
-            (Some(first), Some(last)) => format!(" from {} to {}", first.fire_time, last.fire_time),
-            _ => String::new(),
-        };
+        let span = quartz_core::store::backfill_span(fires);
         let args = json!({
             "name": name,
             "span": span,

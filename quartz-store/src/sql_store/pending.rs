@@ -339,7 +339,7 @@ impl SqlStore {
                 attempt,
             });
         }
-        let detail = backfill_detail(fires, &done);
+        let detail = done.detail(fires);
         self.changed_in(
             &mut tx,
             scheduler,
@@ -349,18 +349,4 @@ impl SqlStore {
         tx.commit().await.map_err(db_error)?;
         Ok(done)
     }
-}
-
-/// What the change log says of a backfill.
-pub(crate) fn backfill_detail(fires: &[BackfillFire], done: &Backfilled) -> String {
-    let span = match (fires.first(), fires.last()) {
-        (Some(first), Some(last)) => format!(" from {} to {}", first.fire_time, last.fire_time),
-        _ => String::new(),
-    };
-    format!(
-        "{} fire time(s){span}: {} queued, {} already in the ledger",
-        fires.len(),
-        done.queued.len(),
-        done.already
-    )
 }

@@ -299,12 +299,7 @@ impl JobStore for MemoryStore {
                     attempt,
                 });
             }
-            let detail = format!(
-                "{} fire time(s): {} queued, {} already in the ledger",
-                fires.len(),
-                done.queued.len(),
-                done.already
-            );
+            let detail = done.detail(fires);
             db.changed(
                 scheduler,
                 now,

@@ -32,6 +32,7 @@ mod codec;
 mod contract;
 mod error;
 mod fire_path;
+mod history_rows;
 mod rows;
 pub mod rules;
 mod spec;
@@ -47,10 +48,10 @@ pub use codec::{ScheduleColumns, TriggerColumns};
 pub use contract::{CalendarStore, HistoryStore, IntoStore, JobStore, SharedStore, Store};
 pub use error::StoreError;
 pub use fire_path::{FireEnd, FireStore, LateRun, NodeStore, RetentionStore, ScheduleStore};
+pub use history_rows::{ChangeQuery, ChangeRecord, DEFAULT_ACTOR, FireRetry, HealthCounts};
 pub use rows::{
-    ChainedFire, ChangeAction, ChangeQuery, ChangeRecord, DEFAULT_ACTOR, DueBatch, DueCursor, Execute, ExecuteState,
-    FireQuery, FireRecord, FireRetry, FireState, FollowUp, HealthCounts, Job, JobDetail, JobQuery, JobState, Node,
-    NodeRef, NodeState, Outcome, PendingClaim, RejectedRow,
+    ChainedFire, ChangeAction, DueBatch, DueCursor, Execute, ExecuteState, FireQuery, FireRecord, FireState, FollowUp,
+    Job, JobDetail, JobQuery, JobState, Node, NodeRef, NodeState, Outcome, PendingClaim, RejectedRow,
 };
 pub(crate) use spec::duration_of;
 pub use spec::{

@@ -21,115 +21,21 @@
 //! ```
 
 mod calendar;
+mod schedule;
 mod spread;
-
-use chrono_tz::Tz;
+mod state;
 
 pub(crate) use calendar::CALENDAR_GIVE_UP_MS;
 pub use calendar::{CALENDAR_SEARCH_STEPS, TriggerCalendar};
+pub(crate) use schedule::check_interval;
+pub use schedule::{MAX_INTERVAL_MILLIS, Schedule};
 pub use spread::{Jitter, check_catch_up};
+pub use state::{Fire, NextFire, TriggerState};
 
 use crate::cron::{CronExpression, DstChoice};
 use crate::error::Error;
 use crate::misfire::MisfirePolicy;
 use crate::time::Timestamp;
-
-/// The longest interval a fixed-rate or fixed-delay trigger may have: 100 years.
-pub const MAX_INTERVAL_MILLIS: i64 = 100 * 366 * 86_400_000;
-
-/// How a trigger's fire times are spaced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Schedule {
-    /// A Quartz cron expression evaluated in a time zone.
-    Cron {
-        /// The expression.
-        expr: CronExpression,
-        /// The zone its wall times are in.
-        zone: Tz,
-        /// What it does with a local time a DST change skips or repeats
-        /// (Quartz's behaviour by default).
-        dst: DstChoice,
-    },
-    /// Every `interval_ms` from the trigger's start: start, start + i, start + 2i, …
-    /// regardless of how long each run takes (Quartz's simple trigger).
-    FixedRate {
-        /// Milliseconds between fire times, 1 to [`MAX_INTERVAL_MILLIS`].
-        interval_ms: i64,
-    },
-    /// First at the trigger's start, then `delay_ms` after the previous fire
-    /// finished; the next fire time is known only once the previous run ends.
-    FixedDelay {
-        /// Milliseconds from a run's finish to the next fire, 1 to [`MAX_INTERVAL_MILLIS`].
-        delay_ms: i64,
-    },
-    /// Exactly once, at the trigger's start.
-    Once,
-}
-
-impl Schedule {
-    /// A fixed-rate schedule.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidTrigger`] when the interval is not between 1 ms and
-    /// [`MAX_INTERVAL_MILLIS`].
-    pub fn fixed_rate_millis(interval_ms: i64) -> Result<Schedule, Error> {
-        check_interval("fixed-rate interval", interval_ms)?;
-        Ok(Schedule::FixedRate { interval_ms })
-    }
-
-    /// A fixed-delay schedule.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidTrigger`] when the delay is not between 1 ms and
-    /// [`MAX_INTERVAL_MILLIS`].
-    pub fn fixed_delay_millis(delay_ms: i64) -> Result<Schedule, Error> {
-        check_interval("fixed-delay delay", delay_ms)?;
-        Ok(Schedule::FixedDelay { delay_ms })
-    }
-
-    /// A cron schedule, with Quartz's behaviour at DST changes.
-    pub fn cron(expr: CronExpression, zone: Tz) -> Schedule {
-        Schedule::cron_with_dst(expr, zone, DstChoice::QUARTZ)
-    }
-
-    /// A cron schedule with an explicit choice for the local times a DST
-    /// change skips or repeats.
-    pub fn cron_with_dst(expr: CronExpression, zone: Tz, dst: DstChoice) -> Schedule {
-        Schedule::Cron { expr, zone, dst }
-    }
-
-    /// A fixed-rate schedule of a [`Duration`](std::time::Duration), kept to
-    /// the millisecond.
-    ///
-    /// # Errors
-    ///
-    /// As [`fixed_rate_millis`](Self::fixed_rate_millis).
-    pub fn every(interval: std::time::Duration) -> Result<Schedule, Error> {
-        Schedule::fixed_rate_millis(crate::store::millis_of(interval))
-    }
-
-    /// A fixed-delay schedule of a [`Duration`](std::time::Duration).
-    ///
-    /// # Errors
-    ///
-    /// As [`fixed_delay_millis`](Self::fixed_delay_millis).
-    pub fn after_each(delay: std::time::Duration) -> Result<Schedule, Error> {
-        Schedule::fixed_delay_millis(crate::store::millis_of(delay))
-    }
-}
-
-fn check_interval(what: &str, ms: i64) -> Result<(), Error> {
-    if (1..=MAX_INTERVAL_MILLIS).contains(&ms) {
-        Ok(())
-    } else {
-        Err(Error::InvalidTrigger {
-            reason: format!("{what} must be between 1 ms and 100 years, got {ms} ms"),
-        })
-    }
-}
 
 /// A schedule with its validity window and repeat limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -622,69 +528,4 @@ impl Trigger {
             Some(fire)
         })
     }
-}
-
-/// The part of an execute row the claim's compare-and-set reads and writes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TriggerState {
-    /// The last fire time won, if any.
-    pub prev_fire_time: Option<Timestamp>,
-    /// The next fire time, if one is scheduled.
-    pub next_fire_time: Option<Timestamp>,
-    /// How many times the trigger has fired.
-    pub times_triggered: u64,
-    /// A fixed-delay trigger waiting for its running fire to finish.
-    pub awaiting_finish: bool,
-    /// The row's calendar stamp, which moves when a calendar the trigger
-    /// uses changes (its fire times recomputed): compared by every
-    /// compare-and-set, so that fire times expanded under the calendar as
-    /// it was are not won; never written by one.
-    pub calendar_stamp: i64,
-}
-
-impl TriggerState {
-    /// The state of a trigger that has never fired.
-    pub fn initial(trigger: &Trigger) -> TriggerState {
-        TriggerState {
-            prev_fire_time: None,
-            next_fire_time: trigger.first_fire_time(),
-            times_triggered: 0,
-            awaiting_finish: false,
-            calendar_stamp: 0,
-        }
-    }
-
-    fn next_fire_time_kind(&self) -> NextFire {
-        match (self.next_fire_time, self.awaiting_finish) {
-            (_, true) => NextFire::AfterFinish,
-            (Some(t), false) => NextFire::At(t),
-            (None, false) => NextFire::Done,
-        }
-    }
-}
-
-/// What follows a fire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NextFire {
-    /// The next fire time.
-    At(Timestamp),
-    /// A fixed-delay trigger: the next fire time is the finish time plus the delay.
-    AfterFinish,
-    /// The trigger is complete: past its end, at its repeat limit, or with no
-    /// further cron time.
-    Done,
-}
-
-/// One fire of a trigger, with the row's state before and after it is won: the
-/// compare-and-set matches `before` and writes `after`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fire {
-    /// The scheduled fire time.
-    pub fire_time: Timestamp,
-    /// The state the claim expects.
-    pub before: TriggerState,
-    /// The state the claim writes.
-    pub after: TriggerState,
-    /// What follows this fire.
-    pub next: NextFire,
 }

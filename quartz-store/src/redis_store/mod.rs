@@ -97,6 +97,7 @@ mod calendars;
 mod conn;
 mod decode;
 mod engine;
+mod history;
 mod keys;
 mod registry;
 mod script;

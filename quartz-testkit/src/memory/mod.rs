@@ -36,6 +36,7 @@ mod admin;
 mod db;
 mod ends;
 mod engine;
+mod history;
 
 use std::sync::Arc;
 

@@ -101,9 +101,9 @@ pub mod prelude {
 pub mod store {
     pub use quartz_core::store::prelude;
     pub use quartz_core::store::{
-        CHANGE_VISIBILITY_MS, CalendarRecord, CalendarStore, ChangeAction, ChangeQuery, ChangeRecord, DEFAULT_ACTOR,
-        Execute, ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireRetry, FireState, HealthCounts, HistoryStore,
-        IntoStore, Job, JobDetail, JobQuery, JobSpec, JobState, JobStore, MANUAL_EXECUTE, MAX_ATTEMPTS,
+        CHANGE_VISIBILITY_MS, CalendarRecord, CalendarStore, ChangeAction, ChangeQuery, ChangeRecord, ConcurrencyLimit,
+        DEFAULT_ACTOR, Execute, ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireRetry, FireState, HealthCounts,
+        HistoryStore, IntoStore, Job, JobDetail, JobQuery, JobSpec, JobState, JobStore, MANUAL_EXECUTE, MAX_ATTEMPTS,
         MAX_DESCRIPTION_BYTES, MAX_ERROR_BYTES, MAX_NAME_BYTES, MAX_PAYLOAD_BYTES, Node, NodeRef, NodeState,
         RejectedRow, RetryPolicy, START_NOW_GRACE_MS, SharedStore, Store, StoreError, TriggerColumns, check_name,
         millis_of,

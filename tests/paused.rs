@@ -306,3 +306,76 @@ async fn a_node_that_cannot_renew_its_membership_runs_nothing_unconfirmed() {
         node.shutdown().await;
     }
 }
+
+/// Overlap policies and a concurrency limit on the in-memory store, on a
+/// stepped clock: a job every second whose runs take 2.5 s skips the fires
+/// due meanwhile, and three jobs of one key with a limit of one never run
+/// two fires at once, the fires held back waiting their turn.
+#[tokio::test(start_paused = true)]
+async fn overlap_and_a_limit_on_a_stepped_clock() {
+    use quartz::store::{ConcurrencyLimit, FireRecord};
+    use quartz::trigger::Overlap;
+
+    let store = MemoryStore::new();
+    let node = SchedulerBuilder::new(CLUSTER)
+        .settings(quartz_testkit::fast_settings())
+        .paused_clock_for_tests(true)
+        .async_handler("slow", |ctx: JobContext| async move {
+            let ms = if ctx.job_name() == "skip" { 2_500 } else { 1_500 };
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok(())
+        })
+        .start(store.clone())
+        .await
+        .unwrap();
+    let every = || TriggerDefinition::every(Duration::from_secs(1)).repeating(6);
+    let skip = JobDefinition::new("skip", "slow").with_trigger(every().overlap(Overlap::Skip));
+    node.admin().job_add(&skip).await.unwrap();
+    for i in 0..3 {
+        let job = JobDefinition::new(format!("limited-{i}"), "slow")
+            .with_limit(ConcurrencyLimit::new(1, "one-at-a-time"))
+            .with_trigger(every());
+        node.admin().job_add(&job).await.unwrap();
+    }
+    let from = store.now().await.unwrap();
+    let scoped = quartz::store::AnyStore::from(store.scoped(CLUSTER));
+    wait_until(Duration::from_secs(120), "every fire ended", || async {
+        let rows = quartz_testkit::ledger(&scoped, CLUSTER).await;
+        rows.len() == 24 && rows.iter().all(|f| f.state.is_ended())
+    })
+    .await;
+    let until = store.now().await.unwrap();
+    node.shutdown().await;
+    let rows = quartz_testkit::ledger(&scoped, CLUSTER).await;
+    let names: std::collections::HashMap<i64, String> = scoped
+        .list_jobs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| (j.id, j.spec.name))
+        .collect();
+    let (skipping, limited): (Vec<&FireRecord>, Vec<&FireRecord>) =
+        rows.iter().partition(|f| names[&f.job_id] == "skip");
+    assert!(
+        skipping
+            .iter()
+            .any(|f| f.state == FireState::Skipped
+                && f.error.as_deref().unwrap_or_default().contains("overlap policy skip")),
+        "{skipping:#?}"
+    );
+    assert!(limited.iter().all(|f| f.state == FireState::Succeeded), "{limited:#?}");
+    let mut runs: Vec<(Timestamp, Timestamp)> = limited
+        .iter()
+        .map(|f| (f.started_at.unwrap(), f.finished_at.unwrap()))
+        .collect();
+    runs.sort_unstable();
+    assert!(runs.windows(2).all(|w| w[1].0 >= w[0].1), "one at a time: {runs:?}");
+    assert!(limited.iter().any(|f| f.by_overlap()), "some waited their turn");
+    let params = quartz::audit::AuditParams {
+        since: from,
+        until,
+        misfire_threshold: quartz_testkit::fast_settings().misfire.threshold,
+    };
+    let report = quartz::audit::audit(&*scoped, &params).await.unwrap();
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}

@@ -120,6 +120,7 @@ pub fn trigger_row(data: &[u8]) {
         jitter_ms: (flags & 128 != 0).then(|| number(2).rem_euclid(1 << 40)),
         jitter_seed: (flags & 128 != 0).then(|| number(3)),
         catch_up_ms: None,
+        overlap: None,
     };
     if let Ok(trigger) = columns.to_trigger() {
         let mut t = Timestamp::from_millis(columns.start_time.saturating_sub(1));

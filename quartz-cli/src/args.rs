@@ -108,6 +108,12 @@ pub struct TriggerArgs {
     /// ones are recorded misfired and skipped, whatever --misfire says.
     #[arg(long, value_parser = duration_arg)]
     pub catch_up: Option<Duration>,
+    /// What a fire does while a fire of its job still runs: allow, skip
+    /// (recorded skipped), buffer_one (runs once when it ends), buffer_all
+    /// (each runs, in order) or cancel (asks the running fire to stop, then
+    /// runs) [default: the job's own rule, --no-concurrent].
+    #[arg(long)]
+    pub overlap: Option<String>,
     #[command(flatten)]
     pub dst: DstArgs,
 }
@@ -158,6 +164,7 @@ impl TriggerArgs {
             || self.calendar.is_some()
             || self.jitter.is_some()
             || self.catch_up.is_some()
+            || self.overlap.is_some()
             || self.dst.given()
     }
 
@@ -193,6 +200,7 @@ impl TriggerArgs {
         trigger.calendar.clone_from(&self.calendar);
         trigger.jitter = self.jitter;
         trigger.catch_up = self.catch_up;
+        trigger.overlap = self.overlap.as_deref().map(str::parse).transpose()?;
         Ok(trigger)
     }
 }
@@ -231,6 +239,14 @@ pub struct JobArgs {
     /// Run after this job succeeds (a chain).
     #[arg(long)]
     pub parent: Option<String>,
+    /// At most N fires at once, on every node together, among the jobs with
+    /// the same --limit-key; 0 removes the limit.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
+    /// The limit's key: {handler} and {/json/pointer} into the payload stand
+    /// for their values, e.g. 'tenant:{/tenant}' [default: {handler}].
+    #[arg(long, value_name = "KEY")]
+    pub limit_key: Option<String>,
 }
 
 impl JobArgs {
@@ -260,6 +276,8 @@ impl JobArgs {
             backoff: self.backoff,
             backoff_max: self.backoff_max.map(Some),
             parent: self.parent.clone().map(Some),
+            concurrency_limit: self.limit.map(|n| (n != 0).then_some(n)),
+            concurrency_key: self.limit_key.clone(),
             ..JobPatch::default()
         })
     }

@@ -329,6 +329,47 @@ fn every_admin_command(url: &str) {
         &["job", "edit", "report", "--cron", "0 0 0 * * ?", "--jitter", "0s"],
         "jitter",
     );
+    // An overlap policy and a concurrency limit: stored, shown, and a key
+    // the payload cannot fill refused.
+    let limited = json(
+        &url,
+        &[
+            "job",
+            "edit",
+            "report",
+            "--cron",
+            "0 0 0 * * ?",
+            "--overlap",
+            "buffer_one",
+            "--payload",
+            r#"{"tenant": "acme"}"#,
+            "--limit",
+            "2",
+            "--limit-key",
+            "tenant:{/tenant}",
+        ],
+    );
+    assert_eq!(limited["triggers"][0]["overlap"], "buffer_one");
+    assert_eq!(limited["concurrency_limit"], 2);
+    assert_eq!(limited["concurrency_key"], "tenant:{/tenant}");
+    refused(
+        &url,
+        &["job", "edit", "report", "--limit-key", "{/customer}"],
+        "concurrency_key",
+    );
+    refused(
+        &url,
+        &[
+            "job",
+            "edit",
+            "report",
+            "--cron",
+            "0 0 0 * * ?",
+            "--overlap",
+            "sometimes",
+        ],
+        "overlap",
+    );
     // A backfill previewed and queued (a trigger edited now has no past times).
     let preview = json(&url, &["job", "backfill", "report", "--from", "0", "--preview"]);
     assert_eq!(preview["preview"], true);

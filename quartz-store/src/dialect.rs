@@ -203,10 +203,14 @@ impl Backend {
                         "standby",
                         include_str!(concat!("../../migrations/", $dir, "/0016_standby.sql")),
                     ),
+                    (
+                        "overlap and limits",
+                        include_str!(concat!("../../migrations/", $dir, "/0017_overlap_limits.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 16] = match self {
+        let files: [(&str, &'static str); 17] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

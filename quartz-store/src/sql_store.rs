@@ -36,7 +36,8 @@ macro_rules! node_cols {
 macro_rules! job_cols {
     () => {
         "id, scheduler, name, handler, payload, description, state, requests_recovery, allow_concurrent, \
-         timeout_ms, max_attempts, backoff_ms, backoff_max_ms, parent_job, created_at, updated_at, version"
+         timeout_ms, max_attempts, backoff_ms, backoff_max_ms, parent_job, created_at, updated_at, version, \
+         concurrency_limit, concurrency_key"
     };
 }
 macro_rules! execute_cols {
@@ -44,7 +45,7 @@ macro_rules! execute_cols {
         "id, job_id, scheduler, kind, cron_expression, time_zone, interval_ms, start_time, end_time, \
          repeat_limit, times_triggered, misfire_policy, priority, state, prev_fire_time, next_fire_time, \
          node_id, incarnation, error, schedule_sig, calendar, calendar_stamp, dst_skipped, dst_repeated, \
-         jitter_ms, jitter_seed, catch_up_ms"
+         jitter_ms, jitter_seed, catch_up_ms, overlap"
     };
 }
 macro_rules! fire_cols {
@@ -71,6 +72,7 @@ mod filtered;
 mod fires;
 pub(crate) mod jobs;
 mod nodes;
+mod overlap;
 mod pending;
 
 use crate::common::{CalendarSet, truncate};

@@ -322,6 +322,7 @@ faulty! {
         fn abandon(&self, fire: &FireRecord) -> bool;
         fn fires_pending(&self, before: Timestamp, limit: u32) -> Vec<FireRecord>;
         fn pending_claim(&self, fire_id: i64, node: &NodeRef, exclusive: bool) -> PendingClaim;
+        fn cancel_requests(&self, node: &NodeRef) -> Vec<i64>;
     }
     impl RetentionStore {
         fn purge_turn(&self, every_ms: i64) -> bool;

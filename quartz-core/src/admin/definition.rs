@@ -14,7 +14,7 @@ use crate::cron::{CronExpression, DstChoice, parse_time_zone};
 use crate::misfire::MisfirePolicy;
 use crate::store::{ExecuteSpec, JobSpec, RetryPolicy};
 use crate::time::Timestamp;
-use crate::trigger::{Jitter, Schedule, Trigger};
+use crate::trigger::{Jitter, Overlap, Schedule, Trigger};
 
 /// An instant as the admin API takes it: epoch milliseconds (a number, or
 /// digits in a query string), or RFC 3339 text (`2026-12-24T18:00:00+01:00`).
@@ -116,7 +116,7 @@ impl TriggerKind {
 /// A trigger: when its job fires. Its JSON form is the API's (`kind`,
 /// `cron`, `time_zone`, `interval_ms`, `start`, `end`, `repeat`, `misfire`,
 /// `priority`, `calendar`, `dst_skipped`, `dst_repeated`, `jitter_ms`,
-/// `catch_up_ms`); reading it
+/// `catch_up_ms`, `overlap`); reading it
 /// checks each value and names the field at fault.
 ///
 /// ```
@@ -156,6 +156,9 @@ pub struct TriggerDefinition {
     /// recorded as misfired and skipped, whatever the misfire policy (see
     /// [`Trigger::with_catch_up`]).
     pub catch_up: Option<Duration>,
+    /// What a fire does while a fire of its job is still running (see
+    /// [`Overlap`]); `None` keeps the job's own rule.
+    pub overlap: Option<Overlap>,
 }
 
 impl TriggerDefinition {
@@ -171,6 +174,7 @@ impl TriggerDefinition {
             calendar: None,
             jitter: None,
             catch_up: None,
+            overlap: None,
         }
     }
 
@@ -255,6 +259,13 @@ impl TriggerDefinition {
     #[must_use]
     pub fn jitter(mut self, max: Duration) -> TriggerDefinition {
         self.jitter = Some(max);
+        self
+    }
+
+    /// What a fire does while a fire of its job is still running.
+    #[must_use]
+    pub fn overlap(mut self, policy: Overlap) -> TriggerDefinition {
+        self.overlap = Some(policy);
         self
     }
 
@@ -347,6 +358,7 @@ impl TriggerDefinition {
         if let Some(window) = self.catch_up {
             trigger = trigger.with_catch_up(window).map_err(|e| invalid("catch_up_ms", &e))?;
         }
+        trigger = trigger.with_overlap(self.overlap);
         Ok(ExecuteSpec {
             trigger,
             priority: self.priority,
@@ -374,6 +386,7 @@ impl TriggerDefinition {
             calendar: trigger.calendar_name().map(str::to_owned),
             jitter: trigger.jitter().map(|j| crate::store::duration_of(j.max_ms)),
             catch_up: trigger.catch_up(),
+            overlap: trigger.overlap(),
         }
     }
 }
@@ -494,6 +507,13 @@ impl JobDefinition {
         self
     }
 
+    /// A cluster-wide concurrency limit (see [`ConcurrencyLimit`](crate::store::ConcurrencyLimit)).
+    #[must_use]
+    pub fn with_limit(mut self, limit: crate::store::ConcurrencyLimit) -> JobDefinition {
+        self.spec.limit = Some(limit);
+        self
+    }
+
     /// A parent: the job runs after each success of this one instead of on
     /// triggers.
     #[must_use]
@@ -511,6 +531,7 @@ impl JobDefinition {
         self.spec
             .check_fields()
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
+        check_overlaps(self.spec.allow_concurrent, &self.triggers)?;
         let executes = self
             .triggers
             .iter()
@@ -518,5 +539,22 @@ impl JobDefinition {
             .map(|(i, t)| t.to_execute(&self.spec.name, i, now))
             .collect::<Result<Vec<_>, _>>()?;
         Ok((self.spec.clone(), executes))
+    }
+}
+
+/// A job that disallows concurrency cannot have a trigger whose overlap
+/// policy allows it.
+pub(crate) fn check_overlaps(allow_concurrent: bool, triggers: &[TriggerDefinition]) -> Result<(), AdminError> {
+    if allow_concurrent {
+        return Ok(());
+    }
+    match triggers.iter().position(|t| t.overlap == Some(Overlap::Allow)) {
+        Some(i) => Err(AdminError::invalid(
+            format!("triggers[{i}].overlap"),
+            "the job disallows concurrency (allow_concurrent is false): its triggers' overlap policy \
+             cannot be allow"
+                .to_owned(),
+        )),
+        None => Ok(()),
     }
 }

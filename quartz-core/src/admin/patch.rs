@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::AdminError;
 use super::definition::TriggerDefinition;
 use super::wire::{FieldError, wire_duration};
-use crate::store::{ExecuteSpec, JobSpec, millis_of};
+use crate::store::{ConcurrencyLimit, DEFAULT_LIMIT_KEY, ExecuteSpec, JobSpec, millis_of};
 use crate::time::Timestamp;
 
 /// A change to a job: each field given replaces the job's; `triggers`, when
@@ -51,6 +51,10 @@ pub struct JobPatch {
     pub backoff_max: Option<Option<Duration>>,
     /// A parent job, or (`Some(None)`) none.
     pub parent: Option<Option<String>>,
+    /// A concurrency limit, or (`Some(None)`) none.
+    pub concurrency_limit: Option<Option<u32>>,
+    /// Another key for the concurrency limit.
+    pub concurrency_key: Option<String>,
     /// New triggers, replacing all the job's.
     pub triggers: Option<Vec<TriggerDefinition>>,
 }
@@ -94,6 +98,13 @@ pub(super) struct PatchWire {
     /// A parent job; `""` removes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     parent: Option<String>,
+    /// At most this many fires at once of the job's concurrency key; `0`
+    /// removes the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    concurrency_limit: Option<u32>,
+    /// The concurrency limit's key template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    concurrency_key: Option<String>,
     /// New triggers, replacing all the job's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     triggers: Option<Vec<TriggerDefinition>>,
@@ -120,6 +131,8 @@ impl TryFrom<PatchWire> for JobPatch {
             backoff: w.backoff_ms.map(|ms| wire_duration("backoff_ms", ms)).transpose()?,
             backoff_max: optional("backoff_max_ms", w.backoff_max_ms)?,
             parent: w.parent.map(|p| (!p.is_empty()).then_some(p)),
+            concurrency_limit: w.concurrency_limit.map(|n| (n != 0).then_some(n)),
+            concurrency_key: w.concurrency_key,
             triggers: w.triggers,
         })
     }
@@ -140,6 +153,8 @@ impl From<JobPatch> for PatchWire {
             backoff_ms: p.backoff.map(millis_of),
             backoff_max_ms: p.backoff_max.map(ms),
             parent: p.parent.map(Option::unwrap_or_default),
+            concurrency_limit: p.concurrency_limit.map(Option::unwrap_or_default),
+            concurrency_key: p.concurrency_key,
             triggers: p.triggers,
         }
     }
@@ -186,8 +201,31 @@ impl JobPatch {
         if let Some(parent) = &self.parent {
             base.parent.clone_from(parent);
         }
+        match (self.concurrency_limit, &self.concurrency_key) {
+            (Some(None), _) => base.limit = None,
+            (Some(Some(max)), key) => {
+                let key = key
+                    .clone()
+                    .or_else(|| base.limit.as_ref().map(|l| l.key.clone()))
+                    .unwrap_or_else(|| DEFAULT_LIMIT_KEY.to_owned());
+                base.limit = Some(ConcurrencyLimit::new(max, key));
+            }
+            (None, Some(key)) => match &mut base.limit {
+                Some(limit) => limit.key.clone_from(key),
+                None => {
+                    return Err(AdminError::invalid(
+                        "concurrency_key",
+                        "the job has no concurrency limit: give concurrency_limit too".to_owned(),
+                    ));
+                }
+            },
+            (None, None) => {}
+        }
         base.check_fields()
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
+        if let Some(triggers) = &self.triggers {
+            super::definition::check_overlaps(base.allow_concurrent, triggers)?;
+        }
         let executes = match &self.triggers {
             Some(triggers) => Some(
                 triggers

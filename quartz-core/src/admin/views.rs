@@ -119,6 +119,9 @@ pub fn summary(trigger: &crate::trigger::Trigger) -> String {
     if let Some(window) = trigger.catch_up() {
         text.push_str(&format!(", catch-up window {} ms", window.as_millis()));
     }
+    if let Some(overlap) = trigger.overlap() {
+        text.push_str(&format!(", overlap {overlap}"));
+    }
     text
 }
 

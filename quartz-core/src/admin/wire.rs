@@ -14,8 +14,11 @@ use serde::{Deserialize, Serialize};
 use super::AdminError;
 use super::definition::{JobDefinition, TriggerDefinition, TriggerKind, deserialize_instant};
 use crate::misfire::MisfirePolicy;
-use crate::store::{JobSpec, RetryPolicy, ScheduleColumns, duration_of, millis_of};
+use crate::store::{
+    ConcurrencyLimit, DEFAULT_LIMIT_KEY, JobSpec, RetryPolicy, ScheduleColumns, duration_of, millis_of,
+};
 use crate::time::Timestamp;
+use crate::trigger::Overlap;
 
 /// A field of the JSON form that cannot be read, by name: what the
 /// definitions' deserialisation reports, as `` `cron`: why ``, so that the
@@ -124,6 +127,11 @@ pub(super) struct TriggerWire {
     /// misfire policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catch_up_ms: Option<i64>,
+    /// What a fire does while a fire of its job is still running: `allow`,
+    /// `skip`, `buffer_one`, `buffer_all` or `cancel`; absent keeps the
+    /// job's own rule (`allow_concurrent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<String>,
 }
 
 impl TryFrom<TriggerWire> for TriggerDefinition {
@@ -184,7 +192,14 @@ impl TryFrom<TriggerWire> for TriggerDefinition {
         };
         let jitter = duration("jitter_ms", w.jitter_ms)?;
         let catch_up = duration("catch_up_ms", w.catch_up_ms)?;
+        let overlap = w
+            .overlap
+            .as_deref()
+            .map(str::parse::<Overlap>)
+            .transpose()
+            .map_err(|e| FieldError::new("overlap", e))?;
         Ok(TriggerDefinition {
+            overlap,
             schedule,
             jitter,
             catch_up,
@@ -216,6 +231,7 @@ impl From<TriggerDefinition> for TriggerWire {
             dst_repeated: columns.dst_repeated,
             jitter_ms: t.jitter.map(millis_of),
             catch_up_ms: t.catch_up.map(millis_of),
+            overlap: t.overlap.map(|o| o.as_str().to_owned()),
         }
     }
 }
@@ -275,6 +291,14 @@ pub(super) struct JobWire {
     /// Run after each success of this job instead of on triggers.
     #[serde(default)]
     pub parent: Option<String>,
+    /// At most this many fires at once, on every node together, among the
+    /// jobs whose `concurrency_key` resolves the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_limit: Option<u32>,
+    /// The limit's key: `{handler}` (the default) and `{/json/pointer}`
+    /// into the payload stand for their values, e.g. `tenant:{/tenant}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
     /// Its triggers (none for a child job, or a job run only by hand).
     #[serde(default)]
     pub triggers: Vec<TriggerDefinition>,
@@ -312,11 +336,27 @@ impl TryFrom<JobWire> for JobDefinition {
                     .transpose()?,
             },
             parent: w.parent,
+            limit: limit_of(w.concurrency_limit, w.concurrency_key)?,
         };
         Ok(JobDefinition {
             spec: job,
             triggers: w.triggers,
         })
+    }
+}
+
+/// A concurrency limit from its two fields: a key needs a limit.
+pub(super) fn limit_of(max: Option<u32>, key: Option<String>) -> Result<Option<ConcurrencyLimit>, FieldError> {
+    match (max, key) {
+        (Some(max), key) => Ok(Some(ConcurrencyLimit::new(
+            max,
+            key.unwrap_or_else(|| DEFAULT_LIMIT_KEY.to_owned()),
+        ))),
+        (None, Some(_)) => Err(FieldError::new(
+            "concurrency_key",
+            "a concurrency key needs a concurrency_limit",
+        )),
+        (None, None) => Ok(None),
     }
 }
 
@@ -348,6 +388,12 @@ pub(super) struct JobSpecWire {
     pub backoff_max_ms: Option<i64>,
     /// Its parent job, for a child.
     pub parent: Option<String>,
+    /// At most this many fires at once of its concurrency key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency_limit: Option<u32>,
+    /// The limit's key template.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
 }
 
 impl From<&JobSpec> for JobSpecWire {
@@ -364,6 +410,8 @@ impl From<&JobSpec> for JobSpecWire {
             backoff_ms: millis_of(s.retry.backoff),
             backoff_max_ms: s.retry.backoff_max.map(millis_of),
             parent: s.parent.clone(),
+            concurrency_limit: s.limit.as_ref().map(|l| l.max),
+            concurrency_key: s.limit.as_ref().map(|l| l.key.clone()),
         }
     }
 }

@@ -20,6 +20,11 @@ use crate::store::{FireEnd, FireQuery, FireState, JobState, MANUAL_EXECUTE, Pend
 /// for its job's running fire to end.
 const ROOM_TICK: Duration = Duration::from_millis(50);
 
+/// The longest a pending fire that its job's running fire blocks waits
+/// between two tries (each a transaction): the wait doubles from
+/// [`ROOM_TICK`] up to this.
+const BLOCKED_TICK_MAX: Duration = Duration::from_millis(400);
+
 /// The most pending fires one poll reads.
 pub(super) const PENDING_BATCH: u32 = 1_000;
 
@@ -67,6 +72,7 @@ impl Backlog {
         if !self.ctx.pause(wait).await {
             return;
         }
+        let mut tick = ROOM_TICK;
         loop {
             // Room in the lane of its job's handler: a thread free and room
             // in the pool, or room for another task.
@@ -79,6 +85,7 @@ impl Backlog {
                         if claimed {
                             return;
                         }
+                        tick = (tick * 2).min(BLOCKED_TICK_MAX);
                     }
                     Ok(None) => return,
                     Err(e) => {
@@ -86,7 +93,7 @@ impl Backlog {
                     }
                 }
             }
-            if !self.ctx.pause(ROOM_TICK).await {
+            if !self.ctx.pause(tick).await {
                 return;
             }
         }
@@ -140,6 +147,10 @@ impl Backlog {
         let Some(job) = job else { return Ok(Some(true)) };
         let kind = if by_hand && fire.attempt == 1 {
             RunKind::ByHand
+        } else if fire.attempt == 1 && fire.due_at == fire.fire_time {
+            // A trigger's fire that waited for its job's running fire under
+            // an overlap policy: due at its own time.
+            RunKind::Scheduled
         } else {
             self.pending_kind(fire).await
         };

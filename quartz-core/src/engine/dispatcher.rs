@@ -20,7 +20,7 @@ use super::run::RunFire;
 use super::strategy::tries_first;
 use crate::store::{Claim, ExecuteState, NodeRef};
 use crate::time::Timestamp;
-use crate::trigger::NextFire;
+use crate::trigger::{NextFire, Overlap};
 
 /// How long after a failed claim its fires are tried again.
 const CLAIM_RETRY_MS: i64 = 50;
@@ -151,9 +151,14 @@ impl Dispatcher {
         };
         let mut starts: BTreeMap<Timestamp, Vec<RunFire>> = BTreeMap::new();
         let mut lost = 0;
+        let mut held = false;
         for (((pending, claim), fire_id), hold) in due.into_iter().zip(claims).zip(won).zip(holds) {
             let Some(fire_id) = fire_id else {
                 lost += 1;
+                // Under an overlap policy or a limit the row may have moved
+                // on (the fire recorded skipped or pending): polled again
+                // now, for its next fires and the pending one.
+                held |= claim.overlap.is_some() || pending.job.spec.limit.is_some();
                 self.queue.forget(pending.execute_id);
                 continue;
             };
@@ -172,6 +177,9 @@ impl Dispatcher {
                 hold: Some(hold),
             });
         }
+        if held {
+            self.ctx.poll_now.notify_one();
+        }
         let won_count: u64 = starts.values().map(|v| v.len() as u64).sum();
         tracing::debug!(scheduler = self.ctx.scheduler, won = won_count, lost, "claims");
         self.ctx.count(|c| {
@@ -185,15 +193,35 @@ impl Dispatcher {
 }
 
 /// The claim of a queued fire: a compare-and-set from the state it expects
-/// to the state it leaves. A job that disallows concurrency is blocked while
-/// the fire runs, and refused while another execute of the job runs: one
-/// fire of the job at a time.
+/// to the state it leaves. A job that disallows concurrency, its trigger
+/// without an overlap policy, is blocked while the fire runs, and refused
+/// while another execute of the job runs: one fire of the job at a time. A
+/// trigger with an overlap policy other than allow is never blocked: the
+/// store applies the policy when the claim finds a fire of the job open.
+///
+/// A job with a concurrency limit always claims this way (the store counts
+/// its key's open fires under the key's lock); a fire that finds the key
+/// full waits as a pending fire, or is skipped under skip. Such a job's
+/// trigger is never blocked while a fire runs: a fire it holds back is
+/// recorded instead.
 fn claim_of(pending: &Pending, node: &NodeRef) -> Claim {
     let mut claim = Claim::for_fire(pending.execute_id, &pending.fire, node);
-    if !pending.job.spec.allow_concurrent {
-        claim.exclusive = true;
-        if matches!(pending.fire.next, NextFire::At(_)) {
-            claim.cas.set_state = ExecuteState::Running;
+    let limited = pending.job.spec.limit.is_some();
+    match Overlap::effective(pending.trigger.overlap(), pending.job.spec.allow_concurrent) {
+        Some(Overlap::Allow) if limited => {
+            claim.exclusive = true;
+            claim.overlap = Some(Overlap::Allow);
+        }
+        Some(Overlap::Allow) => {}
+        None => {
+            claim.exclusive = true;
+            if matches!(pending.fire.next, NextFire::At(_)) && !limited {
+                claim.cas.set_state = ExecuteState::Running;
+            }
+        }
+        Some(policy) => {
+            claim.exclusive = true;
+            claim.overlap = Some(policy);
         }
     }
     claim

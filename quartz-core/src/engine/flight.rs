@@ -72,6 +72,9 @@ pub(super) struct Flights {
     inflight: AtomicUsize,
     /// Running fires' cancellation senders.
     running: Mutex<HashMap<i64, watch::Sender<Option<CancelReason>>>>,
+    /// Claimed fires not running yet that a newer fire of their job asked to
+    /// stop (the cancel overlap policy).
+    cancel_asked: Mutex<HashSet<i64>>,
     /// The fires this node holds for the pool.
     pub(super) room: Arc<Room>,
     /// The fires this node holds for async handlers' tasks.
@@ -108,6 +111,11 @@ impl Flights {
         }
     }
 
+    /// Whether this node has fires claimed or running.
+    pub(super) fn any_open(&self) -> bool {
+        !self.unstarted.lock().is_empty() || !self.running.lock().is_empty()
+    }
+
     /// Whether a fire is won and not started.
     pub(super) fn is_unstarted(&self, id: i64) -> bool {
         self.unstarted.lock().contains(&id)
@@ -133,9 +141,34 @@ impl Flights {
         self.inflight.load(Ordering::SeqCst)
     }
 
-    /// A fire's handler runs, cancelled through `cancel`.
+    /// A fire's handler runs, cancelled through `cancel` (at once when a
+    /// newer fire asked it to stop before it started).
     pub(super) fn running(&self, fire_id: i64, cancel: watch::Sender<Option<CancelReason>>) {
+        if self.cancel_asked.lock().remove(&fire_id) {
+            let _ = cancel.send(Some(CancelReason::Overlapped));
+        }
         self.running.lock().insert(fire_id, cancel);
+    }
+
+    /// The fires a newer fire of their job asked to stop (the store's whole
+    /// list for this node): those running are cancelled, the others when
+    /// they start.
+    pub(super) fn cancel_asked(&self, fire_ids: &[i64]) {
+        let running = self.running.lock();
+        let mut asked = self.cancel_asked.lock();
+        asked.clear();
+        for id in fire_ids {
+            match running.get(id) {
+                Some(cancel) => {
+                    if cancel.borrow().is_none() {
+                        let _ = cancel.send(Some(CancelReason::Overlapped));
+                    }
+                }
+                None => {
+                    asked.insert(*id);
+                }
+            }
+        }
     }
 
     /// A fire's handler returned.

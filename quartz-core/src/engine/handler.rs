@@ -119,6 +119,10 @@ pub enum CancelReason {
     TimedOut,
     /// The node is shutting down and its grace period ran out.
     Shutdown,
+    /// A newer fire of the job, under the cancel overlap policy
+    /// ([`Overlap::Cancel`](crate::trigger::Overlap::Cancel)), replaces this
+    /// one; the fire is recorded as failed and not retried.
+    Overlapped,
 }
 
 impl fmt::Display for CancelReason {
@@ -126,6 +130,7 @@ impl fmt::Display for CancelReason {
         f.write_str(match self {
             CancelReason::TimedOut => "timed out",
             CancelReason::Shutdown => "node shutting down",
+            CancelReason::Overlapped => "replaced by a newer fire of the job (overlap policy cancel)",
         })
     }
 }

@@ -24,7 +24,9 @@ const CHANGE_ERROR_PAUSE: Duration = Duration::from_secs(1);
 /// Polls at once whenever the scheduler's change counter moves. The poll
 /// expands new and edited triggers, and requeues the fires of an edited
 /// job with its new version. A change may be the whole scheduler paused or
-/// resumed: the standby is read again at every change.
+/// resumed: the standby is read again at every change. It may be a newer
+/// fire asking fires this node runs to stop (the cancel overlap policy):
+/// read at every change while the node has fires open.
 pub(super) async fn change_watcher(ctx: Arc<Ctx>) {
     let mut seen: Option<i64> = None;
     let mut stop = ctx.stop_signal();
@@ -55,6 +57,16 @@ pub(super) async fn change_watcher(ctx: Arc<Ctx>) {
                                 return;
                             }
                             continue;
+                        }
+                    }
+                    // A change may be a newer fire asking this node's fires
+                    // of its job to stop (the cancel overlap policy).
+                    if ctx.flights.any_open() {
+                        match ctx.store.cancel_requests(&ctx.node()).await {
+                            Ok(ids) => ctx.flights.cancel_asked(&ids),
+                            Err(e) => {
+                                tracing::debug!(scheduler = ctx.scheduler, error = %e, "cannot read the cancel requests")
+                            }
                         }
                     }
                     tracing::debug!(scheduler = ctx.scheduler, changes = now, "change seen; polling");

@@ -24,7 +24,7 @@ use crate::store::{
     TriggerColumns,
 };
 use crate::time::Timestamp;
-use crate::trigger::{Fire, NextFire, Schedule, Trigger, TriggerState};
+use crate::trigger::{Fire, NextFire, Overlap, Schedule, Trigger, TriggerState};
 
 /// How long the poller waits before the next poll when a batch came back full.
 const FULL_BATCH_REPOLL: Duration = Duration::from_millis(50);
@@ -205,7 +205,8 @@ impl Poller {
         horizon: Timestamp,
         late_ok_until: Option<Timestamp>,
     ) {
-        let blocks = !job.spec.allow_concurrent;
+        let overlap = Overlap::effective(trigger.overlap(), job.spec.allow_concurrent);
+        let blocks = overlap.is_none();
         let fires: Vec<Fire> = trigger
             .fires_until(state, horizon)
             // A job that disallows concurrency blocks its execute until the run
@@ -218,7 +219,14 @@ impl Poller {
         // Due a claim lead ahead when the strategy prefers this node (asked
         // on the membership as it is now, and again by the dispatcher at
         // the claim); a strategy grace later when it prefers another.
-        let lead = duration_ms(self.ctx.settings.claim_lead);
+        // Under an overlap policy or a concurrency limit the claim decides
+        // whether the fire runs, waits or is skipped from what runs at the
+        // claim: claimed at its time, not a claim lead before.
+        let lead = if overlap.is_some_and(|o| o != Overlap::Allow) || job.spec.limit.is_some() {
+            0
+        } else {
+            duration_ms(self.ctx.settings.claim_lead)
+        };
         let placed = (job, self.ctx.lane_of(job));
         let me = self.ctx.node().node_id;
         let theirs = !tries_first(self.ctx.settings.strategy, &self.ctx.members.read(), &me, execute_id);

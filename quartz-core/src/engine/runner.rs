@@ -236,8 +236,14 @@ impl Runner {
             None => None,
         };
         self.ctx.flights.not_running(run.fire_id);
+        // Replaced by a newer fire of its job (the cancel overlap policy):
+        // a failure says so, and is not retried.
+        let replaced = *cancel_tx.borrow() == Some(CancelReason::Overlapped);
         let outcome = match result {
             Some(Ok(())) => Outcome::Succeeded,
+            Some(Err(e)) if replaced => Outcome::Failed {
+                error: format!("cancelled: {}; the handler returned: {e}", CancelReason::Overlapped),
+            },
             Some(Err(e)) => Outcome::Failed { error: e.to_string() },
             None => Outcome::Failed {
                 error: "the handler's thread ended without an outcome".to_owned(),
@@ -269,7 +275,7 @@ impl Runner {
             );
         }
         let children = match &outcome {
-            Outcome::Failed { error } if run.attempt < run.job.spec.retry.max_attempts => {
+            Outcome::Failed { error } if run.attempt < run.job.spec.retry.max_attempts && !replaced => {
                 self.fail_with_retry(run, error).await;
                 Vec::new()
             }

@@ -3,7 +3,7 @@
 
 use super::{Execute, ExecuteState, FireState, NodeRef};
 use crate::time::Timestamp;
-use crate::trigger::{Fire, NextFire, Trigger, TriggerState};
+use crate::trigger::{Fire, NextFire, Overlap, Trigger, TriggerState};
 
 /// The compare-and-set of an execute row: if it still holds `expect`, it takes
 /// `set`.
@@ -79,6 +79,15 @@ pub struct Claim {
     /// The job disallows concurrency: the claim is lost while any fire of the
     /// job is claimed or running. Such claims are serialised on the job's row.
     pub exclusive: bool,
+    /// With `exclusive`, what the claim does while a fire of the job is
+    /// claimed or running: `None` loses it (a job that disallows
+    /// concurrency: its trigger waits, as in Quartz); a policy still advances
+    /// the execute and records the fire, as skipped ([`Overlap::Skip`], or a
+    /// second [`Overlap::BufferOne`] fire) or as a pending fire due at its
+    /// time, which waits for the job's open fires to end; under
+    /// [`Overlap::Cancel`] the job's open fires are also asked to stop.
+    /// Either way the claim is not won: nothing runs now.
+    pub overlap: Option<Overlap>,
 }
 
 impl Claim {
@@ -108,6 +117,75 @@ impl Claim {
             attempt: 1,
             node: node.clone(),
             exclusive: false,
+            overlap: None,
         }
+    }
+}
+
+/// What holds an exclusive claim back (see [`Claim::overlap`]): a fire of
+/// the job claimed or running, an older fire of the trigger waiting, the
+/// job's concurrency key full, or several. Every store words the ledger's
+/// rows from it the same way.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimBusy {
+    /// A claimed or running fire of the job (none under
+    /// [`Overlap::Allow`], whose fires run beside the job's own).
+    pub open: Option<i64>,
+    /// The trigger's oldest fire waiting under a policy or a limit.
+    pub waiting: Option<i64>,
+    /// The job's concurrency key, when it is full.
+    pub full: Option<FullKey>,
+}
+
+/// A concurrency key found full at a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FullKey {
+    /// The resolved key.
+    pub key: String,
+    /// Its claimed and running fires.
+    pub open: i64,
+    /// Its limit.
+    pub max: i64,
+}
+
+impl ClaimBusy {
+    /// Whether anything holds the claim back.
+    pub fn any(&self) -> bool {
+        self.open.is_some() || self.waiting.is_some() || self.full.is_some()
+    }
+
+    /// Why the fire does not run, as its skipped row says; `None` when it
+    /// waits instead (as a pending fire due at its time).
+    pub fn skip_reason(&self, policy: Overlap) -> Option<String> {
+        match (policy, self.open, self.waiting, &self.full) {
+            (Overlap::Skip, Some(open), _, _) => {
+                Some(format!("overlap policy skip: fire {open} of the job was still running"))
+            }
+            (Overlap::Skip, None, Some(waiting), _) => Some(format!(
+                "overlap policy skip: fire {waiting} of the trigger was still waiting"
+            )),
+            (Overlap::Skip, None, None, Some(full)) => Some(format!(
+                "overlap policy skip: concurrency limit {:?} full ({} of {} fires claimed or running)",
+                full.key, full.open, full.max
+            )),
+            (Overlap::BufferOne, _, Some(waiting), _) => Some(format!(
+                "overlap policy buffer_one: fire {waiting} of the trigger already waits for the job's running fire \
+                 or its concurrency limit"
+            )),
+            _ => None,
+        }
+    }
+
+    /// Whether the waiting fire asks the job's open fires to stop: under
+    /// cancel, when one of the job's own is open (not for the other jobs
+    /// that fill its key).
+    pub fn cancels(&self, policy: Overlap) -> bool {
+        policy == Overlap::Cancel && self.open.is_some()
+    }
+
+    /// The skipped row's reason of an older waiting fire that a newer fire
+    /// under cancel replaced.
+    pub fn replaced_reason(newer: i64) -> String {
+        format!("overlap policy cancel: replaced by fire {newer} before it started")
     }
 }

@@ -40,6 +40,9 @@ pub struct TriggerColumns {
     pub jitter_seed: Option<i64>,
     /// The catch-up window in milliseconds; `None` for no limit.
     pub catch_up_ms: Option<i64>,
+    /// The overlap policy's name ([`Overlap`](crate::trigger::Overlap));
+    /// `None` keeps the job's own rule.
+    pub overlap: Option<String>,
 }
 
 /// A schedule as text and numbers: what the execute row's columns and the
@@ -158,6 +161,7 @@ impl TriggerColumns {
             jitter_ms: trigger.jitter().map(|j| j.max_ms),
             jitter_seed: trigger.jitter().map(|j| j.seed),
             catch_up_ms: trigger.catch_up().map(crate::store::millis_of),
+            overlap: trigger.overlap().map(|o| o.as_str().to_owned()),
         }
     }
 
@@ -246,6 +250,9 @@ impl TriggerColumns {
         }
         if let Some(ms) = self.catch_up_ms {
             trigger = trigger.with_catch_up(std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0)))?;
+        }
+        if let Some(name) = &self.overlap {
+            trigger = trigger.with_overlap(Some(name.parse()?));
         }
         match &self.calendar {
             Some(name) => trigger.with_calendar(name),

@@ -278,10 +278,18 @@ pub trait FireStore: Send + Sync {
     async fn fires_pending(&self, before: Timestamp, limit: u32) -> Result<Vec<FireRecord>, StoreError>;
 
     /// Claims a pending fire for this (live) incarnation, by compare-and-set
-    /// on its state. With `exclusive` (its job disallows concurrency) the
-    /// job's row is locked and the claim refused while a fire of the job is
-    /// claimed or running.
+    /// on its state. With `exclusive` (its job disallows concurrency), or a
+    /// trigger with an overlap policy, the job's row is locked and the claim
+    /// refused while a fire of the job is claimed or running; with a
+    /// concurrency limit, while its key is full; and while the whole
+    /// scheduler is on standby.
     async fn pending_claim(&self, fire_id: i64, node: &NodeRef, exclusive: bool) -> Result<PendingClaim, StoreError>;
+
+    /// The ids of this incarnation's claimed or running fires that a newer
+    /// fire of their job asked to stop under the cancel overlap policy
+    /// ([`Overlap::Cancel`](crate::trigger::Overlap::Cancel)), read through
+    /// the index of open fires.
+    async fn cancel_requests(&self, node: &NodeRef) -> Result<Vec<i64>, StoreError>;
 }
 
 /// Retention: one node's purge turn, the horizon the audit reads after, and the purges themselves.

@@ -33,6 +33,7 @@ mod contract;
 mod error;
 mod fire_path;
 mod history_rows;
+mod limit;
 mod rows;
 pub mod rules;
 mod spec;
@@ -43,12 +44,13 @@ use crate::time::Timestamp;
 pub use backfill::{
     BackfillFire, Backfilled, MAX_BACKFILL, QueuedFire, backfill_attempt, backfill_span, check_backfill,
 };
-pub use cas::{Claim, ExecuteCas, SkippedRecord};
+pub use cas::{Claim, ClaimBusy, ExecuteCas, FullKey, SkippedRecord};
 pub use codec::{ScheduleColumns, TriggerColumns};
 pub use contract::{CalendarStore, HistoryStore, IntoStore, JobStore, SharedStore, Store};
 pub use error::StoreError;
 pub use fire_path::{FireEnd, FireStore, LateRun, NodeStore, RetentionStore, ScheduleStore};
 pub use history_rows::{ChangeQuery, ChangeRecord, DEFAULT_ACTOR, FireRetry, HealthCounts};
+pub use limit::{ConcurrencyLimit, DEFAULT_LIMIT_KEY, MAX_CONCURRENCY, MAX_LIMIT_KEY_BYTES};
 pub use rows::{
     ChainedFire, ChangeAction, DueBatch, DueCursor, Execute, ExecuteState, FireQuery, FireRecord, FireState, FollowUp,
     Job, JobDetail, JobQuery, JobState, Node, NodeRef, NodeState, Outcome, PendingClaim, RejectedRow,

@@ -332,9 +332,16 @@ impl FireRecord {
     }
 
     /// A past fire time a backfill queued: a trigger's first attempt that
-    /// was pending.
+    /// was pending, due after its fire time.
     pub fn by_backfill(&self) -> bool {
-        !self.by_hand() && self.attempt == 1 && self.due_at.is_some()
+        !self.by_hand() && self.attempt == 1 && self.due_at.is_some_and(|due| due != self.fire_time)
+    }
+
+    /// A fire that waited for its job's running fire under an overlap
+    /// policy (buffer one, buffer all, cancel): a trigger's first attempt
+    /// that was pending, due at its fire time.
+    pub fn by_overlap(&self) -> bool {
+        !self.by_hand() && self.attempt == 1 && self.due_at == Some(self.fire_time)
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::ConcurrencyLimit;
 use crate::error::Error;
 use crate::trigger::Trigger;
 
@@ -159,6 +160,9 @@ pub struct JobSpec {
     pub retry: RetryPolicy,
     /// Run after this job (by name) succeeds, instead of on triggers of its own.
     pub parent: Option<String>,
+    /// A cluster-wide limit on fires at once, shared with the jobs whose key
+    /// resolves the same.
+    pub limit: Option<ConcurrencyLimit>,
 }
 
 impl JobSpec {
@@ -175,6 +179,7 @@ impl JobSpec {
             timeout: None,
             retry: RetryPolicy::none(),
             parent: None,
+            limit: None,
         }
     }
 
@@ -232,6 +237,20 @@ impl JobSpec {
         self
     }
 
+    /// A cluster-wide concurrency limit.
+    #[must_use]
+    pub fn with_limit(mut self, limit: ConcurrencyLimit) -> JobSpec {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// The resolved key of its concurrency limit, if it has one (`None` too
+    /// when the key does not resolve, which [`validate`](Self::validate)
+    /// refuses).
+    pub fn limit_key(&self) -> Option<String> {
+        self.limit.as_ref()?.resolve(&self.handler, &self.payload).ok()
+    }
+
     /// A parent: the job runs after each success of this one.
     #[must_use]
     pub fn with_parent(mut self, parent: impl Into<String>) -> JobSpec {
@@ -250,7 +269,8 @@ impl JobSpec {
 
     /// As [`validate`](Self::validate), with the name of the field at fault
     /// (`name`, `handler`, `payload`, `description`, `timeout_ms`,
-    /// `max_attempts`, `backoff_ms`, `backoff_max_ms`, `parent`: the admin
+    /// `max_attempts`, `backoff_ms`, `backoff_max_ms`, `parent`,
+    /// `concurrency_limit`, `concurrency_key`: the admin
     /// API's names), as the admin API reports it.
     ///
     /// # Errors
@@ -325,6 +345,9 @@ impl JobSpec {
                     "the longest retry backoff must be between the first ({backoff} ms) and 100 years, got {max} ms"
                 ),
             );
+        }
+        if let Some(limit) = &self.limit {
+            limit.check(&self.handler, &self.payload)?;
         }
         Ok(())
     }

@@ -21,12 +21,14 @@
 //! ```
 
 mod calendar;
+mod overlap;
 mod schedule;
 mod spread;
 mod state;
 
 pub(crate) use calendar::CALENDAR_GIVE_UP_MS;
 pub use calendar::{CALENDAR_SEARCH_STEPS, TriggerCalendar};
+pub use overlap::Overlap;
 pub(crate) use schedule::check_interval;
 pub use schedule::{MAX_INTERVAL_MILLIS, Schedule};
 pub use spread::{Jitter, check_catch_up};
@@ -48,6 +50,7 @@ pub struct Trigger {
     calendar: Option<TriggerCalendar>,
     jitter: Option<Jitter>,
     catch_up_ms: Option<i64>,
+    overlap: Option<Overlap>,
 }
 
 impl Trigger {
@@ -73,6 +76,7 @@ impl Trigger {
             calendar: None,
             jitter: None,
             catch_up_ms: None,
+            overlap: None,
         })
     }
 
@@ -127,6 +131,7 @@ impl Trigger {
             calendar: None,
             jitter: None,
             catch_up_ms: None,
+            overlap: None,
         }
     }
 
@@ -445,6 +450,18 @@ impl Trigger {
     /// The catch-up window in milliseconds.
     pub(crate) fn catch_up_ms(&self) -> Option<i64> {
         self.catch_up_ms
+    }
+
+    /// What a fire does when its job's previous fire is still running
+    /// ([`Overlap`]); `None` keeps the job's own rule.
+    pub fn with_overlap(mut self, overlap: Option<Overlap>) -> Trigger {
+        self.overlap = overlap;
+        self
+    }
+
+    /// The overlap policy, if the trigger has one.
+    pub fn overlap(&self) -> Option<Overlap> {
+        self.overlap
     }
 
     /// Scheduled time `t` moved by the jitter: not a checkpoint, not past

@@ -8,8 +8,8 @@ use std::time::Duration;
 use quartz_core::Timestamp;
 use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{
-    CalendarRecord, ChangeRecord, Execute, ExecuteState, FireRecord, FireState, Job, JobSpec, JobState, Node, NodeRef,
-    NodeState, RetryPolicy, StoreError, TriggerColumns,
+    CalendarRecord, ChangeRecord, ConcurrencyLimit, DEFAULT_LIMIT_KEY, Execute, ExecuteState, FireRecord, FireState,
+    Job, JobSpec, JobState, Node, NodeRef, NodeState, RetryPolicy, StoreError, TriggerColumns,
 };
 use quartz_core::trigger::TriggerState;
 
@@ -87,6 +87,7 @@ pub(super) fn execute(record: &Record, scheduler: &str, calendars: &CalendarSet)
             jitter_ms: f.opt("jitter_ms")?,
             jitter_seed: f.opt("jitter_seed")?,
             catch_up_ms: f.opt("catch_up_ms")?,
+            overlap: f.opt_text("overlap"),
         };
         let trigger = calendars.attach(columns.to_trigger().map_err(|e| e.to_string())?)?;
         let state = ExecuteState::parse(&f.text("state")?).map_err(|e| e.to_string())?;
@@ -136,6 +137,10 @@ pub(super) fn job(record: &Record, scheduler: &str) -> Result<Job, StoreError> {
                     backoff_max: f.duration("backoff_max_ms")?,
                 },
                 parent: f.opt_text("parent_job"),
+                limit: f.opt::<u32>("concurrency_limit")?.map(|max| {
+                    let key = f.opt_text("concurrency_key");
+                    ConcurrencyLimit::new(max, key.unwrap_or_else(|| DEFAULT_LIMIT_KEY.to_owned()))
+                }),
             },
             state: JobState::parse(&f.text("state")?).map_err(|e| e.to_string())?,
             created_at: f.time("created_at")?,

@@ -315,6 +315,7 @@ impl ScheduleStore for RedisStore {
                     fields.insert("node".to_owned(), node_id);
                     fields.insert("inc".to_owned(), inc);
                     fields.insert("x".to_owned(), flag(c.exclusive));
+                    fields.insert("ov".to_owned(), json!(c.overlap.map_or("", |o| o.as_str())));
                     Value::Object(fields)
                 })
                 .collect();
@@ -403,6 +404,13 @@ impl FireStore for RedisStore {
             Some("blocked") => PendingClaim::Blocked,
             _ => PendingClaim::Gone,
         })
+    }
+
+    async fn cancel_requests(&self, node: &NodeRef) -> Result<Vec<i64>, StoreError> {
+        let scheduler = self.scheduler();
+        let (node_id, inc) = owner(node);
+        let args = json!({ "node": node_id, "inc": inc });
+        self.run(scheduler, 0, "cancel_requests", &args).await
     }
 }
 

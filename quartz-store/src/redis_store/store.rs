@@ -41,6 +41,9 @@ fn job_fields(job: &JobSpec) -> Value {
         "backoff_ms": num(millis_of(job.retry.backoff)),
         "backoff_max_ms": opt(job.retry.backoff_max.map(millis_of)),
         "parent_job": job.parent.clone().unwrap_or_default(),
+        "concurrency_limit": job.limit.as_ref().map_or(String::new(), |l| l.max.to_string()),
+        "concurrency_key": job.limit.as_ref().map_or(String::new(), |l| l.key.clone()),
+        "limit_key": job.limit_key().unwrap_or_default(),
     })
 }
 
@@ -64,6 +67,7 @@ fn execute_fields(new: &NewExecute) -> Value {
         "jitter_ms": opt(c.jitter_ms),
         "jitter_seed": opt(c.jitter_seed),
         "catch_up_ms": opt(c.catch_up_ms),
+        "overlap": text(&c.overlap),
         "next_fire_time": ms(new.first),
     })
 }

@@ -175,6 +175,28 @@ impl SqlStore {
         Ok(tx)
     }
 
+    /// Moves the change counter in `tx` and, on PostgreSQL, announces it
+    /// (delivered at commit): every node's change watcher looks.
+    pub(super) async fn bump_changes(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        scheduler: &str,
+    ) -> Result<(), StoreError> {
+        self.query("UPDATE quartz_scheduler SET changes = changes + 1 WHERE scheduler = ?")
+            .bind(scheduler.to_owned())
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        if self.db.backend.notifies() {
+            self.query("SELECT pg_notify('quartz_changes', ?) IS NULL")
+                .bind(scheduler.to_owned())
+                .execute(&mut **tx)
+                .await
+                .map_err(db_error)?;
+        }
+        Ok(())
+    }
+
     /// Bumps the change counter inside a change's transaction (begun by
     /// [`begin_change`](Self::begin_change)), and on PostgreSQL announces it
     /// (delivered at commit, with the change).
@@ -186,11 +208,7 @@ impl SqlStore {
         scheduler: &str,
         change: Change<'_>,
     ) -> Result<(), StoreError> {
-        self.query("UPDATE quartz_scheduler SET changes = changes + 1 WHERE scheduler = ?")
-            .bind(scheduler.to_owned())
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
+        self.bump_changes(tx, scheduler).await?;
         self.query(
             "INSERT INTO quartz_change_log (scheduler, at, actor, action, target, detail, target_id) \
              VALUES (?, {now}, ?, ?, ?, ?, ?)",
@@ -204,13 +222,6 @@ impl SqlStore {
         .execute(&mut **tx)
         .await
         .map_err(db_error)?;
-        if self.db.backend.notifies() {
-            self.query("SELECT pg_notify('quartz_changes', ?) IS NULL")
-                .bind(scheduler.to_owned())
-                .execute(&mut **tx)
-                .await
-                .map_err(db_error)?;
-        }
         if let Some(restore) = self.db.backend.change_end() {
             self.query(restore).execute(&mut **tx).await.map_err(db_error)?;
         }

@@ -15,12 +15,13 @@
 use std::collections::HashMap;
 
 use quartz_core::Timestamp;
-use quartz_core::store::{Claim, ExecuteCas, FireState, NodeRef, StoreError};
-use quartz_core::trigger::TriggerState;
+use quartz_core::store::{Claim, ClaimBusy, ExecuteCas, FireState, FullKey, NodeRef, StoreError};
+use quartz_core::trigger::{Overlap, TriggerState};
 use serde_json::{Map, Value, json};
 use sqlx::{Any, Row, Transaction};
 
 use super::executes::{bind_cas_expect, bind_cas_set};
+use super::overlap::JobOfClaim;
 use super::*;
 
 /// A ledger row for one fire of an execute (binds: the job, when not the
@@ -225,6 +226,9 @@ pub(super) enum Claimed {
     Lost,
     /// The compare-and-set matched but the ledger already holds the fire.
     Conflict,
+    /// The compare-and-set matched while a fire of the job was open: the
+    /// overlap policy recorded the fire as skipped or pending.
+    Held,
 }
 
 impl SqlStore {
@@ -280,13 +284,43 @@ impl SqlStore {
         }
     }
 
+    /// One claim in `tx`; an exclusive one with what [`Self::job_of_claim`]
+    /// read of its job before the transaction began.
     pub(super) async fn claim_in(
         &self,
         tx: &mut Transaction<'static, Any>,
         claim: &Claim,
+        pre: Option<&JobOfClaim>,
     ) -> Result<Claimed, StoreError> {
-        if claim.exclusive && self.job_has_open_fire(tx, claim.cas.execute_id).await? {
-            return Ok(Claimed::Lost);
+        if claim.exclusive
+            && let Some(pre) = pre
+        {
+            let job = self.job_open_fire(tx, pre).await?;
+            // Under allow, the job's own fires do not hold this one; its
+            // concurrency limit still may.
+            let open = job.open.filter(|_| claim.overlap != Some(Overlap::Allow));
+            if claim.overlap.is_none() && open.is_some() {
+                return Ok(Claimed::Lost);
+            }
+            let full = match &pre.limit {
+                Some(limit) => self.key_full(tx, limit).await?.map(|open| FullKey {
+                    key: limit.key.clone(),
+                    open,
+                    max: limit.max,
+                }),
+                None => None,
+            };
+            // A fire of the trigger that waits holds the later ones behind
+            // it, so that they keep their order.
+            let waiting = match claim.overlap.is_some() || full.is_some() {
+                true => self.waiting_fire(tx, claim.cas.execute_id).await?,
+                false => None,
+            };
+            let busy = ClaimBusy { open, waiting, full };
+            if busy.any() {
+                let policy = claim.overlap.unwrap_or(Overlap::BufferAll);
+                return self.claim_overlapped(tx, claim, policy, pre.job_id, busy).await;
+            }
         }
         if self.db.backend.claims_in_one_statement()
             && !claim.exclusive
@@ -324,7 +358,7 @@ impl SqlStore {
         let mut tx = self.begin().await?;
         let mut won = Vec::with_capacity(claims.len());
         for claim in claims {
-            match self.claim_in(&mut tx, claim).await? {
+            match self.claim_in(&mut tx, claim, None).await? {
                 Claimed::Won(id) => won.push(Some(id)),
                 Claimed::Lost => won.push(None),
                 // The ledger already holds this fire (a row moved back by
@@ -332,36 +366,11 @@ impl SqlStore {
                 // still advances past it, as on PostgreSQL, which loses
                 // nothing (that fire is recorded) and keeps the execute
                 // from being stuck on a fire it can never claim.
-                Claimed::Conflict => won.push(None),
+                Claimed::Conflict | Claimed::Held => won.push(None),
             }
         }
         tx.commit().await.map_err(db_error)?;
         Ok(won)
-    }
-
-    /// For a job that disallows concurrency: locks the job's row (so that two
-    /// claims of its executes are serialised, whichever nodes make them) and
-    /// says whether a fire of the job is claimed or running.
-    pub(super) async fn job_has_open_fire(
-        &self,
-        tx: &mut Transaction<'static, Any>,
-        execute_id: i64,
-    ) -> Result<bool, StoreError> {
-        // The job's id by a plain read first (an execute never changes job):
-        // a subquery in the UPDATE would lock the execute row before the
-        // job's on MySQL, where another claim of the job takes the job's row
-        // first, then its own execute's, and the two would deadlock.
-        let Some(job) = self
-            .query("SELECT job_id FROM quartz_execute WHERE id = ?")
-            .bind(execute_id)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(db_error)?
-        else {
-            return Ok(false);
-        };
-        let job_id: i64 = job.try_get(0).map_err(db_error)?;
-        self.lock_job_with_open_fire(tx, job_id).await
     }
 
     /// Locks a job's row (so that two claims of its fires are serialised,
@@ -374,7 +383,7 @@ impl SqlStore {
         &self,
         tx: &mut Transaction<'static, Any>,
         job_id: i64,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<i64>, StoreError> {
         self.query("UPDATE quartz_job SET updated_at = updated_at WHERE id = ?")
             .bind(job_id)
             .execute(&mut **tx)
@@ -386,7 +395,7 @@ impl SqlStore {
             .fetch_optional(&mut **tx)
             .await
             .map_err(db_error)?;
-        Ok(row.is_some())
+        row.map(|r| r.try_get::<i64, _>(0)).transpose().map_err(db_error)
     }
 
     /// PostgreSQL: the claim as one statement, the compare-and-set in a
@@ -432,17 +441,24 @@ impl SqlStore {
         {
             return match self.claim_statement(&self.db.pool, claim).await? {
                 Claimed::Won(id) => Ok(Some(id)),
-                Claimed::Lost | Claimed::Conflict => Ok(None),
+                Claimed::Lost | Claimed::Conflict | Claimed::Held => Ok(None),
             };
         }
+        // Read before the transaction: on MySQL a transaction's first plain
+        // read fixes the snapshot its later plain reads see, which must come
+        // after the job's and the key's locks.
+        let pre = match claim.exclusive {
+            true => self.job_of_claim(claim.cas.execute_id).await?,
+            false => None,
+        };
         let mut tx = self.begin().await?;
-        match self.claim_in(&mut tx, claim).await? {
+        match self.claim_in(&mut tx, claim, pre.as_ref()).await? {
             Claimed::Won(id) => {
                 tx.commit().await.map_err(db_error)?;
                 Ok(Some(id))
             }
             // The row advances past a fire the ledger holds already.
-            Claimed::Conflict => {
+            Claimed::Conflict | Claimed::Held => {
                 tx.commit().await.map_err(db_error)?;
                 Ok(None)
             }

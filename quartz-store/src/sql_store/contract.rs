@@ -376,6 +376,23 @@ impl FireStore for SqlStore {
     async fn pending_claim(&self, fire_id: i64, node: &NodeRef, exclusive: bool) -> Result<PendingClaim, StoreError> {
         self.claim_pending(fire_id, node, exclusive).await
     }
+
+    async fn cancel_requests(&self, node: &NodeRef) -> Result<Vec<i64>, StoreError> {
+        self.query(
+            "SELECT id FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL \
+             AND state IN ('claimed', 'running') AND cancel_at IS NOT NULL AND node_id = ? AND incarnation = ? \
+             ORDER BY id",
+        )
+        .bind(self.scheduler.to_string())
+        .bind(node.node_id.clone())
+        .bind(node.incarnation)
+        .fetch_all(&self.db.pool)
+        .await
+        .map_err(db_error)?
+        .iter()
+        .map(|r| r.try_get::<i64, _>(0).map_err(db_error))
+        .collect()
+    }
 }
 
 #[async_trait]

@@ -3,7 +3,8 @@
 
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    Execute, ExecuteState, FireRecord, FireState, Job, JobSpec, JobState, Node, NodeRef, StoreError, TriggerColumns,
+    ConcurrencyLimit, DEFAULT_LIMIT_KEY, Execute, ExecuteState, FireRecord, FireState, Job, JobSpec, JobState, Node,
+    NodeRef, StoreError, TriggerColumns,
 };
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -44,6 +45,7 @@ pub(super) fn decode_execute(row: &AnyRow, calendars: &CalendarSet) -> Result<Ex
         jitter_ms: get_opt_i64("jitter_ms")?,
         jitter_seed: get_opt_i64("jitter_seed")?,
         catch_up_ms: get_opt_i64("catch_up_ms")?,
+        overlap: get_opt_str("overlap")?,
     };
     let trigger = calendars
         .attach(columns.to_trigger().map_err(|e| fail(e.to_string()))?)
@@ -105,6 +107,14 @@ pub(super) fn decode_job(row: &AnyRow) -> Result<Job, StoreError> {
                         .transpose()?,
                 },
                 parent: row.try_get("parent_job")?,
+                limit: match row.try_get::<Option<i64>, _>("concurrency_limit")? {
+                    Some(max) => Some(ConcurrencyLimit::new(
+                        u32::try_from(max)?,
+                        row.try_get::<Option<String>, _>("concurrency_key")?
+                            .unwrap_or_else(|| DEFAULT_LIMIT_KEY.to_owned()),
+                    )),
+                    None => None,
+                },
             },
             state: JobState::parse(&row.try_get::<String, _>("state")?)?,
             created_at: Timestamp::from_millis(row.try_get("created_at")?),

@@ -30,6 +30,9 @@ macro_rules! bind_job_spec {
             .bind(quartz_core::store::millis_of(job.retry.backoff))
             .bind(job.retry.backoff_max.map(quartz_core::store::millis_of))
             .bind(job.parent.clone())
+            .bind(job.limit.as_ref().map(|l| i64::from(l.max)))
+            .bind(job.limit.as_ref().map(|l| l.key.clone()))
+            .bind(job.limit_key())
     }};
 }
 #[cfg(feature = "postgres")]
@@ -38,15 +41,15 @@ pub(crate) use bind_job_spec;
 /// A new job's row (binds: scheduler, then [`bind_job_spec`]'s).
 pub(crate) const INSERT_JOB: &str = "INSERT INTO quartz_job (scheduler, name, handler, payload, description, state, \
      requests_recovery, allow_concurrent, timeout_ms, max_attempts, backoff_ms, backoff_max_ms, parent_job, \
-     created_at, updated_at) \
-     VALUES (?, ?, ?, ?, ?, 'enabled', ?, ?, ?, ?, ?, ?, ?, {now}, {now})";
+     concurrency_limit, concurrency_key, limit_key, created_at, updated_at) \
+     VALUES (?, ?, ?, ?, ?, 'enabled', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {now}, {now})";
 
 /// A new trigger's row (binds: [`bind_new_execute`]'s).
 pub(crate) const INSERT_EXECUTE: &str = "INSERT INTO quartz_execute (job_id, scheduler, kind, cron_expression, \
      time_zone, interval_ms, start_time, end_time, repeat_limit, times_triggered, misfire_policy, priority, state, \
      prev_fire_time, next_fire_time, schedule_sig, calendar, dst_skipped, dst_repeated, jitter_ms, jitter_seed, \
-     catch_up_ms, updated_at) \
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, {now})";
+     catch_up_ms, overlap, updated_at) \
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, {now})";
 
 /// Binds a new trigger's row for [`INSERT_EXECUTE`]: its job, scheduler,
 /// columns, priority, state (paused or not) and first fire time.
@@ -75,6 +78,7 @@ macro_rules! bind_new_execute {
             .bind(c.jitter_ms)
             .bind(c.jitter_seed)
             .bind(c.catch_up_ms)
+            .bind(c.overlap)
     }};
 }
 #[cfg(feature = "postgres")]
@@ -259,7 +263,7 @@ impl SqlStore {
         let update = self.query(
             "UPDATE quartz_job SET name = ?, handler = ?, payload = ?, description = ?, requests_recovery = ?, \
                  allow_concurrent = ?, timeout_ms = ?, max_attempts = ?, backoff_ms = ?, backoff_max_ms = ?, \
-                 parent_job = ?, \
+                 parent_job = ?, concurrency_limit = ?, concurrency_key = ?, limit_key = ?, \
                  updated_at = {now} WHERE id = ?",
         );
         let updated = bind_job_spec!(update, job).bind(existing.id).execute(&mut *tx).await;

@@ -7,6 +7,7 @@ use quartz_core::store::{
     BackfillFire, Backfilled, ChangeAction, FireRecord, FireState, FollowUp, NodeRef, PendingClaim, QueuedFire,
     StoreError, backfill_attempt, check_backfill,
 };
+use quartz_core::trigger::Overlap;
 use sqlx::any::AnyQueryResult;
 use sqlx::{Any, Row, Transaction};
 
@@ -200,24 +201,76 @@ impl SqlStore {
         node: &NodeRef,
         exclusive: bool,
     ) -> Result<PendingClaim, StoreError> {
-        let mut tx = self.begin().await?;
-        if exclusive {
-            // The job's row first, as every exclusive claim takes it: claims
-            // of one job are serialised on it.
-            let job: Option<i64> = sqlx::query_scalar(
-                self.db
-                    .sql("SELECT job_id FROM quartz_fire WHERE id = ? AND state = 'pending'"),
+        // The fire's job, its trigger's overlap policy (a trigger with one
+        // makes its pending fires exclusive too) and the job's concurrency
+        // limit, read before the transaction: on MySQL a transaction's
+        // first plain read fixes the snapshot its later plain reads see,
+        // which must come after the job's and the key's locks. The claim
+        // itself checks that the fire is still pending.
+        let row = self
+            .query(
+                "SELECT f.job_id, f.execute_id, f.fire_time, e.overlap, j.limit_key, j.concurrency_limit, \
+                 (SELECT MIN(k.id) FROM quartz_job k WHERE k.scheduler = j.scheduler AND k.limit_key = j.limit_key) \
+                 FROM quartz_fire f LEFT JOIN quartz_execute e ON e.id = f.execute_id \
+                 LEFT JOIN quartz_job j ON j.id = f.job_id WHERE f.id = ? AND f.state = 'pending'",
             )
             .bind(fire_id)
+            .fetch_optional(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        let Some(row) = row else {
+            return Ok(PendingClaim::Gone);
+        };
+        let get = |i: usize| row.try_get::<i64, _>(i).map_err(db_error);
+        let (job, execute_id, fire_time) = (get(0)?, get(1)?, get(2)?);
+        let overlap = row
+            .try_get::<Option<String>, _>(3)
+            .map_err(db_error)?
+            .and_then(|o| o.parse::<Overlap>().ok());
+        let limit = super::overlap::limit_of_row(&row, 4)?;
+        let checks_job = exclusive || overlap.is_some_and(|o| o != Overlap::Allow);
+        let mut tx = self.begin().await?;
+        if checks_job || limit.is_some() {
+            // The job's row first, as every exclusive claim takes it: claims
+            // of one job are serialised on it.
+            if self.lock_job_with_open_fire(&mut tx, job).await?.is_some() && checks_job {
+                return Ok(PendingClaim::Blocked);
+            }
+            if let Some(limit) = &limit
+                && self.key_full(&mut tx, limit).await?.is_some()
+            {
+                return Ok(PendingClaim::Blocked);
+            }
+            // Fires waiting under an overlap policy or a limit run in the
+            // order of their fire times.
+            if overlap.is_some_and(Overlap::waits) || limit.is_some() {
+                let older = self
+                    .query(
+                        "SELECT id FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL \
+                         AND state = 'pending' AND execute_id = ? AND attempt = 1 AND fire_time < ? \
+                         AND due_at <= {now} LIMIT 1",
+                    )
+                    .bind(self.scheduler.to_string())
+                    .bind(execute_id)
+                    .bind(fire_time)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                if older.is_some() {
+                    return Ok(PendingClaim::Blocked);
+                }
+            }
+        }
+        // The whole scheduler on standby: a node that has not seen it yet
+        // claims nothing either.
+        let paused = self
+            .query("SELECT 1 FROM quartz_scheduler WHERE scheduler = ? AND paused_at IS NOT NULL")
+            .bind(self.scheduler.to_string())
             .fetch_optional(&mut *tx)
             .await
             .map_err(db_error)?;
-            let Some(job) = job else {
-                return Ok(PendingClaim::Gone);
-            };
-            if self.lock_job_with_open_fire(&mut tx, job).await? {
-                return Ok(PendingClaim::Blocked);
-            }
+        if paused.is_some() {
+            return Ok(PendingClaim::Blocked);
         }
         let claimed = self
             .query(

@@ -1,12 +1,12 @@
 //! The memory's rows, and the steps the calls are made of.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use quartz_core::Timestamp;
 use quartz_core::store::rules::{self, CalendarSet};
 use quartz_core::store::{
     CalendarRecord, ChangeAction, ChangeRecord, DueBatch, Execute, ExecuteCas, ExecuteSpec, ExecuteState, FireRecord,
-    FireState, Job, JobDetail, JobSpec, Node, NodeRef, NodeState, RejectedRow, StoreError, TriggerColumns,
+    FireState, FullKey, Job, JobDetail, JobSpec, Node, NodeRef, NodeState, RejectedRow, StoreError, TriggerColumns,
 };
 use quartz_core::trigger::TriggerState;
 
@@ -69,6 +69,7 @@ impl Row {
             "jitter_ms" => self.columns.jitter_ms = int(&value),
             "jitter_seed" => self.columns.jitter_seed = int(&value),
             "catch_up_ms" => self.columns.catch_up_ms = int(&value),
+            "overlap" => self.columns.overlap = value,
             "priority" => self.priority = int(&value).unwrap_or_default(),
             "state" => self.state = value.unwrap_or_default(),
             "prev_fire_time" => self.prev = int(&value),
@@ -153,6 +154,8 @@ pub(super) struct Db {
 pub(super) struct Fire {
     pub(super) scheduler: String,
     pub(super) record: FireRecord,
+    /// Asked to stop by a newer fire under the cancel overlap policy.
+    pub(super) cancel: bool,
 }
 
 /// The open states: claimed or running.
@@ -442,6 +445,7 @@ impl Db {
                     skipped_until: None,
                     fire_count: 1,
                 },
+                cancel: false,
             },
         );
         Some(id)
@@ -484,9 +488,57 @@ impl Db {
 
     /// Whether a fire of the job is claimed or running.
     pub(super) fn job_has_open(&self, job_id: i64) -> bool {
+        self.job_open(job_id).is_some()
+    }
+
+    /// The job's concurrency key, its claimed and running fires and its
+    /// limit, when they are full.
+    pub(super) fn key_full(&self, job_id: i64) -> Option<FullKey> {
+        let job = self.jobs.get(&job_id)?;
+        let key = job.spec.limit_key()?;
+        let max = i64::from(job.spec.limit.as_ref()?.max);
+        let jobs: HashSet<i64> = self
+            .jobs
+            .values()
+            .filter(|j| j.scheduler == job.scheduler && j.spec.limit_key().as_ref() == Some(&key))
+            .map(|j| j.id)
+            .collect();
+        let open = self
+            .fires
+            .values()
+            .filter(|f| jobs.contains(&f.record.job_id) && OPEN.contains(&f.record.state))
+            .count();
+        let open = i64::try_from(open).unwrap_or(i64::MAX);
+        (open >= max).then_some(FullKey { key, open, max })
+    }
+
+    /// A claimed or running fire of the job, if there is one.
+    pub(super) fn job_open(&self, job_id: i64) -> Option<i64> {
         self.fires
             .values()
-            .any(|f| f.record.job_id == job_id && OPEN.contains(&f.record.state))
+            .find(|f| f.record.job_id == job_id && OPEN.contains(&f.record.state))
+            .map(|f| f.record.id)
+    }
+
+    /// The oldest pending first attempt of an execute (by fire time) before
+    /// `before` whose due time has come by `now`; without `before`, the
+    /// oldest that waits under an overlap policy.
+    pub(super) fn waiting_of(&self, execute_id: i64, before: Option<Timestamp>, now: i64) -> Option<i64> {
+        self.fires
+            .values()
+            .filter(|f| {
+                let r = &f.record;
+                r.execute_id == execute_id && r.state == FireState::Pending && r.attempt == 1
+            })
+            // Without `before`: the fires that wait under an overlap policy,
+            // due at their own time.
+            .filter(|f| before.is_some() || f.record.by_overlap())
+            .filter(|f| match before {
+                None => true,
+                Some(t) => f.record.fire_time < t && f.record.due_at.is_some_and(|d| d.as_millis() <= now),
+            })
+            .min_by_key(|f| (f.record.fire_time, f.record.id))
+            .map(|f| f.record.id)
     }
 
     /// Open fires of a scheduler that `keep` accepts, by fire time then id,

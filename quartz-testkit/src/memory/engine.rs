@@ -7,13 +7,15 @@ use async_trait::async_trait;
 use quartz_core::Timestamp;
 use quartz_core::store::rules;
 use quartz_core::store::{
-    Claim, DueBatch, DueCursor, ExecuteCas, ExecuteState, FireEnd, FireRecord, FireState, FireStore, FollowUp, Node,
-    NodeRef, NodeRegistration, NodeState, NodeStore, PendingClaim, RetentionStore, ScheduleStore, SkippedRecord,
-    StoreError, check_name,
+    Claim, ClaimBusy, DueBatch, DueCursor, ExecuteCas, ExecuteState, FireEnd, FireRecord, FireState, FireStore,
+    FollowUp, Node, NodeRef, NodeRegistration, NodeState, NodeStore, PendingClaim, RetentionStore, ScheduleStore,
+    SkippedRecord, StoreError, check_name,
 };
+use quartz_core::trigger::Overlap;
 
 use super::MemoryStore;
-use super::db::Row;
+use super::db::{self, Row};
+use super::overlap::overlapped;
 
 #[async_trait]
 impl NodeStore for MemoryStore {
@@ -175,7 +177,29 @@ impl ScheduleStore for MemoryStore {
                 .iter()
                 .map(|c| {
                     let row = db.executes.get(&c.cas.execute_id)?.clone();
-                    if c.exclusive && db.job_has_open(row.job_id) {
+                    // Under allow, the job's own fires do not hold this one;
+                    // its concurrency limit still may.
+                    let open = match c.exclusive && c.overlap != Some(Overlap::Allow) {
+                        true => db.job_open(row.job_id),
+                        false => None,
+                    };
+                    if c.overlap.is_none() && open.is_some() {
+                        return None;
+                    }
+                    let full = if c.exclusive { db.key_full(row.job_id) } else { None };
+                    // A fire of the trigger that waits holds the later ones
+                    // behind it, so that they keep their order.
+                    let waiting = if c.exclusive && (c.overlap.is_some() || full.is_some()) {
+                        db.waiting_of(row.id, None, now)
+                    } else {
+                        None
+                    };
+                    let busy = ClaimBusy { open, waiting, full };
+                    if busy.any() {
+                        if db.cas(&c.cas, now) {
+                            let policy = c.overlap.unwrap_or(Overlap::BufferAll);
+                            overlapped(db, c, policy, (&row.scheduler, row.job_id), &busy, now);
+                        }
                         return None;
                     }
                     if !db.cas(&c.cas, now) {
@@ -363,7 +387,28 @@ impl FireStore for MemoryStore {
             else {
                 return PendingClaim::Gone;
             };
-            if exclusive && db.job_has_open(fire.record.job_id) {
+            // The whole scheduler on standby: a node that has not seen it
+            // yet claims nothing either.
+            if db.sched_ref(&fire.scheduler).is_some_and(|s| s.paused_at.is_some()) {
+                return PendingClaim::Blocked;
+            }
+            let overlap = db
+                .executes
+                .get(&fire.record.execute_id)
+                .and_then(|e| e.columns.overlap.as_deref())
+                .and_then(|o| o.parse::<Overlap>().ok());
+            if (exclusive || overlap.is_some_and(|o| o != Overlap::Allow)) && db.job_has_open(fire.record.job_id) {
+                return PendingClaim::Blocked;
+            }
+            if db.key_full(fire.record.job_id).is_some() {
+                return PendingClaim::Blocked;
+            }
+            let limited = db.jobs.get(&fire.record.job_id).is_some_and(|j| j.spec.limit.is_some());
+            if (overlap.is_some_and(Overlap::waits) || limited)
+                && db
+                    .waiting_of(fire.record.execute_id, Some(fire.record.fire_time), now)
+                    .is_some()
+            {
                 return PendingClaim::Blocked;
             }
             if !db.live(&fire.scheduler, Some(node)) {
@@ -376,6 +421,19 @@ impl FireStore for MemoryStore {
             f.record.owner = Some(node.clone());
             f.record.claimed_at = Timestamp::from_millis(now);
             PendingClaim::Won
+        }))
+    }
+
+    async fn cancel_requests(&self, node: &NodeRef) -> Result<Vec<i64>, StoreError> {
+        Ok(self.read(|db| {
+            let mut ids: Vec<i64> = db
+                .fires
+                .values()
+                .filter(|f| f.cancel && db::OPEN.contains(&f.record.state) && f.record.owner.as_ref() == Some(node))
+                .map(|f| f.record.id)
+                .collect();
+            ids.sort_unstable();
+            ids
         }))
     }
 }

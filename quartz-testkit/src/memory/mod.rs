@@ -37,6 +37,7 @@ mod db;
 mod ends;
 mod engine;
 mod history;
+mod overlap;
 
 use std::sync::Arc;
 

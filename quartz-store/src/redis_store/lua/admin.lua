@@ -1,10 +1,11 @@
 -- ---- jobs ----
 
 local JOB_FIELDS = { 'name', 'handler', 'payload', 'description', 'requests_recovery', 'allow_concurrent',
-  'timeout_ms', 'max_attempts', 'backoff_ms', 'backoff_max_ms', 'parent_job' }
+  'timeout_ms', 'max_attempts', 'backoff_ms', 'backoff_max_ms', 'parent_job', 'concurrency_limit',
+  'concurrency_key', 'limit_key' }
 local EXECUTE_FIELDS = { 'kind', 'cron_expression', 'time_zone', 'interval_ms', 'start_time', 'end_time',
   'repeat_limit', 'misfire_policy', 'priority', 'schedule_sig', 'calendar', 'dst_skipped', 'dst_repeated',
-  'jitter_ms', 'jitter_seed', 'catch_up_ms', 'next_fire_time' }
+  'jitter_ms', 'jitter_seed', 'catch_up_ms', 'overlap', 'next_fire_time' }
 
 -- The calendars new triggers name must exist as read (the version every
 -- calendar change and every trigger naming a calendar moves): an error
@@ -45,9 +46,16 @@ local function delete_executes(job)
   redis.call('DEL', k('job-executes:' .. job))
 end
 
+-- A job's place among the jobs of its concurrency key (limit-jobs:KEY).
+local function unlink_limit(id, key)
+  if key ~= '' then redis.call('SREM', k('limit-jobs:' .. key), id) end
+end
+
 local function write_job(id, j)
   local key = k('job:' .. id)
+  unlink_limit(id, g(key, 'limit_key'))
   for _, field in ipairs(JOB_FIELDS) do put(key, field, j[field]) end
+  if (j.limit_key or '') ~= '' then redis.call('SADD', k('limit-jobs:' .. j.limit_key), id) end
   redis.call('HSET', key, 'updated_at', NOWS)
 end
 
@@ -185,6 +193,7 @@ C.job_delete = function()
   if refused then return refused end
   local key = k('job:' .. id)
   unlink_parent(id, g(key, 'parent_job'))
+  unlink_limit(id, g(key, 'limit_key'))
   delete_executes(id)
   redis.call('HDEL', k('jobs'), A.name)
   redis.call('ZREM', k('job-order'), A.name)

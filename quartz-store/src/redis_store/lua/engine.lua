@@ -51,17 +51,91 @@ C.update = function()
   return out
 end
 
--- Claims, in order: for each, the fire's id, or 0 when lost. A claim of a
--- job that disallows concurrency (x) is lost while a fire of the job is
--- open. A fire the ledger holds already is not claimed, but the execute
--- still advances past it.
+-- The oldest fire of an execute that waits under an overlap policy
+-- (pending, first attempt, due at its own time), or nil.
+local function waiting_of(execute)
+  local best, best_time = nil, nil
+  for _, p in ipairs(redis.call('ZRANGE', k('pending'), 0, -1)) do
+    local pk = fire_key(p)
+    if g(pk, 'execute_id') == execute and g(pk, 'attempt') == '1' and g(pk, 'due_at') == g(pk, 'fire_time') then
+      local t = tonumber(g(pk, 'fire_time'))
+      if not best_time or t < best_time or (t == best_time and tonumber(p) < tonumber(best)) then
+        best, best_time = p, t
+      end
+    end
+  end
+  return best
+end
+
+-- Why a fire under an overlap policy does not run, or nil when it waits.
+local function skip_reason(ov, open, waiting, full)
+  if ov == 'skip' and open then
+    return 'overlap policy skip: fire ' .. open .. ' of the job was still running'
+  elseif ov == 'skip' and waiting then
+    return 'overlap policy skip: fire ' .. waiting .. ' of the trigger was still waiting'
+  elseif ov == 'skip' then
+    return 'overlap policy skip: concurrency limit "' .. full[1] .. '" full (' .. full[2] .. ' of ' .. full[3] ..
+      ' fires claimed or running)'
+  elseif ov == 'buffer_one' and waiting then
+    return 'overlap policy buffer_one: fire ' .. waiting ..
+      ' of the trigger already waits for the job\'s running fire or its concurrency limit'
+  end
+  return nil
+end
+
+-- An exclusive claim under an overlap policy (ov) while its job has a fire
+-- open or its trigger a fire waiting, its execute advanced: the fire
+-- recorded as skipped, or as a pending fire due at its time. Under cancel
+-- the trigger's older waiting fires are skipped (replaced), the job's open
+-- fires are asked to stop, and the change counter moves, so that their
+-- nodes look.
+local function overlapped(o, job, open, waiting, full)
+  local ov = o.ov
+  if ov == '' then ov = 'buffer_all' end
+  local skip = skip_reason(ov, open, waiting, full)
+  if skip then
+    insert_fire(o.id, job, o.ft, o.at, '', '0', 'skipped', skip, '', '1', '')
+    return
+  end
+  local id = insert_fire(o.id, job, o.ft, o.at, '', '0', 'pending', '', '', '1', o.ft)
+  -- Cancel stops the job's own fires, not those of other jobs that fill
+  -- its concurrency key.
+  if not id or ov ~= 'cancel' or not open then return end
+  for _, p in ipairs(redis.call('ZRANGE', k('pending'), 0, -1)) do
+    local pk = fire_key(p)
+    if p ~= id and g(pk, 'execute_id') == o.id and g(pk, 'attempt') == '1'
+      and g(pk, 'due_at') == g(pk, 'fire_time') then
+      end_fire(p, pk, 'skipped', 'overlap policy cancel: replaced by fire ' .. id .. ' before it started')
+    end
+  end
+  for _, fid in ipairs(redis.call('SMEMBERS', k('job-open:' .. job))) do
+    local fk = fire_key(fid)
+    if g(fk, 'cancel_at') == '' then redis.call('HSET', fk, 'cancel_at', NOWS) end
+  end
+  redis.call('INCR', k('changes'))
+end
+
+-- Claims, in order: for each, the fire's id, or 0 when not won. A claim of
+-- a job that disallows concurrency (x) is lost while a fire of the job is
+-- open; one under an overlap policy (ov), while a fire of the job is open
+-- or one of its trigger waits, advances its execute and records the fire
+-- as skipped or pending. A fire the ledger holds already is not claimed,
+-- but the execute still advances past it.
 C.claim = function()
   local out = {}
   for i, o in ipairs(A.claims) do
     local id = nil
     local job = g(execute_key(o.id), 'job_id')
-    local blocked = o.x == '1' and redis.call('SCARD', k('job-open:' .. job)) > 0
-    if not blocked and cas_execute(o) then
+    -- Under allow, the job's own fires do not hold this one; its
+    -- concurrency limit still may.
+    local open = o.x == '1' and o.ov ~= 'allow' and redis.call('SRANDMEMBER', k('job-open:' .. job))
+    local full = o.x == '1' and key_full(job)
+    local waiting = o.x == '1' and (o.ov ~= '' or full) and waiting_of(o.id)
+    if open and o.ov == '' then
+      -- lost: the job's running fire holds the trigger
+    elseif open or waiting or full then
+      if cas_execute(o) then overlapped(o, job, open or nil, waiting or nil, full or nil) end
+    elseif cas_execute(o) then
       id = insert_fire(o.id, job, o.ft, o.at, o.node, o.inc, 'claimed', '', '', '1', '')
     end
     out[i] = id or 0
@@ -226,7 +300,27 @@ end
 C.pending_claim = function()
   local f = fire_key(A.id)
   if g(f, 'state') ~= 'pending' then return 'gone' end
-  if A.x == '1' and redis.call('SCARD', k('job-open:' .. g(f, 'job_id'))) > 0 then return 'blocked' end
+  -- The whole scheduler on standby: a node that has not seen it yet claims
+  -- nothing either.
+  if redis.call('HEXISTS', k('meta'), 'paused_at') == 1 then return 'blocked' end
+  -- A trigger with an overlap policy makes its pending fires exclusive
+  -- too; those waiting under one run in the order of their fire times.
+  local execute = g(f, 'execute_id')
+  local ov = ''
+  if exists(execute_key(execute)) then ov = g(execute_key(execute), 'overlap') end
+  local job = g(f, 'job_id')
+  if (A.x == '1' or (ov ~= '' and ov ~= 'allow'))
+    and redis.call('SCARD', k('job-open:' .. job)) > 0 then return 'blocked' end
+  if key_full(job) then return 'blocked' end
+  local limited = g(k('job:' .. job), 'limit_key') ~= ''
+  if limited or ov == 'buffer_one' or ov == 'buffer_all' or ov == 'cancel' then
+    local ft = tonumber(g(f, 'fire_time'))
+    for _, p in ipairs(redis.call('ZRANGEBYSCORE', k('pending'), '-inf', NOW)) do
+      local pk = fire_key(p)
+      if p ~= A.id and g(pk, 'execute_id') == execute and g(pk, 'attempt') == '1'
+        and tonumber(g(pk, 'fire_time')) < ft then return 'blocked' end
+    end
+  end
   if not live(A.node, A.inc) then return 'gone' end
   set_fire_state(A.id, f, 'claimed')
   redis.call('HSET', f, 'node_id', A.node, 'incarnation', A.inc, 'claimed_at', NOWS)

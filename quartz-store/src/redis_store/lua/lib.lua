@@ -211,6 +211,26 @@ local function next_pending(f, due, one_per_execute)
   return nil
 end
 
+-- The claimed and running fires of a concurrency key's jobs.
+local function key_open(key)
+  local n = 0
+  for _, job in ipairs(redis.call('SMEMBERS', k('limit-jobs:' .. key))) do
+    n = n + redis.call('SCARD', k('job-open:' .. job))
+  end
+  return n
+end
+
+-- The job's concurrency key, its open fires and limit, when they are full;
+-- else nil.
+local function key_full(job)
+  local jk = k('job:' .. job)
+  local key = g(jk, 'limit_key')
+  if key == '' then return nil end
+  local n, max = key_open(key), tonumber(g(jk, 'concurrency_limit')) or 0
+  if n >= max then return { key, n, max } end
+  return nil
+end
+
 -- ---- changes ----
 
 -- Bumps the change counter and writes the change log's row.

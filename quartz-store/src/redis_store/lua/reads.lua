@@ -90,6 +90,19 @@ C.claimed_by = function()
   end)
 end
 
+-- The node's open fires a newer fire asked to stop (cancel overlap policy).
+C.cancel_requests = function()
+  local out = {}
+  for _, id in ipairs(redis.call('SMEMBERS', k('open'))) do
+    local f = fire_key(id)
+    if g(f, 'cancel_at') ~= '' and g(f, 'node_id') == A.node and g(f, 'incarnation') == A.inc then
+      out[#out + 1] = tonumber(id)
+    end
+  end
+  table.sort(out)
+  return out
+end
+
 C.pending_due = function()
   local out = {}
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('pending'), '-inf', '(' .. A.before, 'LIMIT', 0, A.limit)) do

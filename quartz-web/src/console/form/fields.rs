@@ -28,10 +28,13 @@ pub(super) struct JobForm {
     pub(super) dst_repeated: String,
     pub(super) jitter_ms: String,
     pub(super) catch_up_ms: String,
+    pub(super) overlap: String,
     pub(super) max_attempts: String,
     pub(super) backoff_ms: String,
     pub(super) backoff_max_ms: String,
     pub(super) timeout_ms: String,
+    pub(super) concurrency_limit: String,
+    pub(super) concurrency_key: String,
     pub(super) allow_concurrent: bool,
     pub(super) requests_recovery: bool,
 }
@@ -165,10 +168,13 @@ impl JobForm {
             dst_repeated: text("dst_repeated", &base.dst_repeated),
             jitter_ms: text("jitter_ms", &base.jitter_ms),
             catch_up_ms: text("catch_up_ms", &base.catch_up_ms),
+            overlap: text("overlap", &base.overlap),
             max_attempts: text("max_attempts", &base.max_attempts),
             backoff_ms: text("backoff_ms", &base.backoff_ms),
             backoff_max_ms: text("backoff_max_ms", &base.backoff_max_ms),
             timeout_ms: text("timeout_ms", &base.timeout_ms),
+            concurrency_limit: text("concurrency_limit", &base.concurrency_limit),
+            concurrency_key: text("concurrency_key", &base.concurrency_key),
             allow_concurrent: f.on("allow_concurrent"),
             requests_recovery: f.on("requests_recovery"),
         }
@@ -178,7 +184,7 @@ impl JobForm {
     /// trigger (and where it stands); an edit of any of it replaces the
     /// trigger with one built from every field the form shows, so that
     /// nothing the form did not change is lost.
-    pub(super) fn schedule(&self) -> [&str; 14] {
+    pub(super) fn schedule(&self) -> [&str; 15] {
         [
             self.kind.trim(),
             self.cron.trim(),
@@ -194,6 +200,7 @@ impl JobForm {
             dst_name(&self.dst_repeated),
             self.jitter_ms.trim(),
             self.catch_up_ms.trim(),
+            self.overlap.trim(),
         ]
     }
 
@@ -224,6 +231,7 @@ impl JobForm {
         text("calendar", &self.calendar, true);
         text("jitter_ms", &self.jitter_ms, true);
         text("catch_up_ms", &self.catch_up_ms, true);
+        text("overlap", &self.overlap, true);
         for (name, value) in [("dst_skipped", &self.dst_skipped), ("dst_repeated", &self.dst_repeated)] {
             text(name, dst_name(value), cron_kind && dst_name(value) != "quartz");
         }
@@ -254,6 +262,8 @@ impl JobForm {
             ("max_attempts", &self.max_attempts),
             ("backoff_ms", &self.backoff_ms),
             ("backoff_max_ms", &self.backoff_max_ms),
+            ("concurrency_limit", &self.concurrency_limit),
+            ("concurrency_key", &self.concurrency_key),
         ] {
             if !value.trim().is_empty() {
                 json.insert(name.into(), wire_value(name, value.trim()));
@@ -320,6 +330,8 @@ impl JobForm {
             backoff: Some(spec.retry.backoff),
             backoff_max: Some(spec.retry.backoff_max),
             parent: None,
+            concurrency_limit: Some(spec.limit.as_ref().map(|l| l.max)),
+            concurrency_key: spec.limit.map(|l| l.key),
             triggers: schedule_changed.then_some(triggers),
         })
     }
@@ -329,7 +341,8 @@ impl JobForm {
 /// one and the text is, otherwise the text (which the definition then
 /// refuses, naming the field).
 fn wire_value(name: &str, text: &str) -> serde_json::Value {
-    const NUMBERS: [&str; 9] = [
+    const NUMBERS: [&str; 10] = [
+        "concurrency_limit",
         "interval_ms",
         "jitter_ms",
         "catch_up_ms",

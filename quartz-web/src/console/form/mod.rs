@@ -30,6 +30,16 @@ const MISFIRE: [&str; 8] = [
     "reschedule_next_with_remaining_count",
 ];
 
+/// The overlap policies, for the select (empty: the job's own rule).
+const OVERLAP: [(&str, &str); 6] = [
+    ("", "The job's rule (allow concurrent fires or not)"),
+    ("allow", "allow: run alongside"),
+    ("skip", "skip: record it skipped"),
+    ("buffer_one", "buffer_one: run once when it ends"),
+    ("buffer_all", "buffer_all: run each, in order"),
+    ("cancel", "cancel: stop it, then run"),
+];
+
 /// The schedule kinds, for the select.
 const KINDS: [(&str, &str); 5] = [
     ("cron", "Cron expression"),
@@ -163,10 +173,13 @@ fn render(viewer: &Viewer, form: &JobForm, errors: &FieldErrors, editing: Option
             "dst_repeated",
             "jitter_ms",
             "catch_up_ms",
+            "overlap",
             "max_attempts",
             "backoff_ms",
             "backoff_max_ms",
             "timeout_ms",
+            "concurrency_limit",
+            "concurrency_key",
         ]
         .contains(&f.as_str())
     });
@@ -235,6 +248,11 @@ fn render(viewer: &Viewer, form: &JobForm, errors: &FieldErrors, editing: Option
                         Some("Spread each fire by up to this much, the same offset for a fire time on every node; empty: none."), Some("cron fixed_rate fixed_delay once")))
                     (field("Catch-up window (ms)", "catch_up_ms", errors, text_input("catch_up_ms", &form.catch_up_ms, ""),
                         Some("Missed fire times older than this are recorded and skipped, whatever the misfire policy; empty: no limit."), Some("cron fixed_rate fixed_delay once")))
+                    (field("Overlap policy", "overlap", errors, html! {
+                        select #overlap name="overlap" {
+                            @for (value, label) in OVERLAP { option value=(value) selected[value == form.overlap] { (label) } }
+                        }
+                    }, Some("What a fire does while a fire of this job still runs, on any node."), Some("cron fixed_rate fixed_delay once")))
                 }
             }
             fieldset {
@@ -244,6 +262,10 @@ fn render(viewer: &Viewer, form: &JobForm, errors: &FieldErrors, editing: Option
                 (field("Longest backoff (ms)", "backoff_max_ms", errors, text_input("backoff_max_ms", &form.backoff_max_ms, ""),
                     Some("Set it to double the backoff after each failure up to this; empty keeps it fixed."), None))
                 (field("Timeout (ms)", "timeout_ms", errors, text_input("timeout_ms", &form.timeout_ms, ""), Some("Empty: no timeout."), None))
+                (field("Concurrency limit", "concurrency_limit", errors, text_input("concurrency_limit", &form.concurrency_limit, ""),
+                    Some("At most this many fires at once, on every node together, among the jobs with the same key; empty: no limit."), None))
+                (field("Concurrency key", "concurrency_key", errors, text_input("concurrency_key", &form.concurrency_key, "{handler}"),
+                    Some("{handler} and {/json/pointer} into the payload stand for their values, e.g. tenant:{/tenant}."), None))
                 div.field.check {
                     label { input type="checkbox" name="allow_concurrent" checked[form.allow_concurrent]; " Fires may overlap" }
                     label { input type="checkbox" name="requests_recovery" checked[form.requests_recovery]; " Run again when its node dies mid-run" }

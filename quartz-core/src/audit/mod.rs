@@ -16,7 +16,12 @@
 //! - **claimed on standby**: a fire claimed while the whole scheduler was on
 //!   standby (from a `scheduler.pause` in the change log to the next
 //!   `scheduler.resume`), later than the threshold after the pause (a claim
-//!   already under way when the pause was made may end after it).
+//!   already under way when the pause was made may end after it);
+//! - **overlapped**: a trigger's own fire that started while another fire of
+//!   its job was running, although its overlap policy (or its job, which
+//!   disallows concurrency) forbids it;
+//! - **over limit**: a fire of a job with a concurrency limit that started
+//!   while its key already had as many fires running as the limit allows.
 //!
 //! Fixed-delay triggers have no grid to check gaps against, and triggers in
 //! error are skipped. The audit starts no earlier than the purge horizon
@@ -38,6 +43,8 @@ use std::collections::{BTreeMap, HashMap};
 use crate::store::{ChangeQuery, ExecuteState, FireQuery, FireRecord, FireState, JobDetail, Store, StoreError};
 use crate::time::Timestamp;
 use crate::trigger::Schedule;
+
+mod overlap;
 
 /// The most fire times one audit checks (a bound on a long range of a
 /// frequent schedule).
@@ -84,11 +91,16 @@ pub enum ViolationKind {
     BeyondCatchUp,
     /// A fire claimed while the scheduler was on standby.
     ClaimedOnStandby,
+    /// A fire that started while another fire of its job ran, against its
+    /// trigger's overlap policy.
+    Overlapped,
+    /// A fire that started while its concurrency key was full.
+    OverLimit,
 }
 
 impl ViolationKind {
     /// Its name in reports: `duplicate`, `missing`, `late`, `stranded`,
-    /// `beyond_catch_up`, `claimed_on_standby`.
+    /// `beyond_catch_up`, `claimed_on_standby`, `overlapped`, `over_limit`.
     pub fn as_str(self) -> &'static str {
         match self {
             ViolationKind::Duplicate => "duplicate",
@@ -97,6 +109,8 @@ impl ViolationKind {
             ViolationKind::Stranded => "stranded",
             ViolationKind::BeyondCatchUp => "beyond_catch_up",
             ViolationKind::ClaimedOnStandby => "claimed_on_standby",
+            ViolationKind::Overlapped => "overlapped",
+            ViolationKind::OverLimit => "over_limit",
         }
     }
 }
@@ -165,7 +179,10 @@ pub async fn audit(store: &dyn Store, params: &AuditParams) -> Result<AuditRepor
     let mut violations = duplicates(&fires, &name_of);
     let threshold_ms = i64::try_from(params.misfire_threshold.as_millis()).unwrap_or(i64::MAX);
     violations.extend(late_starts(&fires, &details, threshold_ms, &name_of));
-    violations.extend(stranded(&fires, until, threshold_ms, &name_of));
+    let waiting = overlap::waiting(&fires, &overlap::limit_keys(&details));
+    violations.extend(stranded(&fires, &waiting, until, threshold_ms, &name_of));
+    violations.extend(overlap::overlapped(&fires, &details, &name_of));
+    violations.extend(overlap::over_limit(&fires, &details, &name_of));
     let standbys = standbys(store, until).await?;
     violations.extend(claimed_on_standby(&fires, &standbys, threshold_ms, &name_of));
     let (gaps, fire_times_checked) = gaps(&fires, &details, since, until);
@@ -244,8 +261,9 @@ fn late_starts(
         for f in rows {
             let Some(started) = f.started_at else { continue };
             // A backfill's first attempt runs when it is due, not at its
-            // fire time.
-            if f.by_backfill() {
+            // fire time; one that waited under an overlap policy when its
+            // job's fire ended.
+            if f.by_backfill() || f.by_overlap() {
                 continue;
             }
             let late = started.as_millis() - f.fire_time.as_millis();
@@ -281,13 +299,14 @@ fn late_starts(
 /// the threshold.
 fn stranded(
     fires: &[FireRecord],
+    waiting: &std::collections::HashSet<i64>,
     until: Timestamp,
     threshold_ms: i64,
     name_of: &dyn Fn(i64) -> String,
 ) -> Vec<Violation> {
     fires
         .iter()
-        .filter(|f| f.state == FireState::Pending)
+        .filter(|f| f.state == FireState::Pending && !waiting.contains(&f.id))
         .filter_map(|f| {
             let due = f.due_at?;
             let overdue = until.as_millis() - due.as_millis();
@@ -468,10 +487,10 @@ mod tests {
         retry.due_at = Some(Timestamp::from_millis(10_000));
         let at = |ms| Timestamp::from_millis(ms);
         assert!(
-            stranded(&[retry.clone()], at(14_000), 5_000, &name).is_empty(),
+            stranded(&[retry.clone()], &Default::default(), at(14_000), 5_000, &name).is_empty(),
             "not yet"
         );
-        let found = stranded(&[retry], at(16_000), 5_000, &name);
+        let found = stranded(&[retry], &Default::default(), at(16_000), 5_000, &name);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].kind, ViolationKind::Stranded);
     }

@@ -1,0 +1,303 @@
+//! Overlap policies and concurrency limits through the engine, on real
+//! databases and three nodes: each trigger's fires that come due while a
+//! fire of its job still runs (on any node) are skipped and recorded, wait
+//! one at a time, all wait and run in order, stop the running fire, or run
+//! alongside, as the trigger says; a tenant's jobs never run more fires at
+//! once than their limit, whichever nodes run them, while another tenant's
+//! run beside; and the audit finds no fire that ran beside another against
+//! its policy or past its limit.
+//!
+//! Each test runs on SQLite (a file), PostgreSQL, MariaDB and Redis, on a
+//! fresh database (see `quartz-testkit`).
+
+#![allow(clippy::unwrap_used)]
+
+use quartz_testkit as common;
+
+use std::time::Duration;
+
+use common::{TestDb, ledger, wait_until};
+use quartz::SchedulerError;
+use quartz::admin::{AdminError, JobDefinition, TriggerDefinition};
+use quartz::prelude::*;
+use quartz::store::{ConcurrencyLimit, FireRecord, FireState, RetryPolicy};
+use quartz::trigger::Overlap;
+
+common::backend_tests!(shared:
+    each_overlap_policy_on_three_nodes,
+    a_concurrency_limit_per_tenant_holds_across_three_nodes,
+);
+
+const CLUSTER: &str = "overlap-cluster";
+
+/// How long a fire of each job runs, unless it is asked to stop.
+fn run_ms(job: &str) -> u64 {
+    match job {
+        "buffer-all" => 1_500,
+        "cancel" => 2_500,
+        name if name.starts_with("tenant-") => 600,
+        _ => 1_200,
+    }
+}
+
+async fn nodes(db: &TestDb) -> Vec<Scheduler> {
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(
+            SchedulerBuilder::new(CLUSTER)
+                .settings(common::fast_settings())
+                .async_handler("busy", |ctx: JobContext| async move {
+                    let run = Duration::from_millis(run_ms(ctx.job_name()));
+                    tokio::select! {
+                        () = tokio::time::sleep(run) => Ok(()),
+                        () = ctx.cancellation().cancelled() => Err("stopped when asked".into()),
+                    }
+                })
+                .start(db.store().await)
+                .await
+                .unwrap(),
+        );
+    }
+    nodes
+}
+
+/// A job on `every`, `fires` times in all, under `policy`.
+fn job(name: &str, every_ms: u64, fires: u64, policy: Overlap) -> JobDefinition {
+    JobDefinition::new(name, "busy").with_trigger(
+        TriggerDefinition::every(Duration::from_millis(every_ms))
+            .repeating(fires)
+            .overlap(policy),
+    )
+}
+
+/// Five jobs whose fires come due faster than they run, one per policy,
+/// added on different nodes.
+async fn each_overlap_policy_on_three_nodes(db: &TestDb) {
+    common::log_if_asked();
+    let nodes = nodes(db).await;
+    let store = AnyStore::from(nodes[0].store().clone());
+
+    // A job that disallows concurrency cannot have a trigger that allows it.
+    let refused = nodes[0]
+        .add_job(&job("refused", 500, 1, Overlap::Allow).with_concurrency(false))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, SchedulerError::Rejected(AdminError::Invalid { field, .. }) if field == "triggers[0].overlap"),
+        "{refused:?}"
+    );
+
+    let jobs = [
+        job("skip", 500, 10, Overlap::Skip),
+        job("buffer-one", 500, 10, Overlap::BufferOne),
+        job("buffer-all", 1_000, 4, Overlap::BufferAll),
+        // Retries allowed: a fire stopped by a newer one is not retried.
+        job("cancel", 1_000, 4, Overlap::Cancel).with_retry(RetryPolicy::fixed(3, Duration::from_millis(100))),
+        job("allow", 500, 6, Overlap::Allow),
+    ];
+    let mut ids = Vec::new();
+    for (i, j) in jobs.iter().enumerate() {
+        ids.push(nodes[i % 3].add_job(j).await.unwrap().id);
+    }
+    let of = |rows: &[FireRecord], i: usize| -> Vec<FireRecord> {
+        let mut rows: Vec<FireRecord> = rows.iter().filter(|f| f.job_id == ids[i]).cloned().collect();
+        rows.sort_by_key(|f| (f.fire_time, f.attempt));
+        rows
+    };
+    let count = |rows: &[FireRecord], state: FireState| rows.iter().filter(|f| f.state == state).count();
+    wait_until(Duration::from_secs(60), "every job's fires ended", || async {
+        let rows = ledger(&store, CLUSTER).await;
+        let ended = |i: usize, n: usize| {
+            let rows = of(&rows, i);
+            rows.len() == n && rows.iter().all(|f| f.state.is_ended())
+        };
+        ended(0, 10) && ended(1, 10) && ended(2, 4) && ended(3, 4) && ended(4, 6)
+    })
+    .await;
+    for n in nodes {
+        n.shutdown().await;
+    }
+    let rows = ledger(&store, CLUSTER).await;
+
+    // Skip: the fires due while one ran are recorded skipped, with the
+    // running fire's id, and never run.
+    let skip = of(&rows, 0);
+    assert!(count(&skip, FireState::Skipped) >= 3, "{skip:#?}");
+    assert!(count(&skip, FireState::Succeeded) >= 2, "{skip:#?}");
+    for f in skip.iter().filter(|f| f.state == FireState::Skipped) {
+        let reason = f.error.as_deref().unwrap_or_default();
+        assert!(reason.starts_with("overlap policy skip: fire "), "{f:?}");
+        assert!(f.started_at.is_none(), "{f:?}");
+    }
+
+    // Buffer one: one fire waits and runs when the running one ends; the
+    // others due meanwhile are skipped.
+    let one = of(&rows, 1);
+    let waited: Vec<_> = one.iter().filter(|f| f.by_overlap()).collect();
+    assert!(!waited.is_empty(), "{one:#?}");
+    assert!(waited.iter().all(|f| f.state == FireState::Succeeded), "{one:#?}");
+    assert!(
+        one.iter().filter(|f| f.state == FireState::Skipped).all(|f| f
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("buffer_one")),
+        "{one:#?}"
+    );
+    assert!(count(&one, FireState::Skipped) >= 2, "{one:#?}");
+
+    // Buffer all: every fire runs, one at a time, in the order of its time.
+    let all = of(&rows, 2);
+    assert_eq!(count(&all, FireState::Succeeded), 4, "{all:#?}");
+    assert!(all.iter().filter(|f| f.by_overlap()).count() >= 2, "{all:#?}");
+    for w in all.windows(2) {
+        assert!(
+            w[1].started_at.unwrap() >= w[0].finished_at.unwrap(),
+            "out of turn: {w:#?}"
+        );
+    }
+
+    // Cancel: each newer fire stops the running one, which is recorded
+    // failed and not retried, then runs; the last one runs to its end.
+    let cancel = of(&rows, 3);
+    assert!(
+        cancel.iter().all(|f| f.attempt == 1),
+        "a stopped fire was retried: {cancel:#?}"
+    );
+    assert_eq!(cancel.last().unwrap().state, FireState::Succeeded, "{cancel:#?}");
+    let stopped: Vec<_> = cancel.iter().filter(|f| f.state == FireState::Failed).collect();
+    assert!(!stopped.is_empty(), "{cancel:#?}");
+    for f in &stopped {
+        let took = f.finished_at.unwrap().as_millis() - f.started_at.unwrap().as_millis();
+        assert!(took < 2_400, "not stopped: {f:?}");
+        assert!(
+            f.error.as_deref().unwrap_or_default().contains("overlap policy cancel"),
+            "{f:?}"
+        );
+    }
+    for w in cancel.windows(2) {
+        assert!(
+            w[1].started_at.unwrap() >= w[0].finished_at.unwrap(),
+            "ran beside: {w:#?}"
+        );
+    }
+
+    // Allow: fires run alongside.
+    let allow = of(&rows, 4);
+    assert_eq!(count(&allow, FireState::Succeeded), 6, "{allow:#?}");
+    assert!(
+        allow
+            .windows(2)
+            .any(|w| w[1].started_at.unwrap() < w[0].finished_at.unwrap()),
+        "{allow:#?}"
+    );
+
+    let now = store.now().await.unwrap();
+    let report = quartz::audit::audit(&*store, &quartz::audit::AuditParams::last_hour(now))
+        .await
+        .unwrap();
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
+/// A job of `tenant`, limited with the tenant's other jobs.
+fn tenant_job(tenant: &str, i: usize, max: u32, policy: Overlap) -> JobDefinition {
+    JobDefinition::new(format!("tenant-{tenant}-{i}"), "busy")
+        .with_payload(&serde_json::json!({ "tenant": tenant }))
+        .unwrap()
+        .with_limit(ConcurrencyLimit::new(max, "tenant:{/tenant}"))
+        .with_trigger(
+            TriggerDefinition::every(Duration::from_millis(500))
+                .repeating(4)
+                .overlap(policy),
+        )
+}
+
+/// The most fires of `rows` running at one instant.
+fn most_at_once(rows: &[&FireRecord]) -> usize {
+    let mut edges: Vec<(i64, i32)> = Vec::new();
+    for f in rows {
+        if let (Some(s), Some(e)) = (f.started_at, f.finished_at) {
+            edges.push((s.as_millis(), 1));
+            edges.push((e.as_millis(), -1));
+        }
+    }
+    // An end before a start at the same instant.
+    edges.sort_unstable();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, d) in edges {
+        now += d;
+        most = most.max(now);
+    }
+    usize::try_from(most).unwrap_or(0)
+}
+
+/// Tenant a: four jobs every 500 ms, at most two fires at once; tenant b:
+/// two such jobs with their own limit of two; tenant c: two jobs with a
+/// limit of one that skip what the limit holds back. Jobs added on every
+/// node.
+async fn a_concurrency_limit_per_tenant_holds_across_three_nodes(db: &TestDb) {
+    common::log_if_asked();
+    let nodes = nodes(db).await;
+    let store = AnyStore::from(nodes[0].store().clone());
+
+    let refused = nodes[0]
+        .add_job(&JobDefinition::new("no-tenant", "busy").with_limit(ConcurrencyLimit::new(1, "tenant:{/tenant}")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, SchedulerError::Rejected(AdminError::Invalid { field, .. }) if field == "concurrency_key"),
+        "{refused:?}"
+    );
+
+    let mut jobs = Vec::new();
+    for i in 0..4 {
+        jobs.push(tenant_job("a", i, 2, Overlap::Allow));
+    }
+    for i in 0..2 {
+        jobs.push(tenant_job("b", i, 2, Overlap::Allow));
+        jobs.push(tenant_job("c", i, 1, Overlap::Skip));
+    }
+    let mut tenant_of = std::collections::HashMap::new();
+    for (i, j) in jobs.iter().enumerate() {
+        let id = nodes[i % 3].add_job(j).await.unwrap().id;
+        tenant_of.insert(id, j.spec.name[7..8].to_owned());
+    }
+    wait_until(Duration::from_secs(60), "every limited fire ended", || async {
+        let rows = ledger(&store, CLUSTER).await;
+        rows.len() == 32 && rows.iter().all(|f| f.state.is_ended())
+    })
+    .await;
+    for n in nodes {
+        n.shutdown().await;
+    }
+    let rows = ledger(&store, CLUSTER).await;
+    let of = |tenant: &str| -> Vec<&FireRecord> { rows.iter().filter(|f| tenant_of[&f.job_id] == tenant).collect() };
+
+    let a = of("a");
+    assert!(a.iter().all(|f| f.state == FireState::Succeeded), "{a:#?}");
+    assert_eq!(most_at_once(&a), 2, "tenant a at its limit, never past it: {a:#?}");
+    assert!(a.iter().any(|f| f.by_overlap()), "some waited for room: {a:#?}");
+    let b = of("b");
+    assert!(b.iter().all(|f| f.state == FireState::Succeeded), "{b:#?}");
+    assert!(most_at_once(&b) <= 2, "{b:#?}");
+    let ab: Vec<&FireRecord> = a.iter().chain(b.iter()).copied().collect();
+    assert!(most_at_once(&ab) > 2, "another tenant's fires run beside: {ab:#?}");
+
+    let c = of("c");
+    assert_eq!(most_at_once(&c), 1, "{c:#?}");
+    let skipped: Vec<_> = c.iter().filter(|f| f.state == FireState::Skipped).collect();
+    assert!(
+        skipped.iter().any(|f| f
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("concurrency limit \"tenant:c\" full")),
+        "{c:#?}"
+    );
+
+    let now = store.now().await.unwrap();
+    let report = quartz::audit::audit(&*store, &quartz::audit::AuditParams::last_hour(now))
+        .await
+        .unwrap();
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}

@@ -810,8 +810,8 @@ fn posted_by_browser(body: &str) -> Vec<(String, String)> {
 
 /// An edit through the console's form changes only what was changed: a
 /// trigger bounded to five fires from 2027, with a priority, a misfire
-/// policy, a calendar and a DST choice, keeps all of them when its cron
-/// expression is edited, whether the browser posts every field the page
+/// policy, a calendar, a DST choice and an overlap policy, of a job with a
+/// concurrency limit, keeps all of them when its cron expression is edited, whether the browser posts every field the page
 /// shows or a client posts only the field it changed.
 async fn an_edit_keeps_every_trigger_field_it_did_not_change(db: &TestDb) {
     let admin = Admin::new(db.store().await, CLUSTER);
@@ -823,7 +823,8 @@ async fn an_edit_keeps_every_trigger_field_it_did_not_change(db: &TestDb) {
         )
         .await
         .unwrap();
-    let mut job = JobDefinition::new("bounded", "report");
+    let limit = quartz_core::store::ConcurrencyLimit::new(3, "{handler}");
+    let mut job = JobDefinition::new("bounded", "report").with_limit(limit.clone());
     let mut trigger = TriggerDefinition::cron("0 0 6 * * ?", "Europe/Paris").unwrap();
     trigger.start = Some(Timestamp::from_millis(1_798_761_600_000)); // 2027-01-01T00:00:00Z
     trigger.end = Some(Timestamp::from_millis(1_811_808_000_000)); // 2027-06-01T00:00:00Z
@@ -833,6 +834,7 @@ async fn an_edit_keeps_every_trigger_field_it_did_not_change(db: &TestDb) {
     trigger.calendar = Some("holidays".into());
     trigger.jitter = Some(std::time::Duration::from_secs(90));
     trigger.catch_up = Some(std::time::Duration::from_secs(3_600));
+    trigger.overlap = Some(quartz_core::trigger::Overlap::BufferOne);
     let trigger = trigger.dst(DstChoice {
         skipped: SkippedTime::Quartz,
         repeated: RepeatedTime::Both,
@@ -856,6 +858,8 @@ async fn an_edit_keeps_every_trigger_field_it_did_not_change(db: &TestDb) {
         assert_eq!(t["time_zone"], "Europe/Paris");
         assert_eq!(t["jitter_ms"], 90_000, "jitter kept: {t}");
         assert_eq!(t["catch_up_ms"], 3_600_000, "catch-up window kept: {t}");
+        assert_eq!(t["overlap"], "buffer_one", "overlap policy kept: {t}");
+        assert_eq!(view.spec.limit.as_ref(), Some(&limit), "concurrency limit kept");
     };
 
     // The browser: every field as the edit page shows it, the cron changed.
@@ -867,6 +871,9 @@ async fn an_edit_keeps_every_trigger_field_it_did_not_change(db: &TestDb) {
         ("end", "2027-06-01T00:00:00.000Z"),
         ("repeat", "5"),
         ("priority", "7"),
+        ("overlap", "buffer_one"),
+        ("concurrency_limit", "3"),
+        ("concurrency_key", "{handler}"),
     ] {
         assert!(
             fields.iter().any(|(n, v)| n == name && v == shown),

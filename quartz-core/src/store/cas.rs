@@ -76,17 +76,21 @@ pub struct Claim {
     pub attempt: u32,
     /// The claiming node's incarnation.
     pub node: NodeRef,
-    /// The job disallows concurrency: the claim is lost while any fire of the
-    /// job is claimed or running. Such claims are serialised on the job's row.
+    /// The claim checks what runs before it wins: its job disallows
+    /// concurrency, its trigger has an overlap policy, or its job has a
+    /// concurrency limit. Such claims are serialised on the job's row (and
+    /// a limited job's on its key's first job row).
     pub exclusive: bool,
     /// With `exclusive`, what the claim does while a fire of the job is
-    /// claimed or running: `None` loses it (a job that disallows
-    /// concurrency: its trigger waits, as in Quartz); a policy still advances
-    /// the execute and records the fire, as skipped ([`Overlap::Skip`], or a
+    /// claimed or running, a fire of its trigger waits, or its job's
+    /// concurrency key is full ([`ClaimBusy`]): `None` loses it to a running
+    /// fire of the job (a job that disallows concurrency: its trigger waits,
+    /// as in Quartz) and waits for a full key; a policy still advances the
+    /// execute and records the fire, as skipped ([`Overlap::Skip`], or a
     /// second [`Overlap::BufferOne`] fire) or as a pending fire due at its
-    /// time, which waits for the job's open fires to end; under
-    /// [`Overlap::Cancel`] the job's open fires are also asked to stop.
-    /// Either way the claim is not won: nothing runs now.
+    /// time, which waits for room; under [`Overlap::Cancel`] the job's open
+    /// fires are also asked to stop. Either way the claim is not won:
+    /// nothing runs now.
     pub overlap: Option<Overlap>,
 }
 

@@ -14,7 +14,7 @@ use super::context::Ctx;
 use super::handler::RunKind;
 use super::launch::Launcher;
 use super::run::{PendingFire, RunFire};
-use crate::store::{FireEnd, FireQuery, FireState, JobState, MANUAL_EXECUTE, PendingClaim};
+use crate::store::{FireEnd, FireQuery, FireState, JobState, MANUAL_EXECUTE, PendingClaim, waited_for_room};
 
 /// How often a pending fire whose time has come looks for a free thread, or
 /// for its job's running fire to end.
@@ -147,9 +147,9 @@ impl Backlog {
         let Some(job) = job else { return Ok(Some(true)) };
         let kind = if by_hand && fire.attempt == 1 {
             RunKind::ByHand
-        } else if fire.attempt == 1 && fire.due_at == fire.fire_time {
-            // A trigger's fire that waited for its job's running fire under
-            // an overlap policy: due at its own time.
+        } else if waited_for_room(fire.execute_id, fire.attempt, fire.fire_time, Some(fire.due_at)) {
+            // A trigger's fire that waited for its job's running fire or its
+            // concurrency key: due at its own time.
             RunKind::Scheduled
         } else {
             self.pending_kind(fire).await

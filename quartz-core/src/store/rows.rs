@@ -337,12 +337,19 @@ impl FireRecord {
         !self.by_hand() && self.attempt == 1 && self.due_at.is_some_and(|due| due != self.fire_time)
     }
 
-    /// A fire that waited for its job's running fire under an overlap
-    /// policy (buffer one, buffer all, cancel): a trigger's first attempt
-    /// that was pending, due at its fire time.
+    /// A fire that waited for room: for its job's running fire under an
+    /// overlap policy (buffer one, buffer all, cancel), or for its
+    /// concurrency key (see [`waited_for_room`]).
     pub fn by_overlap(&self) -> bool {
-        !self.by_hand() && self.attempt == 1 && self.due_at == Some(self.fire_time)
+        waited_for_room(self.execute_id, self.attempt, self.fire_time, self.due_at)
     }
+}
+
+/// The one rule for a fire that waited for room under an overlap policy or
+/// a concurrency limit: a trigger's first attempt (not one by hand) that was
+/// pending, due at its own fire time (a backfill's is due after it).
+pub fn waited_for_room(execute_id: i64, attempt: u32, fire_time: Timestamp, due_at: Option<Timestamp>) -> bool {
+    execute_id != MANUAL_EXECUTE && attempt == 1 && due_at == Some(fire_time)
 }
 
 /// A child job's fire claimed when its parent's fire succeeded.

@@ -295,10 +295,13 @@ impl SqlStore {
         if claim.exclusive
             && let Some(pre) = pre
         {
-            let job = self.job_open_fire(tx, pre).await?;
+            // The job's row locked first: claims of one job are serialised.
             // Under allow, the job's own fires do not hold this one; its
             // concurrency limit still may.
-            let open = job.open.filter(|_| claim.overlap != Some(Overlap::Allow));
+            let open = self
+                .lock_job_with_open_fire(tx, pre.job_id)
+                .await?
+                .filter(|_| claim.overlap != Some(Overlap::Allow));
             if claim.overlap.is_none() && open.is_some() {
                 return Ok(Claimed::Lost);
             }
@@ -312,9 +315,10 @@ impl SqlStore {
             };
             // A fire of the trigger that waits holds the later ones behind
             // it, so that they keep their order.
-            let waiting = match claim.overlap.is_some() || full.is_some() {
-                true => self.waiting_fire(tx, claim.cas.execute_id).await?,
-                false => None,
+            let waiting = if claim.overlap.is_some() || full.is_some() {
+                self.waiting_fire(tx, claim.cas.execute_id).await?
+            } else {
+                None
             };
             let busy = ClaimBusy { open, waiting, full };
             if busy.any() {

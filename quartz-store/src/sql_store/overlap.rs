@@ -11,12 +11,6 @@ use sqlx::{Any, Row, Transaction};
 use super::claims::Claimed;
 use super::*;
 
-/// A job as an exclusive claim finds it, its row locked.
-pub(super) struct JobBusy {
-    /// A claimed or running fire of the job.
-    pub(super) open: Option<i64>,
-}
-
 /// What a claim reads of its job before its transaction.
 pub(super) struct JobOfClaim {
     pub(super) job_id: i64,
@@ -68,18 +62,6 @@ impl SqlStore {
             })
         })
         .transpose()
-    }
-
-    /// For an exclusive claim: locks the job's row (so that two claims of
-    /// its executes are serialised, whichever nodes make them) and answers
-    /// a claimed or running fire of it, if there is one.
-    pub(super) async fn job_open_fire(
-        &self,
-        tx: &mut Transaction<'static, Any>,
-        pre: &JobOfClaim,
-    ) -> Result<JobBusy, StoreError> {
-        let open = self.lock_job_with_open_fire(tx, pre.job_id).await?;
-        Ok(JobBusy { open })
     }
 
     /// The trigger's fire that waits under an overlap policy (pending, first

@@ -520,25 +520,29 @@ impl Db {
             .map(|f| f.record.id)
     }
 
-    /// The oldest pending first attempt of an execute (by fire time) before
-    /// `before` whose due time has come by `now`; without `before`, the
-    /// oldest that waits under an overlap policy.
-    pub(super) fn waiting_of(&self, execute_id: i64, before: Option<Timestamp>, now: i64) -> Option<i64> {
-        self.fires
+    /// The pending first attempts of an execute, oldest first.
+    fn pending_firsts(&self, execute_id: i64) -> impl Iterator<Item = &FireRecord> {
+        let mut firsts: Vec<&FireRecord> = self
+            .fires
             .values()
-            .filter(|f| {
-                let r = &f.record;
-                r.execute_id == execute_id && r.state == FireState::Pending && r.attempt == 1
-            })
-            // Without `before`: the fires that wait under an overlap policy,
-            // due at their own time.
-            .filter(|f| before.is_some() || f.record.by_overlap())
-            .filter(|f| match before {
-                None => true,
-                Some(t) => f.record.fire_time < t && f.record.due_at.is_some_and(|d| d.as_millis() <= now),
-            })
-            .min_by_key(|f| (f.record.fire_time, f.record.id))
-            .map(|f| f.record.id)
+            .map(|f| &f.record)
+            .filter(|r| r.execute_id == execute_id && r.state == FireState::Pending && r.attempt == 1)
+            .collect();
+        firsts.sort_by_key(|r| (r.fire_time, r.id));
+        firsts.into_iter()
+    }
+
+    /// The execute's oldest fire that waits under an overlap policy or a
+    /// limit (due at its own time).
+    pub(super) fn waiting_of(&self, execute_id: i64) -> Option<i64> {
+        self.pending_firsts(execute_id).find(|r| r.by_overlap()).map(|r| r.id)
+    }
+
+    /// Whether a pending first attempt of the execute older than `before`
+    /// is due by `now` (the waiting fires run in the order of their times).
+    pub(super) fn older_due(&self, execute_id: i64, before: Timestamp, now: i64) -> bool {
+        self.pending_firsts(execute_id)
+            .any(|r| r.fire_time < before && r.due_at.is_some_and(|d| d.as_millis() <= now))
     }
 
     /// Open fires of a scheduler that `keep` accepts, by fire time then id,

@@ -179,9 +179,10 @@ impl ScheduleStore for MemoryStore {
                     let row = db.executes.get(&c.cas.execute_id)?.clone();
                     // Under allow, the job's own fires do not hold this one;
                     // its concurrency limit still may.
-                    let open = match c.exclusive && c.overlap != Some(Overlap::Allow) {
-                        true => db.job_open(row.job_id),
-                        false => None,
+                    let open = if c.exclusive && c.overlap != Some(Overlap::Allow) {
+                        db.job_open(row.job_id)
+                    } else {
+                        None
                     };
                     if c.overlap.is_none() && open.is_some() {
                         return None;
@@ -190,7 +191,7 @@ impl ScheduleStore for MemoryStore {
                     // A fire of the trigger that waits holds the later ones
                     // behind it, so that they keep their order.
                     let waiting = if c.exclusive && (c.overlap.is_some() || full.is_some()) {
-                        db.waiting_of(row.id, None, now)
+                        db.waiting_of(row.id)
                     } else {
                         None
                     };
@@ -405,9 +406,7 @@ impl FireStore for MemoryStore {
             }
             let limited = db.jobs.get(&fire.record.job_id).is_some_and(|j| j.spec.limit.is_some());
             if (overlap.is_some_and(Overlap::waits) || limited)
-                && db
-                    .waiting_of(fire.record.execute_id, Some(fire.record.fire_time), now)
-                    .is_some()
+                && db.older_due(fire.record.execute_id, fire.record.fire_time, now)
             {
                 return PendingClaim::Blocked;
             }

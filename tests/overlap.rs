@@ -16,7 +16,7 @@ use quartz_testkit as common;
 
 use std::time::Duration;
 
-use common::{TestDb, ledger, wait_until};
+use common::{TestDb, ledger, wait_for};
 use quartz::SchedulerError;
 use quartz::admin::{AdminError, JobDefinition, TriggerDefinition};
 use quartz::prelude::*;
@@ -105,13 +105,17 @@ async fn each_overlap_policy_on_three_nodes(db: &TestDb) {
         rows
     };
     let count = |rows: &[FireRecord], state: FireState| rows.iter().filter(|f| f.state == state).count();
-    wait_until(Duration::from_secs(60), "every job's fires ended", || async {
+    wait_for(Duration::from_secs(60), "every job's fires ended", || async {
         let rows = ledger(&store, CLUSTER).await;
         let ended = |i: usize, n: usize| {
             let rows = of(&rows, i);
             rows.len() == n && rows.iter().all(|f| f.state.is_ended())
         };
-        ended(0, 10) && ended(1, 10) && ended(2, 4) && ended(3, 4) && ended(4, 6)
+        if ended(0, 10) && ended(1, 10) && ended(2, 4) && ended(3, 4) && ended(4, 6) {
+            Ok(())
+        } else {
+            Err(open_rows(&rows))
+        }
     })
     .await;
     for n in nodes {
@@ -212,6 +216,13 @@ fn tenant_job(tenant: &str, i: usize, max: u32, policy: Overlap) -> JobDefinitio
         )
 }
 
+/// How many rows the ledger holds and those not ended yet, for a test that
+/// times out waiting for them.
+fn open_rows(rows: &[FireRecord]) -> String {
+    let open: Vec<&FireRecord> = rows.iter().filter(|f| !f.state.is_ended()).collect();
+    format!("{} rows, {} not ended: {open:#?}", rows.len(), open.len())
+}
+
 /// The most fires of `rows` running at one instant.
 fn most_at_once(rows: &[&FireRecord]) -> usize {
     let mut edges: Vec<(i64, i32)> = Vec::new();
@@ -262,9 +273,13 @@ async fn a_concurrency_limit_per_tenant_holds_across_three_nodes(db: &TestDb) {
         let id = nodes[i % 3].add_job(j).await.unwrap().id;
         tenant_of.insert(id, j.spec.name[7..8].to_owned());
     }
-    wait_until(Duration::from_secs(60), "every limited fire ended", || async {
+    wait_for(Duration::from_secs(60), "every limited fire ended", || async {
         let rows = ledger(&store, CLUSTER).await;
-        rows.len() == 32 && rows.iter().all(|f| f.state.is_ended())
+        if rows.len() == 32 && rows.iter().all(|f| f.state.is_ended()) {
+            Ok(())
+        } else {
+            Err(open_rows(&rows))
+        }
     })
     .await;
     for n in nodes {

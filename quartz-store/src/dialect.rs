@@ -358,26 +358,6 @@ impl Backend {
         self == Backend::MySql
     }
 
-    /// Whether a job has a claimed or running fire, the fire's row locked
-    /// where a read can lock rows (not SQLite, whose writing transaction
-    /// holds the whole database); through the index of fires not ended
-    /// (finished_at IS NULL), so a job's history does not count (binds: the
-    /// job).
-    pub(crate) fn open_fire_of_job(self) -> &'static str {
-        match self {
-            Backend::Sqlite => {
-                "SELECT f.id FROM quartz_fire f JOIN quartz_job j ON f.scheduler = j.scheduler \
-                 AND f.job_id = j.id WHERE j.id = ? AND f.finished_at IS NULL \
-                 AND f.state IN ('claimed', 'running') LIMIT 1"
-            }
-            Backend::Postgres | Backend::MySql => {
-                "SELECT f.id FROM quartz_fire f JOIN quartz_job j ON f.scheduler = j.scheduler \
-                 AND f.job_id = j.id WHERE j.id = ? AND f.finished_at IS NULL \
-                 AND f.state IN ('claimed', 'running') LIMIT 1 FOR UPDATE"
-            }
-        }
-    }
-
     /// Creates a scheduler's row unless it exists.
     pub(crate) fn insert_scheduler_row(self) -> &'static str {
         match self {

@@ -295,24 +295,21 @@ impl SqlStore {
         if claim.exclusive
             && let Some(pre) = pre
         {
-            // The job's row locked first: claims of one job are serialised.
-            // Under allow, the job's own fires do not hold this one; its
-            // concurrency limit still may.
-            let open = self
-                .lock_job_with_open_fire(tx, pre.job_id)
-                .await?
-                .filter(|_| claim.overlap != Some(Overlap::Allow));
+            // The job's row locked first (claims of one job are
+            // serialised), then its key's. Under allow, the job's own fires
+            // do not hold this one; its concurrency limit still may.
+            let locked = self.lock_job(tx, pre.job_id, pre.limit.as_ref()).await?;
+            let open = locked.open.filter(|_| claim.overlap != Some(Overlap::Allow));
             if claim.overlap.is_none() && open.is_some() {
                 return Ok(Claimed::Lost);
             }
-            let full = match &pre.limit {
-                Some(limit) => self.key_full(tx, limit).await?.map(|open| FullKey {
+            let full = pre.limit.as_ref().zip(locked.key_open).and_then(|(limit, open)| {
+                (open >= limit.max).then(|| FullKey {
                     key: limit.key.clone(),
                     open,
                     max: limit.max,
-                }),
-                None => None,
-            };
+                })
+            });
             // A fire of the trigger that waits holds the later ones behind
             // it, so that they keep their order.
             let waiting = if claim.overlap.is_some() || full.is_some() {
@@ -375,31 +372,6 @@ impl SqlStore {
         }
         tx.commit().await.map_err(db_error)?;
         Ok(won)
-    }
-
-    /// Locks a job's row (so that two claims of its fires are serialised,
-    /// whichever nodes make them) and says whether a fire of the job is
-    /// claimed or running. Any open fire of the job counts, whatever its
-    /// execute's state (the last fire of a trigger leaves it complete while
-    /// it runs). A locking read sees the latest committed state on every
-    /// backend.
-    pub(super) async fn lock_job_with_open_fire(
-        &self,
-        tx: &mut Transaction<'static, Any>,
-        job_id: i64,
-    ) -> Result<Option<i64>, StoreError> {
-        self.query("UPDATE quartz_job SET updated_at = updated_at WHERE id = ?")
-            .bind(job_id)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
-        let row = self
-            .query(self.db.backend.open_fire_of_job())
-            .bind(job_id)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(db_error)?;
-        row.map(|r| r.try_get::<i64, _>(0)).transpose().map_err(db_error)
     }
 
     /// PostgreSQL: the claim as one statement, the compare-and-set in a

@@ -1,6 +1,6 @@
 //! Claims under an overlap policy or a concurrency limit: what an
-//! exclusive claim reads of its job before its transaction, the key's lock
-//! and count, the trigger's waiting fires, and what a claim held back
+//! exclusive claim reads of its job before its transaction, the job's and
+//! the key's locks and what it reads under them, the trigger's waiting fires, and what a claim held back
 //! records (a skipped row, or a pending fire due at its time; under cancel,
 //! the job's open fires asked to stop).
 
@@ -25,6 +25,15 @@ pub(super) struct KeyLimit {
     pub(super) max: i64,
     /// The key's first job (the lowest id): its row is the key's lock.
     pub(super) first: i64,
+}
+
+/// What a claim reads under its job's lock and its key's.
+pub(super) struct JobLocked {
+    /// A claimed or running fire of the job.
+    pub(super) open: Option<i64>,
+    /// How many fires of the job's concurrency key are claimed or running,
+    /// when it has a limit.
+    pub(super) key_open: Option<i64>,
 }
 
 /// A job's limit from columns `at` (its resolved key), `at + 1` (its
@@ -139,41 +148,79 @@ impl SqlStore {
         Ok(Claimed::Held)
     }
 
-    /// Whether a concurrency key is full: serialised on the key's first job
-    /// row (every claim of the key locks it, after its own job's row), the
-    /// key's claimed and running fires counted; `Some(count)` when they are
-    /// the limit or more. A first job gone or moved to another key since
-    /// it was read is a conflict: the claim is tried again.
-    pub(super) async fn key_full(
+    /// Locks a job's row, then its concurrency key's (the key's first job
+    /// row), so that claims of one job, and of one key, are serialised
+    /// whichever nodes make them; then reads, after every lock, whether a
+    /// fire of the job is open and how many of the key's are.
+    ///
+    /// The reads are plain, not locking: every claim that opens a fire of
+    /// the job (or the key) holds these locks, so a plain read after them
+    /// sees every such fire committed. On MySQL the transaction's first
+    /// plain read fixes the snapshot its later ones see, so both come after
+    /// the locks; a locking read would instead lock the gaps of the fires'
+    /// index, which InnoDB's insert of another job's fire (holding the
+    /// table's auto-increment lock) then waits on: a deadlock.
+    ///
+    /// A key's first job gone or moved to another key since it was read
+    /// is a conflict: the claim is tried again.
+    pub(super) async fn lock_job(
         &self,
         tx: &mut Transaction<'static, Any>,
-        limit: &KeyLimit,
-    ) -> Result<Option<i64>, StoreError> {
-        let locked = self
-            .query("SELECT id FROM quartz_job WHERE id = ? AND limit_key = ?{for_update}")
-            .bind(limit.first)
-            .bind(limit.key.clone())
-            .fetch_optional(&mut **tx)
+        job_id: i64,
+        limit: Option<&KeyLimit>,
+    ) -> Result<JobLocked, StoreError> {
+        self.query("UPDATE quartz_job SET updated_at = updated_at WHERE id = ?")
+            .bind(job_id)
+            .execute(&mut **tx)
             .await
             .map_err(db_error)?;
-        if locked.is_none() {
-            return Err(StoreError::Conflict {
-                reason: format!("the first job of concurrency key {:?} changed", limit.key),
-            });
+        if let Some(limit) = limit {
+            let locked = self
+                .query("SELECT id FROM quartz_job WHERE id = ? AND limit_key = ?{for_update}")
+                .bind(limit.first)
+                .bind(limit.key.clone())
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(db_error)?;
+            if locked.is_none() {
+                return Err(StoreError::Conflict {
+                    reason: format!("the first job of concurrency key {:?} changed", limit.key),
+                });
+            }
         }
-        // A plain read: on MySQL the transaction's first, after the locks.
-        let open: i64 = sqlx::query_scalar(self.db.sql(
-            "SELECT COUNT(*) FROM quartz_fire f JOIN quartz_job j ON j.id = f.job_id \
-             WHERE f.scheduler = ? AND f.finished_at IS NULL AND f.state IN ('claimed', 'running') \
-             AND j.scheduler = ? AND j.limit_key = ?",
-        ))
-        .bind(self.scheduler.to_string())
-        .bind(self.scheduler.to_string())
-        .bind(limit.key.clone())
-        .fetch_one(&mut **tx)
-        .await
-        .map_err(db_error)?;
-        Ok((open >= limit.max).then_some(open))
+        // Any open fire of the job counts, whatever its execute's state (the
+        // last fire of a trigger leaves it complete while it runs); read
+        // through the index of fires not ended, so its history does not.
+        let open = self
+            .query(
+                "SELECT f.id FROM quartz_fire f JOIN quartz_job j ON f.scheduler = j.scheduler \
+                 AND f.job_id = j.id WHERE j.id = ? AND f.finished_at IS NULL \
+                 AND f.state IN ('claimed', 'running') LIMIT 1",
+            )
+            .bind(job_id)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?
+            .map(|r| r.try_get::<i64, _>(0))
+            .transpose()
+            .map_err(db_error)?;
+        let key_open = match limit {
+            Some(limit) => Some(
+                sqlx::query_scalar(self.db.sql(
+                    "SELECT COUNT(*) FROM quartz_fire f JOIN quartz_job j ON j.id = f.job_id \
+                     WHERE f.scheduler = ? AND f.finished_at IS NULL AND f.state IN ('claimed', 'running') \
+                     AND j.scheduler = ? AND j.limit_key = ?",
+                ))
+                .bind(self.scheduler.to_string())
+                .bind(self.scheduler.to_string())
+                .bind(limit.key.clone())
+                .fetch_one(&mut **tx)
+                .await
+                .map_err(db_error)?,
+            ),
+            None => None,
+        };
+        Ok(JobLocked { open, key_open })
     }
 
     /// Under cancel, fire `newer` replaces what runs or waits before it:

@@ -231,13 +231,14 @@ impl SqlStore {
         let checks_job = exclusive || overlap.is_some_and(|o| o != Overlap::Allow);
         let mut tx = self.begin().await?;
         if checks_job || limit.is_some() {
-            // The job's row first, as every exclusive claim takes it: claims
-            // of one job are serialised on it.
-            if self.lock_job_with_open_fire(&mut tx, job).await?.is_some() && checks_job {
+            // The job's row first, then its key's, as every exclusive claim
+            // takes them: claims of one job, and of one key, are serialised.
+            let locked = self.lock_job(&mut tx, job, limit.as_ref()).await?;
+            if locked.open.is_some() && checks_job {
                 return Ok(PendingClaim::Blocked);
             }
-            if let Some(limit) = &limit
-                && self.key_full(&mut tx, limit).await?.is_some()
+            if let (Some(limit), Some(open)) = (&limit, locked.key_open)
+                && open >= limit.max
             {
                 return Ok(PendingClaim::Blocked);
             }

@@ -356,19 +356,24 @@ impl SqlStore {
         if self.db.backend.claims_in_one_statement() && claims::fit_one_statement(claims) {
             return self.claim_in_one(claims).await;
         }
+        // One lock order on every node: by row, a row's fires in their
+        // order (a stable sort). Two nodes' batches over the same rows in
+        // the order of their fire times would deadlock.
+        let mut order: Vec<usize> = (0..claims.len()).collect();
+        order.sort_by_key(|&i| claims[i].cas.execute_id);
         let mut tx = self.begin().await?;
-        let mut won = Vec::with_capacity(claims.len());
-        for claim in claims {
-            match self.claim_in(&mut tx, claim, None).await? {
-                Claimed::Won(id) => won.push(Some(id)),
-                Claimed::Lost => won.push(None),
+        let mut won = vec![None; claims.len()];
+        for i in order {
+            won[i] = match self.claim_in(&mut tx, &claims[i], None).await? {
+                Claimed::Won(id) => Some(id),
+                Claimed::Lost => None,
                 // The ledger already holds this fire (a row moved back by
                 // hand, or edited while a fire of it was claimed): the row
                 // still advances past it, as on PostgreSQL, which loses
                 // nothing (that fire is recorded) and keeps the execute
                 // from being stuck on a fire it can never claim.
-                Claimed::Conflict | Claimed::Held => won.push(None),
-            }
+                Claimed::Conflict | Claimed::Held => None,
+            };
         }
         tx.commit().await.map_err(db_error)?;
         Ok(won)

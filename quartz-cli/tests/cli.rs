@@ -1038,9 +1038,9 @@ fn serve_answers_the_api_and_refuses_an_open_address_without_a_token() {
 }
 
 /// A node living through New York's autumn change: its clock, and so its
-/// SQLite database's, starts at 01:59:40 EDT on 1 November 2026 (libfaketime),
-/// twenty seconds before 02:00 EDT becomes 01:00 EST. Three triggers fire
-/// every five seconds of the 01:00 hour, choosing the first occurrence of the
+/// SQLite database's, starts at 01:59:51 EDT on 1 November 2026 (libfaketime),
+/// nine seconds before 02:00 EDT becomes 01:00 EST. Three triggers fire
+/// every two seconds of the 01:00 hour, choosing the first occurrence of the
 /// repeated hour, the second, or both; each fires exactly the times its
 /// choice keeps, once each.
 #[test]
@@ -1060,11 +1060,11 @@ fn a_node_fires_the_repeated_hour_as_each_trigger_chose() {
                 "--handler",
                 "noop",
                 "--cron",
-                "*/5 * 1 * * ?",
+                "*/2 * 1 * * ?",
                 "--tz",
                 "America/New_York",
                 "--start",
-                "2026-11-01T05:59:41Z",
+                "2026-11-01T05:59:53Z",
                 "--dst-repeated",
                 choice,
             ],
@@ -1077,21 +1077,21 @@ fn a_node_fires_the_repeated_hour_as_each_trigger_chose() {
         &[],
         &[
             ("LD_PRELOAD", faketime),
-            ("FAKETIME", "@2026-11-01 05:59:40"),
+            ("FAKETIME", "@2026-11-01 05:59:51"),
             ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
             ("TZ", "UTC"),
         ],
     );
-    // 06:00:10Z is 01:00:10 EST, the third time of the repeated hour's
+    // 06:00:04Z is 01:00:04 EST, the third time of the repeated hour's
     // second occurrence.
-    let last = 1_793_512_810_000;
-    // Thirty seconds of the node's clock from its start.
+    let last = 1_793_512_804_000;
+    // Thirteen seconds of the node's clock from its start.
     for job in ["second", "both"] {
         wait_for_fires_within(
             Duration::from_secs(90),
             &url,
             job,
-            "the fire at 06:00:10Z run",
+            "the fire at 06:00:04Z run",
             |rows| {
                 rows.iter()
                     .any(|r| r["fire_time"].as_i64() >= Some(last) && r["state"] == "succeeded")
@@ -1109,10 +1109,10 @@ fn a_node_fires_the_repeated_hour_as_each_trigger_chose() {
         times.sort_unstable();
         times
     };
-    // 05:59:45Z to 05:59:55Z are 01:59:45 to 01:59:55 EDT, the first
-    // occurrence; 06:00:00Z to 06:00:10Z are 01:00:00 to 01:00:10 EST.
-    let edt = [1_793_512_785_000, 1_793_512_790_000, 1_793_512_795_000];
-    let est = [1_793_512_800_000, 1_793_512_805_000, 1_793_512_810_000];
+    // 05:59:54Z to 05:59:58Z are 01:59:54 to 01:59:58 EDT, the first
+    // occurrence; 06:00:00Z to 06:00:04Z are 01:00:00 to 01:00:04 EST.
+    let edt = [1_793_512_794_000, 1_793_512_796_000, 1_793_512_798_000];
+    let est = [1_793_512_800_000, 1_793_512_802_000, 1_793_512_804_000];
     assert_eq!(times("first"), edt, "first: {:?}", fires_of(&url, "first"));
     assert_eq!(times("second"), est, "second: {:?}", fires_of(&url, "second"));
     assert_eq!(times("both"), [edt, est].concat(), "both: {:?}", fires_of(&url, "both"));

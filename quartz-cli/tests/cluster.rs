@@ -34,6 +34,44 @@ process_tests!(
 
 const CLUSTER: &str = "process-cluster";
 
+/// Freezes the node (SIGSTOP) and waits for the survivor to declare it
+/// dead. On SQLite a node stopped inside a write transaction keeps the
+/// database's one write lock: no node writes, not even the survivor's
+/// heartbeat, and none can declare it dead until it runs again. There, and
+/// only when the survivor's heartbeat stood still, such a freeze is let go
+/// and tried again, at most three times; anywhere else the wait fails.
+async fn freeze_until_declared_dead(db: &TestDb, store: &AnyStore, frozen: &NodeProcess) {
+    let node = |name: &'static str| async move {
+        store
+            .list_nodes()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|n| n.node_id == name)
+            .unwrap()
+    };
+    for _ in 0..3 {
+        frozen.signal("STOP");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while tokio::time::Instant::now() < deadline {
+            if node("frozen").await.state == NodeState::Dead {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let survivor_silent_ms =
+            store.now().await.unwrap().as_millis() - node("survivor").await.heartbeat_at.as_millis();
+        assert!(
+            db.kind == common::Kind::SqliteFile && survivor_silent_ms > 5_000,
+            "timed out after 10s waiting for the frozen node declared dead (the survivor's last heartbeat {survivor_silent_ms} ms ago)"
+        );
+        eprintln!("the freeze held SQLite's write lock (the survivor silent {survivor_silent_ms} ms): trying again");
+        frozen.signal("CONT");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    panic!("three freezes of the node on SQLite each held the write lock");
+}
+
 /// A `quartz run` child process, killed when dropped.
 struct NodeProcess(Child);
 
@@ -239,16 +277,7 @@ async fn a_frozen_node_runs_nothing_it_lost_and_rejoins(db: &TestDb) {
         .find(|n| n.node_id == "frozen")
         .unwrap();
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    frozen.signal("STOP");
-    wait_until(Duration::from_secs(10), "the frozen node declared dead", || async {
-        store
-            .list_nodes()
-            .await
-            .unwrap()
-            .iter()
-            .any(|n| n.node_id == "frozen" && n.state == NodeState::Dead)
-    })
-    .await;
+    freeze_until_declared_dead(db, &store, &frozen).await;
     let declared_dead = store.now().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     frozen.signal("CONT");

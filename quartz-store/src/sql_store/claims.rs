@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 
 use quartz_core::Timestamp;
-use quartz_core::store::{Claim, ClaimBusy, ExecuteCas, FireState, FullKey, NodeRef, StoreError};
+use quartz_core::store::{Claim, ClaimBusy, ExecuteCas, FireState, NodeRef, StoreError};
 use quartz_core::trigger::{Overlap, TriggerState};
 use serde_json::{Map, Value, json};
 use sqlx::{Any, Row, Transaction};
@@ -303,13 +303,7 @@ impl SqlStore {
             if claim.overlap.is_none() && open.is_some() {
                 return Ok(Claimed::Lost);
             }
-            let full = pre.limit.as_ref().zip(locked.key_open).and_then(|(limit, open)| {
-                (open >= limit.max).then(|| FullKey {
-                    key: limit.key.clone(),
-                    open,
-                    max: limit.max,
-                })
-            });
+            let full = locked.full;
             // A fire of the trigger that waits holds the later ones behind
             // it, so that they keep their order.
             let waiting = if claim.overlap.is_some() || full.is_some() {

@@ -4,7 +4,7 @@
 //! records (a skipped row, or a pending fire due at its time; under cancel,
 //! the job's open fires asked to stop).
 
-use quartz_core::store::{Claim, ClaimBusy, FireState, StoreError};
+use quartz_core::store::{Claim, ClaimBusy, FireState, FullKey, StoreError};
 use quartz_core::trigger::Overlap;
 use sqlx::{Any, Row, Transaction};
 
@@ -31,9 +31,9 @@ pub(super) struct KeyLimit {
 pub(super) struct JobLocked {
     /// A claimed or running fire of the job.
     pub(super) open: Option<i64>,
-    /// How many fires of the job's concurrency key are claimed or running,
-    /// when it has a limit.
-    pub(super) key_open: Option<i64>,
+    /// The job's concurrency key, when it has as many fires claimed or
+    /// running as its limit, or more.
+    pub(super) full: Option<FullKey>,
 }
 
 /// A job's limit from columns `at` (its resolved key), `at + 1` (its
@@ -80,17 +80,14 @@ impl SqlStore {
         tx: &mut Transaction<'static, Any>,
         execute_id: i64,
     ) -> Result<Option<i64>, StoreError> {
-        self.query(
+        sqlx::query_scalar(self.db.sql(
             "SELECT id FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL AND state = 'pending' \
              AND execute_id = ? AND attempt = 1 AND due_at = fire_time ORDER BY fire_time, id LIMIT 1",
-        )
+        ))
         .bind(self.scheduler.to_string())
         .bind(execute_id)
         .fetch_optional(&mut **tx)
         .await
-        .map_err(db_error)?
-        .map(|r| r.try_get::<i64, _>(0))
-        .transpose()
         .map_err(db_error)
     }
 
@@ -191,22 +188,18 @@ impl SqlStore {
         // Any open fire of the job counts, whatever its execute's state (the
         // last fire of a trigger leaves it complete while it runs); read
         // through the index of fires not ended, so its history does not.
-        let open = self
-            .query(
-                "SELECT f.id FROM quartz_fire f JOIN quartz_job j ON f.scheduler = j.scheduler \
-                 AND f.job_id = j.id WHERE j.id = ? AND f.finished_at IS NULL \
-                 AND f.state IN ('claimed', 'running') LIMIT 1",
-            )
-            .bind(job_id)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(db_error)?
-            .map(|r| r.try_get::<i64, _>(0))
-            .transpose()
-            .map_err(db_error)?;
-        let key_open = match limit {
-            Some(limit) => Some(
-                sqlx::query_scalar(self.db.sql(
+        let open = sqlx::query_scalar(self.db.sql(
+            "SELECT f.id FROM quartz_fire f JOIN quartz_job j ON f.scheduler = j.scheduler \
+             AND f.job_id = j.id WHERE j.id = ? AND f.finished_at IS NULL \
+             AND f.state IN ('claimed', 'running') LIMIT 1",
+        ))
+        .bind(job_id)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(db_error)?;
+        let full = match limit {
+            Some(limit) => {
+                let open: i64 = sqlx::query_scalar(self.db.sql(
                     "SELECT COUNT(*) FROM quartz_fire f JOIN quartz_job j ON j.id = f.job_id \
                      WHERE f.scheduler = ? AND f.finished_at IS NULL AND f.state IN ('claimed', 'running') \
                      AND j.scheduler = ? AND j.limit_key = ?",
@@ -216,11 +209,16 @@ impl SqlStore {
                 .bind(limit.key.clone())
                 .fetch_one(&mut **tx)
                 .await
-                .map_err(db_error)?,
-            ),
+                .map_err(db_error)?;
+                (open >= limit.max).then(|| FullKey {
+                    key: limit.key.clone(),
+                    open,
+                    max: limit.max,
+                })
+            }
             None => None,
         };
-        Ok(JobLocked { open, key_open })
+        Ok(JobLocked { open, full })
     }
 
     /// Under cancel, fire `newer` replaces what runs or waits before it:

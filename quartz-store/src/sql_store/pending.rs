@@ -234,12 +234,7 @@ impl SqlStore {
             // The job's row first, then its key's, as every exclusive claim
             // takes them: claims of one job, and of one key, are serialised.
             let locked = self.lock_job(&mut tx, job, limit.as_ref()).await?;
-            if locked.open.is_some() && checks_job {
-                return Ok(PendingClaim::Blocked);
-            }
-            if let (Some(limit), Some(open)) = (&limit, locked.key_open)
-                && open >= limit.max
-            {
+            if (locked.open.is_some() && checks_job) || locked.full.is_some() {
                 return Ok(PendingClaim::Blocked);
             }
             // Fires waiting under an overlap policy or a limit run in the

@@ -8,10 +8,10 @@
 //! handler ran twice for one fire of a job that does not request recovery.
 //!
 //! ```text
-//! cargo test --test faults -- --nocapture                     # the CI seeds and the regression seeds
-//! QUARTZ_FAULT_SEEDS=50 cargo test --test faults -- --nocapture   # 50 new seeds per backend
-//! QUARTZ_FAULT_SEED=1234 cargo test --test faults -- --nocapture  # one seed again
-//! QUARTZ_FAULT_RATE=100 cargo test --test faults -- --nocapture   # 10 % of calls hit (default 4 %)
+//! cargo test --test integration faults:: -- --nocapture                        # the CI seeds and the regression seeds
+//! QUARTZ_FAULT_SEEDS=50 cargo test --test integration faults:: -- --nocapture  # 50 new seeds per backend
+//! QUARTZ_FAULT_SEED=1234 cargo test --test integration faults:: -- --nocapture # one seed again
+//! QUARTZ_FAULT_RATE=100 cargo test --test integration faults:: -- --nocapture  # 10 % of calls hit (default 4 %)
 //! ```
 //!
 //! A seed that fails is printed with the command that runs it again; add it to
@@ -159,7 +159,7 @@ async fn seeds(kind: Kind) {
             }
             Err(why) => panic!(
                 "{kind:?}, seed {seed} at {rate}/1000: {why}\nrun it again: QUARTZ_FAULT_SEED={seed} QUARTZ_FAULT_RATE={rate} \
-                 cargo test --test faults {} -- --nocapture",
+                 cargo test --test integration faults::{} -- --nocapture",
                 test_name(kind)
             ),
         }

@@ -85,9 +85,10 @@ async fn typed(db: &TestDb) {
     let fires = admin.fires(&FireFilter::default()).await.unwrap().items;
     let failed = fires.iter().find(|f| f.id == odd_fire.fire_id).unwrap();
     let error = failed.error.as_deref().unwrap();
+    // The type's name is its full path, `integration::typed::Invoice`.
+    let named = format!("is not a {} (kind \"invoice\")", std::any::type_name::<Invoice>());
     assert!(
-        error.contains("the payload of job \"invoice-odd\" is not a typed::Invoice (kind \"invoice\")")
-            && error.contains("amount_cents"),
+        error.contains(&format!("the payload of job \"invoice-odd\" {named}")) && error.contains("amount_cents"),
         "{error}"
     );
     node.shutdown().await;

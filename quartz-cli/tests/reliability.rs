@@ -1294,18 +1294,28 @@ impl Run {
         let cut = self.now();
         eprintln!("{}: faults over at +{} ms; settling", self.label, cut - self.t0);
         // Every counted fire time up to the cut recorded, and none left
-        // claimed or running (fires run at most 1.5 s; retries none).
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        // claimed or running (fires run at most 1.5 s; retries none). A fire
+        // past its timeout is over by its timeout: the bad input's handler
+        // that never returns keeps its row running for good.
+        let settling = std::time::Instant::now();
+        let deadline = settling + Duration::from_secs(60);
         let fires = loop {
             let fires = ledger(&self.store, &self.scheduler).await;
             let open = fires
                 .iter()
                 .filter(|f| {
-                    f.fire_time.as_millis() <= cut && matches!(f.state, FireState::Claimed | FireState::Running)
+                    f.fire_time.as_millis() <= cut
+                        && f.timed_out_at.is_none()
+                        && matches!(f.state, FireState::Claimed | FireState::Running)
                 })
                 .count();
             let lost = self.lost(&fires, self.t0, cut + 1, cut).len();
-            if (open == 0 && lost == 0) || std::time::Instant::now() > deadline {
+            if open == 0 && lost == 0 {
+                eprintln!("{}: settled in {} ms", self.label, settling.elapsed().as_millis());
+                break fires;
+            }
+            if std::time::Instant::now() > deadline {
+                eprintln!("{}: not settled after 60 s: {open} fires open, {lost} lost", self.label);
                 break fires;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;

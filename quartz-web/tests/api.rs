@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod http;
+use crate::http;
 
 use quartz_core::admin::Admin;
 use quartz_testkit::{TestDb, backend_tests};

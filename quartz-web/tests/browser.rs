@@ -8,8 +8,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod http;
-mod webdriver;
+use crate::http;
+use crate::webdriver;
 
 use std::path::Path;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod http;
+use crate::http;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -179,7 +179,10 @@ async fn each_overlap_policy_on_three_nodes(db: &TestDb) {
             "{f:?}"
         );
     }
-    for w in cancel.windows(2) {
+    // A waiting fire that a newer one replaced is recorded skipped, never
+    // started: only the fires that ran take turns.
+    let ran: Vec<_> = cancel.iter().filter(|f| f.started_at.is_some()).collect();
+    for w in ran.windows(2) {
         assert!(
             w[1].started_at.unwrap() >= w[0].finished_at.unwrap(),
             "ran beside: {w:#?}"

@@ -127,7 +127,20 @@ pub struct TestDb {
     name: String,
     _dir: Option<TempDir>,
     memory: Option<memory::MemoryStore>,
+    /// Its turn on a shared server ([`SERVER_TURNS`]), given back when it
+    /// is dropped.
+    _turn: Option<tokio::sync::SemaphorePermit<'static>>,
 }
+
+/// Test databases at once on each shared server, PostgreSQL's and
+/// MariaDB's: a test's three nodes and its own reader take up to 40
+/// connections, and PostgreSQL allows 100 by default. The tests of a binary
+/// run five at a time (`.cargo/config.toml`), most of them waiting on the
+/// clock; a test past these waits for a turn, whatever it runs on, before
+/// its database is made.
+const SERVER_TURNS: usize = 3;
+static POSTGRES_TURNS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(SERVER_TURNS);
+static MYSQL_TURNS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(SERVER_TURNS);
 
 /// A directory removed when dropped.
 pub struct TempDir(
@@ -183,6 +196,7 @@ impl TestDb {
                 name,
                 _dir: None,
                 memory: None,
+                _turn: None,
             }),
             Kind::Memory => Some(TestDb {
                 kind,
@@ -191,6 +205,7 @@ impl TestDb {
                 name,
                 _dir: None,
                 memory: Some(memory::MemoryStore::new()),
+                _turn: None,
             }),
             Kind::SqliteFile => {
                 let dir = std::env::temp_dir().join(&name);
@@ -203,6 +218,7 @@ impl TestDb {
                     name,
                     _dir: Some(TempDir(dir)),
                     memory: None,
+                    _turn: None,
                 })
             }
             Kind::Redis => {
@@ -219,11 +235,12 @@ impl TestDb {
                 Some(TestDb::on_redis(&server))
             }
             Kind::Postgres | Kind::MySql => {
-                let (admin_url, env) = if kind == Kind::Postgres {
-                    (pg_url(), "QUARTZ_PG_URL")
+                let (admin_url, env, turns) = if kind == Kind::Postgres {
+                    (pg_url(), "QUARTZ_PG_URL", &POSTGRES_TURNS)
                 } else {
-                    (mysql_url(), "QUARTZ_MYSQL_URL")
+                    (mysql_url(), "QUARTZ_MYSQL_URL", &MYSQL_TURNS)
                 };
+                let turn = turns.acquire().await.expect("the turns are never closed");
                 let mut admin = match AnyConnection::connect(&admin_url).await {
                     Ok(c) => c,
                     Err(e) => {
@@ -243,6 +260,7 @@ impl TestDb {
                     name,
                     _dir: None,
                     memory: None,
+                    _turn: Some(turn),
                 })
             }
         }
@@ -258,6 +276,7 @@ impl TestDb {
             name: String::new(),
             _dir: None,
             memory: None,
+            _turn: None,
         }
     }
 
@@ -274,6 +293,7 @@ impl TestDb {
             name,
             _dir: None,
             memory: None,
+            _turn: None,
         }
     }
 

@@ -19,7 +19,7 @@
 //! backend is written to a results file.
 //!
 //! ```text
-//! cargo test -p quartz-cli --test reliability -- --nocapture            # short: about 2 minutes, in CI
+//! cargo test -p quartz-cli --test reliability -- --nocapture            # short: about 80 s, in CI
 //! QUARTZ_RELIABILITY_MINUTES=10 cargo test -p quartz-cli --test reliability -- --nocapture   # long: writes RELIABILITY.md
 //! ```
 //!

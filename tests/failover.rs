@@ -28,7 +28,7 @@ use quartz::audit::{AuditParams, audit};
 use quartz::prelude::*;
 use quartz::store::FireState;
 use quartz_testkit::pg_pair::{PgPair, Replication};
-use quartz_testkit::{ledger, wait_until};
+use quartz_testkit::{ledger, wait_for, wait_until};
 
 const CLUSTER: &str = "failover";
 const JOBS: usize = 20;
@@ -127,6 +127,42 @@ async fn failover(replication: Replication) {
     .await;
     let back = killed.elapsed();
     quartz_testkit::wait_run_ended(&store, CLUSTER, end, Duration::from_secs(60)).await;
+    let params = AuditParams {
+        since: start,
+        until: end.saturating_add_millis(1),
+        misfire_threshold: settings.misfire.threshold,
+    };
+    // A cluster behind after the failover (a loaded machine) has fire times
+    // left to claim when the run's last second has passed: every execute
+    // through its last fire time first.
+    let scoped = store.scoped(CLUSTER);
+    wait_for(
+        Duration::from_secs(60),
+        "every execute through its last fire time",
+        || async {
+            let checked = audit(&*scoped, &params).await.map_or(0, |r| r.fire_times_checked);
+            if checked == JOBS as u64 * 14 {
+                return Ok(());
+            }
+            // The executes short of their last fire time, to say where they stand.
+            let mut behind = Vec::new();
+            for job in scoped.list_jobs().await.unwrap_or_default() {
+                let Ok(Some(detail)) = scoped.get_job(&job.spec.name).await else {
+                    continue;
+                };
+                for e in detail
+                    .executes
+                    .iter()
+                    .filter(|e| e.fire_state.prev_fire_time < Some(end.saturating_add_millis(-999)))
+                {
+                    behind.push(format!("{} {:?} {:?}", job.spec.name, e.state, e.fire_state));
+                }
+            }
+            Err(format!("{checked} fire times checked; behind: {behind:?}"))
+        },
+    )
+    .await;
+    quartz_testkit::wait_run_ended(&store, CLUSTER, end, Duration::from_secs(60)).await;
     for n in nodes {
         n.shutdown().await;
     }
@@ -145,11 +181,6 @@ async fn failover(replication: Replication) {
             duplicates.push(format!("{job} at {at} ran twice"));
         }
     }
-    let params = AuditParams {
-        since: start,
-        until: end.saturating_add_millis(1),
-        misfire_threshold: settings.misfire.threshold,
-    };
     let report = audit(&*store.scoped(CLUSTER), &params).await.unwrap();
     let state = |s: FireState| rows.iter().filter(|f| f.state == s).count();
     eprintln!(

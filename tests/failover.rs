@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use quartz::audit::{AuditParams, audit};
 use quartz::prelude::*;
-use quartz::store::FireState;
+use quartz::store::{ExecuteState, FireState};
 use quartz_testkit::pg_pair::{PgPair, Replication};
 use quartz_testkit::{ledger, wait_for, wait_until};
 
@@ -140,25 +140,38 @@ async fn failover(replication: Replication) {
         Duration::from_secs(60),
         "every execute through its last fire time",
         || async {
-            let checked = audit(&*scoped, &params).await.map_or(0, |r| r.fire_times_checked);
+            let report = audit(&*scoped, &params).await.map_err(|e| e.to_string())?;
+            let checked = report.fire_times_checked;
             if checked == JOBS as u64 * 14 {
                 return Ok(());
             }
-            // The executes short of their last fire time, to say where they stand.
+            // The executes not complete through their last fire time, to
+            // say where they stand.
+            let last = Some(end.saturating_add_millis(-999));
             let mut behind = Vec::new();
-            for job in scoped.list_jobs().await.unwrap_or_default() {
+            let jobs = scoped.list_jobs().await.unwrap_or_default();
+            for job in &jobs {
                 let Ok(Some(detail)) = scoped.get_job(&job.spec.name).await else {
+                    behind.push(format!("{}: not read", job.spec.name));
                     continue;
                 };
-                for e in detail
-                    .executes
-                    .iter()
-                    .filter(|e| e.fire_state.prev_fire_time < Some(end.saturating_add_millis(-999)))
-                {
-                    behind.push(format!("{} {:?} {:?}", job.spec.name, e.state, e.fire_state));
+                for e in &detail.executes {
+                    if e.state != ExecuteState::Complete || e.fire_state.prev_fire_time != last {
+                        behind.push(format!(
+                            "{} {:?} {:?} {:?}",
+                            job.spec.name, e.state, e.fire_state, e.error
+                        ));
+                    }
                 }
             }
-            Err(format!("{checked} fire times checked; behind: {behind:?}"))
+            Err(format!(
+                "{checked} fire times checked from {} to {} (purge horizon {:?}; the run {start} to {end}), \
+                 {} jobs; behind: {behind:?}",
+                report.since,
+                report.until,
+                report.purge_horizon,
+                jobs.len()
+            ))
         },
     )
     .await;

@@ -126,15 +126,14 @@ async fn failover(replication: Replication) {
     )
     .await;
     let back = killed.elapsed();
-    quartz_testkit::wait_run_ended(&store, CLUSTER, end, Duration::from_secs(60)).await;
     let params = AuditParams {
         since: start,
         until: end.saturating_add_millis(1),
         misfire_threshold: settings.misfire.threshold,
     };
-    // A cluster behind after the failover (a loaded machine) has fire times
-    // left to claim when the run's last second has passed: every execute
-    // through its last fire time first.
+    // Every execute through its last fire time, then every fire ended: a
+    // cluster behind after the failover (a loaded machine) still has fire
+    // times to claim when the run's last second has passed.
     let scoped = store.scoped(CLUSTER);
     wait_for(
         Duration::from_secs(60),
@@ -194,7 +193,7 @@ async fn failover(replication: Replication) {
             duplicates.push(format!("{job} at {at} ran twice"));
         }
     }
-    let report = audit(&*store.scoped(CLUSTER), &params).await.unwrap();
+    let report = audit(&*scoped, &params).await.unwrap();
     let state = |s: FireState| rows.iter().filter(|f| f.state == s).count();
     eprintln!(
         "{replication:?} replication: primary killed, standby promoted {promoted:?} later; a handle that only \

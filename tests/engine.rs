@@ -213,10 +213,19 @@ fn assert_once_and_never_early(rows: &[FireRecord]) {
 
 async fn three_nodes_fire_every_time_exactly_once(db: &TestDb) {
     let runs = Runs::default();
+    // Exactly once, whenever it starts: a machine loaded by the rest of
+    // the suite may start a fire of this storm two seconds late, which
+    // the test kit's threshold would misfire and its policy run again (the
+    // misfire tests prove that path; the benchmarks measure lateness).
+    let settings = || {
+        let mut settings = fast();
+        settings.misfire.threshold = Duration::from_secs(10);
+        settings
+    };
     let nodes = [
-        node(db, fast(), &runs).await,
-        node(db, fast(), &runs).await,
-        node(db, fast(), &runs).await,
+        node(db, settings(), &runs).await,
+        node(db, settings(), &runs).await,
+        node(db, settings(), &runs).await,
     ];
     let store = AnyStore::from(nodes[0].store().clone());
     let start = next_second(&store, 5).await;
@@ -232,9 +241,22 @@ async fn three_nodes_fire_every_time_exactly_once(db: &TestDb) {
             .await
             .unwrap();
     }
-    let expected = 200 * usize::try_from(seconds).unwrap();
-    wait_until(Duration::from_secs(60), "2,000 fires to succeed", || async {
-        rows_in(&store, FireState::Succeeded).await >= expected
+    // The fire times as stored: on a loaded machine the last jobs may be
+    // added too close to the start, and their triggers start later.
+    let scheduled =
+        quartz_testkit::scheduled_fire_times(&**nodes[0].store(), start, end.saturating_add_millis(1)).await;
+    let expected: usize = scheduled.values().map(Vec::len).sum();
+    let late = scheduled.values().filter(|t| (t.len() as i64) < seconds).count();
+    if late > 0 {
+        eprintln!("{late} of 200 triggers start after the run's first second (added late)");
+    }
+    wait_for(Duration::from_secs(60), "every fire time to succeed", || async {
+        let done = rows_in(&store, FireState::Succeeded).await;
+        if done >= expected {
+            Ok(())
+        } else {
+            Err(format!("{done} of {expected} succeeded"))
+        }
     })
     .await;
     for n in nodes {
@@ -242,19 +264,34 @@ async fn three_nodes_fire_every_time_exactly_once(db: &TestDb) {
     }
     let rows = ledger(&store, CLUSTER).await;
     assert_once_and_never_early(&rows);
-    assert_eq!(rows.len(), expected, "every fire time in the ledger, nothing else");
-    let mut per_execute: BTreeMap<i64, Vec<Timestamp>> = BTreeMap::new();
+    let mut states: BTreeMap<String, usize> = BTreeMap::new();
+    for f in &rows {
+        let why = f.error.as_deref().unwrap_or_default();
+        *states
+            .entry(format!("{:?} attempt {} {why}", f.state, f.attempt))
+            .or_default() += 1;
+    }
+    assert_eq!(
+        rows.len(),
+        expected,
+        "{:?}: every fire time in the ledger, nothing else: {states:?}; misfired: {:#?}",
+        db.kind,
+        rows.iter()
+            .filter(|f| f.state == FireState::Misfired)
+            .take(3)
+            .collect::<Vec<_>>()
+    );
+    let mut per_execute: BTreeMap<i64, Vec<Timestamp>> = scheduled.keys().map(|e| (*e, Vec::new())).collect();
     for f in &rows {
         assert_eq!(f.state, FireState::Succeeded, "fire {f:?}");
         assert_eq!(f.attempt, 1);
         per_execute.entry(f.execute_id).or_default().push(f.fire_time);
     }
-    assert_eq!(per_execute.len(), 200);
     for times in per_execute.values_mut() {
         times.sort();
-        let want: Vec<Timestamp> = (0..seconds).map(|s| start.saturating_add_millis(s * 1000)).collect();
-        assert_eq!(*times, want, "each second exactly once");
     }
+    assert_eq!(scheduled.len(), 200);
+    assert_eq!(per_execute, scheduled, "each fire time exactly once");
 }
 
 async fn skewed_node_clocks_change_nothing(db: &TestDb) {
@@ -1405,8 +1442,15 @@ async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &Tes
         },
     )
     .await;
-    // Declared dead while its fire waits for the only thread.
-    assert!(store.retire_node(&first, 0).await.unwrap());
+    // Declared dead while its fire waits for the only thread (unless a
+    // loaded machine held its heartbeats past `dead_after` first, and it
+    // was declared dead and rejoined already).
+    if !store.retire_node(&first, 0).await.unwrap() {
+        assert!(
+            n.node().incarnation > first.incarnation,
+            "the node was neither retired nor declared dead"
+        );
+    }
     wait_until(
         Duration::from_secs(15),
         "the waiting fire recorded abandoned",

@@ -30,6 +30,27 @@ common::backend_tests!(shared:
 
 const CLUSTER: &str = "overlap-cluster";
 
+/// The nodes' settings: the test kit's, with a misfire threshold of 10 s.
+/// The fires here come due faster than they run and wait for room by
+/// design; on a loaded machine one claimed a second or two late would be
+/// misfired and run again by its policy, an extra row these tests do not
+/// count on. Misfires have tests of their own.
+fn settings() -> Settings {
+    let mut settings = common::fast_settings();
+    settings.misfire.threshold = Duration::from_secs(10);
+    settings
+}
+
+/// The audit of the last hour, with the nodes' misfire threshold.
+async fn audited(store: &AnyStore) -> Vec<quartz::audit::Violation> {
+    let now = store.now().await.unwrap();
+    let params = quartz::audit::AuditParams {
+        misfire_threshold: settings().misfire.threshold,
+        ..quartz::audit::AuditParams::last_hour(now)
+    };
+    quartz::audit::audit(&**store, &params).await.unwrap().violations
+}
+
 /// How long a fire of each job runs, unless it is asked to stop.
 fn run_ms(job: &str) -> u64 {
     match job {
@@ -45,7 +66,7 @@ async fn nodes(db: &TestDb) -> Vec<Scheduler> {
     for _ in 0..3 {
         nodes.push(
             SchedulerBuilder::new(CLUSTER)
-                .settings(common::fast_settings())
+                .settings(settings())
                 .async_handler("busy", |ctx: JobContext| async move {
                     let run = Duration::from_millis(run_ms(ctx.job_name()));
                     tokio::select! {
@@ -199,11 +220,8 @@ async fn each_overlap_policy_on_three_nodes(db: &TestDb) {
         "{allow:#?}"
     );
 
-    let now = store.now().await.unwrap();
-    let report = quartz::audit::audit(&*store, &quartz::audit::AuditParams::last_hour(now))
-        .await
-        .unwrap();
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    let violations = audited(&store).await;
+    assert!(violations.is_empty(), "{violations:?}");
 }
 
 /// A job of `tenant`, limited with the tenant's other jobs.
@@ -278,7 +296,7 @@ async fn a_concurrency_limit_per_tenant_holds_across_three_nodes(db: &TestDb) {
     }
     wait_for(Duration::from_secs(60), "every limited fire ended", || async {
         let rows = ledger(&store, CLUSTER).await;
-        if rows.len() == 32 && rows.iter().all(|f| f.state.is_ended()) {
+        if rows.len() >= 32 && rows.iter().all(|f| f.state.is_ended()) {
             Ok(())
         } else {
             Err(open_rows(&rows))
@@ -289,6 +307,7 @@ async fn a_concurrency_limit_per_tenant_holds_across_three_nodes(db: &TestDb) {
         n.shutdown().await;
     }
     let rows = ledger(&store, CLUSTER).await;
+    assert_eq!(rows.len(), 32, "four fire times of each of eight jobs: {rows:#?}");
     let of = |tenant: &str| -> Vec<&FireRecord> { rows.iter().filter(|f| tenant_of[&f.job_id] == tenant).collect() };
 
     let a = of("a");
@@ -313,9 +332,6 @@ async fn a_concurrency_limit_per_tenant_holds_across_three_nodes(db: &TestDb) {
         "{c:#?}"
     );
 
-    let now = store.now().await.unwrap();
-    let report = quartz::audit::audit(&*store, &quartz::audit::AuditParams::last_hour(now))
-        .await
-        .unwrap();
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    let violations = audited(&store).await;
+    assert!(violations.is_empty(), "{violations:?}");
 }

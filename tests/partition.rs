@@ -24,7 +24,7 @@ use quartz::engine::Phase;
 use quartz::prelude::*;
 use quartz::store::{FireState, NodeState};
 use quartz_testkit::proxy::{FaultProxy, Mode};
-use quartz_testkit::{Kind, TestDb, ledger, wait_until};
+use quartz_testkit::{EverySecond, Kind, TestDb, ledger, wait_until};
 
 const CLUSTER: &str = "partition";
 const JOBS: usize = 20;
@@ -89,7 +89,8 @@ async fn a_node_cut_off_silently(db: &TestDb) {
         node(2, db.store().await, &runs).await,
     ];
     let store = db.store().await;
-    let (start, end) = quartz_testkit::every_second_jobs(&nodes, JOBS, "note", 3, 15).await;
+    let run = quartz_testkit::every_second_jobs(&nodes, JOBS, "note", 3, 15).await;
+    let (start, end) = (run.start, run.end);
     let db_at = |ms: i64| {
         let store = store.clone();
         async move { store.now().await.unwrap() >= start.saturating_add_millis(ms) }
@@ -139,7 +140,7 @@ async fn a_node_cut_off_silently(db: &TestDb) {
             "twice in the ledger: {f:?}"
         );
     }
-    let runs = audited_once(&store, start, end, &runs).await;
+    let runs = audited_once(&store, &run, &runs).await;
     // Nothing started on the cut-off node once it was cut off past its
     // claims' lead, until it had rejoined.
     let lead = settings.claim_lead + Duration::from_millis(200);
@@ -188,8 +189,8 @@ async fn a_node_on_a_slow_link(db: &TestDb) {
     // statement, which takes long, and is not what this test is about).
     proxy.set(Mode::Latency(Duration::from_millis(100)));
     // Added through the others: the slow node's own statements are slow.
-    let (start, end) = quartz_testkit::every_second_jobs(&nodes[1..], JOBS, "note", 2, 5).await;
-    quartz_testkit::wait_run_ended(&store, CLUSTER, end, Duration::from_secs(40)).await;
+    let run = quartz_testkit::every_second_jobs(&nodes[1..], JOBS, "note", 2, 5).await;
+    quartz_testkit::wait_run_ended(&store, CLUSTER, run.end, Duration::from_secs(40)).await;
     assert_eq!(
         nodes[0].node().incarnation,
         incarnation,
@@ -200,8 +201,8 @@ async fn a_node_on_a_slow_link(db: &TestDb) {
         n.shutdown().await;
     }
     eprintln!("slow node: {counters:?}");
-    let runs = audited_once(&store, start, end, &runs).await;
-    assert_eq!(runs.len(), JOBS * 5, "every fire time ran");
+    let runs = audited_once(&store, &run, &runs).await;
+    assert_eq!(runs.len() as u64, run.fire_times, "every fire time ran");
     let on_slow = runs.iter().filter(|r| r.0 == 0).count();
     eprintln!(
         "slow link (100 ms each way): {on_slow} of {} fires ran on the slow node",
@@ -211,21 +212,15 @@ async fn a_node_on_a_slow_link(db: &TestDb) {
 
 /// The audit of the run's fire times finds nothing, and no handler ran
 /// twice for one fire; the handlers' runs.
-async fn audited_once(
-    store: &AnyStore,
-    start: Timestamp,
-    end: Timestamp,
-    runs: &Runs,
-) -> Vec<(usize, String, Timestamp, Instant)> {
+async fn audited_once(store: &AnyStore, run: &EverySecond, runs: &Runs) -> Vec<(usize, String, Timestamp, Instant)> {
     let params = AuditParams {
-        since: start,
-        until: end.saturating_add_millis(1),
+        since: run.start,
+        until: run.end.saturating_add_millis(1),
         misfire_threshold: quartz_testkit::fast_settings().misfire.threshold,
     };
     let report = audit(&*store.scoped(CLUSTER), &params).await.unwrap();
     assert!(report.violations.is_empty(), "{:?}", report.violations);
-    let fire_times = (end.as_millis() + 1 - start.as_millis()) / 1_000;
-    assert_eq!(report.fire_times_checked, JOBS as u64 * fire_times.unsigned_abs());
+    assert_eq!(report.fire_times_checked, run.fire_times);
     let runs = runs.lock().clone();
     let mut ran = HashSet::new();
     for (node, job, fire_time, _) in &runs {

@@ -100,17 +100,30 @@ where
     }
 }
 
+/// A run of jobs firing every second, as [`every_second_jobs`] stored it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EverySecond {
+    /// The run's first fire time.
+    pub start: quartz_core::Timestamp,
+    /// Its last instant (the last fire time plus 999 ms).
+    pub end: quartz_core::Timestamp,
+    /// The fire times of its triggers as stored ([`stored_fire_times`]):
+    /// the jobs times the seconds, less the seconds of any trigger the
+    /// store started later because it was added too close to its start.
+    pub fire_times: u64,
+}
+
 /// A steady load for a cluster test: `jobs` jobs of `handler`, each firing
 /// every second (cron `* * * * * ?`) for `seconds` seconds from the
 /// database's next whole second plus `lead_s`, added through the nodes in
-/// turn. The first and last fire times.
+/// turn.
 pub async fn every_second_jobs(
     nodes: &[quartz_core::engine::Scheduler],
     jobs: usize,
     handler: &str,
     lead_s: i64,
     seconds: i64,
-) -> (quartz_core::Timestamp, quartz_core::Timestamp) {
+) -> EverySecond {
     use quartz_core::admin::JobDefinition;
     use quartz_core::store::{ExecuteSpec, JobSpec};
     let now = nodes[0].store().now().await.unwrap().as_millis();
@@ -129,7 +142,49 @@ pub async fn every_second_jobs(
             .await
             .unwrap();
     }
-    (start, end)
+    let fire_times = stored_fire_times(&**nodes[0].store(), start, end.saturating_add_millis(1)).await;
+    EverySecond { start, end, fire_times }
+}
+
+/// The fire times of the triggers of `store`'s scheduler from `since` up
+/// to (not including) `until`, as the triggers are stored, by execute.
+///
+/// A trigger whose first fire time is less than
+/// [`CHANGE_VISIBILITY_MS`](quartz_core::store::CHANGE_VISIBILITY_MS) away
+/// when it is stored starts when every node has seen it instead
+/// ([`Trigger::visible_from`](quartz_core::trigger::Trigger::visible_from)):
+/// on a loaded machine, jobs added one by one just before a run's start get
+/// fewer fire times than the run's grid. What a test expects to run is what
+/// this reads.
+pub async fn scheduled_fire_times(
+    store: &dyn quartz_core::store::Store,
+    since: quartz_core::Timestamp,
+    until: quartz_core::Timestamp,
+) -> std::collections::BTreeMap<i64, Vec<quartz_core::Timestamp>> {
+    let mut times = std::collections::BTreeMap::new();
+    for job in store.list_jobs().await.unwrap() {
+        let detail = store.get_job(&job.spec.name).await.unwrap().expect("a listed job");
+        for e in &detail.executes {
+            let mut at = Vec::new();
+            let mut t = e.trigger.fire_time_after(since.saturating_add_millis(-1));
+            while let Some(next) = t.filter(|next| *next < until) {
+                at.push(next);
+                t = e.trigger.fire_time_after(next);
+            }
+            times.insert(e.id, at);
+        }
+    }
+    times
+}
+
+/// How many fire times [`scheduled_fire_times`] reads.
+pub async fn stored_fire_times(
+    store: &dyn quartz_core::store::Store,
+    since: quartz_core::Timestamp,
+    until: quartz_core::Timestamp,
+) -> u64 {
+    let times = scheduled_fire_times(store, since, until).await;
+    times.values().map(|t| t.len() as u64).sum()
 }
 
 /// Waits, up to `limit`, until the database's clock is a second past `end`

@@ -343,6 +343,13 @@ impl Backend {
         self == Backend::Postgres
     }
 
+    /// Whether a batch of claims is three statements joined to JSON rows
+    /// (MySQL, MariaDB: no `UPDATE … RETURNING`); SQLite takes each claim
+    /// on its own, in one transaction that holds the whole database.
+    pub(crate) fn claims_joined(self) -> bool {
+        self == Backend::MySql
+    }
+
     /// Whether a change is announced with `NOTIFY` and waited for with
     /// `LISTEN` (PostgreSQL); elsewhere the change counter is read every
     /// [`crate::CHANGE_POLL`].

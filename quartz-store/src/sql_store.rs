@@ -64,6 +64,7 @@ mod health;
 mod retry;
 use calendars::CalendarWrite;
 mod claims;
+mod claims_joined;
 mod contract;
 mod convert;
 mod decode;

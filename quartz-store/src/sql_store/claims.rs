@@ -1,7 +1,8 @@
 //! Claims: an execute's compare-and-set with its ledger row, alone or many
 //! in one transaction, and the job lock of jobs that disallow concurrency.
 //!
-//! On PostgreSQL a batch is one statement. The claims are sent as one JSON parameter. Consecutive fires of one
+//! On PostgreSQL a batch is one statement (on MySQL and MariaDB, three:
+//! [`claims_joined`](super::claims_joined)). The claims are sent as one JSON parameter. Consecutive fires of one
 //! execute in the batch (each claim expecting the state the one before it
 //! leaves) form a run: one compare-and-set from the state the first expects
 //! to the state the last leaves, and one ledger row per fire. A data-modifying
@@ -91,16 +92,18 @@ pub(super) fn fit_one_statement(claims: &[Claim]) -> bool {
 }
 
 /// A run of consecutive claims of one execute.
-struct Run<'a> {
-    first: &'a Claim,
-    last: &'a Claim,
+pub(super) struct Run<'a> {
+    /// Its first claim: what the run expects.
+    pub(super) first: &'a Claim,
+    /// Its last: what the run sets.
+    pub(super) last: &'a Claim,
 }
 
 /// Splits claims into runs, in order, with the claims the runs hold (one
 /// ledger row each); a claim of an execute that does not follow its run (not
 /// expecting the state the run leaves) goes to the rest, for a statement of
 /// its own after this one.
-fn runs(claims: &[Claim]) -> (Vec<Run<'_>>, Vec<&Claim>, Vec<Claim>) {
+pub(super) fn runs(claims: &[Claim]) -> (Vec<Run<'_>>, Vec<&Claim>, Vec<Claim>) {
     let mut runs: Vec<Run<'_>> = Vec::new();
     let mut in_runs = Vec::with_capacity(claims.len());
     let mut by_execute: HashMap<i64, usize> = HashMap::new();
@@ -163,6 +166,50 @@ fn millis(t: Option<quartz_core::Timestamp>) -> Value {
     t.map_or(Value::Null, |t| json!(t.as_millis()))
 }
 
+/// A batch as JSON parameters: its runs' compare-and-sets (in execute id
+/// order, the lock order) and their fires, with the claims that follow no
+/// run, for a statement of their own.
+pub(super) struct JsonBatch {
+    /// The runs' rows ([`cas_row`]).
+    pub(super) runs: String,
+    /// The fires' rows: execute, fire time, attempt.
+    pub(super) fires: String,
+    /// The claims left over.
+    pub(super) rest: Vec<Claim>,
+}
+
+pub(super) fn json_batch(claims: &[Claim]) -> JsonBatch {
+    let (mut runs, in_runs, rest) = runs(claims);
+    runs.sort_by_key(|r| r.first.cas.execute_id);
+    let run_rows: Vec<Value> = runs
+        .iter()
+        .map(|r| Value::Object(cas_row(&r.first.cas, &r.last.cas)))
+        .collect();
+    let fire_rows: Vec<Value> = in_runs
+        .iter()
+        .map(|c| json!({"execute_id": c.cas.execute_id, "fire_time": c.fire_time.as_millis(), "attempt": c.attempt}))
+        .collect();
+    JsonBatch {
+        runs: Value::Array(run_rows).to_string(),
+        fires: Value::Array(fire_rows).to_string(),
+        rest,
+    }
+}
+
+/// The fires won, by (execute, fire time), from rows of (execute id, fire
+/// time, ledger id).
+pub(super) fn won_of(rows: Vec<sqlx::any::AnyRow>) -> Result<HashMap<(i64, i64), i64>, StoreError> {
+    let mut won = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let key = (
+            row.try_get::<i64, _>(0).map_err(db_error)?,
+            row.try_get::<i64, _>(1).map_err(db_error)?,
+        );
+        won.insert(key, row.try_get::<i64, _>(2).map_err(db_error)?);
+    }
+    Ok(won)
+}
+
 impl SqlStore {
     /// Claims in one statement (see the module docs); for claims that
     /// [`fit_one_statement`]. The result says, claim by claim, the ledger id
@@ -171,51 +218,45 @@ impl SqlStore {
         let Some(node) = claims.first().map(|c| c.node.clone()) else {
             return Ok(Vec::new());
         };
-        let (runs, in_runs, rest) = runs(claims);
-        let run_rows: Vec<Value> = runs
-            .iter()
-            .map(|r| Value::Object(cas_row(&r.first.cas, &r.last.cas)))
-            .collect();
-        let fire_rows: Vec<Value> = in_runs
-            .iter()
-            .map(
-                |c| json!({"execute_id": c.cas.execute_id, "fire_time": c.fire_time.as_millis(), "attempt": c.attempt}),
-            )
-            .collect();
+        let batch = json_batch(claims);
         let rows = self
             .query(CLAIM_RUNS)
-            .bind(Value::Array(run_rows).to_string())
-            .bind(Value::Array(fire_rows).to_string())
+            .bind(batch.runs)
+            .bind(batch.fires)
             .bind(node.node_id.clone())
             .bind(node.incarnation)
             .fetch_all(&self.db.pool)
             .await
             .map_err(db_error)?;
-        let mut won: HashMap<(i64, i64), i64> = HashMap::with_capacity(rows.len());
-        for row in rows {
-            let key = (
-                row.try_get::<i64, _>(0).map_err(db_error)?,
-                row.try_get::<i64, _>(1).map_err(db_error)?,
-            );
-            won.insert(key, row.try_get::<i64, _>(2).map_err(db_error)?);
-        }
-        let mut rest_won = if rest.is_empty() {
-            HashMap::new()
-        } else {
-            let answers = Box::pin(self.claim_in_one(&rest)).await?;
-            rest.iter()
-                .map(|c| (c.cas.execute_id, c.fire_time.as_millis()))
-                .zip(answers)
-                .collect::<HashMap<_, _>>()
+        let won = won_of(rows)?;
+        let rest = match batch.rest.is_empty() {
+            true => Vec::new(),
+            false => Box::pin(self.claim_in_one(&batch.rest)).await?,
         };
-        Ok(claims
-            .iter()
-            .map(|c| {
-                let key = (c.cas.execute_id, c.fire_time.as_millis());
-                won.get(&key).copied().or_else(|| rest_won.remove(&key).flatten())
-            })
-            .collect())
+        Ok(answers(claims, &won, &batch.rest, rest))
     }
+}
+
+/// Claim by claim, the ledger id of each fire won: from `won`, or from the
+/// answers to `rest` (the claims that followed no run).
+pub(super) fn answers(
+    claims: &[Claim],
+    won: &HashMap<(i64, i64), i64>,
+    rest: &[Claim],
+    rest_answers: Vec<Option<i64>>,
+) -> Vec<Option<i64>> {
+    let mut rest_won: HashMap<(i64, i64), Option<i64>> = rest
+        .iter()
+        .map(|c| (c.cas.execute_id, c.fire_time.as_millis()))
+        .zip(rest_answers)
+        .collect();
+    claims
+        .iter()
+        .map(|c| {
+            let key = (c.cas.execute_id, c.fire_time.as_millis());
+            won.get(&key).copied().or_else(|| rest_won.remove(&key).flatten())
+        })
+        .collect()
 }
 
 /// What one claim inside a transaction came to.
@@ -349,6 +390,13 @@ impl SqlStore {
     pub(super) async fn claim_together(&self, claims: &[Claim]) -> Result<Vec<Option<i64>>, StoreError> {
         if self.db.backend.claims_in_one_statement() && claims::fit_one_statement(claims) {
             return self.claim_in_one(claims).await;
+        }
+        if self.db.backend.claims_joined()
+            && claims.len() > 1
+            && claims::fit_one_statement(claims)
+            && let Some(won) = self.claim_joined(claims).await?
+        {
+            return Ok(won);
         }
         // One lock order on every node: by row, a row's fires in their
         // order (a stable sort). Two nodes' batches over the same rows in

@@ -1,0 +1,148 @@
+//! MySQL and MariaDB: a batch of claims in three statements, whatever its
+//! size. Neither has `UPDATE … RETURNING`, so the batch cannot be one
+//! statement as on PostgreSQL ([`claims`](super::claims)); before this, each
+//! claim took a compare-and-set and a ledger insert of its own, two round
+//! trips a fire.
+//!
+//! Inside one transaction, with the claims as JSON parameters read by
+//! `JSON_TABLE`, grouped into runs as on PostgreSQL (consecutive fires of
+//! one execute: one compare-and-set, one ledger row a fire):
+//!
+//! 1. one `UPDATE` joined to the runs takes every execute row that still
+//!    holds what its run expects, in execute id order (the JSON rows are
+//!    sorted and joined first, `STRAIGHT_JOIN`), the lock order every
+//!    node's claims keep;
+//! 2. one `INSERT … SELECT` writes the ledger rows of the runs whose row
+//!    now holds what the run set, this node's incarnation as its owner: a
+//!    run another node won holds that node's incarnation instead;
+//! 3. one `SELECT` reads back the ids of the rows inserted (from the
+//!    connection's first id of that insert on).
+//!
+//! A ledger row that exists already (a row moved back by hand, or this
+//! node's own claim whose commit answer was lost) makes the insert fail on
+//! the unique key: the transaction rolls back, and the claims go one by one,
+//! which records such a fire as claimed once and moves its row past it.
+
+use std::collections::HashMap;
+
+use super::claims::{answers, json_batch, won_of};
+use super::*;
+use quartz_core::store::{Claim, StoreError};
+
+/// The runs' JSON rows as a table `r` (binds: the runs).
+macro_rules! runs_table {
+    () => {
+        "JSON_TABLE(?, '$[*]' COLUMNS (execute_id BIGINT PATH '$.execute_id', \
+         expect_state VARCHAR(16) PATH '$.expect_state', expect_prev BIGINT PATH '$.expect_prev', \
+         expect_next BIGINT PATH '$.expect_next', expect_stamp BIGINT PATH '$.expect_stamp', \
+         set_state VARCHAR(16) PATH '$.set_state', set_prev BIGINT PATH '$.set_prev', \
+         set_next BIGINT PATH '$.set_next', set_times BIGINT PATH '$.set_times', \
+         set_node VARCHAR(200) PATH '$.set_node', set_inc BIGINT PATH '$.set_inc')) r"
+    };
+}
+
+/// The fires' JSON rows as a table `f` (binds: the fires).
+macro_rules! fires_table {
+    () => {
+        "JSON_TABLE(?, '$[*]' COLUMNS (execute_id BIGINT PATH '$.execute_id', \
+         fire_time BIGINT PATH '$.fire_time', attempt BIGINT PATH '$.attempt')) f"
+    };
+}
+
+/// Step 1 (binds: the runs).
+const TAKE_ROWS: &str = concat!(
+    "UPDATE ",
+    runs_table!(),
+    " STRAIGHT_JOIN quartz_execute e ON e.id = r.execute_id \
+     SET e.prev_fire_time = r.set_prev, e.next_fire_time = r.set_next, e.times_triggered = r.set_times, \
+     e.state = r.set_state, e.node_id = r.set_node, e.incarnation = r.set_inc, e.updated_at = {now} \
+     WHERE e.state = r.expect_state AND e.prev_fire_time <=> r.expect_prev \
+     AND e.next_fire_time <=> r.expect_next AND e.calendar_stamp = r.expect_stamp"
+);
+
+/// Step 2 (binds: node id, incarnation, the runs, the fires).
+const INSERT_WON: &str = concat!(
+    "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, state, \
+     claimed_at, fire_count) \
+     SELECT e.scheduler, e.id, e.job_id, f.fire_time, f.attempt, ?, ?, 'claimed', {now}, 1 FROM ",
+    runs_table!(),
+    " STRAIGHT_JOIN quartz_execute e ON e.id = r.execute_id JOIN ",
+    fires_table!(),
+    " ON f.execute_id = r.execute_id \
+     WHERE e.state = r.set_state AND e.prev_fire_time <=> r.set_prev AND e.next_fire_time <=> r.set_next \
+     AND e.times_triggered = r.set_times AND e.calendar_stamp = r.expect_stamp \
+     AND e.node_id <=> r.set_node AND e.incarnation <=> r.set_inc \
+     ORDER BY e.id, f.fire_time"
+);
+
+/// Step 3 (binds: the fires, node id, incarnation).
+const READ_WON: &str = concat!(
+    "SELECT q.execute_id, q.fire_time, q.id FROM ",
+    fires_table!(),
+    " STRAIGHT_JOIN quartz_fire q ON q.execute_id = f.execute_id AND q.fire_time = f.fire_time \
+     AND q.attempt = f.attempt \
+     WHERE q.id >= LAST_INSERT_ID() AND q.node_id = ? AND q.incarnation = ? AND q.state = 'claimed'"
+);
+
+impl SqlStore {
+    /// Claims that [`fit_one_statement`](super::claims::fit_one_statement),
+    /// in three statements (see the module docs): claim by claim, the
+    /// ledger id of each fire won, or `None` when the ledger holds one of
+    /// the fires already and the claims must go one by one.
+    pub(super) async fn claim_joined(&self, claims: &[Claim]) -> Result<Option<Vec<Option<i64>>>, StoreError> {
+        let Some(node) = claims.first().map(|c| c.node.clone()) else {
+            return Ok(Some(Vec::new()));
+        };
+        let batch = json_batch(claims);
+        let mut tx = self.begin().await?;
+        let taken = self
+            .query(TAKE_ROWS)
+            .bind(batch.runs.clone())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let mut won: HashMap<(i64, i64), i64> = HashMap::new();
+        if taken.rows_affected() > 0 {
+            let inserted = self
+                .query(INSERT_WON)
+                .bind(node.node_id.clone())
+                .bind(node.incarnation)
+                .bind(batch.runs)
+                .bind(batch.fires.clone())
+                .execute(&mut *tx)
+                .await;
+            match inserted {
+                // Dropping the transaction rolls the batch back.
+                Err(e) if is_unique_violation(&e) => return Ok(None),
+                Err(e) => return Err(db_error(e)),
+                Ok(_) => {}
+            }
+            let rows = self
+                .query(READ_WON)
+                .bind(batch.fires)
+                .bind(node.node_id.clone())
+                .bind(node.incarnation)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            won = won_of(rows)?;
+            // Every row taken has its fires written, or none of the batch
+            // stands: rolled back, the claims go one by one.
+            let written: std::collections::HashSet<i64> = won.keys().map(|(execute, _)| *execute).collect();
+            if written.len() as u64 != taken.rows_affected() {
+                tracing::warn!(
+                    taken = taken.rows_affected(),
+                    written = written.len(),
+                    "a joined claim wrote fires for other rows than it took; claiming one by one"
+                );
+                return Ok(None);
+            }
+        }
+        tx.commit().await.map_err(db_error)?;
+        let rest = match batch.rest.is_empty() {
+            true => Vec::new(),
+            false => Box::pin(self.claim_together(&batch.rest)).await?,
+        };
+        Ok(Some(answers(claims, &won, &batch.rest, rest)))
+    }
+}

@@ -343,7 +343,7 @@ impl Backend {
         self == Backend::Postgres
     }
 
-    /// Whether a batch of claims is three statements joined to JSON rows
+    /// Whether a batch of claims is four statements joined to JSON rows
     /// (MySQL, MariaDB: no `UPDATE … RETURNING`); SQLite takes each claim
     /// on its own, in one transaction that holds the whole database.
     pub(crate) fn claims_joined(self) -> bool {

@@ -1,7 +1,7 @@
 //! Claims: an execute's compare-and-set with its ledger row, alone or many
 //! in one transaction, and the job lock of jobs that disallow concurrency.
 //!
-//! On PostgreSQL a batch is one statement (on MySQL and MariaDB, three:
+//! On PostgreSQL a batch is one statement (on MySQL and MariaDB, four:
 //! [`claims_joined`](super::claims_joined)). The claims are sent as one JSON parameter. Consecutive fires of one
 //! execute in the batch (each claim expecting the state the one before it
 //! leaves) form a run: one compare-and-set from the state the first expects

@@ -1,4 +1,4 @@
-//! MySQL and MariaDB: a batch of claims in three statements, whatever its
+//! MySQL and MariaDB: a batch of claims in four statements, whatever its
 //! size. Neither has `UPDATE … RETURNING`, so the batch cannot be one
 //! statement as on PostgreSQL ([`claims`](super::claims)); before this, each
 //! claim took a compare-and-set and a ledger insert of its own, two round
@@ -12,11 +12,12 @@
 //!    holds what its run expects, in execute id order (the JSON rows are
 //!    sorted and joined first, `STRAIGHT_JOIN`), the lock order every
 //!    node's claims keep;
-//! 2. one `INSERT … SELECT` writes the ledger rows of the runs whose row
-//!    now holds what the run set, this node's incarnation as its owner: a
-//!    run another node won holds that node's incarnation instead;
-//! 3. one `SELECT` reads back the ids of the rows inserted (from the
-//!    connection's first id of that insert on).
+//! 2. one plain `SELECT` reads which rows now hold what their run set, with
+//!    this node's incarnation as their owner: the rows taken (a run another
+//!    node won holds that node's incarnation, or is read as it was);
+//! 3. one `INSERT … SELECT` writes the ledger rows of the runs taken;
+//! 4. one `SELECT` reads back their ids (from the connection's first id of
+//!    that insert on).
 //!
 //! A ledger row that exists already (a row moved back by hand, or this
 //! node's own claim whose commit answer was lost) makes the insert fail on
@@ -24,6 +25,8 @@
 //! which records such a fire as claimed once and moves its row past it.
 
 use std::collections::HashMap;
+
+use sqlx::Row;
 
 use super::claims::{answers, json_batch, won_of};
 use super::*;
@@ -60,22 +63,35 @@ const TAKE_ROWS: &str = concat!(
      AND e.next_fire_time <=> r.expect_next AND e.calendar_stamp = r.expect_stamp"
 );
 
-/// Step 2 (binds: node id, incarnation, the runs, the fires).
+/// Step 2 (binds: the runs): the rows taken, by a plain read (a consistent
+/// one, which waits for no lock: a row another node took and has not
+/// committed yet is read as it was, which is not what this batch set).
+const READ_TAKEN: &str = concat!(
+    "SELECT e.id FROM ",
+    runs_table!(),
+    " STRAIGHT_JOIN quartz_execute e ON e.id = r.execute_id \
+     WHERE e.state = r.set_state AND e.prev_fire_time <=> r.set_prev AND e.next_fire_time <=> r.set_next \
+     AND e.times_triggered = r.set_times AND e.calendar_stamp = r.expect_stamp \
+     AND e.node_id <=> r.set_node AND e.incarnation <=> r.set_inc"
+);
+
+/// Step 3 (binds: node id, incarnation, the rows taken as a JSON array, the
+/// fires). It reads only rows this transaction holds: an `INSERT … SELECT`
+/// holds the fire table's auto-increment lock for the whole statement, and
+/// one that waited there for a row another node's claim holds would hold
+/// that node's ledger insert back in turn (MariaDB ends such a wait with
+/// "Failed to read auto-increment value").
 const INSERT_WON: &str = concat!(
     "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, state, \
      claimed_at, fire_count) \
-     SELECT e.scheduler, e.id, e.job_id, f.fire_time, f.attempt, ?, ?, 'claimed', {now}, 1 FROM ",
-    runs_table!(),
-    " STRAIGHT_JOIN quartz_execute e ON e.id = r.execute_id JOIN ",
+     SELECT e.scheduler, e.id, e.job_id, f.fire_time, f.attempt, ?, ?, 'claimed', {now}, 1 \
+     FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) w \
+     STRAIGHT_JOIN quartz_execute e ON e.id = w.id JOIN ",
     fires_table!(),
-    " ON f.execute_id = r.execute_id \
-     WHERE e.state = r.set_state AND e.prev_fire_time <=> r.set_prev AND e.next_fire_time <=> r.set_next \
-     AND e.times_triggered = r.set_times AND e.calendar_stamp = r.expect_stamp \
-     AND e.node_id <=> r.set_node AND e.incarnation <=> r.set_inc \
-     ORDER BY e.id, f.fire_time"
+    " ON f.execute_id = e.id ORDER BY e.id, f.fire_time"
 );
 
-/// Step 3 (binds: the fires, node id, incarnation).
+/// Step 4 (binds: the fires, node id, incarnation).
 const READ_WON: &str = concat!(
     "SELECT q.execute_id, q.fire_time, q.id FROM ",
     fires_table!(),
@@ -86,7 +102,7 @@ const READ_WON: &str = concat!(
 
 impl SqlStore {
     /// Claims that [`fit_one_statement`](super::claims::fit_one_statement),
-    /// in three statements (see the module docs): claim by claim, the
+    /// in four statements (see the module docs): claim by claim, the
     /// ledger id of each fire won, or `None` when the ledger holds one of
     /// the fires already and the claims must go one by one.
     pub(super) async fn claim_joined(&self, claims: &[Claim]) -> Result<Option<Vec<Option<i64>>>, StoreError> {
@@ -103,11 +119,30 @@ impl SqlStore {
             .map_err(db_error)?;
         let mut won: HashMap<(i64, i64), i64> = HashMap::new();
         if taken.rows_affected() > 0 {
+            let rows = self
+                .query(READ_TAKEN)
+                .bind(batch.runs)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            let ids = rows
+                .iter()
+                .map(|row| row.try_get::<i64, _>(0))
+                .collect::<Result<Vec<i64>, _>>()
+                .map_err(db_error)?;
+            if ids.len() as u64 != taken.rows_affected() {
+                tracing::warn!(
+                    taken = taken.rows_affected(),
+                    read = ids.len(),
+                    "a joined claim read back other rows than it took; claiming one by one"
+                );
+                return Ok(None);
+            }
             let inserted = self
                 .query(INSERT_WON)
                 .bind(node.node_id.clone())
                 .bind(node.incarnation)
-                .bind(batch.runs)
+                .bind(serde_json::to_string(&ids).unwrap_or_default())
                 .bind(batch.fires.clone())
                 .execute(&mut *tx)
                 .await;

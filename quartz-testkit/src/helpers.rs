@@ -107,7 +107,7 @@ pub struct EverySecond {
     pub start: quartz_core::Timestamp,
     /// Its last instant (the last fire time plus 999 ms).
     pub end: quartz_core::Timestamp,
-    /// The fire times of its triggers as stored ([`stored_fire_times`]):
+    /// The fire times of its triggers as stored ([`scheduled_fire_times`]):
     /// the jobs times the seconds, less the seconds of any trigger the
     /// store started later because it was added too close to its start.
     pub fire_times: u64,
@@ -142,7 +142,8 @@ pub async fn every_second_jobs(
             .await
             .unwrap();
     }
-    let fire_times = stored_fire_times(&**nodes[0].store(), start, end.saturating_add_millis(1)).await;
+    let scheduled = scheduled_fire_times(&**nodes[0].store(), start, end.saturating_add_millis(1)).await;
+    let fire_times = scheduled.values().map(|t| t.len() as u64).sum();
     EverySecond { start, end, fire_times }
 }
 
@@ -175,16 +176,6 @@ pub async fn scheduled_fire_times(
         }
     }
     times
-}
-
-/// How many fire times [`scheduled_fire_times`] reads.
-pub async fn stored_fire_times(
-    store: &dyn quartz_core::store::Store,
-    since: quartz_core::Timestamp,
-    until: quartz_core::Timestamp,
-) -> u64 {
-    let times = scheduled_fire_times(store, since, until).await;
-    times.values().map(|t| t.len() as u64).sum()
 }
 
 /// Waits, up to `limit`, until the database's clock is a second past `end`

@@ -130,12 +130,7 @@ impl SqlStore {
                 .map(|row| row.try_get::<i64, _>(0))
                 .collect::<Result<Vec<i64>, _>>()
                 .map_err(db_error)?;
-            if ids.len() as u64 != taken.rows_affected() {
-                tracing::warn!(
-                    taken = taken.rows_affected(),
-                    read = ids.len(),
-                    "a joined claim read back other rows than it took; claiming one by one"
-                );
+            if disagrees(taken.rows_affected(), ids.len(), "read back") {
                 return Ok(None);
             }
             let inserted = self
@@ -164,12 +159,7 @@ impl SqlStore {
             // Every row taken has its fires written, or none of the batch
             // stands: rolled back, the claims go one by one.
             let written: std::collections::HashSet<i64> = won.keys().map(|(execute, _)| *execute).collect();
-            if written.len() as u64 != taken.rows_affected() {
-                tracing::warn!(
-                    taken = taken.rows_affected(),
-                    written = written.len(),
-                    "a joined claim wrote fires for other rows than it took; claiming one by one"
-                );
+            if disagrees(taken.rows_affected(), written.len(), "wrote fires for") {
                 return Ok(None);
             }
         }
@@ -180,4 +170,19 @@ impl SqlStore {
         };
         Ok(Some(answers(claims, &won, &batch.rest, rest)))
     }
+}
+
+/// Whether `rows` rows (read back, or written) disagree with the `taken`
+/// the compare-and-set reported: the batch is then rolled back and claimed
+/// one by one.
+fn disagrees(taken: u64, rows: usize, what: &str) -> bool {
+    if rows as u64 == taken {
+        return false;
+    }
+    tracing::warn!(
+        taken,
+        rows,
+        "a joined claim {what} other rows than it took; claiming one by one"
+    );
+    true
 }

@@ -174,6 +174,8 @@ pub(super) struct JsonBatch {
     pub(super) runs: String,
     /// The fires' rows: execute, fire time, attempt.
     pub(super) fires: String,
+    /// The same fires, in the claims' order: execute, fire time, attempt.
+    pub(super) fire_keys: Vec<(i64, i64, i64)>,
     /// The claims left over.
     pub(super) rest: Vec<Claim>,
 }
@@ -192,6 +194,10 @@ pub(super) fn json_batch(claims: &[Claim]) -> JsonBatch {
     JsonBatch {
         runs: Value::Array(run_rows).to_string(),
         fires: Value::Array(fire_rows).to_string(),
+        fire_keys: in_runs
+            .iter()
+            .map(|c| (c.cas.execute_id, c.fire_time.as_millis(), i64::from(c.attempt)))
+            .collect(),
         rest,
     }
 }

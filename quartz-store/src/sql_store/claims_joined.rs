@@ -15,16 +15,18 @@
 //! 2. one plain `SELECT` reads which rows now hold what their run set, with
 //!    this node's incarnation as their owner: the rows taken (a run another
 //!    node won holds that node's incarnation, or is read as it was);
-//! 3. one `INSERT … SELECT` writes the ledger rows of the runs taken;
-//! 4. one `SELECT` reads back their ids (from the connection's first id of
-//!    that insert on).
+//! 3. one `INSERT … SELECT` writes the ledger rows of the runs taken,
+//!    from a JSON parameter of their fires alone (in execute id and fire
+//!    time order), each joined to its execute row by its key;
+//! 4. one `SELECT` reads back their ids: the rows of this node from the
+//!    insert's first id on, a range of the primary key.
 //!
 //! A ledger row that exists already (a row moved back by hand, or this
 //! node's own claim whose commit answer was lost) makes the insert fail on
 //! the unique key: the transaction rolls back, and the claims go one by one,
 //! which records such a fire as claimed once and moves its row past it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::Row;
 
@@ -41,14 +43,6 @@ macro_rules! runs_table {
          set_state VARCHAR(16) PATH '$.set_state', set_prev BIGINT PATH '$.set_prev', \
          set_next BIGINT PATH '$.set_next', set_times BIGINT PATH '$.set_times', \
          set_node VARCHAR(200) PATH '$.set_node', set_inc BIGINT PATH '$.set_inc')) r"
-    };
-}
-
-/// The fires' JSON rows as a table `f` (binds: the fires).
-macro_rules! fires_table {
-    () => {
-        "JSON_TABLE(?, '$[*]' COLUMNS (execute_id BIGINT PATH '$.execute_id', \
-         fire_time BIGINT PATH '$.fire_time', attempt BIGINT PATH '$.attempt')) f"
     };
 }
 
@@ -75,30 +69,31 @@ const READ_TAKEN: &str = concat!(
      AND e.node_id <=> r.set_node AND e.incarnation <=> r.set_inc"
 );
 
-/// Step 3 (binds: node id, incarnation, the rows taken as a JSON array, the
-/// fires). It reads only rows this transaction holds: an `INSERT … SELECT`
-/// holds the fire table's auto-increment lock for the whole statement, and
-/// one that waited there for a row another node's claim holds would hold
-/// that node's ledger insert back in turn (MariaDB ends such a wait with
-/// "Failed to read auto-increment value").
-const INSERT_WON: &str = concat!(
-    "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, state, \
-     claimed_at, fire_count) \
+/// Step 3 (binds: node id, incarnation, the fires of the rows taken as
+/// `[execute id, fire time, attempt]` arrays). It reads only rows this
+/// transaction holds: an `INSERT … SELECT` holds the fire table's
+/// auto-increment lock for the whole statement, and one that waited there
+/// for a row another node's claim holds would hold that node's ledger
+/// insert back in turn (MariaDB ends such a wait with "Failed to read
+/// auto-increment value"). The fires come first and reach their execute by
+/// its key: joined the other way, MariaDB matched every execute against
+/// every fire in a join buffer, a cost that grew with the square of the
+/// batch.
+const INSERT_WON: &str = "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, \
+     incarnation, state, claimed_at, fire_count) \
      SELECT e.scheduler, e.id, e.job_id, f.fire_time, f.attempt, ?, ?, 'claimed', {now}, 1 \
-     FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) w \
-     STRAIGHT_JOIN quartz_execute e ON e.id = w.id JOIN ",
-    fires_table!(),
-    " ON f.execute_id = e.id ORDER BY e.id, f.fire_time"
-);
+     FROM JSON_TABLE(?, '$[*]' COLUMNS (execute_id BIGINT PATH '$[0]', fire_time BIGINT PATH '$[1]', \
+     attempt BIGINT PATH '$[2]')) f STRAIGHT_JOIN quartz_execute e ON e.id = f.execute_id";
 
-/// Step 4 (binds: the fires, node id, incarnation).
-const READ_WON: &str = concat!(
-    "SELECT q.execute_id, q.fire_time, q.id FROM ",
-    fires_table!(),
-    " STRAIGHT_JOIN quartz_fire q ON q.execute_id = f.execute_id AND q.fire_time = f.fire_time \
-     AND q.attempt = f.attempt \
-     WHERE q.id >= LAST_INSERT_ID() AND q.node_id = ? AND q.incarnation = ? AND q.state = 'claimed'"
-);
+/// Step 4 (binds: the insert's first id, node id, incarnation): a range of
+/// the primary key, whatever the ledger's history. The transaction's
+/// snapshot (taken by step 2) holds no row another transaction inserted
+/// after it, and every id from the insert's first on was given out after
+/// it: under the servers' default isolation (repeatable read) the rows read
+/// are this insert's own. Under read committed, rows of this node's other
+/// batches may follow; the caller keeps only the rows of its own fires.
+const READ_WON: &str = "SELECT execute_id, fire_time, id FROM quartz_fire \
+     WHERE id >= ? AND node_id = ? AND incarnation = ? AND state = 'claimed'";
 
 impl SqlStore {
     /// Claims that [`fit_one_statement`](super::claims::fit_one_statement),
@@ -130,36 +125,48 @@ impl SqlStore {
                 .map(|row| row.try_get::<i64, _>(0))
                 .collect::<Result<Vec<i64>, _>>()
                 .map_err(db_error)?;
-            if disagrees(taken.rows_affected(), ids.len(), "read back") {
+            if disagrees(taken.rows_affected(), ids.len(), "rows read back") {
                 return Ok(None);
             }
+            let taken_ids: HashSet<i64> = ids.into_iter().collect();
+            let mut fires: Vec<(i64, i64, i64)> = batch
+                .fire_keys
+                .into_iter()
+                .filter(|(execute, _, _)| taken_ids.contains(execute))
+                .collect();
+            fires.sort_unstable();
             let inserted = self
                 .query(INSERT_WON)
                 .bind(node.node_id.clone())
                 .bind(node.incarnation)
-                .bind(serde_json::to_string(&ids).unwrap_or_default())
-                .bind(batch.fires.clone())
+                .bind(serde_json::to_string(&fires).unwrap_or_default())
                 .execute(&mut *tx)
                 .await;
-            match inserted {
+            let first_id = match inserted {
                 // Dropping the transaction rolls the batch back.
                 Err(e) if is_unique_violation(&e) => return Ok(None),
                 Err(e) => return Err(db_error(e)),
-                Ok(_) => {}
-            }
+                Ok(done) => done.last_insert_id(),
+            };
+            let Some(first_id) = first_id else {
+                tracing::warn!("a joined claim's ledger insert gave no first id; claiming one by one");
+                return Ok(None);
+            };
             let rows = self
                 .query(READ_WON)
-                .bind(batch.fires)
+                .bind(first_id)
                 .bind(node.node_id.clone())
                 .bind(node.incarnation)
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(db_error)?;
+            let ours: HashSet<(i64, i64)> = fires.iter().map(|(execute, at, _)| (*execute, *at)).collect();
             won = won_of(rows)?;
-            // Every row taken has its fires written, or none of the batch
-            // stands: rolled back, the claims go one by one.
-            let written: std::collections::HashSet<i64> = won.keys().map(|(execute, _)| *execute).collect();
-            if disagrees(taken.rows_affected(), written.len(), "wrote fires for") {
+            won.retain(|key, _| ours.contains(key));
+            // Every fire of the rows taken is written (each run has one at
+            // least), or none of the batch stands: rolled back, the claims
+            // go one by one.
+            if disagrees(fires.len() as u64, won.len(), "ledger rows written") {
                 return Ok(None);
             }
         }
@@ -172,17 +179,18 @@ impl SqlStore {
     }
 }
 
-/// Whether `rows` rows (read back, or written) disagree with the `taken`
-/// the compare-and-set reported: the batch is then rolled back and claimed
-/// one by one.
-fn disagrees(taken: u64, rows: usize, what: &str) -> bool {
-    if rows as u64 == taken {
+/// Whether `rows` rows disagree with the `expected`: the rows read back
+/// with the compare-and-set's count, or the ledger rows written with the
+/// fires of the rows taken. The batch is then rolled back and claimed one
+/// by one.
+fn disagrees(expected: u64, rows: usize, what: &str) -> bool {
+    if rows as u64 == expected {
         return false;
     }
     tracing::warn!(
-        taken,
+        expected,
         rows,
-        "a joined claim {what} other rows than it took; claiming one by one"
+        "a joined claim's {what} disagree with what it took; claiming one by one"
     );
     true
 }

@@ -131,7 +131,8 @@ impl SqlStore {
     /// PostgreSQL and SQLite one statement names every fire and its
     /// `RETURNING` says which moved; on MySQL one transaction runs a statement
     /// per [`IDS_PER_LIST`] fires, reading which were in the first state
-    /// before and are in the second after.
+    /// before and, for a start (which writes the start time), which are in
+    /// the second after.
     pub(super) async fn transition_all(
         &self,
         fire_ids: &[i64],
@@ -190,18 +191,26 @@ impl SqlStore {
                     .bind(node.node_id.clone())
                     .bind(node.incarnation)
             };
-            let before: HashSet<i64> = in_state(from_state)
+            let before = in_state(from_state)
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(db_error)?
                 .iter()
-                .map(|row| row.try_get::<i64, _>(0))
-                .collect::<Result<_, _>>()
-                .map_err(db_error)?;
-            with_node(bind_id_list(self.query(plain), chunk))
+                .map(id_and_start)
+                .collect::<Result<Vec<_>, _>>()?;
+            let done = with_node(bind_id_list(self.query(plain), chunk))
                 .execute(&mut *tx)
                 .await
                 .map_err(db_error)?;
+            // An end keeps the start time, and the statement's conditions
+            // are the read's, on rows the read locked: the rows read are the
+            // rows moved, as the count confirms. A start writes the start
+            // time, read after it.
+            if to_state != "running" && done.rows_affected() == before.len() as u64 {
+                moved.extend(before);
+                continue;
+            }
+            let before: HashSet<i64> = before.into_iter().map(|(id, _)| id).collect();
             for row in in_state(to_state).fetch_all(&mut *tx).await.map_err(db_error)? {
                 let (id, started_at) = id_and_start(&row)?;
                 if before.contains(&id) {

@@ -44,11 +44,12 @@ pub(super) const FAIL_CLAIMED: &str = "UPDATE quartz_fire SET state = 'failed', 
 pub(super) const RELEASE_CLAIMED: &str = "UPDATE quartz_fire SET node_id = NULL, incarnation = 0 \
      WHERE id = ? AND state = 'claimed' AND node_id = ? AND incarnation = ?";
 
-/// The fenced start of many claimed fires (binds: the id set, then node id
-/// and incarnation twice). A fire started ahead of its time (the node then
-/// runs it at its time) is recorded started at its time.
+/// The fenced start of many claimed fires (MySQL; binds: the start time
+/// twice, the id set, then node id and incarnation twice). A fire started
+/// ahead of its time (the node then runs it at its time) is recorded
+/// started at its time.
 pub(super) const MARK_RUNNING: &str = "UPDATE quartz_fire SET state = 'running', \
-     started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
+     started_at = CASE WHEN fire_time > ? THEN fire_time ELSE ? END \
      WHERE {ids} AND state = 'claimed' AND node_id = ? AND incarnation = ? AND EXISTS \
      (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
      AND n.incarnation = ? AND n.state = 'live')";
@@ -68,10 +69,9 @@ pub(super) const MARK_RUNNING_RETURNING: &str = "UPDATE quartz_fire SET state = 
      AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?)) RETURNING id, started_at";
 
 /// The confirmation of many started fires: still running under this live
-/// incarnation, started now (binds: the id set, then node id and incarnation
-/// twice).
+/// incarnation, started now (MySQL; binds as [`MARK_RUNNING`]).
 pub(super) const CONFIRM_START: &str = "UPDATE quartz_fire SET \
-     started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
+     started_at = CASE WHEN fire_time > ? THEN fire_time ELSE ? END \
      WHERE {ids} AND state = 'running' AND node_id = ? AND incarnation = ? AND EXISTS \
      (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
      AND n.incarnation = ? AND n.state = 'live')";
@@ -103,9 +103,10 @@ const LIVE_OWNER: &str = "SELECT n.node_id FROM quartz_node n WHERE n.node_id = 
      AND n.state = 'live' AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?) FOR UPDATE";
 
 /// Which of the named fires are in a state under an incarnation, and their
-/// start times, locked (MySQL, around a batched transition; binds: the id
-/// list, state, node id, incarnation).
-const IN_STATE_OF: &str = "SELECT id, started_at FROM quartz_fire \
+/// start times, locked, with their fire times and the database's time
+/// (MySQL, around a batched transition; binds: the id list, state, node id,
+/// incarnation).
+const IN_STATE_OF: &str = "SELECT id, started_at, fire_time, {now} FROM quartz_fire \
      WHERE {ids} AND state = ? AND node_id = ? AND incarnation = ? FOR UPDATE";
 
 impl SqlStore {
@@ -130,9 +131,9 @@ impl SqlStore {
     /// its start time after the move. On
     /// PostgreSQL and SQLite one statement names every fire and its
     /// `RETURNING` says which moved; on MySQL one transaction runs a statement
-    /// per [`IDS_PER_LIST`] fires, reading which were in the first state
-    /// before and, for a start (which writes the start time), which are in
-    /// the second after.
+    /// per [`IDS_PER_LIST`] fires, reading which are in the first state
+    /// (locked) before it: those are the fires it moves, as its count
+    /// confirms (else the second state is read after it).
     pub(super) async fn transition_all(
         &self,
         fire_ids: &[i64],
@@ -191,22 +192,41 @@ impl SqlStore {
                     .bind(node.node_id.clone())
                     .bind(node.incarnation)
             };
-            let before = in_state(from_state)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_error)?
-                .iter()
-                .map(id_and_start)
-                .collect::<Result<Vec<_>, _>>()?;
-            let done = with_node(bind_id_list(self.query(plain), chunk))
+            let rows = in_state(from_state).fetch_all(&mut *tx).await.map_err(db_error)?;
+            let start = to_state == "running";
+            let mut now = None;
+            let mut before = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let (id, started_at) = id_and_start(row)?;
+                let fire_time: i64 = row.try_get(2).map_err(db_error)?;
+                let read_at: i64 = row.try_get(3).map_err(db_error)?;
+                let now = *now.get_or_insert(read_at);
+                // A start records the later of the fire time and now.
+                before.push((
+                    id,
+                    if start {
+                        Some(Timestamp::from_millis(fire_time.max(now)))
+                    } else {
+                        started_at
+                    },
+                ));
+            }
+            // None of these in the first state: none to move.
+            let Some(now) = now else { continue };
+            let mut update = self.query(plain);
+            if start {
+                // The start time: the database's, as the locking read saw it.
+                update = update.bind(now).bind(now);
+            }
+            let done = with_node(bind_id_list(update, chunk))
                 .execute(&mut *tx)
                 .await
                 .map_err(db_error)?;
-            // An end keeps the start time, and the statement's conditions
-            // are the read's, on rows the read locked: the rows read are the
-            // rows moved, as the count confirms. A start writes the start
-            // time, read after it.
-            if to_state != "running" && done.rows_affected() == before.len() as u64 {
+            // The statement's conditions are the read's, on rows the read
+            // locked (a start's fence is the node row, locked above): the
+            // rows read are the rows moved, as the count confirms, with the
+            // start time the statement wrote (an end keeps it).
+            if done.rows_affected() == before.len() as u64 {
                 moved.extend(before);
                 continue;
             }

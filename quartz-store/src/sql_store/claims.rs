@@ -166,16 +166,15 @@ fn millis(t: Option<quartz_core::Timestamp>) -> Value {
     t.map_or(Value::Null, |t| json!(t.as_millis()))
 }
 
-/// A batch as JSON parameters: its runs' compare-and-sets (in execute id
+/// A batch: its runs' compare-and-sets as a JSON parameter (in execute id
 /// order, the lock order) and their fires, with the claims that follow no
 /// run, for a statement of their own.
 pub(super) struct JsonBatch {
     /// The runs' rows ([`cas_row`]).
     pub(super) runs: String,
-    /// The fires' rows: execute, fire time, attempt.
-    pub(super) fires: String,
-    /// The same fires, in the claims' order: execute, fire time, attempt.
-    pub(super) fire_keys: Vec<(i64, i64, i64)>,
+    /// The runs' fires, in the claims' order: execute, fire time, attempt
+    /// (each backend sends them in its own shape).
+    pub(super) fires: Vec<(i64, i64, i64)>,
     /// The claims left over.
     pub(super) rest: Vec<Claim>,
 }
@@ -187,19 +186,24 @@ pub(super) fn json_batch(claims: &[Claim]) -> JsonBatch {
         .iter()
         .map(|r| Value::Object(cas_row(&r.first.cas, &r.last.cas)))
         .collect();
-    let fire_rows: Vec<Value> = in_runs
-        .iter()
-        .map(|c| json!({"execute_id": c.cas.execute_id, "fire_time": c.fire_time.as_millis(), "attempt": c.attempt}))
-        .collect();
     JsonBatch {
         runs: Value::Array(run_rows).to_string(),
-        fires: Value::Array(fire_rows).to_string(),
-        fire_keys: in_runs
+        fires: in_runs
             .iter()
             .map(|c| (c.cas.execute_id, c.fire_time.as_millis(), i64::from(c.attempt)))
             .collect(),
         rest,
     }
+}
+
+/// Fires as the JSON rows of [`CLAIM_RUNS`]: objects of execute, fire time
+/// and attempt.
+fn fire_rows(fires: &[(i64, i64, i64)]) -> String {
+    let rows: Vec<Value> = fires
+        .iter()
+        .map(|(execute, at, attempt)| json!({"execute_id": execute, "fire_time": at, "attempt": attempt}))
+        .collect();
+    Value::Array(rows).to_string()
 }
 
 /// The fires won, by (execute, fire time), from rows of (execute id, fire
@@ -228,7 +232,7 @@ impl SqlStore {
         let rows = self
             .query(CLAIM_RUNS)
             .bind(batch.runs)
-            .bind(batch.fires)
+            .bind(fire_rows(&batch.fires))
             .bind(node.node_id.clone())
             .bind(node.incarnation)
             .fetch_all(&self.db.pool)

@@ -130,7 +130,7 @@ impl SqlStore {
             }
             let taken_ids: HashSet<i64> = ids.into_iter().collect();
             let mut fires: Vec<(i64, i64, i64)> = batch
-                .fire_keys
+                .fires
                 .into_iter()
                 .filter(|(execute, _, _)| taken_ids.contains(execute))
                 .collect();

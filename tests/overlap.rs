@@ -193,11 +193,14 @@ async fn each_overlap_policy_on_three_nodes(db: &TestDb) {
     let stopped: Vec<_> = cancel.iter().filter(|f| f.state == FireState::Failed).collect();
     assert!(!stopped.is_empty(), "{cancel:#?}");
     for f in &stopped {
-        let took = f.finished_at.unwrap().as_millis() - f.started_at.unwrap().as_millis();
-        assert!(took < 2_400, "not stopped: {f:?}");
+        // The handler says so only when asked to stop before its run ends:
+        // proof of the stop that no loaded machine's delay can fake, where a
+        // bound on how long it ran would be a race with the run's length.
+        let error = f.error.as_deref().unwrap_or_default();
+        assert!(error.contains("overlap policy cancel"), "{f:?}");
         assert!(
-            f.error.as_deref().unwrap_or_default().contains("overlap policy cancel"),
-            "{f:?}"
+            error.ends_with("the handler returned: stopped when asked"),
+            "not stopped: {f:?}"
         );
     }
     // A waiting fire that a newer one replaced is recorded skipped, never

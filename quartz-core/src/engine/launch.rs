@@ -2,7 +2,8 @@
 //! at its fire time.
 //!
 //! The fires won for one fire time wait together. A start lead before their
-//! time (twice the recent duration of the start statement, plus a margin)
+//! time (twice the recent duration of the start statement, plus a margin,
+//! and twice the time their number takes at the start's measured pace)
 //! one fenced statement marks them all running, each with `started_at` =
 //! the later of the database's now and its fire time; at the fire time (on
 //! the node's estimate of the database clock, which never runs ahead) they
@@ -100,10 +101,14 @@ impl Launcher {
 
     /// How far ahead of the fire time the start of `fires` fires due
     /// together is issued: twice a start statement's recent time plus a
-    /// margin, and the time their number takes at the start's pace.
+    /// margin, and twice the time their number takes at the start's pace.
+    /// The pace is an average, and the starts of a second's fires meet every
+    /// other node's at that second: on MariaDB at 5,000 fires a second, a
+    /// lead of once the pace left a few hundred of a node's 1,700 fires
+    /// started up to 190 ms late in a third of the seconds.
     fn start_lead(&self, fires: usize) -> Duration {
         let statement = start_lead(self.start_micros.load(Ordering::Relaxed));
-        (statement + self.start_pace.of(fires)).min(START_LEAD_MAX)
+        (statement + self.start_pace.of(fires) * 2).min(START_LEAD_MAX)
     }
 
     /// Folds one start statement's duration into the average.

@@ -62,11 +62,16 @@ impl Cluster {
     }
 
     async fn judge_and_recover(self: Arc<Self>) {
+        // After the first pass, a part of the interval of this node's own:
+        // the orphan sweeps of nodes started together, each a read of every
+        // fire not ended, do not fall on the same moment from then on.
+        let mut phase = Some(self.ctx.out_of_step("recovery", self.ctx.settings.heartbeat_interval));
         loop {
             if let Err(e) = self.cluster_pass().await {
                 tracing::warn!(scheduler = self.ctx.scheduler, error = %e, "membership or recovery pass failed; retrying");
             }
-            if !self.ctx.pause(self.ctx.settings.heartbeat_interval).await {
+            let wait = phase.take().unwrap_or(self.ctx.settings.heartbeat_interval);
+            if !self.ctx.pause(wait).await {
                 return;
             }
         }

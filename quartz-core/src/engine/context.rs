@@ -153,6 +153,20 @@ impl Ctx {
         self.node.read().clone()
     }
 
+    /// A part of `period`, the same for this incarnation and `what` every
+    /// time, different from node to node: how long a periodic task of this
+    /// node waits once, after its first round, so that nodes started
+    /// together do not run it in step (three nodes' polls, or orphan sweeps,
+    /// at the same moment made the database's busiest seconds).
+    pub(super) fn out_of_step(&self, what: &str, period: Duration) -> Duration {
+        use std::hash::{Hash, Hasher};
+        let node = self.node();
+        // SipHash with fixed keys: the same phase on every run.
+        let mut hasher = std::hash::DefaultHasher::new();
+        (what, &node.node_id, node.incarnation).hash(&mut hasher);
+        period.mul_f64((hasher.finish() % 1024) as f64 / 1024.0)
+    }
+
     /// This node registered again, under a new incarnation.
     pub(super) fn set_node(&self, node: NodeRef) {
         *self.node.write() = node;

@@ -63,6 +63,9 @@ impl Poller {
 
     pub(super) async fn run(self: Arc<Self>) {
         let mut stop = self.ctx.stop_signal();
+        // After the first poll, a part of the interval of this node's own:
+        // nodes started together poll out of step from then on.
+        let mut phase = Some(self.ctx.out_of_step("poll", self.ctx.settings.poll_interval));
         loop {
             if self.ctx.stopping() {
                 return;
@@ -87,7 +90,7 @@ impl Poller {
             let wait = if full {
                 FULL_BATCH_REPOLL
             } else {
-                self.ctx.settings.poll_interval
+                phase.take().unwrap_or(self.ctx.settings.poll_interval)
             };
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}

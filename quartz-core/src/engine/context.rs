@@ -159,12 +159,7 @@ impl Ctx {
     /// together do not run it in step (three nodes' polls, or orphan sweeps,
     /// at the same moment made the database's busiest seconds).
     pub(super) fn out_of_step(&self, what: &str, period: Duration) -> Duration {
-        use std::hash::{Hash, Hasher};
-        let node = self.node();
-        // SipHash with fixed keys: the same phase on every run.
-        let mut hasher = std::hash::DefaultHasher::new();
-        (what, &node.node_id, node.incarnation).hash(&mut hasher);
-        period.mul_f64((hasher.finish() % 1024) as f64 / 1024.0)
+        part_of(period, what, &self.node())
     }
 
     /// This node registered again, under a new incarnation.
@@ -406,6 +401,16 @@ pub(super) fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// [`Ctx::out_of_step`]: a part of `period` in 1,024ths, from a hash of
+/// `what` and the node's incarnation (SipHash with fixed keys: the same
+/// part on every run).
+fn part_of(period: Duration, what: &str, node: &NodeRef) -> Duration {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    (what, &node.node_id, node.incarnation).hash(&mut hasher);
+    period.mul_f64((hasher.finish() % 1024) as f64 / 1024.0)
+}
+
 pub(super) async fn sleep_until_or_forever(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -416,6 +421,24 @@ pub(super) async fn sleep_until_or_forever(at: Option<tokio::time::Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nodes_started_together_take_parts_of_a_period_of_their_own() {
+        let period = Duration::from_secs(5);
+        let node = |i: i64| NodeRef {
+            node_id: format!("node-{}", i % 3),
+            incarnation: 1_795_768_308_289 + i,
+        };
+        let parts: Vec<Duration> = (0..30).map(|i| part_of(period, "poll", &node(i))).collect();
+        assert!(parts.iter().all(|p| *p < period), "{parts:?}");
+        assert_eq!(parts[7], part_of(period, "poll", &node(7)), "the same every time");
+        let distinct: HashSet<Duration> = parts.iter().copied().collect();
+        assert!(distinct.len() >= 25, "nodes in step: {parts:?}");
+        // Spread over the period, not bunched at one end.
+        let early = parts.iter().filter(|p| **p < period / 2).count();
+        assert!((5..=25).contains(&early), "{parts:?}");
+        assert_ne!(part_of(period, "poll", &node(1)), part_of(period, "recovery", &node(1)));
+    }
 
     #[test]
     fn misfires_are_summed_by_policy_and_a_few_jobs_named() {

@@ -401,14 +401,13 @@ pub(super) fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// [`Ctx::out_of_step`]: a part of `period` in 1,024ths, from a hash of
-/// `what` and the node's incarnation (SipHash with fixed keys: the same
-/// part on every run).
+/// [`Ctx::out_of_step`]: a part of `period` in 1,024ths, from `what` and
+/// the node's incarnation, hashed as the strategy hashes node ids (the
+/// same part on every run).
 fn part_of(period: Duration, what: &str, node: &NodeRef) -> Duration {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::hash::DefaultHasher::new();
-    (what, &node.node_id, node.incarnation).hash(&mut hasher);
-    period.mul_f64((hasher.finish() % 1024) as f64 / 1024.0)
+    use super::strategy::{fnv, mix};
+    let h = mix(fnv(what.as_bytes()) ^ fnv(node.node_id.as_bytes()) ^ node.incarnation.cast_unsigned());
+    period.mul_f64((h % 1024) as f64 / 1024.0)
 }
 
 pub(super) async fn sleep_until_or_forever(at: Option<tokio::time::Instant>) {

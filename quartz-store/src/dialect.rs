@@ -207,10 +207,14 @@ impl Backend {
                         "overlap and limits",
                         include_str!(concat!("../../migrations/", $dir, "/0017_overlap_limits.sql")),
                     ),
+                    (
+                        "lean indexes",
+                        include_str!(concat!("../../migrations/", $dir, "/0018_lean_indexes.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 17] = match self {
+        let files: [(&str, &'static str); 18] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

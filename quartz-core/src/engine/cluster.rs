@@ -119,6 +119,7 @@ impl Cluster {
         let steady = self.steady();
         let dead_after = duration_ms(self.ctx.settings.dead_after);
         let me = self.ctx.node();
+        let mut retired = false;
         for member in &members {
             let silent = db_now.as_millis() - member.heartbeat_at.as_millis();
             if steady && member.state == NodeState::Live && member.node_id != me.node_id && silent > dead_after {
@@ -127,6 +128,7 @@ impl Cluster {
                     incarnation: member.incarnation,
                 };
                 if self.ctx.store.retire_node(&theirs, dead_after).await? {
+                    retired = true;
                     tracing::warn!(
                         scheduler = self.ctx.scheduler,
                         node = member.node_id,
@@ -145,7 +147,7 @@ impl Cluster {
             super::metrics::beat(&self.ctx.scheduler, &self.ctx.pool.metrics(), live, self.ctx.phase());
         }
         self.recovery
-            .recover()
+            .recover(retired)
             .instrument(tracing::debug_span!("recovery", scheduler = self.ctx.scheduler))
             .await
     }

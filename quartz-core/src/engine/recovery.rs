@@ -3,8 +3,16 @@
 //! recorded abandoned otherwise), fires this node claimed without knowing it
 //! (a commit whose answer was lost), and executes a dead node left running.
 //! Each item is won by compare-and-set, so two nodes never recover one twice.
+//!
+//! A fire is orphaned when its owner stops being live, which the membership
+//! shows: the sweep for orphans (every fire not ended, read to find those
+//! whose owner is not live) runs when the live members differ from those of
+//! the last sweep, when this pass retired a node, while the last sweep found
+//! a full batch, and at least once per `dead_after` (a claim that committed
+//! after its node was retired orphans its fire with no change to see).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -15,7 +23,7 @@ use super::handler::RunKind;
 use super::launch::Launcher;
 use super::run::RunFire;
 use super::runner::Runner;
-use crate::store::{FireEnd, FireRecord, FireState, Job, MANUAL_EXECUTE, NodeRef, StoreError};
+use crate::store::{FireEnd, FireRecord, FireState, Job, MANUAL_EXECUTE, NodeRef, NodeState, StoreError};
 use crate::time::Timestamp;
 use crate::trigger::Trigger;
 
@@ -28,6 +36,9 @@ pub(super) struct Recovery {
     runner: Arc<Runner>,
     /// When this node last looked for fires it claimed without knowing it.
     swept: Mutex<Option<Instant>>,
+    /// The last sweep for orphans: when, and the live members it saw
+    /// (`None` until the first, and after a full batch, to go on at once).
+    orphans_swept: Mutex<Option<(Instant, Vec<NodeRef>)>>,
 }
 
 impl Recovery {
@@ -37,16 +48,55 @@ impl Recovery {
             launcher,
             runner,
             swept: Mutex::default(),
+            orphans_swept: Mutex::default(),
         }
     }
 
-    /// Recovery of dead nodes' work, each item won by compare-and-set.
-    pub(super) async fn recover(&self) -> Result<(), StoreError> {
+    /// Whether to sweep for orphans now (see the module's docs), noting the
+    /// sweep when so: `retired` when this pass declared a node dead.
+    fn orphans_due(&self, retired: bool) -> bool {
+        let mut live: Vec<NodeRef> = self
+            .ctx
+            .members
+            .read()
+            .iter()
+            .filter(|m| m.state == NodeState::Live)
+            .map(|m| NodeRef {
+                node_id: m.node_id.clone(),
+                incarnation: m.incarnation,
+            })
+            .collect();
+        live.sort_unstable_by(|a, b| (&a.node_id, a.incarnation).cmp(&(&b.node_id, b.incarnation)));
+        let now = Instant::now();
+        let mut last = self.orphans_swept.lock();
+        let due = retired || orphans_may_be_new(last.as_ref(), &live, now, self.ctx.settings.dead_after);
+        if due {
+            *last = Some((now, live));
+        }
+        due
+    }
+
+    /// Sweeps again at the next pass (a sweep that found a full batch).
+    fn orphans_left(&self) {
+        *self.orphans_swept.lock() = None;
+    }
+
+    /// Recovery of dead nodes' work, each item won by compare-and-set;
+    /// `retired` when this pass declared a node dead.
+    pub(super) async fn recover(&self, retired: bool) -> Result<(), StoreError> {
         if self.ctx.stopping() || self.ctx.phase() != Phase::Running {
             return Ok(());
         }
         let node = self.ctx.node();
-        let fires = self.ctx.store.orphaned_fires(RECOVERY_BATCH).await?;
+        let orphans = self.orphans_due(retired);
+        let fires = if orphans {
+            self.ctx.store.orphaned_fires(RECOVERY_BATCH).await?
+        } else {
+            Vec::new()
+        };
+        if fires.len() >= RECOVERY_BATCH as usize {
+            self.orphans_left();
+        }
         if !fires.is_empty() {
             let jobs = self.ctx.jobs(fires.iter().map(|f| f.job_id)).await?;
             for fire in fires {
@@ -56,7 +106,13 @@ impl Recovery {
             }
         }
         self.sweep_own_claims(&node).await?;
+        if !orphans {
+            return Ok(());
+        }
         let executes = self.ctx.store.orphaned_executes(RECOVERY_BATCH).await?;
+        if executes.executes.len() >= RECOVERY_BATCH as usize {
+            self.orphans_left();
+        }
         if !executes.executes.is_empty() {
             let db_now = self.ctx.db_now().await?;
             for execute in executes.executes {
@@ -239,5 +295,55 @@ impl Recovery {
         Ok(detail
             .and_then(|d| d.executes.into_iter().find(|e| e.id == execute_id))
             .map(|e| Arc::new(e.trigger)))
+    }
+}
+
+/// Whether fires may have been orphaned since the last sweep (`last`: when,
+/// and the live members it saw): none yet, the live members are not the
+/// same, or `dead_after` has passed.
+fn orphans_may_be_new(
+    last: Option<&(Instant, Vec<NodeRef>)>,
+    live: &[NodeRef],
+    now: Instant,
+    dead_after: Duration,
+) -> bool {
+    last.is_none_or(|(at, seen)| seen.as_slice() != live || now.duration_since(*at) >= dead_after)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: &str, incarnation: i64) -> NodeRef {
+        NodeRef {
+            node_id: id.to_owned(),
+            incarnation,
+        }
+    }
+
+    #[test]
+    fn orphans_are_swept_for_when_the_membership_changes_and_once_per_dead_after() {
+        let t0 = Instant::now();
+        let dead_after = Duration::from_secs(10);
+        let live = vec![member("a", 1), member("b", 1)];
+        assert!(orphans_may_be_new(None, &live, t0, dead_after), "the first pass sweeps");
+        let last = (t0, live.clone());
+        let later = t0 + Duration::from_secs(2);
+        assert!(
+            !orphans_may_be_new(Some(&last), &live, later, dead_after),
+            "the same members, within dead_after: nothing new"
+        );
+        assert!(
+            orphans_may_be_new(Some(&last), &[member("a", 1)], later, dead_after),
+            "a member is gone"
+        );
+        assert!(
+            orphans_may_be_new(Some(&last), &[member("a", 1), member("b", 2)], later, dead_after),
+            "a member came back as a new incarnation"
+        );
+        assert!(
+            orphans_may_be_new(Some(&last), &live, t0 + dead_after, dead_after),
+            "the backstop, once per dead_after"
+        );
     }
 }

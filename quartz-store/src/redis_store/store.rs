@@ -298,7 +298,14 @@ impl JobStore for RedisStore {
             .filter(|id| super::registry::number_of_id(**id) == number)
             .map(num)
             .collect();
-        let records: Vec<Record> = self.run(scheduler, 0, "jobs_by_id", &json!({ "ids": ids })).await?;
+        // A script holds the server, single-threaded, for its whole run: a
+        // poll's 5,000 jobs in one took 55 ms, in which no node's claim or
+        // start ran. A page of `JOBS_PAGE` takes a few.
+        let mut records: Vec<Record> = Vec::with_capacity(ids.len());
+        for page in ids.chunks(JOBS_PAGE) {
+            let got: Vec<Record> = self.run(scheduler, 0, "jobs_by_id", &json!({ "ids": page })).await?;
+            records.extend(got);
+        }
         Self::jobs(&records, scheduler)
     }
 
@@ -513,3 +520,6 @@ impl CalendarStore for RedisStore {
         Self::answer(scheduler, name, &reply).map(|_| ())
     }
 }
+
+/// The most jobs one script reads (`jobs_by_id`).
+const JOBS_PAGE: usize = 500;

@@ -84,6 +84,7 @@ engine_tests!(
     a_timed_out_fire_blocks_its_job_until_its_code_returns;
     sql: rows_written_by_hand_are_initialised_recomputed_or_set_aside,
     a_claim_its_live_node_lost_track_of_is_recovered,
+    a_fire_orphaned_without_a_change_of_membership_is_recovered,
 );
 
 const CLUSTER: &str = "test-cluster";
@@ -1518,6 +1519,66 @@ async fn a_claim_its_live_node_lost_track_of_is_recovered(db: &TestDb) {
     );
     assert_eq!(n.node(), me, "the node was never declared dead");
     assert_eq!(n.status().phase, Phase::Running);
+    n.shutdown().await;
+}
+
+/// A claim that committed after its node was retired (or by an incarnation
+/// no node ever saw live) orphans its fire with no change of membership for
+/// the living to see: the sweep for orphans, which otherwise runs when the
+/// live members change, runs at least once per `dead_after` and finds it.
+async fn a_fire_orphaned_without_a_change_of_membership_is_recovered(db: &TestDb) {
+    let runs = Runs::default();
+    let n = node(db, fast(), &runs).await;
+    let store = AnyStore::from(n.store().clone());
+    let now = store.now().await.unwrap();
+    let later = Trigger::new(Schedule::Once, now.saturating_add_millis(3_600_000)).unwrap();
+    n.add_job(&JobDefinition::of_specs(
+        &JobSpec::new("ghosted", "count"),
+        &[ExecuteSpec::new(later)],
+    ))
+    .await
+    .unwrap();
+    let me = n.node();
+    let members = store.list_nodes().await.unwrap();
+    // A fire due in 3 s, claimed by an incarnation that is not live.
+    let t = store.now().await.unwrap().as_millis() + 3_000;
+    db.sql(
+        &store,
+        &format!(
+            "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+             state, claimed_at, fire_count) SELECT e.scheduler, e.id, e.job_id, {t}, 1, 'ghost', 7, 'claimed', {t}, 1 \
+             FROM quartz_execute e JOIN quartz_job j ON j.id = e.job_id WHERE j.name = 'ghosted'"
+        ),
+    )
+    .await;
+    let ghosted = |rows: &[FireRecord]| rows.iter().find(|f| f.fire_time.as_millis() == t).cloned();
+    wait_for(Duration::from_secs(10), "the orphaned fire to be recovered", || async {
+        match ghosted(&ledger(&store, CLUSTER).await) {
+            Some(f) if f.state != FireState::Claimed => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // Taken over before its time, and fired by the living node.
+    wait_until(Duration::from_secs(5), "the recovered fire to run", || async {
+        runs.of("ghosted") == 1
+    })
+    .await;
+    let f = ghosted(&ledger(&store, CLUSTER).await).unwrap();
+    assert_eq!(
+        f.owner.as_ref().map(|o| o.node_id.as_str()),
+        Some(me.node_id.as_str()),
+        "{f:?}"
+    );
+    let after: Vec<(String, i64)> = store
+        .list_nodes()
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| (m.node_id.clone(), m.incarnation))
+        .collect();
+    let before: Vec<(String, i64)> = members.iter().map(|m| (m.node_id.clone(), m.incarnation)).collect();
+    assert_eq!(after, before, "the membership did not change");
     n.shutdown().await;
 }
 

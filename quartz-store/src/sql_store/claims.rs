@@ -18,7 +18,8 @@ use std::collections::HashMap;
 use quartz_core::Timestamp;
 use quartz_core::store::{Claim, ClaimBusy, ExecuteCas, FireState, NodeRef, StoreError};
 use quartz_core::trigger::{Overlap, TriggerState};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 use sqlx::{Any, Row, Transaction};
 
 use super::executes::{bind_cas_expect, bind_cas_set};
@@ -141,29 +142,48 @@ fn same(a: &TriggerState, b: &TriggerState) -> bool {
 }
 
 /// A compare-and-set as a JSON row of the one-statement batches: what
-/// `expect` expects, and what `set` writes.
-pub(super) fn cas_row(expect: &ExecuteCas, set: &ExecuteCas) -> Map<String, Value> {
-    let row = json!({
-        "execute_id": expect.execute_id,
-        "expect_state": expect.expect_state.as_str(),
-        "expect_prev": millis(expect.expect.prev_fire_time),
-        "expect_next": millis(expect.expect.next_fire_time),
-        "expect_stamp": expect.expect.calendar_stamp,
-        "set_state": set.set_state.as_str(),
-        "set_prev": millis(set.set.prev_fire_time),
-        "set_next": millis(set.set.next_fire_time),
-        "set_times": count_to_i64(set.set.times_triggered),
-        "set_node": set.set_owner.as_ref().map(|n| n.node_id.clone()),
-        "set_inc": set.set_owner.as_ref().map(|n| n.incarnation),
-    });
-    match row {
-        Value::Object(map) => map,
-        _ => Map::new(),
+/// `expect` expects, and what `set` writes. Serialised straight to the
+/// statement's parameter: built as maps of values first, a batch's JSON took
+/// a twelfth of a node's time at 10,000 fires a second.
+#[derive(Serialize)]
+pub(super) struct CasRow<'a> {
+    execute_id: i64,
+    expect_state: &'static str,
+    expect_prev: Option<i64>,
+    expect_next: Option<i64>,
+    expect_stamp: i64,
+    set_state: &'static str,
+    set_prev: Option<i64>,
+    set_next: Option<i64>,
+    set_times: i64,
+    set_node: Option<&'a str>,
+    set_inc: Option<i64>,
+}
+
+impl<'a> CasRow<'a> {
+    pub(super) fn of(expect: &ExecuteCas, set: &'a ExecuteCas) -> CasRow<'a> {
+        CasRow {
+            execute_id: expect.execute_id,
+            expect_state: expect.expect_state.as_str(),
+            expect_prev: expect.expect.prev_fire_time.map(|t| t.as_millis()),
+            expect_next: expect.expect.next_fire_time.map(|t| t.as_millis()),
+            expect_stamp: expect.expect.calendar_stamp,
+            set_state: set.set_state.as_str(),
+            set_prev: set.set.prev_fire_time.map(|t| t.as_millis()),
+            set_next: set.set.next_fire_time.map(|t| t.as_millis()),
+            set_times: count_to_i64(set.set.times_triggered),
+            set_node: set.set_owner.as_ref().map(|n| n.node_id.as_str()),
+            set_inc: set.set_owner.as_ref().map(|n| n.incarnation),
+        }
     }
 }
 
-fn millis(t: Option<quartz_core::Timestamp>) -> Value {
-    t.map_or(Value::Null, |t| json!(t.as_millis()))
+/// [`CasRow`] as a JSON object, for a row that carries more columns.
+pub(super) fn cas_row(expect: &ExecuteCas, set: &ExecuteCas) -> Map<String, Value> {
+    match serde_json::to_value(CasRow::of(expect, set)) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    }
 }
 
 /// A batch: its runs' compare-and-sets as a JSON parameter (in execute id
@@ -182,12 +202,9 @@ pub(super) struct JsonBatch {
 pub(super) fn json_batch(claims: &[Claim]) -> JsonBatch {
     let (mut runs, in_runs, rest) = runs(claims);
     runs.sort_by_key(|r| r.first.cas.execute_id);
-    let run_rows: Vec<Value> = runs
-        .iter()
-        .map(|r| Value::Object(cas_row(&r.first.cas, &r.last.cas)))
-        .collect();
+    let run_rows: Vec<CasRow<'_>> = runs.iter().map(|r| CasRow::of(&r.first.cas, &r.last.cas)).collect();
     JsonBatch {
-        runs: Value::Array(run_rows).to_string(),
+        runs: serde_json::to_string(&run_rows).unwrap_or_default(),
         fires: in_runs
             .iter()
             .map(|c| (c.cas.execute_id, c.fire_time.as_millis(), i64::from(c.attempt)))
@@ -199,11 +216,21 @@ pub(super) fn json_batch(claims: &[Claim]) -> JsonBatch {
 /// Fires as the JSON rows of [`CLAIM_RUNS`]: objects of execute, fire time
 /// and attempt.
 fn fire_rows(fires: &[(i64, i64, i64)]) -> String {
-    let rows: Vec<Value> = fires
+    #[derive(Serialize)]
+    struct FireRow {
+        execute_id: i64,
+        fire_time: i64,
+        attempt: i64,
+    }
+    let rows: Vec<FireRow> = fires
         .iter()
-        .map(|(execute, at, attempt)| json!({"execute_id": execute, "fire_time": at, "attempt": attempt}))
+        .map(|&(execute_id, fire_time, attempt)| FireRow {
+            execute_id,
+            fire_time,
+            attempt,
+        })
         .collect();
-    Value::Array(rows).to_string()
+    serde_json::to_string(&rows).unwrap_or_default()
 }
 
 /// The fires won, by (execute, fire time), from rows of (execute id, fire

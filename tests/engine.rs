@@ -1482,27 +1482,11 @@ async fn a_claim_its_live_node_lost_track_of_is_recovered(db: &TestDb) {
     let n = node(db, fast(), &runs).await;
     let store = AnyStore::from(n.store().clone());
     let now = store.now().await.unwrap();
-    // A job whose one trigger fires in an hour: the node claims nothing of it.
-    let later = Trigger::new(Schedule::Once, now.saturating_add_millis(3_600_000)).unwrap();
-    n.add_job(&JobDefinition::of_specs(
-        &JobSpec::new("lost", "count"),
-        &[ExecuteSpec::new(later)],
-    ))
-    .await
-    .unwrap();
+    add_job_due_in_an_hour(&n, "lost").await;
     let me = n.node();
     // The row the node's own claim wrote a second ago, its answer lost.
     let t = now.as_millis() - 1_000;
-    db.sql(
-        &store,
-        &format!(
-            "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
-             state, claimed_at, fire_count) SELECT e.scheduler, e.id, e.job_id, {t}, 1, '{}', {}, 'claimed', {t}, 1 \
-             FROM quartz_execute e JOIN quartz_job j ON j.id = e.job_id WHERE j.name = 'lost'",
-            me.node_id, me.incarnation
-        ),
-    )
-    .await;
+    claim_by_hand(db, &store, "lost", t, &me).await;
     let lost = |rows: &[FireRecord]| rows.iter().find(|f| f.fire_time.as_millis() == t).cloned();
     wait_for(Duration::from_secs(15), "the lost claim to be recovered", || async {
         match lost(&ledger(&store, CLUSTER).await) {
@@ -1522,6 +1506,35 @@ async fn a_claim_its_live_node_lost_track_of_is_recovered(db: &TestDb) {
     n.shutdown().await;
 }
 
+/// Adds a job of the count handler whose one trigger fires in an hour: no
+/// node claims anything of it meanwhile.
+async fn add_job_due_in_an_hour(n: &Scheduler, name: &str) {
+    let store = AnyStore::from(n.store().clone());
+    let now = store.now().await.unwrap();
+    let later = Trigger::new(Schedule::Once, now.saturating_add_millis(3_600_000)).unwrap();
+    n.add_job(&JobDefinition::of_specs(
+        &JobSpec::new(name, "count"),
+        &[ExecuteSpec::new(later)],
+    ))
+    .await
+    .unwrap();
+}
+
+/// Writes by hand a ledger row of the job's execute at `t`, claimed by
+/// `owner`, as a claim's commit writes it.
+async fn claim_by_hand(db: &TestDb, store: &AnyStore, job: &str, t: i64, owner: &NodeRef) {
+    db.sql(
+        store,
+        &format!(
+            "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+             state, claimed_at, fire_count) SELECT e.scheduler, e.id, e.job_id, {t}, 1, '{}', {}, 'claimed', {t}, 1 \
+             FROM quartz_execute e JOIN quartz_job j ON j.id = e.job_id WHERE j.name = '{job}'",
+            owner.node_id, owner.incarnation
+        ),
+    )
+    .await;
+}
+
 /// A claim that committed after its node was retired (or by an incarnation
 /// no node ever saw live) orphans its fire with no change of membership for
 /// the living to see: the sweep for orphans, which otherwise runs when the
@@ -1530,27 +1543,16 @@ async fn a_fire_orphaned_without_a_change_of_membership_is_recovered(db: &TestDb
     let runs = Runs::default();
     let n = node(db, fast(), &runs).await;
     let store = AnyStore::from(n.store().clone());
-    let now = store.now().await.unwrap();
-    let later = Trigger::new(Schedule::Once, now.saturating_add_millis(3_600_000)).unwrap();
-    n.add_job(&JobDefinition::of_specs(
-        &JobSpec::new("ghosted", "count"),
-        &[ExecuteSpec::new(later)],
-    ))
-    .await
-    .unwrap();
+    add_job_due_in_an_hour(&n, "ghosted").await;
     let me = n.node();
     let members = store.list_nodes().await.unwrap();
     // A fire due in 3 s, claimed by an incarnation that is not live.
     let t = store.now().await.unwrap().as_millis() + 3_000;
-    db.sql(
-        &store,
-        &format!(
-            "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
-             state, claimed_at, fire_count) SELECT e.scheduler, e.id, e.job_id, {t}, 1, 'ghost', 7, 'claimed', {t}, 1 \
-             FROM quartz_execute e JOIN quartz_job j ON j.id = e.job_id WHERE j.name = 'ghosted'"
-        ),
-    )
-    .await;
+    let ghost = NodeRef {
+        node_id: "ghost".to_owned(),
+        incarnation: 7,
+    };
+    claim_by_hand(db, &store, "ghosted", t, &ghost).await;
     let ghosted = |rows: &[FireRecord]| rows.iter().find(|f| f.fire_time.as_millis() == t).cloned();
     wait_for(Duration::from_secs(10), "the orphaned fire to be recovered", || async {
         match ghosted(&ledger(&store, CLUSTER).await) {

@@ -5,8 +5,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+use quartz_core::Timestamp;
 use quartz_core::store::Store as _;
-use quartz_core::store::StoreError;
+use quartz_core::store::{DueCursor, Execute, ExecuteSpec, JobSpec, SharedStore, StoreError};
+use quartz_core::trigger::{Schedule, Trigger};
 use quartz_store::RedisStore;
 use quartz_store::redis_store::{Keys, SCHEMA_KEY, SCHEMA_VERSION};
 use quartz_testkit::redis_server::PrivateRedis;
@@ -125,4 +127,102 @@ async fn an_unreachable_server_and_a_bad_url_get_clear_errors() {
     }
     assert!(Keys::of("billing}x").is_err(), "a brace would move the hash tag");
     assert_eq!(Keys::of("billing").unwrap().execute(3), "quartz:{billing}:execute:3");
+}
+
+/// Every due execute before `window`, a page of `limit` at a time after the
+/// last page's cursor, as the poll reads them.
+async fn due_in_pages(store: &SharedStore, window: Timestamp, limit: u32) -> Vec<Execute> {
+    let mut all = Vec::new();
+    let mut after: Option<DueCursor> = None;
+    loop {
+        let page = store.due_executes(window, after, limit).await.unwrap();
+        assert!(page.rejected.is_empty(), "{:?}", page.rejected);
+        let last = page.executes.len() < limit as usize;
+        after = page.cursor();
+        all.extend(page.executes);
+        if last {
+            return all;
+        }
+    }
+}
+
+/// The poll reads the due executes in its own order (next fire time,
+/// priority highest first, id) from an index a page can begin in: pages
+/// longer than one script's rows come whole and in order, the index is
+/// made again from the due set when it is missing (a database written
+/// before it), and an execute an older build moved (it keeps the due set
+/// alone) is served where it now stands, once.
+#[tokio::test]
+async fn the_polls_order_pages_past_a_scripts_rows_and_is_mended_from_the_due_set() {
+    let server = PrivateRedis::start(&[]);
+    // Twenty schedulers registered before: this one's ids have 15 digits.
+    let mut others = vec!["HSET".to_owned(), "quartz:schedulers".to_owned()];
+    for n in 0..20 {
+        others.extend([format!("other-{n}"), n.to_string()]);
+    }
+    server.cli(&others.iter().map(String::as_str).collect::<Vec<_>>());
+    let store = RedisStore::connect(&server.url()).await.unwrap().scoped("order");
+    let now = store.now().await.unwrap();
+    let at = |ms: i64| now.checked_add_millis(ms).unwrap();
+    // 1,100 executes of one fire time, of three priorities, and a later one.
+    let specs: Vec<ExecuteSpec> = (0..1_100)
+        .map(|i| ExecuteSpec {
+            priority: i % 3,
+            ..ExecuteSpec::new(Trigger::new(Schedule::fixed_rate_millis(1_000).unwrap(), at(60_000)).unwrap())
+        })
+        .chain([ExecuteSpec::new(
+            Trigger::new(Schedule::fixed_rate_millis(1_000).unwrap(), at(61_000)).unwrap(),
+        )])
+        .collect();
+    store.create_job(&JobSpec::new("many", "noop"), &specs).await.unwrap();
+    let window = at(70_000);
+    let key = |e: &Execute| (e.fire_state.next_fire_time, -e.priority, e.id);
+    let ids = |v: &[Execute]| v.iter().map(|e| e.id).collect::<Vec<_>>();
+
+    let whole = store.due_executes(window, None, 5_000).await.unwrap().executes;
+    assert!(whole[0].id > 100_000_000_000_000, "{}", whole[0].id);
+    assert_eq!(whole.len(), 1_101);
+    assert!(whole.windows(2).all(|w| key(&w[0]) < key(&w[1])), "in the poll's order");
+    assert_eq!(
+        whole[1_100].fire_state.next_fire_time,
+        Some(at(61_000)),
+        "the later one last"
+    );
+    assert_eq!(
+        ids(&due_in_pages(&store, window, 700).await),
+        ids(&whole),
+        "pages of 700"
+    );
+    assert_eq!(ids(&due_in_pages(&store, window, 3).await), ids(&whole), "pages of 3");
+    assert!(
+        store
+            .due_executes(at(60_000), None, 5_000)
+            .await
+            .unwrap()
+            .executes
+            .is_empty(),
+        "nothing due before the window's end"
+    );
+
+    // A database written before the index: it is made again from `due`.
+    let prefix = "quartz:{order}:";
+    server.cli(&["DEL", &format!("{prefix}due-order")]);
+    assert_eq!(ids(&due_in_pages(&store, window, 500).await), ids(&whole), "made again");
+    assert_eq!(server.cli(&["ZCARD", &format!("{prefix}due-order")]), "1101");
+
+    // An older build moves the first execute 500 ms later, in its hash and
+    // in `due` only: the poll serves it once, where it now stands.
+    let moved = whole[0].id;
+    let later = at(60_500).as_millis().to_string();
+    server.cli(&["HSET", &format!("{prefix}execute:{moved}"), "next_fire_time", &later]);
+    server.cli(&["ZADD", &format!("{prefix}due"), &later, &moved.to_string()]);
+    let paged = due_in_pages(&store, window, 400).await;
+    assert_eq!(paged.len(), 1_101, "each once");
+    assert!(paged.windows(2).all(|w| key(&w[0]) < key(&w[1])), "in the poll's order");
+    assert_eq!(paged[1_099].id, moved, "where it now stands");
+    assert_eq!(paged[1_099].fire_state.next_fire_time, Some(at(60_500)));
+    assert_eq!(
+        ids(&store.due_executes(window, None, 5_000).await.unwrap().executes),
+        ids(&paged)
+    );
 }

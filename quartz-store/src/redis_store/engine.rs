@@ -26,6 +26,17 @@ use crate::ends::EndParts;
 /// the store listens to).
 pub(super) const CHANGE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// The most rows one script of the poll's read returns.
+const DUE_PAGE: usize = 500;
+
+/// Where a due execute's raw record stands in the poll's order (next fire
+/// time, priority, id); none when it has no next fire time.
+fn order_of(record: &Record) -> Option<(i64, i32, i64)> {
+    let next = record.get("next_fire_time")?.parse().ok()?;
+    let priority = record.get("priority").and_then(|p| p.parse().ok()).unwrap_or(0);
+    Some((next, priority, record.get("id")?.parse().ok()?))
+}
+
 fn owner(node: &NodeRef) -> (Value, Value) {
     (Value::String(node.node_id.clone()), num(node.incarnation))
 }
@@ -229,14 +240,27 @@ impl ScheduleStore for RedisStore {
         limit: u32,
     ) -> Result<DueBatch, StoreError> {
         let scheduler = self.scheduler();
-        let args = json!({
-            "before": num(before.as_millis()),
-            "limit": num(limit),
-            "after_time": opt(after.map(|c| c.next_fire_time.as_millis())),
-            "after_priority": opt(after.map(|c| c.priority)),
-            "after_id": opt(after.map(|c| c.execute_id)),
-        });
-        let records: Vec<Record> = self.run(scheduler, 0, "due", &args).await?;
+        // Scripts of at most DUE_PAGE rows each: a script holds the server
+        // for its whole run, and each one begins where the last ended.
+        let mut records: Vec<Record> = Vec::new();
+        let mut after = after.map(|c| (c.next_fire_time.as_millis(), c.priority, c.execute_id));
+        loop {
+            let want = (limit as usize - records.len()).min(DUE_PAGE);
+            let args = json!({
+                "before": num(before.as_millis()),
+                "limit": num(want),
+                "after_time": opt(after.map(|c| c.0)),
+                "after_priority": opt(after.map(|c| c.1)),
+                "after_id": opt(after.map(|c| c.2)),
+            });
+            let page: Vec<Record> = self.run(scheduler, 0, "due", &args).await?;
+            let full = page.len() >= want;
+            after = page.last().and_then(order_of);
+            records.extend(page);
+            if !full || records.len() >= limit as usize || after.is_none() {
+                break;
+            }
+        }
         let mut batch = self.serve(scheduler, records).await?;
         // By next fire time, then priority, highest first, then id: the
         // script's page order.

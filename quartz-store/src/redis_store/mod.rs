@@ -41,9 +41,15 @@
 //!   for chains.
 //! - `execute:ID`: a trigger's columns (those of
 //!   [`TriggerColumns`](quartz_core::store::TriggerColumns)) and where it
-//!   stands. Indexes: `due`, the waiting executes by next fire time, the
-//!   poll's window query; `due-unset`, `running`, `complete` (by last
-//!   update, for retention), `calendared`.
+//!   stands. Indexes: `due`, the waiting executes by next fire time;
+//!   `due-order`, the same scored by next fire time with members that sort
+//!   as the poll reads (priority, highest first, then id, in fixed-width
+//!   decimals), the poll's window query, whose pages each begin where the
+//!   last one ended and read only their own rows (made again from `due`
+//!   when their sizes differ, as on a database written by an older build;
+//!   a member an older build left behind is mended where a page meets it);
+//!   `due-unset`, `running`, `complete` (by last update, for retention),
+//!   `calendared`.
 //! - `fire:ID`: a ledger row. `fire-keys` maps `execute:job:fire
 //!   time:attempt` to its id: the unique rule, which every script that
 //!   inserts a fire checks first, and which the audit reads back through the

@@ -10,7 +10,8 @@
 -- field that is absent is NULL. Indexes:
 --   jobs (name -> id), job-order (names, lex), job-executes:ID,
 --   children:NAME (child job ids), parents (names with children);
---   due (waiting executes by next fire time), due-unset (waiting, no next
+--   due (waiting executes by next fire time), due-order (the same in the
+--   poll's order, see order_member), due-unset (waiting, no next
 --   fire time), running (running executes), complete (by last update),
 --   calendared (executes naming a calendar);
 --   fire-keys (execute:job:fire time:attempt -> fire id, the unique rule),
@@ -55,6 +56,19 @@ end
 
 local function execute_key(id) return k('execute:' .. id) end
 
+-- The poll's order (`due-order`): the waiting executes with a next fire
+-- time, scored by it, each member its priority (flipped into 0..2^32-1,
+-- highest first) and id in fixed-width decimals, so that members of one
+-- score sort as the poll reads them and a page begins where the last one
+-- ended. An execute's member is fixed for its life (its priority is set
+-- when it is inserted), so a claim moves it by its score alone.
+local function order_member(prio, id)
+  return string.format('%010d:%016d', 2147483647 - prio, id)
+end
+local function order_member_of(id)
+  return order_member(tonumber(g(execute_key(id), 'priority')) or 0, tonumber(id))
+end
+
 -- Puts an execute in the indexes its state and next fire time call for.
 local function reindex_execute(id)
   local key = execute_key(id)
@@ -63,6 +77,11 @@ local function reindex_execute(id)
     redis.call('ZADD', k('due'), nxt, id)
   else
     redis.call('ZREM', k('due'), id)
+  end
+  if state == 'waiting' and nxt ~= '' then
+    redis.call('ZADD', k('due-order'), nxt, order_member_of(id))
+  else
+    redis.call('ZREM', k('due-order'), order_member_of(id))
   end
   if state == 'waiting' and nxt == '' then
     redis.call('SADD', k('due-unset'), id)
@@ -81,6 +100,7 @@ local function delete_execute(id)
   local key = execute_key(id)
   local job = g(key, 'job_id')
   for _, index in ipairs({ 'due', 'complete' }) do redis.call('ZREM', k(index), id) end
+  redis.call('ZREM', k('due-order'), order_member_of(id))
   for _, index in ipairs({ 'due-unset', 'running', 'calendared', 'job-executes:' .. job }) do
     redis.call('SREM', k(index), id)
   end

@@ -1,43 +1,82 @@
 -- ---- reads ----
 
+-- The poll's order made again from `due` when the two differ in size: an
+-- index written before this order existed, or by a node of an older build
+-- (which keeps `due` alone). A member an older build left behind when it
+-- moved an execute is mended where the page meets it.
+local function order_checked()
+  if redis.call('ZCARD', k('due')) == redis.call('ZCARD', k('due-order')) then return end
+  redis.call('DEL', k('due-order'))
+  local due = redis.call('ZRANGE', k('due'), 0, -1, 'WITHSCORES')
+  for i = 1, #due, 2 do redis.call('ZADD', k('due-order'), due[i + 1], order_member_of(due[i])) end
+end
+
+-- The rank in the poll's order of the first member after (score, member).
+local function order_rank_after(score, member)
+  local lo = redis.call('ZCOUNT', k('due-order'), '-inf', '(' .. score)
+  local hi = redis.call('ZCOUNT', k('due-order'), '-inf', score)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if redis.call('ZRANGE', k('due-order'), mid, mid)[1] <= member then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+
 -- Waiting executes due before A.before, in the order (next fire time,
 -- priority highest first, id), at most A.limit, after the cursor
 -- (A.after_time, A.after_priority, A.after_id) when one is given; then,
--- with room left, waiting ones with no next fire time. Every member of
--- the page's last score is read, so that the page's order within a score
--- is its own and the next page begins where this one ends.
+-- with room left, waiting ones with no next fire time. The page reads the
+-- poll's order (`due-order`) from the cursor on, and only its own rows.
 C.due = function()
-  local limit = tonumber(A.limit)
-  local at, prio, after = tonumber(A.after_time), tonumber(A.after_priority), tonumber(A.after_id)
-  local from = '-inf'
-  if at then from = A.after_time end
-  local rows, offset, last = {}, 0, nil
+  local limit, before = tonumber(A.limit), tonumber(A.before)
+  order_checked()
+  local rank = 0
+  if tonumber(A.after_time) then
+    rank = order_rank_after(A.after_time, order_member(tonumber(A.after_priority), tonumber(A.after_id)))
+  end
+  local out = {}
   local done = false
-  while not done do
-    local chunk = redis.call('ZRANGEBYSCORE', k('due'), from, '(' .. A.before, 'WITHSCORES', 'LIMIT', offset, 500)
+  while not done and #out < limit do
+    -- At most 100 at a time: a member mended below reads its chunk again.
+    local chunk = redis.call('ZRANGE', k('due-order'), rank, rank + math.min(limit - #out, 100) - 1, 'WITHSCORES')
     if #chunk == 0 then break end
     for i = 1, #chunk, 2 do
-      local id, score = chunk[i], tonumber(chunk[i + 1])
-      if #rows >= limit and score ~= last then
+      local member, score = chunk[i], chunk[i + 1]
+      if tonumber(score) >= before then
         done = true
         break
       end
-      local p = tonumber(redis.call('HGET', execute_key(id), 'priority')) or 0
-      local n = tonumber(id)
-      if not at or score > at or p < prio or (p == prio and n > after) then
-        rows[#rows + 1] = { score, p, n, id }
-        last = score
+      -- Formatted as an integer: concatenated as a number, an id of 15
+      -- digits or more would be written in exponent form.
+      local id = s(tonumber(string.sub(member, 12)))
+      local row = flat(execute_key(id))
+      local state, nxt, prio = '', nil, 0
+      for j = 1, #row, 2 do
+        local field = row[j]
+        if field == 'state' then
+          state = row[j + 1]
+        elseif field == 'next_fire_time' then
+          nxt = row[j + 1]
+        elseif field == 'priority' then
+          prio = tonumber(row[j + 1]) or 0
+        end
+      end
+      if state == 'waiting' and tonumber(nxt) == tonumber(score) and order_member(prio, tonumber(id)) == member then
+        out[#out + 1] = row
+        rank = rank + 1
+      else
+        -- Left behind by an older build: put where the hash says, and the
+        -- ranks after it moved, so the page goes on after the last row
+        -- read.
+        redis.call('ZREM', k('due-order'), member)
+        if state == 'waiting' and tonumber(nxt) then
+          redis.call('ZADD', k('due-order'), nxt, order_member(prio, tonumber(id)))
+        end
+        rank = order_rank_after(score, member)
+        break
       end
     end
-    offset = offset + #chunk / 2
   end
-  table.sort(rows, function(a, b)
-    if a[1] ~= b[1] then return a[1] < b[1] end
-    if a[2] ~= b[2] then return a[2] > b[2] end
-    return a[3] < b[3]
-  end)
-  local out = {}
-  for i = 1, math.min(#rows, limit) do out[i] = flat(execute_key(rows[i][4])) end
   if #out < limit then
     local unset = redis.call('SMEMBERS', k('due-unset'))
     table.sort(unset, by_number)

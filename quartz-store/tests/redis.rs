@@ -151,7 +151,8 @@ async fn due_in_pages(store: &SharedStore, window: Timestamp, limit: u32) -> Vec
 /// longer than one script's rows come whole and in order, the index is
 /// made again from the due set when it is missing (a database written
 /// before it), and an execute an older build moved (it keeps the due set
-/// alone) is served where it now stands, once.
+/// alone), within the window or into and out of it, is served where it now
+/// stands, once.
 #[tokio::test]
 async fn the_polls_order_pages_past_a_scripts_rows_and_is_mended_from_the_due_set() {
     let server = PrivateRedis::start(&[]);
@@ -225,4 +226,22 @@ async fn the_polls_order_pages_past_a_scripts_rows_and_is_mended_from_the_due_se
         ids(&store.due_executes(window, None, 5_000).await.unwrap().executes),
         ids(&paged)
     );
+
+    // An older build moves the last one out of the window, then back into
+    // it (a claim it gives back at its shutdown): the poll follows.
+    let last = whole[1_100].id;
+    let move_to = |ms: i64| {
+        let at = at(ms).as_millis().to_string();
+        server.cli(&["HSET", &format!("{prefix}execute:{last}"), "next_fire_time", &at]);
+        server.cli(&["ZADD", &format!("{prefix}due"), &at, &last.to_string()]);
+    };
+    move_to(75_000);
+    let out = due_in_pages(&store, window, 500).await;
+    assert_eq!(out.len(), 1_100, "moved out of the window");
+    assert!(!ids(&out).contains(&last));
+    move_to(65_000);
+    let back = due_in_pages(&store, window, 500).await;
+    assert_eq!(back.len(), 1_101, "moved back into it");
+    assert_eq!(back[1_100].id, last);
+    assert_eq!(back[1_100].fire_state.next_fire_time, Some(at(65_000)));
 }

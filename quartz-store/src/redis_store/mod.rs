@@ -46,8 +46,10 @@
 //!   as the poll reads (priority, highest first, then id, in fixed-width
 //!   decimals), the poll's window query, whose pages each begin where the
 //!   last one ended and read only their own rows (made again from `due`
-//!   when their sizes differ, as on a database written by an older build;
-//!   a member an older build left behind is mended where a page meets it);
+//!   when the two differ in size or in how many are due within the poll's
+//!   window, as on a database written by an older build or beside one of
+//!   its nodes; a member such a node moved within the window is mended
+//!   where a page meets it);
 //!   `due-unset`, `running`, `complete` (by last update, for retention),
 //!   `calendared`.
 //! - `fire:ID`: a ledger row. `fire-keys` maps `execute:job:fire

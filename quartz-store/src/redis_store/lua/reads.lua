@@ -1,11 +1,17 @@
 -- ---- reads ----
 
--- The poll's order made again from `due` when the two differ in size: an
--- index written before this order existed, or by a node of an older build
--- (which keeps `due` alone). A member an older build left behind when it
--- moved an execute is mended where the page meets it.
-local function order_checked()
-  if redis.call('ZCARD', k('due')) == redis.call('ZCARD', k('due-order')) then return end
+-- The poll's order made again from `due` when the two differ in size, or
+-- in how many are due before `before`: an index written before this order
+-- existed, or beside a node of an older build, which keeps `due` alone (an
+-- execute it inserted, deleted, or moved into or out of the window, as a
+-- claim given back at its shutdown does). A member it moved within the
+-- window is mended where a page meets it.
+local function order_checked(before)
+  local window = '(' .. before
+  if redis.call('ZCARD', k('due')) == redis.call('ZCARD', k('due-order'))
+    and redis.call('ZCOUNT', k('due'), '-inf', window) == redis.call('ZCOUNT', k('due-order'), '-inf', window) then
+    return
+  end
   redis.call('DEL', k('due-order'))
   local due = redis.call('ZRANGE', k('due'), 0, -1, 'WITHSCORES')
   for i = 1, #due, 2 do redis.call('ZADD', k('due-order'), due[i + 1], order_member_of(due[i])) end
@@ -29,7 +35,7 @@ end
 -- poll's order (`due-order`) from the cursor on, and only its own rows.
 C.due = function()
   local limit, before = tonumber(A.limit), tonumber(A.before)
-  order_checked()
+  order_checked(A.before)
   local rank = 0
   if tonumber(A.after_time) then
     rank = order_rank_after(A.after_time, order_member(tonumber(A.after_priority), tonumber(A.after_id)))

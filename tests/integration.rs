@@ -3,7 +3,7 @@
 //! folder (see `tests/README.md`).
 //!
 //! The files are modules of one test binary, not a binary each, so that
-//! `cargo test` runs their tests side by side (eight at a time, from
+//! `cargo test` runs their tests side by side (four at a time, from
 //! `.cargo/config.toml`) instead of one file after another waiting on its
 //! slowest test, and links one binary instead of sixteen. Run one file's
 //! tests by its module: `cargo test --test integration engine::`.

@@ -1487,16 +1487,8 @@ async fn a_claim_its_live_node_lost_track_of_is_recovered(db: &TestDb) {
     // The row the node's own claim wrote a second ago, its answer lost.
     let t = now.as_millis() - 1_000;
     claim_by_hand(db, &store, "lost", t, &me).await;
-    let lost = |rows: &[FireRecord]| rows.iter().find(|f| f.fire_time.as_millis() == t).cloned();
-    wait_for(Duration::from_secs(15), "the lost claim to be recovered", || async {
-        match lost(&ledger(&store, CLUSTER).await) {
-            Some(f) if f.state != FireState::Claimed => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
     // Found past the misfire threshold: its trigger's policy decided.
-    let f = lost(&ledger(&store, CLUSTER).await).unwrap();
+    let f = wait_until_not_claimed(&store, t, Duration::from_secs(15), "the lost claim to be recovered").await;
     assert!(
         matches!(f.state, FireState::Running | FireState::Succeeded | FireState::Misfired),
         "{f:?}"
@@ -1518,6 +1510,24 @@ async fn add_job_due_in_an_hour(n: &Scheduler, name: &str) {
     ))
     .await
     .unwrap();
+}
+
+/// The ledger's fire at `t` (ms), if any.
+fn fire_at(rows: &[FireRecord], t: i64) -> Option<FireRecord> {
+    rows.iter().find(|f| f.fire_time.as_millis() == t).cloned()
+}
+
+/// Waits, up to `limit`, until the fire at `t` (ms) is no longer claimed,
+/// and returns it.
+async fn wait_until_not_claimed(store: &AnyStore, t: i64, limit: Duration, what: &str) -> FireRecord {
+    wait_for(limit, what, || async {
+        match fire_at(&ledger(store, CLUSTER).await, t) {
+            Some(f) if f.state != FireState::Claimed => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    fire_at(&ledger(store, CLUSTER).await, t).unwrap()
 }
 
 /// Writes by hand a ledger row of the job's execute at `t`, claimed by
@@ -1553,20 +1563,13 @@ async fn a_fire_orphaned_without_a_change_of_membership_is_recovered(db: &TestDb
         incarnation: 7,
     };
     claim_by_hand(db, &store, "ghosted", t, &ghost).await;
-    let ghosted = |rows: &[FireRecord]| rows.iter().find(|f| f.fire_time.as_millis() == t).cloned();
-    wait_for(Duration::from_secs(10), "the orphaned fire to be recovered", || async {
-        match ghosted(&ledger(&store, CLUSTER).await) {
-            Some(f) if f.state != FireState::Claimed => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    wait_until_not_claimed(&store, t, Duration::from_secs(10), "the orphaned fire to be recovered").await;
     // Taken over before its time, and fired by the living node.
     wait_until(Duration::from_secs(5), "the recovered fire to run", || async {
         runs.of("ghosted") == 1
     })
     .await;
-    let f = ghosted(&ledger(&store, CLUSTER).await).unwrap();
+    let f = fire_at(&ledger(&store, CLUSTER).await, t).unwrap();
     assert_eq!(
         f.owner.as_ref().map(|o| o.node_id.as_str()),
         Some(me.node_id.as_str()),

@@ -211,10 +211,14 @@ impl Backend {
                         "lean indexes",
                         include_str!(concat!("../../migrations/", $dir, "/0018_lean_indexes.sql")),
                     ),
+                    (
+                        "job name lookup",
+                        include_str!(concat!("../../migrations/", $dir, "/0019_job_name_lookup.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 18] = match self {
+        let files: [(&str, &'static str); 19] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

@@ -45,6 +45,7 @@ backend_tests!(
     a_backfill_queues_each_past_fire_time_once;
     sql: migrations_run_twice_and_concurrently,
     due_executes_come_in_time_order_and_bad_rows_are_set_aside,
+    a_job_is_looked_up_by_name_through_its_own_index,
 );
 
 fn every_second(start: Timestamp) -> ExecuteSpec {
@@ -1443,4 +1444,46 @@ async fn a_backfill_queues_each_past_fire_time_once(db: &TestDb) {
     let log = store.change_log(&changes).await.unwrap();
     assert_eq!(log[0].action, "job.backfill");
     assert!(log[0].detail.contains("0 queued, 5 already"), "{}", log[0].detail);
+}
+
+/// A job is looked up by name (added, read, edited, paused, fired, deleted)
+/// through the unique index on (scheduler, name), on a database without
+/// statistics as a new one is: not through another index that begins with
+/// the scheduler, which reads every job of it (adding N jobs would cost N
+/// squared). On PostgreSQL the plan is the generic one every connection of
+/// the store uses.
+async fn a_job_is_looked_up_by_name_through_its_own_index(db: &TestDb) {
+    use sqlx::{Executor as _, Row as _};
+    let store = db.store().await.scoped(S);
+    for i in 0..20 {
+        let mut job = JobSpec::new(format!("job-{i}"), "noop");
+        if i % 5 == 4 {
+            job = job.with_parent("job-1");
+        }
+        store.create_job(&job, &[]).await.unwrap();
+    }
+    let lookup = "SELECT id FROM quartz_job WHERE scheduler = 'suite' AND name = 'job-7'";
+    let explain = match db.kind {
+        Kind::Postgres => "EXPLAIN EXECUTE by_name('suite', 'job-7')".to_owned(),
+        Kind::MySql => format!("EXPLAIN FORMAT=JSON {lookup}"),
+        _ => format!("EXPLAIN QUERY PLAN {lookup}"),
+    };
+    let mut conn = store.as_sql().unwrap().pool().acquire().await.unwrap();
+    if db.kind == Kind::Postgres {
+        conn.execute("PREPARE by_name(text, text) AS SELECT id FROM quartz_job WHERE scheduler = $1 AND name = $2")
+            .await
+            .unwrap();
+    }
+    let rows = conn.fetch_all(sqlx::AssertSqlSafe(explain)).await.unwrap();
+    let plan: Vec<String> = rows
+        .iter()
+        .flat_map(|row| (0..row.len()).filter_map(|i| row.try_get::<String, _>(i).ok()))
+        .collect();
+    // SQLite names the unique constraint's own index, and its key.
+    let by_name = |line: &String| line.contains("quartz_job_name") || line.contains("(scheduler=? AND name=?)");
+    assert!(
+        plan.iter().any(by_name),
+        "a lookup by name on {:?} does not use the name's index: {plan:?}",
+        db.kind
+    );
 }

@@ -22,6 +22,7 @@ macro_rules! chain_insert {
          CASE WHEN k.state = 'enabled' THEN NULL ELSE 'the child job is paused' END, 1 \
          FROM quartz_fire f JOIN quartz_job p ON p.id = f.job_id \
          JOIN quartz_job k ON k.scheduler = p.scheduler AND k.parent_job = p.name \
+         AND k.parent_job IS NOT NULL \
          WHERE f.id = ?"
     };
 }

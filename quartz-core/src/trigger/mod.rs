@@ -36,7 +36,7 @@ pub use state::{Fire, NextFire, TriggerState};
 
 use crate::cron::{CronExpression, DstChoice};
 use crate::error::Error;
-use crate::misfire::MisfirePolicy;
+use crate::misfire::policy::MisfirePolicy;
 use crate::time::Timestamp;
 
 /// A schedule with its validity window and repeat limit.

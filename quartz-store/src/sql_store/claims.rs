@@ -16,14 +16,13 @@
 use std::collections::HashMap;
 
 use quartz_core::Timestamp;
-use quartz_core::store::{Claim, ClaimBusy, ExecuteCas, FireState, NodeRef, StoreError};
+use quartz_core::store::{Claim, ClaimBusy, FireState, NodeRef, StoreError};
 use quartz_core::trigger::{Overlap, TriggerState};
 use serde::Serialize;
-use serde_json::{Map, Value};
 use sqlx::{Any, Row, Transaction};
 
-use super::executes::{bind_cas_expect, bind_cas_set};
-use super::overlap::JobOfClaim;
+use super::executes::{CasRow, bind_cas_expect, bind_cas_set, cas_rows};
+use super::overlap::{Claimed, JobOfClaim};
 use super::*;
 
 /// A ledger row for one fire of an execute (binds: the job, when not the
@@ -39,36 +38,6 @@ macro_rules! insert_fire {
          FROM quartz_execute WHERE id = ?"
     };
 }
-
-/// The one-statement batches' compare-and-sets (PostgreSQL): the rows `r`
-/// (a JSON parameter, `$cols` its columns past the execute's own), locked
-/// in id order where they hold what their row expects, then updated
-/// (`$set`: the columns written past the state and the owner) into `won`.
-macro_rules! cas_rows {
-    ($cols:literal, $set:literal) => {
-        concat!(
-            "WITH r AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) AS r(execute_id BIGINT, \
-             expect_state TEXT, expect_prev BIGINT, expect_next BIGINT, expect_stamp BIGINT, set_state TEXT, \
-             set_prev BIGINT, set_next BIGINT, set_times BIGINT, set_node TEXT, set_inc BIGINT",
-            $cols,
-            ")), locked AS (SELECT e.id FROM quartz_execute e JOIN r ON e.id = r.execute_id WHERE ",
-            cas_rows!(@expect),
-            " ORDER BY e.id FOR UPDATE OF e), \
-             won AS (UPDATE quartz_execute e SET prev_fire_time = r.set_prev, next_fire_time = r.set_next, \
-             times_triggered = r.set_times, state = r.set_state, node_id = r.set_node, incarnation = r.set_inc, \
-             updated_at = {now}",
-            $set,
-            " FROM r WHERE e.id = r.execute_id AND e.id IN (SELECT id FROM locked) AND ",
-            cas_rows!(@expect),
-            " RETURNING e.scheduler, e.id, e.job_id)"
-        )
-    };
-    (@expect) => {
-        "e.state = r.expect_state AND e.prev_fire_time IS NOT DISTINCT FROM r.expect_prev \
-         AND e.next_fire_time IS NOT DISTINCT FROM r.expect_next AND e.calendar_stamp = r.expect_stamp"
-    };
-}
-pub(super) use cas_rows;
 
 /// The batch: one row per run of an execute, one row per fire (binds: the
 /// runs, the fires, node id, incarnation).
@@ -139,51 +108,6 @@ fn follows(prev: &Claim, next: &Claim) -> bool {
 
 fn same(a: &TriggerState, b: &TriggerState) -> bool {
     a.prev_fire_time == b.prev_fire_time && a.next_fire_time == b.next_fire_time && a.calendar_stamp == b.calendar_stamp
-}
-
-/// A compare-and-set as a JSON row of the one-statement batches: what
-/// `expect` expects, and what `set` writes. Serialised straight to the
-/// statement's parameter: built as maps of values first, a batch's JSON took
-/// a twelfth of a node's time at 10,000 fires a second.
-#[derive(Serialize)]
-pub(super) struct CasRow<'a> {
-    execute_id: i64,
-    expect_state: &'static str,
-    expect_prev: Option<i64>,
-    expect_next: Option<i64>,
-    expect_stamp: i64,
-    set_state: &'static str,
-    set_prev: Option<i64>,
-    set_next: Option<i64>,
-    set_times: i64,
-    set_node: Option<&'a str>,
-    set_inc: Option<i64>,
-}
-
-impl<'a> CasRow<'a> {
-    pub(super) fn of(expect: &ExecuteCas, set: &'a ExecuteCas) -> CasRow<'a> {
-        CasRow {
-            execute_id: expect.execute_id,
-            expect_state: expect.expect_state.as_str(),
-            expect_prev: expect.expect.prev_fire_time.map(|t| t.as_millis()),
-            expect_next: expect.expect.next_fire_time.map(|t| t.as_millis()),
-            expect_stamp: expect.expect.calendar_stamp,
-            set_state: set.set_state.as_str(),
-            set_prev: set.set.prev_fire_time.map(|t| t.as_millis()),
-            set_next: set.set.next_fire_time.map(|t| t.as_millis()),
-            set_times: count_to_i64(set.set.times_triggered),
-            set_node: set.set_owner.as_ref().map(|n| n.node_id.as_str()),
-            set_inc: set.set_owner.as_ref().map(|n| n.incarnation),
-        }
-    }
-}
-
-/// [`CasRow`] as a JSON object, for a row that carries more columns.
-pub(super) fn cas_row(expect: &ExecuteCas, set: &ExecuteCas) -> Map<String, Value> {
-    match serde_json::to_value(CasRow::of(expect, set)) {
-        Ok(Value::Object(map)) => map,
-        _ => Map::new(),
-    }
 }
 
 /// A batch: its runs' compare-and-sets as a JSON parameter (in execute id
@@ -294,19 +218,6 @@ pub(super) fn answers(
             won.get(&key).copied().or_else(|| rest_won.remove(&key).flatten())
         })
         .collect()
-}
-
-/// What one claim inside a transaction came to.
-pub(super) enum Claimed {
-    /// Won: the ledger row's id.
-    Won(i64),
-    /// The compare-and-set matched nothing: another node won.
-    Lost,
-    /// The compare-and-set matched but the ledger already holds the fire.
-    Conflict,
-    /// The compare-and-set matched while a fire of the job was open: the
-    /// overlap policy recorded the fire as skipped or pending.
-    Held,
 }
 
 impl SqlStore {

@@ -7,11 +7,11 @@ use quartz_core::store::{
 };
 use std::collections::HashSet;
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
-use super::claims::{cas_row, cas_rows};
 use super::*;
 
 /// Binds the state a compare-and-set writes: previous and next fire time,
@@ -34,6 +34,81 @@ pub(super) fn bind_cas_expect(q: AnyQuery, cas: &ExecuteCas) -> AnyQuery {
         .bind(cas.expect.prev_fire_time.map(Timestamp::as_millis))
         .bind(cas.expect.next_fire_time.map(Timestamp::as_millis))
         .bind(cas.expect.calendar_stamp)
+}
+
+/// The one-statement batches' compare-and-sets (PostgreSQL): the rows `r`
+/// (a JSON parameter, `$cols` its columns past the execute's own), locked
+/// in id order where they hold what their row expects, then updated
+/// (`$set`: the columns written past the state and the owner) into `won`.
+macro_rules! cas_rows {
+    ($cols:literal, $set:literal) => {
+        concat!(
+            "WITH r AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) AS r(execute_id BIGINT, \
+             expect_state TEXT, expect_prev BIGINT, expect_next BIGINT, expect_stamp BIGINT, set_state TEXT, \
+             set_prev BIGINT, set_next BIGINT, set_times BIGINT, set_node TEXT, set_inc BIGINT",
+            $cols,
+            ")), locked AS (SELECT e.id FROM quartz_execute e JOIN r ON e.id = r.execute_id WHERE ",
+            cas_rows!(@expect),
+            " ORDER BY e.id FOR UPDATE OF e), \
+             won AS (UPDATE quartz_execute e SET prev_fire_time = r.set_prev, next_fire_time = r.set_next, \
+             times_triggered = r.set_times, state = r.set_state, node_id = r.set_node, incarnation = r.set_inc, \
+             updated_at = {now}",
+            $set,
+            " FROM r WHERE e.id = r.execute_id AND e.id IN (SELECT id FROM locked) AND ",
+            cas_rows!(@expect),
+            " RETURNING e.scheduler, e.id, e.job_id)"
+        )
+    };
+    (@expect) => {
+        "e.state = r.expect_state AND e.prev_fire_time IS NOT DISTINCT FROM r.expect_prev \
+         AND e.next_fire_time IS NOT DISTINCT FROM r.expect_next AND e.calendar_stamp = r.expect_stamp"
+    };
+}
+pub(super) use cas_rows;
+
+/// A compare-and-set as a JSON row of the one-statement batches: what
+/// `expect` expects, and what `set` writes. Serialised straight to the
+/// statement's parameter: built as maps of values first, a batch's JSON took
+/// a twelfth of a node's time at 10,000 fires a second.
+#[derive(Serialize)]
+pub(super) struct CasRow<'a> {
+    execute_id: i64,
+    expect_state: &'static str,
+    expect_prev: Option<i64>,
+    expect_next: Option<i64>,
+    expect_stamp: i64,
+    set_state: &'static str,
+    set_prev: Option<i64>,
+    set_next: Option<i64>,
+    set_times: i64,
+    set_node: Option<&'a str>,
+    set_inc: Option<i64>,
+}
+
+impl<'a> CasRow<'a> {
+    pub(super) fn of(expect: &ExecuteCas, set: &'a ExecuteCas) -> CasRow<'a> {
+        CasRow {
+            execute_id: expect.execute_id,
+            expect_state: expect.expect_state.as_str(),
+            expect_prev: expect.expect.prev_fire_time.map(|t| t.as_millis()),
+            expect_next: expect.expect.next_fire_time.map(|t| t.as_millis()),
+            expect_stamp: expect.expect.calendar_stamp,
+            set_state: set.set_state.as_str(),
+            set_prev: set.set.prev_fire_time.map(|t| t.as_millis()),
+            set_next: set.set.next_fire_time.map(|t| t.as_millis()),
+            set_times: count_to_i64(set.set.times_triggered),
+            set_node: set.set_owner.as_ref().map(|n| n.node_id.as_str()),
+            set_inc: set.set_owner.as_ref().map(|n| n.incarnation),
+        }
+    }
+}
+
+/// [`CasRow`] as a JSON object, for a row that carries more columns.
+pub(super) fn cas_row(expect: &ExecuteCas, set: &ExecuteCas) -> Map<String, Value> {
+    match serde_json::to_value(CasRow::of(expect, set)) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    }
 }
 
 impl SqlStore {

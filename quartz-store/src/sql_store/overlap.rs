@@ -8,8 +8,20 @@ use quartz_core::store::{Claim, ClaimBusy, FireState, FullKey, StoreError};
 use quartz_core::trigger::Overlap;
 use sqlx::{Any, Row, Transaction};
 
-use super::claims::Claimed;
 use super::*;
+
+/// What one claim inside a transaction came to.
+pub(super) enum Claimed {
+    /// Won: the ledger row's id.
+    Won(i64),
+    /// The compare-and-set matched nothing: another node won.
+    Lost,
+    /// The compare-and-set matched but the ledger already holds the fire.
+    Conflict,
+    /// The compare-and-set matched while a fire of the job was open: the
+    /// overlap policy recorded the fire as skipped or pending.
+    Held,
+}
 
 /// What a claim reads of its job before its transaction.
 pub(super) struct JobOfClaim {

@@ -75,12 +75,9 @@ local function reindex_execute(id)
   local state, nxt = g(key, 'state'), g(key, 'next_fire_time')
   if state == 'waiting' and nxt ~= '' then
     redis.call('ZADD', k('due'), nxt, id)
-  else
-    redis.call('ZREM', k('due'), id)
-  end
-  if state == 'waiting' and nxt ~= '' then
     redis.call('ZADD', k('due-order'), nxt, order_member_of(id))
   else
+    redis.call('ZREM', k('due'), id)
     redis.call('ZREM', k('due-order'), order_member_of(id))
   end
   if state == 'waiting' and nxt == '' then

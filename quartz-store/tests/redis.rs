@@ -7,8 +7,8 @@
 
 use quartz_core::Timestamp;
 use quartz_core::store::Store as _;
-use quartz_core::store::{DueCursor, Execute, ExecuteSpec, JobSpec, SharedStore, StoreError};
-use quartz_core::trigger::{Schedule, Trigger};
+use quartz_core::store::{Claim, DueCursor, Execute, ExecuteSpec, FireState, JobSpec, SharedStore, StoreError};
+use quartz_core::trigger::{Overlap, Schedule, Trigger, TriggerState};
 use quartz_store::RedisStore;
 use quartz_store::redis_store::{Keys, SCHEMA_KEY, SCHEMA_VERSION};
 use quartz_testkit::redis_server::PrivateRedis;
@@ -244,4 +244,69 @@ async fn the_polls_order_pages_past_a_scripts_rows_and_is_mended_from_the_due_se
     assert_eq!(back.len(), 1_101, "moved back into it");
     assert_eq!(back[1_100].id, last);
     assert_eq!(back[1_100].fire_state.next_fire_time, Some(at(65_000)));
+}
+
+/// A trigger's waiting fires are found through its own index of pending
+/// fires (`execute-pending:ID`): made again from `pending` when its count
+/// differs (a database written before it, or by an older build), and read
+/// from `pending` itself while a live node of an older build, which keeps
+/// `pending` alone, is registered.
+#[tokio::test]
+async fn a_triggers_waiting_fires_are_found_beside_an_older_build() {
+    let server = PrivateRedis::start(&[]);
+    let store = RedisStore::connect(&server.url()).await.unwrap().scoped("waits");
+    let start = Timestamp::from_millis(store.now().await.unwrap().as_millis() - 60_000);
+    let trigger = Trigger::new(Schedule::fixed_rate_millis(1000).unwrap(), start)
+        .unwrap()
+        .with_overlap(Some(Overlap::BufferOne));
+    store
+        .create_job(&JobSpec::new("waits", "noop"), &[ExecuteSpec::new(trigger)])
+        .await
+        .unwrap();
+    let execute = store.get_job("waits").await.unwrap().unwrap().executes.remove(0);
+    let fires: Vec<_> = execute
+        .trigger
+        .fires_until(
+            &TriggerState::initial(&execute.trigger),
+            start.checked_add_millis(10_000).unwrap(),
+        )
+        .collect();
+    let node = quartz_testkit::register_node(&store, "node-a").await;
+    let claim = |n: usize| {
+        let mut claim = Claim::for_fire(execute.id, &fires[n], &node);
+        claim.exclusive = true;
+        claim.overlap = Some(Overlap::BufferOne);
+        claim
+    };
+    let state_of = |n: usize| {
+        let store = store.clone();
+        let fire_time = fires[n].fire_time;
+        async move {
+            let mut query = quartz_core::store::FireQuery::new();
+            query.execute_id = Some(execute.id);
+            let rows = store.fires(&query).await.unwrap();
+            rows.iter().find(|f| f.fire_time == fire_time).unwrap().state
+        }
+    };
+    assert!(store.claim(&claim(0)).await.unwrap().is_some(), "the first runs");
+    assert_eq!(store.claim(&claim(1)).await.unwrap(), None);
+    assert_eq!(state_of(1).await, FireState::Pending, "the second waits");
+    let prefix = "quartz:{waits}:";
+    let index = format!("{prefix}execute-pending:{}", execute.id);
+    assert_eq!(server.cli(&["ZCARD", &index]), "1");
+
+    // Written before the index: it is made again, and the waiting fire found.
+    server.cli(&["DEL", &index, &format!("{prefix}pending-executes")]);
+    server.cli(&["HDEL", &format!("{prefix}meta"), "pending-indexed"]);
+    assert_eq!(store.claim(&claim(2)).await.unwrap(), None);
+    assert_eq!(state_of(2).await, FireState::Skipped, "one waits already");
+    assert_eq!(server.cli(&["ZCARD", &index]), "1", "made again");
+
+    // Beside a live node of an older build (no `pending_index` in its
+    // registration), whose pending fires the index would not hold, a claim
+    // reads `pending` itself.
+    server.cli(&["HDEL", &format!("{prefix}node:node-a"), "pending_index"]);
+    server.cli(&["DEL", &index]);
+    assert_eq!(store.claim(&claim(3)).await.unwrap(), None);
+    assert_eq!(state_of(3).await, FireState::Skipped, "found in `pending`");
 }

@@ -16,7 +16,7 @@ use quartz_core::store::{
     CHANGE_VISIBILITY_MS, Claim, ExecuteCas, ExecuteSpec, ExecuteState, FireEnd, FireQuery, FireState, FollowUp,
     JobSpec, NodeRef, NodeState, Outcome, PendingClaim, SkippedRecord, StoreError,
 };
-use quartz_core::trigger::{Fire, Schedule, Trigger};
+use quartz_core::trigger::{Fire, Overlap, Schedule, Trigger, TriggerState};
 use quartz_core::{Error, Timestamp, Tz};
 use quartz_store::{AnyStore, StoreOptions};
 
@@ -42,10 +42,12 @@ backend_tests!(
     due_executes_come_a_page_at_a_time_after_a_cursor,
     the_scheduler_pauses_and_resumes_as_a_recorded_change,
     a_triggers_jitter_and_catch_up_window_are_kept,
-    a_backfill_queues_each_past_fire_time_once;
+    a_backfill_queues_each_past_fire_time_once,
+    fires_waiting_under_an_overlap_policy_are_found_by_their_trigger;
     sql: migrations_run_twice_and_concurrently,
     due_executes_come_in_time_order_and_bad_rows_are_set_aside,
     a_job_is_looked_up_by_name_through_its_own_index,
+    a_triggers_waiting_fires_are_looked_up_through_their_own_index,
 );
 
 fn every_second(start: Timestamp) -> ExecuteSpec {
@@ -1446,6 +1448,22 @@ async fn a_backfill_queues_each_past_fire_time_once(db: &TestDb) {
     assert!(log[0].detail.contains("0 queued, 5 already"), "{}", log[0].detail);
 }
 
+/// The planner's plan for `explain`, on one of the store's own
+/// connections; on PostgreSQL `prepare` first (the statement `explain`
+/// executes, so that the plan is the generic one the store's connections
+/// use).
+async fn plan_of(store: &AnyStore, prepare: &str, explain: &str) -> Vec<String> {
+    use sqlx::{Executor as _, Row as _};
+    let mut conn = store.as_sql().unwrap().pool().acquire().await.unwrap();
+    if explain.starts_with("EXPLAIN EXECUTE") {
+        conn.execute(sqlx::AssertSqlSafe(prepare.to_owned())).await.unwrap();
+    }
+    let rows = conn.fetch_all(sqlx::AssertSqlSafe(explain.to_owned())).await.unwrap();
+    rows.iter()
+        .flat_map(|row| (0..row.len()).filter_map(|i| row.try_get::<String, _>(i).ok()))
+        .collect()
+}
+
 /// A job is looked up by name (added, read, edited, paused, fired, deleted)
 /// through the unique index on (scheduler, name), on a database without
 /// statistics as a new one is: not through another index that begins with
@@ -1453,7 +1471,6 @@ async fn a_backfill_queues_each_past_fire_time_once(db: &TestDb) {
 /// squared). On PostgreSQL the plan is the generic one every connection of
 /// the store uses.
 async fn a_job_is_looked_up_by_name_through_its_own_index(db: &TestDb) {
-    use sqlx::{Executor as _, Row as _};
     let store = db.store().await.scoped(S);
     for i in 0..20 {
         let mut job = JobSpec::new(format!("job-{i}"), "noop");
@@ -1468,22 +1485,215 @@ async fn a_job_is_looked_up_by_name_through_its_own_index(db: &TestDb) {
         Kind::MySql => format!("EXPLAIN FORMAT=JSON {lookup}"),
         _ => format!("EXPLAIN QUERY PLAN {lookup}"),
     };
-    let mut conn = store.as_sql().unwrap().pool().acquire().await.unwrap();
-    if db.kind == Kind::Postgres {
-        conn.execute("PREPARE by_name(text, text) AS SELECT id FROM quartz_job WHERE scheduler = $1 AND name = $2")
-            .await
-            .unwrap();
-    }
-    let rows = conn.fetch_all(sqlx::AssertSqlSafe(explain)).await.unwrap();
-    let plan: Vec<String> = rows
-        .iter()
-        .flat_map(|row| (0..row.len()).filter_map(|i| row.try_get::<String, _>(i).ok()))
-        .collect();
+    let plan = plan_of(
+        &store,
+        "PREPARE by_name(text, text) AS SELECT id FROM quartz_job WHERE scheduler = $1 AND name = $2",
+        &explain,
+    )
+    .await;
     // SQLite names the unique constraint's own index, and its key.
     let by_name = |line: &String| line.contains("quartz_job_name") || line.contains("(scheduler=? AND name=?)");
     assert!(
         plan.iter().any(by_name),
         "a lookup by name on {:?} does not use the name's index: {plan:?}",
+        db.kind
+    );
+}
+
+/// A job firing every second from `start` under an overlap policy: its
+/// execute's id and its first `n` fires.
+async fn overlapping_job(
+    store: &AnyStore,
+    name: &str,
+    start: Timestamp,
+    policy: Overlap,
+    n: usize,
+) -> (i64, Vec<Fire>) {
+    let trigger = Trigger::new(Schedule::fixed_rate_millis(1000).unwrap(), start)
+        .unwrap()
+        .with_overlap(Some(policy));
+    store
+        .create_job(&JobSpec::new(name, "noop"), &[ExecuteSpec::new(trigger)])
+        .await
+        .unwrap();
+    let execute = store.get_job(name).await.unwrap().unwrap().executes.remove(0);
+    let fires = execute
+        .trigger
+        .fires_until(
+            &TriggerState::initial(&execute.trigger),
+            start.checked_add_millis(100_000).unwrap(),
+        )
+        .take(n)
+        .collect();
+    (execute.id, fires)
+}
+
+/// An exclusive claim under the trigger's overlap policy.
+fn overlap_claim(execute_id: i64, fire: &Fire, node: &NodeRef, policy: Overlap) -> Claim {
+    let mut claim = claim_of(execute_id, fire, node);
+    claim.exclusive = true;
+    claim.overlap = Some(policy);
+    claim
+}
+
+/// Fires that wait under an overlap policy are found by their own trigger
+/// among other triggers' waiting fires: `buffer_one` keeps one waiting and
+/// skips the rest, `cancel` replaces the one waiting, and a pending fire
+/// runs only after the older ones of its trigger, whatever waits elsewhere.
+async fn fires_waiting_under_an_overlap_policy_are_found_by_their_trigger(db: &TestDb) {
+    let store = db.store().await.scoped(S);
+    // Fire times in the past, so that every waiting fire is due.
+    let start = Timestamp::from_millis(store.now().await.unwrap().as_millis() - 60_000);
+    let node = register(&store, "node-a").await;
+    let policies = [Overlap::BufferAll, Overlap::BufferOne, Overlap::Cancel];
+    let mut jobs = Vec::new();
+    for (i, policy) in policies.iter().enumerate() {
+        jobs.push(overlapping_job(&store, &format!("job-{i}"), start, *policy, 5).await);
+    }
+    // Each job's first fire runs; its later ones come while it does, the
+    // three triggers' claims interleaved.
+    let mut first = Vec::new();
+    for ((execute_id, fires), policy) in jobs.iter().zip(policies) {
+        let won = store
+            .claim(&overlap_claim(*execute_id, &fires[0], &node, policy))
+            .await
+            .unwrap();
+        first.push(won.expect("nothing runs yet"));
+    }
+    for n in 1..5 {
+        for ((execute_id, fires), policy) in jobs.iter().zip(policies) {
+            let claim = overlap_claim(*execute_id, &fires[n], &node, policy);
+            assert_eq!(
+                store.claim(&claim).await.unwrap(),
+                None,
+                "{policy:?} fire {n} does not run now"
+            );
+        }
+    }
+    let ledger = common::ledger(&store, S).await;
+    let states = |execute_id: i64| {
+        let mut rows: Vec<_> = ledger.iter().filter(|f| f.execute_id == execute_id).collect();
+        rows.sort_by_key(|f| f.fire_time);
+        rows.iter().map(|f| f.state).collect::<Vec<_>>()
+    };
+    use FireState::{Claimed, Pending, Skipped};
+    assert_eq!(
+        states(jobs[0].0),
+        [Claimed, Pending, Pending, Pending, Pending],
+        "buffer_all"
+    );
+    assert_eq!(
+        states(jobs[1].0),
+        [Claimed, Pending, Skipped, Skipped, Skipped],
+        "buffer_one"
+    );
+    assert_eq!(
+        states(jobs[2].0),
+        [Claimed, Skipped, Skipped, Skipped, Pending],
+        "cancel"
+    );
+    let replaced = ledger
+        .iter()
+        .find(|f| f.execute_id == jobs[2].0 && f.fire_time == jobs[2].1[1].fire_time)
+        .unwrap();
+    assert!(
+        replaced.error.as_deref().unwrap_or("").contains("replaced by fire"),
+        "{:?}",
+        replaced.error
+    );
+
+    // While the first fires run, the waiting ones stay.
+    let waiting = |execute_id: i64, n: usize| {
+        ledger
+            .iter()
+            .find(|f| {
+                f.execute_id == execute_id
+                    && f.fire_time == jobs.iter().find(|j| j.0 == execute_id).unwrap().1[n].fire_time
+            })
+            .unwrap()
+            .id
+    };
+    let all_second = waiting(jobs[0].0, 1);
+    assert_eq!(
+        store.pending_claim(all_second, &node, false).await.unwrap(),
+        PendingClaim::Blocked
+    );
+    let ends: Vec<(i64, FireEnd)> = first
+        .iter()
+        .map(|id| (*id, FireEnd::Succeeded { chain: false }))
+        .collect();
+    store.mark_running_all(&first, &node).await.unwrap();
+    store.end_fires(&node, &ends).await.unwrap();
+    // Then they run in the order of their fire times, each trigger's own.
+    let all_last = waiting(jobs[0].0, 4);
+    assert_eq!(
+        store.pending_claim(all_last, &node, false).await.unwrap(),
+        PendingClaim::Blocked,
+        "three older fires of its trigger wait"
+    );
+    assert_eq!(
+        store.pending_claim(all_second, &node, false).await.unwrap(),
+        PendingClaim::Won
+    );
+    assert_eq!(
+        store.pending_claim(waiting(jobs[1].0, 1), &node, false).await.unwrap(),
+        PendingClaim::Won,
+        "another trigger's waiting fires do not hold it"
+    );
+    assert_eq!(
+        store.pending_claim(waiting(jobs[2].0, 4), &node, false).await.unwrap(),
+        PendingClaim::Won
+    );
+}
+
+/// The lookup of a trigger's waiting fires (by every exclusive claim while
+/// its job runs, and by every claim of a pending fire) goes through the
+/// index of waiting fires by execute, on a database without statistics:
+/// not through the scheduler's pending or unended fires, which it would
+/// read all of. On PostgreSQL the plan is the generic one every connection
+/// of the store uses.
+async fn a_triggers_waiting_fires_are_looked_up_through_their_own_index(db: &TestDb) {
+    let store = db.store().await.scoped(S);
+    let start = Timestamp::from_millis(store.now().await.unwrap().as_millis() - 60_000);
+    let node = register(&store, "node-a").await;
+    let (execute_id, fires) = overlapping_job(&store, "waits", start, Overlap::BufferAll, 20).await;
+    store
+        .claim(&overlap_claim(execute_id, &fires[0], &node, Overlap::BufferAll))
+        .await
+        .unwrap()
+        .unwrap();
+    for fire in &fires[1..] {
+        store
+            .claim(&overlap_claim(execute_id, fire, &node, Overlap::BufferAll))
+            .await
+            .unwrap();
+    }
+    let column = if db.kind == Kind::MySql {
+        "waiting_execute"
+    } else {
+        "execute_id"
+    };
+    let lookup = format!(
+        "SELECT id FROM quartz_fire WHERE scheduler = 'suite' AND finished_at IS NULL AND due_at IS NOT NULL \
+         AND {column} = {execute_id} AND state = 'pending' AND attempt = 1 AND due_at = fire_time \
+         ORDER BY fire_time, id LIMIT 1"
+    );
+    let explain = match db.kind {
+        Kind::Postgres => format!("EXPLAIN EXECUTE waiting('suite', {execute_id})"),
+        Kind::MySql => format!("EXPLAIN FORMAT=JSON {lookup}"),
+        _ => format!("EXPLAIN QUERY PLAN {lookup}"),
+    };
+    let plan = plan_of(
+        &store,
+        "PREPARE waiting(text, bigint) AS SELECT id FROM quartz_fire WHERE scheduler = $1 \
+         AND finished_at IS NULL AND due_at IS NOT NULL AND execute_id = $2 AND state = 'pending' \
+         AND attempt = 1 AND due_at = fire_time ORDER BY fire_time, id LIMIT 1",
+        &explain,
+    )
+    .await;
+    assert!(
+        plan.iter().any(|line| line.contains("quartz_fire_waiting")),
+        "the lookup of a trigger's waiting fires on {:?} does not use their index: {plan:?}",
         db.kind
     );
 }

@@ -2,8 +2,6 @@
 //! registered, the ledger read whole, waiting on a condition with a
 //! deadline (real or paused time), and jobs that fire every second.
 
-use quartz_store::AnyStore;
-
 /// The nodes' logs on the test's output, when `RUST_LOG` asks for them.
 pub fn log_if_asked() {
     if std::env::var_os("RUST_LOG").is_some() {
@@ -16,7 +14,10 @@ pub fn log_if_asked() {
 
 /// Registers a node named `node_id` on `store`'s scheduler, as a node does
 /// when it starts (this process, a test host, no handlers): its reference.
-pub async fn register_node(store: &AnyStore, node_id: &str) -> quartz_core::store::NodeRef {
+pub async fn register_node(
+    store: &impl std::ops::Deref<Target = dyn quartz_core::store::Store>,
+    node_id: &str,
+) -> quartz_core::store::NodeRef {
     let node = store
         .register_node(&quartz_core::store::NodeRegistration {
             node_id: node_id.to_owned(),

@@ -57,13 +57,20 @@
 //!   inserts a fire checks first, and which the audit reads back through the
 //!   ledger. Indexes: `fires` and `job-fires:ID` (by id, the history),
 //!   `open` and `job-open:ID` (claimed or running: recovery and jobs that
-//!   disallow concurrency), `pending` (by due time), `done:STATE` (by fire
-//!   time, for retention).
+//!   disallow concurrency), `pending` (by due time), `execute-pending:ID`
+//!   (an execute's pending fires by fire time: what an exclusive claim, a
+//!   claim of a pending fire and a late run look up, at a cost that follows
+//!   the execute's pending fires, not the scheduler's), `pending-executes`
+//!   (the executes with any), `done:STATE` (by fire time, for retention).
+//!   The executes' indexes are made again from `pending` where their count
+//!   (`meta`'s `pending-indexed`) differs from it, as on a database written
+//!   by an older build; beside a live node of an older build (a node of
+//!   this build registers with `pending_index`) a lookup reads `pending`.
 //! - `node:ID` and `nodes`: membership, each node's incarnation.
 //! - `changes` (the counter every node reads), `change:ID` and `change-log`.
 //! - `calendar:NAME`, `calendars`, and `calendars-version`, which every
 //!   calendar change and every trigger naming a calendar moves.
-//! - `meta`: the purge turn and the audit's horizon.
+//! - `meta`: the purge turn, the audit's horizon and `pending-indexed`.
 //!
 //! Every step is one Lua script (the `lua/` files, one library run by
 //! `EVALSHA`, its first argument naming the command): the claim with its

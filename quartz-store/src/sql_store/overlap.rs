@@ -93,8 +93,9 @@ impl SqlStore {
         execute_id: i64,
     ) -> Result<Option<i64>, StoreError> {
         sqlx::query_scalar(self.db.sql(
-            "SELECT id FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL AND state = 'pending' \
-             AND execute_id = ? AND attempt = 1 AND due_at = fire_time ORDER BY fire_time, id LIMIT 1",
+            "SELECT id FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL AND due_at IS NOT NULL \
+             AND {waiting_execute} = ? AND state = 'pending' AND attempt = 1 AND due_at = fire_time \
+             ORDER BY fire_time, id LIMIT 1",
         ))
         .bind(self.scheduler.to_string())
         .bind(execute_id)
@@ -245,8 +246,8 @@ impl SqlStore {
     ) -> Result<(), StoreError> {
         self.query(
             "UPDATE quartz_fire SET state = 'skipped', finished_at = {now}, error = ? WHERE scheduler = ? \
-             AND finished_at IS NULL AND state = 'pending' AND execute_id = ? AND attempt = 1 \
-             AND due_at = fire_time AND id <> ?",
+             AND finished_at IS NULL AND due_at IS NOT NULL AND {waiting_execute} = ? AND state = 'pending' \
+             AND attempt = 1 AND due_at = fire_time AND id <> ?",
         )
         .bind(format!(
             "overlap policy cancel: replaced by fire {newer} before it started"

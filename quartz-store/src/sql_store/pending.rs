@@ -30,8 +30,9 @@ macro_rules! next_pending {
 /// No pending fire of the same execute and job yet.
 macro_rules! none_pending {
     () => {
-        " AND NOT EXISTS (SELECT 1 FROM quartz_fire p WHERE p.scheduler = f.scheduler AND p.state = 'pending' \
-         AND p.execute_id = f.execute_id AND p.job_id = f.job_id)"
+        " AND NOT EXISTS (SELECT 1 FROM quartz_fire p WHERE p.finished_at IS NULL AND p.due_at IS NOT NULL \
+         AND p.{waiting_execute} = f.execute_id AND p.scheduler = f.scheduler AND p.state = 'pending' \
+         AND p.job_id = f.job_id)"
     };
 }
 
@@ -243,8 +244,8 @@ impl SqlStore {
                 let older = self
                     .query(
                         "SELECT id FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL \
-                         AND state = 'pending' AND execute_id = ? AND attempt = 1 AND fire_time < ? \
-                         AND due_at <= {now} LIMIT 1",
+                         AND due_at IS NOT NULL AND {waiting_execute} = ? AND state = 'pending' AND attempt = 1 \
+                         AND fire_time < ? AND due_at <= {now} LIMIT 1",
                     )
                     .bind(self.scheduler.to_string())
                     .bind(execute_id)

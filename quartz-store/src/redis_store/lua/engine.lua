@@ -8,7 +8,7 @@ C.register = function()
     redis.call('HSET', key, 'incarnation', NOWS, 'busy', '0')
   end
   redis.call('HSET', key, 'node_id', A.node, 'host', A.host, 'pid', A.pid, 'weight', A.weight,
-    'handlers', A.handlers, 'state', 'live', 'registered_at', NOWS, 'heartbeat_at', NOWS)
+    'handlers', A.handlers, 'state', 'live', 'registered_at', NOWS, 'heartbeat_at', NOWS, 'pending_index', '1')
   if A.dead_after ~= '' then redis.call('HSET', key, 'dead_after', A.dead_after) else redis.call('HDEL', key, 'dead_after') end
   redis.call('SADD', k('nodes'), A.node)
   return flat(key)
@@ -55,13 +55,14 @@ end
 -- (pending, first attempt, due at its own time), or nil.
 local function waiting_of(execute)
   local best, best_time = nil, nil
-  for _, p in ipairs(redis.call('ZRANGE', k('pending'), 0, -1)) do
+  for _, p in ipairs(pending_of(execute)) do
     local pk = fire_key(p)
-    if g(pk, 'execute_id') == execute and g(pk, 'attempt') == '1' and g(pk, 'due_at') == g(pk, 'fire_time') then
-      local t = tonumber(g(pk, 'fire_time'))
-      if not best_time or t < best_time or (t == best_time and tonumber(p) < tonumber(best)) then
-        best, best_time = p, t
-      end
+    local t = tonumber(g(pk, 'fire_time'))
+    -- By fire time: past the first one's time, none is older.
+    if best_time and t > best_time then break end
+    if g(pk, 'attempt') == '1' and g(pk, 'due_at') == g(pk, 'fire_time')
+      and (not best or tonumber(p) < tonumber(best)) then
+      best, best_time = p, t
     end
   end
   return best
@@ -101,10 +102,9 @@ local function overlapped(o, job, open, waiting, full)
   -- Cancel stops the job's own fires, not those of other jobs that fill
   -- its concurrency key.
   if not id or ov ~= 'cancel' or not open then return end
-  for _, p in ipairs(redis.call('ZRANGE', k('pending'), 0, -1)) do
+  for _, p in ipairs(pending_of(o.id)) do
     local pk = fire_key(p)
-    if p ~= id and g(pk, 'execute_id') == o.id and g(pk, 'attempt') == '1'
-      and g(pk, 'due_at') == g(pk, 'fire_time') then
+    if p ~= id and g(pk, 'attempt') == '1' and g(pk, 'due_at') == g(pk, 'fire_time') then
       end_fire(p, pk, 'skipped', 'overlap policy cancel: replaced by fire ' .. id .. ' before it started')
     end
   end
@@ -314,11 +314,9 @@ C.pending_claim = function()
   if key_full(job) then return 'blocked' end
   local limited = g(k('job:' .. job), 'limit_key') ~= ''
   if limited or ov == 'buffer_one' or ov == 'buffer_all' or ov == 'cancel' then
-    local ft = tonumber(g(f, 'fire_time'))
-    for _, p in ipairs(redis.call('ZRANGEBYSCORE', k('pending'), '-inf', NOW)) do
+    for _, p in ipairs(pending_of(execute, g(f, 'fire_time'))) do
       local pk = fire_key(p)
-      if p ~= A.id and g(pk, 'execute_id') == execute and g(pk, 'attempt') == '1'
-        and tonumber(g(pk, 'fire_time')) < ft then return 'blocked' end
+      if g(pk, 'attempt') == '1' and tonumber(g(pk, 'due_at')) <= NOW then return 'blocked' end
     end
   end
   if not live(A.node, A.inc) then return 'gone' end

@@ -16,7 +16,9 @@
 --   calendared (executes naming a calendar);
 --   fire-keys (execute:job:fire time:attempt -> fire id, the unique rule),
 --   fires and job-fires:ID (by id), open and job-open:ID (claimed or
---   running), pending (by due time), done:STATE (finished, by fire time);
+--   running), pending (by due time), execute-pending:ID (an execute's
+--   pending fires by fire time) and pending-executes (the executes with
+--   any), done:STATE (finished, by fire time);
 --   nodes, changes (the counter), change-log, calendars, meta.
 
 local P = KEYS[1]
@@ -139,8 +141,27 @@ local OPEN = { claimed = true, running = true }
 local CLAIMED = { claimed = true }
 local RUNNING = { running = true }
 
+-- A pending fire in its execute's index (`execute-pending:ID`, by fire
+-- time), which `pending-executes` lists while it holds any, and the count
+-- of fires those indexes hold (`meta`'s `pending-indexed`), which a lookup
+-- compares with `pending` to tell that no older build wrote beside them.
+local function index_pending(execute, id, fire_time)
+  if redis.call('ZADD', k('execute-pending:' .. execute), fire_time, id) == 1 then
+    redis.call('HINCRBY', k('meta'), 'pending-indexed', 1)
+    redis.call('SADD', k('pending-executes'), execute)
+  end
+end
+
+local function unindex_pending(execute, id)
+  local key = k('execute-pending:' .. execute)
+  if redis.call('ZREM', key, id) == 1 then
+    redis.call('HINCRBY', k('meta'), 'pending-indexed', -1)
+    if redis.call('ZCARD', key) == 0 then redis.call('SREM', k('pending-executes'), execute) end
+  end
+end
+
 -- Moves a fire between the indexes of its old and new state.
-local function index_fire(id, job, old, new, fire_time, due)
+local function index_fire(id, execute, job, old, new, fire_time, due)
   -- Claimed to running: the same indexes.
   if old == new or (OPEN[old] and OPEN[new]) then return end
   if old ~= '' then
@@ -149,6 +170,7 @@ local function index_fire(id, job, old, new, fire_time, due)
       redis.call('SREM', k('job-open:' .. job), id)
     elseif old == 'pending' then
       redis.call('ZREM', k('pending'), id)
+      unindex_pending(execute, id)
     else
       redis.call('ZREM', k('done:' .. old), id)
     end
@@ -158,6 +180,7 @@ local function index_fire(id, job, old, new, fire_time, due)
     redis.call('SADD', k('job-open:' .. job), id)
   elseif new == 'pending' then
     redis.call('ZADD', k('pending'), due, id)
+    index_pending(execute, id, fire_time)
   else
     redis.call('ZADD', k('done:' .. new), fire_time, id)
   end
@@ -166,7 +189,7 @@ end
 local function set_fire_state(id, f, new)
   local old = g(f, 'state')
   redis.call('HSET', f, 'state', new)
-  index_fire(id, g(f, 'job_id'), old, new, g(f, 'fire_time'), g(f, 'due_at'))
+  index_fire(id, g(f, 'execute_id'), g(f, 'job_id'), old, new, g(f, 'fire_time'), g(f, 'due_at'))
 end
 
 local function unique_key(execute, job, fire_time, attempt)
@@ -192,7 +215,7 @@ local function insert_fire(execute, job, fire_time, attempt, node, inc, state, e
   redis.call('HSET', k('fire-keys'), ukey, id)
   redis.call('ZADD', k('fires'), id, id)
   redis.call('ZADD', k('job-fires:' .. job), id, id)
-  index_fire(id, job, '', state, fire_time, due)
+  index_fire(id, execute, job, '', state, fire_time, due)
   return id
 end
 
@@ -211,15 +234,69 @@ local function end_fire(id, f, state, err)
   redis.call('HSET', f, 'finished_at', NOWS)
 end
 
+-- Whether a live node of an older build is registered: one that keeps
+-- `pending` without the executes' indexes of it (a node of this build
+-- registers with `pending_index`).
+local function older_node_live()
+  for _, node in ipairs(redis.call('SMEMBERS', k('nodes'))) do
+    local key = k('node:' .. node)
+    if g(key, 'state') == 'live' and g(key, 'pending_index') == '' then return true end
+  end
+  return false
+end
+
+-- The executes' indexes of pending fires made again from `pending`.
+local function reindex_pending()
+  for _, execute in ipairs(redis.call('SMEMBERS', k('pending-executes'))) do
+    redis.call('DEL', k('execute-pending:' .. execute))
+  end
+  redis.call('DEL', k('pending-executes'))
+  local all = redis.call('ZRANGE', k('pending'), 0, -1)
+  for _, p in ipairs(all) do
+    local f = fire_key(p)
+    local execute = g(f, 'execute_id')
+    redis.call('ZADD', k('execute-pending:' .. execute), g(f, 'fire_time'), p)
+    redis.call('SADD', k('pending-executes'), execute)
+  end
+  redis.call('HSET', k('meta'), 'pending-indexed', #all)
+end
+
+-- The pending fires of an execute whose fire time is before `before` (all
+-- of them without it), by fire time: from the execute's own index, which
+-- costs what the execute has pending, not what the scheduler has. Beside a
+-- live node of an older build, which writes `pending` alone, they are read
+-- from `pending`; when the indexes hold another count of fires than
+-- `pending` (written by such a node, or before the indexes existed), they
+-- are made again first.
+local function pending_of(execute, before)
+  local bound = (before and '(' .. before) or '+inf'
+  if older_node_live() then
+    local out = {}
+    for _, p in ipairs(redis.call('ZRANGE', k('pending'), 0, -1)) do
+      local f = fire_key(p)
+      if g(f, 'execute_id') == execute and (not before or tonumber(g(f, 'fire_time')) < tonumber(before)) then
+        out[#out + 1] = p
+      end
+    end
+    table.sort(out, function(a, b)
+      local ta, tb = tonumber(g(fire_key(a), 'fire_time')), tonumber(g(fire_key(b), 'fire_time'))
+      return ta < tb or (ta == tb and tonumber(a) < tonumber(b))
+    end)
+    return out
+  end
+  local indexed = tonumber(redis.call('HGET', k('meta'), 'pending-indexed')) or 0
+  if indexed ~= redis.call('ZCARD', k('pending')) then reindex_pending() end
+  return redis.call('ZRANGEBYSCORE', k('execute-pending:' .. execute), '-inf', bound)
+end
+
 -- The next attempt of a fire as a pending row, due `due`; nil when it
 -- exists (or, with one_per_execute, when a pending fire of the same execute
 -- and job does).
 local function next_pending(f, due, one_per_execute)
   local execute, job = g(f, 'execute_id'), g(f, 'job_id')
   if one_per_execute then
-    for _, p in ipairs(redis.call('ZRANGE', k('pending'), 0, -1)) do
-      local pk = fire_key(p)
-      if g(pk, 'execute_id') == execute and g(pk, 'job_id') == job then return nil end
+    for _, p in ipairs(pending_of(execute)) do
+      if g(fire_key(p), 'job_id') == job then return nil end
     end
   end
   local attempt = s(tonumber(g(f, 'attempt')) + 1)

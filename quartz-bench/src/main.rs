@@ -1,4 +1,4 @@
-//! The benchmark program: each workload of BENCHMARKS.md (B1-B8) against the
+//! The benchmark program: each workload of BENCHMARKS.md (B1-B9) against the
 //! databases it names, printing one Markdown table per workload. Build it in
 //! release mode:
 //!
@@ -25,6 +25,7 @@ mod b5;
 mod b6;
 mod b7;
 mod b8;
+mod b9;
 mod node;
 mod os;
 mod plot;
@@ -221,6 +222,9 @@ enum Workload {
     B7(b7::Args),
     /// B8, the burst: N jobs whose cron fires at one second, on K nodes.
     B8(b8::Args),
+    /// B9, claims behind waiting fires: a claim's cost while W fires wait
+    /// under overlap policies.
+    B9(b9::Args),
     /// Every workload with defaults that finish in about a quarter of an
     /// hour; plots to DIR.
     All {
@@ -251,6 +255,7 @@ fn main() {
         Workload::B6(args) => b6::run(args),
         Workload::B7(args) => b7::run(args),
         Workload::B8(args) => b8::run(args),
+        Workload::B9(args) => b9::run(args),
         Workload::All { plots } => all(&plots),
         Workload::Node { args } => node::run(&args),
     }

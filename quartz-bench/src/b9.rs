@@ -6,13 +6,13 @@
 //! cost should follow what their own trigger has waiting, not W.
 //!
 //! ```text
-//! cargo run --release -p quartz-bench -- b9 [--url URL] [--waiting 0,1000,10000] [--claims 200]
+//! cargo run --release -p quartz-bench -- b9 [--url URL] [--waiting 0,1000,10000] [--claims 200] [--history 0]
 //! ```
 //!
 //! For each W: a fresh database; ten other triggers, each with its first
 //! fire running and W/10 fires waiting behind it (claimed the way a node
-//! claims them, a hundred to a batch); then one more trigger whose first
-//! fire runs, and `--claims` exclusive claims of its next fires, one at a
+//! claims them, a hundred to a batch); then one more trigger, with H fires
+//! that ran and ended (`--history`), whose next fire runs, and `--claims` exclusive claims of its next fires, one at a
 //! time, timed (each records a waiting fire); then its running fire ends and
 //! a claim of its last waiting fire, which an older one holds back, is timed
 //! as often. On PostgreSQL the tables are vacuumed and analysed after the
@@ -39,6 +39,10 @@ pub struct Args {
     /// Claims timed per figure.
     #[arg(long, default_value_t = 200)]
     claims: usize,
+    /// Fires of the measured trigger that ran and ended before, H: its
+    /// history in the ledger.
+    #[arg(long, default_value_t = 0)]
+    history: usize,
 }
 
 /// Runs B9 with the options on the command line.
@@ -46,15 +50,16 @@ pub fn run(args: Args) {
     crate::block_on(async {
         let backend = args.url.split(':').next().unwrap_or("db").to_owned();
         println!(
-            "| backend | W | claim behind a running fire: p50 / p99 ms | claim of a pending fire behind an older one: p50 / p99 ms |"
+            "| backend | W | H | claim behind a running fire: p50 / p99 ms | claim of a pending fire behind an older one: p50 / p99 ms |"
         );
-        println!("|---|---:|---|---|");
+        println!("|---|---:|---:|---|---|");
         for &w in &args.waiting {
             let (mut behind, mut pending) = one_run(&args, &backend, w).await;
             behind.sort_unstable();
             pending.sort_unstable();
             println!(
-                "| {backend} | {w} | {:.2} / {:.2} | {:.2} / {:.2} |",
+                "| {backend} | {w} | {} | {:.2} / {:.2} | {:.2} / {:.2} |",
+                args.history,
                 ms(percentile(&behind, 0.5)),
                 ms(percentile(&behind, 0.99)),
                 ms(percentile(&pending, 0.5)),
@@ -121,7 +126,21 @@ async fn one_run(args: &Args, backend: &str, w: usize) -> (Vec<i64>, Vec<i64>) {
             store.claim_batch(&claims).await.unwrap();
         }
     }
-    let (id, fires) = buffered(&store, "measured", start, args.claims + 1).await;
+    let (id, fires) = buffered(&store, "measured", start, args.history + args.claims + 1).await;
+    let (history, fires) = fires.split_at(args.history);
+    for batch in history.chunks(100) {
+        let claims: Vec<Claim> = batch.iter().map(|f| Claim::for_fire(id, f, &node)).collect();
+        let won: Vec<i64> = store
+            .claim_batch(&claims)
+            .await
+            .unwrap()
+            .into_iter()
+            .flatten()
+            .collect();
+        store.mark_running_all(&won, &node).await.unwrap();
+        let ends: Vec<_> = won.iter().map(|f| (*f, FireEnd::Succeeded { chain: false })).collect();
+        store.end_fires(&node, &ends).await.unwrap();
+    }
     let first = store
         .claim(&claim(id, &fires[0]))
         .await

@@ -134,18 +134,6 @@ impl Backend {
         }
     }
 
-    /// `{waiting_execute}`: the column that names a fire's execute in the
-    /// index of waiting fires (migration 0020). PostgreSQL and SQLite index
-    /// `execute_id` itself while `finished_at IS NULL AND due_at IS NOT
-    /// NULL`; MySQL indexes a virtual column that holds it only then. A
-    /// lookup states those two conditions and `{waiting_execute} = ...`.
-    pub(crate) fn waiting_execute(self) -> &'static str {
-        match self {
-            Backend::Sqlite | Backend::Postgres => "execute_id",
-            Backend::MySql => "waiting_execute",
-        }
-    }
-
     /// The migrations of this backend, embedded in the library.
     pub(crate) fn migrations(self) -> Vec<Migration> {
         macro_rules! files {
@@ -433,15 +421,14 @@ impl Backend {
 /// How many ids one `{ids}` list names on MySQL.
 pub(crate) const IDS_PER_LIST: usize = quartz_core::store::FIRES_PER_BATCH;
 
-/// A query template rendered for a backend: `{now}`, `{is}`, `{ids}`,
-/// `{for_update}` and `{waiting_execute}` replaced, and on PostgreSQL its `?` placeholders numbered.
+/// A query template rendered for a backend: `{now}`, `{is}`, `{ids}` and
+/// `{for_update}` replaced, and on PostgreSQL its `?` placeholders numbered.
 pub(crate) fn render(backend: Backend, template: &str) -> String {
     let text = template
         .replace("{now}", backend.now_sql())
         .replace("{is}", backend.null_safe_eq())
         .replace("{ids}", &backend.id_set())
-        .replace("{for_update}", backend.for_update())
-        .replace("{waiting_execute}", backend.waiting_execute());
+        .replace("{for_update}", backend.for_update());
     if backend != Backend::Postgres {
         return text;
     }
@@ -488,19 +475,6 @@ mod tests {
             format!("UPDATE t SET a = ? WHERE b <=> ? AND c < {}", Backend::MySql.now_sql())
         );
         assert!(render(Backend::Postgres, t).starts_with("UPDATE t SET a = $1 WHERE b IS NOT DISTINCT FROM $2"));
-    }
-
-    #[test]
-    fn a_waiting_fire_is_named_by_the_column_its_index_holds() {
-        let t = "SELECT id FROM quartz_fire WHERE {waiting_execute} = ?";
-        assert_eq!(
-            render(Backend::MySql, t),
-            "SELECT id FROM quartz_fire WHERE waiting_execute = ?"
-        );
-        assert_eq!(
-            render(Backend::Postgres, t),
-            "SELECT id FROM quartz_fire WHERE execute_id = $1"
-        );
     }
 
     #[test]

@@ -1651,8 +1651,12 @@ async fn fires_waiting_under_an_overlap_policy_are_found_by_their_trigger(db: &T
 /// index of waiting fires by execute, on a database without statistics:
 /// not through the scheduler's pending or unended fires, which it would
 /// read all of. On PostgreSQL the plan is the generic one every connection
-/// of the store uses.
+/// of the store uses. MySQL and MariaDB have no such index (migration 0020
+/// says why).
 async fn a_triggers_waiting_fires_are_looked_up_through_their_own_index(db: &TestDb) {
+    if db.kind == Kind::MySql {
+        return;
+    }
     let store = db.store().await.scoped(S);
     let start = Timestamp::from_millis(store.now().await.unwrap().as_millis() - 60_000);
     let node = register(&store, "node-a").await;
@@ -1668,19 +1672,13 @@ async fn a_triggers_waiting_fires_are_looked_up_through_their_own_index(db: &Tes
             .await
             .unwrap();
     }
-    let column = if db.kind == Kind::MySql {
-        "waiting_execute"
-    } else {
-        "execute_id"
-    };
     let lookup = format!(
         "SELECT id FROM quartz_fire WHERE scheduler = 'suite' AND finished_at IS NULL AND due_at IS NOT NULL \
-         AND {column} = {execute_id} AND state = 'pending' AND attempt = 1 AND due_at = fire_time \
+         AND execute_id = {execute_id} AND state = 'pending' AND attempt = 1 AND due_at = fire_time \
          ORDER BY fire_time, id LIMIT 1"
     );
     let explain = match db.kind {
         Kind::Postgres => format!("EXPLAIN EXECUTE waiting('suite', {execute_id})"),
-        Kind::MySql => format!("EXPLAIN FORMAT=JSON {lookup}"),
         _ => format!("EXPLAIN QUERY PLAN {lookup}"),
     };
     let plan = plan_of(

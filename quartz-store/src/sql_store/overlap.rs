@@ -94,7 +94,7 @@ impl SqlStore {
     ) -> Result<Option<i64>, StoreError> {
         sqlx::query_scalar(self.db.sql(
             "SELECT id FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL AND due_at IS NOT NULL \
-             AND {waiting_execute} = ? AND state = 'pending' AND attempt = 1 AND due_at = fire_time \
+             AND execute_id = ? AND state = 'pending' AND attempt = 1 AND due_at = fire_time \
              ORDER BY fire_time, id LIMIT 1",
         ))
         .bind(self.scheduler.to_string())
@@ -246,7 +246,7 @@ impl SqlStore {
     ) -> Result<(), StoreError> {
         self.query(
             "UPDATE quartz_fire SET state = 'skipped', finished_at = {now}, error = ? WHERE scheduler = ? \
-             AND finished_at IS NULL AND due_at IS NOT NULL AND {waiting_execute} = ? AND state = 'pending' \
+             AND finished_at IS NULL AND due_at IS NOT NULL AND execute_id = ? AND state = 'pending' \
              AND attempt = 1 AND due_at = fire_time AND id <> ?",
         )
         .bind(format!(

@@ -31,7 +31,7 @@ macro_rules! next_pending {
 macro_rules! none_pending {
     () => {
         " AND NOT EXISTS (SELECT 1 FROM quartz_fire p WHERE p.finished_at IS NULL AND p.due_at IS NOT NULL \
-         AND p.{waiting_execute} = f.execute_id AND p.scheduler = f.scheduler AND p.state = 'pending' \
+         AND p.execute_id = f.execute_id AND p.scheduler = f.scheduler AND p.state = 'pending' \
          AND p.job_id = f.job_id)"
     };
 }
@@ -244,7 +244,7 @@ impl SqlStore {
                 let older = self
                     .query(
                         "SELECT id FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL \
-                         AND due_at IS NOT NULL AND {waiting_execute} = ? AND state = 'pending' AND attempt = 1 \
+                         AND due_at IS NOT NULL AND execute_id = ? AND state = 'pending' AND attempt = 1 \
                          AND fire_time < ? AND due_at <= {now} LIMIT 1",
                     )
                     .bind(self.scheduler.to_string())

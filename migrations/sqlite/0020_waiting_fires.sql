@@ -13,3 +13,13 @@
 -- statistics sees two of its columns matched against quartz_fire_due's one.
 CREATE INDEX quartz_fire_waiting ON quartz_fire (scheduler, execute_id, fire_time)
     WHERE finished_at IS NULL AND due_at IS NOT NULL;
+
+-- Every exclusive claim (a job that disallows concurrency, an overlap
+-- policy, a concurrency limit) looks, under the job's lock, for a claimed
+-- or running fire of the job. It read the scheduler's fires not ended (a
+-- second and more of claims made ahead, under load, and every waiting
+-- fire) or the job's whole ledger, whichever the planner took for fewer.
+-- The fires not ended, by job: one more entry for each fire claimed, which
+-- B1's database CPU per fire did not tell from its noise (BENCHMARKS.md,
+-- B9), and none that a start changes.
+CREATE INDEX quartz_fire_job_open ON quartz_fire (job_id) WHERE finished_at IS NULL;

@@ -1650,9 +1650,11 @@ async fn fires_waiting_under_an_overlap_policy_are_found_by_their_trigger(db: &T
 /// its job runs, and by every claim of a pending fire) goes through the
 /// index of waiting fires by execute, on a database without statistics:
 /// not through the scheduler's pending or unended fires, which it would
-/// read all of. On PostgreSQL the plan is the generic one every connection
-/// of the store uses. MySQL and MariaDB have no such index (migration 0020
-/// says why).
+/// read all of; and the check for the job's claimed or running fire, which
+/// every exclusive claim makes, through the job's fires not ended, not its
+/// whole ledger. On PostgreSQL the plan is the generic one every connection
+/// of the store uses. MySQL and MariaDB have no such indexes (migration
+/// 0020 says why).
 async fn a_triggers_waiting_fires_are_looked_up_through_their_own_index(db: &TestDb) {
     if db.kind == Kind::MySql {
         return;
@@ -1692,6 +1694,49 @@ async fn a_triggers_waiting_fires_are_looked_up_through_their_own_index(db: &Tes
     assert!(
         plan.iter().any(|line| line.contains("quartz_fire_waiting")),
         "the lookup of a trigger's waiting fires on {:?} does not use their index: {plan:?}",
+        db.kind
+    );
+    // The job's claimed or running fire: through the job's fires not ended,
+    // beside a thousand claims of another job (fires made ahead).
+    let (others, _) = overlapping_job(&store, "others", start, Overlap::Allow, 0).await;
+    let trigger = store
+        .get_job("others")
+        .await
+        .unwrap()
+        .unwrap()
+        .executes
+        .remove(0)
+        .trigger;
+    let ahead: Vec<Fire> = trigger
+        .fires_until(
+            &TriggerState::initial(&trigger),
+            start.checked_add_millis(1_000_000).unwrap(),
+        )
+        .take(1_000)
+        .collect();
+    for batch in ahead.chunks(100) {
+        let claims: Vec<Claim> = batch.iter().map(|f| claim_of(others, f, &node)).collect();
+        store.claim_batch(&claims).await.unwrap();
+    }
+    let job_id = store.get_job("waits").await.unwrap().unwrap().job.id;
+    let open = format!(
+        "SELECT id FROM quartz_fire WHERE job_id = {job_id} AND finished_at IS NULL \
+         AND state IN ('claimed', 'running') LIMIT 1"
+    );
+    let explain = match db.kind {
+        Kind::Postgres => format!("EXPLAIN EXECUTE open_of({job_id})"),
+        _ => format!("EXPLAIN QUERY PLAN {open}"),
+    };
+    let plan = plan_of(
+        &store,
+        "PREPARE open_of(bigint) AS SELECT id FROM quartz_fire WHERE job_id = $1 AND finished_at IS NULL \
+         AND state IN ('claimed', 'running') LIMIT 1",
+        &explain,
+    )
+    .await;
+    assert!(
+        plan.iter().any(|line| line.contains("quartz_fire_job_open")),
+        "the check for a job's running fire on {:?} does not use the job's fires not ended: {plan:?}",
         db.kind
     );
 }

@@ -200,11 +200,11 @@ impl SqlStore {
         }
         // Any open fire of the job counts, whatever its execute's state (the
         // last fire of a trigger leaves it complete while it runs); read
-        // through the index of fires not ended, so its history does not.
+        // through the index of the job's fires not ended (PostgreSQL and
+        // SQLite), so that neither its history nor other jobs' fires count.
         let open = sqlx::query_scalar(self.db.sql(
-            "SELECT f.id FROM quartz_fire f JOIN quartz_job j ON f.scheduler = j.scheduler \
-             AND f.job_id = j.id WHERE j.id = ? AND f.finished_at IS NULL \
-             AND f.state IN ('claimed', 'running') LIMIT 1",
+            "SELECT id FROM quartz_fire WHERE job_id = ? AND finished_at IS NULL \
+             AND state IN ('claimed', 'running') LIMIT 1",
         ))
         .bind(job_id)
         .fetch_optional(&mut **tx)

@@ -239,13 +239,16 @@ impl SqlStore {
                 return Ok(PendingClaim::Blocked);
             }
             // Fires waiting under an overlap policy or a limit run in the
-            // order of their fire times.
+            // order of their fire times. The due time's bound is `+due_at`,
+            // which no index serves, so that SQLite reads the trigger's
+            // waiting fires by fire time rather than every pending fire due
+            // by now.
             if overlap.is_some_and(Overlap::waits) || limit.is_some() {
                 let older = self
                     .query(
                         "SELECT id FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL \
                          AND due_at IS NOT NULL AND execute_id = ? AND state = 'pending' AND attempt = 1 \
-                         AND fire_time < ? AND due_at <= {now} LIMIT 1",
+                         AND fire_time < ? AND +due_at <= {now} LIMIT 1",
                     )
                     .bind(self.scheduler.to_string())
                     .bind(execute_id)

@@ -189,7 +189,10 @@ end
 local function set_fire_state(id, f, new)
   local old = g(f, 'state')
   redis.call('HSET', f, 'state', new)
-  index_fire(id, g(f, 'execute_id'), g(f, 'job_id'), old, new, g(f, 'fire_time'), g(f, 'due_at'))
+  -- The execute names an index only of pending fires: a start or an end
+  -- of a claimed fire does not read it.
+  local execute = (old == 'pending' or new == 'pending') and g(f, 'execute_id') or ''
+  index_fire(id, execute, g(f, 'job_id'), old, new, g(f, 'fire_time'), g(f, 'due_at'))
 end
 
 local function unique_key(execute, job, fire_time, attempt)

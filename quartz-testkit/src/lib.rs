@@ -135,7 +135,7 @@ pub struct TestDb {
 /// Test databases at once on each shared server, PostgreSQL's and
 /// MariaDB's: a test's three nodes and its own reader take up to 40
 /// connections, and PostgreSQL allows 100 by default. The tests of a binary
-/// run four at a time (`.cargo/config.toml`), most of them waiting on the
+/// run eight at a time (`.cargo/config.toml`), most of them waiting on the
 /// clock; a test past these waits for a turn, whatever it runs on, before
 /// its database is made.
 const SERVER_TURNS: usize = 3;

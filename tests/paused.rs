@@ -379,3 +379,56 @@ async fn overlap_and_a_limit_on_a_stepped_clock() {
     let report = quartz::audit::audit(&*scoped, &params).await.unwrap();
     assert!(report.violations.is_empty(), "{:?}", report.violations);
 }
+
+/// A start statement that takes 300 ms longer than the node measures (on
+/// the paused clock the delay passes in the test's time, not the wall time
+/// the node times its statements by, as work met by another node's poll in
+/// the same second passes outside the average): the first fire after it
+/// begins starts late, and the node begins the next starts earlier by what
+/// that one fell short, so they are recorded on time.
+#[tokio::test(start_paused = true)]
+async fn starts_that_ended_late_begin_earlier_from_then_on() {
+    use quartz_testkit::faults::{Fault, Faults, FaultyStore};
+
+    let store = MemoryStore::new();
+    let faults = Faults::scripted();
+    faults.always("mark_running_all", Fault::Delay(Duration::from_millis(300)));
+    faults.set_enabled(false);
+    let node = SchedulerBuilder::new(CLUSTER)
+        .settings(quartz_testkit::fast_settings())
+        .paused_clock_for_tests(true)
+        .handler("tick", |_| Ok(()))
+        .start(FaultyStore::new(store.clone(), Arc::clone(&faults)))
+        .await
+        .unwrap();
+    let job = JobDefinition::new("tick", "tick").with_trigger(TriggerDefinition::every(Duration::from_secs(1)));
+    node.admin().job_add(&job).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let slow_from = store.now().await.unwrap();
+    faults.set_enabled(true);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let slow_until = store.now().await.unwrap();
+    node.shutdown().await;
+
+    let store = store.scoped(CLUSTER);
+    let rows = quartz_testkit::ledger(&quartz::store::AnyStore::from(store), CLUSTER).await;
+    let mut late: Vec<(i64, i64)> = rows
+        .iter()
+        .filter(|r| r.state == FireState::Succeeded && r.fire_time > slow_from && r.fire_time < slow_until)
+        .map(|r| {
+            let late = r.started_at.unwrap().as_millis() - r.fire_time.as_millis();
+            (r.fire_time.as_millis() - slow_from.as_millis(), late)
+        })
+        .collect();
+    late.sort_unstable();
+    assert!(late.len() >= 8, "a fire a second: {late:?}");
+    assert!(faults.injected().delays >= 8, "{:?}", faults.injected());
+    // The first start or two of the slow statements end late, at most by
+    // the delay; every one after them is on time.
+    assert!(late.iter().all(|&(_, ms)| (0..=300).contains(&ms)), "{late:?}");
+    assert!(
+        late[..2].iter().any(|&(_, ms)| ms > 0),
+        "the delay made a start late: {late:?}"
+    );
+    assert!(late[3..].iter().all(|&(_, ms)| ms == 0), "on time after it: {late:?}");
+}

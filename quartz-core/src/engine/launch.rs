@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 
 use super::context::Ctx;
-use super::pace::{Pace, smooth};
+use super::pace::{Pace, Shortfall, smooth};
 use super::run::RunFire;
 use super::runner::Runner;
 use crate::store::{FireEnd, JobState, NodeRef, StoreError};
@@ -74,6 +74,9 @@ pub(super) struct Launcher {
     start_micros: AtomicU64,
     /// The start statement's cost per fire.
     start_pace: Pace,
+    /// How far the starts of a fire time have ended past it lately, though
+    /// begun at their lead: added to the lead.
+    shortfall: Shortfall,
     /// Won fires waiting for their start, by fire time: one starter task
     /// per fire time starts them all, a start lead ahead that grows with
     /// how many there are.
@@ -87,6 +90,7 @@ impl Launcher {
             runner,
             start_micros: AtomicU64::default(),
             start_pace: Pace::default(),
+            shortfall: Shortfall::default(),
             starting: Mutex::default(),
         }
     }
@@ -105,10 +109,14 @@ impl Launcher {
     /// The pace is an average, and the starts of a second's fires meet every
     /// other node's at that second: on MariaDB at 5,000 fires a second, a
     /// lead of once the pace left a few hundred of a node's 1,700 fires
-    /// started up to 190 ms late in a third of the seconds.
+    /// started up to 190 ms late in a third of the seconds. Averages miss
+    /// the seconds when the database is busy with other work too (another
+    /// node's poll of 10,000 executes): what the starts fell short by lately
+    /// is added.
     fn start_lead(&self, fires: usize) -> Duration {
         let statement = start_lead(self.start_micros.load(Ordering::Relaxed));
-        (statement + self.start_pace.of(fires) * 2).min(START_LEAD_MAX)
+        let shortfall = self.shortfall.at(self.ctx.clock.db_now());
+        (statement + self.start_pace.of(fires) * 2 + shortfall).min(START_LEAD_MAX)
     }
 
     /// Folds one start statement's duration into the average.
@@ -153,6 +161,9 @@ impl Launcher {
     /// them over at their time. Fires won after it took them have a starter
     /// of their own, which starts them at once.
     async fn start_then_submit(self: Arc<Self>, fire_time: Timestamp) {
+        // Whether the starts began at their lead (not because the fires
+        // were won after it): only then does their end say the lead was short.
+        let mut on_lead = false;
         loop {
             let Some((fires, grew)) = self
                 .starting
@@ -168,7 +179,10 @@ impl Launcher {
                 break;
             }
             tokio::select! {
-                () = tokio::time::sleep_until(self.ctx.clock.instant_of(start_at)) => break,
+                () = tokio::time::sleep_until(self.ctx.clock.instant_of(start_at)) => {
+                    on_lead = true;
+                    break;
+                }
                 () = grew.notified() => {}
             }
         }
@@ -186,7 +200,12 @@ impl Launcher {
             return;
         }
         let started = self.start_fenced(runs).await;
-        if fire_time > self.ctx.clock.db_now() {
+        let ended = self.ctx.clock.db_now();
+        if on_lead {
+            self.shortfall
+                .observe(ended.as_millis() - fire_time.as_millis(), ended, START_LEAD_MAX);
+        }
+        if fire_time > ended {
             tokio::time::sleep_until(self.ctx.clock.instant_of(fire_time)).await;
         }
         for run in started {

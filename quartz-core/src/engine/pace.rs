@@ -6,6 +6,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use parking_lot::Mutex;
+
+use crate::time::Timestamp;
+
 /// Statements with fewer fires than this are dominated by their round trip,
 /// and say little about the cost of one more fire.
 const MIN_FIRES_OBSERVED: usize = 16;
@@ -52,6 +56,49 @@ impl Pace {
     }
 }
 
+/// How long a shortfall is remembered: it fades linearly to nothing over
+/// this time after the last one.
+const SHORTFALL_MEMORY_MS: i64 = 60_000;
+
+/// How far a lead fell short lately: what must be added to an estimate
+/// made from averages so that work met at some moments by other work
+/// (another node's poll reading thousands of rows in the same second, a
+/// checkpoint) still ends in time. Each shortfall seen adds to what is left
+/// of the ones before, which fades linearly over a minute: a collision that
+/// comes back every few seconds keeps its margin, one that stops is
+/// forgotten.
+#[derive(Debug, Default)]
+pub(super) struct Shortfall {
+    /// The margin in ms, as of the database time in ms.
+    margin: Mutex<(i64, i64)>,
+}
+
+impl Shortfall {
+    /// The margin at `now`.
+    pub(super) fn at(&self, now: Timestamp) -> Duration {
+        let (margin, since) = *self.margin.lock();
+        Duration::from_millis(u64::try_from(fade(margin, now.as_millis() - since)).unwrap_or(0))
+    }
+
+    /// Folds in work that ended `over_ms` after it was due at `now` (none
+    /// when it ended in time).
+    pub(super) fn observe(&self, over_ms: i64, now: Timestamp, cap: Duration) {
+        if over_ms <= 0 {
+            return;
+        }
+        let cap = i64::try_from(cap.as_millis()).unwrap_or(i64::MAX);
+        let mut margin = self.margin.lock();
+        let left = fade(margin.0, now.as_millis() - margin.1);
+        *margin = (left.saturating_add(over_ms).min(cap), now.as_millis());
+    }
+}
+
+/// What is left of `margin` ms after `age` ms.
+fn fade(margin: i64, age: i64) -> i64 {
+    let left = SHORTFALL_MEMORY_MS.saturating_sub(age.max(0)).max(0);
+    i64::try_from(i128::from(margin) * i128::from(left) / i128::from(SHORTFALL_MEMORY_MS)).unwrap_or(0)
+}
+
 /// A smoothed value after one more observation: a quarter of the way from
 /// `old` to `seen` (the first observation, onto 0, is taken whole).
 pub(super) fn smooth(old: u64, seen: u64) -> u64 {
@@ -71,6 +118,24 @@ mod tests {
         assert_eq!(smooth(0, 8_000), 8_000);
         assert_eq!(smooth(8_000, 16_000), 10_000);
         assert_eq!(smooth(10_000, 2_000), 8_000);
+    }
+
+    #[test]
+    fn a_shortfall_adds_to_what_is_left_of_the_last_and_fades_over_a_minute() {
+        let shortfall = Shortfall::default();
+        let cap = Duration::from_millis(1_000);
+        let at = |s: i64| Timestamp::from_millis(1_000_000 + s * 1_000);
+        assert_eq!(shortfall.at(at(0)), Duration::ZERO);
+        shortfall.observe(-20, at(0), cap);
+        assert_eq!(shortfall.at(at(0)), Duration::ZERO, "in time: nothing to add");
+        shortfall.observe(120, at(0), cap);
+        assert_eq!(shortfall.at(at(0)), Duration::from_millis(120));
+        assert_eq!(shortfall.at(at(30)), Duration::from_millis(60), "half a minute later");
+        shortfall.observe(40, at(30), cap);
+        assert_eq!(shortfall.at(at(30)), Duration::from_millis(100), "60 left, 40 more");
+        assert_eq!(shortfall.at(at(90)), Duration::ZERO, "a minute without one");
+        shortfall.observe(5_000, at(90), cap);
+        assert_eq!(shortfall.at(at(90)), cap, "within the cap");
     }
 
     #[test]

@@ -228,6 +228,22 @@ impl FireQueue {
         self.tracked.lock().remove(&execute_id);
     }
 
+    /// Forgets every execute with fires left to another node: its queued
+    /// fires become stale, and the next poll expands it afresh. Returns how
+    /// many fires were dropped.
+    pub(super) fn forget_deferred(&self) -> usize {
+        let mut tracked = self.tracked.lock();
+        let mut lanes = self.fires.lock();
+        let mut dropped = 0;
+        for lane in [Lane::Pool, Lane::Task] {
+            for (_, pending) in std::mem::take(&mut lanes[slot(lane, true)]) {
+                tracked.remove(&pending.execute_id);
+                dropped += 1;
+            }
+        }
+        dropped
+    }
+
     /// Forgets everything (a rejoin, a shutdown).
     pub(super) fn clear(&self) {
         let mut tracked = self.tracked.lock();

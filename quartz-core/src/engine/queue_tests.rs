@@ -243,3 +243,29 @@ fn fires_left_to_another_node_neither_pace_the_claims_nor_come_due_before_their_
     assert_eq!(theirs.len(), 3_000, "bounded by the lane's room");
     assert!(theirs.iter().all(|p| p.deferred));
 }
+
+#[test]
+fn forgetting_the_fires_left_to_others_keeps_this_nodes_own_and_lets_a_poll_queue_them_again() {
+    let q = FireQueue::default();
+    let (trigger, fires) = every_second(3);
+    for id in 0..10 {
+        q.push_placed(
+            id,
+            (&job("theirs"), Lane::Pool),
+            true,
+            &trigger,
+            (fires.clone(), |t| t),
+            None,
+        );
+    }
+    q.push(10, (&job("mine"), Lane::Pool), &trigger, fires.clone(), |t| t, None);
+    assert_eq!(q.forget_deferred(), 30);
+    let due = q.take_due((ms(5_000), 0), 100, 60_000, ANY).fires;
+    assert_eq!(due.len(), 3, "this node's own stay");
+    assert!(due.iter().all(|p| p.execute_id == 10));
+    // Forgotten, not remembered as queued: the next poll queues them again.
+    assert_eq!(
+        q.push_placed(3, (&job("theirs"), Lane::Pool), true, &trigger, (fires, |t| t), None),
+        3
+    );
+}

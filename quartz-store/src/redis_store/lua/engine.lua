@@ -38,8 +38,9 @@ end
 C.update = function()
   local out = {}
   for i, u in ipairs(A.updates) do
-    if cas_execute(u) then
-      local job = g(execute_key(u.id), 'job_id')
+    local cur = cas_execute(u)
+    if cur then
+      local job = cur.job_id
       for _, r in ipairs(u.records) do
         insert_fire(u.id, job, r.from, '1', '', '0', r.state, r.reason, r['until'], r.count, '')
       end
@@ -125,7 +126,8 @@ C.claim = function()
   local out = {}
   for i, o in ipairs(A.claims) do
     local id = nil
-    local job = g(execute_key(o.id), 'job_id')
+    local cur = cas_read(o.id)
+    local job = cur.job_id
     -- Under allow, the job's own fires do not hold this one; its
     -- concurrency limit still may.
     local open = o.x == '1' and o.ov ~= 'allow' and redis.call('SRANDMEMBER', k('job-open:' .. job))
@@ -134,8 +136,8 @@ C.claim = function()
     if open and o.ov == '' then
       -- lost: the job's running fire holds the trigger
     elseif open or waiting or full then
-      if cas_execute(o) then overlapped(o, job, open or nil, waiting or nil, full or nil) end
-    elseif cas_execute(o) then
+      if cas_execute(o, cur) then overlapped(o, job, open or nil, waiting or nil, full or nil) end
+    elseif cas_execute(o, cur) then
       id = insert_fire(o.id, job, o.ft, o.at, o.node, o.inc, 'claimed', '', '', '1', '')
     end
     out[i] = id or 0
@@ -161,13 +163,16 @@ C.start = function()
   local from = CLAIMED
   if A.confirm == '1' then from = RUNNING end
   for _, id in ipairs(A.ids) do
-    local f = held(id, from, A.node, A.inc)
+    local f, row = held_row(id, from, A.node, A.inc)
     if f then
-      local at = math.max(tonumber(g(f, 'fire_time')), NOW)
-      if A.confirm ~= '1' then set_fire_state(id, f, 'running') end
-      redis.call('HSET', f, 'started_at', s(at))
+      local at = s(math.max(tonumber(row.fire_time), NOW))
+      if A.confirm ~= '1' then
+        set_fire_state(id, f, 'running', row, { 'started_at', at })
+      else
+        redis.call('HSET', f, 'started_at', at)
+      end
       out[#out + 1] = id
-      out[#out + 1] = s(at)
+      out[#out + 1] = at
     end
   end
   return out
@@ -176,9 +181,9 @@ end
 C.succeed_all = function()
   local out = {}
   for _, id in ipairs(A.ids) do
-    local f = held(id, RUNNING, A.node, A.inc)
+    local f, row = held_row(id, RUNNING, A.node, A.inc)
     if f then
-      end_fire(id, f, 'succeeded', '')
+      end_fire(id, f, 'succeeded', '', row)
       out[#out + 1] = id
     end
   end

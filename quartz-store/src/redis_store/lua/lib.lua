@@ -43,6 +43,32 @@ local function set_if(key, field, value)
   if value ~= nil and value ~= '' then redis.call('HSET', key, field, value) end
 end
 local function flat(key) return redis.call('HGETALL', key) end
+-- Reads `names` of a hash with one command: a table of field to value, ''
+-- for NULL. A script's cost is mostly its commands, not what they do: a
+-- claim, a start or an end reads its record once.
+local function fields(key, names)
+  local values = redis.call('HMGET', key, unpack(names))
+  local out = {}
+  for i, name in ipairs(names) do out[name] = values[i] or '' end
+  return out
+end
+-- Writes `w` (field, value, ...) to a hash with at most two commands: a
+-- value sets its field, '' removes it. A field that `had` (as `fields`
+-- read it) shows unset already is not removed again.
+local function write(key, w, had)
+  local set, del = {}, {}
+  for i = 1, #w, 2 do
+    local field, value = w[i], w[i + 1]
+    if value == '' then
+      if not had or had[field] ~= '' then del[#del + 1] = field end
+    else
+      set[#set + 1] = field
+      set[#set + 1] = value
+    end
+  end
+  if #set > 0 then redis.call('HSET', key, unpack(set)) end
+  if #del > 0 then redis.call('HDEL', key, unpack(del)) end
+end
 local function exists(key) return redis.call('EXISTS', key) == 1 end
 local function new_id(kind) return s(BASE + redis.call('HINCRBY', k('ids'), kind, 1)) end
 local function by_number(a, b) return tonumber(a) < tonumber(b) end
@@ -50,8 +76,8 @@ local function by_number(a, b) return tonumber(a) < tonumber(b) end
 -- Whether a node's incarnation is live.
 local function live(node, inc)
   if node == '' then return false end
-  local key = k('node:' .. node)
-  return g(key, 'state') == 'live' and g(key, 'incarnation') == inc
+  local n = redis.call('HMGET', k('node:' .. node), 'state', 'incarnation')
+  return n[1] == 'live' and n[2] == inc
 end
 
 -- ---- executes ----
@@ -106,32 +132,48 @@ local function delete_execute(id)
   redis.call('DEL', key)
 end
 
+-- What a compare-and-set on an execute reads of it, with one command.
+local CAS_READ = { 'state', 'prev_fire_time', 'next_fire_time', 'calendar_stamp', 'node_id', 'incarnation', 'priority',
+  'job_id' }
+local function cas_read(id) return fields(execute_key(id), CAS_READ) end
+
 -- The compare-and-set on an execute (see ExecuteCas): expects state (es),
 -- prev (ep), next (en), calendar stamp (ek) and, with eo, the owner (eon,
 -- eoi); sets state (ss), prev (sp), next (sn), count (st), owner (son,
--- soi), the signature (sig) and, with rs, start and repeat limit.
-local function cas_execute(o)
-  local key = execute_key(o.id)
-  if not exists(key) then return false end
-  if g(key, 'state') ~= o.es or g(key, 'prev_fire_time') ~= o.ep or g(key, 'next_fire_time') ~= o.en then
+-- soi), the signature (sig) and, with rs, start and repeat limit. `cur`
+-- is the execute as `cas_read` read it in this script, when it was.
+-- Returns what it read of the execute when it won, else false.
+local function cas_execute(o, cur)
+  cur = cur or cas_read(o.id)
+  -- Every execute has a state: none means no execute.
+  if cur.state == '' then return false end
+  local stamp = cur.calendar_stamp
+  if stamp == '' then stamp = '0' end
+  if cur.state ~= o.es or cur.prev_fire_time ~= o.ep or cur.next_fire_time ~= o.en or stamp ~= o.ek then
     return false
   end
-  local stamp = g(key, 'calendar_stamp')
-  if stamp == '' then stamp = '0' end
-  if stamp ~= o.ek then return false end
-  if o.eo == '1' and (g(key, 'node_id') ~= o.eon or g(key, 'incarnation') ~= o.eoi) then return false end
-  put(key, 'prev_fire_time', o.sp)
-  put(key, 'next_fire_time', o.sn)
-  put(key, 'node_id', o.son)
-  put(key, 'incarnation', o.soi)
-  redis.call('HSET', key, 'times_triggered', o.st, 'state', o.ss, 'updated_at', NOWS)
-  if o.sig ~= '' then redis.call('HSET', key, 'schedule_sig', o.sig) end
+  if o.eo == '1' and (cur.node_id ~= o.eon or cur.incarnation ~= o.eoi) then return false end
+  local key = execute_key(o.id)
+  local w = { 'prev_fire_time', o.sp, 'next_fire_time', o.sn, 'node_id', o.son, 'incarnation', o.soi,
+    'times_triggered', o.st, 'state', o.ss, 'updated_at', NOWS }
+  if o.sig ~= '' then
+    w[#w + 1] = 'schedule_sig'
+    w[#w + 1] = o.sig
+  end
+  write(key, w, cur)
   if o.rs == '1' then
     redis.call('HSET', key, 'start_time', o.rstart)
     put(key, 'repeat_limit', o.rlimit)
   end
-  reindex_execute(o.id)
-  return true
+  if cur.state == 'waiting' and o.ss == 'waiting' and cur.next_fire_time ~= '' and o.sn ~= '' then
+    -- Waiting before and after, with a next fire time: only its place in
+    -- the due indexes moves.
+    redis.call('ZADD', k('due'), o.sn, o.id)
+    redis.call('ZADD', k('due-order'), o.sn, order_member(tonumber(cur.priority) or 0, tonumber(o.id)))
+  else
+    reindex_execute(o.id)
+  end
+  return cur
 end
 
 -- ---- fires ----
@@ -186,13 +228,22 @@ local function index_fire(id, execute, job, old, new, fire_time, due)
   end
 end
 
-local function set_fire_state(id, f, new)
-  local old = g(f, 'state')
-  redis.call('HSET', f, 'state', new)
+-- What a change of a fire's state reads of it, with one command.
+local FIRE_READ = { 'state', 'execute_id', 'job_id', 'fire_time', 'due_at', 'node_id', 'incarnation', 'error' }
+local function fire_read(f) return fields(f, FIRE_READ) end
+
+-- Sets a fire's state and moves it between indexes; `row` is the fire as
+-- `fire_read` read it in this script, when it was. `also` holds more
+-- fields to set with the state (field, value, ...).
+local function set_fire_state(id, f, new, row, also)
+  row = row or fire_read(f)
+  local w = { 'state', new }
+  for _, v in ipairs(also or {}) do w[#w + 1] = v end
+  redis.call('HSET', f, unpack(w))
   -- The execute names an index only of pending fires: a start or an end
   -- of a claimed fire does not read it.
-  local execute = (old == 'pending' or new == 'pending') and g(f, 'execute_id') or ''
-  index_fire(id, execute, g(f, 'job_id'), old, new, g(f, 'fire_time'), g(f, 'due_at'))
+  local execute = (row.state == 'pending' or new == 'pending') and row.execute_id or ''
+  index_fire(id, execute, row.job_id, row.state, new, row.fire_time, row.due_at)
 end
 
 local function unique_key(execute, job, fire_time, attempt)
@@ -201,40 +252,55 @@ end
 
 -- Inserts a ledger row; nil when the unique rule says it exists already.
 local function insert_fire(execute, job, fire_time, attempt, node, inc, state, err, skipped_until, count, due)
-  local ukey = unique_key(execute, job, fire_time, attempt)
-  if redis.call('HEXISTS', k('fire-keys'), ukey) == 1 then return nil end
+  -- The unique rule, taken with the row's id in one command: a row that
+  -- exists already leaves the id unused, as a sequence does.
   local id = new_id('fire')
-  local f = fire_key(id)
-  redis.call('HSET', f, 'id', id, 'execute_id', execute, 'job_id', job, 'fire_time', fire_time, 'attempt', attempt,
-    'state', state, 'claimed_at', NOWS, 'fire_count', count, 'incarnation', (node ~= '' and inc) or '0')
-  set_if(f, 'node_id', node)
-  set_if(f, 'error', err)
-  set_if(f, 'skipped_until', skipped_until)
-  set_if(f, 'due_at', due)
+  if redis.call('HSETNX', k('fire-keys'), unique_key(execute, job, fire_time, attempt), id) == 0 then return nil end
+  local w = { 'id', id, 'execute_id', execute, 'job_id', job, 'fire_time', fire_time, 'attempt', attempt,
+    'state', state, 'claimed_at', NOWS, 'fire_count', count, 'incarnation', (node ~= '' and inc) or '0' }
+  for _, field in ipairs({ { 'node_id', node }, { 'error', err }, { 'skipped_until', skipped_until }, { 'due_at', due } }) do
+    if field[2] ~= nil and field[2] ~= '' then
+      w[#w + 1] = field[1]
+      w[#w + 1] = field[2]
+    end
+  end
   if state ~= 'claimed' and state ~= 'running' and state ~= 'pending' then
     -- Written ended (a misfire's record, a paused child's skip): finished now.
-    redis.call('HSET', f, 'finished_at', NOWS)
+    w[#w + 1] = 'finished_at'
+    w[#w + 1] = NOWS
   end
-  redis.call('HSET', k('fire-keys'), ukey, id)
+  redis.call('HSET', fire_key(id), unpack(w))
   redis.call('ZADD', k('fires'), id, id)
   redis.call('ZADD', k('job-fires:' .. job), id, id)
   index_fire(id, execute, job, '', state, fire_time, due)
   return id
 end
 
--- The fire's key when it is in one of `from` under the owner; else nil.
-local function held(id, from, node, inc)
+-- The fire's key and what `fire_read` reads of it, when it is in one of
+-- `from` under the owner; else nil.
+local function held_row(id, from, node, inc)
   local f = fire_key(id)
-  if not from[g(f, 'state')] then return nil end
-  if g(f, 'node_id') ~= node or g(f, 'incarnation') ~= inc then return nil end
-  return f
+  local row = fire_read(f)
+  if not from[row.state] or row.node_id ~= node or row.incarnation ~= inc then return nil end
+  return f, row
 end
 
--- Records the end of a fire.
-local function end_fire(id, f, state, err)
-  set_fire_state(id, f, state)
-  put(f, 'error', err)
-  redis.call('HSET', f, 'finished_at', NOWS)
+-- The fire's key when it is in one of `from` under the owner; else nil.
+local function held(id, from, node, inc)
+  return (held_row(id, from, node, inc))
+end
+
+-- Records the end of a fire; `row` as in `set_fire_state`.
+local function end_fire(id, f, state, err, row)
+  row = row or fire_read(f)
+  local also = { 'finished_at', NOWS }
+  if err ~= nil and err ~= '' then
+    also[3] = 'error'
+    also[4] = err
+  elseif row.error ~= '' then
+    redis.call('HDEL', f, 'error')
+  end
+  set_fire_state(id, f, state, row, also)
 end
 
 -- Whether a live node of an older build is registered: one that keeps

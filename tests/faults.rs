@@ -123,7 +123,8 @@ async fn seeds(kind: Kind) {
     // seed waits on the clock far more than it works. On the paused clock
     // (the in-memory store) they run one after another.
     // Two at a time on PostgreSQL: a seed's three nodes and its reader take
-    // up to 40 of the server's connections.
+    // up to 21 of the server's connections, and other tests take turns on
+    // it meanwhile (four at a time at most, quartz_testkit's turns).
     let at_once = Arc::new(tokio::sync::Semaphore::new(if kind == Kind::Postgres { 2 } else { 4 }));
     let (mut runs, mut running) = (Vec::new(), Vec::new());
     for &(seed, rate) in &seeds {

@@ -133,12 +133,20 @@ pub struct TestDb {
 }
 
 /// Test databases at once on each shared server, PostgreSQL's and
-/// MariaDB's: a test's three nodes and its own reader take up to 40
-/// connections, and PostgreSQL allows 100 by default. The tests of a binary
-/// run eight at a time (`.cargo/config.toml`), most of them waiting on the
-/// clock; a test past these waits for a turn, whatever it runs on, before
-/// its database is made.
-const SERVER_TURNS: usize = 3;
+/// MariaDB's. A test's three nodes and its own reader, each a store of
+/// [`TEST_POOL`] connections, take up to 21 of the server's; PostgreSQL
+/// allows 100 by default, and four such tests peaked at 84 in the
+/// integration binary. The tests of a binary run eight at a time
+/// (`.cargo/config.toml`), most of them waiting on the clock; a test past
+/// these waits for a turn, whatever it runs on, before its database is
+/// made. At three turns of stores of ten connections, the PostgreSQL tests
+/// of the integration binary spent about 90 of their 317 test-seconds
+/// waiting for a turn.
+const SERVER_TURNS: usize = 4;
+/// Connections of each store a test makes ([`TestDb::store`]): the
+/// clusters of the tests fire tens of times a second at most, which five
+/// connections carry; a store's default is ten.
+const TEST_POOL: u32 = 5;
 static POSTGRES_TURNS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(SERVER_TURNS);
 static MYSQL_TURNS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(SERVER_TURNS);
 
@@ -297,13 +305,18 @@ impl TestDb {
         }
     }
 
-    /// A store on the test database (a new pool; for [`Kind::Memory`], a
-    /// handle to the test's one store).
+    /// A store on the test database (a new pool of [`TEST_POOL`]
+    /// connections; for [`Kind::Memory`], a handle to the test's one
+    /// store).
     pub async fn store(&self) -> AnyStore {
         if let Some(memory) = &self.memory {
             return AnyStore::new(memory.clone());
         }
-        AnyStore::connect(&self.url).await.unwrap()
+        let options = StoreOptions {
+            max_connections: TEST_POOL,
+            ..StoreOptions::default()
+        };
+        AnyStore::connect_with(&self.url, &options).await.unwrap()
     }
 
     /// A store with options (which the in-memory store has none of).

@@ -305,7 +305,7 @@ impl TestDb {
         }
     }
 
-    /// A store on the test database (a new pool of [`TEST_POOL`]
+    /// A store on the test database (a new pool of five
     /// connections; for [`Kind::Memory`], a handle to the test's one
     /// store).
     pub async fn store(&self) -> AnyStore {

@@ -20,6 +20,19 @@ fn job(name: &str) -> Arc<Job> {
     })
 }
 
+/// Queues `fires` of an execute as left to another node first, each
+/// claimed at its fire time.
+fn push_theirs(q: &FireQueue, execute_id: i64, trigger: &Arc<Trigger>, fires: Vec<Fire>) -> usize {
+    q.push_placed(
+        execute_id,
+        (&job("theirs"), Lane::Pool),
+        true,
+        trigger,
+        (fires, |t| t),
+        None,
+    )
+}
+
 /// A trigger every second from 0, and its first `count` fires.
 fn every_second(count: i64) -> (Arc<Trigger>, Vec<Fire>) {
     let cron = CronExpression::parse("* * * * * ?").unwrap();
@@ -218,14 +231,7 @@ fn fires_left_to_another_node_neither_pace_the_claims_nor_come_due_before_their_
     };
     let lead = |t: Timestamp| t.saturating_add_millis(-1_000);
     for id in 0..4_000 {
-        q.push_placed(
-            id,
-            (&job("theirs"), Lane::Pool),
-            true,
-            &trigger,
-            (vec![at_ten()], |t| t),
-            None,
-        );
+        push_theirs(&q, id, &trigger, vec![at_ten()]);
     }
     for id in 4_000..4_100 {
         q.push(id, (&job("mine"), Lane::Pool), &trigger, vec![at_ten()], lead, None);
@@ -249,14 +255,7 @@ fn forgetting_the_fires_left_to_others_keeps_this_nodes_own_and_lets_a_poll_queu
     let q = FireQueue::default();
     let (trigger, fires) = every_second(3);
     for id in 0..10 {
-        q.push_placed(
-            id,
-            (&job("theirs"), Lane::Pool),
-            true,
-            &trigger,
-            (fires.clone(), |t| t),
-            None,
-        );
+        push_theirs(&q, id, &trigger, fires.clone());
     }
     q.push(10, (&job("mine"), Lane::Pool), &trigger, fires.clone(), |t| t, None);
     assert_eq!(q.forget_deferred(), 30);
@@ -264,8 +263,5 @@ fn forgetting_the_fires_left_to_others_keeps_this_nodes_own_and_lets_a_poll_queu
     assert_eq!(due.len(), 3, "this node's own stay");
     assert!(due.iter().all(|p| p.execute_id == 10));
     // Forgotten, not remembered as queued: the next poll queues them again.
-    assert_eq!(
-        q.push_placed(3, (&job("theirs"), Lane::Pool), true, &trigger, (fires, |t| t), None),
-        3
-    );
+    assert_eq!(push_theirs(&q, 3, &trigger, fires), 3);
 }

@@ -42,6 +42,13 @@ end
 local function set_if(key, field, value)
   if value ~= nil and value ~= '' then redis.call('HSET', key, field, value) end
 end
+-- Adds a field and its value to a write (field, value, ...) when it has one.
+local function add_if(w, field, value)
+  if value ~= nil and value ~= '' then
+    w[#w + 1] = field
+    w[#w + 1] = value
+  end
+end
 local function flat(key) return redis.call('HGETALL', key) end
 -- Reads `names` of a hash with one command: a table of field to value, ''
 -- for NULL. A script's cost is mostly its commands, not what they do: a
@@ -156,10 +163,7 @@ local function cas_execute(o, cur)
   local key = execute_key(o.id)
   local w = { 'prev_fire_time', o.sp, 'next_fire_time', o.sn, 'node_id', o.son, 'incarnation', o.soi,
     'times_triggered', o.st, 'state', o.ss, 'updated_at', NOWS }
-  if o.sig ~= '' then
-    w[#w + 1] = 'schedule_sig'
-    w[#w + 1] = o.sig
-  end
+  add_if(w, 'schedule_sig', o.sig)
   write(key, w, cur)
   if o.rs == '1' then
     redis.call('HSET', key, 'start_time', o.rstart)
@@ -258,12 +262,10 @@ local function insert_fire(execute, job, fire_time, attempt, node, inc, state, e
   if redis.call('HSETNX', k('fire-keys'), unique_key(execute, job, fire_time, attempt), id) == 0 then return nil end
   local w = { 'id', id, 'execute_id', execute, 'job_id', job, 'fire_time', fire_time, 'attempt', attempt,
     'state', state, 'claimed_at', NOWS, 'fire_count', count, 'incarnation', (node ~= '' and inc) or '0' }
-  for _, field in ipairs({ { 'node_id', node }, { 'error', err }, { 'skipped_until', skipped_until }, { 'due_at', due } }) do
-    if field[2] ~= nil and field[2] ~= '' then
-      w[#w + 1] = field[1]
-      w[#w + 1] = field[2]
-    end
-  end
+  add_if(w, 'node_id', node)
+  add_if(w, 'error', err)
+  add_if(w, 'skipped_until', skipped_until)
+  add_if(w, 'due_at', due)
   if state ~= 'claimed' and state ~= 'running' and state ~= 'pending' then
     -- Written ended (a misfire's record, a paused child's skip): finished now.
     w[#w + 1] = 'finished_at'
@@ -294,12 +296,8 @@ end
 local function end_fire(id, f, state, err, row)
   row = row or fire_read(f)
   local also = { 'finished_at', NOWS }
-  if err ~= nil and err ~= '' then
-    also[3] = 'error'
-    also[4] = err
-  elseif row.error ~= '' then
-    redis.call('HDEL', f, 'error')
-  end
+  add_if(also, 'error', err)
+  if (err == nil or err == '') and row.error ~= '' then redis.call('HDEL', f, 'error') end
   set_fire_state(id, f, state, row, also)
 end
 

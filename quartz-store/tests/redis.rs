@@ -310,3 +310,77 @@ async fn a_triggers_waiting_fires_are_found_beside_an_older_build() {
     assert_eq!(store.claim(&claim(3)).await.unwrap(), None);
     assert_eq!(state_of(3).await, FireState::Skipped, "found in `pending`");
 }
+
+/// Creates a job of one trigger in `scheduler` and claims its first fire:
+/// calls of the library that write and read.
+async fn create_and_claim(store: &RedisStore, scheduler: &str) {
+    let store = store.scoped(scheduler);
+    let start = Timestamp::from_millis(store.now().await.unwrap().as_millis() - 60_000);
+    let trigger = Trigger::new(Schedule::fixed_rate_millis(1000).unwrap(), start).unwrap();
+    store
+        .create_job(&JobSpec::new("library", "noop"), &[ExecuteSpec::new(trigger)])
+        .await
+        .unwrap();
+    let execute = store.get_job("library").await.unwrap().unwrap().executes.remove(0);
+    let fire = execute
+        .trigger
+        .fires_until(
+            &TriggerState::initial(&execute.trigger),
+            start.checked_add_millis(10_000).unwrap(),
+        )
+        .next()
+        .unwrap();
+    let node = quartz_testkit::register_node(&store, "node-a").await;
+    let claimed = store.claim(&Claim::for_fire(execute.id, &fire, &node)).await.unwrap();
+    assert!(claimed.is_some(), "{scheduler}: the first fire is claimed");
+}
+
+/// How many times the server loaded a function library.
+fn function_loads(server: &PrivateRedis) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_function|load:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+#[tokio::test]
+async fn the_library_is_a_function_loaded_once_and_a_script_where_functions_are_not_allowed() {
+    let server = PrivateRedis::start(&[]);
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    assert!(store.library_is_function(), "Redis 7 runs the library as a function");
+    create_and_claim(&store, "functions").await;
+    assert!(server.cli(&["FUNCTION", "LIST"]).contains("quartz_"));
+    assert_eq!(function_loads(&server), 1);
+
+    // A second node finds it loaded and does not load it again.
+    let second = RedisStore::connect(&server.url()).await.unwrap();
+    assert!(second.library_is_function());
+    assert_eq!(function_loads(&server), 1);
+
+    // A server that lost it (as a new master of a cluster's slot may have)
+    // gets it again at the next call, which then runs.
+    server.cli(&["FUNCTION", "FLUSH"]);
+    create_and_claim(&second, "reloaded").await;
+    assert_eq!(function_loads(&server), 2);
+
+    // A user not allowed to load functions runs the library as a script.
+    server.cli(&["FUNCTION", "FLUSH"]);
+    server.cli(&[
+        "ACL",
+        "SETUSER",
+        "scripts",
+        "on",
+        "nopass",
+        "~*",
+        "&*",
+        "+@all",
+        "-function",
+    ]);
+    let url = format!("redis://scripts:any@127.0.0.1:{}", server.port());
+    let scripts = RedisStore::connect(&url).await.unwrap();
+    assert!(!scripts.library_is_function());
+    create_and_claim(&scripts, "scripts").await;
+    assert_eq!(server.cli(&["FUNCTION", "LIST"]), "", "nothing was loaded");
+    assert!(server.cli(&["INFO", "commandstats"]).contains("cmdstat_evalsha"));
+}

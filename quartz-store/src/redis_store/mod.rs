@@ -8,8 +8,8 @@
 //!
 //! Both are maintained async clients with Lua scripts and reconnection. The
 //! store needs one multiplexed connection that reconnects by itself, and
-//! scripts run by `EVALSHA` that load themselves when the server has
-//! forgotten them (after a restart). `redis`'s `ConnectionManager` and
+//! scripts (and Redis 7's functions) that load themselves when the server
+//! has forgotten them (after a restart). `redis`'s `ConnectionManager` and
 //! `Script::invoke_async` are exactly that. With the features used here
 //! (`tokio-comp`, `connection-manager`, `script`), `redis` 1.8 adds 12
 //! crates to the workspace's tree and no proc-macro. `fred` 10.1 with only
@@ -72,8 +72,9 @@
 //!   calendar change and every trigger naming a calendar moves.
 //! - `meta`: the purge turn, the audit's horizon and `pending-indexed`.
 //!
-//! Every step is one Lua script (the `lua/` files, one library run by
-//! `EVALSHA`, its first argument naming the command): the claim with its
+//! Every step is one call of a Lua library (the `lua/` files: on Redis 7 a
+//! function loaded at connect and called with `FCALL`, elsewhere a script
+//! run by `EVALSHA`; its first argument names the command): the claim with its
 //! ledger row, fenced starts and outcomes (the owner's incarnation and
 //! liveness compared), take-overs, re-runs, chains, pending fires. The
 //! atomicity of a script is the transaction, and a script reads `TIME`
@@ -191,6 +192,8 @@ pub struct RedisStore {
     namespace: std::sync::Arc<str>,
     /// Replicas each command of the library waits for (`wait_replicas`).
     wait: Option<Wait>,
+    /// Whether the library is a function on this server or a script.
+    calls: std::sync::Arc<script::Calls>,
     /// The scheduler whose keys it reads and writes (see
     /// [`Store::scoped`](quartz_core::store::Store::scoped)).
     scheduler: std::sync::Arc<str>,
@@ -262,9 +265,11 @@ impl RedisStore {
             scheduler: quartz_core::store::DEFAULT_SCHEDULER.into(),
             namespace: params.namespace.into(),
             wait: params.wait,
+            calls: std::sync::Arc::default(),
         };
         store.durability = store.check_durability().await?;
         store.check_schema().await?;
+        store.load_library().await?;
         Ok(store)
     }
 

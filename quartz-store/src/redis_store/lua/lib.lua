@@ -1,10 +1,14 @@
--- The store's script library: one script, run by EVALSHA, whose first
--- argument names the command. Every command is one atomic step: the
--- script is the transaction. KEYS[1] is the scheduler's key prefix
--- (`quartz:{SCHEDULER}:`, one hash slot), ARGV[1] the command, ARGV[2] its
--- arguments as a JSON object of strings (numbers as decimal text; the empty
--- string for none), ARGV[3] the scheduler's id base (its number shifted
--- past the id sequence). Times are the server's TIME in milliseconds.
+-- The store's library: one text, run either as a Redis function (loaded
+-- once with FUNCTION LOAD, called with FCALL: Redis 7) or as a script
+-- (EVALSHA, which runs the whole text again on every call: Redis 6, or a
+-- server where FUNCTION LOAD is not allowed). Either way a call is `call`
+-- below, whose first argument names the command. Every command is one
+-- atomic step: the call is the transaction. Its one key is the scheduler's
+-- key prefix (`quartz:{SCHEDULER}:`, one hash slot); its arguments are the
+-- command, the command's arguments as a JSON object of strings (numbers as
+-- decimal text; the empty string for none), and the scheduler's id base
+-- (its number shifted past the id sequence). Times are the server's TIME
+-- in milliseconds.
 --
 -- A record is a hash whose fields are the SQL backends' column names; a
 -- field that is absent is NULL. Indexes:
@@ -21,16 +25,16 @@
 --   any), done:STATE (finished, by fire time);
 --   nodes, changes (the counter), change-log, calendars, meta.
 
-local P = KEYS[1]
-local A = cjson.decode(ARGV[2])
-local BASE = tonumber(ARGV[3])
+-- A call's state, set by `call` before its command runs (a function's
+-- library stays loaded between calls: nothing else here changes after
+-- the library is loaded): the key prefix, the command's arguments, the id
+-- base, and the server's time.
+local P, A, BASE, NOW, NOWS
+-- The commands, by name.
 local C = {}
 
 local function k(rest) return P .. rest end
 local function s(n) return string.format('%d', n) end
-local clock = redis.call('TIME')
-local NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local NOWS = s(NOW)
 
 -- A field, '' for NULL.
 local function g(key, field) return redis.call('HGET', key, field) or '' end

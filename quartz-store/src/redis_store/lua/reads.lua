@@ -451,4 +451,14 @@ C.health = function()
   return out
 end
 
-return C[ARGV[1]]()
+-- A call of the library (see the top of lib.lua); the text that loads the
+-- library ends by returning it (a script) or registering it (a function).
+local function call(keys, args)
+  P = keys[1]
+  A = cjson.decode(args[2])
+  BASE = tonumber(args[3])
+  local clock = redis.call('TIME')
+  NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  NOWS = s(NOW)
+  return C[args[1]]()
+end

@@ -384,3 +384,61 @@ async fn the_library_is_a_function_loaded_once_and_a_script_where_functions_are_
     assert_eq!(server.cli(&["FUNCTION", "LIST"]), "", "nothing was loaded");
     assert!(server.cli(&["INFO", "commandstats"]).contains("cmdstat_evalsha"));
 }
+
+#[tokio::test]
+async fn the_sweeps_read_a_nodes_own_open_fires_and_those_no_index_holds() {
+    let server = PrivateRedis::start(&[]);
+    let store = RedisStore::connect(&server.url()).await.unwrap().scoped("owners");
+    let start = Timestamp::from_millis(store.now().await.unwrap().as_millis() - 60_000);
+    let trigger = Trigger::new(Schedule::fixed_rate_millis(1000).unwrap(), start).unwrap();
+    store
+        .create_job(&JobSpec::new("owners", "noop"), &[ExecuteSpec::new(trigger)])
+        .await
+        .unwrap();
+    let execute = store.get_job("owners").await.unwrap().unwrap().executes.remove(0);
+    let fires: Vec<_> = execute
+        .trigger
+        .fires_until(
+            &TriggerState::initial(&execute.trigger),
+            start.checked_add_millis(10_000).unwrap(),
+        )
+        .collect();
+    let a = quartz_testkit::register_node(&store, "node-a").await;
+    let b = quartz_testkit::register_node(&store, "node-b").await;
+    let mut ids = Vec::new();
+    for fire in &fires[..3] {
+        ids.push(
+            store
+                .claim(&Claim::for_fire(execute.id, fire, &a))
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    let prefix = "quartz:{owners}:";
+    let a_index = format!("{prefix}open-of:node-a:{}", a.incarnation);
+    assert_eq!(server.cli(&["SCARD", &a_index]), "3", "node a's open fires, indexed");
+    let far = Timestamp::from_millis(i64::MAX / 2);
+    let own = |node: quartz_core::store::NodeRef| {
+        let store = store.clone();
+        async move { store.claimed_by(&node, far, 100).await.unwrap().len() }
+    };
+    assert_eq!((own(a.clone()).await, own(b.clone()).await), (3, 0));
+    assert!(store.orphaned_fires(100).await.unwrap().is_empty(), "both live");
+
+    // Node a dies; one of its fires was taken over by a node of an older
+    // build, which moved no index: its fields name node b, which is live.
+    server.cli(&["HSET", &format!("{prefix}node:node-a"), "state", "dead"]);
+    let taken = format!("{prefix}fire:{}", ids[0]);
+    let b_inc = b.incarnation.to_string();
+    server.cli(&["HSET", &taken, "node_id", "node-b", "incarnation", &b_inc]);
+    let orphans: Vec<i64> = store.orphaned_fires(100).await.unwrap().iter().map(|f| f.id).collect();
+    assert_eq!(orphans, ids[1..].to_vec(), "what the fields say decides");
+
+    // Written by an older build: no index at all. The sweeps find the
+    // fires in `open`.
+    server.cli(&["DEL", &a_index, &format!("{prefix}open-owners")]);
+    let orphans: Vec<i64> = store.orphaned_fires(100).await.unwrap().iter().map(|f| f.id).collect();
+    assert_eq!(orphans, ids[1..].to_vec());
+    assert_eq!((own(a).await, own(b).await), (2, 1));
+}

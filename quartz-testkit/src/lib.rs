@@ -371,7 +371,7 @@ impl TestDb {
     /// Sets (or, for `None`, deletes) fields of a Redis hash.
     async fn edit_hash(&self, key: &str, fields: &[(&str, Option<String>)]) {
         let client = redis::Client::open(self.admin_url.as_deref().unwrap()).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let mut conn = admin_connection(&client).await;
         for (field, value) in fields {
             let cmd = match value {
                 Some(v) => {
@@ -417,11 +417,22 @@ impl TestDb {
     }
 }
 
+/// A connection for a test's own commands on a Redis server: answers may
+/// take seconds on a server the tests keep busy (the client's default
+/// limit is half a second).
+async fn admin_connection(client: &redis::Client) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(std::time::Duration::from_secs(30)));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
+}
+
 /// Deletes every key of a Redis namespace on the server at `server` (the
 /// benchmarks start each run on a fresh one with it).
 pub async fn drop_namespace(server: &str, namespace: &str) {
     let client = redis::Client::open(server).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = admin_connection(&client).await;
     let mut cursor = 0_u64;
     loop {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")

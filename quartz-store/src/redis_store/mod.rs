@@ -57,7 +57,13 @@
 //!   inserts a fire checks first, and which the audit reads back through the
 //!   ledger. Indexes: `fires` and `job-fires:ID` (by id, the history),
 //!   `open` and `job-open:ID` (claimed or running: recovery and jobs that
-//!   disallow concurrency), `pending` (by due time), `execute-pending:ID`
+//!   disallow concurrency), `open-of:NODE:INCARNATION` (those a node's
+//!   incarnation holds) and `open-owners` (the incarnations, each added
+//!   when its node registers): the sweeps for a dead node's fires and for a
+//!   node's own claims read the fires of the incarnations they look for,
+//!   and those of `open` in no listed index (a released claim, a fire
+//!   written by an older build) found by the server's `SDIFF`, not every
+//!   open fire one by one, `pending` (by due time), `execute-pending:ID`
 //!   (an execute's pending fires by fire time: what an exclusive claim, a
 //!   claim of a pending fire and a late run look up, at a cost that follows
 //!   the execute's pending fires, not the scheduler's), `pending-executes`

@@ -11,6 +11,7 @@ C.register = function()
     'handlers', A.handlers, 'state', 'live', 'registered_at', NOWS, 'heartbeat_at', NOWS, 'pending_index', '1')
   if A.dead_after ~= '' then redis.call('HSET', key, 'dead_after', A.dead_after) else redis.call('HDEL', key, 'dead_after') end
   redis.call('SADD', k('nodes'), A.node)
+  redis.call('SADD', k('open-owners'), owner_of(A.node, g(key, 'incarnation')))
   return flat(key)
 end
 
@@ -212,6 +213,7 @@ C.release = function()
   if not f then return 0 end
   redis.call('HDEL', f, 'node_id')
   redis.call('HSET', f, 'incarnation', '0')
+  disown(owner_of(A.node, A.inc), A.id)
   return 1
 end
 
@@ -226,6 +228,8 @@ C.take_over = function()
   local f = held(A.id, CLAIMED, A.onode, A.oinc)
   if not f then return 0 end
   redis.call('HSET', f, 'node_id', A.node, 'incarnation', A.inc, 'claimed_at', NOWS)
+  disown(owner_of(A.onode, A.oinc), A.id)
+  own(owner_of(A.node, A.inc), A.id)
   return 1
 end
 
@@ -325,8 +329,9 @@ C.pending_claim = function()
     end
   end
   if not live(A.node, A.inc) then return 'gone' end
-  set_fire_state(A.id, f, 'claimed')
+  -- The owner first: the open fire's index is the one its fields name.
   redis.call('HSET', f, 'node_id', A.node, 'incarnation', A.inc, 'claimed_at', NOWS)
+  set_fire_state(A.id, f, 'claimed')
   return 'won'
 end
 

@@ -20,7 +20,7 @@
 --   calendared (executes naming a calendar);
 --   fire-keys (execute:job:fire time:attempt -> fire id, the unique rule),
 --   fires and job-fires:ID (by id), open and job-open:ID (claimed or
---   running), pending (by due time), execute-pending:ID (an execute's
+--   running), open-of:NODE:INCARNATION and open-owners (see owner_key), pending (by due time), execute-pending:ID (an execute's
 --   pending fires by fire time) and pending-executes (the executes with
 --   any), done:STATE (finished, by fire time);
 --   nodes, changes (the counter), change-log, calendars, meta.
@@ -210,14 +210,32 @@ local function unindex_pending(execute, id)
   end
 end
 
--- Moves a fire between the indexes of its old and new state.
-local function index_fire(id, execute, job, old, new, fire_time, due)
+-- The open fires of a node's incarnation (`open-of:NODE:INCARNATION`), so
+-- that the sweeps for a dead node's fires and for a node's own claims read
+-- the fires they look for, not every open fire; `open-owners` lists the
+-- incarnations (a node adds its own when it registers). An open fire in
+-- none of the listed indexes (a released claim, or one written by a node of
+-- an older build) is in `open` alone, where `open_candidates` finds it.
+local function owner_key(owner) return k('open-of:' .. owner) end
+local function owner_of(node, inc)
+  if node == nil or node == '' then return nil end
+  return node .. ':' .. inc
+end
+-- Adds an open fire to its owner's index, or takes it out (no owner: none).
+local function own(owner, id) if owner then redis.call('SADD', owner_key(owner), id) end end
+local function disown(owner, id) if owner then redis.call('SREM', owner_key(owner), id) end end
+
+-- Moves a fire between the indexes of its old and new state; `node` and
+-- `inc` name its owner while it is open.
+local function index_fire(id, execute, job, old, new, fire_time, due, node, inc)
   -- Claimed to running: the same indexes.
   if old == new or (OPEN[old] and OPEN[new]) then return end
+  local owner = owner_of(node, inc)
   if old ~= '' then
     if OPEN[old] then
       redis.call('SREM', k('open'), id)
       redis.call('SREM', k('job-open:' .. job), id)
+      disown(owner, id)
     elseif old == 'pending' then
       redis.call('ZREM', k('pending'), id)
       unindex_pending(execute, id)
@@ -228,6 +246,7 @@ local function index_fire(id, execute, job, old, new, fire_time, due)
   if OPEN[new] then
     redis.call('SADD', k('open'), id)
     redis.call('SADD', k('job-open:' .. job), id)
+    own(owner, id)
   elseif new == 'pending' then
     redis.call('ZADD', k('pending'), due, id)
     index_pending(execute, id, fire_time)
@@ -241,8 +260,9 @@ local FIRE_READ = { 'state', 'execute_id', 'job_id', 'fire_time', 'due_at', 'nod
 local function fire_read(f) return fields(f, FIRE_READ) end
 
 -- Sets a fire's state and moves it between indexes; `row` is the fire as
--- `fire_read` read it in this script, when it was. `also` holds more
--- fields to set with the state (field, value, ...).
+-- `fire_read` read it in this script, when it was (its owner then is the
+-- one the open fire's index names). `also` holds more fields to set with
+-- the state (field, value, ...).
 local function set_fire_state(id, f, new, row, also)
   row = row or fire_read(f)
   local w = { 'state', new }
@@ -251,7 +271,7 @@ local function set_fire_state(id, f, new, row, also)
   -- The execute names an index only of pending fires: a start or an end
   -- of a claimed fire does not read it.
   local execute = (row.state == 'pending' or new == 'pending') and row.execute_id or ''
-  index_fire(id, execute, row.job_id, row.state, new, row.fire_time, row.due_at)
+  index_fire(id, execute, row.job_id, row.state, new, row.fire_time, row.due_at, row.node_id, row.incarnation)
 end
 
 local function unique_key(execute, job, fire_time, attempt)
@@ -278,7 +298,7 @@ local function insert_fire(execute, job, fire_time, attempt, node, inc, state, e
   redis.call('HSET', fire_key(id), unpack(w))
   redis.call('ZADD', k('fires'), id, id)
   redis.call('ZADD', k('job-fires:' .. job), id, id)
-  index_fire(id, execute, job, '', state, fire_time, due)
+  index_fire(id, execute, job, '', state, fire_time, due, node, inc)
   return id
 end
 

@@ -251,26 +251,37 @@ async fn the_polls_order_pages_past_a_scripts_rows_and_is_mended_from_the_due_se
 /// differs (a database written before it, or by an older build), and read
 /// from `pending` itself while a live node of an older build, which keeps
 /// `pending` alone, is registered.
-#[tokio::test]
-async fn a_triggers_waiting_fires_are_found_beside_an_older_build() {
-    let server = PrivateRedis::start(&[]);
-    let store = RedisStore::connect(&server.url()).await.unwrap().scoped("waits");
+/// A job named `name` whose one trigger fires every second from a minute
+/// ago (with `overlap`), and its first ten fires.
+async fn a_job_a_minute_behind(
+    store: &SharedStore,
+    name: &str,
+    overlap: Option<Overlap>,
+) -> (Execute, Vec<quartz_core::trigger::Fire>) {
     let start = Timestamp::from_millis(store.now().await.unwrap().as_millis() - 60_000);
     let trigger = Trigger::new(Schedule::fixed_rate_millis(1000).unwrap(), start)
         .unwrap()
-        .with_overlap(Some(Overlap::BufferOne));
+        .with_overlap(overlap);
     store
-        .create_job(&JobSpec::new("waits", "noop"), &[ExecuteSpec::new(trigger)])
+        .create_job(&JobSpec::new(name, "noop"), &[ExecuteSpec::new(trigger)])
         .await
         .unwrap();
-    let execute = store.get_job("waits").await.unwrap().unwrap().executes.remove(0);
-    let fires: Vec<_> = execute
+    let execute = store.get_job(name).await.unwrap().unwrap().executes.remove(0);
+    let fires = execute
         .trigger
         .fires_until(
             &TriggerState::initial(&execute.trigger),
             start.checked_add_millis(10_000).unwrap(),
         )
         .collect();
+    (execute, fires)
+}
+
+#[tokio::test]
+async fn a_triggers_waiting_fires_are_found_beside_an_older_build() {
+    let server = PrivateRedis::start(&[]);
+    let store = RedisStore::connect(&server.url()).await.unwrap().scoped("waits");
+    let (execute, fires) = a_job_a_minute_behind(&store, "waits", Some(Overlap::BufferOne)).await;
     let node = quartz_testkit::register_node(&store, "node-a").await;
     let claim = |n: usize| {
         let mut claim = Claim::for_fire(execute.id, &fires[n], &node);
@@ -315,23 +326,10 @@ async fn a_triggers_waiting_fires_are_found_beside_an_older_build() {
 /// calls of the library that write and read.
 async fn create_and_claim(store: &RedisStore, scheduler: &str) {
     let store = store.scoped(scheduler);
-    let start = Timestamp::from_millis(store.now().await.unwrap().as_millis() - 60_000);
-    let trigger = Trigger::new(Schedule::fixed_rate_millis(1000).unwrap(), start).unwrap();
-    store
-        .create_job(&JobSpec::new("library", "noop"), &[ExecuteSpec::new(trigger)])
-        .await
-        .unwrap();
-    let execute = store.get_job("library").await.unwrap().unwrap().executes.remove(0);
-    let fire = execute
-        .trigger
-        .fires_until(
-            &TriggerState::initial(&execute.trigger),
-            start.checked_add_millis(10_000).unwrap(),
-        )
-        .next()
-        .unwrap();
+    let (execute, fires) = a_job_a_minute_behind(&store, "library", None).await;
+    let fire = &fires[0];
     let node = quartz_testkit::register_node(&store, "node-a").await;
-    let claimed = store.claim(&Claim::for_fire(execute.id, &fire, &node)).await.unwrap();
+    let claimed = store.claim(&Claim::for_fire(execute.id, fire, &node)).await.unwrap();
     assert!(claimed.is_some(), "{scheduler}: the first fire is claimed");
 }
 
@@ -389,20 +387,7 @@ async fn the_library_is_a_function_loaded_once_and_a_script_where_functions_are_
 async fn the_sweeps_read_a_nodes_own_open_fires_and_those_no_index_holds() {
     let server = PrivateRedis::start(&[]);
     let store = RedisStore::connect(&server.url()).await.unwrap().scoped("owners");
-    let start = Timestamp::from_millis(store.now().await.unwrap().as_millis() - 60_000);
-    let trigger = Trigger::new(Schedule::fixed_rate_millis(1000).unwrap(), start).unwrap();
-    store
-        .create_job(&JobSpec::new("owners", "noop"), &[ExecuteSpec::new(trigger)])
-        .await
-        .unwrap();
-    let execute = store.get_job("owners").await.unwrap().unwrap().executes.remove(0);
-    let fires: Vec<_> = execute
-        .trigger
-        .fires_until(
-            &TriggerState::initial(&execute.trigger),
-            start.checked_add_millis(10_000).unwrap(),
-        )
-        .collect();
+    let (execute, fires) = a_job_a_minute_behind(&store, "owners", None).await;
     let a = quartz_testkit::register_node(&store, "node-a").await;
     let b = quartz_testkit::register_node(&store, "node-b").await;
     let mut ids = Vec::new();

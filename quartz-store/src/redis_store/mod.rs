@@ -275,7 +275,7 @@ impl RedisStore {
         };
         store.durability = store.check_durability().await?;
         store.check_schema().await?;
-        store.load_library().await?;
+        store.load_library().await;
         Ok(store)
     }
 

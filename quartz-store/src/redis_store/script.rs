@@ -149,12 +149,9 @@ impl RedisStore {
     /// Loads the library as a function where the server has not got it
     /// (loading costs the server a few milliseconds): whether it is called
     /// as one from now on. A server without functions or a user not allowed
-    /// to load them leaves it a script, and says so once.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::Unavailable`] when the server cannot be reached.
-    pub(super) async fn load_library(&self) -> Result<bool, StoreError> {
+    /// to load them leaves it a script, and says so once; a connection lost
+    /// meanwhile leaves it to the first call.
+    pub(super) async fn load_library(&self) -> bool {
         let mut conn = self.conn.clone();
         // On a cluster this asks one node; a master without the function
         // loads it at its first call.
@@ -171,7 +168,12 @@ impl RedisStore {
         };
         let loaded = match loaded {
             Ok(()) => true,
-            Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() => return Err(error(&e)),
+            // Reached a moment ago (the schema was read): the first call
+            // that finds the function missing loads it.
+            Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() => {
+                tracing::debug!(reason = %e, "the store's Redis library is loaded at its first call");
+                true
+            }
             Err(e) => {
                 tracing::info!(
                     reason = %e,
@@ -182,7 +184,7 @@ impl RedisStore {
             }
         };
         self.calls.functions.store(loaded, Ordering::Relaxed);
-        Ok(loaded)
+        loaded
     }
 
     /// Whether the library is called as a function.

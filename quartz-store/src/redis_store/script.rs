@@ -3,8 +3,9 @@
 //! Redis 7 the library is a function, loaded once (`FUNCTION LOAD`) and
 //! called with `FCALL`; where the server has no functions (Redis 6) or does
 //! not let the store's user load them, it is a script called with
-//! `EVALSHA`, which runs the whole library again on every call (about 50 µs
-//! of the server's time a call, measured in BENCHMARKS.md).
+//! `EVALSHA`, which runs the whole library again on every call (50–130 µs
+//! of the server's time a call on the project's machine, measured in
+//! BENCHMARKS.md).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;

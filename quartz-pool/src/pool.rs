@@ -392,6 +392,37 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Shared {
+    /// The pool's figures: each worker's counts and the exited ones' added up.
+    pub(super) fn metrics(&self) -> PoolMetrics {
+        let (threads, busy, completed, panicked, largest) = {
+            let registry = self.registry.lock();
+            let mut busy = 0;
+            let mut completed = registry.retired_completed;
+            let mut panicked = registry.retired_panicked;
+            for w in &registry.workers {
+                busy += usize::from(w.busy.load(Ordering::Relaxed));
+                completed += w.completed.load(Ordering::Relaxed);
+                panicked += w.panicked.load(Ordering::Relaxed);
+            }
+            (registry.workers.len(), busy, completed, panicked, registry.largest)
+        };
+        PoolMetrics {
+            threads,
+            busy,
+            idle: threads - busy,
+            largest,
+            queued: self.receiver.len(),
+            queue_capacity: self.queue_capacity,
+            completed,
+            panicked,
+            rejected: self.rejected.load(Ordering::Relaxed),
+            core: self.core.load(Ordering::Relaxed),
+            max: self.max.load(Ordering::Relaxed),
+            keep_alive: self.keep_alive(),
+            allow_core_timeout: self.allow_core_timeout.load(Ordering::Relaxed),
+        }
+    }
+
     fn keep_alive(&self) -> Duration {
         Duration::from_nanos(self.keep_alive_nanos.load(Ordering::Relaxed))
     }

@@ -1,12 +1,9 @@
 //! The pool's counters: each worker counts in its own slot (written only by
 //! that worker), the registry keeps the living workers and what the exited
-//! ones counted, and `metrics` adds them up.
+//! ones counted, and the pool's `metrics` adds them up.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-use super::Shared;
-use crate::metrics::PoolMetrics;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 /// The workers alive now and the counts of those that have exited.
 #[derive(Default)]
@@ -29,36 +26,4 @@ pub(super) struct WorkerStats {
     pub(super) busy: AtomicBool,
     pub(super) completed: AtomicU64,
     pub(super) panicked: AtomicU64,
-}
-
-impl Shared {
-    pub(super) fn metrics(&self) -> PoolMetrics {
-        let (threads, busy, completed, panicked, largest) = {
-            let registry = self.registry.lock();
-            let mut busy = 0;
-            let mut completed = registry.retired_completed;
-            let mut panicked = registry.retired_panicked;
-            for w in &registry.workers {
-                busy += usize::from(w.busy.load(Ordering::Relaxed));
-                completed += w.completed.load(Ordering::Relaxed);
-                panicked += w.panicked.load(Ordering::Relaxed);
-            }
-            (registry.workers.len(), busy, completed, panicked, registry.largest)
-        };
-        PoolMetrics {
-            threads,
-            busy,
-            idle: threads - busy,
-            largest,
-            queued: self.receiver.len(),
-            queue_capacity: self.queue_capacity,
-            completed,
-            panicked,
-            rejected: self.rejected.load(Ordering::Relaxed),
-            core: self.core.load(Ordering::Relaxed),
-            max: self.max.load(Ordering::Relaxed),
-            keep_alive: self.keep_alive(),
-            allow_core_timeout: self.allow_core_timeout.load(Ordering::Relaxed),
-        }
-    }
 }

@@ -148,11 +148,11 @@ async fn load(code: Code<'_>, conn: &mut super::conn::Conn) -> redis::RedisResul
 
 impl RedisStore {
     /// Loads the library as a function where the server has not got it
-    /// (loading costs the server a few milliseconds): whether it is called
-    /// as one from now on. A server without functions or a user not allowed
+    /// (loading costs the server a few milliseconds), to be called as one
+    /// from now on. A server without functions or a user not allowed
     /// to load them leaves it a script, and says so once; a connection lost
     /// meanwhile leaves it to the first call.
-    pub(super) async fn load_library(&self) -> bool {
+    pub(super) async fn load_library(&self) {
         let mut conn = self.conn.clone();
         // On a cluster this asks one node; a master without the function
         // loads it at its first call.
@@ -185,7 +185,6 @@ impl RedisStore {
             }
         };
         self.calls.functions.store(loaded, Ordering::Relaxed);
-        loaded
     }
 
     /// Whether the library is called as a function.

@@ -20,9 +20,10 @@
 --   calendared (executes naming a calendar);
 --   fire-keys (execute:job:fire time:attempt -> fire id, the unique rule),
 --   fires and job-fires:ID (by id), open and job-open:ID (claimed or
---   running), open-of:NODE:INCARNATION and open-owners (see owner_key), pending (by due time), execute-pending:ID (an execute's
---   pending fires by fire time) and pending-executes (the executes with
---   any), done:STATE (finished, by fire time);
+--   running), open-of:NODE:INCARNATION and open-owners (see owner_key),
+--   pending (by due time), execute-pending:ID (an execute's pending fires
+--   by fire time) and pending-executes (the executes with any), done:STATE
+--   (finished, by fire time);
 --   nodes, changes (the counter), change-log, calendars, meta.
 
 -- A call's state, set by `call` before its command runs (a function's

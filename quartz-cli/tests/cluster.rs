@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{TestDb, ledger, wait_until};
+use common::{TestDb, ledger, wait_for, wait_until};
 use quartz_core::cron::CronExpression;
 use quartz_core::engine::{Scheduler, SchedulerBuilder, Settings};
 use quartz_core::misfire::MisfireSettings;
@@ -277,6 +277,7 @@ async fn a_frozen_node_runs_nothing_it_lost_and_rejoins(db: &TestDb) {
         .find(|n| n.node_id == "frozen")
         .unwrap();
     tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let frozen_at = store.now().await.unwrap();
     freeze_until_declared_dead(db, &store, &frozen).await;
     let declared_dead = store.now().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
@@ -292,28 +293,53 @@ async fn a_frozen_node_runs_nothing_it_lost_and_rejoins(db: &TestDb) {
     .await;
     // The survivor leaves: the rest of the fires are the rejoined node's.
     survivor.shutdown().await;
-    wait_until(Duration::from_secs(20), "all 100 fires", || async {
-        ledger(&store, CLUSTER)
-            .await
+    // Every fire time ends once, most of them succeeded. Two ends depend on
+    // when the freeze and the survivor's leaving fall, and are the policy's:
+    // a fire the old incarnation was running when it froze is recorded
+    // abandoned (the job does not request recovery); a claimed fire taken
+    // over (the old incarnation's when it is declared dead, the survivor's
+    // given back when it leaves) and found past the misfire threshold (2 s)
+    // is recorded misfired.
+    wait_for(Duration::from_secs(20), "all 100 fires ended", || async {
+        let rows = ledger(&store, CLUSTER).await;
+        let ended = rows.iter().filter(|f| f.state.is_ended()).count();
+        if ended == 100 {
+            return Ok(());
+        }
+        let open: Vec<String> = rows
             .iter()
-            .filter(|f| f.state == FireState::Succeeded)
-            .count()
-            == 100
+            .filter(|f| !f.state.is_ended())
+            .take(10)
+            .map(|f| format!("{f:?}"))
+            .collect();
+        Err(format!("{} rows, {ended} ended; not ended: {open:?}", rows.len()))
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rows = ledger(&store, CLUSTER).await;
     let mut seen = HashSet::new();
     for f in &rows {
-        assert!(seen.insert((f.execute_id, f.fire_time, f.attempt)), "twice: {f:?}");
-        assert_eq!(f.state, FireState::Succeeded, "{f:?}");
-        assert!(f.started_at.unwrap() >= f.fire_time);
+        assert!(seen.insert((f.execute_id, f.fire_time)), "twice: {f:?}");
+        let old_incarnation = f
+            .owner
+            .as_ref()
+            .is_some_and(|o| o.node_id == "frozen" && o.incarnation == old.incarnation);
+        match f.state {
+            FireState::Succeeded => assert!(f.started_at.unwrap() >= f.fire_time, "{f:?}"),
+            FireState::Abandoned if old_incarnation && f.fire_time >= frozen_at.saturating_add_millis(-1_000) => {}
+            FireState::Misfired if f.started_at.is_none() => {}
+            _ => panic!("a fire ended otherwise than the scenario allows: {f:?}"),
+        }
+        if f.state != FireState::Succeeded {
+            eprintln!("not succeeded (frozen at {frozen_at:?}, declared dead at {declared_dead:?}): {f:?}");
+        }
         if let Some(owner) = &f.owner
             && owner.node_id == "frozen"
             && owner.incarnation == old.incarnation
+            && let Some(started_at) = f.started_at
         {
             assert!(
-                f.started_at.unwrap() < declared_dead,
+                started_at < declared_dead,
                 "the retired incarnation started a fire after it was declared dead: {f:?}"
             );
         }

@@ -133,7 +133,9 @@ impl Dispatcher {
     /// Claims fires due together in one call, then hands the won ones to
     /// the launch stage by fire time. A lost claim forgets its execute
     /// (another node won it, or the row changed: the next poll reads it
-    /// afresh).
+    /// afresh), except the first lost claim of a fire this node was
+    /// preferred for, whose execute keeps its later fires
+    /// ([`FireQueue::lost`]).
     async fn claim_all(self: &Arc<Self>, due: Vec<Pending>) {
         let node = self.ctx.node();
         let claims: Vec<Claim> = due.iter().map(|p| claim_of(p, &node)).collect();
@@ -168,8 +170,15 @@ impl Dispatcher {
                 // Under an overlap policy or a limit the row may have moved
                 // on (the fire recorded skipped or pending): polled again
                 // now, for its next fires and the pending one.
-                held |= claim.overlap.is_some() || pending.job.spec.limit.is_some();
-                self.queue.forget(pending.execute_id);
+                let moved_on = claim.overlap.is_some() || pending.job.spec.limit.is_some();
+                held |= moved_on;
+                // A fire left to another node first was taken by it: so
+                // will its next ones be.
+                if moved_on || pending.deferred || claim.cas.set_state != ExecuteState::Waiting {
+                    self.queue.forget(pending.execute_id);
+                } else {
+                    self.queue.lost(pending.execute_id, pending.epoch);
+                }
                 continue;
             };
             self.ctx.flights.awaiting(pending.job.id);

@@ -81,6 +81,9 @@ struct Track {
     /// The job as its queued fires carry it: an edit seen by a poll requeues
     /// them with the new version.
     job: Arc<Job>,
+    /// A claim of its fires was lost since it was queued (see
+    /// [`FireQueue::lost`]).
+    lost_one: bool,
 }
 
 /// What [`FireQueue::take_due`] found.
@@ -156,6 +159,7 @@ impl FireQueue {
             epoch: self.next_seq(),
             horizon: Timestamp::from_millis(i64::MIN),
             job: Arc::clone(job),
+            lost_one: false,
         };
         let track = tracked.entry(execute_id).or_insert_with(fresh);
         if track.job.spec != job.spec || track.job.state != job.state {
@@ -221,6 +225,34 @@ impl FireQueue {
         drop(lanes);
         drop(tracked);
         self.changed.notify_one();
+    }
+
+    /// A claim of one of this node's own fires of an execute was lost: the
+    /// fire is gone from the queue, and the execute's later fires stay
+    /// queued the first time, the execute is forgotten the second. A node
+    /// that came to its claims late loses them to a node that took them a
+    /// strategy grace later, which moved the row as this node would have:
+    /// its next fires are still this node's to claim, at their time. Had
+    /// the node forgotten the execute, nobody would claim its fires until
+    /// its next poll, seconds later (at 10,000 fires a second, a third of a
+    /// node's share misfired so). A row changed otherwise (a trigger edited,
+    /// a misfire decided) loses the next claim too, and is then forgotten
+    /// and read afresh by the next poll, as before. Returns whether the
+    /// execute was forgotten.
+    pub(super) fn lost(&self, execute_id: i64, epoch: u64) -> bool {
+        let mut tracked = self.tracked.lock();
+        match tracked.get_mut(&execute_id) {
+            Some(track) if track.epoch == epoch && !track.lost_one => {
+                track.lost_one = true;
+                false
+            }
+            Some(track) if track.epoch == epoch => {
+                tracked.remove(&execute_id);
+                true
+            }
+            // Forgotten or queued afresh since: nothing to keep.
+            _ => true,
+        }
     }
 
     /// Forgets an execute: its queued fires become stale.

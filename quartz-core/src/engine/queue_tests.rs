@@ -115,6 +115,31 @@ fn a_forgotten_execute_leaves_only_stale_fires_and_may_be_queued_afresh() {
 }
 
 #[test]
+fn a_first_lost_claim_keeps_the_execute_s_later_fires_and_a_second_forgets_it() {
+    let q = FireQueue::default();
+    let (trigger, fires) = every_second(3);
+    let j = job("a");
+    q.push(1, (&j, Lane::Pool), &trigger, fires.clone(), |t| t, None);
+    let first = q.take_due((ms(1000), 0), 1, 60_000, ANY).fires.remove(0);
+    assert!(!q.lost(1, first.epoch), "kept after its first lost claim");
+    let second = q.take_due((ms(2000), 0), 1, 60_000, ANY).fires.remove(0);
+    assert_eq!(
+        second.fire.fire_time, fires[1].fire_time,
+        "the next fire is still queued"
+    );
+    assert!(q.lost(1, second.epoch), "forgotten after the second");
+    assert!(
+        q.take_due((ms(5000), 0), 100, 60_000, ANY).fires.is_empty(),
+        "the rest is stale"
+    );
+    // Queued afresh by the next poll, it may lose one claim again.
+    assert_eq!(q.push(1, (&j, Lane::Pool), &trigger, fires, |t| t, None), 3);
+    let fresh = q.take_due((ms(1000), 0), 1, 60_000, ANY).fires.remove(0);
+    assert!(!q.lost(1, fresh.epoch));
+    assert!(q.lost(1, first.epoch), "a fire of a forgotten epoch keeps nothing");
+}
+
+#[test]
 fn an_edited_job_requeues_its_fires_with_the_new_version() {
     let q = FireQueue::default();
     let (trigger, fires) = every_second(1);

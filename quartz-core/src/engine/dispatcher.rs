@@ -173,8 +173,13 @@ impl Dispatcher {
                 let moved_on = claim.overlap.is_some() || pending.job.spec.limit.is_some();
                 held |= moved_on;
                 // A fire left to another node first was taken by it: so
-                // will its next ones be.
-                if moved_on || pending.deferred || claim.cas.set_state != ExecuteState::Waiting {
+                // will its next ones be. A trigger with a repeat limit ends
+                // by its count, which the row, not the queue, has right.
+                let read_afresh = moved_on
+                    || pending.deferred
+                    || claim.cas.set_state != ExecuteState::Waiting
+                    || pending.trigger.repeat_limit().is_some();
+                if read_afresh {
                     self.queue.forget(pending.execute_id);
                 } else {
                     self.queue.lost(pending.execute_id, pending.epoch);

@@ -237,8 +237,11 @@ impl FireQueue {
     /// its next poll, seconds later (at 10,000 fires a second, a third of a
     /// node's share misfired so). A row changed otherwise (a trigger edited,
     /// a misfire decided) loses the next claim too, and is then forgotten
-    /// and read afresh by the next poll, as before. Returns whether the
-    /// execute was forgotten.
+    /// and read afresh by the next poll, as before. (The dispatcher forgets
+    /// at once what a lost claim may have moved on otherwise: fires left to
+    /// another node, overlap policies, limits, a job that disallows
+    /// concurrent fires, a trigger that ends by its count.) Returns whether
+    /// the execute was forgotten.
     pub(super) fn lost(&self, execute_id: i64, epoch: u64) -> bool {
         let mut tracked = self.tracked.lock();
         match tracked.get_mut(&execute_id) {

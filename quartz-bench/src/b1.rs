@@ -14,7 +14,10 @@
 //! keeps N CPU-bound processes at nice 0 busy through each run, the service's
 //! own work competing with the nodes. With `--plot`, the lateness
 //! distribution of each run goes to `b1-lateness-BACKEND.svg` and, for a grid
-//! of several S, p99 lateness against S to `b1-grid-BACKEND.svg`.
+//! of several S, p99 lateness against S to `b1-grid-BACKEND.svg`. Beside the
+//! table, on stderr, each run's late seconds: by second of the run and by
+//! the node that won the fires, how many started over 50 ms late and how
+//! many were claimed after their time (see [`crate::late`]).
 //!
 //! The URL defaults to `QUARTZ_PG_URL` or the local PostgreSQL; a `redis://`
 //! URL runs it on Redis, a `redis+cluster://` URL on a Redis Cluster (with
@@ -114,6 +117,10 @@ async fn storm(args: Args) {
                 per_k(run.node_cpu),
                 per_k(run.db_cpu),
             );
+            // Where the late fires were, beside the table (on stderr).
+            for line in crate::late::lines(&run.late_seconds) {
+                eprintln!("  {backend} S={s} K={k}: {line}");
+            }
             // The lateness distribution: the share of fires started within x ms.
             #[allow(clippy::cast_precision_loss)]
             let cdf: Vec<(f64, f64)> = (0..=100)
@@ -175,6 +182,8 @@ struct Run {
     handler_lateness: Vec<i64>,
     node_cpu: f64,
     db_cpu: f64,
+    /// The seconds with late starts or late claims, by node.
+    late_seconds: std::collections::BTreeMap<(i64, String), crate::late::LateSecond>,
 }
 
 /// One storm: the jobs first, then the nodes (and the CPU hogs), the storm,
@@ -236,11 +245,15 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
         handler_lateness: crate::node::cluster_lateness(&notes, (start.as_millis(), end.as_millis())),
         node_cpu,
         db_cpu,
+        late_seconds: std::collections::BTreeMap::new(),
     };
     for scheduler in &schedulers {
         let one = read_ledger(store, scheduler, (start, end)).await;
         run.tally.add(one.tally);
         run.lateness.extend(one.lateness);
+        for (key, second) in &one.late_seconds {
+            run.late_seconds.entry(key.clone()).or_default().add(second);
+        }
     }
     run.lateness.sort_unstable();
     run
@@ -431,6 +444,7 @@ async fn read_ledger(store: &AnyStore, scheduler: &str, (start, end): (Timestamp
         handler_lateness: Vec::new(),
         node_cpu: 0.0,
         db_cpu: 0.0,
+        late_seconds: crate::late::late_seconds(&rows, start),
     }
 }
 

@@ -235,7 +235,7 @@ impl FireQueue {
     /// its next fires are still this node's to claim, at their time. Had
     /// the node forgotten the execute, nobody would claim its fires until
     /// its next poll, seconds later (at 10,000 fires a second, a third of a
-    /// node's share misfired so). A row changed otherwise (a trigger edited,
+    /// node's share was claimed up to 4 s late so). A row changed otherwise (a trigger edited,
     /// a misfire decided) loses the next claim too, and is then forgotten
     /// and read afresh by the next poll, as before. (The dispatcher forgets
     /// at once what a lost claim may have moved on otherwise: fires left to

@@ -252,7 +252,7 @@ async fn pausing_everything_holds_every_node_until_it_resumes(db: &TestDb) {
     let resumed = admin.resume_all().await.unwrap();
     assert!(!resumed.on_standby);
     let resumed_at = store.now().await.unwrap();
-    wait_until(
+    common::wait_for(
         Duration::from_secs(30),
         "fires after the resume, the missed times handled",
         || async {
@@ -268,7 +268,12 @@ async fn pausing_everything_holds_every_node_until_it_resumes(db: &TestDb) {
                 .iter()
                 .filter(|f| f.state == FireState::Succeeded && f.claimed_at > resumed_at)
                 .count();
-            by_hand && misfired >= 2 && ran_after >= 6
+            if by_hand && misfired >= 2 && ran_after >= 6 {
+                return Ok(());
+            }
+            Err(format!(
+                "by hand ran: {by_hand}, misfired: {misfired}, ran after: {ran_after}"
+            ))
         },
     )
     .await;

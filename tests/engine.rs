@@ -1444,13 +1444,15 @@ async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &Tes
     )
     .await;
     // Declared dead while its fire waits for the only thread (unless a
-    // loaded machine held its heartbeats past `dead_after` first, and it
-    // was declared dead and rejoined already).
+    // loaded machine held its heartbeats past `dead_after` first: then it
+    // was declared dead already, and rejoins).
     if !store.retire_node(&first, 0).await.unwrap() {
-        assert!(
-            n.node().incarnation > first.incarnation,
-            "the node was neither retired nor declared dead"
-        );
+        wait_until(
+            Duration::from_secs(15),
+            "the node, not retired by the test, declared dead and rejoined",
+            || async { n.node().incarnation > first.incarnation },
+        )
+        .await;
     }
     wait_until(
         Duration::from_secs(15),

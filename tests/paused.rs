@@ -388,21 +388,9 @@ async fn overlap_and_a_limit_on_a_stepped_clock() {
 /// that one fell short, so they are recorded on time.
 #[tokio::test(start_paused = true)]
 async fn starts_that_ended_late_begin_earlier_from_then_on() {
-    use quartz_testkit::faults::{Fault, Faults, FaultyStore};
+    use quartz_testkit::faults::Fault;
 
-    let store = MemoryStore::new();
-    let faults = Faults::scripted();
-    faults.always("mark_running_all", Fault::Delay(Duration::from_millis(300)));
-    faults.set_enabled(false);
-    let node = SchedulerBuilder::new(CLUSTER)
-        .settings(quartz_testkit::fast_settings())
-        .paused_clock_for_tests(true)
-        .handler("tick", |_| Ok(()))
-        .start(FaultyStore::new(store.clone(), Arc::clone(&faults)))
-        .await
-        .unwrap();
-    let job = JobDefinition::new("tick", "tick").with_trigger(TriggerDefinition::every(Duration::from_secs(1)));
-    node.admin().job_add(&job).await.unwrap();
+    let (store, faults, node) = ticking_with_fault("mark_running_all", Fault::Delay(Duration::from_millis(300))).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let slow_from = store.now().await.unwrap();
     faults.set_enabled(true);
@@ -431,4 +419,68 @@ async fn starts_that_ended_late_begin_earlier_from_then_on() {
         "the delay made a start late: {late:?}"
     );
     assert!(late[3..].iter().all(|&(_, ms)| ms == 0), "on time after it: {late:?}");
+}
+
+/// A poll that takes seconds longer than the one before it (a loaded
+/// server) reads the due executes past the window the last poll reached:
+/// the fires in between are still claimed at their time, each won fire
+/// queuing the next, so none starts late.
+#[tokio::test(start_paused = true)]
+async fn fires_past_a_slow_polls_window_are_claimed_at_their_time() {
+    use quartz_testkit::faults::Fault;
+
+    let (store, faults, node) = ticking_with_fault("due_executes", Fault::Delay(Duration::from_millis(2_500))).await;
+    // Polls that take no time, then polls that each take 2.5 s, then
+    // quick ones again: each change of pace outruns the window once.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let from = store.now().await.unwrap();
+    faults.set_enabled(true);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    faults.set_enabled(false);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let until = store.now().await.unwrap();
+    node.shutdown().await;
+
+    assert!(faults.injected().delays >= 3, "{:?}", faults.injected());
+    let store = store.scoped(CLUSTER);
+    let rows = quartz_testkit::ledger(&quartz::store::AnyStore::from(store), CLUSTER).await;
+    let mut late: Vec<(i64, FireState, Option<i64>)> = rows
+        .iter()
+        .filter(|r| r.fire_time > from && r.fire_time < until)
+        .map(|r| {
+            let late = r.started_at.map(|s| s.as_millis() - r.fire_time.as_millis());
+            (r.fire_time.as_millis() - from.as_millis(), r.state, late)
+        })
+        .collect();
+    late.sort_unstable_by_key(|r| r.0);
+    assert!(late.len() >= 14, "a fire a second: {late:?}");
+    assert!(
+        late.iter()
+            .all(|&(_, state, ms)| state == FireState::Succeeded && ms == Some(0)),
+        "every fire ran at its time: {late:?}"
+    );
+}
+
+/// A node on the in-memory store with a one-second trigger, every call of
+/// `method` given `fault` once the test enables the faults.
+async fn ticking_with_fault(
+    method: &'static str,
+    fault: quartz_testkit::faults::Fault,
+) -> (MemoryStore, Arc<quartz_testkit::faults::Faults>, Scheduler) {
+    use quartz_testkit::faults::{Faults, FaultyStore};
+
+    let store = MemoryStore::new();
+    let faults = Faults::scripted();
+    faults.always(method, fault);
+    faults.set_enabled(false);
+    let node = SchedulerBuilder::new(CLUSTER)
+        .settings(quartz_testkit::fast_settings())
+        .paused_clock_for_tests(true)
+        .handler("tick", |_| Ok(()))
+        .start(FaultyStore::new(store.clone(), Arc::clone(&faults)))
+        .await
+        .unwrap();
+    let job = JobDefinition::new("tick", "tick").with_trigger(TriggerDefinition::every(Duration::from_secs(1)));
+    node.admin().job_add(&job).await.unwrap();
+    (store, faults, node)
 }

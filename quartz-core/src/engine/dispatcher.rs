@@ -131,11 +131,12 @@ impl Dispatcher {
     }
 
     /// Claims fires due together in one call, then hands the won ones to
-    /// the launch stage by fire time. A lost claim forgets its execute
-    /// (another node won it, or the row changed: the next poll reads it
-    /// afresh), except the first lost claim of a fire this node was
-    /// preferred for, whose execute keeps its later fires
-    /// ([`FireQueue::lost`]).
+    /// the launch stage by fire time. A won plain fire that was the last
+    /// queued of its execute queues the next ([`FireQueue::follow`]). A
+    /// lost claim forgets its execute (another node won it, or the row
+    /// changed: the next poll reads it afresh), except the first lost
+    /// claim of a fire this node was preferred for, whose execute keeps
+    /// its later fires ([`FireQueue::lost`]).
     async fn claim_all(self: &Arc<Self>, due: Vec<Pending>) {
         let node = self.ctx.node();
         let claims: Vec<Claim> = due.iter().map(|p| claim_of(p, &node)).collect();
@@ -155,6 +156,7 @@ impl Dispatcher {
                 return;
             }
         };
+        let lead = duration_ms(self.ctx.settings.claim_lead);
         let mut starts: BTreeMap<Timestamp, Vec<RunFire>> = BTreeMap::new();
         let mut lost = 0;
         let mut held = false;
@@ -165,27 +167,32 @@ impl Dispatcher {
                 deferred += 1;
                 deferred_won += usize::from(fire_id.is_some());
             }
+            // Under an overlap policy or a limit the row may move on
+            // otherwise than by the claim (the fire recorded skipped or
+            // pending).
+            let moved_on = claim.overlap.is_some() || pending.job.spec.limit.is_some();
+            // A plain fire's claim moves the row to its after-state and
+            // nothing else: the queue's next fires of it hold. A trigger
+            // with a repeat limit ends by its count, which the row, not the
+            // queue, has right.
+            let plain =
+                !moved_on && claim.cas.set_state == ExecuteState::Waiting && pending.trigger.repeat_limit().is_none();
             let Some(fire_id) = fire_id else {
                 lost += 1;
-                // Under an overlap policy or a limit the row may have moved
-                // on (the fire recorded skipped or pending): polled again
-                // now, for its next fires and the pending one.
-                let moved_on = claim.overlap.is_some() || pending.job.spec.limit.is_some();
+                // Polled again now, for its next fires and the pending one.
                 held |= moved_on;
                 // A fire left to another node first was taken by it: so
-                // will its next ones be. A trigger with a repeat limit ends
-                // by its count, which the row, not the queue, has right.
-                let read_afresh = moved_on
-                    || pending.deferred
-                    || claim.cas.set_state != ExecuteState::Waiting
-                    || pending.trigger.repeat_limit().is_some();
-                if read_afresh {
+                // will its next ones be.
+                if !plain || pending.deferred {
                     self.queue.forget(pending.execute_id);
                 } else {
                     self.queue.lost(pending.execute_id, pending.epoch);
                 }
                 continue;
             };
+            if plain && !pending.late_ok {
+                self.queue.follow(&pending, lead);
+            }
             self.ctx.flights.awaiting(pending.job.id);
             let release = (claim.cas.set_state == ExecuteState::Running).then(|| claim.cas.set.clone());
             starts.entry(pending.fire.fire_time).or_default().push(RunFire {

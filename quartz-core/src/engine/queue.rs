@@ -165,6 +165,65 @@ impl FireQueue {
         if track.job.spec != job.spec || track.job.state != job.state {
             *track = fresh();
         }
+        let added = self.insert(
+            track,
+            (execute_id, job, lane),
+            deferred,
+            trigger,
+            (fires, claim_at),
+            late_ok_until,
+        );
+        drop(tracked);
+        if added > 0 {
+            self.changed.notify_one();
+        }
+        added
+    }
+
+    /// Queues the fire that follows `won`, a fire of this node's own just
+    /// won, when `won` was the last fire queued of its execute: due
+    /// `lead_ms` before its time, as this node's own (the dispatcher asks
+    /// the strategy again at its claim). The claim moved the row to
+    /// `won`'s after-state, so the next fire from it is the one a poll
+    /// would read; the execute is not left without a queued fire when the
+    /// next poll comes late (at 10,000 fires a second on Redis, a poll took
+    /// 1–4 s, and the fires past the last poll's window were claimed after
+    /// their time). Returns whether a fire was queued.
+    pub(super) fn follow(&self, won: &Pending, lead_ms: i64) -> bool {
+        let mut tracked = self.tracked.lock();
+        let Some(track) = tracked.get_mut(&won.execute_id) else {
+            return false;
+        };
+        // Forgotten or queued afresh since, or a later fire queued already.
+        if track.epoch != won.epoch || track.horizon != won.fire.fire_time {
+            return false;
+        }
+        let next: Vec<Fire> = won
+            .trigger
+            .fires_until(&won.fire.after, Timestamp::from_millis(i64::MAX))
+            .take(1)
+            .collect();
+        let placed = (won.execute_id, &won.job, won.lane);
+        let claim_at = |t: Timestamp| t.saturating_add_millis(-lead_ms);
+        let added = self.insert(track, placed, false, &won.trigger, (next, claim_at), None);
+        drop(tracked);
+        if added > 0 {
+            self.changed.notify_one();
+        }
+        added > 0
+    }
+
+    /// Inserts the fires of `track`'s execute past its horizon (the caller
+    /// holds `tracked`).
+    fn insert(
+        &self,
+        track: &mut Track,
+        (execute_id, job, lane): (i64, &Arc<Job>, Lane),
+        deferred: bool,
+        trigger: &Arc<Trigger>,
+        (fires, claim_at): (Vec<Fire>, impl Fn(Timestamp) -> Timestamp),
+        late_ok_until: Option<Timestamp>,
+    ) -> usize {
         let mut lanes = self.fires.lock();
         let queue = &mut lanes[slot(lane, deferred)];
         let mut added = 0;
@@ -189,11 +248,6 @@ impl FireQueue {
                 },
             );
             added += 1;
-        }
-        drop(lanes);
-        drop(tracked);
-        if added > 0 {
-            self.changed.notify_one();
         }
         added
     }

@@ -140,6 +140,29 @@ fn a_first_lost_claim_keeps_the_execute_s_later_fires_and_a_second_forgets_it() 
 }
 
 #[test]
+fn a_won_last_fire_queues_the_next_and_only_the_last_does() {
+    let q = FireQueue::default();
+    let (trigger, fires) = every_second(2);
+    let j = job("a");
+    q.push(1, (&j, Lane::Pool), &trigger, fires, |t| t, None);
+    let first = q.take_due((ms(0), 0), 1, 60_000, ANY).fires.remove(0);
+    assert!(!q.follow(&first, 200), "a later fire is queued already");
+    let second = q.take_due((ms(1000), 0), 1, 60_000, ANY).fires.remove(0);
+    assert!(q.follow(&second, 200), "the last one queued is followed");
+    assert!(!q.follow(&second, 200), "once");
+    // The fire after it, from the state the claim wrote, a lead early.
+    assert!(q.take_due((ms(1799), 0), 10, 60_000, ANY).fires.is_empty());
+    let third = q.take_due((ms(1800), 0), 10, 60_000, ANY).fires.remove(0);
+    assert_eq!(third.fire.fire_time, ms(2000));
+    assert_eq!(third.fire.before, second.fire.after);
+    assert_eq!(third.epoch, second.epoch);
+    // A forgotten execute is not followed.
+    q.forget(1);
+    assert!(!q.follow(&third, 200));
+    assert!(q.take_due((ms(9000), 0), 10, 60_000, ANY).fires.is_empty());
+}
+
+#[test]
 fn an_edited_job_requeues_its_fires_with_the_new_version() {
     let q = FireQueue::default();
     let (trigger, fires) = every_second(1);

@@ -285,23 +285,41 @@ impl Browser {
         path
     }
 
-    /// Ends the session and the driver.
+    /// Ends the session, the driver and the browser, and removes the
+    /// browser's profile.
     pub async fn quit(mut self) {
         let _ = self.session("DELETE", "", Value::Null).await;
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
+        self.end_processes();
         let _ = std::fs::remove_dir_all(&self.profile);
         self.profile = PathBuf::from("/nonexistent-quartz-profile");
+    }
+
+    /// Kills the driver, and the browser it started (found by its profile
+    /// directory: a browser outlives its killed driver, and one the
+    /// session's end left running was found alive after the suite), until
+    /// none is left, for at most five seconds.
+    fn end_processes(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+        let profile = format!("--user-data-dir={}", self.profile.display());
+        for _ in 0..50 {
+            // pkill succeeds when it found a process to signal.
+            let found = Command::new("pkill")
+                .args(["-KILL", "-f", "--", &profile])
+                .status()
+                .is_ok_and(|s| s.success());
+            if !found {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("browser processes with {profile} still alive after five seconds");
     }
 }
 
 impl Drop for Browser {
-    /// On a failed test too: the driver, and the browser it started (found by
-    /// its profile directory).
+    /// On a failed test too: the driver and the browser.
     fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-        let profile = format!("--user-data-dir={}", self.profile.display());
-        let _ = Command::new("pkill").args(["-f", "--", &profile]).status();
+        self.end_processes();
     }
 }

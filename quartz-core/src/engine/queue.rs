@@ -3,8 +3,10 @@
 //!
 //! The queue is a cache of the database, never its truth: a lost claim or a
 //! changed row makes the node forget the execute (its queued fires become
-//! stale by their epoch), and the next poll expands it afresh. Lock order:
-//! `tracked`, then `fires`, everywhere.
+//! stale by their epoch), and the next poll expands it afresh; a won claim
+//! of an execute's last queued fire queues the next from the state the
+//! claim wrote ([`FireQueue::follow`]). Lock order: `tracked`, then
+//! `fires`, everywhere.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -962,6 +962,20 @@ async fn history_filters_and_pages(db: &TestDb) {
         store.fires(&unknown).await,
         Err(StoreError::UnknownJob { .. })
     ));
+    // The states of fires not ended (read through their own index on the
+    // SQL stores): two claimed, one of them then running, newest first.
+    let open = claimed_fires(&store, "open", 2, start, &node).await;
+    assert!(!store.mark_running_all(&open[..1], &node).await.unwrap().is_empty());
+    for (state, want) in [
+        (FireState::Claimed, vec![open[1]]),
+        (FireState::Running, vec![open[0]]),
+        (FireState::Pending, vec![]),
+    ] {
+        let mut q = FireQuery::new();
+        q.state = Some(state);
+        let got: Vec<i64> = store.fires(&q).await.unwrap().iter().map(|f| f.id).collect();
+        assert_eq!(got, want, "{state:?}");
+    }
 }
 
 /// The ids of every page of a history query, read by `before_id`.

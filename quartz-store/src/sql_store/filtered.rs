@@ -45,6 +45,15 @@ impl Filtered {
         }
     }
 
+    /// `AND condition` (no `?`) when `on`; nothing otherwise.
+    pub(super) fn and_if(&mut self, condition: &str, on: bool) -> &mut Filtered {
+        if on {
+            self.text.push_str(" AND ");
+            self.text.push_str(condition);
+        }
+        self
+    }
+
     /// `AND condition` (one `?`) when `value` is set; nothing otherwise.
     pub(super) fn and(&mut self, condition: &str, value: Option<impl Into<Bind>>) -> &mut Filtered {
         if let Some(value) = value {

@@ -167,19 +167,14 @@ impl FireQueue {
         if track.job.spec != job.spec || track.job.state != job.state {
             *track = fresh();
         }
-        let added = self.insert(
+        self.insert(
             track,
             (execute_id, job, lane),
             deferred,
             trigger,
             (fires, claim_at),
             late_ok_until,
-        );
-        drop(tracked);
-        if added > 0 {
-            self.changed.notify_one();
-        }
-        added
+        )
     }
 
     /// Queues the fire that follows `won`, a fire of this node's own just
@@ -207,16 +202,11 @@ impl FireQueue {
             .collect();
         let placed = (won.execute_id, &won.job, won.lane);
         let claim_at = |t: Timestamp| t.saturating_add_millis(-lead_ms);
-        let added = self.insert(track, placed, false, &won.trigger, (next, claim_at), None);
-        drop(tracked);
-        if added > 0 {
-            self.changed.notify_one();
-        }
-        added > 0
+        self.insert(track, placed, false, &won.trigger, (next, claim_at), None) > 0
     }
 
     /// Inserts the fires of `track`'s execute past its horizon (the caller
-    /// holds `tracked`).
+    /// holds `tracked`), and wakes the dispatcher when any was.
     fn insert(
         &self,
         track: &mut Track,
@@ -250,6 +240,9 @@ impl FireQueue {
                 },
             );
             added += 1;
+        }
+        if added > 0 {
+            self.changed.notify_one();
         }
         added
     }

@@ -56,12 +56,11 @@ impl Filtered {
 
     /// `AND condition` (one `?`) when `value` is set; nothing otherwise.
     pub(super) fn and(&mut self, condition: &str, value: Option<impl Into<Bind>>) -> &mut Filtered {
+        let on = value.is_some();
         if let Some(value) = value {
-            self.text.push_str(" AND ");
-            self.text.push_str(condition);
             self.binds.push(value.into());
         }
-        self
+        self.and_if(condition, on)
     }
 
     /// The statement, ending with `order` and `LIMIT limit`.

@@ -19,11 +19,31 @@ const CLUSTER: &str = "paused";
 /// the audit finds nothing.
 #[tokio::test(start_paused = true)]
 async fn a_minute_of_fires_on_a_stepped_clock() {
+    let (ran, claims) = a_minute_of_fires(false).await;
+    assert_eq!(claims, ran, "a claim a fire");
+}
+
+/// With `claim_runs`, the same minute, each claim taking the next fire
+/// along (due for its claim, a lead of a second before its time, by the
+/// first one's time): a claim every two fires, at one instant for both,
+/// and each fire still on time.
+#[tokio::test(start_paused = true)]
+async fn a_minute_of_fires_claimed_in_runs() {
+    let (ran, claims) = a_minute_of_fires(true).await;
+    assert!(claims <= ran / 2 + 1, "{claims} claims for {ran} fires");
+}
+
+/// A minute of a one-second trigger on one node (see the tests above):
+/// how many fires ran, and at how many instants they were claimed.
+async fn a_minute_of_fires(claim_runs: bool) -> (usize, usize) {
     let store = MemoryStore::new();
     let seen: Arc<Mutex<Vec<Timestamp>>> = Arc::default();
     let s = Arc::clone(&seen);
     let node = SchedulerBuilder::new(CLUSTER)
-        .settings(quartz_testkit::fast_settings())
+        .settings(Settings {
+            claim_runs,
+            ..quartz_testkit::fast_settings()
+        })
         .paused_clock_for_tests(true)
         .handler("tick", move |ctx| {
             s.lock().push(ctx.scheduled_fire_time());
@@ -50,6 +70,8 @@ async fn a_minute_of_fires_on_a_stepped_clock() {
     let rows = quartz_testkit::ledger(&quartz::store::AnyStore::from(store.clone()), CLUSTER).await;
     let (ran, given_back): (Vec<_>, Vec<_>) = rows.iter().partition(|r| r.state == FireState::Succeeded);
     assert_eq!(ran.len(), times.len());
+    let claims: std::collections::BTreeSet<_> = ran.iter().map(|r| r.claimed_at).collect();
+    let counts = (ran.len(), claims.len());
     for r in ran {
         let late = r.started_at.unwrap().as_millis() - r.fire_time.as_millis();
         assert!(
@@ -80,6 +102,7 @@ async fn a_minute_of_fires_on_a_stepped_clock() {
         .unwrap();
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert_eq!(report.fire_times_checked, 30, "the fire times before {until}");
+    counts
 }
 
 /// Async handlers run as tokio tasks with their own bound, not on pool

@@ -64,6 +64,10 @@ pub struct Args {
     /// A directory for the plots.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
+    /// Nodes claim each trigger's next fire along with its due one
+    /// (`Settings::claim_runs`, off by default).
+    #[arg(long)]
+    claim_runs: bool,
 }
 
 /// Runs B1 with the options on the command line.
@@ -215,7 +219,13 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
     let mut notes = Vec::new();
     let mut nodes = Vec::new();
     for scheduler in &schedulers {
-        let (n, c) = crate::node::spawn_cluster_noting(&args.url, scheduler, "b1", k);
+        let (n, c) = crate::node::spawn_cluster_noting(
+            &args.url,
+            scheduler,
+            "b1",
+            k,
+            if args.claim_runs { &["claim_runs=1"] } else { &[] },
+        );
         notes.extend(n);
         nodes.extend(c);
     }

@@ -79,7 +79,7 @@ async fn one_burst(store: &AnyStore, args: &Args, n: usize, k: usize) -> (Tally,
     crate::tidy(&args.url).await;
     let scheduler = format!("b8-{n}-{k}-{}", std::process::id());
     let at = create_jobs(store, &scheduler, n, args.lead).await;
-    let (notes, mut nodes) = crate::node::spawn_cluster_noting(&args.url, &scheduler, "b8", k);
+    let (notes, mut nodes) = crate::node::spawn_cluster_noting(&args.url, &scheduler, "b8", k, &[]);
     let server = server_processes(&args.url);
     let node_cpu0: f64 = nodes.iter().map(|c| cpu_seconds(c.id())).sum();
     let db_cpu0 = server_cpu(server);

@@ -100,6 +100,7 @@ pub fn run(args: &[String]) {
             "keep_succeeded_ms" => settings.retention.succeeded = ms,
             "keep_failed_ms" => settings.retention.failed = ms,
             "purge_every_ms" => settings.retention.every = ms,
+            "claim_runs" => settings.claim_runs = n != 0,
             "pool_queue" => settings.pool_queue = usize::try_from(n).unwrap_or(usize::MAX),
             "pool_core" => {
                 settings.pool_core = usize::try_from(n).unwrap_or(1);
@@ -166,6 +167,7 @@ pub fn spawn_cluster_noting(
     scheduler: &str,
     prefix: &str,
     k: usize,
+    settings: &[&str],
 ) -> (Vec<std::path::PathBuf>, Vec<Child>) {
     let notes: Vec<std::path::PathBuf> = (0..k)
         .map(|i| std::env::temp_dir().join(format!("{scheduler}-starts-{i}.txt")))
@@ -173,7 +175,7 @@ pub fn spawn_cluster_noting(
     let nodes = notes
         .iter()
         .enumerate()
-        .map(|(i, note)| spawn_noting(url, scheduler, &format!("{prefix}-node-{i}"), &[], Some(note)))
+        .map(|(i, note)| spawn_noting(url, scheduler, &format!("{prefix}-node-{i}"), settings, Some(note)))
         .collect();
     (notes, nodes)
 }

@@ -262,6 +262,10 @@ impl Store for FaultyStore {
             faults: Arc::clone(&self.faults),
         })
     }
+
+    fn claims_runs_at_once(&self) -> bool {
+        self.inner.claims_runs_at_once()
+    }
 }
 
 faulty! {

@@ -8,14 +8,15 @@
 //! together are claimed by one call; a claim that did not go through (a
 //! database error) is tried again shortly, not left to the next poll.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tracing::Instrument as _;
 
 use super::context::{Ctx, duration_ms, sleep_until_or_forever};
+use super::flight::Hold;
 use super::handler::RunKind;
 use super::launch::Launcher;
-use super::queue::{FireQueue, Pending};
+use super::queue::{FireQueue, Pending, Run};
 use super::run::RunFire;
 use super::strategy::tries_first;
 use crate::store::{Claim, ExecuteState, NodeRef};
@@ -28,6 +29,9 @@ const CLAIM_RETRY_MS: i64 = 50;
 /// won none of them, says the nodes preferred for them are keeping up: the
 /// rest of the fires left to others are dropped until the next poll.
 const PROBE_MIN: usize = 16;
+/// The most fires of one execute one claim takes (a run: the due fire and
+/// those taken along).
+const RUN_MAX: usize = 8;
 
 /// The dispatcher stage: it takes fires from the queue the poller fills and
 /// hands the won ones to the launcher.
@@ -35,11 +39,20 @@ pub(super) struct Dispatcher {
     ctx: Arc<Ctx>,
     queue: Arc<FireQueue>,
     launcher: Arc<Launcher>,
+    /// Fires won in a run and not yet placed: each takes its place in its
+    /// lane's room at its own claim time, as its own claim would have
+    /// ([`Self::place_due`]), keyed by that time.
+    unplaced: parking_lot::Mutex<BTreeMap<(Timestamp, i64), RunFire>>,
 }
 
 impl Dispatcher {
     pub(super) fn new(ctx: Arc<Ctx>, queue: Arc<FireQueue>, launcher: Arc<Launcher>) -> Dispatcher {
-        Dispatcher { ctx, queue, launcher }
+        Dispatcher {
+            ctx,
+            queue,
+            launcher,
+            unplaced: parking_lot::Mutex::default(),
+        }
     }
 
     pub(super) async fn run(self: Arc<Self>) {
@@ -49,6 +62,7 @@ impl Dispatcher {
                 return;
             }
             let db_now = self.ctx.clock.db_now();
+            self.place_due(db_now);
             // The room of each lane: the pool for blocking handlers, tasks
             // for async ones. A fire whose lane is full stays queued.
             // On standby no lane has room: nothing is claimed.
@@ -81,18 +95,17 @@ impl Dispatcher {
             }
             // Without room, only a handler returning (or new fires) wakes it;
             // with room in one lane, the first fire of that lane too, or the
-            // moment a burst must begin its claims.
+            // moment a burst must begin its claims; and the time of the
+            // first fire won in a run to take its place.
+            let place = self.unplaced.lock().keys().next().map(|k| k.0);
             let wake = if rooms == [0, 0] {
-                None
+                place
             } else {
                 let first = self.queue.first_claim_at_in(rooms);
                 let begin = ahead.begin_by.filter(|b| *b > db_now);
-                [first, begin]
-                    .into_iter()
-                    .flatten()
-                    .min()
-                    .map(|t| self.ctx.clock.instant_of(t))
-            };
+                [first, begin, place].into_iter().flatten().min()
+            }
+            .map(|t| self.ctx.clock.instant_of(t));
             tokio::select! {
                 () = sleep_until_or_forever(wake) => {}
                 () = self.queue.changed.notified() => {}
@@ -131,28 +144,44 @@ impl Dispatcher {
     }
 
     /// Claims fires due together in one call, then hands the won ones to
-    /// the launch stage by fire time. A won plain fire that was the last
-    /// queued of its execute queues the next ([`FireQueue::follow`]). A
-    /// lost claim forgets its execute (another node won it, or the row
-    /// changed: the next poll reads it afresh), except the first lost
-    /// claim of a fire this node was preferred for, whose execute keeps
-    /// its later fires ([`FireQueue::lost`]).
+    /// the launch stage by fire time. A plain fire ([`plain`]) takes its
+    /// execute's next fires due for their claim before its own time along
+    /// into its claim ([`FireQueue::take_run`]), as far as its lane has
+    /// room: one compare-and-set moves the row past the whole run. A won
+    /// plain fire that was the last queued or taken of its execute queues
+    /// the next ([`FireQueue::follow`]). A lost claim forgets its execute
+    /// (another node won it, or the row changed: the next poll reads it
+    /// afresh), except the first lost claim of a fire this node was
+    /// preferred for, whose execute keeps its later fires
+    /// ([`FireQueue::lost`]).
     async fn claim_all(self: &Arc<Self>, due: Vec<Pending>) {
         let node = self.ctx.node();
-        let claims: Vec<Claim> = due.iter().map(|p| claim_of(p, &node)).collect();
         // Held from before the claim: nothing else takes this room meanwhile.
-        let holds: Vec<_> = due.iter().map(|p| self.ctx.hold(&p.job)).collect();
+        let held_first: Vec<_> = due.iter().map(|p| self.ctx.hold(&p.job)).collect();
+        let queued = due.len();
+        let (claiming, claims, mut runs) = self.with_runs(due, held_first, &node);
         let asked = std::time::Instant::now();
         let won = match self.ctx.store.claim_batch(&claims).await {
             Ok(won) => {
-                self.queue.claim_pace.observe(asked.elapsed(), claims.len());
+                // Paced by the fires taken from the queue, each with the
+                // run it takes along: what the queue's depth says of the
+                // next claims' time.
+                self.queue.claim_pace.observe(asked.elapsed(), queued);
                 won
             }
             Err(e) => {
-                tracing::warn!(scheduler = self.ctx.scheduler, fires = due.len(), error = %e,
+                tracing::warn!(scheduler = self.ctx.scheduler, fires = claims.len(), error = %e,
                     "claims failed; trying them again shortly");
+                for run in runs.values() {
+                    self.queue.give_back(run);
+                }
+                let firsts = claiming
+                    .into_iter()
+                    .filter(|c| c.hold.is_some())
+                    .map(|c| c.pending)
+                    .collect();
                 let at = self.ctx.clock.db_now().saturating_add_millis(CLAIM_RETRY_MS);
-                self.queue.retry_at(due, at);
+                self.queue.retry_at(firsts, at);
                 return;
             }
         };
@@ -160,25 +189,30 @@ impl Dispatcher {
         let mut starts: BTreeMap<Timestamp, Vec<RunFire>> = BTreeMap::new();
         let mut lost = 0;
         let mut held = false;
+        // Fires won in runs, placed at their own claim time (the
+        // dispatcher's next turn sleeps until the first one's).
+        let mut won_along = 0;
         // Fires another node was preferred for, tried after its grace.
         let (mut deferred, mut deferred_won) = (0, 0);
-        for (((pending, claim), fire_id), hold) in due.into_iter().zip(claims).zip(won).zip(holds) {
+        for ((claiming, claim), fire_id) in claiming.into_iter().zip(claims).zip(won) {
+            let Claiming { pending, hold } = claiming;
+            let taken = hold.is_none();
             if pending.deferred {
                 deferred += 1;
                 deferred_won += usize::from(fire_id.is_some());
             }
-            // Under an overlap policy or a limit the row may move on
-            // otherwise than by the claim (the fire recorded skipped or
-            // pending).
-            let moved_on = claim.overlap.is_some() || pending.job.spec.limit.is_some();
-            // A plain fire's claim moves the row to its after-state and
-            // nothing else: the queue's next fires of it hold. A trigger
-            // with a repeat limit ends by its count, which the row, not the
-            // queue, has right.
-            let plain =
-                !moved_on && claim.cas.set_state == ExecuteState::Waiting && pending.trigger.repeat_limit().is_none();
+            let (moved_on, plain) = plain(&pending, &claim);
             let Some(fire_id) = fire_id else {
                 lost += 1;
+                // A fire taken along is lost with its run's first, whose
+                // loss says what to do; alone (a fire the ledger holds
+                // already), the row moved past it all the same.
+                if taken {
+                    continue;
+                }
+                if let Some(run) = runs.remove(&pending.execute_id) {
+                    self.queue.give_back(&run);
+                }
                 // Polled again now, for its next fires and the pending one.
                 held |= moved_on;
                 // A fire left to another node first was taken by it: so
@@ -195,7 +229,7 @@ impl Dispatcher {
             }
             self.ctx.flights.awaiting(pending.job.id);
             let release = (claim.cas.set_state == ExecuteState::Running).then(|| claim.cas.set.clone());
-            starts.entry(pending.fire.fire_time).or_default().push(RunFire {
+            let run = RunFire {
                 fire_id,
                 execute_id: pending.execute_id,
                 job: pending.job,
@@ -205,8 +239,17 @@ impl Dispatcher {
                 kind: RunKind::Scheduled,
                 node: node.clone(),
                 release,
-                hold: Some(hold),
-            });
+                hold,
+            };
+            if taken {
+                // Known as won and not started from now, as every won fire.
+                self.ctx.flights.unstarted([fire_id]);
+                let place_at = run.fire_time.saturating_add_millis(-lead);
+                self.unplaced.lock().insert((place_at, fire_id), run);
+                won_along += 1;
+                continue;
+            }
+            starts.entry(run.fire_time).or_default().push(run);
         }
         if held {
             self.ctx.poll_now.notify_one();
@@ -227,7 +270,7 @@ impl Dispatcher {
                 "others keep up"
             );
         }
-        let won_count: u64 = starts.values().map(|v| v.len() as u64).sum();
+        let won_count: u64 = starts.values().map(|v| v.len() as u64).sum::<u64>() + won_along;
         tracing::debug!(scheduler = self.ctx.scheduler, won = won_count, lost, "claims");
         self.ctx.count(|c| {
             c.claimed += won_count;
@@ -237,6 +280,118 @@ impl Dispatcher {
             self.launcher.launch_at(fire_time, runs);
         }
     }
+
+    /// Fires won in a run whose own claim time has come take their place in
+    /// their lane's room and go to the launch stage, as their own claims
+    /// would have then. A run is only taken while its lane has room for it
+    /// ([`Self::with_runs`]); a lane full again by its fires' time (handlers
+    /// that took longer than their trigger's interval) holds them past its
+    /// room, and the pool runs them as threads come free, or records them
+    /// misfired for their policy past the threshold, as any fire it cannot
+    /// take in time.
+    fn place_due(self: &Arc<Self>, db_now: Timestamp) {
+        let due: Vec<RunFire> = {
+            let mut unplaced = self.unplaced.lock();
+            let later = unplaced.split_off(&(db_now.saturating_add_millis(1), i64::MIN));
+            std::mem::replace(&mut *unplaced, later).into_values().collect()
+        };
+        let mut starts: BTreeMap<Timestamp, Vec<RunFire>> = BTreeMap::new();
+        for mut run in due {
+            run.hold = Some(self.ctx.hold(&run.job));
+            starts.entry(run.fire_time).or_default().push(run);
+        }
+        for (fire_time, runs) in starts {
+            self.launcher.launch_at(fire_time, runs);
+        }
+    }
+
+    /// The fires due, each with its place in its lane's room, and the runs
+    /// their claims take along ([`FireQueue::take_run`]), in the one claim
+    /// order of every node (by fire time, then by execute). A run is taken
+    /// with [`Settings::claim_runs`](super::Settings::claim_runs) on a
+    /// store that writes it as one compare-and-set
+    /// ([`Store::claims_runs_at_once`](crate::store::Store::claims_runs_at_once)),
+    /// for a plain fire of this node's own, on time, alone of its execute in
+    /// the batch, for the execute's next fires whose claim time comes
+    /// before the fire's own time (those a claim lead reaches), at most
+    /// [`RUN_MAX`] in all, and no more than the lane has room left for after
+    /// the batch's own fires (a lane without room, its threads all busy,
+    /// takes none). A fire taken along takes no place in the room now: it
+    /// takes one at its own claim time ([`Self::place_due`]), so that a run
+    /// holds the room no longer than claims of its fires one by one would
+    /// (at 10,000 fires a second on three nodes, runs that took their
+    /// places at once held two seconds of fires against a room of 4,104 a
+    /// node, and the claims they left without room came after their time).
+    fn with_runs(
+        &self,
+        due: Vec<Pending>,
+        holds: Vec<Hold>,
+        node: &NodeRef,
+    ) -> (Vec<Claiming>, Vec<Claim>, HashMap<i64, Run>) {
+        let lead = duration_ms(self.ctx.settings.claim_lead);
+        let mut alone: HashMap<i64, usize> = HashMap::with_capacity(due.len());
+        for p in &due {
+            *alone.entry(p.execute_id).or_default() += 1;
+        }
+        let runs_at_once = self.ctx.settings.claim_runs && self.ctx.store.claims_runs_at_once();
+        // The room left after the batch's own fires: runs take as many.
+        let mut rooms = self.ctx.rooms();
+        let mut runs = HashMap::new();
+        let mut claiming = Vec::with_capacity(due.len());
+        for (pending, hold) in due.into_iter().zip(holds) {
+            let claim = claim_of(&pending, node);
+            let candidate = runs_at_once
+                && !pending.deferred
+                && !pending.late_ok
+                && alone.get(&pending.execute_id) == Some(&1)
+                && plain(&pending, &claim).1;
+            let room = &mut rooms[pending.lane as usize];
+            let run = candidate
+                .then(|| {
+                    let until = pending.fire.fire_time.saturating_add_millis(lead.saturating_add(1));
+                    self.queue.take_run(&pending, until, (*room).min(RUN_MAX - 1))
+                })
+                .flatten();
+            if let Some(mut run) = run {
+                *room -= run.fires.len();
+                claiming.extend(std::mem::take(&mut run.fires).into_iter().map(|p| {
+                    let claim = claim_of(&p, node);
+                    (Claiming { pending: p, hold: None }, claim)
+                }));
+                runs.insert(pending.execute_id, run);
+            }
+            claiming.push((
+                Claiming {
+                    pending,
+                    hold: Some(hold),
+                },
+                claim,
+            ));
+        }
+        claiming.sort_by_key(|(c, _)| (c.pending.fire.fire_time, c.pending.execute_id));
+        let (claiming, claims) = claiming.into_iter().unzip();
+        (claiming, claims, runs)
+    }
+}
+
+/// A fire on its way to its claim, with its place in its lane's room; a
+/// fire taken along into its execute's run has none yet (it takes it at
+/// its own claim time, [`Dispatcher::place_due`]).
+struct Claiming {
+    pending: Pending,
+    hold: Option<Hold>,
+}
+
+/// Whether the claim of a fire may move the row otherwise than to the
+/// fire's after-state (under an overlap policy or a limit the fire may be
+/// recorded skipped or pending), and whether it is plain: it moves the row
+/// to that after-state and nothing else, so the queue's next fires of it
+/// hold. A trigger with a repeat limit ends by its count, which the row,
+/// not the queue, has right.
+fn plain(pending: &Pending, claim: &Claim) -> (bool, bool) {
+    let moved_on = claim.overlap.is_some() || pending.job.spec.limit.is_some();
+    let plain = !moved_on && claim.cas.set_state == ExecuteState::Waiting && pending.trigger.repeat_limit().is_none();
+    (moved_on, plain)
 }
 
 /// The claim of a queued fire: a compare-and-set from the state it expects

@@ -86,6 +86,9 @@ struct Track {
     /// A claim of its fires was lost since it was queued (see
     /// [`FireQueue::lost`]).
     lost_one: bool,
+    /// The latest fire time taken into a claim along with an earlier fire
+    /// ([`FireQueue::take_run`]): a queued fire at or before it is stale.
+    taken_to: Timestamp,
 }
 
 /// What [`FireQueue::take_due`] found.
@@ -120,6 +123,22 @@ pub(super) struct Ahead {
     pub(super) ms: i64,
     /// When claiming must begin next, at the latest.
     pub(super) begin_by: Option<Timestamp>,
+}
+
+/// An execute's next fires taken into the claim of its first due fire
+/// ([`FireQueue::take_run`]), with what [`FireQueue::give_back`] restores
+/// when that claim is not won.
+#[derive(Debug)]
+pub(super) struct Run {
+    /// The fires taken along, in order (the claim takes them out).
+    pub(super) fires: Vec<Pending>,
+    /// The last one's time.
+    last: Timestamp,
+    execute_id: i64,
+    epoch: u64,
+    taken_before: Timestamp,
+    horizon_before: Timestamp,
+    horizon_set: Timestamp,
 }
 
 impl FireQueue {
@@ -162,6 +181,7 @@ impl FireQueue {
             horizon: Timestamp::from_millis(i64::MIN),
             job: Arc::clone(job),
             lost_one: false,
+            taken_to: Timestamp::from_millis(i64::MIN),
         };
         let track = tracked.entry(execute_id).or_insert_with(fresh);
         if track.job.spec != job.spec || track.job.state != job.state {
@@ -203,6 +223,68 @@ impl FireQueue {
         let placed = (won.execute_id, &won.job, won.lane);
         let claim_at = |t: Timestamp| t.saturating_add_millis(-lead_ms);
         self.insert(track, placed, false, &won.trigger, (next, claim_at), None) > 0
+    }
+
+    /// Takes the fires of `first`'s execute that follow it up to `until`
+    /// (at most `max` of them) into `first`'s claim: one compare-and-set
+    /// moves the execute's row past all of them, where a claim each moved it
+    /// once per fire (a run halves the execute writes of a trigger due every
+    /// claim lead). They come from `first`'s after-state, as
+    /// [`Self::follow`]'s do; a queued copy of one becomes stale, and no
+    /// poll queues them again. `None` when the execute was forgotten or
+    /// queued afresh since `first` was queued, or no fire follows in time.
+    pub(super) fn take_run(&self, first: &Pending, until: Timestamp, max: usize) -> Option<Run> {
+        if max == 0 {
+            return None;
+        }
+        let mut tracked = self.tracked.lock();
+        let track = tracked.get_mut(&first.execute_id)?;
+        if track.epoch != first.epoch {
+            return None;
+        }
+        let fires: Vec<Pending> = first
+            .trigger
+            .fires_until(&first.fire.after, until)
+            .take(max)
+            .map(|fire| Pending {
+                fire,
+                deferred: false,
+                late_ok: false,
+                ..first.clone()
+            })
+            .collect();
+        let last = fires.last()?.fire.fire_time;
+        let run = Run {
+            fires,
+            last,
+            execute_id: first.execute_id,
+            epoch: first.epoch,
+            taken_before: track.taken_to,
+            horizon_before: track.horizon,
+            horizon_set: track.horizon.max(last),
+        };
+        track.taken_to = last;
+        track.horizon = run.horizon_set;
+        Some(run)
+    }
+
+    /// Undoes [`Self::take_run`] for a claim that was not won (lost, or
+    /// not answered): the queued copies of its fires are claimable again,
+    /// and a poll queues the fires no copy of which is queued.
+    pub(super) fn give_back(&self, run: &Run) {
+        let mut tracked = self.tracked.lock();
+        let Some(track) = tracked.get_mut(&run.execute_id) else {
+            return;
+        };
+        if track.epoch != run.epoch {
+            return;
+        }
+        if track.taken_to == run.last {
+            track.taken_to = run.taken_before;
+        }
+        if track.horizon == run.horizon_set {
+            track.horizon = run.horizon_before;
+        }
     }
 
     /// Inserts the fires of `track`'s execute past its horizon (the caller
@@ -370,7 +452,7 @@ impl FireQueue {
                 }
                 if tracked
                     .get(&pending.execute_id)
-                    .is_none_or(|t| t.epoch != pending.epoch)
+                    .is_none_or(|t| t.epoch != pending.epoch || pending.fire.fire_time <= t.taken_to)
                 {
                     stale.push(*key);
                     continue;

@@ -163,6 +163,98 @@ fn a_won_last_fire_queues_the_next_and_only_the_last_does() {
 }
 
 #[test]
+fn a_run_takes_the_fires_in_reach_and_their_queued_copies_go_stale() {
+    let q = FireQueue::default();
+    let (trigger, fires) = every_second(4);
+    let j = job("a");
+    q.push(
+        1,
+        (&j, Lane::Pool),
+        &trigger,
+        fires,
+        |t| t.saturating_add_millis(-1000),
+        None,
+    );
+    let first = q.take_due((ms(-1000), 0), 10, 60_000, ANY).fires.remove(0);
+    assert_eq!(first.fire.fire_time, ms(0));
+    // Up to the first's time plus the lead: the fire at 1,000 and not 2,000.
+    let run = q.take_run(&first, ms(1001), 7).expect("a fire follows in reach");
+    let times: Vec<_> = run.fires.iter().map(|p| p.fire.fire_time).collect();
+    assert_eq!(times, vec![ms(1000)]);
+    assert_eq!(
+        run.fires[0].fire.before, first.fire.after,
+        "it expects what the first leaves"
+    );
+    assert_eq!(run.fires[0].epoch, first.epoch);
+    // The queued copy of the fire taken is stale; the next one is not.
+    assert!(q.take_due((ms(0), 0), 10, 60_000, ANY).fires.is_empty());
+    let next = q.take_due((ms(1000), 0), 10, 60_000, ANY).fires.remove(0);
+    assert_eq!(next.fire.fire_time, ms(2000));
+    // The run's last fire is followed when it is the last queued; the first is not.
+    assert!(!q.follow(&first, 1000));
+    assert!(q.take_run(&next, ms(2000), 0).is_none(), "no room, no run");
+    assert!(q.take_run(&next, ms(2000), 7).is_none(), "no fire in reach");
+}
+
+#[test]
+fn a_run_given_back_leaves_its_copies_claimable_and_the_rest_to_the_poll() {
+    // Its copies queued by the poll: claimable again.
+    let q = FireQueue::default();
+    let (trigger, fires) = every_second(3);
+    let j = job("a");
+    q.push(1, (&j, Lane::Pool), &trigger, fires.clone(), |t| t, None);
+    let first = q.take_due((ms(0), 0), 1, 60_000, ANY).fires.remove(0);
+    let run = q.take_run(&first, ms(2001), 7).unwrap();
+    assert_eq!(run.fires.len(), 2);
+    q.give_back(&run);
+    let again: Vec<_> = q
+        .take_due((ms(2000), 0), 10, 60_000, ANY)
+        .fires
+        .iter()
+        .map(|p| p.fire.fire_time)
+        .collect();
+    assert_eq!(again, vec![ms(1000), ms(2000)]);
+
+    // Only its first queued (by a claim's follow): the poll queues the rest.
+    let q = FireQueue::default();
+    q.push(1, (&j, Lane::Pool), &trigger, fires[..1].to_vec(), |t| t, None);
+    let first = q.take_due((ms(0), 0), 1, 60_000, ANY).fires.remove(0);
+    let run = q.take_run(&first, ms(1001), 7).unwrap();
+    assert_eq!(
+        q.push(1, (&j, Lane::Pool), &trigger, fires.clone(), |t| t, None),
+        1,
+        "past the run"
+    );
+    q.forget(1);
+    q.push(1, (&j, Lane::Pool), &trigger, fires[..1].to_vec(), |t| t, None);
+    let first = q.take_due((ms(0), 0), 1, 60_000, ANY).fires.remove(0);
+    let run_again = q.take_run(&first, ms(1001), 7).unwrap();
+    q.give_back(&run);
+    assert_eq!(
+        q.push(1, (&j, Lane::Pool), &trigger, fires[..2].to_vec(), |t| t, None),
+        0,
+        "a run of a forgotten epoch gives nothing back"
+    );
+    q.give_back(&run_again);
+    assert_eq!(
+        q.push(1, (&j, Lane::Pool), &trigger, fires, |t| t, None),
+        2,
+        "the fires after the first"
+    );
+
+    // The run's last fire, won, queues the next from the state it leaves.
+    let q = FireQueue::default();
+    let (trigger, fires) = every_second(1);
+    q.push(1, (&j, Lane::Pool), &trigger, fires, |t| t, None);
+    let first = q.take_due((ms(0), 0), 1, 60_000, ANY).fires.remove(0);
+    let run = q.take_run(&first, ms(1001), 7).unwrap();
+    assert!(q.follow(&run.fires[0], 1000));
+    let third = q.take_due((ms(1000), 0), 10, 60_000, ANY).fires.remove(0);
+    assert_eq!(third.fire.fire_time, ms(2000));
+    assert_eq!(third.fire.before, run.fires[0].fire.after);
+}
+
+#[test]
 fn an_edited_job_requeues_its_fires_with_the_new_version() {
     let q = FireQueue::default();
     let (trigger, fires) = every_second(1);

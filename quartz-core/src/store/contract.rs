@@ -51,6 +51,17 @@ pub trait Store:
     /// store acts as [`DEFAULT_ACTOR`].
     fn acting_as(&self, actor: &str) -> SharedStore;
 
+    /// Whether [`ScheduleStore::claim_batch`] writes consecutive claims of
+    /// one execute in a batch (each expecting what the one before leaves)
+    /// as one compare-and-set of the execute's row, so that a fire claimed
+    /// along with the one before it costs less than a claim of its own. The
+    /// engine claims an execute's next fires along with its due one only on
+    /// such a store: elsewhere the runs would cost as much and come in
+    /// bursts. The default: no.
+    fn claims_runs_at_once(&self) -> bool {
+        false
+    }
+
     /// Closes the store's connections (a pool drains; the default does
     /// nothing). Clones share them: call it once, when nothing else will
     /// use the store.

@@ -98,11 +98,14 @@ pub(super) fn runs(claims: &[Claim]) -> (Vec<Run<'_>>, Vec<&Claim>, Vec<Claim>) 
     (runs, in_runs, rest)
 }
 
-/// Whether `next` expects exactly what `prev` leaves.
+/// Whether `next` expects exactly what `prev` leaves, for the same owner
+/// (every claim names its node as the execute's owner: a run's one
+/// compare-and-set writes it once).
 fn follows(prev: &Claim, next: &Claim) -> bool {
     prev.cas.set_state == next.cas.expect_state
         && same(&prev.cas.set, &next.cas.expect)
-        && prev.cas.set_owner.is_none()
+        && prev.cas.set_owner == next.cas.set_owner
+        && next.cas.expect_owner.is_none()
         && !prev.cas.set.awaiting_finish
 }
 

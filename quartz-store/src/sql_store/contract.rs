@@ -38,6 +38,12 @@ impl Store for SqlStore {
         })
     }
 
+    /// On PostgreSQL (one statement) and MySQL/MariaDB (four) a batch's run
+    /// is one `UPDATE` of the execute; SQLite claims one by one.
+    fn claims_runs_at_once(&self) -> bool {
+        self.db.backend.claims_in_one_statement() || self.db.backend.claims_joined()
+    }
+
     async fn close(&self) {
         SqlStore::close(self).await;
     }

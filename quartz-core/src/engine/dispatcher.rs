@@ -292,6 +292,9 @@ impl Dispatcher {
     fn place_due(self: &Arc<Self>, db_now: Timestamp) {
         let due: Vec<RunFire> = {
             let mut unplaced = self.unplaced.lock();
+            if unplaced.keys().next().is_none_or(|k| k.0 > db_now) {
+                return;
+            }
             let later = unplaced.split_off(&(db_now.saturating_add_millis(1), i64::MIN));
             std::mem::replace(&mut *unplaced, later).into_values().collect()
         };
@@ -329,13 +332,17 @@ impl Dispatcher {
         node: &NodeRef,
     ) -> (Vec<Claiming>, Vec<Claim>, HashMap<i64, Run>) {
         let lead = duration_ms(self.ctx.settings.claim_lead);
-        let mut alone: HashMap<i64, usize> = HashMap::with_capacity(due.len());
-        for p in &due {
-            *alone.entry(p.execute_id).or_default() += 1;
-        }
         let runs_at_once = self.ctx.settings.claim_runs && self.ctx.store.claims_runs_at_once();
-        // The room left after the batch's own fires: runs take as many.
-        let mut rooms = self.ctx.rooms();
+        // Without runs (the default), nothing is counted or read for them.
+        let mut alone: HashMap<i64, usize> = HashMap::new();
+        let mut rooms = [0, 0];
+        if runs_at_once {
+            for p in &due {
+                *alone.entry(p.execute_id).or_default() += 1;
+            }
+            // The room left after the batch's own fires: runs take as many.
+            rooms = self.ctx.rooms();
+        }
         let mut runs = HashMap::new();
         let mut claiming = Vec::with_capacity(due.len());
         for (pending, hold) in due.into_iter().zip(holds) {
@@ -368,7 +375,10 @@ impl Dispatcher {
                 claim,
             ));
         }
-        claiming.sort_by_key(|(c, _)| (c.pending.fire.fire_time, c.pending.execute_id));
+        // The queue gave the due fires in that order already.
+        if !runs.is_empty() {
+            claiming.sort_by_key(|(c, _)| (c.pending.fire.fire_time, c.pending.execute_id));
+        }
         let (claiming, claims) = claiming.into_iter().unzip();
         (claiming, claims, runs)
     }

@@ -231,9 +231,10 @@ async fn pausing_everything_holds_every_node_until_it_resumes(db: &TestDb) {
     let since = Timestamp::from_millis(paused.standby_since.expect("on standby"));
     assert!(admin.standby().await.unwrap().on_standby);
     let manual = admin.job_trigger("by-hand").await.unwrap();
-    // Longer than the misfire threshold (2 s here): the resume finds the
-    // triggers overdue.
-    let hold_until = since.saturating_add_millis(4_000);
+    // Longer than the misfire threshold (2 s here) past the fires claimed
+    // before the pause (a claim lead and a fire ahead, with claim runs: 2 s):
+    // the resume finds the triggers overdue.
+    let hold_until = since.saturating_add_millis(5_000);
     wait_until(Duration::from_secs(30), "four seconds on standby", || async {
         store.now().await.unwrap() > hold_until
     })

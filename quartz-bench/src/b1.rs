@@ -64,10 +64,10 @@ pub struct Args {
     /// A directory for the plots.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
-    /// Nodes claim each trigger's next fire along with its due one
-    /// (`Settings::claim_runs`, off by default).
+    /// Nodes claim each fire on its own, never a trigger's next fire along
+    /// with its due one (`Settings::claim_runs` off; on by default).
     #[arg(long)]
-    claim_runs: bool,
+    no_claim_runs: bool,
 }
 
 /// Runs B1 with the options on the command line.
@@ -224,7 +224,7 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
             scheduler,
             "b1",
             k,
-            if args.claim_runs { &["claim_runs=1"] } else { &[] },
+            if args.no_claim_runs { &["claim_runs=0"] } else { &[] },
         );
         notes.extend(n);
         nodes.extend(c);

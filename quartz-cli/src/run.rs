@@ -34,12 +34,12 @@ pub struct RunArgs {
     /// How long before its time a fire is claimed [default: 1s].
     #[arg(long, value_parser = duration_arg)]
     claim_lead: Option<Duration>,
-    /// Claim each trigger's next fires due within the claim lead along with
-    /// its due one: half the execute writes of a trigger every second on
-    /// PostgreSQL and MySQL/MariaDB, at the cost of owning such fires a
-    /// claim lead earlier.
+    /// Claim each fire on its own, a claim lead ahead, never a trigger's
+    /// next fire along with its due one (claim runs, on by default: half the
+    /// execute writes of a trigger every second on PostgreSQL and
+    /// MySQL/MariaDB, with such fires claimed a claim lead and a fire ahead).
     #[arg(long)]
-    claim_runs: bool,
+    no_claim_runs: bool,
     /// Heartbeat interval [default: 2s].
     #[arg(long, value_parser = duration_arg)]
     heartbeat: Option<Duration>,
@@ -136,7 +136,9 @@ impl RunArgs {
         if let Some(v) = self.claim_lead {
             settings.claim_lead = v;
         }
-        settings.claim_runs = self.claim_runs;
+        if self.no_claim_runs {
+            settings.claim_runs = false;
+        }
         if let Some(v) = self.heartbeat {
             settings.heartbeat_interval = v;
         }

@@ -1033,6 +1033,73 @@ async fn edited_schedules_are_noticed_and_jobs_are_read_by_id(db: &TestDb) {
     assert!(store.update_execute(&cas, &[]).await.unwrap());
     let signed = store.get_job("sig-0").await.unwrap().unwrap().executes[0].clone();
     assert!(!signed.schedule_changed, "recomputed once, then signed again");
+
+    // Fires claimed ahead on the schedule as it was: a recompute ends those
+    // after the database's now skipped, and their starts are refused; those
+    // already due stay claimed. Once through a poll's batch of decisions,
+    // once alone.
+    let node = register(&store, "ahead").await;
+    for (i, batched) in [(0, true), (1, false)] {
+        let name = format!("ahead-{i}");
+        let now = store.now().await.unwrap();
+        let every_10s = Trigger::new(
+            Schedule::fixed_rate_millis(10_000).unwrap(),
+            now.saturating_add_millis(-15_000),
+        )
+        .unwrap();
+        store
+            .create_job(
+                &JobSpec::new(name.as_str(), "noop"),
+                &[ExecuteSpec::new(every_10s.clone())],
+            )
+            .await
+            .unwrap();
+        let execute_id = store.get_job(&name).await.unwrap().unwrap().executes[0].id;
+        // now - 15 s, now - 5 s, now + 5 s, now + 15 s.
+        let fires: Vec<Fire> = every_10s
+            .fires_until(&TriggerState::initial(&every_10s), now.saturating_add_millis(20_000))
+            .collect();
+        assert_eq!(fires.len(), 4);
+        let mut ids = Vec::new();
+        for fire in &fires {
+            ids.push(store.claim(&claim_of(execute_id, fire, &node)).await.unwrap().unwrap());
+        }
+        db.edit_execute(&store, S, execute_id, &[("interval_ms", Some("20000".to_owned()))])
+            .await;
+        let edited = store.get_job(&name).await.unwrap().unwrap().executes[0].clone();
+        assert!(edited.schedule_changed);
+        let cas = ExecuteCas {
+            set_signature: Some(quartz_core::store::TriggerColumns::from_trigger(&edited.trigger).signature()),
+            ..ExecuteCas::from_row(&edited, ExecuteState::Waiting, edited.fire_state.clone())
+        };
+        assert!(cas.recomputes());
+        if batched {
+            assert_eq!(store.update_executes(&[(cas, Vec::new())]).await.unwrap(), [true]);
+        } else {
+            assert!(store.update_execute(&cas, &[]).await.unwrap());
+        }
+        let rows: HashMap<i64, quartz_core::store::FireRecord> =
+            common::ledger(&store, S).await.into_iter().map(|f| (f.id, f)).collect();
+        for (k, id) in ids.iter().enumerate() {
+            let f = &rows[id];
+            if k < 2 {
+                assert_eq!(f.state, FireState::Claimed, "a due fire stays claimed: {f:?}");
+            } else {
+                assert_eq!(f.state, FireState::Skipped, "claimed ahead, ended: {f:?}");
+                assert_eq!(f.error.as_deref(), Some(quartz_core::store::RESCHEDULED_AFTER_CLAIM));
+                assert!(f.finished_at.is_some());
+            }
+        }
+        let mut started: Vec<i64> = store
+            .mark_running_all(&ids, &node)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.0)
+            .collect();
+        started.sort_unstable();
+        assert_eq!(started, ids[..2].to_vec(), "the skipped fires do not start");
+    }
 }
 
 /// `n` ticking jobs named `prefix-i`, the first fire of each claimed by `node`.

@@ -302,7 +302,8 @@ impl Launcher {
             tracing::warn!(
                 scheduler = self.ctx.scheduler,
                 fires = refused,
-                "fires not started: this incarnation no longer owns them"
+                "fires not started: no longer claimed by this incarnation (taken over by recovery, or \
+                 ended since: their trigger rescheduled)"
             );
         }
         ready

@@ -43,16 +43,20 @@ pub struct Settings {
     /// claims of many fires due together are done when their time comes. The
     /// handler still starts at the scheduled time, never before.
     pub claim_lead: Duration,
-    /// Whether a claim takes an execute's next fires along with its due one
-    /// (default off): those whose own claim time comes by its time (the
-    /// next fire of a trigger every second, at most 8 in all), written as
-    /// one compare-and-set of the execute on PostgreSQL and MySQL/MariaDB
-    /// (Redis and SQLite claim each fire on its own whatever this says). It
-    /// halves the execute writes of triggers that fire every claim lead or
-    /// more often (at 10,000 fires a second on PostgreSQL, a sixth less
-    /// database CPU per fire), at a cost: a fire taken along is owned by its
-    /// node a claim lead earlier, so a schedule edited or a node stopped in
-    /// that time still leaves it to run, or to recovery, as claimed.
+    /// Whether a claim takes an execute's next fire along with its due one
+    /// (default on): the next fire of a plain trigger (no overlap policy,
+    /// concurrency limit, blocking job or repeat limit) when its own claim
+    /// time comes by the due fire's time, as for a trigger every claim lead
+    /// or more often. PostgreSQL and MySQL/MariaDB write the two as one
+    /// compare-and-set of the execute (Redis and SQLite claim each fire on
+    /// its own whatever this says): at 10,000 fires a second on PostgreSQL,
+    /// a sixth to a fifth less database CPU per fire. A fire taken along is
+    /// claimed up to a claim lead and one fire ahead of its time, not a claim
+    /// lead: a node stopped in that time gives it back to recovery, a
+    /// standby lets it run, and a schedule edited by hand ends it unstarted
+    /// when a poll recomputes the row (an edit through the admin surface
+    /// reaches the fires claimed already, as without runs). Off, each fire
+    /// is claimed on its own, a claim lead ahead.
     pub claim_runs: bool,
     /// How often the node heart-beats and looks for dead nodes' work (default
     /// 2 s).
@@ -122,7 +126,7 @@ impl Default for Settings {
             poll_interval: Duration::from_secs(5),
             window: Duration::from_secs(5),
             claim_lead: Duration::from_secs(1),
-            claim_runs: false,
+            claim_runs: true,
             heartbeat_interval: Duration::from_secs(2),
             dead_after: Duration::from_secs(10),
             misfire: MisfireSettings::default(),

@@ -3,7 +3,8 @@
 //! execute row with the ledger records it writes when it wins.
 
 use quartz_core::store::{
-    DueBatch, DueCursor, ExecuteCas, ExecuteState, RejectedRow, SkippedRecord, StoreError, TriggerColumns,
+    DueBatch, DueCursor, ExecuteCas, ExecuteState, RESCHEDULED_AFTER_CLAIM, RejectedRow, SkippedRecord, StoreError,
+    TriggerColumns,
 };
 use std::collections::HashSet;
 
@@ -211,6 +212,14 @@ impl SqlStore {
         if !self.cas_execute(tx, cas).await? {
             return Ok(false);
         }
+        if cas.recomputes() {
+            self.query(WITHDRAW_CLAIMED)
+                .bind(RESCHEDULED_AFTER_CLAIM)
+                .bind(cas.execute_id)
+                .execute(&mut **tx)
+                .await
+                .map_err(db_error)?;
+        }
         for record in records {
             self.insert_fire(
                 tx,
@@ -359,6 +368,7 @@ impl SqlStore {
                         "set_limit".to_owned(),
                         json!(set_trigger.and_then(|t| t.repeat_limit()).map(count_to_i64)),
                     ),
+                    ("withdraw".to_owned(), json!(cas.recomputes())),
                 ]);
                 Value::Object(row)
             })
@@ -382,6 +392,7 @@ impl SqlStore {
             .query(DECIDE_ROWS)
             .bind(Value::Array(rows).to_string())
             .bind(Value::Array(records).to_string())
+            .bind(RESCHEDULED_AFTER_CLAIM)
             .fetch_all(&self.db.pool)
             .await
             .map_err(db_error)?;
@@ -402,11 +413,17 @@ fn fit_one_statement(updates: &[(ExecuteCas, Vec<SkippedRecord>)]) -> bool {
         .all(|(cas, _)| cas.expect_owner.is_none() && seen.insert(cas.execute_id))
 }
 
+/// The fires claimed ahead of a recomputed row, ended unstarted (binds: the
+/// reason, the execute; see `ExecuteCas::recomputes`).
+const WITHDRAW_CLAIMED: &str = "UPDATE quartz_fire SET state = 'skipped', error = ?, finished_at = {now} \
+     WHERE execute_id = ? AND state = 'claimed' AND fire_time > {now}";
+
 /// A poll's row decisions (binds: the compare-and-sets, the ledger records
-/// of the skipped ranges), answering the rows that won.
+/// of the skipped ranges, the reason of the fires a recomputed row's claims
+/// ahead end with), answering the rows that won.
 const DECIDE_ROWS: &str = concat!(
     cas_rows!(
-        ", set_sig BIGINT, reschedule BOOLEAN, set_start BIGINT, set_limit BIGINT",
+        ", set_sig BIGINT, reschedule BOOLEAN, set_start BIGINT, set_limit BIGINT, withdraw BOOLEAN",
         ", schedule_sig = COALESCE(r.set_sig, e.schedule_sig), \
          start_time = CASE WHEN r.reschedule THEN r.set_start ELSE e.start_time END, \
          repeat_limit = CASE WHEN r.reschedule THEN r.set_limit ELSE e.repeat_limit END"
@@ -418,6 +435,9 @@ const DECIDE_ROWS: &str = concat!(
      SELECT won.scheduler, won.id, won.job_id, k.fire_time, 1, NULL, 0, k.state, \
      CASE WHEN k.ended THEN {now} END, {now}, k.error, k.until_time, k.fire_count \
      FROM won JOIN k ON k.execute_id = won.id ORDER BY won.id, k.fire_time \
-     ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING) \
+     ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING), \
+     withdrawn AS (UPDATE quartz_fire f SET state = 'skipped', error = ?, finished_at = {now} \
+     FROM won JOIN r ON r.execute_id = won.id \
+     WHERE r.withdraw AND f.execute_id = won.id AND f.state = 'claimed' AND f.fire_time > {now}) \
      SELECT id FROM won"
 );

@@ -3,7 +3,9 @@
 
 use quartz_core::Timestamp;
 use quartz_core::store::rules;
-use quartz_core::store::{ChainedFire, FireEnd, FireState, FollowUp, JobState, LateRun, NodeRef};
+use quartz_core::store::{
+    ChainedFire, FireEnd, FireState, FollowUp, JobState, LateRun, NodeRef, RESCHEDULED_AFTER_CLAIM,
+};
 
 use super::db::{Db, Fire, OPEN};
 
@@ -26,6 +28,20 @@ impl Db {
                 due_at: Timestamp::from_millis(due),
             },
             None => FollowUp::Recorded,
+        }
+    }
+
+    /// The fires of an execute claimed and not started whose time is after
+    /// `now`, ended skipped: its row was recomputed since (see
+    /// [`ExecuteCas::recomputes`](quartz_core::store::ExecuteCas::recomputes)).
+    pub(super) fn withdraw_claimed(&mut self, execute_id: i64, now: i64) {
+        for fire in self.fires.values_mut() {
+            let r = &mut fire.record;
+            if r.execute_id == execute_id && r.state == FireState::Claimed && r.fire_time.as_millis() > now {
+                r.state = FireState::Skipped;
+                r.finished_at = Some(Timestamp::from_millis(now));
+                r.error = Some(RESCHEDULED_AFTER_CLAIM.to_owned());
+            }
         }
     }
 

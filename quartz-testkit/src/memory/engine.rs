@@ -151,6 +151,9 @@ impl ScheduleStore for MemoryStore {
                     let Some(row) = db.executes.get(&cas.execute_id).cloned() else {
                         return true;
                     };
+                    if cas.recomputes() {
+                        db.withdraw_claimed(row.id, now);
+                    }
                     for r in records {
                         let from = r.from.as_millis();
                         let inserted = db.insert_fire(&row.scheduler, row.id, row.job_id, from, 1, None, r.state, now);

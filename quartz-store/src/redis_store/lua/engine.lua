@@ -36,12 +36,26 @@ end
 
 -- ---- executes ----
 
+-- The fires of an execute claimed and not started whose time is after now,
+-- ended skipped with `reason`: its row was recomputed (see
+-- ExecuteCas::recomputes). Found among its job's open fires.
+local function withdraw_claimed(execute, job, reason)
+  for _, id in ipairs(redis.call('SMEMBERS', k('job-open:' .. job))) do
+    local f = fire_key(id)
+    local row = fire_read(f)
+    if row.execute_id == execute and row.state == 'claimed' and (tonumber(row.fire_time) or 0) > NOW then
+      end_fire(id, f, 'skipped', reason, row)
+    end
+  end
+end
+
 C.update = function()
   local out = {}
   for i, u in ipairs(A.updates) do
     local cur = cas_execute(u)
     if cur then
       local job = cur.job_id
+      if u.wd ~= '' then withdraw_claimed(u.id, job, u.wd) end
       for _, r in ipairs(u.records) do
         insert_fire(u.id, job, r.from, '1', '', '0', r.state, r.reason, r['until'], r.count, '')
       end

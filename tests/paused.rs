@@ -33,17 +33,13 @@ async fn a_minute_of_fires_claimed_in_runs() {
     assert!(claims <= ran / 2 + 1, "{claims} claims for {ran} fires");
 }
 
-/// A minute of a one-second trigger on one node (see the tests above):
-/// how many fires ran, and at how many instants they were claimed.
-async fn a_minute_of_fires(claim_runs: bool) -> (usize, usize) {
-    let store = MemoryStore::new();
+/// A node on `store` on the paused clock with a handler `tick` that notes
+/// the scheduled time of each fire it runs.
+async fn ticking_node(store: &MemoryStore, settings: Settings) -> (Scheduler, Arc<Mutex<Vec<Timestamp>>>) {
     let seen: Arc<Mutex<Vec<Timestamp>>> = Arc::default();
     let s = Arc::clone(&seen);
     let node = SchedulerBuilder::new(CLUSTER)
-        .settings(Settings {
-            claim_runs,
-            ..quartz_testkit::fast_settings()
-        })
+        .settings(settings)
         .paused_clock_for_tests(true)
         .handler("tick", move |ctx| {
             s.lock().push(ctx.scheduled_fire_time());
@@ -52,6 +48,21 @@ async fn a_minute_of_fires(claim_runs: bool) -> (usize, usize) {
         .start(store.clone())
         .await
         .unwrap();
+    (node, seen)
+}
+
+/// A minute of a one-second trigger on one node (see the tests above):
+/// how many fires ran, and at how many instants they were claimed.
+async fn a_minute_of_fires(claim_runs: bool) -> (usize, usize) {
+    let store = MemoryStore::new();
+    let (node, seen) = ticking_node(
+        &store,
+        Settings {
+            claim_runs,
+            ..quartz_testkit::fast_settings()
+        },
+    )
+    .await;
     let job = JobDefinition::new("tick", "tick").with_trigger(TriggerDefinition::every(Duration::from_secs(1)));
     node.admin().job_add(&job).await.unwrap();
     let from = store.now().await.unwrap();
@@ -506,4 +517,64 @@ async fn ticking_with_fault(
     let job = JobDefinition::new("tick", "tick").with_trigger(TriggerDefinition::every(Duration::from_secs(1)));
     node.admin().job_add(&job).await.unwrap();
     (store, faults, node)
+}
+
+/// A schedule edited by hand (every second to every two) while its next
+/// fire is claimed ahead: the poll that recomputes the row ends that fire
+/// unstarted, recorded skipped, and every fire from then on runs on the
+/// new schedule.
+#[tokio::test(start_paused = true)]
+async fn a_schedule_edited_by_hand_ends_the_fire_claimed_ahead_on_the_old_one() {
+    let store = MemoryStore::new();
+    let (node, seen) = ticking_node(&store, quartz_testkit::fast_settings()).await;
+    let now = store.now().await.unwrap().as_millis();
+    let s0 = (now / 1_000 + 2) * 1_000;
+    let every_second = Trigger::new(Schedule::fixed_rate_millis(1_000).unwrap(), Timestamp::from_millis(s0)).unwrap();
+    node.add_job(&JobDefinition::of_specs(
+        &JobSpec::new("tick", "tick"),
+        &[ExecuteSpec::new(every_second)],
+    ))
+    .await
+    .unwrap();
+    let sleep_until = |at: i64| {
+        let store = store.clone();
+        async move {
+            let now = store.now().await.unwrap().as_millis();
+            tokio::time::sleep(Duration::from_millis(u64::try_from(at - now).unwrap_or(0))).await;
+        }
+    };
+    // 100 ms past the fire at s0 + 6 s: the one at s0 + 7 s is claimed (a
+    // claim lead ahead at least), and is not a time of the new schedule.
+    sleep_until(s0 + 6_100).await;
+    let scoped = store.scoped(CLUSTER);
+    let any = quartz::store::AnyStore::from(scoped.clone());
+    let id = scoped.get_job("tick").await.unwrap().unwrap().executes[0].id;
+    let old = Timestamp::from_millis(s0 + 7_000);
+    let claimed = quartz_testkit::ledger(&any, CLUSTER).await;
+    assert!(
+        claimed
+            .iter()
+            .any(|r| r.fire_time == old && r.state == FireState::Claimed),
+        "claimed ahead: {claimed:?}"
+    );
+    assert!(store.edit_execute(id, &[("interval_ms", Some("2000".to_owned()))]));
+    sleep_until(s0 + 12_000).await;
+    node.shutdown().await;
+
+    let rows = quartz_testkit::ledger(&any, CLUSTER).await;
+    let ended = rows.iter().find(|r| r.fire_time == old).unwrap();
+    assert_eq!(ended.state, FireState::Skipped, "{ended:?}");
+    assert_eq!(ended.error.as_deref(), Some(quartz::store::RESCHEDULED_AFTER_CLAIM));
+    assert!(ended.started_at.is_none());
+    let after: Vec<i64> = seen
+        .lock()
+        .iter()
+        .map(|t| t.as_millis() - s0)
+        .filter(|&t| t > 6_100)
+        .collect();
+    assert!(after.len() >= 2, "fires on the new schedule: {after:?}");
+    assert!(
+        after.iter().all(|t| t % 2_000 == 0),
+        "only the new schedule's times ran: {after:?}"
+    );
 }

@@ -105,8 +105,8 @@ pub mod store {
         DEFAULT_ACTOR, Execute, ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireRetry, FireState, HealthCounts,
         HistoryStore, IntoStore, Job, JobDetail, JobQuery, JobSpec, JobState, JobStore, MANUAL_EXECUTE, MAX_ATTEMPTS,
         MAX_DESCRIPTION_BYTES, MAX_ERROR_BYTES, MAX_NAME_BYTES, MAX_PAYLOAD_BYTES, Node, NodeRef, NodeState,
-        RESCHEDULED_AFTER_CLAIM, RejectedRow, RetryPolicy, START_NOW_GRACE_MS, SharedStore, Store, StoreError,
-        TriggerColumns, check_name, millis_of,
+        RejectedRow, RetryPolicy, START_NOW_GRACE_MS, SharedStore, Store, StoreError, TriggerColumns, check_name,
+        millis_of,
     };
     pub use quartz_store::*;
 

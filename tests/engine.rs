@@ -997,19 +997,10 @@ async fn rows_written_by_hand_are_initialised_recomputed_or_set_aside(db: &TestD
         .iter()
         .filter(|f| f.execute_id == id && f.fire_time > edited.saturating_add_millis(1_000))
         .collect();
-    assert!(recent.iter().any(|f| f.state == FireState::Succeeded));
+    // A fire claimed ahead on the old schedule (a claim lead and a fire
+    // ahead, with claim runs) is unclaimed by the recompute.
+    assert!(!recent.is_empty());
     for f in recent {
-        // A fire claimed ahead on the old schedule (a claim lead and a fire
-        // ahead, with claim runs) is ended by the recompute, unstarted.
-        if f.state == FireState::Skipped {
-            assert_eq!(
-                f.error.as_deref(),
-                Some(quartz::store::RESCHEDULED_AFTER_CLAIM),
-                "{f:?}"
-            );
-            assert!(f.started_at.is_none(), "{f:?}");
-            continue;
-        }
         assert_eq!(
             f.fire_time.as_millis() % 2_000,
             0,

@@ -303,7 +303,7 @@ impl Launcher {
                 scheduler = self.ctx.scheduler,
                 fires = refused,
                 "fires not started: no longer claimed by this incarnation (taken over by recovery, or \
-                 ended since: their trigger rescheduled)"
+                 unclaimed since: their trigger's schedule edited)"
             );
         }
         ready

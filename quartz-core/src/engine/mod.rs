@@ -301,8 +301,8 @@ pub struct Counters {
     /// Misfire decisions this node applied to overdue executes.
     pub misfires: u64,
     /// Fires refused at start: this incarnation had been fenced, or the
-    /// fire was ended unstarted since its claim (its trigger's row
-    /// recomputed, see [`ExecuteCas::recomputes`](crate::store::ExecuteCas::recomputes)).
+    /// fire was unclaimed since its claim (its trigger's schedule edited,
+    /// see [`ExecuteCas::recomputes`](crate::store::ExecuteCas::recomputes)).
     pub fenced: u64,
     /// Dead nodes' fires this node took over, re-ran or recorded abandoned.
     pub recovered: u64,

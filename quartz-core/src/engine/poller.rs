@@ -526,7 +526,12 @@ fn recompute(execute: Execute, job: &Arc<Job>, db_now: Timestamp) -> RowWrite {
         calendar_stamp: execute.fire_state.calendar_stamp,
     };
     let mut cas = ExecuteCas::from_row(&execute, waiting_or_complete(next), state.clone());
-    cas.set_signature = Some(TriggerColumns::from_trigger(&execute.trigger).signature());
+    // Signed again when its schedule was edited (or never signed): only
+    // then are its fires claimed ahead unclaimed (see `ExecuteCas::recomputes`);
+    // a checkpoint's or a calendar's recompute keeps them.
+    if execute.schedule_changed {
+        cas.set_signature = Some(TriggerColumns::from_trigger(&execute.trigger).signature());
+    }
     RowWrite {
         cas,
         records: Vec::new(),

@@ -53,8 +53,8 @@ pub struct Settings {
     /// a sixth to a fifth less database CPU per fire. A fire taken along is
     /// claimed up to a claim lead and one fire ahead of its time, not a claim
     /// lead: a node stopped in that time gives it back to recovery, a
-    /// standby lets it run, and a schedule edited by hand ends it unstarted
-    /// when a poll recomputes the row (an edit through the admin surface
+    /// standby lets it run, and a schedule edited by hand unclaims it when
+    /// a poll recomputes the row (an edit through the admin surface
     /// reaches the fires claimed already, as without runs). Off, each fire
     /// is claimed on its own, a claim lead ahead.
     pub claim_runs: bool,

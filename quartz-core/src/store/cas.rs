@@ -49,22 +49,19 @@ impl ExecuteCas {
         }
     }
 
-    /// Whether this compare-and-set recomputes a waiting row (it sets a
-    /// signature: a schedule edited by hand, a checkpoint or a calendar's
-    /// exclusion): when it wins, the store also ends the execute's fires
-    /// claimed and not started whose time is after the database's now,
-    /// recorded skipped with [`RESCHEDULED_AFTER_CLAIM`]. They were claimed
-    /// on the schedule as it was, possibly a claim lead and a fire ahead
-    /// (see `Settings::claim_runs`); their nodes' fenced starts are then
-    /// refused, and they do not run.
+    /// Whether this compare-and-set takes an edited schedule into a
+    /// waiting row (it sets a signature: a row whose schedule columns were
+    /// written by hand): when it wins, the store also deletes, in the same
+    /// transaction, the execute's fires claimed and not started whose time
+    /// is after the database's now. They were claimed on the schedule as it
+    /// was, a claim lead ahead (and a fire more with `Settings::claim_runs`);
+    /// the row's next fire time is recomputed from now, so a time the new
+    /// schedule keeps is claimed again and one it drops is no fire time any
+    /// more. Their nodes' fenced starts find no claim and are refused.
     pub fn recomputes(&self) -> bool {
         self.set_signature.is_some() && self.expect_state == ExecuteState::Waiting
     }
 }
-
-/// Why a fire claimed ahead on a schedule that a poll recomputed since was
-/// ended without running (see [`ExecuteCas::recomputes`]).
-pub const RESCHEDULED_AFTER_CLAIM: &str = "its trigger was rescheduled after the fire was claimed";
 
 /// A ledger row recording fires that did not run.
 #[derive(Debug, Clone, PartialEq, Eq)]

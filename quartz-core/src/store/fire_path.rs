@@ -185,8 +185,8 @@ pub trait ScheduleStore: Send + Sync {
     /// A compare-and-set on an execute row and, if it wins, the insert of the
     /// ledger records (skipped ranges) in the same transaction. A
     /// compare-and-set that [recomputes](ExecuteCas::recomputes) the row
-    /// also ends, in that transaction, the execute's fires claimed and not
-    /// started whose time is after the database's now, as skipped.
+    /// also deletes, in that transaction, the execute's fires claimed and
+    /// not started whose time is after the database's now.
     async fn update_execute(&self, cas: &ExecuteCas, records: &[SkippedRecord]) -> Result<bool, StoreError>;
 
     /// Many [`ScheduleStore::update_execute`]s in one transaction (a poll's overdue,

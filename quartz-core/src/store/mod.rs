@@ -44,7 +44,7 @@ use crate::time::Timestamp;
 pub use backfill::{
     BackfillFire, Backfilled, MAX_BACKFILL, QueuedFire, backfill_attempt, backfill_span, check_backfill,
 };
-pub use cas::{Claim, ClaimBusy, ExecuteCas, FullKey, RESCHEDULED_AFTER_CLAIM, SkippedRecord};
+pub use cas::{Claim, ClaimBusy, ExecuteCas, FullKey, SkippedRecord};
 pub use codec::{ScheduleColumns, TriggerColumns};
 pub use contract::{CalendarStore, HistoryStore, IntoStore, JobStore, SharedStore, Store};
 pub use error::StoreError;

@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use quartz_core::Timestamp;
-use quartz_core::store::{ExecuteCas, RESCHEDULED_AFTER_CLAIM, StoreError, TriggerColumns};
+use quartz_core::store::{ExecuteCas, StoreError, TriggerColumns};
 use redis::{FromRedisValue, ToRedisArgs};
 use serde_json::{Map, Value, json};
 
@@ -119,7 +119,7 @@ pub(super) fn cas_fields(cas: &ExecuteCas) -> Map<String, Value> {
         "rs": flag(cas.set_trigger.is_some()),
         "rstart": opt(cas.set_trigger.as_ref().map(|t| t.start().as_millis())),
         "rlimit": opt(cas.set_trigger.as_ref().and_then(|t| t.repeat_limit())),
-        "wd": if cas.recomputes() { RESCHEDULED_AFTER_CLAIM } else { "" },
+        "un": flag(cas.recomputes()),
     });
     match value {
         Value::Object(map) => map,

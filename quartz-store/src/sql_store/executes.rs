@@ -3,8 +3,7 @@
 //! execute row with the ledger records it writes when it wins.
 
 use quartz_core::store::{
-    DueBatch, DueCursor, ExecuteCas, ExecuteState, RESCHEDULED_AFTER_CLAIM, RejectedRow, SkippedRecord, StoreError,
-    TriggerColumns,
+    DueBatch, DueCursor, ExecuteCas, ExecuteState, RejectedRow, SkippedRecord, StoreError, TriggerColumns,
 };
 use std::collections::HashSet;
 
@@ -213,8 +212,7 @@ impl SqlStore {
             return Ok(false);
         }
         if cas.recomputes() {
-            self.query(WITHDRAW_CLAIMED)
-                .bind(RESCHEDULED_AFTER_CLAIM)
+            self.query(UNCLAIM_AHEAD)
                 .bind(cas.execute_id)
                 .execute(&mut **tx)
                 .await
@@ -392,7 +390,6 @@ impl SqlStore {
             .query(DECIDE_ROWS)
             .bind(Value::Array(rows).to_string())
             .bind(Value::Array(records).to_string())
-            .bind(RESCHEDULED_AFTER_CLAIM)
             .fetch_all(&self.db.pool)
             .await
             .map_err(db_error)?;
@@ -413,14 +410,14 @@ fn fit_one_statement(updates: &[(ExecuteCas, Vec<SkippedRecord>)]) -> bool {
         .all(|(cas, _)| cas.expect_owner.is_none() && seen.insert(cas.execute_id))
 }
 
-/// The fires claimed ahead of a recomputed row, ended unstarted (binds: the
-/// reason, the execute; see `ExecuteCas::recomputes`).
-const WITHDRAW_CLAIMED: &str = "UPDATE quartz_fire SET state = 'skipped', error = ?, finished_at = {now} \
-     WHERE execute_id = ? AND state = 'claimed' AND fire_time > {now}";
+/// The fires of a row whose edited schedule was taken, claimed ahead on the
+/// schedule as it was, unclaimed (binds: the execute; see
+/// `ExecuteCas::recomputes`).
+const UNCLAIM_AHEAD: &str = "DELETE FROM quartz_fire WHERE execute_id = ? AND state = 'claimed' AND fire_time > {now}";
 
 /// A poll's row decisions (binds: the compare-and-sets, the ledger records
-/// of the skipped ranges, the reason of the fires a recomputed row's claims
-/// ahead end with), answering the rows that won.
+/// of the skipped ranges), answering the rows that won; the fires claimed
+/// ahead of a row whose edited schedule was taken are unclaimed.
 const DECIDE_ROWS: &str = concat!(
     cas_rows!(
         ", set_sig BIGINT, reschedule BOOLEAN, set_start BIGINT, set_limit BIGINT, withdraw BOOLEAN",
@@ -436,8 +433,7 @@ const DECIDE_ROWS: &str = concat!(
      CASE WHEN k.ended THEN {now} END, {now}, k.error, k.until_time, k.fire_count \
      FROM won JOIN k ON k.execute_id = won.id ORDER BY won.id, k.fire_time \
      ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING), \
-     withdrawn AS (UPDATE quartz_fire f SET state = 'skipped', error = ?, finished_at = {now} \
-     FROM won JOIN r ON r.execute_id = won.id \
+     unclaimed AS (DELETE FROM quartz_fire f USING won JOIN r ON r.execute_id = won.id \
      WHERE r.withdraw AND f.execute_id = won.id AND f.state = 'claimed' AND f.fire_time > {now}) \
      SELECT id FROM won"
 );

@@ -3,9 +3,7 @@
 
 use quartz_core::Timestamp;
 use quartz_core::store::rules;
-use quartz_core::store::{
-    ChainedFire, FireEnd, FireState, FollowUp, JobState, LateRun, NodeRef, RESCHEDULED_AFTER_CLAIM,
-};
+use quartz_core::store::{ChainedFire, FireEnd, FireState, FollowUp, JobState, LateRun, NodeRef};
 
 use super::db::{Db, Fire, OPEN};
 
@@ -32,15 +30,21 @@ impl Db {
     }
 
     /// The fires of an execute claimed and not started whose time is after
-    /// `now`, ended skipped: its row was recomputed since (see
+    /// `now`, deleted: the row took an edited schedule (see
     /// [`ExecuteCas::recomputes`](quartz_core::store::ExecuteCas::recomputes)).
-    pub(super) fn withdraw_claimed(&mut self, execute_id: i64, now: i64) {
-        for fire in self.fires.values_mut() {
-            let r = &mut fire.record;
-            if r.execute_id == execute_id && r.state == FireState::Claimed && r.fire_time.as_millis() > now {
-                r.state = FireState::Skipped;
-                r.finished_at = Some(Timestamp::from_millis(now));
-                r.error = Some(RESCHEDULED_AFTER_CLAIM.to_owned());
+    pub(super) fn unclaim_ahead(&mut self, execute_id: i64, now: i64) {
+        let ahead: Vec<i64> = self
+            .fires
+            .values()
+            .map(|f| &f.record)
+            .filter(|r| r.execute_id == execute_id && r.state == FireState::Claimed && r.fire_time.as_millis() > now)
+            .map(|r| r.id)
+            .collect();
+        for id in ahead {
+            if let Some(f) = self.fires.remove(&id) {
+                let r = &f.record;
+                self.fire_keys
+                    .remove(&(r.execute_id, r.job_id, r.fire_time.as_millis(), r.attempt));
             }
         }
     }

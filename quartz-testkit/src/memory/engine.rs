@@ -152,7 +152,7 @@ impl ScheduleStore for MemoryStore {
                         return true;
                     };
                     if cas.recomputes() {
-                        db.withdraw_claimed(row.id, now);
+                        db.unclaim_ahead(row.id, now);
                     }
                     for r in records {
                         let from = r.from.as_millis();

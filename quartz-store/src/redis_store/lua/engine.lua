@@ -37,14 +37,21 @@ end
 -- ---- executes ----
 
 -- The fires of an execute claimed and not started whose time is after now,
--- ended skipped with `reason`: its row was recomputed (see
--- ExecuteCas::recomputes). Found among its job's open fires.
-local function withdraw_claimed(execute, job, reason)
+-- deleted: the row took an edited schedule (see ExecuteCas::recomputes).
+-- Found among its job's open fires.
+local function unclaim_ahead(execute, job)
   for _, id in ipairs(redis.call('SMEMBERS', k('job-open:' .. job))) do
     local f = fire_key(id)
     local row = fire_read(f)
     if row.execute_id == execute and row.state == 'claimed' and (tonumber(row.fire_time) or 0) > NOW then
-      end_fire(id, f, 'skipped', reason, row)
+      redis.call('HDEL', k('fire-keys'), unique_key(execute, job, row.fire_time, g(f, 'attempt')))
+      redis.call('SREM', k('open'), id)
+      redis.call('SREM', k('job-open:' .. job), id)
+      local owner = owner_of(row.node_id, row.incarnation)
+      if owner then redis.call('SREM', owner_key(owner), id) end
+      redis.call('ZREM', k('fires'), id)
+      redis.call('ZREM', k('job-fires:' .. job), id)
+      redis.call('DEL', f)
     end
   end
 end
@@ -55,7 +62,7 @@ C.update = function()
     local cur = cas_execute(u)
     if cur then
       local job = cur.job_id
-      if u.wd ~= '' then withdraw_claimed(u.id, job, u.wd) end
+      if u.un == '1' then unclaim_ahead(u.id, job) end
       for _, r in ipairs(u.records) do
         insert_fire(u.id, job, r.from, '1', '', '0', r.state, r.reason, r['until'], r.count, '')
       end

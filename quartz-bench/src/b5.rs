@@ -1,13 +1,15 @@
 //! B5, failover (BENCHMARKS.md): K = 3 node processes, S triggers every
 //! second; one node is killed with SIGKILL, another frozen with SIGSTOP past
 //! `dead_after` and resumed. Figures from the ledger: the longest a fire due
-//! after each fault waited (how long until the lost node's work ran
-//! elsewhere), fires missed and run twice (both must be 0), fires abandoned
-//! (only jobs without recovery), and fires the frozen node started under the
-//! incarnation it had lost (must be 0).
+//! after each fault waited for its first attempt to start (how long until
+//! the lost node's work ran elsewhere), and apart the longest wait of a
+//! fire run again by recovery (a job that requests it, running on the lost
+//! node: it waits `dead_after` by design); fires missed and run twice (both
+//! must be 0), fires abandoned (only jobs without recovery), and fires the
+//! frozen node started under the incarnation it had lost (must be 0).
 //!
 //! ```text
-//! cargo run --release -p quartz-bench -- b5 [--url URL] [--triggers 1000] [--seconds 40]
+//! cargo run --release -p quartz-bench -- b5 [--url URL] [--triggers 1000] [--seconds 40] [--no-claim-runs]
 //! ```
 
 use std::collections::HashMap;
@@ -34,6 +36,10 @@ pub struct Args {
     /// Seconds the run lasts.
     #[arg(long, default_value_t = 40)]
     seconds: i64,
+    /// Nodes claim each fire on its own (`Settings::claim_runs` off; on by
+    /// default).
+    #[arg(long)]
+    no_claim_runs: bool,
 }
 
 /// Database time, as the ledger has it.
@@ -61,7 +67,10 @@ async fn failover(args: Args) {
     let dead_after_ms: i64 = 10_000;
     // Each node its share of the triggers (id hash), so that no node is
     // overloaded before the faults; the survivors take the lost share over.
-    let settings = ["pool_queue=10000", "pool_core=8", "strategy=id-hash"];
+    let mut settings = vec!["pool_queue=10000", "pool_core=8", "strategy=id-hash"];
+    if args.no_claim_runs {
+        settings.push("claim_runs=0");
+    }
     // The jobs first, then the nodes (as in B1): jobs created while the
     // nodes poll are slower to create, and one created after its first fire
     // time would be counted misfired.
@@ -133,7 +142,7 @@ async fn failover(args: Args) {
     let mut ran: HashMap<(i64, i64), usize> = HashMap::new();
     let mut seen: HashMap<(i64, i64), ()> = HashMap::new();
     let (mut abandoned, mut abandoned_wrongly, mut stale_starts, mut misfired) = (0, 0, 0, 0_i64);
-    let (mut worst_after_kill, mut worst_after_freeze) = (0_i64, 0_i64);
+    let (mut worst_after_kill, mut worst_after_freeze, mut worst_rerun) = (0_i64, 0_i64, 0_i64);
     for row in &rows {
         let key = (row.get::<i64, _>(0), row.get::<i64, _>(1));
         let state: String = row.get(3);
@@ -161,11 +170,16 @@ async fn failover(args: Args) {
         }
         if let Some(s) = started {
             let late = s - key.1;
-            if (killed..killed + dead_after_ms + 3_000).contains(&key.1) {
-                worst_after_kill = worst_after_kill.max(late);
-            }
-            if (frozen..frozen + dead_after_ms + 3_000).contains(&key.1) {
-                worst_after_freeze = worst_after_freeze.max(late);
+            let attempt: i64 = row.get(2);
+            if attempt > 1 {
+                worst_rerun = worst_rerun.max(late);
+            } else {
+                if (killed..killed + dead_after_ms + 3_000).contains(&key.1) {
+                    worst_after_kill = worst_after_kill.max(late);
+                }
+                if (frozen..frozen + dead_after_ms + 3_000).contains(&key.1) {
+                    worst_after_freeze = worst_after_freeze.max(late);
+                }
             }
             // Started by the frozen node under the incarnation it had lost,
             // after it was declared dead.
@@ -181,11 +195,11 @@ async fn failover(args: Args) {
     let missed = expected - i64::try_from(seen.len()).unwrap();
     let backend = args.url.split(':').next().unwrap_or("?");
     println!(
-        "| backend | S | D s | expected | missed | duplicates | fire times recorded misfired or skipped | abandoned | abandoned though recovery requested | stale starts by the fenced node | worst wait after SIGKILL ms | worst wait after SIGSTOP ms |"
+        "| backend | S | D s | expected | missed | duplicates | fire times recorded misfired or skipped | abandoned | abandoned though recovery requested | stale starts by the fenced node | worst wait after SIGKILL ms | worst wait after SIGSTOP ms | worst wait of a recovery re-run ms |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     println!(
-        "| {backend} | {} | {} | {expected} | {missed} | {duplicates} | {misfired} | {abandoned} | {abandoned_wrongly} | {stale_starts} | {worst_after_kill} | {worst_after_freeze} |",
+        "| {backend} | {} | {} | {expected} | {missed} | {duplicates} | {misfired} | {abandoned} | {abandoned_wrongly} | {stale_starts} | {worst_after_kill} | {worst_after_freeze} | {worst_rerun} |",
         args.triggers, args.seconds
     );
 }

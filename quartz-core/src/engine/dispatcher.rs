@@ -336,7 +336,8 @@ impl Dispatcher {
     ) -> (Vec<Claiming>, Vec<Claim>, HashMap<i64, Run>) {
         let lead = duration_ms(self.ctx.settings.claim_lead);
         let runs_at_once = self.ctx.settings.claim_runs && self.ctx.store.claims_runs_at_once();
-        // Without runs (the default), nothing is counted or read for them.
+        // Without runs (turned off, or a store that claims each fire on its
+        // own), nothing is counted or read for them.
         let mut alone: HashMap<i64, usize> = HashMap::new();
         let mut rooms = [0, 0];
         if runs_at_once {

@@ -403,6 +403,17 @@ impl Db {
         true
     }
 
+    /// Deletes a ledger row and its unique key; whether it existed.
+    pub(super) fn delete_fire(&mut self, id: i64) -> bool {
+        let Some(f) = self.fires.remove(&id) else {
+            return false;
+        };
+        let r = &f.record;
+        self.fire_keys
+            .remove(&(r.execute_id, r.job_id, r.fire_time.as_millis(), r.attempt));
+        true
+    }
+
     /// Inserts a ledger row; `None` when the unique key says it exists.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn insert_fire(

@@ -41,11 +41,7 @@ impl Db {
             .map(|r| r.id)
             .collect();
         for id in ahead {
-            if let Some(f) = self.fires.remove(&id) {
-                let r = &f.record;
-                self.fire_keys
-                    .remove(&(r.execute_id, r.job_id, r.fire_time.as_millis(), r.attempt));
-            }
+            self.delete_fire(id);
         }
     }
 

@@ -513,10 +513,7 @@ impl RetentionStore for MemoryStore {
                         continue;
                     }
                 }
-                if let Some(f) = db.fires.remove(&id) {
-                    let r = f.record;
-                    db.fire_keys
-                        .remove(&(r.execute_id, r.job_id, r.fire_time.as_millis(), r.attempt));
+                if db.delete_fire(id) {
                     deleted += 1;
                 }
             }

@@ -44,14 +44,10 @@ local function unclaim_ahead(execute, job)
     local f = fire_key(id)
     local row = fire_read(f)
     if row.execute_id == execute and row.state == 'claimed' and (tonumber(row.fire_time) or 0) > NOW then
-      redis.call('HDEL', k('fire-keys'), unique_key(execute, job, row.fire_time, g(f, 'attempt')))
       redis.call('SREM', k('open'), id)
       redis.call('SREM', k('job-open:' .. job), id)
-      local owner = owner_of(row.node_id, row.incarnation)
-      if owner then redis.call('SREM', owner_key(owner), id) end
-      redis.call('ZREM', k('fires'), id)
-      redis.call('ZREM', k('job-fires:' .. job), id)
-      redis.call('DEL', f)
+      disown(owner_of(row.node_id, row.incarnation), id)
+      delete_fire(id, f, execute, job)
     end
   end
 end

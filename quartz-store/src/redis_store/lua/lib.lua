@@ -303,6 +303,16 @@ local function insert_fire(execute, job, fire_time, attempt, node, inc, state, e
   return id
 end
 
+-- Deletes a fire (key `f`, of `execute` and `job`): its hash, its unique
+-- key, and its places in the id indexes; the caller takes it out of its
+-- state's index.
+local function delete_fire(id, f, execute, job)
+  redis.call('HDEL', k('fire-keys'), unique_key(execute, job, g(f, 'fire_time'), g(f, 'attempt')))
+  redis.call('ZREM', k('fires'), id)
+  redis.call('ZREM', k('job-fires:' .. job), id)
+  redis.call('DEL', f)
+end
+
 -- The fire's key and what `fire_read` reads of it, when it is in one of
 -- `from` under the owner; else nil.
 local function held_row(id, from, node, inc)

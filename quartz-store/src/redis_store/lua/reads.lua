@@ -409,11 +409,8 @@ C.fires_purge = function()
         go = kept[1] ~= nil and tonumber(id) < tonumber(kept[1])
       end
       if go then
-        redis.call('HDEL', k('fire-keys'), unique_key(g(f, 'execute_id'), job, g(f, 'fire_time'), g(f, 'attempt')))
-        redis.call('ZREM', k('fires'), id)
-        redis.call('ZREM', k('job-fires:' .. job), id)
         redis.call('ZREM', k('done:' .. A.state), id)
-        redis.call('DEL', f)
+        delete_fire(id, f, g(f, 'execute_id'), job)
         deleted = deleted + 1
         if deleted >= limit then break end
       end

@@ -214,6 +214,7 @@ fn assert_once_and_never_early(rows: &[FireRecord]) {
 
 async fn three_nodes_fire_every_time_exactly_once(db: &TestDb) {
     let runs = Runs::default();
+    let logs = common::RunLogs::new();
     // Exactly once, whenever it starts: a machine loaded by the rest of
     // the suite may start a fire of this storm two seconds late, which
     // the test kit's threshold would misfire and its policy run again (the
@@ -221,6 +222,7 @@ async fn three_nodes_fire_every_time_exactly_once(db: &TestDb) {
     let settings = || {
         let mut settings = fast();
         settings.misfire.threshold = Duration::from_secs(10);
+        settings.run_log = Some(logs.dir());
         settings
     };
     let nodes = [
@@ -293,12 +295,34 @@ async fn three_nodes_fire_every_time_exactly_once(db: &TestDb) {
     }
     assert_eq!(scheduled.len(), 200);
     assert_eq!(per_execute, scheduled, "each fire time exactly once");
+    // The handlers' own record agrees: every fire time started once, on
+    // time, and the ledger's starts are the handlers'.
+    let checked = logs
+        .assert_clean(
+            &*store.scoped(CLUSTER),
+            start,
+            end.saturating_add_millis(1),
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(
+        (
+            checked.fire_times_checked,
+            checked.fire_times_run,
+            checked.starts,
+            checked.ends
+        ),
+        (expected as u64, expected as u64, expected as u64, expected as u64)
+    );
+    assert!(checked.ledger_start_gap_max <= 5, "{checked:?}");
 }
 
 async fn skewed_node_clocks_change_nothing(db: &TestDb) {
     let runs = Runs::default();
+    let logs = common::RunLogs::new();
     let settings = || Settings {
         strategy: Strategy::IdHash,
+        run_log: Some(logs.dir()),
         ..fast()
     };
     let nodes = [
@@ -333,6 +357,17 @@ async fn skewed_node_clocks_change_nothing(db: &TestDb) {
         let late = f.started_at.unwrap().as_millis() - f.fire_time.as_millis();
         assert!(late < 2_000, "fire {} started {late} ms late", f.id);
     }
+    // The run logs' estimates of database time are right whatever each
+    // node's own clock says: nothing early, nothing twice.
+    let checked = logs
+        .assert_clean(
+            &*store.scoped(CLUSTER),
+            start,
+            end.saturating_add_millis(1),
+            Duration::from_secs(2),
+        )
+        .await;
+    assert_eq!((checked.fire_times_run, checked.starts), (120, 120));
 }
 
 /// A node whose pool cannot keep up claims no more than it can start: the

@@ -1,10 +1,13 @@
 //! B1, the fire storm (BENCHMARKS.md): S triggers firing every second on K
-//! `quartz run` processes against one database, for D seconds. Every figure
-//! comes from the fire ledger, not from the nodes' counters, except the
-//! handler columns: when each fire's code began, as the nodes noted it on
-//! the machine's clock (see [`crate::node`]). The ledger's start of a fire
-//! started ahead of its time is its fire time; the handler's start is when
-//! the node's timer let it run.
+//! node processes against one database, for D seconds. No figure comes from
+//! the nodes' counters. Each node keeps its run log (see [`crate::node`]),
+//! and the project's checker matches it against the triggers and the
+//! ledger: the lateness of the handlers' real starts, the fire times lost
+//! (no run and no misfire record), run twice, or found otherwise wrong
+//! (started early or by a fenced node, or the ledger disagreeing with the
+//! runs) come from it. The classes of the expected fire times (on time,
+//! late by policy, misfired) and the ledger's own lateness, shown beside the
+//! handlers' to compare, come from the ledger.
 //!
 //! ```text
 //! cargo run --release -p quartz-bench -- b1 [--url URL] [--triggers 1000,2000] [--nodes 1,2,3] [--seconds 60] [--hog N] [--schedulers N] [--plot DIR]
@@ -79,9 +82,9 @@ async fn storm(args: Args) {
     let store = crate::connect(&args.url).await;
     let backend = args.url.split(':').next().unwrap_or("db").to_owned();
     println!(
-        "| backend | S | K | D s | expected | ran on time | ran late by policy | misfired, not run | missing | duplicated | p50 ms | p99 ms | max ms | handler p50 / p99 / max ms | node CPU s/1k fires | db CPU s/1k fires |"
+        "| backend | S | K | D s | expected | ran on time | ran late by policy | misfired, not run | lost | run twice | other violations | handlers p50 / p99 / max ms | ledger p50 / p99 / max ms | node CPU s/1k fires | db CPU s/1k fires |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut curves = Vec::new();
     let mut p99_by_k: Vec<crate::plot::Series> = args
         .nodes
@@ -97,30 +100,34 @@ async fn storm(args: Args) {
             #[allow(clippy::cast_precision_loss)]
             let t = run.tally;
             let per_k = |cpu: f64| cpu / ((t.on_time + t.late_by_policy).max(1) as f64 / 1000.0);
-            let lateness = &run.lateness;
+            let lateness = &run.handler_lateness;
             let s_label = if args.schedulers > 1 {
                 format!("{s} ({} schedulers)", args.schedulers)
             } else {
                 s.to_string()
             };
             println!(
-                "| {backend} | {s_label} | {k} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {:.3} | {:.3} |",
+                "| {backend} | {s_label} | {k} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} / {} / {} | {:.3} | {:.3} |",
                 args.seconds,
                 t.expected,
                 t.on_time,
                 t.late_by_policy,
                 t.misfired,
-                t.missing,
-                t.duplicated,
+                run.checked.lost,
+                run.checked.run_twice,
+                run.checked.other,
                 percentile(lateness, 0.5),
                 percentile(lateness, 0.99),
                 lateness.last().copied().unwrap_or(0),
-                percentile(&run.handler_lateness, 0.5),
-                percentile(&run.handler_lateness, 0.99),
-                run.handler_lateness.last().copied().unwrap_or(0),
+                percentile(&run.lateness, 0.5),
+                percentile(&run.lateness, 0.99),
+                run.lateness.last().copied().unwrap_or(0),
                 per_k(run.node_cpu),
                 per_k(run.db_cpu),
             );
+            for example in &run.checked.examples {
+                eprintln!("  {backend} S={s} K={k}: {example}");
+            }
             // Where the late fires were, beside the table (on stderr).
             for line in crate::late::lines(&run.late_seconds) {
                 eprintln!("  {backend} S={s} K={k}: {line}");
@@ -161,7 +168,7 @@ async fn storm(args: Args) {
                 sizes.join(", "),
                 args.seconds
             ),
-            "lateness (started_at - fire_time), ms",
+            "lateness (handler start - fire time), ms",
             "fires started within it, %",
             &curves,
         );
@@ -182,8 +189,10 @@ struct Run {
     tally: Tally,
     /// Of every fire run for its own time, sorted: the ledger's start.
     lateness: Vec<i64>,
-    /// When the handlers' code began (the nodes' notes), sorted.
+    /// When the handlers' code began (the nodes' run logs), sorted.
     handler_lateness: Vec<i64>,
+    /// What the run log checker found.
+    checked: Checked,
     node_cpu: f64,
     db_cpu: f64,
     /// The seconds with late starts or late claims, by node.
@@ -216,17 +225,17 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
                 .expect("a CPU-bound process")
         })
         .collect();
-    let mut notes = Vec::new();
+    let mut logs = Vec::new();
     let mut nodes = Vec::new();
     for scheduler in &schedulers {
-        let (n, c) = crate::node::spawn_cluster_noting(
+        let (n, c) = crate::node::spawn_cluster_logging(
             &args.url,
             scheduler,
             "b1",
             k,
             if args.no_claim_runs { &["claim_runs=0"] } else { &[] },
         );
-        notes.extend(n);
+        logs.push(n);
         nodes.extend(c);
     }
     // Measure CPU over the storm only.
@@ -252,12 +261,17 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
     let mut run = Run {
         tally: Tally::default(),
         lateness: Vec::new(),
-        handler_lateness: crate::node::cluster_lateness(&notes, (start.as_millis(), end.as_millis())),
+        handler_lateness: Vec::new(),
+        checked: Checked::default(),
         node_cpu,
         db_cpu,
         late_seconds: std::collections::BTreeMap::new(),
     };
-    for scheduler in &schedulers {
+    for (scheduler, dir) in schedulers.iter().zip(&logs) {
+        let (report, late) =
+            crate::node::check_runs(&*store.scoped(scheduler), dir, (start.as_millis(), end.as_millis())).await;
+        run.checked.add(&report);
+        run.handler_lateness.extend(late);
         let one = read_ledger(store, scheduler, (start, end)).await;
         run.tally.add(one.tally);
         run.lateness.extend(one.lateness);
@@ -266,7 +280,44 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
         }
     }
     run.lateness.sort_unstable();
+    run.handler_lateness.sort_unstable();
     run
+}
+
+/// What the run log checker found, summed over a run's schedulers.
+#[derive(Debug, Default)]
+pub(crate) struct Checked {
+    /// Fire times with no run and no misfire record (or still open).
+    pub(crate) lost: usize,
+    /// Fire times started twice.
+    pub(crate) run_twice: usize,
+    /// Every other violation: early, late without a misfire record,
+    /// started by a fenced node, the ledger disagreeing with the runs.
+    pub(crate) other: usize,
+    /// The first few violations, for stderr.
+    pub(crate) examples: Vec<String>,
+}
+
+impl Checked {
+    pub(crate) fn add(&mut self, report: &quartz_core::runlog::RunCheck) {
+        use quartz_core::runlog::RunViolationKind as K;
+        for v in &report.violations {
+            match v.kind {
+                K::Lost | K::Unsettled => self.lost += 1,
+                K::RunTwice => self.run_twice += 1,
+                _ => self.other += 1,
+            }
+            if self.examples.len() < 10 {
+                self.examples.push(format!(
+                    "run log: {} {} at {}: {}",
+                    v.kind.as_str(),
+                    v.job,
+                    v.fire_time,
+                    v.detail
+                ));
+            }
+        }
+    }
 }
 
 /// The storm's first and last instants: a start a few seconds ahead, room
@@ -452,6 +503,7 @@ async fn read_ledger(store: &AnyStore, scheduler: &str, (start, end): (Timestamp
         tally: Tally::of(&expected, &rows, 1_000),
         lateness: lateness(&rows),
         handler_lateness: Vec::new(),
+        checked: Checked::default(),
         node_cpu: 0.0,
         db_cpu: 0.0,
         late_seconds: crate::late::late_seconds(&rows, start),

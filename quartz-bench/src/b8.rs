@@ -2,16 +2,19 @@
 //! same second, the most common real shape of load (every daily job at
 //! midnight; here `0 * * * * ?`, from one minute on), on K `quartz-bench
 //! node` processes with default settings, the jobs added the way a user adds
-//! them. Every figure comes from the fire ledger, for that second's fires.
+//! them. For that second's fires: what became of each by the ledger, and,
+//! from the nodes' run logs checked by the project's checker, the handlers'
+//! real starts and the fire times lost, run twice or otherwise wrong (see
+//! [`crate::b1`]).
 //!
 //! ```text
 //! cargo run --release -p quartz-bench -- b8 [--url URL] [--jobs 1000,10000] [--nodes 1,3] [--lead 20]
 //! ```
 //!
 //! The jobs are added first, then the nodes start (a poll window and more
-//! before the second, so they know the burst ahead); lateness is
-//! `started_at - fire_time` of each job's fire at that second. Node CPU is
-//! from their start to the burst handled.
+//! before the second, so they know the burst ahead); lateness is when each
+//! job's handler began after that second, by its node's run log, beside the
+//! ledger's `started_at`. Node CPU is from their start to the burst handled.
 
 use std::time::Duration;
 
@@ -19,7 +22,7 @@ use quartz_core::Timestamp;
 use quartz_core::admin::{Admin, JobDefinition, TriggerDefinition};
 use quartz_store::AnyStore;
 
-use crate::b1::{Tally, lateness, ledger, settle};
+use crate::b1::{Checked, Tally, lateness, ledger, settle};
 use crate::os::{cpu_seconds, percentile, server_cpu, server_processes};
 
 /// B8's options.
@@ -49,37 +52,46 @@ async fn bursts(args: Args) {
     let store = crate::connect(&args.url).await;
     let backend = args.url.split(':').next().unwrap_or("db").to_owned();
     println!(
-        "| backend | N | K | ran on time | ran late by policy | misfired, not run | missing | duplicated | p50 ms | p99 ms | max ms | handler p50 / p99 / max ms | node CPU s | db CPU s |"
+        "| backend | N | K | ran on time | ran late by policy | misfired, not run | lost | run twice | other violations | handlers p50 / p99 / max ms | ledger p50 / p99 / max ms | node CPU s | db CPU s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &n in &args.jobs {
         for &k in &args.nodes {
-            let (tally, (lateness, handler), node_cpu, db_cpu) = one_burst(&store, &args, n, k).await;
+            let (tally, checked, (lateness, handler), node_cpu, db_cpu) = one_burst(&store, &args, n, k).await;
             println!(
-                "| {backend} | {n} | {k} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {node_cpu:.2} | {db_cpu:.2} |",
+                "| {backend} | {n} | {k} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} / {} / {} | {node_cpu:.2} | {db_cpu:.2} |",
                 tally.on_time,
                 tally.late_by_policy,
                 tally.misfired,
-                tally.missing,
-                tally.duplicated,
-                percentile(&lateness, 0.5),
-                percentile(&lateness, 0.99),
-                lateness.last().copied().unwrap_or(0),
+                checked.lost,
+                checked.run_twice,
+                checked.other,
                 percentile(&handler, 0.5),
                 percentile(&handler, 0.99),
                 handler.last().copied().unwrap_or(0),
+                percentile(&lateness, 0.5),
+                percentile(&lateness, 0.99),
+                lateness.last().copied().unwrap_or(0),
             );
+            for example in &checked.examples {
+                eprintln!("  {backend} N={n} K={k}: {example}");
+            }
         }
     }
 }
 
 /// One burst: the jobs, the nodes, the second, the ledger; the lateness of
 /// the ledger's starts and of the handlers' (the nodes' notes), sorted.
-async fn one_burst(store: &AnyStore, args: &Args, n: usize, k: usize) -> (Tally, (Vec<i64>, Vec<i64>), f64, f64) {
+async fn one_burst(
+    store: &AnyStore,
+    args: &Args,
+    n: usize,
+    k: usize,
+) -> (Tally, Checked, (Vec<i64>, Vec<i64>), f64, f64) {
     crate::tidy(&args.url).await;
     let scheduler = format!("b8-{n}-{k}-{}", std::process::id());
     let at = create_jobs(store, &scheduler, n, args.lead).await;
-    let (notes, mut nodes) = crate::node::spawn_cluster_noting(&args.url, &scheduler, "b8", k, &[]);
+    let (logs, mut nodes) = crate::node::spawn_cluster_logging(&args.url, &scheduler, "b8", k, &[]);
     let server = server_processes(&args.url);
     let node_cpu0: f64 = nodes.iter().map(|c| cpu_seconds(c.id())).sum();
     let db_cpu0 = server_cpu(server);
@@ -97,9 +109,13 @@ async fn one_burst(store: &AnyStore, args: &Args, n: usize, k: usize) -> (Tally,
         .into_iter()
         .map(|id| (id, at.as_millis()))
         .collect();
-    let handler = crate::node::cluster_lateness(&notes, (at.as_millis(), at.as_millis()));
+    let (report, handler) =
+        crate::node::check_runs(&*store.scoped(&scheduler), &logs, (at.as_millis(), at.as_millis())).await;
+    let mut checked = Checked::default();
+    checked.add(&report);
     (
         Tally::of(&expected, &rows, 1_000),
+        checked,
         (lateness(&rows), handler),
         node_cpu,
         db_cpu,

@@ -138,7 +138,18 @@ async fn one_run(args: &Args, backend: &str, w: usize) -> (Vec<i64>, Vec<i64>) {
             .flatten()
             .collect();
         store.mark_running_all(&won, &node).await.unwrap();
-        let ends: Vec<_> = won.iter().map(|f| (*f, FireEnd::Succeeded { chain: false })).collect();
+        let ends: Vec<_> = won
+            .iter()
+            .map(|f| {
+                (
+                    *f,
+                    FireEnd::Succeeded {
+                        chain: false,
+                        ran: None,
+                    },
+                )
+            })
+            .collect();
         store.end_fires(&node, &ends).await.unwrap();
     }
     let first = store
@@ -155,7 +166,16 @@ async fn one_run(args: &Args, backend: &str, w: usize) -> (Vec<i64>, Vec<i64>) {
     }
     store.mark_running_all(&[first], &node).await.unwrap();
     store
-        .end_fires(&node, &[(first, FireEnd::Succeeded { chain: false })])
+        .end_fires(
+            &node,
+            &[(
+                first,
+                FireEnd::Succeeded {
+                    chain: false,
+                    ran: None,
+                },
+            )],
+        )
         .await
         .unwrap();
     let mut query = quartz_core::store::FireQuery::new();

@@ -1,42 +1,30 @@
 //! The scheduler node the workloads start as separate processes: this same
 //! program, `quartz-bench node URL SCHEDULER NODE_ID [SETTING=VALUE ...]`,
 //! with a `noop` handler and a `sleep` handler (payload: milliseconds), until
-//! SIGTERM. With `QUARTZ_BENCH_STARTS=FILE` in its environment, the `noop`
-//! handler notes when each fire's code began, on the machine's clock (the
-//! nodes and the database share it here), and the node writes the notes to
-//! FILE as it exits: one `fire_time_ms started_ms` line a fire. The ledger's
-//! `started_at` is the start statement's time, or the fire time for a start
-//! recorded ahead of it; these notes are what the handler saw.
+//! SIGTERM. With `run_log=DIR` the node keeps its run log there
+//! (`Settings::run_log`): a line for every handler start and end, on the
+//! node's estimate of database time, written apart from the database. The
+//! workloads count from those logs with the project's checker
+//! ([`check_runs`]): the handlers' real starts, fire times lost or run
+//! twice; the ledger's figures are compared with them.
 
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use quartz_core::Timestamp;
+use quartz_core::runlog::{CheckParams, RunCheck, RunEvent, check, read_dir};
 
 use quartz_core::engine::{SchedulerBuilder, Settings, Strategy};
 use quartz_store::AnyStore;
 
 /// Starts a node process; `settings` are `name=value` pairs (`poll_ms`,
 /// `window_ms`, `heartbeat_ms`, `dead_after_ms`, `misfire_ms`, `pool_queue`,
-/// `pool_core`) and `strategy=first-come|id-hash|weighted|least-loaded`.
+/// `pool_core`), `strategy=first-come|id-hash|weighted|least-loaded` and
+/// `run_log=DIR`.
 pub fn spawn(url: &str, scheduler: &str, node_id: &str, settings: &[&str]) -> Child {
-    spawn_noting(url, scheduler, node_id, settings, None)
-}
-
-/// As [`spawn`], the node noting its handlers' start times in `starts` (see
-/// the module docs).
-pub fn spawn_noting(
-    url: &str,
-    scheduler: &str,
-    node_id: &str,
-    settings: &[&str],
-    starts: Option<&std::path::Path>,
-) -> Child {
     let exe = std::env::current_exe().expect("the bench program's own path");
-    let mut command = Command::new(exe);
-    if let Some(path) = starts {
-        command.env("QUARTZ_BENCH_STARTS", path);
-    }
-    command
+    Command::new(exe)
         .args(["node", url, scheduler, node_id])
         .args(settings)
         .env(
@@ -79,6 +67,10 @@ pub fn run(args: &[String]) {
     };
     for pair in rest {
         let (name, value) = pair.split_once('=').expect("name=value");
+        if name == "run_log" {
+            settings.run_log = Some(value.into());
+            continue;
+        }
         if name == "strategy" {
             settings.strategy = match value {
                 "first-come" => Strategy::FirstCome,
@@ -113,26 +105,11 @@ pub fn run(args: &[String]) {
         .enable_all()
         .build()
         .expect("a runtime");
-    let starts_file = std::env::var_os("QUARTZ_BENCH_STARTS");
-    let starts: Arc<Mutex<Vec<(i64, i64)>>> = Arc::default();
-    let noted = Arc::clone(&starts);
-    let noting = starts_file.is_some();
     runtime.block_on(async move {
         let store = AnyStore::connect(url).await.expect("the database");
         let node = SchedulerBuilder::new(scheduler.clone())
             .settings(settings)
-            .handler("noop", move |ctx| {
-                if noting {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-                    noted
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push((ctx.scheduled_fire_time().as_millis(), now));
-                }
-                Ok(())
-            })
+            .handler("noop", |_| Ok(()))
             .handler("sleep", |ctx| {
                 let ms: u64 = ctx.payload().unwrap_or(100);
                 let until = std::time::Instant::now() + Duration::from_millis(ms);
@@ -148,57 +125,57 @@ pub fn run(args: &[String]) {
         term.recv().await;
         node.shutdown().await;
     });
-    if let Some(path) = starts_file {
-        let lines: String = starts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|(f, s)| format!("{f} {s}\n"))
-            .collect();
-        std::fs::write(&path, lines).expect("the start times' file");
-    }
 }
 
 /// K nodes of a workload (`{scheduler}`'s nodes `{prefix}-node-{i}`), each
-/// noting its handlers' start times in a file of the temporary directory:
-/// the files, then the processes.
-pub fn spawn_cluster_noting(
+/// keeping its run log in one fresh directory: the directory, then the
+/// processes.
+pub fn spawn_cluster_logging(
     url: &str,
     scheduler: &str,
     prefix: &str,
     k: usize,
     settings: &[&str],
-) -> (Vec<std::path::PathBuf>, Vec<Child>) {
-    let notes: Vec<std::path::PathBuf> = (0..k)
-        .map(|i| std::env::temp_dir().join(format!("{scheduler}-starts-{i}.txt")))
+) -> (PathBuf, Vec<Child>) {
+    let dir = std::env::temp_dir().join(format!("{scheduler}-runs"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("the run log directory");
+    let log = format!("run_log={}", dir.display());
+    let mut all: Vec<&str> = settings.to_vec();
+    all.push(&log);
+    let nodes = (0..k)
+        .map(|i| spawn(url, scheduler, &format!("{prefix}-node-{i}"), &all))
         .collect();
-    let nodes = notes
+    (dir, nodes)
+}
+
+/// What the nodes' run logs in `dir` show of the fire times in `[from, to]`
+/// of the scheduler `store` is scoped to, checked by the project's checker against its triggers and
+/// ledger (the default misfire threshold), and the handlers' lateness: each
+/// trigger's own first attempt, sorted. The directory is removed.
+pub async fn check_runs(
+    store: &dyn quartz_core::store::Store,
+    dir: &Path,
+    (from, to): (i64, i64),
+) -> (RunCheck, Vec<i64>) {
+    let files = read_dir(dir).expect("the run logs");
+    let _ = std::fs::remove_dir_all(dir);
+    let mut late: Vec<i64> = files
         .iter()
-        .enumerate()
-        .map(|(i, note)| spawn_noting(url, scheduler, &format!("{prefix}-node-{i}"), settings, Some(note)))
-        .collect();
-    (notes, nodes)
-}
-
-/// What every node of [`spawn_cluster_noting`] noted, as
-/// [`noted_lateness`], sorted.
-pub fn cluster_lateness(notes: &[std::path::PathBuf], range: (i64, i64)) -> Vec<i64> {
-    let mut late: Vec<i64> = notes.iter().flat_map(|note| noted_lateness(note, range)).collect();
-    late.sort_unstable();
-    late
-}
-
-/// The start times a node noted ([`spawn_noting`]): how late each fire's
-/// code began after its fire time, in ms, for the fire times in `range`;
-/// the file is removed.
-pub fn noted_lateness(path: &std::path::Path, range: (i64, i64)) -> Vec<i64> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let _ = std::fs::remove_file(path);
-    text.lines()
-        .filter_map(|line| {
-            let (fire, started) = line.split_once(' ')?;
-            let (fire, started): (i64, i64) = (fire.parse().ok()?, started.parse().ok()?);
-            (range.0..=range.1).contains(&fire).then_some(started - fire)
+        .flat_map(|f| &f.events)
+        .filter_map(|e| match e {
+            RunEvent::Start(s) if s.attempt == 1 && s.kind == "scheduled" && (from..=to).contains(&s.fire_time) => {
+                Some(s.db_ms - s.fire_time)
+            }
+            _ => None,
         })
-        .collect()
+        .collect();
+    late.sort_unstable();
+    let params = CheckParams {
+        since: Timestamp::from_millis(from),
+        until: Timestamp::from_millis(to + 1),
+        ..CheckParams::last_hour(Timestamp::from_millis(to))
+    };
+    let report = check(store, &files, &params).await.expect("the run log check");
+    (report, late)
 }

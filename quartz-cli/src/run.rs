@@ -97,6 +97,11 @@ pub struct RunArgs {
     /// This node never purges (others still may; see `quartz history purge`).
     #[arg(long)]
     no_purge: bool,
+    /// Keep a run log in DIR: a JSON line for every handler start and end,
+    /// written apart from the database, which `quartz audit --runs DIR`
+    /// checks against the triggers and the ledger.
+    #[arg(long, value_name = "DIR")]
+    run_log: Option<PathBuf>,
 }
 
 /// `--strategy`.
@@ -125,6 +130,7 @@ impl RunArgs {
                 StrategyArg::Weighted => Strategy::Weighted,
                 StrategyArg::LeastLoaded => Strategy::LeastLoaded,
             },
+            run_log: self.run_log.clone(),
             ..Settings::default()
         };
         if let Some(v) = self.poll_interval {

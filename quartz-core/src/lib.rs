@@ -3,7 +3,9 @@
 //!
 //! Architecture invariant: this crate never names a database driver, and its
 //! only IO is through the [`store::Store`] trait and tokio's timers, plus one
-//! read of the host's name when a node starts (its row and default id). It is handed the database's `now` as a [`Timestamp`]; it never reads the
+//! read of the host's name when a node starts (its row and default id), and,
+//! when a node is told to keep one, the appends of its [`runlog`] and the
+//! checker's reading of those files. It is handed the database's `now` as a [`Timestamp`]; it never reads the
 //! wall clock to make a decision that another node must agree with.
 //!
 //! Today it holds the time arithmetic: [`cron`], Quartz cron expressions evaluated
@@ -30,6 +32,7 @@ pub mod engine;
 mod error;
 pub mod misfire;
 pub mod retention;
+pub mod runlog;
 pub mod store;
 mod time;
 pub mod trigger;

@@ -3,19 +3,31 @@
 //! statements (or scripts) each store already has, one per kind of end.
 
 use async_trait::async_trait;
-use quartz_core::store::{ChainedFire, FireEnd, FollowUp, LateRun, NodeRef, Outcome, StoreError};
+use quartz_core::store::{ChainedFire, FireEnd, FollowUp, HandlerSpan, LateRun, NodeRef, Outcome, StoreError};
 
 /// The statements a store of this crate ends a fire with, each fenced to the
 /// node's incarnation (see [`FireEnd`] for what each records).
 #[async_trait]
 pub(crate) trait EndParts: Send + Sync {
-    /// Many plain successes, in one transaction; the ids recorded.
-    async fn succeed_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<i64>, StoreError>;
+    /// Many plain successes, each with when its handler ran, in one
+    /// transaction; the ids recorded.
+    async fn succeed_all(&self, fires: &[(i64, Option<HandlerSpan>)], node: &NodeRef) -> Result<Vec<i64>, StoreError>;
     /// A success or a failure without a follow-up.
-    async fn finish(&self, fire_id: i64, node: &NodeRef, outcome: &Outcome) -> Result<bool, StoreError>;
+    async fn finish(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        outcome: &Outcome,
+        ran: Option<HandlerSpan>,
+    ) -> Result<bool, StoreError>;
     /// A success that starts its job's chain; `None` when not this
     /// incarnation's.
-    async fn succeed_and_chain(&self, fire_id: i64, node: &NodeRef) -> Result<Option<Vec<ChainedFire>>, StoreError>;
+    async fn succeed_and_chain(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        ran: Option<HandlerSpan>,
+    ) -> Result<Option<Vec<ChainedFire>>, StoreError>;
     /// A misfire without a late run.
     async fn misfire_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError>;
     /// A claimed fire skipped.
@@ -31,6 +43,7 @@ pub(crate) trait EndParts: Send + Sync {
         node: &NodeRef,
         error: &str,
         retry_in_ms: i64,
+        ran: Option<HandlerSpan>,
     ) -> Result<FollowUp, StoreError>;
     /// A misfire and its late run.
     async fn fire_misfire_and_run_late(
@@ -50,8 +63,8 @@ pub(crate) async fn end_fires<S: EndParts>(
     node: &NodeRef,
     ends: &[(i64, FireEnd)],
 ) -> Result<Vec<FollowUp>, StoreError> {
-    if let Some(ids) = FireEnd::plain_successes(ends) {
-        let recorded = store.succeed_all(&ids, node).await?;
+    if let Some(fires) = FireEnd::plain_successes(ends) {
+        let recorded = store.succeed_all(&fires, node).await?;
         return Ok(FollowUp::of_batch(ends, &recorded));
     }
     let mut done = Vec::with_capacity(ends.len());
@@ -63,23 +76,28 @@ pub(crate) async fn end_fires<S: EndParts>(
 
 async fn end_one<S: EndParts>(store: &S, fire_id: i64, node: &NodeRef, end: &FireEnd) -> Result<FollowUp, StoreError> {
     Ok(match end {
-        FireEnd::Succeeded { chain: false } => {
-            FollowUp::recorded(store.finish(fire_id, node, &Outcome::Succeeded).await?)
+        FireEnd::Succeeded { chain: false, ran } => {
+            FollowUp::recorded(store.finish(fire_id, node, &Outcome::Succeeded, *ran).await?)
         }
-        FireEnd::Succeeded { chain: true } => match store.succeed_and_chain(fire_id, node).await? {
+        FireEnd::Succeeded { chain: true, ran } => match store.succeed_and_chain(fire_id, node, *ran).await? {
             Some(children) => FollowUp::Chained(children),
             None => FollowUp::NotOwned,
         },
-        FireEnd::Failed { error, retry_in: None } => {
+        FireEnd::Failed {
+            error,
+            retry_in: None,
+            ran,
+        } => {
             let outcome = Outcome::Failed { error: error.clone() };
-            FollowUp::recorded(store.finish(fire_id, node, &outcome).await?)
+            FollowUp::recorded(store.finish(fire_id, node, &outcome, *ran).await?)
         }
         FireEnd::Failed {
             error,
             retry_in: Some(after),
+            ran,
         } => {
             let ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
-            store.fire_fail_and_retry(fire_id, node, error, ms).await?
+            store.fire_fail_and_retry(fire_id, node, error, ms, *ran).await?
         }
         FireEnd::Misfired { reason, run_late: None } => {
             FollowUp::recorded(store.misfire_claimed(fire_id, node, reason).await?)

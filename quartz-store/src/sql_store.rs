@@ -8,9 +8,9 @@ use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{
     CalendarRecord, CalendarStore, ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DEFAULT_SCHEDULER,
     DueBatch, DueCursor, ExecuteCas, ExecuteSpec, FireEnd, FireQuery, FireRecord, FireRetry, FireState, FireStore,
-    FollowUp, HealthCounts, HistoryStore, Job, JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef, NodeRegistration,
-    NodeState, NodeStore, Outcome, PendingClaim, RetentionStore, RetryPolicy, ScheduleStore, SharedStore,
-    SkippedRecord, Store, StoreError, check_name,
+    FollowUp, HandlerSpan, HealthCounts, HistoryStore, Job, JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef,
+    NodeRegistration, NodeState, NodeStore, Outcome, PendingClaim, RetentionStore, RetryPolicy, ScheduleStore,
+    SharedStore, SkippedRecord, Store, StoreError, check_name,
 };
 use quartz_core::trigger::TriggerState;
 use sqlx::any::AnyQueryResult;
@@ -82,7 +82,7 @@ use convert::{bind_id_list, count_to_i64, is_unique_violation, retry_conflicts};
 use decode::{RowError, decode_execute, decode_fire, decode_job, decode_node};
 use fires::{
     CONFIRM_START, CONFIRM_START_RETURNING, FAIL_CLAIMED, MARK_RUNNING, MARK_RUNNING_RETURNING, MISFIRE_CLAIMED,
-    RELEASE_CLAIMED, SKIP_CLAIMED, SUCCEED, SUCCEED_RETURNING,
+    RELEASE_CLAIMED, SKIP_CLAIMED,
 };
 
 /// A [`Store`] on SQLite, PostgreSQL or MySQL/MariaDB, chosen by URL.

@@ -13,8 +13,8 @@ use common::{Kind, TestDb};
 use quartz_core::cron::CronExpression;
 use quartz_core::misfire::MisfireSettings;
 use quartz_core::store::{
-    CHANGE_VISIBILITY_MS, Claim, ExecuteCas, ExecuteSpec, ExecuteState, FireEnd, FireQuery, FireState, FollowUp,
-    JobSpec, NodeRef, NodeState, Outcome, PendingClaim, SkippedRecord, StoreError,
+    CHANGE_VISIBILITY_MS, Claim, ExecuteCas, ExecuteSpec, ExecuteState, FireEnd, FireQuery, FireRecord, FireState,
+    FollowUp, HandlerSpan, JobSpec, NodeRef, NodeState, Outcome, PendingClaim, SkippedRecord, StoreError,
 };
 use quartz_core::trigger::{Fire, Overlap, Schedule, Trigger, TriggerState};
 use quartz_core::{Error, Timestamp, Tz};
@@ -35,6 +35,7 @@ backend_tests!(
     history_filters_and_pages,
     edited_schedules_are_noticed_and_jobs_are_read_by_id,
     fires_start_and_succeed_in_batches_fenced,
+    a_fires_end_records_when_its_handler_ran,
     fires_that_never_ran_are_recorded_without_a_start,
     nodes_registering_together_all_register,
     a_node_purged_and_back_is_newer_than_before,
@@ -1189,6 +1190,90 @@ async fn fires_start_and_succeed_in_batches_fenced(db: &TestDb) {
     );
 }
 
+/// The start and finish a fire's end records are its handler's, as its
+/// node saw them, in every form of end (a batch of successes, more than one
+/// statement's worth, a success alone, one that starts a chain, a failure
+/// with its retry); an end that does not know them keeps the fenced
+/// start's time and finishes now.
+async fn a_fires_end_records_when_its_handler_ran(db: &TestDb) {
+    let store = db.store().await.scoped(S);
+    let start = store.now().await.unwrap();
+    let node = register(&store, "witness").await;
+    let ids = claimed_fires(&store, "ran", 72, start, &node).await;
+    let started: HashMap<i64, Timestamp> = store.mark_running_all(&ids, &node).await.unwrap().into_iter().collect();
+    assert_eq!(started.len(), 72);
+    // Each its own start and finish, after the fenced start.
+    let span = |i: usize| {
+        let at = started[&ids[i]].as_millis() + 7 + i as i64;
+        HandlerSpan {
+            started_at: Timestamp::from_millis(at),
+            finished_at: Timestamp::from_millis(at + 100 + i as i64),
+        }
+    };
+    let mut ends: Vec<(i64, FireEnd)> = (0..68)
+        .map(|i| {
+            let ran = (i != 5).then(|| span(i));
+            (ids[i], FireEnd::Succeeded { chain: false, ran })
+        })
+        .collect();
+    let done = store.end_fires(&node, &ends).await.unwrap();
+    assert!(done.iter().all(|d| *d == FollowUp::Recorded), "{done:?}");
+    ends.clear();
+    ends.push((
+        ids[68],
+        FireEnd::Succeeded {
+            chain: false,
+            ran: Some(span(68)),
+        },
+    ));
+    ends.push((
+        ids[69],
+        FireEnd::Succeeded {
+            chain: true,
+            ran: Some(span(69)),
+        },
+    ));
+    ends.push((
+        ids[70],
+        FireEnd::Failed {
+            error: "boom".to_owned(),
+            retry_in: Some(std::time::Duration::from_secs(60)),
+            ran: Some(span(70)),
+        },
+    ));
+    ends.push((
+        ids[71],
+        FireEnd::Failed {
+            error: "boom".to_owned(),
+            retry_in: None,
+            ran: Some(span(71)),
+        },
+    ));
+    let done = store.end_fires(&node, &ends).await.unwrap();
+    assert!(done.iter().all(FollowUp::ended), "{done:?}");
+    let rows: HashMap<i64, FireRecord> = common::ledger(&store, S).await.into_iter().map(|f| (f.id, f)).collect();
+    let after = store.now().await.unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        let row = &rows[id];
+        if i == 5 {
+            assert_eq!(
+                row.started_at,
+                Some(started[id]),
+                "unknown: the fenced start's time stays"
+            );
+            let finished = row.finished_at.expect("finished");
+            assert!(finished >= start && finished <= after, "finished now: {row:?}");
+            continue;
+        }
+        let ran = span(i);
+        assert_eq!(
+            (row.started_at, row.finished_at),
+            (Some(ran.started_at), Some(ran.finished_at)),
+            "fire {i}: {row:?}"
+        );
+    }
+}
+
 /// A fire whose handler never ran: misfired when claimed or marked running
 /// (a thread took it past the threshold), failed when claimed (no node has
 /// its handler); fenced by incarnation, and with no start time either way.
@@ -1408,6 +1493,7 @@ fn failed_retry(error: &str, ms: u64) -> FireEnd {
     FireEnd::Failed {
         error: error.to_owned(),
         retry_in: Some(std::time::Duration::from_millis(ms)),
+        ran: None,
     }
 }
 
@@ -1416,7 +1502,15 @@ fn failed_retry(error: &str, ms: u64) -> FireEnd {
 async fn succeed_all(store: &AnyStore, ids: &[i64], node: &NodeRef) -> Vec<i64> {
     let ends: Vec<(i64, FireEnd)> = ids
         .iter()
-        .map(|id| (*id, FireEnd::Succeeded { chain: false }))
+        .map(|id| {
+            (
+                *id,
+                FireEnd::Succeeded {
+                    chain: false,
+                    ran: None,
+                },
+            )
+        })
         .collect();
     let done = store.end_fires(node, &ends).await.unwrap();
     assert_eq!(done.len(), ids.len());
@@ -1713,7 +1807,15 @@ async fn fires_waiting_under_an_overlap_policy_are_found_by_their_trigger(db: &T
     );
     let ends: Vec<(i64, FireEnd)> = first
         .iter()
-        .map(|id| (*id, FireEnd::Succeeded { chain: false }))
+        .map(|id| {
+            (
+                *id,
+                FireEnd::Succeeded {
+                    chain: false,
+                    ran: None,
+                },
+            )
+        })
         .collect();
     store.mark_running_all(&first, &node).await.unwrap();
     store.end_fires(&node, &ends).await.unwrap();

@@ -199,3 +199,67 @@ pub async fn wait_run_ended(
     })
     .await;
 }
+
+/// A fresh directory for the nodes' run logs, removed when dropped, and the
+/// run log checker over it: the suites count lost fires, fires run twice
+/// and starts by fenced nodes from what the handlers did, not from the
+/// ledger.
+pub struct RunLogs(crate::TempDir);
+
+impl Default for RunLogs {
+    fn default() -> RunLogs {
+        RunLogs::new()
+    }
+}
+
+impl RunLogs {
+    /// A fresh, empty directory.
+    pub fn new() -> RunLogs {
+        let dir = std::env::temp_dir().join(crate::unique("quartz-runs"));
+        std::fs::create_dir_all(&dir).unwrap();
+        RunLogs(crate::TempDir(dir))
+    }
+
+    /// Its path, for [`Settings::run_log`](quartz_core::engine::Settings::run_log).
+    pub fn dir(&self) -> std::path::PathBuf {
+        self.0.0.clone()
+    }
+
+    /// The checker's report on the fire times in `[since, until)` of the
+    /// scheduler `store` is scoped to.
+    pub async fn check(
+        &self,
+        store: &dyn quartz_core::store::Store,
+        since: quartz_core::Timestamp,
+        until: quartz_core::Timestamp,
+        misfire_threshold: std::time::Duration,
+    ) -> quartz_core::runlog::RunCheck {
+        let files = quartz_core::runlog::read_dir(&self.0.0).unwrap();
+        let params = quartz_core::runlog::CheckParams {
+            since,
+            until,
+            misfire_threshold,
+            ..quartz_core::runlog::CheckParams::last_hour(until)
+        };
+        quartz_core::runlog::check(store, &files, &params).await.unwrap()
+    }
+
+    /// As [`check`](Self::check), failing the test on any violation (the
+    /// first ten listed).
+    pub async fn assert_clean(
+        &self,
+        store: &dyn quartz_core::store::Store,
+        since: quartz_core::Timestamp,
+        until: quartz_core::Timestamp,
+        misfire_threshold: std::time::Duration,
+    ) -> quartz_core::runlog::RunCheck {
+        let report = self.check(store, since, until, misfire_threshold).await;
+        assert!(
+            report.violations.is_empty(),
+            "the run log checker found {} violation(s): {:#?}",
+            report.violations.len(),
+            &report.violations[..report.violations.len().min(10)]
+        );
+        report
+    }
+}

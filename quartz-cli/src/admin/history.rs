@@ -3,9 +3,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use quartz_core::Timestamp;
 use quartz_core::audit::{AuditParams, AuditReport};
 use quartz_core::retention::{PurgePlan, purge};
+use quartz_core::runlog::{CheckParams, Lateness, RunCheck, check, read_dir};
 use quartz_core::store::{FireQuery, FireRecord, FireState, Job};
 use quartz_store::AnyStore;
 use serde_json::{Value, json};
@@ -201,6 +203,16 @@ pub struct AuditArgs {
     /// The cluster's misfire threshold: a start later than this needs a misfire record.
     #[arg(long, default_value = "5s", value_parser = crate::args::duration_arg)]
     misfire_threshold: Duration,
+    /// Also check the runs the nodes' run logs in DIR show (`quartz run
+    /// --run-log DIR`) against the triggers and the ledger: fire times
+    /// lost, run twice, started by a fenced node, early or late.
+    #[arg(long, value_name = "DIR")]
+    runs: Option<std::path::PathBuf>,
+    /// How far two nodes' estimates of database time may disagree, for
+    /// `--runs`: a start counts as a fenced node's only this long after its
+    /// incarnation was retired.
+    #[arg(long, default_value = "100ms", value_parser = crate::args::duration_arg)]
+    clock_slack: Duration,
 }
 
 /// `quartz audit`: `Ok(true)` when the ledger is clean.
@@ -214,6 +226,22 @@ pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> any
         misfire_threshold: args.misfire_threshold,
     };
     let report = quartz_core::audit::audit(&*store, &params).await?;
+    let runs = match &args.runs {
+        Some(dir) => {
+            let files = read_dir(dir).with_context(|| format!("reading the run logs in {}", dir.display()))?;
+            if files.is_empty() {
+                anyhow::bail!("no run log (*{}) in {}", quartz_core::runlog::SUFFIX, dir.display());
+            }
+            let check_params = CheckParams {
+                since: params.since,
+                until: params.until,
+                misfire_threshold: params.misfire_threshold,
+                clock_slack: args.clock_slack,
+            };
+            Some(check(&*store, &files, &check_params).await?)
+        }
+        None => None,
+    };
     let AuditReport {
         since,
         until,
@@ -232,9 +260,13 @@ pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> any
             "kind": v.kind.as_str(), "job": v.job, "execute_id": v.execute_id,
             "fire_time": v.fire_time.as_millis(), "detail": v.detail,
         })).collect::<Vec<_>>(),
+        "runs": runs.as_ref().map(runs_json),
     });
     out.print(&value, || {
         let mut s = String::new();
+        if let Some(r) = &runs {
+            s.push_str(&runs_text(r));
+        }
         for v in violations {
             s.push_str(&format!(
                 "{}: job {} trigger {} at {}: {}\n",
@@ -254,5 +286,63 @@ pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> any
         ));
         s
     });
-    Ok(violations.is_empty())
+    Ok(violations.is_empty() && runs.is_none_or(|r| r.violations.is_empty()))
+}
+
+/// A run log check as JSON.
+fn runs_json(r: &RunCheck) -> Value {
+    let lateness = |l: &Lateness| json!({ "count": l.count, "p50": l.p50, "p99": l.p99, "max": l.max });
+    json!({
+        "files": r.files,
+        "unreadable_lines": r.unreadable,
+        "fire_times_checked": r.fire_times_checked,
+        "fire_times_run": r.fire_times_run,
+        "fire_times_by_policy": r.fire_times_by_policy,
+        "fire_times_unwitnessed": r.fire_times_unwitnessed,
+        "starts": r.starts,
+        "ends": r.ends,
+        "overlapping_attempts": r.overlapping_attempts,
+        "lateness_ms": lateness(&r.lateness),
+        "ledger_lateness_ms": lateness(&r.ledger_lateness),
+        "ledger_start_gap_max_ms": r.ledger_start_gap_max,
+        "violations": r.violations.iter().map(|v| json!({
+            "kind": v.kind.as_str(), "job": v.job, "execute_id": v.execute_id,
+            "fire_time": v.fire_time.as_millis(), "detail": v.detail,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// A run log check as text: its violations, then its figures.
+fn runs_text(r: &RunCheck) -> String {
+    let mut s = String::new();
+    for v in &r.violations {
+        s.push_str(&format!(
+            "runs: {}: job {} trigger {} at {}: {}\n",
+            v.kind.as_str(),
+            v.job,
+            v.execute_id,
+            show_instant(v.fire_time),
+            v.detail
+        ));
+    }
+    s.push_str(&format!(
+        "runs: {} violation(s); {} fire times: {} run, {} ended by policy, {} run by nodes without a run log; \
+         {} starts and {} ends in {} run log(s); {} attempts overlapping the one before\n",
+        r.violations.len(),
+        r.fire_times_checked,
+        r.fire_times_run,
+        r.fire_times_by_policy,
+        r.fire_times_unwitnessed,
+        r.starts,
+        r.ends,
+        r.files,
+        r.overlapping_attempts,
+    ));
+    let (h, l) = (&r.lateness, &r.ledger_lateness);
+    s.push_str(&format!(
+        "runs: lateness of first attempts, handlers p50/p99/max {}/{}/{} ms ({} starts), ledger {}/{}/{} ms; \
+         the two differ by {} ms at most\n",
+        h.p50, h.p99, h.max, h.count, l.p50, l.p99, l.max, r.ledger_start_gap_max
+    ));
+    s
 }

@@ -157,23 +157,8 @@ pub async fn audit(store: &dyn Store, params: &AuditParams) -> Result<AuditRepor
     let until = params.until.min(now);
     let purge_horizon = store.purge_horizon().await?;
     let since = purge_horizon.map_or(params.since, |h| params.since.max(h));
-    let mut query = FireQuery::new();
-    query.since = Some(since);
-    query.until = Some(until);
-    query.limit = 1_000;
-    let mut fires = Vec::new();
-    loop {
-        let page = store.fires(&query).await?;
-        let Some(last) = page.last() else { break };
-        query.before_id = Some(last.id);
-        fires.extend(page);
-    }
-    let mut details = Vec::new();
-    for job in store.list_jobs().await? {
-        if let Some(d) = store.get_job(&job.spec.name).await? {
-            details.push(d);
-        }
-    }
+    let fires = ledger(store, since, until).await?;
+    let details = job_details(store).await?;
     let names: HashMap<i64, String> = details.iter().map(|d| (d.job.id, d.job.spec.name.clone())).collect();
     let name_of = |id: i64| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}"));
     let mut violations = duplicates(&fires, &name_of);
@@ -195,6 +180,75 @@ pub async fn audit(store: &dyn Store, params: &AuditParams) -> Result<AuditRepor
         fire_times_checked,
         violations,
     })
+}
+
+/// The ledger's rows whose fire time is in `[since, until]`, every page.
+pub(crate) async fn ledger(
+    store: &dyn Store,
+    since: Timestamp,
+    until: Timestamp,
+) -> Result<Vec<FireRecord>, StoreError> {
+    let mut query = FireQuery::new();
+    query.since = Some(since);
+    query.until = Some(until);
+    query.limit = 1_000;
+    let mut fires = Vec::new();
+    loop {
+        let page = store.fires(&query).await?;
+        let Some(last) = page.last() else { break };
+        query.before_id = Some(last.id);
+        fires.extend(page);
+    }
+    Ok(fires)
+}
+
+/// Every job of the scheduler with its executes.
+pub(crate) async fn job_details(store: &dyn Store) -> Result<Vec<JobDetail>, StoreError> {
+    let mut details = Vec::new();
+    for job in store.list_jobs().await? {
+        if let Some(d) = store.get_job(&job.spec.name).await? {
+            details.push(d);
+        }
+    }
+    Ok(details)
+}
+
+/// Calls `each` with every fire time in `[since, until)` that a trigger has
+/// moved past (up to its last claimed fire), trigger by trigger, at most
+/// [`MAX_FIRE_TIMES`] in all; returns how many. Fixed-delay triggers (no
+/// grid) and triggers in error are left out, and so are times before a
+/// trigger's start and its checkpoints.
+pub(crate) fn expected_times(
+    details: &[JobDetail],
+    since: Timestamp,
+    until: Timestamp,
+    mut each: impl FnMut(&JobDetail, &crate::store::Execute, Timestamp),
+) -> u64 {
+    let mut checked = 0u64;
+    for d in details {
+        for e in &d.executes {
+            if matches!(e.trigger.schedule(), Schedule::FixedDelay { .. }) || e.state == ExecuteState::Error {
+                continue;
+            }
+            let Some(last) = e.fire_state.prev_fire_time else {
+                continue;
+            };
+            let mut t = e.trigger.fire_time_after(since.saturating_add_millis(-1));
+            while let Some(at) = t {
+                // Up to the execute's last fire, and before `until`: the
+                // ledger was read before it too.
+                if at > last || at >= until || checked >= MAX_FIRE_TIMES {
+                    break;
+                }
+                if at >= e.trigger.start() && !e.trigger.is_checkpoint(at) {
+                    checked += 1;
+                    each(d, e, at);
+                }
+                t = e.trigger.fire_time_after(at);
+            }
+        }
+    }
+    checked
 }
 
 /// The ledger's rows by fire: (execute, job, fire time).
@@ -397,40 +451,18 @@ fn gaps(fires: &[FireRecord], details: &[JobDetail], since: Timestamp, until: Ti
             .push((f.fire_time, f.skipped_until.unwrap_or(f.fire_time)));
     }
     let mut violations = Vec::new();
-    let mut checked = 0u64;
-    for d in details {
-        for e in &d.executes {
-            if matches!(e.trigger.schedule(), Schedule::FixedDelay { .. }) || e.state == ExecuteState::Error {
-                continue;
-            }
-            let Some(last) = e.fire_state.prev_fire_time else {
-                continue;
-            };
-            let covered = covered.get(&e.id).map_or(&[][..], Vec::as_slice);
-            let mut t = e.trigger.fire_time_after(since.saturating_add_millis(-1));
-            while let Some(at) = t {
-                // Up to the execute's last fire, and before `until`: the
-                // ledger was read before it too.
-                if at > last || at >= until || checked >= MAX_FIRE_TIMES {
-                    break;
-                }
-                checked += 1;
-                if at >= e.trigger.start()
-                    && !e.trigger.is_checkpoint(at)
-                    && !covered.iter().any(|(from, to)| *from <= at && at <= *to)
-                {
-                    violations.push(Violation {
-                        kind: ViolationKind::Missing,
-                        job: d.job.spec.name.clone(),
-                        execute_id: e.id,
-                        fire_time: at,
-                        detail: "a scheduled fire time with no ledger row".to_owned(),
-                    });
-                }
-                t = e.trigger.fire_time_after(at);
-            }
+    let checked = expected_times(details, since, until, |d, e, at| {
+        let covered = covered.get(&e.id).map_or(&[][..], Vec::as_slice);
+        if !covered.iter().any(|(from, to)| *from <= at && at <= *to) {
+            violations.push(Violation {
+                kind: ViolationKind::Missing,
+                job: d.job.spec.name.clone(),
+                execute_id: e.id,
+                fire_time: at,
+                detail: "a scheduled fire time with no ledger row".to_owned(),
+            });
         }
-    }
+    });
     (violations, checked)
 }
 

@@ -54,7 +54,7 @@ impl Clock {
     }
 
     /// The node's own clock, in epoch ms.
-    fn local_ms(&self) -> i64 {
+    pub(crate) fn local_ms(&self) -> i64 {
         self.anchor_ms
             .saturating_add(i64::try_from(self.base.elapsed().as_millis()).unwrap_or(i64::MAX))
     }

@@ -15,6 +15,7 @@ use super::Phase;
 use super::context::{Ctx, duration_ms};
 use super::queue::FireQueue;
 use super::recovery::Recovery;
+use crate::runlog::RunEvent;
 use crate::store::{NodeRef, NodeState, StoreError};
 
 /// The cluster stage: membership, then recovery.
@@ -129,6 +130,13 @@ impl Cluster {
                 };
                 if self.ctx.store.retire_node(&theirs, dead_after).await? {
                     retired = true;
+                    self.ctx.note(|db_ms, local_ms| RunEvent::Retired {
+                        node: theirs.node_id.clone(),
+                        incarnation: theirs.incarnation,
+                        by: me.node_id.clone(),
+                        db_ms,
+                        local_ms,
+                    });
                     tracing::warn!(
                         scheduler = self.ctx.scheduler,
                         node = member.node_id,
@@ -162,10 +170,22 @@ impl Cluster {
             incarnation = old.incarnation,
             "this node was declared dead; re-registering"
         );
+        self.ctx.note(|db_ms, local_ms| RunEvent::Fenced {
+            node: old.node_id.clone(),
+            incarnation: old.incarnation,
+            db_ms,
+            local_ms,
+        });
         self.queue.clear();
         let sent = self.ctx.clock.db_now();
         let registered = self.ctx.store.register_node(&self.ctx.registration).await?;
         self.ctx.renewed(sent);
+        self.ctx.note(|db_ms, local_ms| RunEvent::Registered {
+            node: registered.node_id.clone(),
+            incarnation: registered.incarnation,
+            db_ms,
+            local_ms,
+        });
         self.ctx.set_node(NodeRef {
             node_id: registered.node_id,
             incarnation: registered.incarnation,

@@ -18,6 +18,7 @@ use super::clock::Clock;
 use super::flight::{Flights, Hold};
 use super::handler::{Handler, Lane, States};
 use super::{Counters, Phase, Settings};
+use crate::runlog::{RunEvent, RunLog};
 use crate::store::{ExecuteCas, ExecuteState, FireEnd, Job, Node, NodeRef, NodeRegistration, SharedStore, StoreError};
 use crate::time::Timestamp;
 use crate::trigger::{Trigger, TriggerState};
@@ -61,6 +62,9 @@ pub(super) struct Ctx {
     /// The scheduler is on standby, as this node last read it (at start,
     /// then at every change): claim nothing.
     standby: AtomicBool,
+    /// Where the node's handlers' runs are witnessed, if anywhere
+    /// ([`Settings::run_log`]).
+    pub(super) run_log: Option<RunLog>,
 }
 
 /// What a node starts its context from.
@@ -78,6 +82,8 @@ pub(super) struct Parts {
     pub(super) registered_at: Timestamp,
     /// Whether the scheduler was on standby when the node started.
     pub(super) standby: bool,
+    /// Its run log, if it keeps one.
+    pub(super) run_log: Option<RunLog>,
 }
 
 impl Ctx {
@@ -107,6 +113,15 @@ impl Ctx {
             flights: Flights::default(),
             renewed_ms: AtomicI64::new(parts.registered_at.as_millis()),
             standby: AtomicBool::new(parts.standby),
+            run_log: parts.run_log,
+        }
+    }
+
+    /// Writes a line to the run log, if the node keeps one: `event` is
+    /// given the node's estimate of database time and its own clock.
+    pub(super) fn note(&self, event: impl FnOnce(i64, i64) -> RunEvent) {
+        if let Some(log) = &self.run_log {
+            log.write(&event(self.clock.db_now().as_millis(), self.clock.local_ms()));
         }
     }
 

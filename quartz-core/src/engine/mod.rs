@@ -126,6 +126,15 @@ pub enum SchedulerError {
     /// The pool could not be built.
     #[error("the worker pool could not start: {0}")]
     Pool(#[from] quartz_pool::PoolError),
+    /// The run log ([`Settings::run_log`]) could not be created.
+    #[error("the run log in {dir} could not be created: {source}")]
+    RunLog {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Builds and starts a node. See the [module docs](self).

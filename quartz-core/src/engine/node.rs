@@ -34,6 +34,7 @@ use super::recorder::Recorder;
 use super::recovery::Recovery;
 use super::runner::Runner;
 use super::{NodeStatus, Phase, SchedulerError, Settings, ShutdownSummary};
+use crate::runlog::{RunEvent, RunLog};
 use crate::store::{JobSpec, NodeRef, NodeRegistration, SharedStore};
 use crate::time::Timestamp;
 
@@ -63,10 +64,22 @@ impl Stages {
             .keep_alive(settings.pool_keep_alive)
             .thread_name_prefix(format!("quartz-{scheduler}"))
             .build()?;
+        let run_log = match &settings.run_log {
+            Some(dir) => Some(open_run_log(dir, &scheduler, &registration, clock.local_ms())?),
+            None => None,
+        };
         let db_now = store.now().await?;
         clock.observe(db_now);
         let registered_at = clock.db_now();
         let registered = store.register_node(&registration).await?;
+        if let Some(log) = &run_log {
+            log.write(&RunEvent::Registered {
+                node: registered.node_id.clone(),
+                incarnation: registered.incarnation,
+                db_ms: clock.db_now().as_millis(),
+                local_ms: clock.local_ms(),
+            });
+        }
         let standby = store.standby().await?.is_some();
         tracing::info!(scheduler, node = %registered.node_id, incarnation = registered.incarnation, "node registered");
         let ctx = Arc::new(Ctx::new(Parts {
@@ -81,6 +94,7 @@ impl Stages {
             node: registered,
             registered_at,
             standby,
+            run_log,
         }));
         // The stages, from the last a fire reaches to the first.
         let recorder = Arc::new(Recorder::start(
@@ -191,6 +205,11 @@ impl Stages {
             }
         }
         self.stop_tasks();
+        self.ctx.note(|db_ms, local_ms| RunEvent::Close {
+            node: node.node_id.clone(),
+            db_ms,
+            local_ms,
+        });
         self.ctx.set_phase(Phase::Stopped);
         super::metrics::stopped(&self.ctx.scheduler, &self.ctx.pool.metrics());
         ShutdownSummary {
@@ -233,6 +252,28 @@ impl Stages {
 
 /// What this node registers: its id (the setting, or `host-pid-n`), host,
 /// process, weight and the handlers it offers.
+/// Creates a node's run log in `dir` and writes its first line.
+fn open_run_log(
+    dir: &std::path::Path,
+    scheduler: &str,
+    registration: &NodeRegistration,
+    local_ms: i64,
+) -> Result<RunLog, SchedulerError> {
+    let log =
+        RunLog::create(dir, scheduler, &registration.node_id, local_ms).map_err(|source| SchedulerError::RunLog {
+            dir: dir.to_owned(),
+            source,
+        })?;
+    log.write(&RunEvent::Open {
+        scheduler: scheduler.to_owned(),
+        node: registration.node_id.clone(),
+        host: registration.host.clone(),
+        pid: registration.pid,
+        local_ms,
+    });
+    Ok(log)
+}
+
 fn registration(settings: &Settings, handlers: &HashMap<String, Handler>) -> NodeRegistration {
     let host = hostname();
     let node_id = settings.node_id.clone().unwrap_or_else(|| {

@@ -11,7 +11,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::context::FINISH_TRIES;
 use super::run::RunFire;
-use crate::store::{ChainedFire, FIRES_PER_BATCH, FireEnd, FollowUp, NodeRef, Outcome, SharedStore, StoreError};
+use crate::store::{
+    ChainedFire, FIRES_PER_BATCH, FireEnd, FollowUp, HandlerSpan, NodeRef, Outcome, SharedStore, StoreError,
+};
 use crate::time::Timestamp;
 
 /// The recorder stage: a node's outcomes to the ledger, and the starts its
@@ -37,7 +39,12 @@ const SUCCESS_BATCH: usize = FIRES_PER_BATCH;
 /// A success to record: the fire, its owner, and where the answer goes
 /// (`true` when recorded, `false` when the fire is no longer this
 /// incarnation's).
-pub(super) type Success = (i64, NodeRef, oneshot::Sender<Result<bool, StoreError>>);
+pub(super) type Success = (
+    i64,
+    NodeRef,
+    Option<HandlerSpan>,
+    oneshot::Sender<Result<bool, StoreError>>,
+);
 
 /// The next batch from a queue: what arrived while the previous one was
 /// written, up to [`SUCCESS_BATCH`], split by owner (one statement each);
@@ -70,10 +77,10 @@ async fn record_successes(store: SharedStore, mut rx: mpsc::UnboundedReceiver<Su
         for (node, mine) in batch {
             let ends: Vec<(i64, FireEnd)> = mine
                 .iter()
-                .map(|s| (s.0, FireEnd::Succeeded { chain: false }))
+                .map(|s| (s.0, FireEnd::Succeeded { chain: false, ran: s.2 }))
                 .collect();
             let recorded = store.end_fires(&node, &ends).await;
-            for (i, (_, _, reply)) in mine.into_iter().enumerate() {
+            for (i, (_, _, _, reply)) in mine.into_iter().enumerate() {
                 let answer = match &recorded {
                     Ok(done) => Ok(done.get(i) == Some(&FollowUp::Recorded)),
                     Err(e) => Err(StoreError::Database { reason: e.to_string() }),
@@ -152,15 +159,15 @@ impl Recorder {
         answer
     }
 
-    /// Records an outcome, retrying on database errors. A success of a job
-    /// with children claims their fires in the same transaction: those are
-    /// returned, to be run by this node.
-    pub(super) async fn record(&self, run: &RunFire, outcome: &Outcome) -> Vec<ChainedFire> {
+    /// Records an outcome, with when its handler ran, retrying on database
+    /// errors. A success of a job with children claims their fires in the
+    /// same transaction: those are returned, to be run by this node.
+    pub(super) async fn record(&self, run: &RunFire, outcome: &Outcome, ran: Option<HandlerSpan>) -> Vec<ChainedFire> {
         let chains = *outcome == Outcome::Succeeded && self.parents.read().contains(&run.job.id);
         for attempt in 1..=FINISH_TRIES {
             let recorded = if chains {
                 self.store
-                    .end_fire(run.fire_id, &run.node, FireEnd::Succeeded { chain: true })
+                    .end_fire(run.fire_id, &run.node, FireEnd::Succeeded { chain: true, ran })
                     .await
                     .map(|done| match done {
                         FollowUp::Chained(children) => Some(children),
@@ -169,7 +176,7 @@ impl Recorder {
                     })
             } else if *outcome == Outcome::Succeeded {
                 let (reply, answer) = oneshot::channel();
-                let _ = self.successes.send((run.fire_id, run.node.clone(), reply));
+                let _ = self.successes.send((run.fire_id, run.node.clone(), ran, reply));
                 answer
                     .await
                     .unwrap_or_else(|_| {
@@ -180,7 +187,7 @@ impl Recorder {
                     .map(|done| done.then(Vec::new))
             } else {
                 self.store
-                    .end_fire(run.fire_id, &run.node, FireEnd::from(outcome))
+                    .end_fire(run.fire_id, &run.node, FireEnd::of_outcome(outcome, ran))
                     .await
                     .map(|done| (done != FollowUp::NotOwned).then(Vec::new))
             };

@@ -4,8 +4,12 @@
 
 use std::sync::Arc;
 
+use std::future::Future;
+
+use super::context::Ctx;
 use super::flight::Hold;
 use super::handler::{JobResult, RunKind};
+use crate::runlog::{RunEnd, RunEvent, RunStart};
 use crate::store::{FireRecord, FollowUp, Job, NodeRef};
 use crate::time::Timestamp;
 use crate::trigger::{Trigger, TriggerState};
@@ -40,10 +44,18 @@ impl RunFire {
     }
 }
 
+/// A handler's run: its outcome, and when it began and ended on the node's
+/// estimate of database time.
+pub(super) struct Handled {
+    pub(super) result: JobResult,
+    pub(super) started: Timestamp,
+    pub(super) finished: Timestamp,
+}
+
 /// What a fire's pool task reports.
 pub(super) enum Ran {
     /// The handler ran, with this outcome.
-    Done(JobResult),
+    Done(Handled),
     /// A thread took the fire this many milliseconds after its time, past the
     /// misfire threshold: the handler did not run.
     Late(i64),
@@ -90,6 +102,114 @@ impl PendingFire {
                 due_at,
             }),
             FollowUp::NotOwned | FollowUp::Recorded | FollowUp::Chained(_) => None,
+        }
+    }
+}
+
+/// Calls a fire's handler and witnesses it: the start and the end on the
+/// node's estimate of database time, and, when the node keeps a run log, a
+/// line for each, the start's written before the handler is called.
+pub(super) struct Witness {
+    ctx: Arc<Ctx>,
+    start: RunStart,
+}
+
+impl Witness {
+    pub(super) fn of(ctx: &Arc<Ctx>, run: &RunFire) -> Witness {
+        Witness {
+            ctx: Arc::clone(ctx),
+            start: RunStart {
+                node: run.node.node_id.clone(),
+                incarnation: run.node.incarnation,
+                fire_id: run.fire_id,
+                execute_id: run.execute_id,
+                job_id: run.job.id,
+                job: run.job.spec.name.clone(),
+                fire_time: run.fire_time.as_millis(),
+                attempt: run.attempt,
+                kind: run.kind.as_str().to_owned(),
+                local_ms: 0,
+                db_ms: 0,
+            },
+        }
+    }
+
+    /// The node's estimate of database time now, read in the node's
+    /// runtime even from a pool thread, so that a test's stepped clock is
+    /// the one read.
+    fn now(&self) -> Timestamp {
+        let _runtime = self.ctx.runtime.enter();
+        self.ctx.clock.db_now()
+    }
+
+    /// The handler starts now: the start the ledger records. A fire reaches
+    /// its lane once the node's estimate of database time has passed its
+    /// time, so it starts no earlier; the estimate read again here may
+    /// still fall a millisecond or two short of it, when a clock reading
+    /// that took longer has lowered the estimate meanwhile (it never runs
+    /// ahead, so a slower reading makes it more cautious): the ledger then
+    /// records the fire time. The run log keeps the estimate as read (its
+    /// checker allows for a clock's slack before it calls a start early).
+    pub(super) fn started(&mut self) -> Timestamp {
+        let now = self.now();
+        let fire_time = Timestamp::from_millis(self.start.fire_time);
+        if let Some(log) = &self.ctx.run_log {
+            self.start.db_ms = now.as_millis();
+            self.start.local_ms = {
+                let _runtime = self.ctx.runtime.enter();
+                self.ctx.clock.local_ms()
+            };
+            log.write(&RunEvent::Start(self.start.clone()));
+        }
+        now.max(fire_time)
+    }
+
+    /// The handler ended now, with `outcome` (`succeeded`, `failed`,
+    /// `dropped`).
+    pub(super) fn ended(&self, outcome: &str) -> Timestamp {
+        let now = self.now();
+        if let Some(log) = &self.ctx.run_log {
+            let s = &self.start;
+            log.write(&RunEvent::End(RunEnd {
+                node: s.node.clone(),
+                incarnation: s.incarnation,
+                fire_id: s.fire_id,
+                execute_id: s.execute_id,
+                job_id: s.job_id,
+                fire_time: s.fire_time,
+                attempt: s.attempt,
+                outcome: outcome.to_owned(),
+                local_ms: {
+                    let _runtime = self.ctx.runtime.enter();
+                    self.ctx.clock.local_ms()
+                },
+                db_ms: now.as_millis(),
+            }));
+        }
+        now
+    }
+
+    /// Runs `call` (the handler) between its start and its end.
+    pub(super) fn run(mut self, call: impl FnOnce() -> JobResult) -> Handled {
+        let started = self.started();
+        let result = call();
+        let finished = self.ended(if result.is_ok() { "succeeded" } else { "failed" });
+        Handled {
+            result,
+            started,
+            finished,
+        }
+    }
+
+    /// As [`Self::run`], for an async handler.
+    pub(super) async fn run_async(mut self, call: impl Future<Output = JobResult>) -> Handled {
+        let started = self.started();
+        let result = call.await;
+        let finished = self.ended(if result.is_ok() { "succeeded" } else { "failed" });
+        Handled {
+            result,
+            started,
+            finished,
         }
     }
 }

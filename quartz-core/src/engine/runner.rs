@@ -15,9 +15,9 @@ use super::context::{Ctx, FINISH_TRIES, release_cas};
 use super::gate::{Gate, START_RECHECK};
 use super::handler::{CancelReason, Cancellation, JobContext, RunKind};
 use super::recorder::Recorder;
-use super::run::{PendingFire, Ran, RunFire};
+use super::run::{Handled, PendingFire, Ran, RunFire, Witness};
 use crate::misfire::MisfirePolicy;
-use crate::store::{ChainedFire, FireEnd, FollowUp, LateRun, Outcome};
+use crate::store::{ChainedFire, FireEnd, FollowUp, HandlerSpan, LateRun, Outcome};
 use crate::trigger::Trigger;
 
 /// The runner stage.
@@ -121,13 +121,14 @@ impl Runner {
         };
         let span = fire_span(&self.ctx.scheduler, &run);
         let gate = self.gate(&run, member);
+        let witness = Witness::of(&self.ctx, &run);
         // The fire's place in its room is given back when its handler returns.
         let hold = run.hold.take();
         if handler.is_async() {
             tokio::spawn(async move {
                 let _hold = hold;
                 let ran = match gate.pass().await {
-                    Ok(()) => Ran::Done(handler.call_async(ctx, span).await),
+                    Ok(()) => Ran::Done(witness.run_async(handler.call_async(ctx, span)).await),
                     Err(ran) => ran,
                 };
                 let _ = done_tx.send(ran);
@@ -141,7 +142,7 @@ impl Runner {
             let _hold = (hold, clock_hold);
             let _in_fire = span.enter();
             let ran = match gate.pass_blocking() {
-                Ok(()) => Ran::Done(handler.call(ctx, &runtime, &span)),
+                Ok(()) => Ran::Done(witness.run(|| handler.call(ctx, &runtime, &span))),
                 Err(ran) => ran,
             };
             let _ = done_tx.send(ran);
@@ -232,9 +233,16 @@ impl Runner {
                 self.ctx.count(|c| c.fenced += 1);
                 return;
             }
-            Some(Ran::Done(result)) => Some(result),
+            Some(Ran::Done(handled)) => Some(handled),
             None => None,
         };
+        // When the handler ran, on this node's estimate of database time:
+        // the start and finish the ledger records with the outcome.
+        let ran = result.as_ref().map(|h| HandlerSpan {
+            started_at: h.started,
+            finished_at: h.finished,
+        });
+        let result = result.map(|h| h.result);
         self.ctx.flights.not_running(run.fire_id);
         // Replaced by a newer fire of its job (the cancel overlap policy):
         // a failure says so, and is not retried.
@@ -276,10 +284,10 @@ impl Runner {
         }
         let children = match &outcome {
             Outcome::Failed { error } if run.attempt < run.job.spec.retry.max_attempts && !replaced => {
-                self.fail_with_retry(run, error).await;
+                self.fail_with_retry(run, error, ran).await;
                 Vec::new()
             }
-            _ => self.recorder.record(run, &outcome).await,
+            _ => self.recorder.record(run, &outcome, ran).await,
         };
         self.release(run).await;
         if !children.is_empty() {
@@ -316,16 +324,19 @@ impl Runner {
         );
         match done_rx.await.ok()? {
             ran @ (Ran::Late(_) | Ran::NotOwned | Ran::Unconfirmed) => Some(ran),
-            Ran::Done(returned) => {
+            Ran::Done(handled) => {
                 let after = asked.elapsed().as_millis();
-                let how = match returned {
+                let how = match handled.result {
                     Ok(()) => "returned success".to_owned(),
                     Err(e) => format!("returned: {e}"),
                 };
-                Some(Ran::Done(Err(format!(
-                    "timed out after {limit_ms} ms; asked to stop, the code {how} {after} ms later"
-                )
-                .into())))
+                Some(Ran::Done(Handled {
+                    result: Err(format!(
+                        "timed out after {limit_ms} ms; asked to stop, the code {how} {after} ms later"
+                    )
+                    .into()),
+                    ..handled
+                }))
             }
         }
     }
@@ -494,7 +505,7 @@ impl Runner {
     }
     /// Records a failed attempt and, in the same transaction, its retry as a
     /// pending fire after the job's backoff; then waits for it here.
-    pub(super) async fn fail_with_retry(self: &Arc<Self>, run: &RunFire, error: &str) {
+    pub(super) async fn fail_with_retry(self: &Arc<Self>, run: &RunFire, error: &str, ran: Option<HandlerSpan>) {
         let backoff = run.job.spec.retry.delay(run.attempt + 1, run.fire_id);
         for attempt in 1..=FINISH_TRIES {
             match self
@@ -506,6 +517,7 @@ impl Runner {
                     FireEnd::Failed {
                         error: error.to_owned(),
                         retry_in: Some(backoff),
+                        ran,
                     },
                 )
                 .await

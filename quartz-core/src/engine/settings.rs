@@ -117,6 +117,13 @@ pub struct Settings {
     /// cluster may hold millions of jobs, and every name is a series). Turn
     /// it on only where the jobs are few and known.
     pub metrics_job_label: bool,
+    /// A directory for this node's run log (default none: no log). With
+    /// one, the node appends a JSON line to a file of its own there for
+    /// every handler start and end, and for its registrations and the
+    /// incarnations it declares dead: a record of what its handlers really
+    /// did, kept apart from the database, that `quartz audit --runs DIR`
+    /// checks against the triggers and the ledger ([`crate::runlog`]).
+    pub run_log: Option<std::path::PathBuf>,
 }
 
 impl Default for Settings {
@@ -144,6 +151,7 @@ impl Default for Settings {
             weight: 1,
             retention: Retention::default(),
             metrics_job_label: false,
+            run_log: None,
         }
     }
 }

@@ -29,6 +29,9 @@ pub enum FireEnd {
     Succeeded {
         /// Whether to start the job's chain.
         chain: bool,
+        /// When the handler ran: recorded as the fire's start and finish
+        /// (`None`: the start the fenced start recorded, finished now).
+        ran: Option<HandlerSpan>,
     },
     /// Its handler failed, panicked or timed out (the error is cut to
     /// [`MAX_ERROR_BYTES`]). With `retry_in`, in the same transaction its
@@ -40,6 +43,8 @@ pub enum FireEnd {
         error: String,
         /// When to try again, if at all.
         retry_in: Option<Duration>,
+        /// When the handler ran, as for [`FireEnd::Succeeded`].
+        ran: Option<HandlerSpan>,
     },
     /// Its handler did not start in time: claimed and refused by the pool,
     /// or marked running and found past the threshold when a thread took
@@ -94,25 +99,36 @@ impl FireEnd {
         }
     }
 
-    /// The fires of `ends` when every one is a plain success (`Succeeded`
-    /// without a chain): the batch a store records in one transaction.
-    pub fn plain_successes(ends: &[(i64, FireEnd)]) -> Option<Vec<i64>> {
+    /// The fires of `ends`, each with when its handler ran, when every one
+    /// is a plain success (`Succeeded` without a chain): the batch a store
+    /// records in one transaction.
+    pub fn plain_successes(ends: &[(i64, FireEnd)]) -> Option<Vec<(i64, Option<HandlerSpan>)>> {
         ends.iter()
-            .map(|(id, end)| matches!(end, FireEnd::Succeeded { chain: false }).then_some(*id))
+            .map(|(id, end)| match end {
+                FireEnd::Succeeded { chain: false, ran } => Some((*id, *ran)),
+                _ => None,
+            })
             .collect()
+    }
+
+    /// A handler's outcome as its end, without a chain or a retry, with
+    /// when the handler ran.
+    pub fn of_outcome(outcome: &Outcome, ran: Option<HandlerSpan>) -> FireEnd {
+        match outcome {
+            Outcome::Succeeded => FireEnd::Succeeded { chain: false, ran },
+            Outcome::Failed { error } => FireEnd::Failed {
+                error: error.clone(),
+                retry_in: None,
+                ran,
+            },
+        }
     }
 }
 
 impl From<&Outcome> for FireEnd {
     /// A handler's outcome as its end, without a chain or a retry.
     fn from(outcome: &Outcome) -> FireEnd {
-        match outcome {
-            Outcome::Succeeded => FireEnd::Succeeded { chain: false },
-            Outcome::Failed { error } => FireEnd::Failed {
-                error: error.clone(),
-                retry_in: None,
-            },
-        }
+        FireEnd::of_outcome(outcome, None)
     }
 }
 

@@ -53,7 +53,8 @@ pub use history_rows::{ChangeQuery, ChangeRecord, DEFAULT_ACTOR, FireRetry, Heal
 pub use limit::{ConcurrencyLimit, DEFAULT_LIMIT_KEY, MAX_CONCURRENCY, MAX_LIMIT_KEY_BYTES};
 pub use rows::{
     ChainedFire, ChangeAction, DueBatch, DueCursor, Execute, ExecuteState, FireQuery, FireRecord, FireState, FollowUp,
-    Job, JobDetail, JobQuery, JobState, Node, NodeRef, NodeState, Outcome, PendingClaim, RejectedRow, waited_for_room,
+    HandlerSpan, Job, JobDetail, JobQuery, JobState, Node, NodeRef, NodeState, Outcome, PendingClaim, RejectedRow,
+    waited_for_room,
 };
 pub(crate) use spec::duration_of;
 pub use spec::{

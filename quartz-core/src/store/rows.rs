@@ -287,6 +287,17 @@ pub enum Outcome {
     },
 }
 
+/// When a fire's handler ran, on its node's estimate of database time
+/// (which never runs ahead of the database's clock): what the ledger
+/// records as the fire's `started_at` and `finished_at` with its outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandlerSpan {
+    /// The handler was called.
+    pub started_at: Timestamp,
+    /// The handler returned (or was given up on).
+    pub finished_at: Timestamp,
+}
+
 /// A row of the fire ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FireRecord {

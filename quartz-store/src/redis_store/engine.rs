@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    ChainedFire, Claim, DueBatch, DueCursor, ExecuteCas, FireEnd, FireRecord, FireState, FireStore, FollowUp, Node,
-    NodeRef, NodeRegistration, NodeStore, Outcome, PendingClaim, RejectedRow, RetentionStore, ScheduleStore,
-    SkippedRecord, Store, StoreError, check_name,
+    ChainedFire, Claim, DueBatch, DueCursor, ExecuteCas, FireEnd, FireRecord, FireState, FireStore, FollowUp,
+    HandlerSpan, Node, NodeRef, NodeRegistration, NodeStore, Outcome, PendingClaim, RejectedRow, RetentionStore,
+    ScheduleStore, SkippedRecord, Store, StoreError, check_name,
 };
 use redis::FromRedisValue;
 use serde_json::{Value, json};
@@ -493,32 +493,58 @@ impl RetentionStore for RedisStore {
 
 #[async_trait]
 impl EndParts for RedisStore {
-    async fn succeed_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<i64>, StoreError> {
+    async fn succeed_all(&self, fires: &[(i64, Option<HandlerSpan>)], node: &NodeRef) -> Result<Vec<i64>, StoreError> {
         let (node_id, inc) = owner(node);
         let done = self
             .per_scheduler(
-                fire_ids,
-                |id| *id,
+                fires,
+                |(id, _)| *id,
                 "succeed_all",
-                |ids| json!({ "ids": ids.iter().map(|id| num(**id)).collect::<Vec<_>>(), "node": node_id, "inc": inc }),
-                |ids, recorded: Vec<i64>| ids.iter().map(|id| recorded.contains(id).then_some(**id)).collect(),
+                |fires| {
+                    json!({
+                        "ids": fires.iter().map(|(id, _)| num(*id)).collect::<Vec<_>>(),
+                        "spans": fires.iter().map(|(_, ran)| span(*ran)).collect::<Vec<_>>(),
+                        "node": node_id,
+                        "inc": inc,
+                    })
+                },
+                |fires, recorded: Vec<i64>| {
+                    fires
+                        .iter()
+                        .map(|(id, _)| recorded.contains(id).then_some(*id))
+                        .collect()
+                },
                 || None,
             )
             .await?;
         Ok(done.into_iter().flatten().collect())
     }
 
-    async fn finish(&self, fire_id: i64, node: &NodeRef, outcome: &Outcome) -> Result<bool, StoreError> {
+    async fn finish(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        outcome: &Outcome,
+        ran: Option<HandlerSpan>,
+    ) -> Result<bool, StoreError> {
         let (state, error) = match outcome {
             Outcome::Succeeded => (FireState::Succeeded, ""),
             Outcome::Failed { error } => (FireState::Failed, error.as_str()),
         };
-        self.transition("finish", fire_id, node, state.as_str(), error).await
+        let (node_id, inc) = owner(node);
+        let args = json!({ "mode": "finish", "id": num(fire_id), "node": node_id, "inc": inc,
+            "state": state.as_str(), "text": truncate(error), "ran": span(ran) });
+        Ok(self.on_id::<i64>(fire_id, "transition", &args).await? == Some(1))
     }
 
-    async fn succeed_and_chain(&self, fire_id: i64, node: &NodeRef) -> Result<Option<Vec<ChainedFire>>, StoreError> {
+    async fn succeed_and_chain(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        ran: Option<HandlerSpan>,
+    ) -> Result<Option<Vec<ChainedFire>>, StoreError> {
         let (node_id, inc) = owner(node);
-        let args = json!({ "id": num(fire_id), "node": node_id, "inc": inc });
+        let args = json!({ "id": num(fire_id), "node": node_id, "inc": inc, "ran": span(ran) });
         let reply: Option<Vec<i64>> = self.on_id(fire_id, "succeed_chain", &args).await?;
         match reply.as_deref() {
             Some([1, rest @ ..]) => Ok(Some(
@@ -561,9 +587,11 @@ impl EndParts for RedisStore {
         node: &NodeRef,
         error: &str,
         retry_in_ms: i64,
+        ran: Option<HandlerSpan>,
     ) -> Result<FollowUp, StoreError> {
         let (node_id, inc) = owner(node);
-        let args = json!({ "id": num(fire_id), "node": node_id, "inc": inc, "text": truncate(error), "delay": num(retry_in_ms) });
+        let args = json!({ "id": num(fire_id), "node": node_id, "inc": inc, "text": truncate(error),
+            "delay": num(retry_in_ms), "ran": span(ran) });
         self.follow_up(fire_id, "fail_retry", args).await
     }
 
@@ -577,5 +605,14 @@ impl EndParts for RedisStore {
         let (node_id, inc) = owner(node);
         let args = json!({ "id": num(fire_id), "node": node_id, "inc": inc, "text": truncate(reason), "one": flag(one_per_execute) });
         self.follow_up(fire_id, "misfire_late", args).await
+    }
+}
+
+/// A handler's run as a script reads it: `[start, finish]`, or `[]` when
+/// not known (the start the fenced start recorded stays, finished now).
+fn span(ran: Option<HandlerSpan>) -> Value {
+    match ran {
+        Some(r) => json!([num(r.started_at.as_millis()), num(r.finished_at.as_millis())]),
+        None => json!([]),
     }
 }

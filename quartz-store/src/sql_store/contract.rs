@@ -442,25 +442,27 @@ impl RetentionStore for SqlStore {
 
 #[async_trait]
 impl EndParts for SqlStore {
-    async fn succeed_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<i64>, StoreError> {
-        let recorded = self
-            .transition_all(
-                fire_ids,
-                node,
-                (SUCCEED, SUCCEED_RETURNING),
-                false,
-                ("running", "succeeded"),
-            )
-            .await?;
-        Ok(recorded.into_iter().map(|(id, _)| id).collect())
+    async fn succeed_all(&self, fires: &[(i64, Option<HandlerSpan>)], node: &NodeRef) -> Result<Vec<i64>, StoreError> {
+        self.fires_succeed(fires, node).await
     }
 
-    async fn finish(&self, fire_id: i64, node: &NodeRef, outcome: &Outcome) -> Result<bool, StoreError> {
-        self.fire_finish(fire_id, node, outcome).await
+    async fn finish(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        outcome: &Outcome,
+        ran: Option<HandlerSpan>,
+    ) -> Result<bool, StoreError> {
+        self.fire_finish(fire_id, node, outcome, ran).await
     }
 
-    async fn succeed_and_chain(&self, fire_id: i64, node: &NodeRef) -> Result<Option<Vec<ChainedFire>>, StoreError> {
-        self.fire_succeed_and_chain(fire_id, node).await
+    async fn succeed_and_chain(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        ran: Option<HandlerSpan>,
+    ) -> Result<Option<Vec<ChainedFire>>, StoreError> {
+        self.fire_succeed_and_chain(fire_id, node, ran).await
     }
 
     async fn misfire_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
@@ -488,8 +490,9 @@ impl EndParts for SqlStore {
         node: &NodeRef,
         error: &str,
         retry_in_ms: i64,
+        ran: Option<HandlerSpan>,
     ) -> Result<FollowUp, StoreError> {
-        self.fail_and_retry(fire_id, node, error, retry_in_ms).await
+        self.fail_and_retry(fire_id, node, error, retry_in_ms, ran).await
     }
 
     async fn fire_misfire_and_run_late(

@@ -3,7 +3,7 @@
 //! query.
 
 use quartz_core::Timestamp;
-use quartz_core::store::{ChainedFire, FireQuery, FireRecord, FireState, NodeRef, Outcome, StoreError};
+use quartz_core::store::{ChainedFire, FireQuery, FireRecord, FireState, HandlerSpan, NodeRef, Outcome, StoreError};
 use sqlx::Row;
 
 use super::filtered::Filtered;
@@ -86,17 +86,74 @@ pub(super) const CONFIRM_START_RETURNING: &str = "UPDATE quartz_fire SET \
      (SELECT 1 FROM quartz_node n WHERE n.node_id = ? AND n.incarnation = ? AND n.state = 'live' \
      AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?)) RETURNING id, started_at";
 
-/// The success of many running fires (binds: the id set, node id,
-/// incarnation).
-pub(super) const SUCCEED: &str = "UPDATE quartz_fire SET state = 'succeeded', error = NULL, finished_at = {now}, \
-     duration_ms = {now} - started_at \
-     WHERE {ids} AND state = 'running' AND node_id = ? AND incarnation = ?";
+/// A handler's run as a fire's end records it: its start and finish as its
+/// node saw them, or, without them, the start the fenced start recorded and
+/// now (binds: [`bind_ran`]'s four). On MySQL, whose single-table `UPDATE`
+/// assigns from left to right, the duration reads the start just written,
+/// which is the same value.
+macro_rules! ran_cols {
+    () => {
+        "started_at = COALESCE(?, started_at), finished_at = COALESCE(?, {now}), \
+         duration_ms = COALESCE(?, {now}) - COALESCE(?, started_at)"
+    };
+}
+pub(super) use ran_cols;
 
-/// [`SUCCEED`], returning the recorded ids and start times (PostgreSQL,
-/// SQLite).
-pub(super) const SUCCEED_RETURNING: &str = "UPDATE quartz_fire SET state = 'succeeded', error = NULL, finished_at = {now}, \
-     duration_ms = {now} - started_at \
-     WHERE {ids} AND state = 'running' AND node_id = ? AND incarnation = ? RETURNING id, started_at";
+/// Binds [`ran_cols`]'s four values.
+pub(super) fn bind_ran(q: AnyQuery, ran: Option<HandlerSpan>) -> AnyQuery {
+    let started = ran.map(|r| r.started_at.as_millis());
+    let finished = ran.map(|r| r.finished_at.as_millis());
+    q.bind(started).bind(finished).bind(finished).bind(started)
+}
+
+/// Successes of many running fires, each with when its handler ran, given
+/// as JSON rows `{"id", "s", "e"}` (the start and finish left out when not
+/// known), fenced by the incarnation (binds: the rows, node id,
+/// incarnation), returning the ids recorded (PostgreSQL).
+const SUCCEED_PG: &str = "WITH r AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) \
+     AS r(id BIGINT, s BIGINT, e BIGINT)) \
+     UPDATE quartz_fire SET state = 'succeeded', error = NULL, \
+     started_at = COALESCE(r.s, quartz_fire.started_at), finished_at = COALESCE(r.e, {now}), \
+     duration_ms = COALESCE(r.e, {now}) - COALESCE(r.s, quartz_fire.started_at) \
+     FROM r WHERE quartz_fire.id = r.id AND quartz_fire.state = 'running' \
+     AND quartz_fire.node_id = ? AND quartz_fire.incarnation = ? RETURNING quartz_fire.id";
+
+/// [`SUCCEED_PG`] on SQLite.
+const SUCCEED_SQLITE: &str = "UPDATE quartz_fire SET state = 'succeeded', error = NULL, \
+     started_at = COALESCE(r.s, quartz_fire.started_at), finished_at = COALESCE(r.e, {now}), \
+     duration_ms = COALESCE(r.e, {now}) - COALESCE(r.s, quartz_fire.started_at) \
+     FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.s') AS s, \
+     json_extract(value, '$.e') AS e FROM json_each(?)) AS r \
+     WHERE quartz_fire.id = r.id AND quartz_fire.state = 'running' \
+     AND quartz_fire.node_id = ? AND quartz_fire.incarnation = ? RETURNING id";
+
+/// [`SUCCEED_PG`] on MySQL, for fires a locking read found running under
+/// the incarnation (binds: the rows, node id, incarnation). A multiple-table
+/// `UPDATE` assigns in no set order: each value reads only the JSON row and
+/// columns it does not write, or the start, which it writes with the same
+/// value.
+const SUCCEED_MYSQL: &str = "UPDATE quartz_fire f JOIN JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$.id', \
+     s BIGINT PATH '$.s', e BIGINT PATH '$.e')) r ON f.id = r.id \
+     SET f.state = 'succeeded', f.error = NULL, f.finished_at = COALESCE(r.e, {now}), \
+     f.duration_ms = COALESCE(r.e, {now}) - COALESCE(r.s, f.started_at), \
+     f.started_at = COALESCE(r.s, f.started_at) \
+     WHERE f.state = 'running' AND f.node_id = ? AND f.incarnation = ?";
+
+/// Fires as [`SUCCEED_PG`]'s JSON rows.
+fn span_rows(fires: &[(i64, Option<HandlerSpan>)]) -> String {
+    let rows: Vec<serde_json::Value> = fires
+        .iter()
+        .map(|(id, ran)| match ran {
+            Some(r) => serde_json::json!({
+                "id": id,
+                "s": r.started_at.as_millis(),
+                "e": r.finished_at.as_millis(),
+            }),
+            None => serde_json::json!({ "id": id }),
+        })
+        .collect();
+    serde_json::Value::Array(rows).to_string()
+}
 
 /// The row of a live incarnation, locked (MySQL; binds: node id,
 /// incarnation, and a fire of its scheduler).
@@ -243,6 +300,68 @@ impl SqlStore {
         Ok(moved)
     }
 
+    /// Plain successes of many running fires of this incarnation, each
+    /// with when its handler ran, all or none; the ids recorded. One
+    /// statement on PostgreSQL and SQLite; on MySQL one transaction that
+    /// locks the fires still running under the incarnation, then records
+    /// those, [`IDS_PER_LIST`] at a time.
+    pub(super) async fn fires_succeed(
+        &self,
+        fires: &[(i64, Option<HandlerSpan>)],
+        node: &NodeRef,
+    ) -> Result<Vec<i64>, StoreError> {
+        if fires.is_empty() {
+            return Ok(Vec::new());
+        }
+        let backend = self.db.backend;
+        if backend.returns_rows() {
+            let statement = backend.each(SUCCEED_PG, SUCCEED_SQLITE, SUCCEED_MYSQL);
+            return self
+                .query(statement)
+                .bind(span_rows(fires))
+                .bind(node.node_id.clone())
+                .bind(node.incarnation)
+                .fetch_all(&self.db.pool)
+                .await
+                .map_err(db_error)?
+                .iter()
+                .map(|row| row.try_get::<i64, _>(0).map_err(db_error))
+                .collect();
+        }
+        let mut recorded = Vec::with_capacity(fires.len());
+        let mut tx = self.begin().await?;
+        for chunk in fires.chunks(IDS_PER_LIST) {
+            let ids: Vec<i64> = chunk.iter().map(|(id, _)| *id).collect();
+            let running: HashSet<i64> = bind_id_list(self.query(IN_STATE_OF), &ids)
+                .bind("running")
+                .bind(node.node_id.clone())
+                .bind(node.incarnation)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error)?
+                .iter()
+                .map(|row| row.try_get::<i64, _>(0).map_err(db_error))
+                .collect::<Result<_, _>>()?;
+            let mine: Vec<(i64, Option<HandlerSpan>)> =
+                chunk.iter().filter(|(id, _)| running.contains(id)).copied().collect();
+            if mine.is_empty() {
+                continue;
+            }
+            // The rows read are locked and their conditions are the
+            // update's: they are the rows it records.
+            self.query(SUCCEED_MYSQL)
+                .bind(span_rows(&mine))
+                .bind(node.node_id.clone())
+                .bind(node.incarnation)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            recorded.extend(mine.iter().map(|(id, _)| *id));
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(recorded)
+    }
+
     /// A fenced start statement (a start, or its confirmation) from
     /// `from_state` to running: the fires it started, with their start times.
     pub(super) async fn starts(
@@ -270,22 +389,25 @@ impl SqlStore {
         fire_id: i64,
         node: &NodeRef,
         outcome: &Outcome,
+        ran: Option<HandlerSpan>,
     ) -> Result<bool, StoreError> {
         let (state, error) = match outcome {
             Outcome::Succeeded => (FireState::Succeeded, None),
             Outcome::Failed { error } => (FireState::Failed, Some(truncate(error))),
         };
-        self.changed_one(
-            self.query(
-                "UPDATE quartz_fire SET state = ?, error = ?, finished_at = {now}, \
-                 duration_ms = {now} - started_at \
-                 WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?",
-            )
+        let q = self
+            .query(concat!(
+                "UPDATE quartz_fire SET state = ?, error = ?, ",
+                ran_cols!(),
+                " WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?"
+            ))
             .bind(state.as_str())
-            .bind(error)
-            .bind(fire_id)
-            .bind(node.node_id.clone())
-            .bind(node.incarnation),
+            .bind(error);
+        self.changed_one(
+            bind_ran(q, ran)
+                .bind(fire_id)
+                .bind(node.node_id.clone())
+                .bind(node.incarnation),
         )
         .await
     }
@@ -294,14 +416,15 @@ impl SqlStore {
         &self,
         fire_id: i64,
         node: &NodeRef,
+        ran: Option<HandlerSpan>,
     ) -> Result<Option<Vec<ChainedFire>>, StoreError> {
         let mut tx = self.begin().await?;
-        let done = self
-            .query(
-                "UPDATE quartz_fire SET state = 'succeeded', error = NULL, finished_at = {now}, \
-                 duration_ms = {now} - started_at \
-                 WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?",
-            )
+        let q = self.query(concat!(
+            "UPDATE quartz_fire SET state = 'succeeded', error = NULL, ",
+            ran_cols!(),
+            " WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?"
+        ));
+        let done = bind_ran(q, ran)
             .bind(fire_id)
             .bind(node.node_id.clone())
             .bind(node.incarnation)

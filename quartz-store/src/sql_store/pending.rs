@@ -4,8 +4,8 @@
 
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    BackfillFire, Backfilled, ChangeAction, FireRecord, FireState, FollowUp, NodeRef, PendingClaim, QueuedFire,
-    StoreError, backfill_attempt, check_backfill,
+    BackfillFire, Backfilled, ChangeAction, FireRecord, FireState, FollowUp, HandlerSpan, NodeRef, PendingClaim,
+    QueuedFire, StoreError, backfill_attempt, check_backfill,
 };
 use quartz_core::trigger::Overlap;
 use sqlx::any::AnyQueryResult;
@@ -101,11 +101,12 @@ impl SqlStore {
     }
 
     /// Records an attempt's end (a fenced single-row transition, binds: the
-    /// text, fire id, node id, incarnation) and its pending follow-up in one
+    /// text, with `ran` the handler's run ([`ran_cols`](super::fires::ran_cols)),
+    /// then fire id, node id, incarnation) and its pending follow-up in one
     /// transaction.
     async fn end_with_follow_up(
         &self,
-        template: &'static str,
+        (template, ran): (&'static str, Option<Option<HandlerSpan>>),
         fire_id: i64,
         node: &NodeRef,
         text: &str,
@@ -113,9 +114,11 @@ impl SqlStore {
         one_per_execute: bool,
     ) -> Result<FollowUp, StoreError> {
         let mut tx = self.begin().await?;
-        let ended = self
-            .query(template)
-            .bind(truncate(text))
+        let mut q = self.query(template).bind(truncate(text));
+        if let Some(ran) = ran {
+            q = super::fires::bind_ran(q, ran);
+        }
+        let ended = q
             .bind(fire_id)
             .bind(node.node_id.clone())
             .bind(node.incarnation)
@@ -141,11 +144,17 @@ impl SqlStore {
         node: &NodeRef,
         error: &str,
         retry_in_ms: i64,
+        ran: Option<HandlerSpan>,
     ) -> Result<FollowUp, StoreError> {
         self.end_with_follow_up(
-            "UPDATE quartz_fire SET state = 'failed', error = ?, finished_at = {now}, \
-             duration_ms = {now} - started_at \
-             WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?",
+            (
+                concat!(
+                    "UPDATE quartz_fire SET state = 'failed', error = ?, ",
+                    super::fires::ran_cols!(),
+                    " WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?"
+                ),
+                Some(ran),
+            ),
             fire_id,
             node,
             error,
@@ -163,8 +172,11 @@ impl SqlStore {
         one_per_execute: bool,
     ) -> Result<FollowUp, StoreError> {
         self.end_with_follow_up(
-            "UPDATE quartz_fire SET state = 'misfired', error = ?, started_at = NULL, finished_at = {now} \
-             WHERE id = ? AND state IN ('claimed', 'running') AND node_id = ? AND incarnation = ?",
+            (
+                "UPDATE quartz_fire SET state = 'misfired', error = ?, started_at = NULL, finished_at = {now} \
+                 WHERE id = ? AND state IN ('claimed', 'running') AND node_id = ? AND incarnation = ?",
+                None,
+            ),
             fire_id,
             node,
             reason,

@@ -75,6 +75,11 @@ impl Db {
         if matches!(end, FireEnd::Misfired { .. }) {
             r.started_at = None;
         }
+        // The handler's own start and finish, as its node saw them.
+        if let FireEnd::Succeeded { ran: Some(ran), .. } | FireEnd::Failed { ran: Some(ran), .. } = end {
+            r.started_at = Some(ran.started_at);
+            r.finished_at = Some(ran.finished_at);
+        }
         let fire = fire.clone();
         match end {
             FireEnd::Failed {
@@ -86,7 +91,7 @@ impl Db {
             FireEnd::Misfired {
                 run_late: Some(late), ..
             } => self.next_pending(&fire, now, *late == LateRun::OnePerExecute, now),
-            FireEnd::Succeeded { chain: true } => FollowUp::Chained(self.chain(&fire, node, now)),
+            FireEnd::Succeeded { chain: true, .. } => FollowUp::Chained(self.chain(&fire, node, now)),
             _ => FollowUp::Recorded,
         }
     }

@@ -196,12 +196,19 @@ C.start = function()
   return out
 end
 
+-- A handler's run, as its node saw it ({start, finish}, or {} when not
+-- known): the fire's start and finish.
+local function set_ran(f, ran)
+  if ran and ran[1] then redis.call('HSET', f, 'started_at', ran[1], 'finished_at', ran[2]) end
+end
+
 C.succeed_all = function()
   local out = {}
-  for _, id in ipairs(A.ids) do
+  for i, id in ipairs(A.ids) do
     local f, row = held_row(id, RUNNING, A.node, A.inc)
     if f then
       end_fire(id, f, 'succeeded', '', row)
+      set_ran(f, A.spans and A.spans[i])
       out[#out + 1] = id
     end
   end
@@ -222,6 +229,7 @@ C.transition = function()
   if not f then return 0 end
   end_fire(A.id, f, mode.to or A.state, A.text)
   if mode.clear_start then redis.call('HDEL', f, 'started_at') end
+  set_ran(f, A.ran)
   return 1
 end
 
@@ -282,7 +290,9 @@ end
 C.fail_retry = function()
   local f = held(A.id, RUNNING, A.node, A.inc)
   if not f then return { 'not_owned' } end
-  return end_with_follow_up(f, 'failed', false, NOW + math.max(tonumber(A.delay), 0), false)
+  local out = end_with_follow_up(f, 'failed', false, NOW + math.max(tonumber(A.delay), 0), false)
+  set_ran(f, A.ran)
+  return out
 end
 
 C.misfire_late = function()
@@ -297,6 +307,7 @@ C.succeed_chain = function()
   local f = held(A.id, RUNNING, A.node, A.inc)
   if not f then return { 0 } end
   end_fire(A.id, f, 'succeeded', '')
+  set_ran(f, A.ran)
   local execute, fire_time = g(f, 'execute_id'), g(f, 'fire_time')
   local parent = g(k('job:' .. g(f, 'job_id')), 'name')
   local chained = {}

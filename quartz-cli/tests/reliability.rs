@@ -44,10 +44,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::redis_server::PrivateRedis;
-use common::{Kind, TestDb, ledger};
+use common::{Kind, RunLogs, TestDb, ledger};
 use quartz_core::cron::{CronExpression, parse_time_zone};
 use quartz_core::engine::{SchedulerBuilder, Settings, Strategy};
 use quartz_core::misfire::MisfireSettings;
+use quartz_core::runlog::{RunViolation, RunViolationKind};
 use quartz_core::store::{ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireState, JobSpec, NodeState};
 use quartz_core::trigger::{Schedule, Trigger};
 use quartz_core::{Timestamp, Tz};
@@ -77,7 +78,7 @@ const NODE_ENV: &str = "QUARTZ_RELIABILITY_NODE";
 #[ignore = "the suite's node process; the suite starts it itself"]
 fn node_process() {
     let Ok(spec) = std::env::var(NODE_ENV) else { return };
-    let [url, scheduler, node_id]: [&str; 3] = spec.split('\t').collect::<Vec<_>>().try_into().unwrap();
+    let [url, scheduler, node_id, runs]: [&str; 4] = spec.split('\t').collect::<Vec<_>>().try_into().unwrap();
     // The suite reads this line to check the skew is real.
     eprintln!("wall-clock-ms {}", wall_ms());
     tracing_subscriber::fmt()
@@ -116,6 +117,8 @@ fn node_process() {
             // Each node its share of the executes, so that a killed node
             // holds fires; the others take them over after the grace.
             strategy: Strategy::IdHash,
+            // What the handlers did, for the suite's checks.
+            run_log: Some(runs.into()),
             ..Settings::default()
         };
         let node = SchedulerBuilder::new(scheduler)
@@ -349,6 +352,9 @@ struct Run {
     jobs: HashMap<i64, JobInfo>,
     phases: Vec<Phase>,
     fenced: Vec<Fenced>,
+    /// The nodes' run logs: what their handlers did, from which the suite
+    /// counts fires lost, run twice and started by a fenced node.
+    runs: RunLogs,
     bad: Vec<BadInput>,
     /// Checks to make once the run is over: (job, expected state, text its error must hold).
     later: Vec<(String, FireState, &'static str)>,
@@ -400,6 +406,7 @@ impl Run {
             jobs: HashMap::new(),
             phases: Vec::new(),
             fenced: Vec::new(),
+            runs: RunLogs::new(),
             bad: Vec::new(),
             later: Vec::new(),
             corrupted: Vec::new(),
@@ -433,6 +440,7 @@ impl Run {
     }
 
     fn spawn(&mut self, i: usize) {
+        let runs = self.runs.dir();
         let node = &mut self.nodes[i];
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -448,7 +456,10 @@ impl Run {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(NODE_ENV, format!("{}\t{}\t{}", self.url, self.scheduler, node.id))
+            .env(
+                NODE_ENV,
+                format!("{}\t{}\t{}\t{}", self.url, self.scheduler, node.id, runs.display()),
+            )
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -1383,17 +1394,74 @@ impl Run {
             ));
         }
 
+        // The handlers' own record, checked against the triggers and the
+        // ledger: what the suite counts fires lost, run twice and started by
+        // a fenced node from.
+        let runs = self
+            .runs
+            .check(
+                &*self.store,
+                Timestamp::from_millis(self.t0),
+                Timestamp::from_millis(cut + 1),
+                Duration::from_millis(MISFIRE_MS.unsigned_abs()),
+            )
+            .await;
+        let counted: HashSet<&str> = self
+            .jobs
+            .values()
+            .filter(|j| j.counted)
+            .map(|j| j.name.as_str())
+            .collect();
+        let runs_line = format!(
+            "{} run logs, {} handler starts and {} ends; {} counted fire times run, {} ended by policy; {} attempts ran beside the one before; {} recovery re-runs of a success the ledger never recorded (at-least-once, as the job asks); lateness of first attempts p50/p99/max {}/{}/{} ms by the handlers, {}/{}/{} ms by the ledger",
+            runs.files,
+            runs.starts,
+            runs.ends,
+            runs.fire_times_run,
+            runs.fire_times_by_policy,
+            runs.overlapping_attempts,
+            runs.rerun_after_unrecorded_success,
+            runs.lateness.p50,
+            runs.lateness.p99,
+            runs.lateness.max,
+            runs.ledger_lateness.p50,
+            runs.ledger_lateness.p99,
+            runs.ledger_lateness.max,
+        );
+        let (mine, others): (Vec<&RunViolation>, Vec<&RunViolation>) =
+            runs.violations.iter().partition(|v| counted.contains(v.job.as_str()));
+        if !others.is_empty() {
+            eprintln!(
+                "{}: the run log checker on the bad input's jobs (not counted): {:#?}",
+                self.label,
+                &others[..others.len().min(5)]
+            );
+        }
+        let examples: Vec<String> = mine
+            .iter()
+            .take(10)
+            .map(|v| {
+                format!(
+                    "{} {} at +{} ms: {}",
+                    v.kind.as_str(),
+                    v.job,
+                    v.fire_time.as_millis() - self.t0,
+                    v.detail
+                )
+            })
+            .collect();
+
         // The suite's own checks, per phase.
         let mut table = String::new();
         table.push_str(
-            "| fault | times injected | fires expected | observed | duplicated | lost | abandoned | abandoned though recovery requested | misfired (by policy) | started by a fenced node | recovery time ms |\n",
+            "| fault | times injected | fires expected | observed | run twice | lost | abandoned | abandoned though recovery requested | misfired (by policy) | started by a fenced node | other run log violations | recovery time ms |\n",
         );
-        table.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        table.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         let mut totals: BTreeMap<&str, Figures> = BTreeMap::new();
         let mut order = Vec::new();
         let mut worst = Vec::new();
         for phase in &self.phases {
-            let f = self.figures(&fires, phase, cut);
+            let f = self.figures(&fires, phase, cut, &mine);
             worst.push(f.worst.clone());
             if !totals.contains_key(phase.fault) {
                 order.push(phase.fault);
@@ -1407,12 +1475,21 @@ impl Run {
             table.push_str(&f.row(fault));
         }
         table.push_str(&all.row("**all**"));
-        if all.duplicated > 0 || all.lost > 0 || all.wrongly_abandoned > 0 || all.stale > 0 {
+        if all.duplicated > 0 || all.lost > 0 || all.wrongly_abandoned > 0 || all.stale > 0 || all.other > 0 {
             self.failures.push(format!(
-                "duplicated {}, lost {}, abandoned though recovery requested {}, started by a fenced node {}",
-                all.duplicated, all.lost, all.wrongly_abandoned, all.stale
+                "run twice {}, lost {}, abandoned though recovery requested {}, started by a fenced node {}, other run log violations {}: {}",
+                all.duplicated,
+                all.lost,
+                all.wrongly_abandoned,
+                all.stale,
+                all.other,
+                examples.join("; ")
             ));
         }
+        let ledger_line = format!(
+            "the ledger's own count (the system grading itself): duplicated {}, lost {}, started by a fenced node {}",
+            all.ledger_duplicated, all.ledger_lost, all.ledger_stale
+        );
         if let Some(example) = self.lost(&fires, self.t0, cut + 1, cut).first() {
             self.failures.push(format!("a lost fire: {example}"));
         }
@@ -1503,7 +1580,11 @@ impl Run {
                 p.detail
             );
         }
-        let _ = writeln!(md, "\nAudit: {audit_line}.\n\nShutdown: {}.\n", exits.join("; "));
+        let _ = writeln!(
+            md,
+            "\nRun logs: {runs_line}; {ledger_line}.\n\nAudit: {audit_line}.\n\nShutdown: {}.\n",
+            exits.join("; ")
+        );
         if !self.bad.is_empty() {
             md.push_str("| bad input | via | outcome | as required |\n|---|---|---|---|\n");
         }
@@ -1547,7 +1628,11 @@ impl Run {
         lost
     }
 
-    fn figures(&self, fires: &[FireRecord], phase: &Phase, cut: i64) -> Figures {
+    /// A phase's figures: lost, run twice, started by a fenced node and the
+    /// other violations from the run log checker's `runs` (counted jobs
+    /// only); the rest, and the ledger's own count of the first three for
+    /// comparison, from the ledger.
+    fn figures(&self, fires: &[FireRecord], phase: &Phase, cut: i64, runs: &[&RunViolation]) -> Figures {
         let mut f = Figures {
             injected: phase.injected,
             ..Figures::default()
@@ -1556,8 +1641,16 @@ impl Run {
         for job in self.jobs.values().filter(|j| j.counted) {
             f.expected += grid(&job.trigger, phase.start, phase.end.min(cut + 1)).len() as u64;
         }
-        f.lost = self.lost(fires, phase.start, phase.end, cut).len() as u64;
-        f.observed = f.expected - f.lost;
+        for v in runs.iter().filter(|v| in_phase(v.fire_time.as_millis())) {
+            match v.kind {
+                RunViolationKind::Lost | RunViolationKind::Unsettled => f.lost += 1,
+                RunViolationKind::RunTwice => f.duplicated += 1,
+                RunViolationKind::FencedStart => f.stale += 1,
+                _ => f.other += 1,
+            }
+        }
+        f.ledger_lost = self.lost(fires, phase.start, phase.end, cut).len() as u64;
+        f.observed = f.expected.saturating_sub(f.lost);
         let mut by_fire: HashMap<(i64, i64, i64), Vec<&FireRecord>> = HashMap::new();
         for r in fires {
             let Some(job) = self.jobs.get(&r.job_id) else { continue };
@@ -1606,7 +1699,7 @@ impl Run {
                         && started.as_millis() > x.declared_dead_at
                 })
             {
-                f.stale += 1;
+                f.ledger_stale += 1;
             }
         }
         // Duplicated: run again after an attempt had succeeded, or two attempts
@@ -1616,7 +1709,7 @@ impl Run {
             let mut succeeded = false;
             for r in rows.iter() {
                 if succeeded && r.started_at.is_some() {
-                    f.duplicated += 1;
+                    f.ledger_duplicated += 1;
                 }
                 succeeded |= r.state == FireState::Succeeded;
             }
@@ -1637,6 +1730,14 @@ struct Figures {
     wrongly_abandoned: u64,
     misfired: u64,
     stale: u64,
+    /// Early starts, late ones without a misfire record, the ledger and the
+    /// runs disagreeing.
+    other: u64,
+    /// The ledger's own count of fires run twice, lost and started by a
+    /// fenced node, beside the run log's.
+    ledger_duplicated: u64,
+    ledger_lost: u64,
+    ledger_stale: u64,
     recovery_ms: i64,
     /// The fire that set `recovery_ms`.
     worst: String,
@@ -1653,12 +1754,16 @@ impl Figures {
         self.wrongly_abandoned += o.wrongly_abandoned;
         self.misfired += o.misfired;
         self.stale += o.stale;
+        self.other += o.other;
+        self.ledger_duplicated += o.ledger_duplicated;
+        self.ledger_lost += o.ledger_lost;
+        self.ledger_stale += o.ledger_stale;
         self.recovery_ms = self.recovery_ms.max(o.recovery_ms);
     }
 
     fn row(&self, fault: &str) -> String {
         format!(
-            "| {fault} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {fault} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             self.injected,
             self.expected,
             self.observed,
@@ -1668,6 +1773,7 @@ impl Figures {
             self.wrongly_abandoned,
             self.misfired,
             self.stale,
+            self.other,
             self.recovery_ms.max(0)
         )
     }
@@ -1777,15 +1883,23 @@ fn write_results(label: &str, section: &str) {
     let header = "# Reliability: faults, pauses, clock skew, outages and bad input\n\n\
         Written by the reliability suite (`quartz-cli/tests/reliability.rs`); each backend's section is replaced \
         by its latest run.\n\n\
-        How to read the tables: a fire belongs to the phase in which it was scheduled. *Expected*: every \
-        scheduled time of the counted triggers (fixed-rate and cron; the victims of the corrupted-row fault \
-        are not counted). *Observed*: expected times with a ledger row (run, failed, misfired by policy or \
-        abandoned). *Duplicated*: a run started after an attempt of the same fire had succeeded. *Lost*: \
-        expected with no ledger row. *Abandoned*: running on a node that died, for a job that did not request \
-        recovery. *Misfired*: fire times recorded misfired or skipped by their trigger's policy. *Started by a \
-        fenced node*: a start under an incarnation after it had been declared dead. *Recovery time*: from the \
-        moment the fault was lifted (node killed or resumed, database back, slow jobs over) to the handling of \
-        the phase's last fire that started, or was recorded misfired, more than 1 s after its time.\n";
+        How to read the tables: a fire belongs to the phase in which it was scheduled. Each node process \
+        keeps a run log (every handler start and end, its registrations, the incarnations it declared dead), \
+        written apart from the database; the run log checker (`quartz audit --runs`) matches it against the \
+        triggers and the ledger, and the columns *run twice*, *lost*, *started by a fenced node* and *other* \
+        come from it, not from the ledger (whose own count is given under each table for comparison). \
+        *Expected*: every scheduled time of the counted triggers (fixed-rate and cron; the victims of the \
+        corrupted-row fault are not counted). *Observed*: expected times not lost. *Run twice*: two handler \
+        starts of one fire time and attempt, or an attempt started after another had succeeded. *Lost*: no \
+        handler ran it and the ledger records no policy for it (misfired, skipped, abandoned). *Abandoned*: \
+        running on a node that died, for a job that did not request recovery. *Misfired*: fire times recorded \
+        misfired or skipped by their trigger's policy. *Started by a fenced node*: a handler start under an \
+        incarnation after it had been declared dead or replaced. *Other*: a start before its fire time, a \
+        first attempt started past the misfire threshold with no misfire record, or the ledger and the runs \
+        disagreeing (a run recorded that no handler start shows, a start of a fire recorded misfired). \
+        *Recovery time*: from the moment the fault was lifted (node killed or resumed, database back, slow \
+        jobs over) to the handling of the phase's last fire that started, or was recorded misfired, more than \
+        1 s after its time.\n";
     if !text.starts_with("# Reliability") {
         text = header.to_owned();
     }

@@ -302,6 +302,7 @@ fn runs_json(r: &RunCheck) -> Value {
         "starts": r.starts,
         "ends": r.ends,
         "overlapping_attempts": r.overlapping_attempts,
+        "rerun_after_unrecorded_success": r.rerun_after_unrecorded_success,
         "lateness_ms": lateness(&r.lateness),
         "ledger_lateness_ms": lateness(&r.ledger_lateness),
         "ledger_start_gap_max_ms": r.ledger_start_gap_max,
@@ -327,7 +328,8 @@ fn runs_text(r: &RunCheck) -> String {
     }
     s.push_str(&format!(
         "runs: {} violation(s); {} fire times: {} run, {} ended by policy, {} run by nodes without a run log; \
-         {} starts and {} ends in {} run log(s); {} attempts overlapping the one before\n",
+         {} starts and {} ends in {} run log(s); {} attempts overlapping the one before; \
+         {} recovery re-runs of a success the ledger never recorded (at-least-once)\n",
         r.violations.len(),
         r.fire_times_checked,
         r.fire_times_run,
@@ -337,6 +339,7 @@ fn runs_text(r: &RunCheck) -> String {
         r.ends,
         r.files,
         r.overlapping_attempts,
+        r.rerun_after_unrecorded_success,
     ));
     let (h, l) = (&r.lateness, &r.ledger_lateness);
     s.push_str(&format!(

@@ -164,6 +164,12 @@ pub struct RunCheck {
     /// frozen or cut off, its handler still running). Not a violation by
     /// itself: at-least-once allows it; fencing keeps it short.
     pub overlapping_attempts: u64,
+    /// Recovery re-runs of a fire time whose earlier attempt had
+    /// succeeded, as its handler's end shows, but whose success the ledger
+    /// never recorded: its node stopped or was cut off between the
+    /// handler's return and the record, and was declared dead. The job
+    /// requests recovery, so it ran again (at-least-once); not a violation.
+    pub rerun_after_unrecorded_success: u64,
     /// Lateness by the handlers' own starts.
     pub lateness: Lateness,
     /// Lateness by the ledger's `started_at` of the same fires.
@@ -326,6 +332,7 @@ fn judge(
         starts: 0,
         ends: 0,
         overlapping_attempts: 0,
+        rerun_after_unrecorded_success: 0,
         lateness: Lateness::default(),
         ledger_lateness: Lateness::default(),
         ledger_start_gap_max: 0,
@@ -347,13 +354,14 @@ fn judge(
     let mut gap_max = 0i64;
     let (mut starts, mut ends) = (0u64, 0u64);
     let mut overlapping = 0u64;
+    let mut recovered = 0u64;
     for (&(execute_id, job_id, fire_time), attempts) in &runs.starts {
         if !in_range(fire_time) {
             continue;
         }
         let rows = ledger_of.get(&(execute_id, job_id, fire_time));
         let misfired = rows.is_some_and(|rows| rows.iter().any(|f| f.state == FireState::Misfired));
-        let mut succeeded_at: Option<(u32, i64)> = None;
+        let mut succeeded_at: Option<(u32, i64, i64)> = None;
         let mut previous_end: Option<i64> = None;
         for (&attempt, list) in attempts {
             starts += list.len() as u64;
@@ -371,7 +379,18 @@ fn judge(
                 );
             }
             for s in list {
-                if let Some((first, ok_at)) = succeeded_at
+                // A recovery's re-run of an attempt whose success never
+                // reached the ledger (its node stopped, or was cut off,
+                // between the handler's return and the record, and was
+                // declared dead): at-least-once, as the job asked.
+                let unrecorded = |first_id: i64| by_id.get(&first_id).is_some_and(|f| f.state != FireState::Succeeded);
+                if let Some((first, ok_at, first_id)) = succeeded_at
+                    && s.db_ms >= ok_at
+                    && s.kind == "recovery"
+                    && unrecorded(first_id)
+                {
+                    recovered += 1;
+                } else if let Some((first, ok_at, _)) = succeeded_at
                     && s.db_ms >= ok_at
                 {
                     violation(
@@ -474,7 +493,7 @@ fn judge(
                         );
                     }
                     if end.succeeded() && succeeded_at.is_none() {
-                        succeeded_at = Some((attempt, end.db_ms));
+                        succeeded_at = Some((attempt, end.db_ms, s.fire_id));
                     }
                     previous_end = Some(end.db_ms);
                 } else {
@@ -592,12 +611,11 @@ fn judge(
     report.starts = starts;
     report.ends = ends;
     report.overlapping_attempts = overlapping;
+    report.rerun_after_unrecorded_success = recovered;
     report.lateness = Lateness::of(late);
     report.ledger_lateness = Lateness::of(ledger_late);
     report.ledger_start_gap_max = gap_max;
-    report
-        .violations
-        .sort_by_key(|v| (v.kind, v.fire_time, v.execute_id));
+    report.violations.sort_by_key(|v| (v.kind, v.fire_time, v.execute_id));
     report
 }
 

@@ -134,6 +134,35 @@ fn a_retry_after_a_success_is_a_run_twice() {
 }
 
 #[test]
+fn a_recovery_of_a_success_the_ledger_never_recorded_is_at_least_once() {
+    let mut rerun = start("b", 1, 11, 2, T + 3_000);
+    if let RunEvent::Start(s) = &mut rerun {
+        s.kind = "recovery".to_owned();
+    }
+    let files = [
+        file(vec![
+            registered("a", 1, 0),
+            start("a", 1, 10, 1, T),
+            end("a", 1, 10, 1, T + 5, "succeeded"),
+        ]),
+        file(vec![registered("b", 1, 0), rerun]),
+    ];
+    // The node froze before its success was recorded: recovery re-ran it.
+    let mut died = row(10, 1, FireState::Failed, "a", Some(T));
+    died.error = Some("node died mid-run; recovered as attempt 2".to_owned());
+    let fires = [died, row(11, 2, FireState::Succeeded, "b", Some(T + 3_000))];
+    let report = judged(&files, &fires);
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.rerun_after_unrecorded_success, 1);
+    // Had the ledger recorded the success, the re-run is a run twice.
+    let fires = [
+        row(10, 1, FireState::Succeeded, "a", Some(T)),
+        row(11, 2, FireState::Succeeded, "b", Some(T + 3_000)),
+    ];
+    assert_eq!(kinds(&judged(&files, &fires)), [RunViolationKind::RunTwice]);
+}
+
+#[test]
 fn a_start_after_the_incarnation_was_retired_is_a_fenced_start() {
     let retire = RunEvent::Retired {
         node: "a".to_owned(),

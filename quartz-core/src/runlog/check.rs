@@ -384,7 +384,7 @@ fn judge(
                 // between the handler's return and the record, and was
                 // declared dead): at-least-once, as the job asked.
                 let unrecorded = |first_id: i64| by_id.get(&first_id).is_some_and(|f| f.state != FireState::Succeeded);
-                if let Some((first, ok_at, first_id)) = succeeded_at
+                if let Some((_, ok_at, first_id)) = succeeded_at
                     && s.db_ms >= ok_at
                     && s.kind == "recovery"
                     && unrecorded(first_id)

@@ -49,7 +49,9 @@ use std::future::Future;
 pub use quartz_core::engine::{
     Cancellation, JobContext, JobError, JobResult, Scheduler, SchedulerBuilder, SchedulerError, Settings, Strategy,
 };
-pub use quartz_core::{Error, Timestamp, Tz, admin, audit, calendar, cron, engine, misfire, retention, trigger};
+pub use quartz_core::{
+    Error, Timestamp, Tz, admin, audit, calendar, cron, engine, misfire, retention, runlog, trigger,
+};
 pub use quartz_pool as pool;
 /// The HTTP API, the web console and `/metrics` (the `web` feature).
 #[cfg(feature = "web")]

@@ -79,7 +79,8 @@ engine_tests!(
     logic: a_cluster_stopped_past_the_threshold_applies_each_misfire_policy,
     pause_resume_update_and_delete_while_running,
     a_handler_no_live_node_has_is_recorded_failed,
-    strategies_offer_executes_by_weight_and_by_load;
+    strategies_offer_executes_by_weight_and_by_load,
+    an_async_handler_past_its_timeout_is_dropped_and_its_fire_failed;
     wall a_saturated_pool_holds_back_its_claims_and_overdue_fires_get_their_policy,
     a_timed_out_fire_blocks_its_job_until_its_code_returns;
     sql: rows_written_by_hand_are_initialised_recomputed_or_set_aside,
@@ -1833,6 +1834,74 @@ async fn a_timed_out_fire_blocks_its_job_until_its_code_returns(db: &TestDb) {
         );
     }
     assert_once_and_never_early(&rows);
+}
+
+/// An async handler past its timeout that ignores the request to stop is
+/// dropped a grace later (its code after the await never runs), and its
+/// fire is recorded failed within seconds, not when the code would have
+/// returned; the run log says it was dropped, and the job, which disallows
+/// concurrency, runs again.
+async fn an_async_handler_past_its_timeout_is_dropped_and_its_fire_failed(db: &TestDb) {
+    let finished = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    let logs = common::RunLogs::new();
+    let (ends, begins) = (Arc::clone(&finished), Arc::clone(&started));
+    let n = SchedulerBuilder::new(CLUSTER)
+        .paused_clock_for_tests(common::clock_is_paused())
+        .settings(Settings {
+            run_log: Some(logs.dir()),
+            ..fast()
+        })
+        .async_handler("deaf", move |_ctx| {
+            let (ends, begins) = (Arc::clone(&ends), Arc::clone(&begins));
+            async move {
+                begins.fetch_add(1, Ordering::SeqCst);
+                // Ignores its cancellation: only being dropped ends it.
+                tokio::time::sleep(Duration::from_secs(58)).await;
+                ends.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+        .start(db.store().await)
+        .await
+        .unwrap();
+    let store = db.store().await.scoped(CLUSTER);
+    let start = next_second(&store, 1).await;
+    let mut job = JobSpec::new("deaf", "deaf");
+    job.allow_concurrent = false;
+    job.timeout = Some(Duration::from_secs(1));
+    let trigger = Trigger::new(Schedule::fixed_rate_millis(5_000).unwrap(), start).unwrap();
+    store.create_job(&job, &[ExecuteSpec::new(trigger)]).await.unwrap();
+    wait_until(Duration::from_secs(30), "two fires of the deaf job ended", || async {
+        let rows = ledger(&store, CLUSTER).await;
+        rows.iter().filter(|f| f.state == FireState::Failed).count() >= 2
+    })
+    .await;
+    n.shutdown().await;
+    assert_eq!(finished.load(Ordering::SeqCst), 0, "no code after the await ran");
+    assert!(started.load(Ordering::SeqCst) >= 2);
+    let rows = ledger(&store, CLUSTER).await;
+    for f in rows.iter().filter(|f| f.state == FireState::Failed) {
+        let (began, ended) = (f.started_at.unwrap(), f.finished_at.unwrap());
+        let took = ended.as_millis() - began.as_millis();
+        assert!(
+            (1_000..4_000).contains(&took),
+            "fire {} recorded failed {took} ms after its start",
+            f.id
+        );
+        let error = f.error.as_deref().unwrap_or_default();
+        assert!(
+            error.contains("timed out after 1000 ms") && error.contains("dropped"),
+            "{error}"
+        );
+    }
+    let files = quartz::runlog::read_dir(&logs.dir()).unwrap();
+    let dropped = files
+        .iter()
+        .flat_map(|f| &f.events)
+        .filter(|e| matches!(e, quartz::runlog::RunEvent::End(end) if end.outcome == "dropped"))
+        .count();
+    assert!(dropped >= 2, "the run log says each was dropped");
 }
 
 /// Issue 15, point 3: with a short retention the ledger stays bounded while

@@ -45,6 +45,30 @@ async fn redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_shutdown_cut_off() {
+    quartz_testkit::run(Kind::Postgres, |db| {
+        Box::pin(a_node_cut_off_shuts_down_within_its_grace(db))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_shutdown_cut_off() {
+    quartz_testkit::run(Kind::MySql, |db| {
+        Box::pin(a_node_cut_off_shuts_down_within_its_grace(db))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_shutdown_cut_off() {
+    quartz_testkit::run(Kind::Redis, |db| {
+        Box::pin(a_node_cut_off_shuts_down_within_its_grace(db))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_slow_link() {
     quartz_testkit::run(Kind::Postgres, |db| Box::pin(a_node_on_a_slow_link(db))).await;
 }
@@ -167,6 +191,67 @@ async fn a_node_cut_off_silently(db: &TestDb) {
         "{:?}: declared dead {:?} after the stall began, rejoined {rejoined:?} after it healed",
         db.kind,
         declared - stalled
+    );
+}
+
+/// A node asked to stop while its database does not answer (its sockets
+/// open and silent): it stops within its shutdown grace and a few seconds,
+/// saying what it left behind (claims not given back, the node not marked
+/// gone); the other node declares it dead and runs what it left, and the
+/// run logs show every fire time run once.
+async fn a_node_cut_off_shuts_down_within_its_grace(db: &TestDb) {
+    let logs = quartz_testkit::RunLogs::new();
+    let grace = Duration::from_secs(2);
+    let settings = || Settings {
+        shutdown_grace: grace,
+        run_log: Some(logs.dir()),
+        ..quartz_testkit::fast_settings()
+    };
+    let build = |store: AnyStore| {
+        SchedulerBuilder::new(CLUSTER)
+            .settings(settings())
+            .handler("note", |_| Ok(()))
+            .start(store)
+    };
+    let proxy = FaultProxy::start(host_port(&db.url));
+    let nodes = [
+        build(AnyStore::connect(&proxy.url(&db.url)).await.unwrap())
+            .await
+            .unwrap(),
+        build(db.store().await).await.unwrap(),
+    ];
+    let store = db.store().await;
+    let run = quartz_testkit::every_second_jobs(&nodes, JOBS, "note", 2, 8).await;
+    let start = run.start;
+    wait_until(Duration::from_secs(20), "two seconds of fires", || async {
+        store.now().await.unwrap() >= start.saturating_add_millis(2_300)
+    })
+    .await;
+    proxy.set(Mode::Stall);
+    let asked = Instant::now();
+    let summary = tokio::time::timeout(Duration::from_secs(60), nodes[0].shutdown())
+        .await
+        .expect("the shutdown of a node cut off from its database ended");
+    let took = asked.elapsed();
+    assert!(
+        took < grace + Duration::from_secs(9),
+        "stopped {took:?} after it was asked, its grace {grace:?}: {summary:?}"
+    );
+    assert!(!summary.marked_gone, "the database could not mark it gone: {summary:?}");
+    quartz_testkit::wait_run_ended(&store, CLUSTER, run.end, Duration::from_secs(40)).await;
+    nodes[1].shutdown().await;
+    proxy.set(Mode::Pass);
+    let checked = logs
+        .assert_clean(
+            &*store.scoped(CLUSTER),
+            run.start,
+            run.end.saturating_add_millis(1),
+            quartz_testkit::fast_settings().misfire.threshold,
+        )
+        .await;
+    eprintln!(
+        "{:?}: stopped {took:?} after SIGTERM's equivalent, cut off; {summary:?}; {} fire times run, {} by policy",
+        db.kind, checked.fire_times_run, checked.fire_times_by_policy
     );
 }
 

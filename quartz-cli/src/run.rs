@@ -240,10 +240,23 @@ pub async fn run(url: &str, scheduler: &str, args: &RunArgs) -> anyhow::Result<(
     }
     wait_for_signal().await?;
     let summary = node.shutdown().await;
-    println!(
-        "left the cluster: {} claimed fires given back, {} still running",
-        summary.released, summary.still_running
-    );
+    if summary.marked_gone && summary.claims_left + summary.outcomes_unrecorded == 0 {
+        println!(
+            "left the cluster: {} claimed fires given back, {} still running",
+            summary.released, summary.still_running
+        );
+    } else {
+        println!(
+            "stopped without the database's answer to everything: {} claimed fires given back, {} not \
+             (recovery fires them once this node is declared dead), {} still running, {} outcomes not recorded, \
+             node {}marked gone",
+            summary.released,
+            summary.claims_left,
+            summary.still_running,
+            summary.outcomes_unrecorded,
+            if summary.marked_gone { "" } else { "not " }
+        );
+    }
     Ok(())
 }
 

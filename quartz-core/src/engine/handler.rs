@@ -67,17 +67,58 @@ impl Handler {
     }
 
     /// Runs an async handler as a task of its own inside the fire's span; a
-    /// panic becomes an error and takes nothing else down.
-    pub(crate) async fn call_async(&self, ctx: JobContext, span: tracing::Span) -> JobResult {
+    /// panic becomes an error and takes nothing else down. `dropper` can
+    /// drop the task (a handler past its timeout that ignores its
+    /// cancellation).
+    pub(crate) async fn call_async(&self, ctx: JobContext, span: tracing::Span, dropper: &Dropper) -> JobResult {
         use tracing::Instrument as _;
         let Handler::Async(f) = self else {
             return Err("a blocking handler runs on a pool thread, not as a task".into());
         };
-        match tokio::spawn(f(ctx).instrument(span)).await {
+        let task = tokio::spawn(f(ctx).instrument(span));
+        dropper.hold(task.abort_handle());
+        match task.await {
             Ok(result) => result,
             Err(e) if e.is_panic() => Err(panicked(&*e.into_panic())),
+            Err(_) if dropper.dropped() => Err("dropped: it did not return when asked to stop".into()),
             Err(e) => Err(format!("the handler's task ended without an outcome: {e}").into()),
         }
+    }
+}
+
+/// What can drop an async handler's task: the runner, once the handler is
+/// past its timeout and a grace and still has not returned. A blocking
+/// handler cannot be dropped (a thread cannot be killed).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Dropper(Arc<parking_lot::Mutex<DropState>>);
+
+#[derive(Debug, Default)]
+struct DropState {
+    task: Option<tokio::task::AbortHandle>,
+    dropped: bool,
+}
+
+impl Dropper {
+    /// The handler's task, once spawned (dropped at once if asked before).
+    fn hold(&self, task: tokio::task::AbortHandle) {
+        let mut state = self.0.lock();
+        if state.dropped {
+            task.abort();
+        }
+        state.task = Some(task);
+    }
+
+    /// Drops the handler's task: it is not polled again, and its future,
+    /// with whatever it holds, is dropped. `false` for a blocking handler.
+    pub(crate) fn drop_task(&self) -> bool {
+        let mut state = self.0.lock();
+        state.dropped = true;
+        state.task.as_ref().map(tokio::task::AbortHandle::abort).is_some()
+    }
+
+    /// Whether it was dropped.
+    pub(crate) fn dropped(&self) -> bool {
+        self.0.lock().dropped
     }
 }
 

@@ -322,6 +322,13 @@ pub struct Counters {
     /// Fires that passed their job's timeout (each also counts as failed once
     /// its code returns).
     pub timed_out: u64,
+    /// Async handlers past their timeout that did not return within a
+    /// grace when asked to stop, and were dropped (their fires failed).
+    pub dropped: u64,
+    /// Blocking handlers past their timeout that did not return within a
+    /// grace when asked to stop: each still held its pool thread then (a
+    /// thread cannot be killed).
+    pub held_past_timeout: u64,
     /// Ledger rows this node purged under the retention settings.
     pub purged: u64,
 }
@@ -358,6 +365,17 @@ pub struct ShutdownSummary {
     /// Fires still running when the grace period ended (cancelled; their ledger
     /// rows are left to the cluster's recovery).
     pub still_running: usize,
+    /// Claimed fires not given back: the database did not take them back
+    /// in time (a shutdown waits a few seconds for it, whatever the
+    /// database does). Recovery fires them once the node is declared dead.
+    pub claims_left: usize,
+    /// Fires whose handler returned but whose outcome the database did not
+    /// take before the node stopped; recovery treats them as running fires
+    /// of a dead node.
+    pub outcomes_unrecorded: usize,
+    /// Whether the database marked the node gone (otherwise it is declared
+    /// dead after `dead_after`).
+    pub marked_gone: bool,
 }
 
 /// A running node: cheap to clone (clones are handles to one node). When
@@ -464,8 +482,12 @@ impl Scheduler {
     /// Leaves the cluster gracefully: stops claiming, gives back the fires
     /// claimed but not started (another node fires them at once), lets
     /// running fires finish within [`Settings::shutdown_grace`] (then cancels
-    /// them), and marks the node gone. Once: a later call (from any handle)
-    /// finds the node stopping or stopped and returns an empty summary.
+    /// them), and marks the node gone. It returns within the grace and a few
+    /// seconds whatever the database does (a database that stopped
+    /// answering leaves claims and outcomes behind, which the summary counts
+    /// and the log lists, for the cluster's recovery). Once: a later call
+    /// (from any handle) finds the node stopping or stopped and returns an
+    /// empty summary.
     pub async fn shutdown(&self) -> ShutdownSummary {
         self.inner.shutdown().await
     }

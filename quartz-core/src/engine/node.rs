@@ -38,6 +38,34 @@ use crate::runlog::{RunEvent, RunLog};
 use crate::store::{JobSpec, NodeRef, NodeRegistration, SharedStore};
 use crate::time::Timestamp;
 
+/// How long a shutdown tries to give its claimed fires back.
+pub(crate) const GIVE_BACK_LIMIT: Duration = Duration::from_secs(5);
+/// How long a shutdown waits, after the grace, for the running fires it
+/// asked to stop.
+pub(crate) const CANCEL_WAIT: Duration = Duration::from_secs(1);
+/// How long a shutdown waits for the database to mark the node gone.
+pub(crate) const LEAVE_LIMIT: Duration = Duration::from_secs(2);
+
+/// What a shutdown gave back of its claimed fires.
+#[derive(Debug, Default)]
+struct GivenBack {
+    /// Claimed fires known to give back.
+    known: usize,
+    /// Tried so far.
+    tried: usize,
+    /// Given back.
+    released: usize,
+    /// Whose give-back failed.
+    failed: usize,
+}
+
+impl GivenBack {
+    /// Claims not given back: failed, or not tried before the limit.
+    fn left(&self) -> usize {
+        self.failed + self.known.saturating_sub(self.tried)
+    }
+}
+
 /// A node: its context, the queue between its poller and dispatcher, and
 /// the tasks of its stages.
 pub(crate) struct Stages {
@@ -169,6 +197,13 @@ impl Stages {
         })
     }
 
+    /// Leaves the cluster, every step bounded whatever the database does:
+    /// the claims are given back (within [`GIVE_BACK_LIMIT`]) while running
+    /// fires have [`Settings::shutdown_grace`] to finish (then they are
+    /// asked to stop and given [`CANCEL_WAIT`]), and the node is marked
+    /// gone (within [`LEAVE_LIMIT`]). What could not be done is logged and
+    /// summed up, for the cluster's recovery to finish once this node is
+    /// declared dead.
     pub(crate) async fn shutdown(&self) -> ShutdownSummary {
         if !self.ctx.begin_shutdown() {
             return ShutdownSummary::default();
@@ -177,10 +212,23 @@ impl Stages {
         self.ctx.stop();
         self.queue.clear();
         let node = self.ctx.node();
-        let released = self.give_back(&node).await;
         let deadline = tokio::time::Instant::now() + self.ctx.settings.shutdown_grace;
-        while self.ctx.flights.in_flight() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let mut back = GivenBack::default();
+        let give_back = tokio::time::timeout(GIVE_BACK_LIMIT, self.give_back(&node, &mut back));
+        let finish = async {
+            while self.ctx.flights.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let (gave_back, ()) = tokio::join!(give_back, finish);
+        if gave_back.is_err() {
+            tracing::warn!(
+                scheduler = self.ctx.scheduler,
+                released = back.released,
+                left = back.left(),
+                limit_ms = GIVE_BACK_LIMIT.as_millis(),
+                "the database did not take every claimed fire back in time: the rest are left to recovery"
+            );
         }
         let still_running = self.ctx.flights.in_flight();
         if still_running > 0 {
@@ -190,19 +238,49 @@ impl Stages {
                 still_running,
                 "grace period over: running fires cancelled"
             );
+            let until = tokio::time::Instant::now() + CANCEL_WAIT;
+            while self.ctx.flights.in_flight() > 0 && tokio::time::Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         }
         let pool = Arc::clone(&self.ctx.pool);
         let _ = tokio::task::spawn_blocking(move || pool.shutdown(Duration::from_millis(500))).await;
-        match self.ctx.store.leave(&node).await {
-            Ok(_) => tracing::info!(
+        let left = match tokio::time::timeout(LEAVE_LIMIT, self.ctx.store.leave(&node)).await {
+            Ok(Ok(_)) => {
+                tracing::info!(
+                    scheduler = self.ctx.scheduler,
+                    node = node.node_id,
+                    released = back.released,
+                    "node left the cluster"
+                );
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(scheduler = self.ctx.scheduler, error = %e, "could not mark the node gone; it will be declared dead");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(
+                    scheduler = self.ctx.scheduler,
+                    limit_ms = LEAVE_LIMIT.as_millis(),
+                    "the database did not mark the node gone in time; it will be declared dead"
+                );
+                false
+            }
+        };
+        let running = self.ctx.flights.running_count();
+        let unrecorded = self.ctx.flights.in_flight().saturating_sub(running);
+        if running + unrecorded + back.left() > 0 || !left {
+            tracing::warn!(
                 scheduler = self.ctx.scheduler,
                 node = node.node_id,
-                released,
-                "node left the cluster"
-            ),
-            Err(e) => {
-                tracing::warn!(scheduler = self.ctx.scheduler, error = %e, "could not mark the node gone; it will be declared dead")
-            }
+                incarnation = node.incarnation,
+                claims_not_given_back = back.left(),
+                handlers_still_running = running,
+                outcomes_not_recorded = unrecorded,
+                marked_gone = left,
+                "stopped, leaving work behind: the cluster's recovery takes it once this node is declared dead"
+            );
         }
         self.stop_tasks();
         self.ctx.note(|db_ms, local_ms| RunEvent::Close {
@@ -213,33 +291,40 @@ impl Stages {
         self.ctx.set_phase(Phase::Stopped);
         super::metrics::stopped(&self.ctx.scheduler, &self.ctx.pool.metrics());
         ShutdownSummary {
-            released,
+            released: back.released,
             still_running,
+            claims_left: back.left(),
+            outcomes_unrecorded: unrecorded,
+            marked_gone: left,
         }
     }
 
     /// Gives back the fires this incarnation won and has not started: the
     /// ones it knows, and any whose claim it has not heard back from yet (as
-    /// the ledger has them). A start racing with this wins or loses by the
-    /// fire's state; a started fire runs, and the shutdown waits for it.
-    async fn give_back(&self, node: &NodeRef) -> usize {
+    /// the ledger has them), counting in `back` as it goes (so that a
+    /// shutdown that stops waiting knows what is left). A start racing with
+    /// this wins or loses by the fire's state; a started fire runs, and the
+    /// shutdown waits for it.
+    async fn give_back(&self, node: &NodeRef, back: &mut GivenBack) {
         let mut ids = self.ctx.flights.take_unstarted();
+        back.known = ids.len();
         let everything = Timestamp::from_millis(i64::MAX / 2);
         match self.ctx.store.claimed_by(node, everything, RECOVERY_BATCH).await {
             Ok(fires) => ids.extend(fires.iter().map(|f| f.id)),
             Err(e) => tracing::warn!(scheduler = self.ctx.scheduler, error = %e, "could not read this node's claims"),
         }
-        let mut released = 0;
+        back.known = ids.len();
         for fire_id in ids {
             match self.ctx.give_back_fire(fire_id, node).await {
-                Ok(true) => released += 1,
+                Ok(true) => back.released += 1,
                 Ok(false) => {}
                 Err(e) => {
+                    back.failed += 1;
                     tracing::warn!(scheduler = self.ctx.scheduler, fire_id, error = %e, "could not give a fire back")
                 }
             }
+            back.tried += 1;
         }
-        released
     }
 
     pub(crate) fn stop_tasks(&self) {

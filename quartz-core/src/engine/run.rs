@@ -8,6 +8,7 @@ use std::future::Future;
 
 use super::context::Ctx;
 use super::flight::Hold;
+use super::handler::Dropper;
 use super::handler::{JobResult, RunKind};
 use crate::runlog::{RunEnd, RunEvent, RunStart};
 use crate::store::{FireRecord, FollowUp, Job, NodeRef};
@@ -201,11 +202,16 @@ impl Witness {
         }
     }
 
-    /// As [`Self::run`], for an async handler.
-    pub(super) async fn run_async(mut self, call: impl Future<Output = JobResult>) -> Handled {
+    /// As [`Self::run`], for an async handler, which `dropper` may drop.
+    pub(super) async fn run_async(mut self, call: impl Future<Output = JobResult>, dropper: &Dropper) -> Handled {
         let started = self.started();
         let result = call.await;
-        let finished = self.ended(if result.is_ok() { "succeeded" } else { "failed" });
+        let outcome = match &result {
+            _ if dropper.dropped() => "dropped",
+            Ok(()) => "succeeded",
+            Err(_) => "failed",
+        };
+        let finished = self.ended(outcome);
         Handled {
             result,
             started,

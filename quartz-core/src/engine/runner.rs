@@ -13,12 +13,16 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::context::{Ctx, FINISH_TRIES, release_cas};
 use super::gate::{Gate, START_RECHECK};
-use super::handler::{CancelReason, Cancellation, JobContext, RunKind};
+use super::handler::{CancelReason, Cancellation, Dropper, JobContext, RunKind};
 use super::recorder::Recorder;
 use super::run::{Handled, PendingFire, Ran, RunFire, Witness};
 use crate::misfire::MisfirePolicy;
 use crate::store::{ChainedFire, FireEnd, FollowUp, HandlerSpan, LateRun, Outcome};
 use crate::trigger::Trigger;
+
+/// How long an async handler past its timeout has, once asked to stop,
+/// before its task is dropped.
+pub(super) const DROP_GRACE: Duration = Duration::from_secs(1);
 
 /// The runner stage.
 pub(super) struct Runner {
@@ -78,7 +82,7 @@ impl Runner {
                 let (done_tx, done_rx) = oneshot::channel::<Ran>();
                 let (cancel_tx, _) = Cancellation::new();
                 let _ = done_tx.send(ran);
-                self.supervise(run, done_rx, cancel_tx).await;
+                self.supervise(run, done_rx, cancel_tx, Dropper::default()).await;
             }
         }
     }
@@ -125,15 +129,17 @@ impl Runner {
         // The fire's place in its room is given back when its handler returns.
         let hold = run.hold.take();
         if handler.is_async() {
+            let dropper = Dropper::default();
+            let drops = dropper.clone();
             tokio::spawn(async move {
                 let _hold = hold;
                 let ran = match gate.pass().await {
-                    Ok(()) => Ran::Done(witness.run_async(handler.call_async(ctx, span)).await),
+                    Ok(()) => Ran::Done(witness.run_async(handler.call_async(ctx, span, &drops), &drops).await),
                     Err(ran) => ran,
                 };
                 let _ = done_tx.send(ran);
             });
-            tokio::spawn(Arc::clone(self).supervise(run, done_rx, cancel_tx));
+            tokio::spawn(Arc::clone(self).supervise(run, done_rx, cancel_tx, dropper));
             return;
         }
         let runtime = self.ctx.runtime.clone();
@@ -149,7 +155,7 @@ impl Runner {
         };
         match self.ctx.pool.try_submit(task) {
             Ok(()) => {
-                tokio::spawn(Arc::clone(self).supervise(run, done_rx, cancel_tx));
+                tokio::spawn(Arc::clone(self).supervise(run, done_rx, cancel_tx, Dropper::default()));
             }
             Err(rejected) => {
                 tokio::spawn(Arc::clone(self).offer_again(run, rejected, done_rx, cancel_tx));
@@ -172,7 +178,7 @@ impl Runner {
         while rejected.reason != RejectReason::ShutDown && std::time::Instant::now() < patience {
             tokio::time::sleep(Duration::from_millis(1)).await;
             match self.ctx.pool.try_resubmit(rejected.into_task()) {
-                Ok(()) => return self.supervise(run, done_rx, cancel_tx).await,
+                Ok(()) => return self.supervise(run, done_rx, cancel_tx, Dropper::default()).await,
                 Err(again) => rejected = again,
             }
         }
@@ -188,8 +194,9 @@ impl Runner {
         run: RunFire,
         done_rx: oneshot::Receiver<Ran>,
         cancel_tx: watch::Sender<Option<CancelReason>>,
+        dropper: Dropper,
     ) {
-        self.follow(&run, done_rx, cancel_tx).await;
+        self.follow(&run, done_rx, cancel_tx, dropper).await;
         self.ctx.flights.ended(1);
     }
 
@@ -198,6 +205,7 @@ impl Runner {
         run: &RunFire,
         done_rx: oneshot::Receiver<Ran>,
         cancel_tx: watch::Sender<Option<CancelReason>>,
+        dropper: Dropper,
     ) {
         self.ctx.flights.running(run.fire_id, cancel_tx.clone());
         let timeout = run.job.spec.timeout;
@@ -206,7 +214,7 @@ impl Runner {
             Some(limit) => {
                 tokio::select! {
                     r = &mut done_rx => r.ok(),
-                    () = tokio::time::sleep(limit) => self.time_out(run, limit, &cancel_tx, done_rx).await,
+                    () = tokio::time::sleep(limit) => self.time_out(run, limit, &cancel_tx, done_rx, &dropper).await,
                 }
             }
             None => done_rx.await.ok(),
@@ -295,17 +303,21 @@ impl Runner {
         }
     }
 
-    /// A fire past its job's timeout: asked to stop, recorded timed out, and
-    /// followed until its code really returns. A thread cannot be killed, so
-    /// until then the fire stays running in the ledger (a job that disallows
-    /// concurrency stays blocked) and its pool thread stays busy; then it is
-    /// failed, whatever the code returned.
+    /// A fire past its job's timeout: asked to stop and recorded timed out.
+    /// An async handler that has not returned [`DROP_GRACE`] later is
+    /// dropped (its task is not polled again), and the fire ends failed. A
+    /// thread cannot be killed, so a blocking handler is followed until its
+    /// code really returns: until then the fire stays running in the ledger
+    /// (a job that disallows concurrency stays blocked) and its pool thread
+    /// stays busy, which the node reports once the grace is over; then it
+    /// is failed, whatever the code returned.
     pub(super) async fn time_out(
         &self,
         run: &RunFire,
         limit: Duration,
         cancel_tx: &watch::Sender<Option<CancelReason>>,
-        done_rx: oneshot::Receiver<Ran>,
+        mut done_rx: oneshot::Receiver<Ran>,
+        dropper: &Dropper,
     ) -> Option<Ran> {
         let _ = cancel_tx.send(Some(CancelReason::TimedOut));
         let limit_ms = limit.as_millis();
@@ -322,8 +334,44 @@ impl Runner {
             limit_ms,
             "fire timed out"
         );
-        match done_rx.await.ok()? {
+        let ran = match tokio::time::timeout(DROP_GRACE, &mut done_rx).await {
+            Ok(ran) => ran.ok()?,
+            Err(_) => {
+                let grace_ms = DROP_GRACE.as_millis();
+                if dropper.drop_task() {
+                    self.ctx.count(|c| c.dropped += 1);
+                    tracing::warn!(
+                        scheduler = self.ctx.scheduler,
+                        job = run.job.spec.name,
+                        fire_id = run.fire_id,
+                        limit_ms,
+                        grace_ms,
+                        "an async handler past its timeout did not return when asked to stop: dropped"
+                    );
+                } else {
+                    self.ctx.count(|c| c.held_past_timeout += 1);
+                    tracing::warn!(
+                        scheduler = self.ctx.scheduler,
+                        job = run.job.spec.name,
+                        fire_id = run.fire_id,
+                        limit_ms,
+                        grace_ms,
+                        "a blocking handler past its timeout did not return when asked to stop: it still holds its pool thread"
+                    );
+                }
+                done_rx.await.ok()?
+            }
+        };
+        match ran {
             ran @ (Ran::Late(_) | Ran::NotOwned | Ran::Unconfirmed) => Some(ran),
+            Ran::Done(handled) if dropper.dropped() => Some(Ran::Done(Handled {
+                result: Err(format!(
+                    "timed out after {limit_ms} ms; asked to stop, it had not returned {} ms later: dropped",
+                    DROP_GRACE.as_millis()
+                )
+                .into()),
+                ..handled
+            })),
             Ran::Done(handled) => {
                 let after = asked.elapsed().as_millis();
                 let how = match handled.result {

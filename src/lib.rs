@@ -104,11 +104,11 @@ pub mod store {
     pub use quartz_core::store::prelude;
     pub use quartz_core::store::{
         CHANGE_VISIBILITY_MS, CalendarRecord, CalendarStore, ChangeAction, ChangeQuery, ChangeRecord, ConcurrencyLimit,
-        DEFAULT_ACTOR, Execute, ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireRetry, FireState, HealthCounts,
-        HistoryStore, IntoStore, Job, JobDetail, JobQuery, JobSpec, JobState, JobStore, MANUAL_EXECUTE, MAX_ATTEMPTS,
-        MAX_DESCRIPTION_BYTES, MAX_ERROR_BYTES, MAX_NAME_BYTES, MAX_PAYLOAD_BYTES, Node, NodeRef, NodeState,
-        RejectedRow, RetryPolicy, START_NOW_GRACE_MS, SharedStore, Store, StoreError, TriggerColumns, check_name,
-        millis_of,
+        DEFAULT_ACTOR, Deadline, Execute, ExecuteSpec, ExecuteState, FireQuery, FireRecord, FireRetry, FireState,
+        HealthCounts, HistoryStore, IntoStore, Job, JobDetail, JobQuery, JobSpec, JobState, JobStore, MANUAL_EXECUTE,
+        MAX_ATTEMPTS, MAX_DESCRIPTION_BYTES, MAX_ERROR_BYTES, MAX_NAME_BYTES, MAX_PAYLOAD_BYTES, Node, NodeRef,
+        NodeState, RejectedRow, RetryPolicy, START_NOW_GRACE_MS, SharedStore, Store, StoreError, TriggerColumns,
+        check_name, millis_of,
     };
     pub use quartz_store::*;
 
@@ -120,8 +120,8 @@ pub mod store {
     /// ([`FireEnd`](spi::FireEnd)), and a node's registration.
     pub mod spi {
         pub use quartz_core::store::{
-            ChainedFire, Claim, DueBatch, ExecuteCas, FIRES_PER_BATCH, FireEnd, FireStore, FollowUp, LateRun,
-            NodeRegistration, NodeStore, Outcome, PendingClaim, RetentionStore, ScheduleStore, SkippedRecord,
+            ChainedFire, Claim, DueBatch, ExecuteCas, FIRES_PER_BATCH, FireEnd, FireStore, FollowUp, HandlerSpan,
+            LateRun, NodeRegistration, NodeStore, Outcome, PendingClaim, RetentionStore, ScheduleStore, SkippedRecord,
         };
     }
 }

@@ -80,7 +80,8 @@ engine_tests!(
     pause_resume_update_and_delete_while_running,
     a_handler_no_live_node_has_is_recorded_failed,
     strategies_offer_executes_by_weight_and_by_load,
-    an_async_handler_past_its_timeout_is_dropped_and_its_fire_failed;
+    an_async_handler_past_its_timeout_is_dropped_and_its_fire_failed,
+    a_node_whose_lease_runs_out_asks_its_handlers_to_stop;
     wall a_saturated_pool_holds_back_its_claims_and_overdue_fires_get_their_policy,
     a_timed_out_fire_blocks_its_job_until_its_code_returns;
     sql: rows_written_by_hand_are_initialised_recomputed_or_set_aside,
@@ -315,7 +316,12 @@ async fn three_nodes_fire_every_time_exactly_once(db: &TestDb) {
         ),
         (expected as u64, expected as u64, expected as u64, expected as u64)
     );
-    assert!(checked.ledger_start_gap_max <= 5, "{checked:?}");
+    // The ledger's starts are the handlers' (the ledger records the fire
+    // time for a start whose estimate fell short of it by a few ms).
+    assert!(
+        (checked.lateness.p99 - checked.ledger_lateness.p99).abs() <= 10,
+        "{checked:?}"
+    );
 }
 
 async fn skewed_node_clocks_change_nothing(db: &TestDb) {
@@ -1026,7 +1032,20 @@ async fn rows_written_by_hand_are_initialised_recomputed_or_set_aside(db: &TestD
     )
     .await;
     let edited = store.now().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(5_000)).await;
+    let healthy = runs.of("healthy");
+    wait_until(
+        Duration::from_secs(20),
+        "fires on the edited schedule, and the healthy job going on",
+        || async {
+            let rows = ledger(&store, CLUSTER).await;
+            let edited_fires = rows
+                .iter()
+                .filter(|f| f.execute_id == id && f.fire_time > edited.saturating_add_millis(3_000))
+                .count();
+            edited_fires >= 1 && runs.of("healthy") >= healthy + 4
+        },
+    )
+    .await;
     let rows = ledger(&store, CLUSTER).await;
     assert_once_and_never_early(&rows);
     let recent: Vec<_> = rows
@@ -1043,7 +1062,6 @@ async fn rows_written_by_hand_are_initialised_recomputed_or_set_aside(db: &TestD
             "recomputed on the new schedule: {f:?}"
         );
     }
-    assert!(runs.of("healthy") >= 6, "every other row kept firing");
     n.shutdown().await;
 }
 
@@ -1902,6 +1920,72 @@ async fn an_async_handler_past_its_timeout_is_dropped_and_its_fire_failed(db: &T
         .filter(|e| matches!(e, quartz::runlog::RunEvent::End(end) if end.outcome == "dropped"))
         .count();
     assert!(dropped >= 2, "the run log says each was dropped");
+}
+
+/// A node whose heartbeats stop going through (its database unreachable)
+/// fences itself once its lease (half of `dead_after`, from the last
+/// renewal's send) has run out: its running handler is asked to stop with
+/// the reason `Fenced`, the run log says so, and the handler had the
+/// fencing token of its run to pass on.
+async fn a_node_whose_lease_runs_out_asks_its_handlers_to_stop(db: &TestDb) {
+    use common::faults::{Fault, Faults, FaultyStore};
+    type Seen = Vec<(Option<quartz::engine::CancelReason>, quartz::engine::FencingToken)>;
+    let seen: Arc<parking_lot::Mutex<Seen>> = Arc::default();
+    let logs = common::RunLogs::new();
+    let faults = Faults::scripted();
+    let noted = Arc::clone(&seen);
+    let n = SchedulerBuilder::new(CLUSTER)
+        .paused_clock_for_tests(common::clock_is_paused())
+        .settings(Settings {
+            run_log: Some(logs.dir()),
+            ..fast()
+        })
+        .async_handler("long", move |ctx: JobContext| {
+            let noted = Arc::clone(&noted);
+            async move {
+                // Runs until asked to stop.
+                ctx.cancellation().cancelled().await;
+                noted.lock().push((ctx.cancellation().reason(), ctx.fencing_token()));
+                Err("stopped".into())
+            }
+        })
+        .start(FaultyStore::new(db.store().await, Arc::clone(&faults)))
+        .await
+        .unwrap();
+    let store = db.store().await.scoped(CLUSTER);
+    let start = next_second(&store, 1).await;
+    let trigger = Trigger::new(Schedule::Once, start).unwrap();
+    store
+        .create_job(&JobSpec::new("long", "long"), &[ExecuteSpec::new(trigger)])
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the long fire running", || async {
+        rows_in(&store, FireState::Running).await == 1
+    })
+    .await;
+    assert!(
+        seen.lock().is_empty(),
+        "not asked to stop while the node holds its lease"
+    );
+    // From now on no heartbeat goes through.
+    faults.always("heartbeat", Fault::Error);
+    wait_until(Duration::from_secs(10), "the handler asked to stop", || async {
+        !seen.lock().is_empty()
+    })
+    .await;
+    let (reason, token) = seen.lock()[0].clone();
+    assert_eq!(reason, Some(quartz::engine::CancelReason::Fenced));
+    assert_eq!(token.incarnation, n.node().incarnation);
+    assert_eq!(&*token.scheduler, CLUSTER);
+    assert_eq!(token.attempt, 1);
+    assert!(n.status().counters.lease_lost >= 1);
+    let files = quartz::runlog::read_dir(&logs.dir()).unwrap();
+    let fenced = files
+        .iter()
+        .flat_map(|f| &f.events)
+        .any(|e| matches!(e, quartz::runlog::RunEvent::Fenced { reason, .. } if reason == "lease ran out"));
+    assert!(fenced, "the run log says the node fenced itself");
+    n.shutdown().await;
 }
 
 /// Issue 15, point 3: with a short retention the ledger stays bounded while

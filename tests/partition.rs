@@ -69,6 +69,22 @@ async fn redis_shutdown_cut_off() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_deadline() {
+    quartz_testkit::run(Kind::Postgres, |db| {
+        Box::pin(a_call_past_its_deadline_closes_its_connection(db))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_deadline() {
+    quartz_testkit::run(Kind::MySql, |db| {
+        Box::pin(a_call_past_its_deadline_closes_its_connection(db))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_slow_link() {
     quartz_testkit::run(Kind::Postgres, |db| Box::pin(a_node_on_a_slow_link(db))).await;
 }
@@ -253,6 +269,39 @@ async fn a_node_cut_off_shuts_down_within_its_grace(db: &TestDb) {
         "{:?}: stopped {took:?} after SIGTERM's equivalent, cut off; {summary:?}; {} fire times run, {} by policy",
         db.kind, checked.fire_times_run, checked.fire_times_by_policy
     );
+}
+
+/// A store call to a database that stopped answering (its sockets open
+/// and silent) fails at its deadline, and the connection it held is closed
+/// rather than handed back to the pool, where it would hold a place until
+/// the server answered; once the network heals, calls go through on new
+/// connections.
+async fn a_call_past_its_deadline_closes_its_connection(db: &TestDb) {
+    let proxy = FaultProxy::start(host_port(&db.url));
+    let store = AnyStore::connect(&proxy.url(&db.url)).await.unwrap().scoped(CLUSTER);
+    let deadlined = quartz::store::Deadline::wrap(store.shared().clone(), Duration::from_millis(300));
+    deadlined.now().await.unwrap();
+    let pool = store.as_sql().unwrap().pool().clone();
+    proxy.set(Mode::Stall);
+    let asked = Instant::now();
+    let answer = deadlined.now().await;
+    assert!(
+        matches!(answer, Err(quartz::store::StoreError::TimedOut { call: "now", .. })),
+        "{answer:?}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "answered after {:?}",
+        asked.elapsed()
+    );
+    // Held by nothing: the connection the call had is idle again, or gone.
+    wait_until(Duration::from_secs(10), "the silent connection closed", || {
+        let pool = pool.clone();
+        async move { pool.size() == pool.num_idle() as u32 }
+    })
+    .await;
+    proxy.set(Mode::Pass);
+    deadlined.now().await.unwrap();
 }
 
 /// A node whose every packet to the database and back waits 100 ms (a link

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use quartz_core::store::StoreError;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::Migrator;
-use sqlx::{AnyPool, AssertSqlSafe, Executor, SqlSafeStr, SqlStr};
+use sqlx::{AnyPool, AssertSqlSafe, Connection as _, Executor, SqlSafeStr, SqlStr};
 
 pub use crate::dialect::Backend;
 use crate::dialect::{redact, render};
@@ -51,6 +51,11 @@ impl Default for StoreOptions {
         }
     }
 }
+
+/// How long a connection on its way back to the pool may take to answer
+/// a ping before it is closed instead (its last statement was dropped
+/// unanswered, or the server stopped answering).
+pub(crate) const RELEASE_TEST_LIMIT: Duration = Duration::from_secs(2);
 
 /// The connection pool with its dialect and prepared SQL texts.
 #[derive(Debug, Clone)]
@@ -112,6 +117,21 @@ impl Db {
             pool = pool.min_connections(1).idle_timeout(None).max_lifetime(None);
         }
         let pool = pool
+            // sqlx tests a connection on its way back to the pool (a
+            // round trip), without a deadline: one whose statement was
+            // dropped by a caller's deadline, on a database that stopped
+            // answering, would hold its place in the pool until the server
+            // answered or the kernel gave the socket up. Tested here within
+            // RELEASE_TEST_LIMIT first, it is closed instead.
+            .after_release(|conn, _meta| {
+                Box::pin(async move {
+                    match tokio::time::timeout(RELEASE_TEST_LIMIT, conn.ping()).await {
+                        Ok(Ok(())) => Ok(true),
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err(sqlx::Error::PoolTimedOut),
+                    }
+                })
+            })
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     let setup = backend.session_setup(memory);

@@ -134,6 +134,18 @@ impl Backend {
         }
     }
 
+    /// `{for_share}`: a shared row lock on the rows a `SELECT` reads, where
+    /// the backend has one: a writer of those rows waits for the reader's
+    /// transaction, and the reader waits for a writer's and then reads what
+    /// it committed.
+    pub(crate) fn for_share(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "",
+            Backend::Postgres => " FOR SHARE",
+            Backend::MySql => " LOCK IN SHARE MODE",
+        }
+    }
+
     /// The migrations of this backend, embedded in the library.
     pub(crate) fn migrations(self) -> Vec<Migration> {
         macro_rules! files {
@@ -273,9 +285,16 @@ impl Backend {
                 "PRAGMA busy_timeout = 10000",
             ],
             Backend::MySql => &["SET time_zone = '+00:00' /*M!100300 , idle_transaction_timeout = 1 */"],
+            // The server notices a node that vanished (a peer gone, a
+            // network that drops packets) within seconds, not the kernel's
+            // quarter of an hour, and ends its session and its locks.
             Backend::Postgres => &[
                 "SET plan_cache_mode = force_generic_plan",
                 "SET idle_in_transaction_session_timeout = 1000",
+                "SET tcp_keepalives_idle = 10",
+                "SET tcp_keepalives_interval = 2",
+                "SET tcp_keepalives_count = 3",
+                "SET tcp_user_timeout = 10000",
             ],
         }
     }
@@ -433,13 +452,15 @@ impl Backend {
 pub(crate) const IDS_PER_LIST: usize = quartz_core::store::FIRES_PER_BATCH;
 
 /// A query template rendered for a backend: `{now}`, `{is}`, `{ids}` and
-/// `{for_update}` replaced, and on PostgreSQL its `?` placeholders numbered.
+/// `{for_update}` and `{for_share}` replaced, and on PostgreSQL its `?`
+/// placeholders numbered.
 pub(crate) fn render(backend: Backend, template: &str) -> String {
     let text = template
         .replace("{now}", backend.now_sql())
         .replace("{is}", backend.null_safe_eq())
         .replace("{ids}", &backend.id_set())
-        .replace("{for_update}", backend.for_update());
+        .replace("{for_update}", backend.for_update())
+        .replace("{for_share}", backend.for_share());
     if backend != Backend::Postgres {
         return text;
     }

@@ -46,6 +46,7 @@ backend_tests!(
     a_backfill_queues_each_past_fire_time_once,
     fires_waiting_under_an_overlap_policy_are_found_by_their_trigger;
     sql: migrations_run_twice_and_concurrently,
+    a_start_racing_its_nodes_retirement_starts_nothing,
     due_executes_come_in_time_order_and_bad_rows_are_set_aside,
     a_job_is_looked_up_by_name_through_its_own_index,
     a_triggers_waiting_fires_are_looked_up_through_their_own_index,
@@ -1649,6 +1650,39 @@ async fn plan_of(store: &AnyStore, prepare: &str, explain: &str) -> Vec<String> 
     rows.iter()
         .flat_map(|row| (0..row.len()).filter_map(|i| row.try_get::<String, _>(i).ok()))
         .collect()
+}
+
+/// A fenced start that meets its node's retirement in flight (another
+/// node's transaction has declared it dead, not yet committed) waits for
+/// it and starts nothing: no start commits after the retirement that
+/// fenced it (on PostgreSQL the start reads the node's row under a shared
+/// lock; unlocked, it read the row as it was and started the fire).
+async fn a_start_racing_its_nodes_retirement_starts_nothing(db: &TestDb) {
+    use sqlx::Executor as _;
+    let store = db.store().await.scoped(S);
+    let start = store.now().await.unwrap();
+    let node = register(&store, "racer").await;
+    let ids = claimed_fires(&store, "race", 2, start, &node).await;
+    let mut retiring = store.as_sql().unwrap().pool().begin().await.unwrap();
+    retiring
+        .execute(sqlx::AssertSqlSafe(format!(
+            "UPDATE quartz_node SET state = 'dead' WHERE scheduler = '{S}' AND node_id = 'racer'"
+        )))
+        .await
+        .unwrap();
+    let starter = store.clone();
+    let (fires, by) = (ids.clone(), node.clone());
+    let start = tokio::spawn(async move { starter.mark_running_all(&fires, &by).await });
+    // The retirement commits while the start is on its way.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    retiring.commit().await.unwrap();
+    let started = start.await.unwrap().unwrap();
+    assert!(
+        started.is_empty(),
+        "started after the node was declared dead: {started:?}"
+    );
+    let rows = common::ledger(&store, S).await;
+    assert!(rows.iter().all(|f| f.state == FireState::Claimed), "{rows:?}");
 }
 
 /// A job is looked up by name (added, read, edited, paused, fired, deleted)

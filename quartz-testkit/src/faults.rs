@@ -34,12 +34,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use quartz_core::Timestamp;
-use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{
-    BackfillFire, Backfilled, CalendarRecord, CalendarStore, ChangeQuery, ChangeRecord, Claim, DueBatch, DueCursor,
-    ExecuteCas, ExecuteSpec, FireEnd, FireQuery, FireRecord, FireRetry, FireState, FireStore, FollowUp, HealthCounts,
-    HistoryStore, IntoStore, Job, JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef, NodeRegistration, NodeStore,
-    PendingClaim, RetentionStore, ScheduleStore, SharedStore, SkippedRecord, Store, StoreError,
+    CalendarStore, FireStore, HistoryStore, IntoStore, JobStore, NodeStore, RetentionStore, ScheduleStore, SharedStore,
+    Store, StoreError,
 };
 
 /// What one faulted call does.
@@ -268,75 +265,7 @@ impl Store for FaultyStore {
     }
 }
 
-faulty! {
-    impl JobStore {
-        fn create_job(&self, job: &JobSpec, executes: &[ExecuteSpec]) -> Job;
-        fn get_job(&self, name: &str) -> Option<JobDetail>;
-        fn jobs_by_id(&self, ids: &[i64]) -> Vec<Job>;
-        fn list_jobs(&self) -> Vec<Job>;
-        fn jobs_page(&self, query: &JobQuery) -> Vec<Job>;
-        fn update_job(&self, name: &str, job: &JobSpec, executes: Option<&[ExecuteSpec]>, expected_version: Option<i64>) -> Job;
-        fn set_paused(&self, name: &str, paused: bool, expected_version: Option<i64>) -> Job;
-        fn fire_now(&self, name: &str) -> (i64, Timestamp);
-        fn delete_job(&self, name: &str, expected_version: Option<i64>) -> ();
-        fn retry_fire(&self, fire_id: i64) -> FireRetry;
-        fn set_standby(&self, on: bool) -> Option<Timestamp>;
-        fn standby(&self) -> Option<Timestamp>;
-        fn backfill(&self, name: &str, fires: &[BackfillFire]) -> Backfilled;
-    }
-    impl CalendarStore {
-        fn put_calendar(&self, name: &str, definition: &CalendarDefinition, expected_version: Option<i64>) -> CalendarRecord;
-        fn add_calendar(&self, name: &str, definition: &CalendarDefinition) -> CalendarRecord;
-        fn get_calendar(&self, name: &str) -> Option<CalendarRecord>;
-        fn list_calendars(&self) -> Vec<CalendarRecord>;
-        fn delete_calendar(&self, name: &str, expected_version: Option<i64>) -> ();
-    }
-    impl HistoryStore {
-        fn list_nodes(&self) -> Vec<Node>;
-        fn fires(&self, query: &FireQuery) -> Vec<FireRecord>;
-        fn change_log(&self, query: &ChangeQuery) -> Vec<ChangeRecord>;
-        fn health_counts(&self, overdue_before: Timestamp, stranded_before: Timestamp, recent_since: Timestamp) -> HealthCounts;
-        fn changes(&self) -> i64;
-        fn change_wait(&self, seen: i64, max_wait: Duration) -> i64;
-    }
-    impl NodeStore {
-        fn register_node(&self, node: &NodeRegistration) -> Node;
-        fn heartbeat(&self, node: &NodeRef, busy: u64) -> bool;
-        fn retire_node(&self, node: &NodeRef, dead_after_ms: i64) -> bool;
-        fn leave(&self, node: &NodeRef) -> bool;
-    }
-    impl ScheduleStore {
-        fn due_executes(&self, before: Timestamp, after: Option<DueCursor>, limit: u32) -> DueBatch;
-        fn orphaned_executes(&self, limit: u32) -> DueBatch;
-        fn update_execute(&self, cas: &ExecuteCas, records: &[SkippedRecord]) -> bool;
-        fn update_executes(&self, updates: &[(ExecuteCas, Vec<SkippedRecord>)]) -> Vec<bool>;
-        fn claim(&self, claim: &Claim) -> Option<i64>;
-        fn claim_batch(&self, claims: &[Claim]) -> Vec<Option<i64>>;
-        fn chain_parents(&self) -> Vec<i64>;
-    }
-    impl FireStore {
-        fn mark_running_all(&self, fire_ids: &[i64], node: &NodeRef) -> Vec<(i64, Timestamp)>;
-        fn confirm_starts(&self, fire_ids: &[i64], node: &NodeRef) -> Vec<(i64, Timestamp)>;
-        fn end_fires(&self, node: &NodeRef, ends: &[(i64, FireEnd)]) -> Vec<FollowUp>;
-        fn fire_time_out(&self, fire_id: i64, node: &NodeRef, error: &str) -> bool;
-        fn orphaned_fires(&self, limit: u32) -> Vec<FireRecord>;
-        fn claimed_by(&self, node: &NodeRef, before: Timestamp, limit: u32) -> Vec<FireRecord>;
-        fn take_over(&self, fire: &FireRecord, node: &NodeRef) -> bool;
-        fn rerun(&self, fire: &FireRecord, node: &NodeRef) -> Option<i64>;
-        fn abandon(&self, fire: &FireRecord) -> bool;
-        fn fires_pending(&self, before: Timestamp, limit: u32) -> Vec<FireRecord>;
-        fn pending_claim(&self, fire_id: i64, node: &NodeRef, exclusive: bool) -> PendingClaim;
-        fn cancel_requests(&self, node: &NodeRef) -> Vec<i64>;
-    }
-    impl RetentionStore {
-        fn purge_turn(&self, every_ms: i64) -> bool;
-        fn purge_horizon(&self) -> Option<Timestamp>;
-        fn purge_horizon_advance(&self, before: Timestamp) -> ();
-        fn fires_purge(&self, state: FireState, before: Timestamp, keep_last: u32, limit: u32) -> u64;
-        fn nodes_purge(&self, before: Timestamp) -> u64;
-        fn executes_purge(&self, before: Timestamp, limit: u32) -> u64;
-    }
-}
+quartz_core::store_methods!(faulty);
 
 /// A 64-bit mixer (splitmix64's finaliser).
 fn mix(mut x: u64) -> u64 {

@@ -42,10 +42,10 @@ pub use helpers::*;
 
 /// Engine settings for tests: short intervals, the same guarantees. Polls
 /// every 500 ms over a 1 s window, heartbeats every 200 ms, a node dead after
-/// 1.5 s of silence, misfires past 2 s; the others claim 300 ms after the
-/// fire time (with this short window a fire is queued only about when its
-/// claim lead begins, so the preferred node needs its poll interval to find
-/// it).
+/// 1.5 s of silence, store calls cut after as long, misfires past 2 s; the
+/// others claim 300 ms after the fire time (with this short window a fire
+/// is queued only about when its claim lead begins, so the preferred node
+/// needs its poll interval to find it).
 pub fn fast_settings() -> quartz_core::engine::Settings {
     quartz_core::engine::Settings {
         poll_interval: std::time::Duration::from_millis(500),
@@ -58,6 +58,9 @@ pub fn fast_settings() -> quartz_core::engine::Settings {
         },
         strategy_grace: std::time::Duration::from_millis(1_300),
         shutdown_grace: std::time::Duration::from_secs(10),
+        // As long as dead_after allows: half of it (the default) would cut
+        // the statements of a machine loaded by the rest of the suite.
+        store_deadline: Some(std::time::Duration::from_millis(1_500)),
         ..quartz_core::engine::Settings::default()
     }
 }

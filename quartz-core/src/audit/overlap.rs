@@ -41,6 +41,13 @@ fn exclusive_executes(details: &[JobDetail]) -> HashMap<i64, (i64, String)> {
     exclusive
 }
 
+/// How far one fire's recorded finish may pass the next one's start
+/// without an overlap: both are the running nodes' estimates of database
+/// time, each behind it by up to a clock reading's round trip, so two nodes'
+/// may disagree by a few milliseconds about fires that ran one after the
+/// other. (The run log checker judges overlaps by the handlers' runs.)
+const CLOCK_SLACK_MS: i64 = 25;
+
 /// The fires of `exclusive` executes that started while another fire of
 /// their job ran.
 fn overlapped_runs(
@@ -63,7 +70,8 @@ fn overlapped_runs(
         let beside = runs_of.get(job_id).into_iter().flatten().find(|g| {
             g.id != f.id
                 && g.started_at.is_some_and(|s| s <= started)
-                && g.finished_at.is_none_or(|end| end > started)
+                && g.finished_at
+                    .is_none_or(|end| end.as_millis() > started.as_millis() + CLOCK_SLACK_MS)
                 && (g.started_at != Some(started) || g.id < f.id)
         });
         if let Some(g) = beside {
@@ -135,7 +143,8 @@ fn over_limit_runs(
                 g.id != f.id
                     && g.started_at
                         .is_some_and(|s| s < started || (s == started && g.id < f.id))
-                    && g.finished_at.is_none_or(|end| end > started)
+                    && g.finished_at
+                        .is_none_or(|end| end.as_millis() > started.as_millis() + CLOCK_SLACK_MS)
             })
             .map(|g| g.id)
             .collect();

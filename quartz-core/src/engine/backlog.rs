@@ -164,6 +164,7 @@ impl Backlog {
             node,
             release: None,
             hold: Some(self.ctx.hold(&job)),
+            marked_at: None,
             job,
         });
         Ok(Some(true))

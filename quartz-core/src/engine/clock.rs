@@ -38,6 +38,8 @@ pub(crate) struct Clock {
     offset_ms: AtomicI64,
     /// On tokio's paused clock: blocking handlers hold it while they run.
     paused: bool,
+    /// The latest [`Clock::stamp`], in epoch ms.
+    stamped_ms: AtomicI64,
 }
 
 impl Clock {
@@ -50,7 +52,15 @@ impl Clock {
             anchor_ms: wall.saturating_add(hooks.skew_ms),
             offset_ms: AtomicI64::new(0),
             paused: hooks.paused,
+            stamped_ms: AtomicI64::new(i64::MIN),
         }
+    }
+
+    /// Milliseconds since the node started, on the monotonic clock (a
+    /// test's stepped clock): what the node's membership lease is counted
+    /// on, which no clock reading moves.
+    pub(crate) fn mono_ms(&self) -> i64 {
+        i64::try_from(self.base.elapsed().as_millis()).unwrap_or(i64::MAX)
     }
 
     /// The node's own clock, in epoch ms.
@@ -70,6 +80,16 @@ impl Clock {
     /// The estimated database time now (never ahead of it).
     pub(crate) fn db_now(&self) -> Timestamp {
         Timestamp::from_millis(self.local_ms().saturating_add(self.offset_ms.load(Ordering::Relaxed)))
+    }
+
+    /// The estimated database time now, for a record of what happened
+    /// (a handler's start or end): never earlier than a stamp this node
+    /// gave before, so that a clock reading that lowered the estimate
+    /// meanwhile cannot make a later event look earlier.
+    pub(crate) fn stamp(&self) -> Timestamp {
+        let now = self.db_now().as_millis();
+        let before = self.stamped_ms.fetch_max(now, Ordering::Relaxed);
+        Timestamp::from_millis(now.max(before))
     }
 
     /// Database time minus this node's clock, in ms.

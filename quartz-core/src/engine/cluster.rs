@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::Phase;
 use super::context::{Ctx, duration_ms};
+use super::handler::CancelReason;
 use super::queue::FireQueue;
 use super::recovery::Recovery;
 use crate::runlog::RunEvent;
@@ -51,6 +52,7 @@ impl Cluster {
     /// busy database) never delays this node's own heartbeat.
     pub(super) async fn run(self: Arc<Self>) {
         let judge = tokio::spawn(Arc::clone(&self).judge_and_recover());
+        let lease = tokio::spawn(watch_lease(Arc::clone(&self.ctx)));
         loop {
             if let Err(e) = self.beat().await {
                 tracing::warn!(scheduler = self.ctx.scheduler, error = %e, "heartbeat failed; retrying");
@@ -60,6 +62,7 @@ impl Cluster {
             }
         }
         let _ = judge.await;
+        lease.abort();
     }
 
     async fn judge_and_recover(self: Arc<Self>) {
@@ -83,7 +86,7 @@ impl Cluster {
     pub(super) async fn beat(&self) -> Result<(), StoreError> {
         let node = self.ctx.node();
         let busy = self.ctx.flights.held() + self.ctx.flights.pending_count();
-        let sent = self.ctx.clock.db_now();
+        let sent = self.ctx.clock.mono_ms();
         if self.ctx.store.heartbeat(&node, busy as u64).await? {
             self.ctx.renewed(sent);
         } else {
@@ -173,11 +176,12 @@ impl Cluster {
         self.ctx.note(|db_ms, local_ms| RunEvent::Fenced {
             node: old.node_id.clone(),
             incarnation: old.incarnation,
+            reason: "declared dead".to_owned(),
             db_ms,
             local_ms,
         });
         self.queue.clear();
-        let sent = self.ctx.clock.db_now();
+        let sent = self.ctx.clock.mono_ms();
         let registered = self.ctx.store.register_node(&self.ctx.registration).await?;
         self.ctx.renewed(sent);
         self.ctx.note(|db_ms, local_ms| RunEvent::Registered {
@@ -193,5 +197,60 @@ impl Cluster {
         self.ctx.set_phase(Phase::Running);
         self.ctx.poll_now.notify_one();
         Ok(())
+    }
+}
+
+/// Watches this node's membership lease ([`Ctx::lease_ms`]): when it runs
+/// out (no renewal the database accepted, counted on the node's monotonic
+/// clock from the renewal's send), the node fences itself: it asks every
+/// running handler to stop ([`CancelReason::Fenced`]) and, until a renewal
+/// goes through, starts only what the database confirms as still its own
+/// ([`Ctx::membership_fresh`]). A handler gets
+/// [`JobContext::fencing_token`](super::JobContext::fencing_token) to pass
+/// to the systems it writes to, for one started before.
+async fn watch_lease(ctx: Arc<Ctx>) {
+    let mut fenced = false;
+    loop {
+        let renewed = ctx.renewed_at();
+        let left = renewed + ctx.lease_ms() - ctx.clock.mono_ms();
+        if left > 0 {
+            if fenced {
+                fenced = false;
+                tracing::info!(
+                    scheduler = ctx.scheduler,
+                    "membership renewed: the node holds its lease again"
+                );
+            }
+            if !ctx.pause(Duration::from_millis(left.unsigned_abs())).await {
+                return;
+            }
+            continue;
+        }
+        if !fenced && !ctx.stopping() {
+            fenced = true;
+            let node = ctx.node();
+            let running = ctx.flights.running_count();
+            ctx.flights.cancel_all(CancelReason::Fenced);
+            ctx.count(|c| c.lease_lost += 1);
+            ctx.note(|db_ms, local_ms| RunEvent::Fenced {
+                node: node.node_id.clone(),
+                incarnation: node.incarnation,
+                reason: "lease ran out".to_owned(),
+                db_ms,
+                local_ms,
+            });
+            tracing::error!(
+                scheduler = ctx.scheduler,
+                node = node.node_id,
+                incarnation = node.incarnation,
+                lease_ms = ctx.lease_ms(),
+                running,
+                "membership not renewed within the lease: this node may be declared dead; its running fires are asked to stop"
+            );
+        }
+        // Until a renewal goes through.
+        if !ctx.pause(Duration::from_millis(20)).await {
+            return;
+        }
     }
 }

@@ -56,8 +56,8 @@ pub(super) struct Ctx {
     misfires: Mutex<Misfires>,
     /// What the node holds of its fires in flight.
     pub(super) flights: Flights,
-    /// When, on the node's estimate of database time, it last sent a
-    /// heartbeat or registration that the database accepted (epoch ms).
+    /// When, on the node's monotonic clock ([`Clock::mono_ms`]), it last
+    /// sent a heartbeat or registration that the database accepted.
     renewed_ms: AtomicI64,
     /// The scheduler is on standby, as this node last read it (at start,
     /// then at every change): claim nothing.
@@ -78,8 +78,8 @@ pub(super) struct Parts {
     pub(super) clock: Clock,
     pub(super) registration: NodeRegistration,
     pub(super) node: Node,
-    /// When its registration was sent, on its estimate of database time.
-    pub(super) registered_at: Timestamp,
+    /// When its registration was sent, on its monotonic clock.
+    pub(super) registered_at: i64,
     /// Whether the scheduler was on standby when the node started.
     pub(super) standby: bool,
     /// Its run log, if it keeps one.
@@ -111,7 +111,7 @@ impl Ctx {
             warned: Mutex::new(HashSet::new()),
             misfires: Mutex::default(),
             flights: Flights::default(),
-            renewed_ms: AtomicI64::new(parts.registered_at.as_millis()),
+            renewed_ms: AtomicI64::new(parts.registered_at),
             standby: AtomicBool::new(parts.standby),
             run_log: parts.run_log,
         }
@@ -145,22 +145,35 @@ impl Ctx {
     }
 
     /// The database accepted this node's heartbeat or registration sent at
-    /// `sent` (the node's estimate of database time, which never runs ahead
-    /// of it, so the heartbeat's own time is no earlier).
-    pub(super) fn renewed(&self, sent: Timestamp) {
-        self.renewed_ms.fetch_max(sent.as_millis(), Ordering::Relaxed);
+    /// `sent` ([`Clock::mono_ms`]): its lease runs from then.
+    pub(super) fn renewed(&self, sent: i64) {
+        self.renewed_ms.fetch_max(sent, Ordering::Relaxed);
     }
 
-    /// Whether this node renewed its membership within half of `dead_after`.
-    /// Another node may declare it dead once its heartbeat is `dead_after`
-    /// old; until half of that has passed since the last one sent, a fire
-    /// the database marked running for this incarnation may start without
-    /// asking it again. Past it (a network that drops packets, a stalled
-    /// connection), the node assumes it may have been declared dead and runs
-    /// nothing the database has not confirmed as still its own.
+    /// When the last accepted renewal was sent ([`Clock::mono_ms`]).
+    pub(super) fn renewed_at(&self) -> i64 {
+        self.renewed_ms.load(Ordering::Relaxed)
+    }
+
+    /// The node's membership lease: half of `dead_after`. Another node may
+    /// declare this one dead once its heartbeat is `dead_after` old (by the
+    /// database's clock, from the heartbeat's commit, which comes after its
+    /// send); counted here on the node's own monotonic clock from the send
+    /// of the last renewal the database accepted, a lease that has run out
+    /// leaves at least as long again before that can happen.
+    pub(super) fn lease_ms(&self) -> i64 {
+        duration_ms(self.settings.dead_after) / 2
+    }
+
+    /// Whether this node holds its lease: it renewed its membership within
+    /// [`Ctx::lease_ms`]. While it does, a fire the database marked running
+    /// for this incarnation may start without asking it again. Past it (a
+    /// network that drops packets, a stalled connection, a database that
+    /// stopped answering), the node assumes it may be declared dead, runs
+    /// nothing the database has not confirmed as still its own, and asks
+    /// its running handlers to stop ([`super::cluster`]'s lease watch).
     pub(super) fn membership_fresh(&self) -> bool {
-        let age = self.clock.db_now().as_millis() - self.renewed_ms.load(Ordering::Relaxed);
-        age < duration_ms(self.settings.dead_after) / 2
+        self.clock.mono_ms() - self.renewed_at() < self.lease_ms()
     }
 
     /// This node's id and current incarnation.

@@ -243,6 +243,7 @@ impl Dispatcher {
                 node: node.clone(),
                 release,
                 hold,
+                marked_at: None,
             };
             if taken {
                 // Known as won and not started from now, as every won fire.

@@ -44,19 +44,20 @@ pub(super) struct Gate {
 type Confirmed = Result<StartAnswer, oneshot::error::RecvError>;
 
 impl Gate {
-    /// On a pool thread.
-    pub(super) fn pass_blocking(&self) -> Result<(), Ran> {
+    /// On a pool thread: `Ok` with the start the database recorded when it
+    /// confirmed it again, if it did.
+    pub(super) fn pass_blocking(&self) -> Result<Option<Timestamp>, Ran> {
         match self.check()? {
-            None => Ok(()),
-            Some(answer) => self.judge(answer.blocking_recv()),
+            None => Ok(None),
+            Some(answer) => self.judge(answer.blocking_recv()).map(Some),
         }
     }
 
-    /// In a task.
-    pub(super) async fn pass(&self) -> Result<(), Ran> {
+    /// In a task, as [`Self::pass_blocking`].
+    pub(super) async fn pass(&self) -> Result<Option<Timestamp>, Ran> {
         match self.check()? {
-            None => Ok(()),
-            Some(answer) => self.judge(answer.await),
+            None => Ok(None),
+            Some(answer) => self.judge(answer.await).map(Some),
         }
     }
 
@@ -74,8 +75,9 @@ impl Gate {
         Ok(Some(self.recorder.confirm(self.fire_id, self.owner.clone())))
     }
 
-    /// The start confirmed again: judged by the start the ledger recorded.
-    fn judge(&self, answer: Confirmed) -> Result<(), Ran> {
+    /// The start confirmed again: judged by the start the ledger recorded,
+    /// which it returns.
+    fn judge(&self, answer: Confirmed) -> Result<Timestamp, Ran> {
         let started_at = match answer {
             Ok(Ok(Some(at))) => at,
             Ok(Ok(None)) => {
@@ -91,6 +93,6 @@ impl Gate {
         if self.threshold_ms.is_some_and(|limit| late_ms > limit) {
             return Err(Ran::Late(late_ms));
         }
-        Ok(())
+        Ok(started_at)
     }
 }

@@ -164,6 +164,13 @@ pub enum CancelReason {
     /// ([`Overlap::Cancel`](crate::trigger::Overlap::Cancel)), replaces this
     /// one; the fire is recorded as failed and not retried.
     Overlapped,
+    /// The node could not renew its membership within its lease (a
+    /// network that drops packets, a database that stopped answering): it
+    /// may be declared dead, and the fire run again elsewhere (its job
+    /// requesting recovery). Stop writing; the
+    /// [fencing token](JobContext::fencing_token) tells the systems the
+    /// handler writes to which run is the latest.
+    Fenced,
 }
 
 impl fmt::Display for CancelReason {
@@ -172,12 +179,14 @@ impl fmt::Display for CancelReason {
             CancelReason::TimedOut => "timed out",
             CancelReason::Shutdown => "node shutting down",
             CancelReason::Overlapped => "replaced by a newer fire of the job (overlap policy cancel)",
+            CancelReason::Fenced => "the node lost its membership lease (it may be declared dead)",
         })
     }
 }
 
-/// A signal that asks a running handler to stop: its job's timeout passed, or
-/// the node is shutting down. Blocking handlers poll
+/// A signal that asks a running handler to stop: its job's timeout passed,
+/// the node is shutting down or lost its membership lease, or a newer fire
+/// replaced it. Blocking handlers poll
 /// [`is_cancelled`](Self::is_cancelled); async handlers await
 /// [`cancelled`](Self::cancelled).
 #[derive(Debug, Clone)]
@@ -258,7 +267,46 @@ pub struct JobContext {
     pub(crate) attempt: u32,
     pub(crate) payload: Arc<str>,
     pub(crate) node_id: Arc<str>,
+    pub(crate) scheduler: Arc<str>,
+    pub(crate) incarnation: i64,
     pub(crate) cancellation: Cancellation,
+}
+
+/// Which run of a fire a handler is: the scheduler, the node and its
+/// incarnation, the fire's ledger id and attempt
+/// ([`JobContext::fencing_token`]).
+///
+/// A handler passes it along with what it writes elsewhere (a row, a
+/// message, an object), so that the system written to can refuse a write
+/// from a run that is no longer the latest: the same fire time's runs have
+/// increasing `(attempt, fire_id)`, and a node's incarnations increase,
+/// so a store that keeps the greatest token it has seen for a fire
+/// refuses an older one. A run whose node was cut off and declared dead
+/// keeps the token it started with; the run that replaces it (a recovery's
+/// re-run, attempt + 1) has a greater one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FencingToken {
+    /// The scheduler (cluster) name.
+    pub scheduler: Arc<str>,
+    /// The node that runs the fire.
+    pub node_id: Arc<str>,
+    /// Its incarnation when it started the fire (increases with each
+    /// registration of the node).
+    pub incarnation: i64,
+    /// The fire's ledger id.
+    pub fire_id: i64,
+    /// The attempt, from 1.
+    pub attempt: u32,
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}/{}/{}",
+            self.scheduler, self.node_id, self.incarnation, self.fire_id, self.attempt
+        )
+    }
 }
 
 impl JobContext {
@@ -356,6 +404,20 @@ impl JobContext {
                 )
                 .into()
             })
+    }
+
+    /// This run's fencing token: pass it to the systems the handler writes
+    /// to, so that a run that is no longer the latest (its node cut off
+    /// and declared dead, the fire run again elsewhere) can be refused
+    /// there. See [`FencingToken`].
+    pub fn fencing_token(&self) -> FencingToken {
+        FencingToken {
+            scheduler: Arc::clone(&self.scheduler),
+            node_id: Arc::clone(&self.node_id),
+            incarnation: self.incarnation,
+            fire_id: self.fire_id,
+            attempt: self.attempt,
+        }
     }
 
     /// The signal that asks this fire to stop.

@@ -271,11 +271,12 @@ impl Launcher {
         self.ctx.flights.not_unstarted(ids.iter().copied());
         let mut ready = Vec::with_capacity(started.len());
         let mut refused = 0;
-        for run in runs {
+        for mut run in runs {
             let Some(&started_at) = started.get(&run.fire_id) else {
                 refused += 1;
                 continue;
             };
+            run.marked_at = Some(started_at);
             match late_past_limit(&run, self.ctx.settings.misfire.threshold_ms(), started_at) {
                 Some(late_ms) => {
                     let (runner, ctx) = (Arc::clone(&self.runner), Arc::clone(&self.ctx));

@@ -76,7 +76,7 @@ use std::sync::Arc;
 
 use quartz_pool::PoolMetrics;
 
-pub use handler::{CancelReason, Cancellation, JobContext, JobError, JobResult, RunKind};
+pub use handler::{CancelReason, Cancellation, FencingToken, JobContext, JobError, JobResult, RunKind};
 pub use settings::{Settings, Strategy};
 pub use typed::TypedJob;
 
@@ -329,6 +329,9 @@ pub struct Counters {
     /// grace when asked to stop: each still held its pool thread then (a
     /// thread cannot be killed).
     pub held_past_timeout: u64,
+    /// Times this node's membership lease ran out (no renewal went through
+    /// in time) and it asked its running handlers to stop.
+    pub lease_lost: u64,
     /// Ledger rows this node purged under the retention settings.
     pub purged: u64,
 }
@@ -432,9 +435,10 @@ impl SchedulerBuilder {
 }
 
 impl Scheduler {
-    /// The store the node runs on.
+    /// The store the node was started on, scoped to its scheduler (the
+    /// node's own calls go through a deadline, [`Settings::store_deadline`]).
     pub fn store(&self) -> &crate::store::SharedStore {
-        &self.inner.ctx.store
+        &self.inner.given
     }
 
     /// The cluster's name.

@@ -35,7 +35,7 @@ use super::recovery::Recovery;
 use super::runner::Runner;
 use super::{NodeStatus, Phase, SchedulerError, Settings, ShutdownSummary};
 use crate::runlog::{RunEvent, RunLog};
-use crate::store::{JobSpec, NodeRef, NodeRegistration, SharedStore};
+use crate::store::{Deadline, JobSpec, NodeRef, NodeRegistration, SharedStore};
 use crate::time::Timestamp;
 
 /// How long a shutdown tries to give its claimed fires back.
@@ -70,6 +70,9 @@ impl GivenBack {
 /// the tasks of its stages.
 pub(crate) struct Stages {
     pub(super) ctx: Arc<Ctx>,
+    /// The store the node was given, scoped to its scheduler (the stages
+    /// call it through a deadline).
+    pub(super) given: SharedStore,
     queue: Arc<FireQueue>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -83,7 +86,9 @@ impl Stages {
         clock_hooks: ClockHooks,
     ) -> Result<Stages, SchedulerError> {
         let clock = Clock::new(clock_hooks);
-        let store = store.scoped(&scheduler);
+        // Every call the node makes has a deadline.
+        let given = store.scoped(&scheduler);
+        let store = Deadline::wrap(given.clone(), settings.store_deadline());
         let registration = registration(&settings, &handlers);
         let pool = Pool::builder()
             .core(settings.pool_core)
@@ -98,7 +103,7 @@ impl Stages {
         };
         let db_now = store.now().await?;
         clock.observe(db_now);
-        let registered_at = clock.db_now();
+        let registered_at = clock.mono_ms();
         let registered = store.register_node(&registration).await?;
         if let Some(log) = &run_log {
             log.write(&RunEvent::Registered {
@@ -156,6 +161,7 @@ impl Stages {
         ];
         Ok(Stages {
             ctx,
+            given,
             queue,
             tasks: Mutex::new(tasks),
         })

@@ -218,6 +218,7 @@ impl Recovery {
             node: node.clone(),
             release: None,
             hold: Some(self.ctx.hold(job)),
+            marked_at: None,
         };
         match fire.state {
             FireState::Claimed => {

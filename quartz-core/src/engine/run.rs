@@ -34,6 +34,9 @@ pub(super) struct RunFire {
     /// Its place in the pool's room, given back when its handler returns or
     /// when it ends without running.
     pub(super) hold: Option<Hold>,
+    /// The start its fenced start recorded (database time): its handler
+    /// starts after it.
+    pub(super) marked_at: Option<Timestamp>,
 }
 
 impl RunFire {
@@ -113,6 +116,10 @@ impl PendingFire {
 pub(super) struct Witness {
     ctx: Arc<Ctx>,
     start: RunStart,
+    /// What the handler's start is known to come after, on the database's
+    /// clock: the start its fenced start recorded (or confirmed again), or
+    /// its fire time.
+    floor: Timestamp,
 }
 
 impl Witness {
@@ -132,6 +139,15 @@ impl Witness {
                 local_ms: 0,
                 db_ms: 0,
             },
+            floor: run.marked_at.unwrap_or(run.fire_time).max(run.fire_time),
+        }
+    }
+
+    /// The database confirmed the start again, recording `at`: the handler
+    /// starts after that.
+    pub(super) fn confirmed(&mut self, at: Option<Timestamp>) {
+        if let Some(at) = at {
+            self.floor = self.floor.max(at);
         }
     }
 
@@ -140,20 +156,20 @@ impl Witness {
     /// the one read.
     fn now(&self) -> Timestamp {
         let _runtime = self.ctx.runtime.enter();
-        self.ctx.clock.db_now()
+        self.ctx.clock.stamp()
     }
 
-    /// The handler starts now: the start the ledger records. A fire reaches
-    /// its lane once the node's estimate of database time has passed its
-    /// time, so it starts no earlier; the estimate read again here may
-    /// still fall a millisecond or two short of it, when a clock reading
-    /// that took longer has lowered the estimate meanwhile (it never runs
-    /// ahead, so a slower reading makes it more cautious): the ledger then
-    /// records the fire time. The run log keeps the estimate as read (its
+    /// The handler starts now: the start the ledger records, the node's
+    /// estimate of database time. That estimate never runs ahead of the
+    /// database's clock, and may fall a few milliseconds behind it (a clock
+    /// reading is as good as its round trip). The handler is known to start
+    /// after its fenced start, which the database recorded on its own
+    /// clock, and after its fire time: the ledger records the latest of the
+    /// three, so that a start never reads earlier than the claim and start
+    /// the same row holds. The run log keeps the estimate as read (its
     /// checker allows for a clock's slack before it calls a start early).
     pub(super) fn started(&mut self) -> Timestamp {
         let now = self.now();
-        let fire_time = Timestamp::from_millis(self.start.fire_time);
         if let Some(log) = &self.ctx.run_log {
             self.start.db_ms = now.as_millis();
             self.start.local_ms = {
@@ -162,13 +178,15 @@ impl Witness {
             };
             log.write(&RunEvent::Start(self.start.clone()));
         }
-        now.max(fire_time)
+        let started = now.max(self.floor);
+        self.floor = started;
+        started
     }
 
     /// The handler ended now, with `outcome` (`succeeded`, `failed`,
     /// `dropped`).
     pub(super) fn ended(&self, outcome: &str) -> Timestamp {
-        let now = self.now();
+        let now = self.now().max(self.floor);
         if let Some(log) = &self.ctx.run_log {
             let s = &self.start;
             log.write(&RunEvent::End(RunEnd {

@@ -77,7 +77,13 @@ impl Runner {
     async fn confirm_then_submit(self: Arc<Self>, run: RunFire) {
         let gate = self.gate(&run, false);
         match gate.pass().await {
-            Ok(()) => self.to_lane(run, true),
+            Ok(confirmed) => {
+                let mut run = run;
+                if let Some(at) = confirmed {
+                    run.marked_at = Some(at);
+                }
+                self.to_lane(run, true);
+            }
             Err(ran) => {
                 let (done_tx, done_rx) = oneshot::channel::<Ran>();
                 let (cancel_tx, _) = Cancellation::new();
@@ -121,11 +127,13 @@ impl Runner {
             attempt: run.attempt,
             payload: Arc::from(run.job.spec.payload.as_str()),
             node_id: Arc::from(run.node.node_id.as_str()),
+            scheduler: Arc::from(self.ctx.scheduler.as_str()),
+            incarnation: run.node.incarnation,
             cancellation,
         };
         let span = fire_span(&self.ctx.scheduler, &run);
         let gate = self.gate(&run, member);
-        let witness = Witness::of(&self.ctx, &run);
+        let mut witness = Witness::of(&self.ctx, &run);
         // The fire's place in its room is given back when its handler returns.
         let hold = run.hold.take();
         if handler.is_async() {
@@ -134,7 +142,10 @@ impl Runner {
             tokio::spawn(async move {
                 let _hold = hold;
                 let ran = match gate.pass().await {
-                    Ok(()) => Ran::Done(witness.run_async(handler.call_async(ctx, span, &drops), &drops).await),
+                    Ok(confirmed) => {
+                        witness.confirmed(confirmed);
+                        Ran::Done(witness.run_async(handler.call_async(ctx, span, &drops), &drops).await)
+                    }
                     Err(ran) => ran,
                 };
                 let _ = done_tx.send(ran);
@@ -148,7 +159,10 @@ impl Runner {
             let _hold = (hold, clock_hold);
             let _in_fire = span.enter();
             let ran = match gate.pass_blocking() {
-                Ok(()) => Ran::Done(witness.run(|| handler.call(ctx, &runtime, &span))),
+                Ok(confirmed) => {
+                    witness.confirmed(confirmed);
+                    Ran::Done(witness.run(|| handler.call(ctx, &runtime, &span)))
+                }
                 Err(ran) => ran,
             };
             let _ = done_tx.send(ran);
@@ -255,10 +269,19 @@ impl Runner {
         // Replaced by a newer fire of its job (the cancel overlap policy):
         // a failure says so, and is not retried.
         let replaced = *cancel_tx.borrow() == Some(CancelReason::Overlapped);
+        // Asked to stop as the node lost its lease: a failure says why.
+        let fenced = *cancel_tx.borrow() == Some(CancelReason::Fenced);
         let outcome = match result {
             Some(Ok(())) => Outcome::Succeeded,
-            Some(Err(e)) if replaced => Outcome::Failed {
-                error: format!("cancelled: {}; the handler returned: {e}", CancelReason::Overlapped),
+            Some(Err(e)) if replaced || fenced => Outcome::Failed {
+                error: format!(
+                    "cancelled: {}; the handler returned: {e}",
+                    if replaced {
+                        CancelReason::Overlapped
+                    } else {
+                        CancelReason::Fenced
+                    }
+                ),
             },
             Some(Err(e)) => Outcome::Failed { error: e.to_string() },
             None => Outcome::Failed {
@@ -458,6 +481,7 @@ impl Runner {
                 node: parent.node.clone(),
                 release: None,
                 hold: Some(self.ctx.hold(job)),
+                marked_at: None,
             });
         }
     }

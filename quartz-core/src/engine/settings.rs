@@ -67,6 +67,14 @@ pub struct Settings {
     /// a gap of its own (an outage of the database: the others' pools may
     /// reconnect seconds after its own).
     pub dead_after: Duration,
+    /// How long any one call of the node to its store may take (default
+    /// `None`: half of `dead_after`, 5 s with the defaults). A call the
+    /// database has not answered by then fails as a lost answer would, and
+    /// the stage that made it goes on (retries, or leaves the work to
+    /// recovery); no stage waits longer on a database that stopped
+    /// answering, or on a network that drops its packets. At most
+    /// `dead_after`.
+    pub store_deadline: Option<Duration>,
     /// The misfire threshold and the cap of the ignore policy (default 5 s and
     /// 1,000).
     pub misfire: MisfireSettings,
@@ -136,6 +144,7 @@ impl Default for Settings {
             claim_runs: true,
             heartbeat_interval: Duration::from_secs(2),
             dead_after: Duration::from_secs(10),
+            store_deadline: None,
             misfire: MisfireSettings::default(),
             batch_size: 5_000,
             claim_batch: 256,
@@ -157,6 +166,12 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// The deadline of each store call: [`Settings::store_deadline`], or
+    /// half of `dead_after`.
+    pub fn store_deadline(&self) -> Duration {
+        self.store_deadline.unwrap_or(self.dead_after / 2)
+    }
+
     /// Checks the settings against each other.
     ///
     /// # Errors
@@ -183,6 +198,11 @@ impl Settings {
         }
         if self.dead_after <= self.heartbeat_interval {
             return bad("dead_after must be longer than heartbeat_interval");
+        }
+        if let Some(deadline) = self.store_deadline
+            && (deadline.is_zero() || deadline > self.dead_after)
+        {
+            return bad("store_deadline must be positive and at most dead_after");
         }
         if self.misfire.ignore_cap == 0 {
             return bad("the misfire ignore cap must be at least 1");

@@ -97,12 +97,16 @@ pub enum RunEvent {
         /// The same instant on the node's clock.
         local_ms: i64,
     },
-    /// This node found its incarnation declared dead (a heartbeat refused).
+    /// This node fenced itself: it found its incarnation declared dead (a
+    /// heartbeat refused), or its membership lease ran out (no renewal went
+    /// through in time), and asked its running handlers to stop.
     Fenced {
         /// The node's id.
         node: String,
-        /// The incarnation that was declared dead.
+        /// The incarnation.
         incarnation: i64,
+        /// `declared dead` or `lease ran out`.
+        reason: String,
         /// When (database time, estimated).
         db_ms: i64,
         /// The same instant on the node's clock.

@@ -105,6 +105,16 @@ pub enum StoreError {
         /// What it could lose, and the safe values.
         reason: String,
     },
+    /// The database did not answer within the call's deadline
+    /// ([`Deadline`](super::Deadline)); whether the call was done is
+    /// unknown, as for an answer lost on its way.
+    #[error("the database did not answer {call} within {after_ms} ms")]
+    TimedOut {
+        /// The call.
+        call: &'static str,
+        /// The deadline.
+        after_ms: u64,
+    },
     /// Any other database error.
     #[error("database error: {reason}")]
     Database {

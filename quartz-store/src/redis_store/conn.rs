@@ -101,6 +101,7 @@ pub(super) async fn connect_cluster(
     let client = redis::cluster::ClusterClient::builder(nodes)
         .connection_timeout(connect_timeout)
         .response_timeout(response_timeout)
+        .tcp_settings(super::tcp_settings())
         // A master's failover takes the cluster's node timeout and an
         // election: retries spread over several seconds ride it out.
         .retries(8)

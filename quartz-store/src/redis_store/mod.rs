@@ -398,10 +398,16 @@ impl RedisStore {
 
 /// A connection to one server that reconnects by itself.
 async fn connect_one(url: &str) -> Result<redis::aio::ConnectionManager, StoreError> {
-    let client = redis::Client::open(url).map_err(|e| StoreError::InvalidUrl {
+    use redis::IntoConnectionInfo as _;
+    let invalid = |e: redis::RedisError| StoreError::InvalidUrl {
         url: hide_password(url),
         reason: e.to_string(),
-    })?;
+    };
+    let info = url
+        .into_connection_info()
+        .map_err(invalid)?
+        .set_tcp_settings(tcp_settings());
+    let client = redis::Client::open(info).map_err(invalid)?;
     let no_answer = |_| StoreError::Unavailable {
         reason: format!("no answer from {} within {CONNECT_TIMEOUT:?}", hide_password(url)),
     };
@@ -421,6 +427,25 @@ async fn connect_one(url: &str) -> Result<redis::aio::ConnectionManager, StoreEr
         .map_err(no_answer)?
         .map_err(|e| unavailable(&e))
 }
+
+/// The sockets' settings: a peer that vanished is noticed by keepalive
+/// probes (after 10 s of silence, three probes 2 s apart) and one that
+/// stopped acknowledging what was sent after [`USER_TIMEOUT`], rather than
+/// after the kernel's retransmissions (a quarter of an hour).
+pub(super) fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    use redis::io::tcp::socket2::TcpKeepalive;
+    let keepalive = TcpKeepalive::new()
+        .with_time(Duration::from_secs(10))
+        .with_interval(Duration::from_secs(2))
+        .with_retries(3);
+    redis::io::tcp::TcpSettings::default()
+        .set_keepalive(keepalive)
+        .set_user_timeout(USER_TIMEOUT)
+}
+
+/// How long a socket may hold data its peer has not acknowledged before
+/// the kernel gives the connection up.
+pub(super) const USER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The store's own URL parameters: the key namespace, and how many
 /// replicas must acknowledge each write.

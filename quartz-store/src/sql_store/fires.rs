@@ -62,12 +62,16 @@ pub(super) const MARK_RUNNING: &str = "UPDATE quartz_fire SET state = 'running',
 /// PostgreSQL's planner, without statistics, reach the fires through the
 /// (scheduler, state) index, every claimed fire of the scheduler (and every
 /// dead index entry a claim left) read by every start; uncorrelated, the fence
-/// is evaluated once and the fires are reached by their ids.
+/// is evaluated once and the fires are reached by their ids. The node's row
+/// is read under a shared lock: a retirement of the incarnation in flight
+/// (an update of that row) and a start wait for each other, so no start
+/// commits after the retirement that fenced it, as an unlocked read of the
+/// row as it was before the retirement would let it.
 pub(super) const MARK_RUNNING_RETURNING: &str = "UPDATE quartz_fire SET state = 'running', \
      started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
      WHERE {ids} AND state = 'claimed' AND node_id = ? AND incarnation = ? AND EXISTS \
      (SELECT 1 FROM quartz_node n WHERE n.node_id = ? AND n.incarnation = ? AND n.state = 'live' \
-     AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?)) RETURNING id, started_at";
+     AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?){for_share}) RETURNING id, started_at";
 
 /// The confirmation of many started fires: still running under this live
 /// incarnation, started now (MySQL; binds as [`MARK_RUNNING`]).
@@ -84,7 +88,7 @@ pub(super) const CONFIRM_START_RETURNING: &str = "UPDATE quartz_fire SET \
      started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
      WHERE {ids} AND state = 'running' AND node_id = ? AND incarnation = ? AND EXISTS \
      (SELECT 1 FROM quartz_node n WHERE n.node_id = ? AND n.incarnation = ? AND n.state = 'live' \
-     AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?)) RETURNING id, started_at";
+     AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?){for_share}) RETURNING id, started_at";
 
 /// A handler's run as a fire's end records it: its start and finish as its
 /// node saw them, or, without them, the start the fenced start recorded and

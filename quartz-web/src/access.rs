@@ -221,6 +221,11 @@ pub trait AccessState {
     fn sessions(&self) -> &Sessions;
 }
 
+/// How long the answer to a refused token waits once its address is past
+/// its limit of refused tokens: a guesser tries a token a second at most
+/// per connection.
+pub const GUESS_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The name of the console's session cookie.
 pub const SESSION_COOKIE: &str = "quartz_session";
 
@@ -260,9 +265,6 @@ pub fn caller_of(parts: &Parts, access: &Access, sessions: &Sessions) -> Result<
     }
     if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
         let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
-        if let Some(wait) = peer.and_then(|ip| sessions.guess_wait(ip, access.max_guesses())) {
-            return Err(ApiError::too_many_guesses(wait));
-        }
         // The scheme's name is case-insensitive (RFC 9110, section 11.1).
         let token = value
             .to_str()
@@ -271,9 +273,16 @@ pub fn caller_of(parts: &Parts, access: &Access, sessions: &Sessions) -> Result<
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token)
             .ok_or_else(|| ApiError::unauthorized("Authorization must be `Bearer TOKEN`"))?;
+        // The right token always passes: behind a proxy every client has
+        // the proxy's address, and a guesser there must not lock the
+        // admins out. A wrong one past the address's limit is slowed
+        // (see `FromRequestParts for Caller`) and answered 429.
         let Some(role) = access.role_of(token.trim()) else {
             tracing::warn!(client = ?peer, "API call refused: the token is not recognised");
             if let Some(ip) = peer {
+                if let Some(wait) = sessions.guess_wait(ip, access.max_guesses()) {
+                    return Err(ApiError::too_many_guesses(wait));
+                }
                 sessions.guess_refused(ip);
             }
             return Err(ApiError::unauthorized("the token is not recognised"));
@@ -316,7 +325,15 @@ impl<St: AccessState + Send + Sync> FromRequestParts<St> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Caller, ApiError> {
-        caller_of(parts, state.access(), state.sessions())
+        let caller = caller_of(parts, state.access(), state.sessions());
+        if caller
+            .as_ref()
+            .is_err_and(|e| e.status == axum::http::StatusCode::TOO_MANY_REQUESTS)
+        {
+            // A guesser past its limit waits for each answer.
+            tokio::time::sleep(GUESS_DELAY).await;
+        }
+        caller
     }
 }
 

@@ -26,6 +26,8 @@ pub struct ApiError {
     pub message: String,
     /// The field at fault, for `invalid`.
     pub field: Option<String>,
+    /// For `too_many_requests`: when to come back, sent as `Retry-After`.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 /// The body of an error answer.
@@ -57,6 +59,7 @@ impl ApiError {
             code,
             message: message.into(),
             field: None,
+            retry_after: None,
         }
     }
 
@@ -73,17 +76,21 @@ impl ApiError {
         ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 
-    /// 429: the client sent too many refused tokens; its next is checked
-    /// after `wait`.
+    /// 429: the client sent too many refused tokens, and this one was
+    /// refused too; its window of refusals ends after `wait`
+    /// (`Retry-After`). The right token is never refused this way.
     pub fn too_many_guesses(wait: std::time::Duration) -> ApiError {
-        ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_requests",
-            format!(
-                "too many refused tokens from this address; try again in {} s",
-                wait.as_secs().max(1)
-            ),
-        )
+        ApiError {
+            retry_after: Some(wait),
+            ..ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_requests",
+                format!(
+                    "too many refused tokens from this address; try again in {} s",
+                    wait.as_secs().max(1)
+                ),
+            )
+        }
     }
 
     /// 403: the credentials do not allow this.
@@ -120,11 +127,14 @@ impl From<AdminError> for ApiError {
             AdminError::Invalid { field, message } => (message.clone(), Some(field.clone()).filter(|f| !f.is_empty())),
             other => (other.to_string(), None),
         };
+        // A busy surface may be asked again shortly.
+        let retry_after = (status == StatusCode::TOO_MANY_REQUESTS).then_some(std::time::Duration::from_secs(1));
         ApiError {
             status,
             code: e.code(),
             message,
             field,
+            retry_after,
         }
     }
 }
@@ -143,6 +153,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        }
+        if let Some(wait) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(wait.as_secs().max(1)));
         }
         response
     }

@@ -52,19 +52,33 @@ fn as_f64(n: impl TryInto<u32>) -> f64 {
 
 /// Reads the cluster's health and sets the gauges (through the `metrics`
 /// facade: nothing is recorded when no recorder is installed).
+/// A database that has not answered by then is reported down: a scrape is
+/// answered well within Prometheus's default timeout of 10 s, so that the
+/// alert on [`DATABASE_UP`] can fire.
 pub(crate) async fn refresh(admin: &Admin) {
     let scheduler = admin.scheduler().to_owned();
-    match admin.health().await {
-        Ok(health) => {
+    match tokio::time::timeout(READ_LIMIT, admin.health()).await {
+        Ok(Ok(health)) => {
             metrics::gauge!(DATABASE_UP, "scheduler" => scheduler.clone()).set(1.0);
             record(&scheduler, &health);
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             tracing::warn!(scheduler, error = %e, "the cluster's health could not be read for /metrics");
+            metrics::gauge!(DATABASE_UP, "scheduler" => scheduler).set(0.0);
+        }
+        Err(_) => {
+            tracing::warn!(
+                scheduler,
+                limit_ms = READ_LIMIT.as_millis(),
+                "the database did not answer the health read for /metrics in time"
+            );
             metrics::gauge!(DATABASE_UP, "scheduler" => scheduler).set(0.0);
         }
     }
 }
+
+/// How long `/metrics` and `/healthz` wait for the database.
+pub const READ_LIMIT: std::time::Duration = std::time::Duration::from_millis(1_500);
 
 fn record(scheduler: &str, h: &ClusterHealth) {
     let labelled = |name: &'static str, state: &'static str, value: f64| {

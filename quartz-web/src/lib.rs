@@ -182,11 +182,21 @@ pub fn install_prometheus() -> Result<PrometheusHandle, metrics_exporter_prometh
     Ok(handle)
 }
 
-/// Whether the server and its database answer.
+/// Whether the server and its database answer (a database that has not
+/// answered within [`health::READ_LIMIT`] is down).
 async fn healthz(State(state): State<AppState>) -> Response {
-    match state.admin.now().await {
-        Ok(now) => Json(serde_json::json!({"status": "ok", "database_now": now.as_millis()})).into_response(),
-        Err(e) => ApiError::from(e).into_response(),
+    match tokio::time::timeout(health::READ_LIMIT, state.admin.now()).await {
+        Ok(Ok(now)) => Json(serde_json::json!({"status": "ok", "database_now": now.as_millis()})).into_response(),
+        Ok(Err(e)) => ApiError::from(e).into_response(),
+        Err(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!(
+                "the database did not answer within {} ms",
+                health::READ_LIMIT.as_millis()
+            ),
+        )
+        .into_response(),
     }
 }
 

@@ -191,8 +191,10 @@ async fn guessing(db: &TestDb) {
         Some("/jobs?state=paused")
     );
 
-    // Ten refused tokens from one address, then 429 for the API and the
-    // login alike, even with the right token, until the minute ends.
+    // Ten refused tokens from one address (behind a proxy, every client's),
+    // then every further wrong token waits and is answered 429 with
+    // Retry-After, for the API and the login alike, until the minute ends;
+    // the right token is never refused.
     for i in 0..quartz_web::sessions::MAX_GUESSES {
         let wrong = if i % 2 == 0 {
             http::get(addr, "GET", "/api/v1/jobs", Some("guess")).await
@@ -201,12 +203,26 @@ async fn guessing(db: &TestDb) {
         };
         assert_eq!(wrong.status, 401, "guess {i}: {}", wrong.body);
     }
-    let api = http::get(addr, "GET", "/api/v1/jobs", Some(ADMIN)).await;
+    let asked = std::time::Instant::now();
+    let api = http::get(addr, "GET", "/api/v1/jobs", Some("guess")).await;
     assert_eq!(api.status, 429, "{}", api.body);
     assert_eq!(api.error().0, "too_many_requests");
-    let page = login(ADMIN, "/").await;
+    assert!(
+        api.header("retry-after")
+            .is_some_and(|s| s.parse::<u64>().is_ok_and(|s| s >= 1))
+    );
+    assert!(
+        asked.elapsed() >= quartz_web::access::GUESS_DELAY,
+        "the guesser is slowed"
+    );
+    let page = login("guess", "/").await;
     assert_eq!(page.status, 429, "{}", page.body);
     assert!(page.header("retry-after").is_some());
+    let right = http::get(addr, "GET", "/api/v1/jobs", Some(ADMIN)).await;
+    assert_eq!(right.status, 200, "the right token passes: {}", right.body);
+    let read = http::get(addr, "GET", "/api/v1/jobs", Some(READ)).await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    assert_eq!(login(ADMIN, "/").await.status, 303, "and logs in");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

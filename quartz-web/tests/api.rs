@@ -592,6 +592,40 @@ async fn if_match_refuses_a_stale_write(db: &TestDb) {
     .await;
     assert_eq!(deleted.status, 204, "{}", deleted.body);
 
+    // A declaration (PUT) honours both too.
+    let declared = |text: &str| {
+        json!({"name": "declared", "handler": "log", "description": text,
+            "triggers": [{"kind": "fixed_rate", "interval_ms": 60000}]})
+    };
+    let path = "/api/v1/jobs/declared";
+    let missing = with_headers(addr, "PUT", path, &[("If-Match", "*")], &declared("a")).await;
+    assert_eq!(missing.status, 412, "`*` on no job adds none: {}", missing.body);
+    let missing = with_headers(addr, "PUT", path, &[("If-Match", "\"1\"")], &declared("a")).await;
+    assert_eq!(missing.status, 412, "{}", missing.body);
+    let added = with_headers(addr, "PUT", path, &[("If-None-Match", "*")], &declared("a")).await;
+    assert_eq!(
+        (added.status, added.header("etag")),
+        (201, Some("\"1\"")),
+        "{}",
+        added.body
+    );
+    let again = with_headers(addr, "PUT", path, &[("If-None-Match", "*")], &declared("b")).await;
+    assert_eq!(again.status, 412, "an add only: {}", again.body);
+    assert_eq!(again.error().0, "stale");
+    let stale = with_headers(addr, "PUT", path, &[("If-Match", "\"7\"")], &declared("b")).await;
+    assert_eq!(stale.status, 412, "{}", stale.body);
+    let updated = with_headers(addr, "PUT", path, &[("If-Match", "\"1\"")], &declared("b")).await;
+    assert_eq!(
+        (updated.status, updated.header("etag")),
+        (200, Some("\"2\"")),
+        "{}",
+        updated.body
+    );
+    let any = with_headers(addr, "PUT", path, &[("If-Match", "*")], &declared("c")).await;
+    assert_eq!((any.status, any.header("etag")), (200, Some("\"3\"")), "{}", any.body);
+    let job = http::get(addr, "GET", path, Some(READ)).await.json();
+    assert_eq!(job["description"], "c", "only the writes whose condition held");
+
     // Calendars.
     let weekly = |days: &[&str]| json!({"kind": "weekly", "days": days});
     let path = "/api/v1/calendars/weekend";

@@ -38,7 +38,7 @@ async fn scrape(db: &TestDb) {
         .await
         .unwrap();
     let access = Access::tokens(None, Some("reader".into()));
-    let addr = http::serve(Web::new(node.admin()).access(access).metrics(handle).router()).await;
+    let addr = http::serve(Web::new(node.admin()).access(access).metrics(handle.clone()).router()).await;
     let before = http::get(addr, "GET", "/metrics", Some("reader")).await;
     assert_eq!(before.status, 200, "{}", before.body);
     assert!(before.header("content-type").unwrap().starts_with("text/plain"));
@@ -119,4 +119,41 @@ async fn scrape(db: &TestDb) {
         assert!(!said.contains("error while linting"), "{said}");
     }
     node.shutdown().await;
+    database_down(&handle).await;
+}
+
+/// A scrape while the database does not answer (its sockets open and
+/// silent, as behind a network that drops packets) answers within two
+/// seconds, well inside Prometheus's scrape timeout, with
+/// `quartz_cluster_database_up 0`; `/healthz` says 503 as fast.
+async fn database_down(handle: &metrics_exporter_prometheus::PrometheusHandle) {
+    use quartz_testkit::proxy::{FaultProxy, Mode};
+    let Some(db) = TestDb::new(Kind::Postgres).await else {
+        return;
+    };
+    let upstream = db.url.split_once('@').unwrap().1.split('/').next().unwrap().to_owned();
+    let proxy = FaultProxy::start(&upstream);
+    let store = quartz_store::AnyStore::connect(&proxy.url(&db.url)).await.unwrap();
+    let admin = quartz_core::admin::Admin::new(store.scoped("metrics-down").shared().clone(), "metrics-down");
+    let access = Access::tokens(None, Some("reader".into()));
+    let addr = http::serve(Web::new(admin).access(access).metrics(handle.clone()).router()).await;
+    proxy.set(Mode::Stall);
+    let asked = std::time::Instant::now();
+    let scrape = http::get(addr, "GET", "/metrics", Some("reader")).await;
+    let took = asked.elapsed();
+    assert_eq!(scrape.status, 200, "{}", scrape.body);
+    assert!(took < Duration::from_secs(2), "the scrape took {took:?}");
+    let up = scrape
+        .body
+        .lines()
+        .find(|l| l.starts_with("quartz_cluster_database_up{") && l.contains("scheduler=\"metrics-down\""))
+        .unwrap_or_else(|| panic!("{}", scrape.body));
+    assert!(up.ends_with(" 0"), "{up}");
+    let asked = std::time::Instant::now();
+    let health = http::get(addr, "GET", "/healthz", None).await;
+    assert_eq!(health.status, 503, "{}", health.body);
+    assert!(asked.elapsed() < Duration::from_secs(2));
+    proxy.set(Mode::Pass);
+    drop(store);
+    db.drop_db().await;
 }

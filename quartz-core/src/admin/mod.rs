@@ -95,6 +95,19 @@ pub struct JobFilter {
     pub limit: Option<u32>,
 }
 
+/// The condition a declaration ([`Admin::job_put_if`]) is made under, as
+/// HTTP's `If-Match` and `If-None-Match` say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PutIf {
+    /// Whatever is stored (no condition).
+    #[default]
+    Any,
+    /// Only when no job of the name exists (`If-None-Match: *`).
+    Absent,
+    /// Only when the job exists at this version (`If-Match`).
+    Version(i64),
+}
+
 /// What [`Admin::job_put`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -288,8 +301,33 @@ impl Admin {
     ///
     /// As [`job_add`](Self::job_add) and [`job_edit`](Self::job_edit).
     pub async fn job_put(&self, job: &JobDefinition) -> Result<(JobView, PutOutcome), AdminError> {
+        self.job_put_if(job, PutIf::Any).await
+    }
+
+    /// [`job_put`](Self::job_put) under a condition: only an add
+    /// ([`PutIf::Absent`]), or only a declaration over the job at a version
+    /// ([`PutIf::Version`]), the version compared in the write itself.
+    ///
+    /// # Errors
+    ///
+    /// As [`job_put`](Self::job_put); [`AdminError::Stale`] when the
+    /// condition does not hold (a job of the name exists, for an add; the
+    /// job is at another version, or gone).
+    pub async fn job_put_if(&self, job: &JobDefinition, condition: PutIf) -> Result<(JobView, PutOutcome), AdminError> {
+        let stale = |current: Option<i64>| AdminError::Stale {
+            kind: "job",
+            name: job.name().to_owned(),
+            expected: match condition {
+                PutIf::Version(v) => v,
+                _ => 0,
+            },
+            current,
+        };
         for _ in 0..5 {
             let Some(current) = self.store.get_job(job.name()).await? else {
+                if let PutIf::Version(_) = condition {
+                    return Err(stale(None));
+                }
                 match self.job_add(job).await {
                     Ok(view) => return Ok((view, PutOutcome::Created)),
                     // Added meanwhile: compared with on the next turn.
@@ -297,6 +335,11 @@ impl Admin {
                     Err(e) => return Err(e),
                 }
             };
+            match condition {
+                PutIf::Absent => return Err(stale(Some(current.job.version))),
+                PutIf::Version(v) if v != current.job.version => return Err(stale(Some(current.job.version))),
+                _ => {}
+            }
             let now = self.store.now().await?;
             let (spec, executes) = job.to_specs(now)?;
             let same = same_triggers(&current, &executes, &job.triggers);
@@ -309,7 +352,9 @@ impl Admin {
                 .await
             {
                 Ok(view) => return Ok((view, PutOutcome::Updated)),
-                // Changed meanwhile: compared again with what it is now.
+                // Changed meanwhile: compared again with what it is now
+                // (which a version asked for no longer is).
+                Err(e @ AdminError::Stale { .. }) if matches!(condition, PutIf::Version(_)) => return Err(e),
                 Err(AdminError::Stale { .. }) => {}
                 Err(e) => return Err(e),
             }

@@ -9,9 +9,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use quartz_core::Timestamp;
 use quartz_core::admin::{
-    BackfillRequest, BackfillView, CalendarView, ChangeFilter, ChangeView, ClusterHealth, FireFilter, FireView,
-    JobDefinition, JobFilter, JobPatch, JobStats, JobView, ManualFire, NodeView, Overview, Page, PutOutcome, Standby,
-    TriggerDefinition, TriggerKind, TriggerView, deserialize_instant, instant_schema,
+    AdminError, BackfillRequest, BackfillView, CalendarView, ChangeFilter, ChangeView, ClusterHealth, FireFilter,
+    FireView, JobDefinition, JobFilter, JobPatch, JobStats, JobView, ManualFire, NodeView, Overview, Page, PutIf,
+    PutOutcome, Standby, TriggerDefinition, TriggerKind, TriggerView, deserialize_instant, instant_schema,
 };
 use quartz_core::audit::AuditParams;
 use quartz_core::calendar::{CalendarDefinition, CalendarType};
@@ -111,18 +111,24 @@ async fn job_get(State(state): State<AppState>, _: Caller, Path(name): Path<Stri
 /// applies what differs when one does, and writes nothing when nothing
 /// does (200 either way; `X-Quartz-Outcome` says `created`, `updated` or
 /// `unchanged`). Triggers without a `start` keep their place when they are
-/// the same. For services that declare their jobs on every start.
-#[utoipa::path(put, path = "/api/v1/jobs/{name}", params(("name" = String, Path, description = "the job's name")),
+/// the same. For services that declare their jobs on every start. With
+/// `If-Match`, only over the job at that version (`*`: at any, if it
+/// exists); with `If-None-Match: *`, only an add (412 `stale` otherwise,
+/// nothing written).
+#[utoipa::path(put, path = "/api/v1/jobs/{name}", params(("name" = String, Path, description = "the job's name"),
+        ("If-Match" = Option<String>, Header, description = IF_MATCH),
+        ("If-None-Match" = Option<String>, Header, description = "`*`: add only, 412 `stale` when a job of that name exists")),
     request_body = JobDefinition, tag = "jobs",
     responses((status = 200, body = JobView, headers(("ETag" = String, description = "the job's version"),
             ("X-Quartz-Outcome" = String, description = "updated or unchanged"))),
         (status = 201, body = JobView, headers(("ETag" = String, description = "the job's version"),
             ("X-Quartz-Outcome" = String, description = "created"))),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 412, body = ErrorBody)))]
 async fn job_put(
     State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
+    headers: axum::http::HeaderMap,
     ApiJson(job): ApiJson<JobDefinition>,
 ) -> Result<Response, ApiError> {
     caller.require_admin()?;
@@ -132,7 +138,42 @@ async fn job_put(
             format!("the body's name {:?} is not the path's {name:?}", job.spec.name),
         ));
     }
-    let (view, outcome) = state.admin.acting_as(&caller.actor).job_put(&job).await?;
+    let condition = if crate::versions::if_none_match_any(&headers) {
+        PutIf::Absent
+    } else {
+        match IfMatch::from_headers(&headers) {
+            IfMatch::Absent => PutIf::Any,
+            // `*`: it must exist, at whatever version it is now.
+            IfMatch::Any => match state.admin.job(&name).await {
+                Ok(view) => PutIf::Version(view.version),
+                Err(AdminError::NotFound { .. }) => {
+                    return Err(ApiError::new(
+                        StatusCode::PRECONDITION_FAILED,
+                        "stale",
+                        format!("no job named {name:?} exists (If-Match: *)"),
+                    ));
+                }
+                Err(e) => return Err(e.into()),
+            },
+            versions => match job_expected(&state, versions, &name).await? {
+                Some(v) => PutIf::Version(v),
+                None => PutIf::Any,
+            },
+        }
+    };
+    let (view, outcome) = state
+        .admin
+        .acting_as(&caller.actor)
+        .job_put_if(&job, condition)
+        .await
+        .map_err(|e| match (e, condition) {
+            (AdminError::Stale { current: Some(v), .. }, PutIf::Absent) => ApiError::new(
+                StatusCode::PRECONDITION_FAILED,
+                "stale",
+                format!("a job named {name:?} exists, at version {v} (If-None-Match: *)"),
+            ),
+            (e, _) => e.into(),
+        })?;
     let status = if outcome == PutOutcome::Created {
         StatusCode::CREATED
     } else {

@@ -395,19 +395,8 @@ async fn login_page(
 async fn login(State(state): State<AppState>, Base(base): Base, Peer(peer): Peer, body: Bytes) -> Response {
     let fields = Fields::parse(&body);
     let next = safe_next(fields.get("next"));
-    if let Some(wait) = peer.and_then(|ip| state.sessions.guess_wait(ip, state.access.max_guesses())) {
-        tracing::warn!(client = ?peer, "console login refused: too many refused tokens from this address");
-        let message = format!(
-            "Too many tokens were refused from this address; try again in {} s.",
-            wait.as_secs()
-        );
-        return (
-            StatusCode::TOO_MANY_REQUESTS,
-            [(header::RETRY_AFTER, wait.as_secs().to_string())],
-            login_form(&base, next, Some(&message)),
-        )
-            .into_response();
-    }
+    // The right token always logs in; a wrong one past the address's limit
+    // is slowed and answered 429 (see `access::caller_of`).
     match state.access.role_of(fields.get("token").trim()) {
         Some(role) => {
             let (id, _) = state.sessions.open(role);
@@ -419,6 +408,20 @@ async fn login(State(state): State<AppState>, Base(base): Base, Peer(peer): Peer
             response
         }
         None => {
+            if let Some(wait) = peer.and_then(|ip| state.sessions.guess_wait(ip, state.access.max_guesses())) {
+                tracing::warn!(client = ?peer, "console login refused: too many refused tokens from this address");
+                tokio::time::sleep(access::GUESS_DELAY).await;
+                let message = format!(
+                    "Too many tokens were refused from this address; try again in {} s.",
+                    wait.as_secs().max(1)
+                );
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [(header::RETRY_AFTER, wait.as_secs().max(1).to_string())],
+                    login_form(&base, next, Some(&message)),
+                )
+                    .into_response();
+            }
             tracing::warn!(client = ?peer, "console login refused: the token is not recognised");
             if let Some(ip) = peer {
                 state.sessions.guess_refused(ip);

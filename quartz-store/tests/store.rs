@@ -47,6 +47,7 @@ backend_tests!(
     fires_waiting_under_an_overlap_policy_are_found_by_their_trigger;
     sql: migrations_run_twice_and_concurrently,
     a_start_racing_its_nodes_retirement_starts_nothing,
+    a_row_that_cannot_be_decoded_is_set_aside_and_the_rest_served,
     due_executes_come_in_time_order_and_bad_rows_are_set_aside,
     a_job_is_looked_up_by_name_through_its_own_index,
     a_triggers_waiting_fires_are_looked_up_through_their_own_index,
@@ -1683,6 +1684,52 @@ async fn a_start_racing_its_nodes_retirement_starts_nothing(db: &TestDb) {
     );
     let rows = common::ledger(&store, S).await;
     assert!(rows.iter().all(|f| f.state == FireState::Claimed), "{rows:?}");
+}
+
+/// One node row or open fire row that cannot be decoded (a hand edit, or a
+/// newer build's new state during a rolling upgrade) is set aside: the
+/// membership and the recovery reads serve every other row, so the others
+/// are still judged and a dead node's fires still taken over.
+async fn a_row_that_cannot_be_decoded_is_set_aside_and_the_rest_served(db: &TestDb) {
+    let store = db.store().await.scoped(S);
+    let start = store.now().await.unwrap();
+    let dead = register(&store, "dead").await;
+    let other = register(&store, "other").await;
+    let _newer = register(&store, "newer").await;
+    let ids = claimed_fires(&store, "orphan", 3, start, &dead).await;
+    assert!(store.retire_node(&dead, -1).await.unwrap());
+    // A newer build's state, and an attempt no build writes.
+    db.sql(
+        &store,
+        &format!("UPDATE quartz_node SET state = 'draining' WHERE scheduler = '{S}' AND node_id = 'newer'"),
+    )
+    .await;
+    db.sql(
+        &store,
+        &format!("UPDATE quartz_fire SET attempt = -1 WHERE id = {}", ids[0]),
+    )
+    .await;
+    let nodes: Vec<String> = store
+        .list_nodes()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|n| n.node_id)
+        .collect();
+    assert_eq!(
+        nodes,
+        ["dead", "other"],
+        "the row of a state this build does not know is set aside"
+    );
+    let orphans: Vec<i64> = store.orphaned_fires(10).await.unwrap().iter().map(|f| f.id).collect();
+    assert_eq!(
+        orphans,
+        ids[1..].to_vec(),
+        "the bad fire row is set aside, the others recovered"
+    );
+    let later = Timestamp::from_millis(i64::MAX / 2);
+    assert_eq!(store.claimed_by(&other, later, 10).await.unwrap().len(), 0);
+    assert_eq!(store.claimed_by(&dead, later, 10).await.unwrap().len(), 2);
 }
 
 /// A job is looked up by name (added, read, edited, paused, fired, deleted)

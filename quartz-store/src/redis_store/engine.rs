@@ -58,8 +58,10 @@ fn orphan_args(fire: &FireRecord, node: Option<&NodeRef>) -> Value {
     args
 }
 
+/// The open fires membership and recovery read (orphaned, claimed by a
+/// node, pending), row by row ([`decode_each`](crate::common::decode_each)).
 fn fires(records: &[Record]) -> Result<Vec<FireRecord>, StoreError> {
-    records.iter().map(decode::fire).collect()
+    Ok(crate::common::decode_each(records, "fire", decode::fire))
 }
 
 impl RedisStore {

@@ -17,10 +17,7 @@ impl HistoryStore for RedisStore {
     async fn list_nodes(&self) -> Result<Vec<Node>, StoreError> {
         let scheduler = self.scheduler();
         let records: Vec<Record> = self.run(scheduler, 0, "nodes", &json!({})).await?;
-        let mut nodes = records
-            .iter()
-            .map(|r| decode::node(r, scheduler))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut nodes = crate::common::decode_each(&records, "node", |r| decode::node(r, scheduler));
         nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
         Ok(nodes)
     }

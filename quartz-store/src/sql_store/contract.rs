@@ -179,7 +179,7 @@ impl HistoryStore for SqlStore {
             .fetch_all(&self.db.pool)
             .await
             .map_err(db_error)?;
-        rows.iter().map(decode_node).collect()
+        Ok(crate::common::decode_each(&rows, "node", decode_node))
     }
 
     async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {

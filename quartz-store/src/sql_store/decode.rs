@@ -151,7 +151,10 @@ pub(super) fn decode_node(row: &AnyRow) -> Result<Node, StoreError> {
         })
     })();
     node.map_err(|e| StoreError::Database {
-        reason: format!("node row cannot be decoded: {e}"),
+        reason: format!(
+            "node row {:?} cannot be decoded: {e}",
+            row.try_get::<String, _>("node_id").unwrap_or_default()
+        ),
     })
 }
 
@@ -182,7 +185,10 @@ pub(super) fn decode_fire(row: &AnyRow) -> Result<FireRecord, StoreError> {
         })
     })();
     fire.map_err(|e| StoreError::Database {
-        reason: format!("fire row cannot be decoded: {e}"),
+        reason: format!(
+            "fire row {} cannot be decoded: {e}",
+            row.try_get::<i64, _>("id").unwrap_or_default()
+        ),
     })
 }
 

@@ -498,7 +498,7 @@ impl SqlStore {
             .fetch_all(&self.db.pool)
             .await
             .map_err(db_error)?;
-        rows.iter().map(decode_fire).collect()
+        Ok(crate::common::decode_each(&rows, "fire", decode_fire))
     }
 
     pub(super) async fn fires_claimed_by(
@@ -525,7 +525,7 @@ impl SqlStore {
             .fetch_all(&self.db.pool)
             .await
             .map_err(db_error)?;
-        rows.iter().map(decode_fire).collect()
+        Ok(crate::common::decode_each(&rows, "fire", decode_fire))
     }
 
     pub(super) async fn fire_take_over(&self, fire: &FireRecord, node: &NodeRef) -> Result<bool, StoreError> {

@@ -205,7 +205,7 @@ impl SqlStore {
             .fetch_all(&self.db.pool)
             .await
             .map_err(db_error)?;
-        rows.iter().map(decode_fire).collect()
+        Ok(crate::common::decode_each(&rows, "fire", decode_fire))
     }
 
     pub(super) async fn claim_pending(

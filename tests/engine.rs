@@ -81,7 +81,8 @@ engine_tests!(
     a_handler_no_live_node_has_is_recorded_failed,
     strategies_offer_executes_by_weight_and_by_load,
     an_async_handler_past_its_timeout_is_dropped_and_its_fire_failed,
-    a_node_whose_lease_runs_out_asks_its_handlers_to_stop;
+    a_node_whose_lease_runs_out_asks_its_handlers_to_stop,
+    a_start_whose_answer_is_lost_is_settled_not_left_running;
     wall a_saturated_pool_holds_back_its_claims_and_overdue_fires_get_their_policy,
     a_timed_out_fire_blocks_its_job_until_its_code_returns;
     sql: rows_written_by_hand_are_initialised_recomputed_or_set_aside,
@@ -1985,6 +1986,66 @@ async fn a_node_whose_lease_runs_out_asks_its_handlers_to_stop(db: &TestDb) {
         .flat_map(|f| &f.events)
         .any(|e| matches!(e, quartz::runlog::RunEvent::Fenced { reason, .. } if reason == "lease ran out"));
     assert!(fenced, "the run log says the node fenced itself");
+    n.shutdown().await;
+}
+
+/// A start statement whose answers are all lost (it committed; the node
+/// never heard), and whose fate the node cannot learn for a while: the
+/// node asks until the database answers, and the fire, marked running and
+/// never run, goes to its trigger's policy (fire now: a late run), rather
+/// than staying `running` for as long as the node lives, which for a job
+/// that disallows concurrency would stop the job.
+async fn a_start_whose_answer_is_lost_is_settled_not_left_running(db: &TestDb) {
+    use common::faults::{Fault, Faults, FaultyStore};
+    let runs = Runs::default();
+    let faults = Faults::scripted();
+    let counted = runs.clone();
+    let n = SchedulerBuilder::new(CLUSTER)
+        .paused_clock_for_tests(common::clock_is_paused())
+        .settings(fast())
+        .handler("count", move |ctx| {
+            counted.add(ctx.job_name());
+            Ok(())
+        })
+        .start(FaultyStore::new(db.store().await, Arc::clone(&faults)))
+        .await
+        .unwrap();
+    faults.always("mark_running_all", Fault::LostAnswer);
+    faults.always("confirm_starts", Fault::Error);
+    let store = db.store().await.scoped(CLUSTER);
+    let start = next_second(&store, 1).await;
+    let mut job = JobSpec::new("lost", "count");
+    job.allow_concurrent = false;
+    let trigger = Trigger::new(Schedule::Once, start)
+        .unwrap()
+        .with_misfire_policy(MisfirePolicy::FireNow)
+        .unwrap();
+    store.create_job(&job, &[ExecuteSpec::new(trigger)]).await.unwrap();
+    wait_until(Duration::from_secs(10), "the fire marked running, unheard", || async {
+        rows_in(&store, FireState::Running).await == 1
+    })
+    .await;
+    // The database answers again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    faults.clear("mark_running_all");
+    faults.clear("confirm_starts");
+    wait_until(
+        Duration::from_secs(20),
+        "the fire settled and its late run run",
+        || async { runs.of("lost") == 1 && rows_in(&store, FireState::Running).await == 0 },
+    )
+    .await;
+    let rows = ledger(&store, CLUSTER).await;
+    let first = rows.iter().find(|f| f.attempt == 1).unwrap();
+    assert_eq!(first.state, FireState::Misfired, "{rows:?}");
+    assert!(
+        first.error.as_deref().unwrap_or_default().contains("answer was lost"),
+        "{first:?}"
+    );
+    assert!(
+        rows.iter().any(|f| f.attempt == 2 && f.state == FireState::Succeeded),
+        "{rows:?}"
+    );
     n.shutdown().await;
 }
 

@@ -114,6 +114,11 @@ impl Faults {
         self.always.lock().insert(method, fault);
     }
 
+    /// Calls of `method` get no scripted fault from now on.
+    pub fn clear(&self, method: &'static str) {
+        self.always.lock().remove(method);
+    }
+
     /// The seed.
     pub fn seed(&self) -> u64 {
         self.seed

@@ -18,7 +18,7 @@
 //! no more fires than its room (see [`super::flight`]), counting every fire
 //! this node holds until its handler returns.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -41,6 +41,9 @@ const START_LEAD_MARGIN: Duration = Duration::from_millis(3);
 /// tries (doubled each time).
 const START_TRIES: u32 = 5;
 const START_RETRY: Duration = Duration::from_millis(25);
+/// The longest wait between two questions about fires whose start went
+/// unanswered ([`Launcher::settle`]).
+const SETTLE_WAIT_MAX: Duration = Duration::from_secs(2);
 
 /// The fires of one fire time waiting for their start.
 #[derive(Debug, Default)]
@@ -261,19 +264,17 @@ impl Launcher {
         // for claims this node lost track of leaves them alone meanwhile.
         self.ctx.flights.started(runs.len());
         let (started, error) = self.mark_running(&ids, node).await;
-        if let Some(e) = error {
-            tracing::warn!(scheduler = self.ctx.scheduler, fires = ids.len() - started.len(), error = %e,
-                "could not mark fires running; giving them back");
-            for run in runs.iter().filter(|r| !started.contains_key(&r.fire_id)) {
-                let _ = self.ctx.give_back_fire(run.fire_id, &run.node).await;
-            }
-        }
         self.ctx.flights.not_unstarted(ids.iter().copied());
         let mut ready = Vec::with_capacity(started.len());
         let mut refused = 0;
+        let mut unsettled = Vec::new();
         for mut run in runs {
             let Some(&started_at) = started.get(&run.fire_id) else {
-                refused += 1;
+                if error.is_some() {
+                    unsettled.push(run);
+                } else {
+                    refused += 1;
+                }
                 continue;
             };
             run.marked_at = Some(started_at);
@@ -297,6 +298,11 @@ impl Launcher {
                     .map(|at| at.as_millis() - r.fire_time.as_millis())
             }),
         );
+        if let Some(e) = error {
+            tracing::warn!(scheduler = self.ctx.scheduler, fires = unsettled.len(), error = %e,
+                "could not mark fires running, nor learn whether they were: settling them");
+            tokio::spawn(Arc::clone(self).settle(node.clone(), unsettled));
+        }
         self.ctx.flights.ended(refused);
         if refused > 0 {
             self.ctx.count(|c| c.fenced += refused as u64);
@@ -354,6 +360,45 @@ impl Launcher {
             tokio::time::sleep(START_RETRY * (1 << tries)).await;
         }
         (started, last_error)
+    }
+
+    /// Fires whose start statement failed with its answer perhaps lost,
+    /// and whose fate the retries could not learn: asked until the
+    /// database answers (or the node stops, leaving them to recovery once it
+    /// is declared dead), so that none stays `running` in the ledger while
+    /// this node lives. One found running under this incarnation was marked
+    /// running and never run: its trigger's policy decides (a misfire, and
+    /// the late run it promises); the others are given back.
+    async fn settle(self: Arc<Self>, node: NodeRef, runs: Vec<RunFire>) {
+        if runs.is_empty() {
+            return;
+        }
+        let ids: Vec<i64> = runs.iter().map(|r| r.fire_id).collect();
+        let mut wait = START_RETRY;
+        let running = loop {
+            match self.ctx.store.confirm_starts(&ids, &node).await {
+                Ok(confirmed) => break confirmed.into_iter().map(|(id, _)| id).collect::<HashSet<i64>>(),
+                Err(e) => {
+                    tracing::warn!(scheduler = self.ctx.scheduler, fires = ids.len(), error = %e,
+                        "fires of an unanswered start still unsettled; asking again");
+                }
+            }
+            if !self.ctx.pause(wait).await {
+                self.ctx.flights.ended(runs.len());
+                return;
+            }
+            wait = (wait * 2).min(SETTLE_WAIT_MAX);
+        };
+        for run in runs {
+            if running.contains(&run.fire_id) {
+                self.runner
+                    .misfired(run, "its start's answer was lost, and it was not run", false)
+                    .await;
+            } else {
+                let _ = self.ctx.give_back_fire(run.fire_id, &run.node).await;
+            }
+            self.ctx.flights.ended(1);
+        }
     }
 
     /// A fire claimed before an edit of its job that a poll has seen since

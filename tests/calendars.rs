@@ -325,6 +325,46 @@ async fn a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_
     }
     assert!(answered >= 1, "at least one preview ran");
 
+    // A backfill (its preview, as a read-only caller may ask) of the closed
+    // months of a job that started the first of January: answered within
+    // its limits, saying how far the search got, not after a search over
+    // millions of excluded seconds.
+    let january = Timestamp::from_millis(quartz::admin::parse_instant(&format!("{year}-01-01T00:00:00Z")).unwrap());
+    let past = Trigger::cron("* * * * * ?", "UTC", january)
+        .unwrap()
+        .with_calendar("closed")
+        .unwrap();
+    node.add_job(&JobDefinition::of_specs(
+        &JobSpec::new("past", "noop"),
+        &[ExecuteSpec::new(past)],
+    ))
+    .await
+    .unwrap();
+    let request = quartz::admin::BackfillRequest {
+        from: Some(january.as_millis()),
+        to: Some(now.as_millis()),
+        rate: None,
+        preview: true,
+    };
+    let asked = std::time::Instant::now();
+    let answer = admin.job_backfill("past", &request).await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "answered after {:?}",
+        asked.elapsed()
+    );
+    match answer {
+        Err(AdminError::Invalid { field, message }) => {
+            assert_eq!(field, "to");
+            assert!(
+                message.contains("search for the range's fire times stopped"),
+                "{message}"
+            );
+        }
+        Err(AdminError::Busy { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+
     // The node fires its other job meanwhile, every second.
     wait_until(bound, "steady fires", || async {
         let rows = ledger(&store, CLUSTER).await;

@@ -3,11 +3,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Admin, AdminError};
+use super::{Admin, AdminError, MAX_CONCURRENT_PREVIEWS, PREVIEW_STEPS, PREVIEW_TIME_LIMIT};
 use crate::admin::definition::deserialize_instant;
 use crate::store::{BackfillFire, MAX_BACKFILL};
 use crate::time::Timestamp;
-use crate::trigger::Schedule;
+use crate::trigger::{CALENDAR_SEARCH_STEPS, Schedule, Trigger};
 
 /// The pace of a backfill when none is given: fires a second.
 pub const DEFAULT_BACKFILL_RATE: u32 = 10;
@@ -102,25 +102,28 @@ impl Admin {
             .get_job(name)
             .await?
             .ok_or_else(|| AdminError::NotFound { name: name.to_owned() })?;
-        let mut times: Vec<(Timestamp, i64)> = Vec::new();
-        for e in &detail.executes {
-            if matches!(e.trigger.schedule(), Schedule::FixedDelay { .. }) {
-                continue;
-            }
-            let mut t = e.trigger.fire_time_after(from.saturating_add_millis(-1));
-            while let Some(at) = t.filter(|at| *at <= to) {
-                if !e.trigger.is_checkpoint(at) {
-                    if times.len() == MAX_BACKFILL {
-                        return Err(AdminError::invalid(
-                            "to",
-                            format!("the range holds more than {MAX_BACKFILL} fire times: backfill a shorter one"),
-                        ));
-                    }
-                    times.push((at, e.id));
-                }
-                t = e.trigger.fire_time_after(at);
-            }
-        }
+        let triggers: Vec<(i64, Trigger)> = detail
+            .executes
+            .iter()
+            .filter(|e| !matches!(e.trigger.schedule(), Schedule::FixedDelay { .. }))
+            .map(|e| (e.id, e.trigger.clone()))
+            .collect();
+        // Searched on a blocking thread, within the previews' limits of
+        // time and steps, one of at most MAX_CONCURRENT_PREVIEWS at once: a
+        // calendar that excludes almost every time of a frequent schedule
+        // over a long range costs the node no more than that.
+        let permit = std::sync::Arc::clone(&self.previews)
+            .try_acquire_owned()
+            .map_err(|_| AdminError::Busy {
+                what: format!("{MAX_CONCURRENT_PREVIEWS} searches of fire times are running; try again shortly"),
+            })?;
+        let search = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            fire_times_within(&triggers, from, to, PREVIEW_TIME_LIMIT, PREVIEW_STEPS)
+        });
+        let mut times = search.await.map_err(|e| AdminError::Internal {
+            reason: format!("the backfill's search failed: {e}"),
+        })??;
         times.sort();
         let spacing = 1_000 / i64::from(rate);
         let fires: Vec<BackfillFire> = times
@@ -172,4 +175,55 @@ impl Admin {
             last_due,
         })
     }
+}
+
+/// The fire times of `triggers` (by execute id) from `from` to `to`, both
+/// included, searching for at most `limit` and `max_steps` excluded runs
+/// passed over (the checkpoints a trigger's calendar search answers, each
+/// after [`CALENDAR_SEARCH_STEPS`]).
+///
+/// # Errors
+///
+/// [`AdminError::Invalid`] naming `to` when the range holds more than
+/// [`MAX_BACKFILL`] fire times, or when the search stopped at a limit,
+/// saying how far it got.
+fn fire_times_within(
+    triggers: &[(i64, Trigger)],
+    from: Timestamp,
+    to: Timestamp,
+    limit: std::time::Duration,
+    max_steps: u64,
+) -> Result<Vec<(Timestamp, i64)>, AdminError> {
+    let began = std::time::Instant::now();
+    let per_search = u64::from(CALENDAR_SEARCH_STEPS);
+    let mut searches: u64 = 0;
+    let mut times: Vec<(Timestamp, i64)> = Vec::new();
+    for (execute_id, trigger) in triggers {
+        let mut t = trigger.fire_time_after(from.saturating_add_millis(-1));
+        while let Some(at) = t.filter(|at| *at <= to) {
+            if trigger.is_checkpoint(at) {
+                searches += 1;
+                if began.elapsed() >= limit || searches.saturating_mul(per_search) >= max_steps {
+                    return Err(AdminError::invalid(
+                        "to",
+                        format!(
+                            "the search for the range's fire times stopped at {at} after {} ms: a calendar \
+                             excludes almost every time of the schedule there; backfill a shorter range",
+                            began.elapsed().as_millis()
+                        ),
+                    ));
+                }
+            } else {
+                if times.len() == MAX_BACKFILL {
+                    return Err(AdminError::invalid(
+                        "to",
+                        format!("the range holds more than {MAX_BACKFILL} fire times: backfill a shorter one"),
+                    ));
+                }
+                times.push((at, *execute_id));
+            }
+            t = trigger.fire_time_after(at);
+        }
+    }
+    Ok(times)
 }

@@ -365,6 +365,32 @@ async fn a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_
         other => panic!("{other:?}"),
     }
 
+    // Jobs behind the closed calendar added, and the calendar replaced:
+    // each trigger's search is cut short at a checkpoint the polls resume,
+    // so neither holds the store's write for long whatever the calendar
+    // excludes (a full search of each took about 0.1 s, and the replace
+    // held the write that long for every trigger using the calendar).
+    for i in 0..8 {
+        let trigger = Trigger::cron("* * * * * ?", "UTC", now)
+            .unwrap()
+            .with_calendar("closed")
+            .unwrap();
+        node.add_job(&JobDefinition::of_specs(
+            &JobSpec::new(format!("behind-{i}"), "noop"),
+            &[ExecuteSpec::new(trigger)],
+        ))
+        .await
+        .unwrap();
+    }
+    let replaced = seconds(&format!("* * * * * ? {year}-{}", year + 2));
+    let asked = std::time::Instant::now();
+    admin.calendar_put("closed", &replaced, None).await.unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "the calendar of 10 triggers replaced in {:?}",
+        asked.elapsed()
+    );
+
     // The node fires its other job meanwhile, every second.
     wait_until(bound, "steady fires", || async {
         let rows = ledger(&store, CLUSTER).await;
@@ -377,7 +403,7 @@ async fn a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_
         execute.state,
         ExecuteState::Waiting,
         "not completed: it has a time in {}",
-        year + 2
+        year + 3
     );
     let checkpoint = execute.fire_state.next_fire_time.expect("a checkpoint");
     assert!(execute.trigger.is_checkpoint(checkpoint) && checkpoint > now);

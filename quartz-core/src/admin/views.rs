@@ -69,15 +69,23 @@ pub fn local_time(ms: i64, zone: Option<&str>) -> String {
     }
 }
 
+/// The excluded runs the search for a trigger view's upcoming fire times
+/// passes over, for all of them.
+pub const VIEW_SEARCH_STEPS: u32 = 500;
+
 impl TriggerView {
-    /// The view of an execute, with up to `upcoming` next fire times.
+    /// The view of an execute, with up to `upcoming` next fire times (as
+    /// many as a search of [`VIEW_SEARCH_STEPS`] excluded runs finds: a
+    /// calendar that excludes almost every time leaves fewer, and a page of
+    /// such jobs costs a fraction of a second).
     pub fn new(e: &Execute, upcoming: usize) -> TriggerView {
-        let fires: Vec<i64> = e
-            .trigger
-            .fires_until(&e.fire_state, Timestamp::from_millis(i64::MAX))
-            .take(upcoming)
-            .map(|f| f.fire_time.as_millis())
-            .collect();
+        let fires: Vec<i64> = crate::trigger::with_search_steps(VIEW_SEARCH_STEPS, || {
+            e.trigger
+                .fires_until(&e.fire_state, Timestamp::from_millis(i64::MAX))
+                .take(upcoming)
+                .map(|f| f.fire_time.as_millis())
+                .collect()
+        });
         let zone = match e.trigger.schedule() {
             Schedule::Cron { zone, .. } => Some(zone.name()),
             _ => None,

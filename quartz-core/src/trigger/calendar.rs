@@ -33,6 +33,26 @@ pub(crate) const CALENDAR_GIVE_UP_MS: i64 = 100 * 366 * 86_400_000;
 /// Quartz's does when its search gives up a hundred years ahead.
 pub const CALENDAR_SEARCH_STEPS: u32 = 40_000;
 
+thread_local! {
+    /// The excluded runs a search on this thread passes over before it
+    /// stops at a checkpoint ([`with_search_steps`]).
+    static SEARCH_STEPS: std::cell::Cell<u32> = const { std::cell::Cell::new(CALENDAR_SEARCH_STEPS) };
+}
+
+/// Runs `f` with every calendar search it makes on this thread stopping at
+/// a checkpoint after `steps` excluded runs instead of
+/// [`CALENDAR_SEARCH_STEPS`]: for work that searches many triggers at once
+/// and may leave the rest of each search to the polls (a calendar's
+/// change moving every trigger that uses it, a page of jobs with their
+/// next fire times), so that its cost stays a fraction of a second
+/// whatever the calendars exclude.
+pub fn with_search_steps<T>(steps: u32, f: impl FnOnce() -> T) -> T {
+    let before = SEARCH_STEPS.with(|s| s.replace(steps));
+    let out = f();
+    SEARCH_STEPS.with(|s| s.set(before));
+    out
+}
+
 impl Trigger {
     /// Names the calendar whose excluded times are not fire times (see
     /// [`crate::calendar`]). The store reads it with the trigger; until then
@@ -113,9 +133,10 @@ impl Trigger {
         let give_up = first.checked_add_millis(CALENDAR_GIVE_UP_MS)?;
         let mut t = first;
         let mut steps = 0;
+        let most = SEARCH_STEPS.with(std::cell::Cell::get);
         while let Some(until) = calendar.excluded_until(t) {
             steps += 1;
-            if steps > CALENDAR_SEARCH_STEPS {
+            if steps > most {
                 return Some(t);
             }
             // Every instant before `until` is excluded: the next candidate is

@@ -27,7 +27,7 @@ mod spread;
 mod state;
 
 pub(crate) use calendar::CALENDAR_GIVE_UP_MS;
-pub use calendar::{CALENDAR_SEARCH_STEPS, TriggerCalendar};
+pub use calendar::{CALENDAR_SEARCH_STEPS, TriggerCalendar, with_search_steps};
 pub use overlap::Overlap;
 pub(crate) use schedule::check_interval;
 pub use schedule::{MAX_INTERVAL_MILLIS, Schedule};

@@ -85,6 +85,14 @@ async fn mariadb_deadline() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_admin_readers() {
+    quartz_testkit::run(Kind::Postgres, |db| {
+        Box::pin(readers_never_starve_a_nodes_heartbeats(db))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_slow_link() {
     quartz_testkit::run(Kind::Postgres, |db| Box::pin(a_node_on_a_slow_link(db))).await;
 }
@@ -302,6 +310,55 @@ async fn a_call_past_its_deadline_closes_its_connection(db: &TestDb) {
     .await;
     proxy.set(Mode::Pass);
     deadlined.now().await.unwrap();
+}
+
+/// Readers of a node's admin surface whose reads hang (the change log
+/// locked by someone else, as a slow search or a migration would hold it)
+/// hold a few of the node's connections, never all: the node keeps
+/// heart-beating and holds its lease.
+async fn readers_never_starve_a_nodes_heartbeats(db: &TestDb) {
+    use sqlx::{Connection as _, Executor as _};
+    let node = SchedulerBuilder::new(CLUSTER)
+        .settings(quartz_testkit::fast_settings())
+        .handler("note", |_| Ok(()))
+        .start(db.store().await)
+        .await
+        .unwrap();
+    let store = db.store().await;
+    // A connection of its own, without the store's limit on idle
+    // transactions.
+    let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    locker.execute("BEGIN").await.unwrap();
+    locker
+        .execute(sqlx::AssertSqlSafe(
+            "LOCK TABLE quartz_change_log IN ACCESS EXCLUSIVE MODE",
+        ))
+        .await
+        .unwrap();
+    let readers: Vec<_> = (0..12)
+        .map(|_| {
+            let admin = node.admin();
+            tokio::spawn(async move { admin.changes(&Default::default()).await })
+        })
+        .collect();
+    let before = node.status().counters.lease_lost;
+    let heartbeat = |store: AnyStore| async move {
+        let nodes = store.scoped(CLUSTER).list_nodes().await.unwrap();
+        nodes.iter().map(|n| n.heartbeat_at).max().unwrap()
+    };
+    let first = heartbeat(store.clone()).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = heartbeat(store.clone()).await;
+    assert!(
+        later.as_millis() > first.as_millis() + 1_000,
+        "heart-beating while readers hang"
+    );
+    assert_eq!(node.status().counters.lease_lost, before, "the lease held");
+    locker.execute("ROLLBACK").await.unwrap();
+    for reader in readers {
+        reader.await.unwrap().unwrap();
+    }
+    node.shutdown().await;
 }
 
 /// A node whose every packet to the database and back waits 100 ms (a link

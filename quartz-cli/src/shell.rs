@@ -37,8 +37,17 @@ pub const KILL_GRACE: Duration = Duration::from_secs(2);
 /// (a process that left the group may hold the pipes open).
 const READER_GRACE: Duration = Duration::from_millis(500);
 
-/// The `PATH` a program gets when the node has none.
+/// The `PATH` a program gets, and bare names are looked up on
+/// (`--pass-env PATH` gives it the node's instead).
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Programs that run other programs their arguments name (`find -exec`,
+/// `env`, `xargs`, shells and interpreters): naming one in the allow-list
+/// allows everything, which the node warns of at start.
+const RUNS_OTHERS: [&str; 14] = [
+    "find", "env", "xargs", "sh", "bash", "dash", "zsh", "busybox", "nice", "nohup", "timeout", "sudo", "python3",
+    "perl",
+];
 
 /// What a node lets the `shell` handler run, and how.
 #[derive(Debug, Clone)]
@@ -82,15 +91,35 @@ impl ShellPolicy {
                 "--pass-env takes variable names, and {name:?} is not one"
             );
         }
-        let resolved = allow.iter().flat_map(|p| resolved_patterns(p.as_str())).collect();
-        let workdir = workdir.unwrap_or_else(std::env::temp_dir);
+        let resolved = allow
+            .iter()
+            .flat_map(|p| resolved_patterns(p.as_str()))
+            .collect::<Vec<_>>();
+        for pattern in &allow {
+            for place in guarded_places(pattern.as_str()) {
+                trusted(&place)
+                    .map_err(|why| anyhow::anyhow!("--allow-shell {}: {} {why}", pattern.as_str(), place.display()))?;
+            }
+            let program = pattern.as_str().rsplit('/').next().unwrap_or_default();
+            if RUNS_OTHERS.contains(&program) {
+                tracing::warn!(
+                    pattern = pattern.as_str(),
+                    "the shell allow-list names a program that runs other programs (its arguments name \
+                     them): any program can then run through it"
+                );
+            }
+        }
+        let workdir = workdir.unwrap_or_else(|| PathBuf::from("/"));
         anyhow::ensure!(workdir.is_dir(), "--shell-dir {} is not a directory", workdir.display());
+        trusted(&workdir).map_err(|why| anyhow::anyhow!("--shell-dir {} {why}", workdir.display()))?;
         Ok(ShellPolicy {
             allow,
             resolved,
             pass_env: pass_env.to_vec(),
             workdir,
-            path: std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.to_owned()),
+            // Never the node's own: its entries may be relative, or
+            // directories others write to.
+            path: DEFAULT_PATH.to_owned(),
         })
     }
 
@@ -400,6 +429,50 @@ fn resolved_patterns(pattern: &str) -> Vec<glob::Pattern> {
     forms.iter().filter_map(|f| glob::Pattern::new(f).ok()).collect()
 }
 
+/// The existing places an allow-list pattern trusts: the directory of its
+/// literal part (the part before any `*`, `?` or `[`), and the file itself
+/// when the pattern names one.
+fn guarded_places(pattern: &str) -> Vec<PathBuf> {
+    let literal_end = pattern.find(['*', '?', '[']).unwrap_or(pattern.len());
+    let literal = &pattern[..literal_end];
+    let mut places = Vec::new();
+    let dir = match literal.rfind('/') {
+        Some(0) => "/",
+        Some(i) => &literal[..i],
+        None => return places,
+    };
+    if Path::new(dir).is_dir() {
+        places.push(PathBuf::from(dir));
+    }
+    if literal_end == pattern.len() && Path::new(pattern).exists() {
+        places.push(PathBuf::from(pattern));
+    }
+    places
+}
+
+/// Whether a place the node trusts is owned by root or by the node's own
+/// user and writable by nobody else: a directory others may write to lets
+/// them put a program where the allow-list (or the working directory)
+/// points.
+fn trusted(place: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata(place).map_err(|e| format!("cannot be checked: {e}"))?;
+    let me = nix::unistd::getuid().as_raw();
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(format!(
+            "is owned by user {}, not by root or this node's user",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "may be written by other users (mode {:o}): choose one only its owner writes",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +488,29 @@ mod tests {
         assert!(ShellPolicy::new(&["/usr/bin/[".to_owned()], &[], None).is_err());
         assert!(ShellPolicy::new(&[], &["A=B".to_owned()], None).is_err());
         assert!(!policy(&[]).is_enabled());
+    }
+
+    #[test]
+    fn places_others_may_write_to_are_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("quartz-shell-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let pattern = format!("{}/*", dir.display());
+        let err = ShellPolicy::new(&[pattern], &[], None).unwrap_err().to_string();
+        assert!(err.contains("may be written by other users"), "{err}");
+        let err = ShellPolicy::new(&["/usr/bin/echo".to_owned()], &[], Some(dir.clone()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--shell-dir"), "{err}");
+        // The temporary directory is everyone's: never the default.
+        assert!(ShellPolicy::new(&["/usr/bin/echo".to_owned()], &[], Some(std::env::temp_dir())).is_err());
+        let p = policy(&["/usr/bin/echo"]);
+        assert_eq!(p.workdir, PathBuf::from("/"));
+        assert_eq!(p.path, DEFAULT_PATH, "not the node's PATH");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(ShellPolicy::new(&[format!("{}/*", dir.display())], &[], None).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -221,6 +221,9 @@ pub trait AccessState {
     fn sessions(&self) -> &Sessions;
 }
 
+/// The headers a proxy adds to a request it forwards.
+const FORWARDING_HEADERS: [&str; 4] = ["forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip"];
+
 /// How long the answer to a refused token waits once its address is past
 /// its limit of refused tokens: a guesser tries a token a second at most
 /// per connection.
@@ -247,6 +250,15 @@ pub fn cookie<'a>(parts: &'a Parts, name: &str) -> Option<&'a str> {
 pub fn caller_of(parts: &Parts, access: &Access, sessions: &Sessions) -> Result<Caller, ApiError> {
     if !access.has_tokens() {
         let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+        // A request a proxy forwarded comes from loopback whoever sent it:
+        // behind a reverse proxy on this machine, loopback-only would make
+        // every client an admin.
+        if let Some(header) = FORWARDING_HEADERS.iter().find(|h| parts.headers.contains_key(**h)) {
+            return Err(ApiError::forbidden(format!(
+                "no token is configured, so only this machine may call, and this request was forwarded by a proxy \
+                 ({header}); configure QUARTZ_ADMIN_TOKEN / QUARTZ_READ_TOKEN to serve behind one"
+            )));
+        }
         return match peer {
             Some(addr) if addr.ip().is_loopback() => Ok(Caller {
                 role: Role::Admin,

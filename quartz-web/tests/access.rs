@@ -251,6 +251,15 @@ async fn loopback(db: &TestDb) {
     };
     let remote = router.clone().oneshot(from(Some("10.1.2.3:5555"))).await.unwrap();
     assert_eq!(remote.status(), 403, "not loopback");
+    // Forwarded by a proxy on this machine: loopback, but not this machine's.
+    for header in ["X-Forwarded-For", "Forwarded", "X-Real-IP"] {
+        let mut request = from(Some("127.0.0.1:5555"));
+        request
+            .headers_mut()
+            .insert(header, axum::http::HeaderValue::from_static("203.0.113.7"));
+        let forwarded = router.clone().oneshot(request).await.unwrap();
+        assert_eq!(forwarded.status(), 403, "{header}");
+    }
     let unknown = router.clone().oneshot(from(None)).await.unwrap();
     assert_eq!(unknown.status(), 403, "a router served without the peer's address");
     let v6 = router.oneshot(from(Some("[::1]:5555"))).await.unwrap();

@@ -75,7 +75,7 @@ pub const VIEW_SEARCH_STEPS: u32 = 500;
 
 impl TriggerView {
     /// The view of an execute, with up to `upcoming` next fire times (as
-    /// many as a search of [`VIEW_SEARCH_STEPS`] excluded runs finds: a
+    /// many as a search of `VIEW_SEARCH_STEPS` excluded runs finds: a
     /// calendar that excludes almost every time leaves fewer, and a page of
     /// such jobs costs a fraction of a second).
     pub fn new(e: &Execute, upcoming: usize) -> TriggerView {

@@ -523,8 +523,12 @@ impl Scheduler {
 impl Scheduler {
     /// The admin surface of this node's cluster, over its store: list, show,
     /// add, edit, pause, resume, fire now and delete jobs; read the ledger,
-    /// the nodes and the change log (see [`crate::admin`]).
+    /// the nodes and the change log (see [`crate::admin`]). Its calls share
+    /// the node's connections with the node's own work, a few at once and
+    /// each within a deadline ([`AdminBound`](crate::store::AdminBound)), so
+    /// that no caller of the surface starves the node's heartbeats and
+    /// starts.
     pub fn admin(&self) -> crate::admin::Admin {
-        crate::admin::Admin::new(self.inner.ctx.store.clone(), self.inner.ctx.scheduler.clone())
+        crate::admin::Admin::new(self.inner.admin_store.clone(), self.inner.ctx.scheduler.clone())
     }
 }

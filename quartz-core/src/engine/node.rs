@@ -35,7 +35,7 @@ use super::recovery::Recovery;
 use super::runner::Runner;
 use super::{NodeStatus, Phase, SchedulerError, Settings, ShutdownSummary};
 use crate::runlog::{RunEvent, RunLog};
-use crate::store::{Deadline, JobSpec, NodeRef, NodeRegistration, SharedStore};
+use crate::store::{AdminBound, Deadline, JobSpec, NodeRef, NodeRegistration, SharedStore};
 use crate::time::Timestamp;
 
 /// How long a shutdown tries to give its claimed fires back.
@@ -73,6 +73,10 @@ pub(crate) struct Stages {
     /// The store the node was given, scoped to its scheduler (the stages
     /// call it through a deadline).
     pub(super) given: SharedStore,
+    /// The same, as the node's admin surface calls it: a few calls at once,
+    /// each bounded ([`AdminBound`]), so that no reader starves the
+    /// stages of the pool's connections.
+    pub(super) admin_store: SharedStore,
     queue: Arc<FireQueue>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -161,6 +165,7 @@ impl Stages {
         ];
         Ok(Stages {
             ctx,
+            admin_store: AdminBound::wrap(given.clone()),
             given,
             queue,
             tasks: Mutex::new(tasks),

@@ -186,3 +186,104 @@ impl Store for Deadline {
         self.inner.claims_runs_at_once()
     }
 }
+
+/// A store shared by a node's engine and its admin surface, as the admin
+/// surface sees it ([`Scheduler::admin`](crate::engine::Scheduler::admin)):
+/// at most [`ADMIN_CALLS`] of its calls at once, each within
+/// [`ADMIN_DEADLINE`]. The node's pool of connections is shared with its
+/// heartbeats and its starts; however many callers read its history or
+/// list its jobs, they hold a few connections at most, and a slow read
+/// (a search through a large ledger) ends at its deadline. A call that
+/// finds every place taken waits for one, within the same deadline.
+#[derive(Debug)]
+pub struct AdminBound {
+    inner: SharedStore,
+    places: Arc<tokio::sync::Semaphore>,
+}
+
+/// How many calls of a node's admin surface run at once.
+pub const ADMIN_CALLS: usize = 3;
+
+/// How long a call of a node's admin surface may take, its wait for a
+/// place included.
+pub const ADMIN_DEADLINE: Duration = Duration::from_secs(10);
+
+impl AdminBound {
+    /// `inner`, for the admin surface of a node.
+    pub fn wrap(inner: SharedStore) -> SharedStore {
+        Arc::new(AdminBound {
+            inner,
+            places: Arc::new(tokio::sync::Semaphore::new(ADMIN_CALLS)),
+        })
+    }
+
+    async fn bounded<T>(
+        &self,
+        name: &'static str,
+        limit: Duration,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let timed_out = || StoreError::TimedOut {
+            call: name,
+            after_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+        };
+        tokio::time::timeout(limit, async {
+            let _place = self.places.acquire().await.map_err(|_| timed_out())?;
+            call.await
+        })
+        .await
+        .unwrap_or_else(|_| Err(timed_out()))
+    }
+}
+
+/// The admin bound's methods of one trait of the contract.
+macro_rules! admin_bound {
+    ($(impl $tr:ident { $( fn $name:ident(&self $(, $arg:ident : $ty:ty)* ) -> $ret:ty; )* })*) => {
+        $(
+            #[async_trait]
+            impl $tr for AdminBound {
+                $(
+                    #[allow(unused_variables)]
+                    async fn $name(&self $(, $arg: $ty)*) -> Result<$ret, StoreError> {
+                        let limit = match deadlined!(@wait $($arg)*) {
+                            Some(wait) => ADMIN_DEADLINE.saturating_add(wait),
+                            None => ADMIN_DEADLINE,
+                        };
+                        self.bounded(stringify!($name), limit, self.inner.$name($($arg),*)).await
+                    }
+                )*
+            }
+        )*
+    };
+}
+
+crate::store_methods!(admin_bound);
+
+#[async_trait]
+impl Store for AdminBound {
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.bounded("now", ADMIN_DEADLINE, self.inner.now()).await
+    }
+
+    fn scheduler(&self) -> &str {
+        self.inner.scheduler()
+    }
+
+    fn scoped(&self, scheduler: &str) -> SharedStore {
+        Arc::new(AdminBound {
+            inner: self.inner.scoped(scheduler),
+            places: Arc::clone(&self.places),
+        })
+    }
+
+    fn acting_as(&self, actor: &str) -> SharedStore {
+        Arc::new(AdminBound {
+            inner: self.inner.acting_as(actor),
+            places: Arc::clone(&self.places),
+        })
+    }
+
+    fn claims_runs_at_once(&self) -> bool {
+        self.inner.claims_runs_at_once()
+    }
+}

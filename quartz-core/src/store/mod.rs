@@ -48,7 +48,7 @@ pub use backfill::{
 pub use cas::{Claim, ClaimBusy, ExecuteCas, FullKey, SkippedRecord};
 pub use codec::{ScheduleColumns, TriggerColumns};
 pub use contract::{CalendarStore, HistoryStore, IntoStore, JobStore, SharedStore, Store};
-pub use decorate::Deadline;
+pub use decorate::{ADMIN_CALLS, ADMIN_DEADLINE, AdminBound, Deadline};
 pub use error::StoreError;
 pub use fire_path::{FireEnd, FireStore, LateRun, NodeStore, RetentionStore, ScheduleStore};
 pub use history_rows::{ChangeQuery, ChangeRecord, DEFAULT_ACTOR, FireRetry, HealthCounts};

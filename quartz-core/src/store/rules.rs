@@ -220,14 +220,10 @@ pub fn new_executes(
             })?;
             let trigger = trigger.visible_from(now, visible_at);
             let columns = TriggerColumns::from_trigger(&trigger);
-            // A first fire time past many excluded runs is left to the
-            // polls, from a checkpoint, as a calendar's change leaves it.
-            let first =
-                crate::trigger::with_search_steps(RECALENDAR_STEPS, || TriggerState::initial(&trigger).next_fire_time);
             Ok(NewExecute {
                 signature: columns.signature(),
                 columns,
-                first,
+                first: TriggerState::initial(&trigger).next_fire_time,
                 priority: spec.priority,
             })
         })

@@ -281,12 +281,20 @@ async fn a_node_cut_off_shuts_down_within_its_grace(db: &TestDb) {
 
 /// A store call to a database that stopped answering (its sockets open
 /// and silent) fails at its deadline, and the connection it held is closed
-/// rather than handed back to the pool, where it would hold a place until
-/// the server answered; once the network heals, calls go through on new
+/// once it has not answered the pool's test within `release_test`, rather
+/// than handed back to the pool, where it would hold a place until the
+/// kernel gave it up; once the network heals, calls go through on new
 /// connections.
 async fn a_call_past_its_deadline_closes_its_connection(db: &TestDb) {
     let proxy = FaultProxy::start(host_port(&db.url));
-    let store = AnyStore::connect(&proxy.url(&db.url)).await.unwrap().scoped(CLUSTER);
+    let options = quartz::store::StoreOptions {
+        release_test: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let store = AnyStore::connect_with(&proxy.url(&db.url), &options)
+        .await
+        .unwrap()
+        .scoped(CLUSTER);
     let deadlined = quartz::store::Deadline::wrap(store.shared().clone(), Duration::from_millis(300));
     deadlined.now().await.unwrap();
     let pool = store.as_sql().unwrap().pool().clone();

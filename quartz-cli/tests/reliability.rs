@@ -212,6 +212,7 @@ async fn suite(kind: Kind) {
             run.sigkill().await;
             run.sigstop().await;
             run.connections_killed().await;
+            run.commits_hang().await;
             run.database_restart().await;
             run.outage().await;
             run.saturation().await;
@@ -221,7 +222,8 @@ async fn suite(kind: Kind) {
             let until = std::time::Instant::now() + Duration::from_secs(minutes * 60);
             let mut first_bad_input = true;
             while std::time::Instant::now() < until {
-                match run.rng.below(8) {
+                match run.rng.below(9) {
+                    8 => run.commits_hang().await,
                     0 | 1 => run.sigkill().await,
                     2 => run.sigstop().await,
                     3 => run.connections_killed().await,
@@ -367,6 +369,121 @@ struct Run {
     offset: i64,
     t0: i64,
     serial: u32,
+}
+
+/// Writes that hang on the database, until [`Hang::lift`] (or, whatever
+/// happens to the suite, when it is dropped): on PostgreSQL the server's
+/// `synchronous_standby_names` set to a standby that does not exist, and a
+/// `psql` session opened before, kept waiting on its input, to set it back
+/// (the server may have no connection left to give while its commits
+/// hang); on MariaDB a session holding `FLUSH TABLES WITH READ LOCK`; on
+/// Redis `CLIENT PAUSE … WRITE`, which the server lifts by itself.
+struct Hang {
+    postgres: Option<Child>,
+    mariadb: Option<AnyConnection>,
+}
+
+/// What sets PostgreSQL's commits free again.
+const PG_RESET: &str = "ALTER SYSTEM RESET synchronous_standby_names;\nSELECT pg_reload_conf();\n";
+
+impl Hang {
+    async fn start(kind: Kind, url: &str, redis: Option<&PrivateRedis>, ms: i64) -> Hang {
+        match kind {
+            Kind::Postgres => {
+                let reset = Command::new("psql")
+                    .args([url, "-X", "-q"])
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("psql, PostgreSQL's client");
+                let hang = Hang {
+                    postgres: Some(reset),
+                    mariadb: None,
+                };
+                // The reset session is connected before the hang begins.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                psql(
+                    url,
+                    "ALTER SYSTEM SET synchronous_standby_names = 'quartz_reliability_absent'",
+                );
+                psql(url, "SELECT pg_reload_conf()");
+                hang
+            }
+            Kind::MySql => {
+                let mut session = AnyConnection::connect(url).await.unwrap();
+                sqlx::query("FLUSH TABLES WITH READ LOCK")
+                    .execute(&mut session)
+                    .await
+                    .unwrap();
+                Hang {
+                    postgres: None,
+                    mariadb: Some(session),
+                }
+            }
+            _ => {
+                let server = redis.expect("the suite's own Redis");
+                let answer = server.cli(&["CLIENT", "PAUSE", &ms.to_string(), "WRITE"]);
+                assert_eq!(answer.trim(), "OK", "CLIENT PAUSE answered {answer:?}");
+                Hang {
+                    postgres: None,
+                    mariadb: None,
+                }
+            }
+        }
+    }
+
+    async fn lift(mut self) {
+        if let Some(mut session) = self.mariadb.take() {
+            let _ = sqlx::query("UNLOCK TABLES").execute(&mut session).await;
+            let _ = session.close().await;
+        }
+        if let Some(reset) = self.postgres.take() {
+            tokio::task::block_in_place(|| reset_standby_names(reset));
+        }
+    }
+}
+
+impl Drop for Hang {
+    fn drop(&mut self) {
+        if let Some(reset) = self.postgres.take() {
+            reset_standby_names(reset);
+        }
+    }
+}
+
+/// Commits wait for no standby again, through the session kept for it.
+fn reset_standby_names(mut reset: Child) {
+    use std::io::Write as _;
+    let mut input = reset.stdin.take().expect("the reset session's input");
+    let sent = input.write_all(PG_RESET.as_bytes());
+    drop(input);
+    let status = reset.wait();
+    assert!(
+        sent.is_ok() && status.is_ok_and(|s| s.success()),
+        "the PostgreSQL server may still wait for a standby on every commit: run {PG_RESET}"
+    );
+}
+
+/// One statement through `psql`, which needs no runtime.
+fn psql(url: &str, statement: &str) {
+    let status = Command::new("psql")
+        .args([url, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", statement])
+        .stdout(Stdio::null())
+        .status()
+        .expect("psql, PostgreSQL's client");
+    assert!(status.success(), "psql -c {statement:?}: {status}");
+}
+
+impl Drop for Run {
+    /// A suite that fails leaves no node process behind.
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
 }
 
 fn label(kind: Kind) -> &'static str {
@@ -822,6 +939,74 @@ impl Run {
         phase.lifted = self.now();
         phase.detail = format!("connections killed: {}", join(&killed));
         self.sleep_until(phase.lifted + 5_000).await;
+        self.end(phase);
+    }
+
+    /// The database stops answering writes for a while, its connections
+    /// open (PostgreSQL: a synchronous standby named that does not exist,
+    /// so that every commit waits for it; MariaDB: the tables locked for
+    /// reading by another session; Redis: its clients' writes paused). No
+    /// node can heartbeat, claim, start or record meanwhile: each's lease
+    /// runs out and it fences itself; none may be declared dead for it.
+    /// One node is asked to stop (SIGTERM) in the middle of it and must end
+    /// within its grace and a few seconds; it is started again once the
+    /// database answers.
+    async fn commits_hang(&mut self) {
+        let mut phase = self.begin("commits hang (the database stops answering writes), SIGTERM meanwhile");
+        let hang_ms: i64 = if long_minutes().is_some() { 30_000 } else { 8_000 };
+        let before = self.incarnations().await;
+        let hung = Hang::start(self.kind, &self.url, self.redis.as_ref(), hang_ms).await;
+        let began = self.now();
+        phase.injected = 1;
+        self.sleep_until(began + DEAD_AFTER_MS + 1_000).await;
+        let i = usize::try_from(self.rng.below(NODES as u64)).unwrap();
+        let id = self.nodes[i].id.clone();
+        self.signal(i, "TERM");
+        let asked = std::time::Instant::now();
+        let exit = loop {
+            if let Ok(Some(status)) = self.nodes[i].child.as_mut().unwrap().try_wait() {
+                break Some((asked.elapsed(), status));
+            }
+            if asked.elapsed() > Duration::from_secs(30) {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        // The grace the suite's nodes have, and a few seconds whatever the
+        // database does.
+        let bound = Duration::from_secs(3 + 15);
+        match exit {
+            Some((took, _)) if took <= bound => {}
+            Some((took, _)) => self.failures.push(format!(
+                "{id} ended {took:?} after SIGTERM while commits hung, past {bound:?}"
+            )),
+            None => {
+                self.failures
+                    .push(format!("{id} still ran 30 s after SIGTERM while commits hung: killed"));
+                self.kill_node(i);
+            }
+        }
+        self.sleep_until(began + hang_ms).await;
+        hung.lift().await;
+        phase.lifted = self.now();
+        let _ = self.nodes[i].child.take().map(|mut c| c.wait());
+        self.spawn(i);
+        self.sleep_until(phase.lifted + 6_000).await;
+        let after = self.incarnations().await;
+        let declared: Vec<&String> = before
+            .iter()
+            .filter(|(node, inc)| **node != id && after.get(*node) != Some(inc))
+            .map(|(node, _)| node)
+            .collect();
+        phase.detail = format!(
+            "writes hung {} ms; {id} ended {} after SIGTERM in the middle; others declared dead for it: {}",
+            phase.lifted - began,
+            exit.map_or_else(
+                || "NOT (killed)".to_owned(),
+                |(took, _)| format!("{} ms", took.as_millis())
+            ),
+            declared.len()
+        );
         self.end(phase);
     }
 
@@ -1606,7 +1791,7 @@ impl Run {
         }
         Report {
             markdown: md,
-            failures: self.failures,
+            failures: std::mem::take(&mut self.failures),
         }
     }
 

@@ -40,6 +40,15 @@ pub struct StoreOptions {
     pub acquire_timeout: Duration,
     /// Create or upgrade the schema on connect (default true).
     pub migrate: bool,
+    /// How long a connection on its way back to the pool may take to
+    /// answer a ping before it is closed instead (default 30 s): one whose
+    /// statement a caller's deadline dropped, on a server or a path that
+    /// stopped answering. A server that is only slow (its commits waiting
+    /// on a standby, its tables locked) keeps its connections meanwhile:
+    /// closing them would leave a session waiting on the server for each,
+    /// until it has no connection left to give; a peer that vanished costs
+    /// the pool this long, not the kernel's quarter of an hour.
+    pub release_test: Duration,
 }
 
 impl Default for StoreOptions {
@@ -48,14 +57,10 @@ impl Default for StoreOptions {
             max_connections: 10,
             acquire_timeout: Duration::from_secs(10),
             migrate: true,
+            release_test: Duration::from_secs(30),
         }
     }
 }
-
-/// How long a connection on its way back to the pool may take to answer
-/// a ping before it is closed instead (its last statement was dropped
-/// unanswered, or the server stopped answering).
-pub(crate) const RELEASE_TEST_LIMIT: Duration = Duration::from_secs(2);
 
 /// The connection pool with its dialect and prepared SQL texts.
 #[derive(Debug, Clone)]
@@ -109,6 +114,7 @@ impl Db {
             None => backend.driver_url(url),
         };
         let primary_only = hosts.as_ref().is_some_and(|h| h.read_write);
+        let release_test = options.release_test;
         let mut pool = AnyPoolOptions::new()
             .max_connections(backend.max_connections(options.max_connections))
             .acquire_timeout(options.acquire_timeout);
@@ -119,13 +125,13 @@ impl Db {
         let pool = pool
             // sqlx tests a connection on its way back to the pool (a
             // round trip), without a deadline: one whose statement was
-            // dropped by a caller's deadline, on a database that stopped
-            // answering, would hold its place in the pool until the server
-            // answered or the kernel gave the socket up. Tested here within
-            // RELEASE_TEST_LIMIT first, it is closed instead.
-            .after_release(|conn, _meta| {
+            // dropped by a caller's deadline, on a peer that vanished,
+            // would hold its place in the pool until the kernel gave the
+            // socket up. Tested here within `release_test` first, it is
+            // closed instead.
+            .after_release(move |conn, _meta| {
                 Box::pin(async move {
-                    match tokio::time::timeout(RELEASE_TEST_LIMIT, conn.ping()).await {
+                    match tokio::time::timeout(release_test, conn.ping()).await {
                         Ok(Ok(())) => Ok(true),
                         Ok(Err(e)) => Err(e),
                         Err(_) => Err(sqlx::Error::PoolTimedOut),

@@ -316,8 +316,14 @@ fn late_starts(
             let Some(started) = f.started_at else { continue };
             // A backfill's first attempt runs when it is due, not at its
             // fire time; one that waited under an overlap policy when its
-            // job's fire ended.
-            if f.by_backfill() || f.by_overlap() {
+            // job's fire ended. A fire whose node died mid-run has a start
+            // its handler may never have reached (recorded by a statement
+            // that committed while the database's commits hung, its node
+            // gone since): the run log tells whether it ran.
+            let died = f.state == FireState::Abandoned
+                || (f.state == FireState::Failed
+                    && f.error.as_deref().is_some_and(|e| e.starts_with("node died mid-run")));
+            if f.by_backfill() || f.by_overlap() || died {
                 continue;
             }
             let late = started.as_millis() - f.fire_time.as_millis();

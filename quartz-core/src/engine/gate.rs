@@ -89,7 +89,11 @@ impl Gate {
             }
             Ok(Err(_)) | Err(_) => return Err(Ran::Unconfirmed),
         };
-        let late_ms = started_at.as_millis() - self.fire_time.as_millis();
+        // Recorded at the statement's time; its commit, and the handler
+        // after it, may come much later (a database whose commits hang):
+        // judged by now too, on the node's estimate, which never runs ahead.
+        let judged_at = started_at.max(self.ctx.clock.db_now());
+        let late_ms = judged_at.as_millis() - self.fire_time.as_millis();
         if self.threshold_ms.is_some_and(|limit| late_ms > limit) {
             return Err(Ran::Late(late_ms));
         }

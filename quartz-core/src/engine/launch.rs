@@ -278,7 +278,11 @@ impl Launcher {
                 continue;
             };
             run.marked_at = Some(started_at);
-            match late_past_limit(&run, self.ctx.settings.misfire.threshold_ms(), started_at) {
+            // The start the statement recorded is its time when it ran; a
+            // commit that waited (a database whose commits hang) comes
+            // later, and the handler with it: judged by now, too.
+            let judged_at = started_at.max(self.ctx.clock.db_now());
+            match late_past_limit(&run, self.ctx.settings.misfire.threshold_ms(), judged_at) {
                 Some(late_ms) => {
                     let (runner, ctx) = (Arc::clone(&self.runner), Arc::clone(&self.ctx));
                     tokio::spawn(async move {
@@ -376,6 +380,16 @@ impl Launcher {
         let ids: Vec<i64> = runs.iter().map(|r| r.fire_id).collect();
         let mut wait = START_RETRY;
         let running = loop {
+            // Asked once the node holds its lease again, its renewals going
+            // through: a question sent while the database's commits hang
+            // would itself commit late, moving the fires' recorded starts.
+            if !self.ctx.membership_fresh() {
+                if !self.ctx.pause(wait).await {
+                    self.ctx.flights.ended(runs.len());
+                    return;
+                }
+                continue;
+            }
             match self.ctx.store.confirm_starts(&ids, &node).await {
                 Ok(confirmed) => break confirmed.into_iter().map(|(id, _)| id).collect::<HashSet<i64>>(),
                 Err(e) => {

@@ -471,9 +471,11 @@ impl Scheduler {
     /// errors; on error nothing is stored.
     pub async fn add_job(&self, job: &crate::admin::JobDefinition) -> Result<Job, SchedulerError> {
         self.inner.check_handler(&job.spec)?;
-        let now = self.inner.ctx.store.now().await?;
+        // As the admin surface writes: bounded, not at the engine's deadline.
+        let store = &self.inner.admin_store;
+        let now = store.now().await?;
         let (spec, executes) = job.to_specs(now)?;
-        let created = self.inner.ctx.store.create_job(&spec, &executes).await?;
+        let created = store.create_job(&spec, &executes).await?;
         self.inner.ctx.poll_now.notify_one();
         Ok(created)
     }

@@ -104,7 +104,8 @@ macro_rules! store_methods {
 ///
 /// A connection whose statement was dropped is not handed to the next call
 /// as it is: the SQL stores test it on its way back to their pool, within a
-/// deadline of their own, and close it when it does not answer.
+/// limit of their own (`StoreOptions::release_test`), and close it when it
+/// does not answer.
 #[derive(Debug)]
 pub struct Deadline {
     inner: SharedStore,

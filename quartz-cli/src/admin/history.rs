@@ -256,10 +256,9 @@ pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> any
         "purge_horizon": opt_json(horizon),
         "fires": report.fires,
         "fire_times_checked": checked,
-        "violations": violations.iter().map(|v| json!({
-            "kind": v.kind.as_str(), "job": v.job, "execute_id": v.execute_id,
-            "fire_time": v.fire_time.as_millis(), "detail": v.detail,
-        })).collect::<Vec<_>>(),
+        "violations": violations.iter()
+            .map(|v| violation_json(v.kind.as_str(), &v.job, v.execute_id, v.fire_time, &v.detail))
+            .collect::<Vec<_>>(),
         "runs": runs.as_ref().map(runs_json),
     });
     out.print(&value, || {
@@ -268,13 +267,13 @@ pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> any
             s.push_str(&runs_text(r));
         }
         for v in violations {
-            s.push_str(&format!(
-                "{}: job {} trigger {} at {}: {}\n",
+            s.push_str(&violation_line(
+                "",
                 v.kind.as_str(),
-                v.job,
+                &v.job,
                 v.execute_id,
-                show_instant(v.fire_time),
-                v.detail
+                v.fire_time,
+                &v.detail,
             ));
         }
         s.push_str(&format!(
@@ -306,24 +305,39 @@ fn runs_json(r: &RunCheck) -> Value {
         "lateness_ms": lateness(&r.lateness),
         "ledger_lateness_ms": lateness(&r.ledger_lateness),
         "ledger_start_gap_max_ms": r.ledger_start_gap_max,
-        "violations": r.violations.iter().map(|v| json!({
-            "kind": v.kind.as_str(), "job": v.job, "execute_id": v.execute_id,
-            "fire_time": v.fire_time.as_millis(), "detail": v.detail,
-        })).collect::<Vec<_>>(),
+        "violations": r.violations.iter()
+            .map(|v| violation_json(v.kind.as_str(), &v.job, v.execute_id, v.fire_time, &v.detail))
+            .collect::<Vec<_>>(),
     })
+}
+
+/// A violation (the ledger audit's or the run log checker's) as JSON.
+fn violation_json(kind: &str, job: &str, execute_id: i64, fire_time: Timestamp, detail: &str) -> Value {
+    json!({
+        "kind": kind, "job": job, "execute_id": execute_id,
+        "fire_time": fire_time.as_millis(), "detail": detail,
+    })
+}
+
+/// A violation as a line of text.
+fn violation_line(prefix: &str, kind: &str, job: &str, execute_id: i64, fire_time: Timestamp, detail: &str) -> String {
+    format!(
+        "{prefix}{kind}: job {job} trigger {execute_id} at {}: {detail}\n",
+        show_instant(fire_time)
+    )
 }
 
 /// A run log check as text: its violations, then its figures.
 fn runs_text(r: &RunCheck) -> String {
     let mut s = String::new();
     for v in &r.violations {
-        s.push_str(&format!(
-            "runs: {}: job {} trigger {} at {}: {}\n",
+        s.push_str(&violation_line(
+            "runs: ",
             v.kind.as_str(),
-            v.job,
+            &v.job,
             v.execute_id,
-            show_instant(v.fire_time),
-            v.detail
+            v.fire_time,
+            &v.detail,
         ));
     }
     s.push_str(&format!(

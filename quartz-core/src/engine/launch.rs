@@ -294,14 +294,7 @@ impl Launcher {
                 None => ready.push(run),
             }
         }
-        super::metrics::started(
-            &self.ctx.scheduler,
-            ready.iter().filter_map(|r| {
-                started
-                    .get(&r.fire_id)
-                    .map(|at| at.as_millis() - r.fire_time.as_millis())
-            }),
-        );
+        super::metrics::started(&self.ctx.scheduler, ready.len());
         if let Some(e) = error {
             tracing::warn!(scheduler = self.ctx.scheduler, fires = unsettled.len(), error = %e,
                 "could not mark fires running, nor learn whether they were: settling them");

@@ -19,7 +19,7 @@
 //! | [`CLAIMED`] | counter | fires this node won |
 //! | [`CLAIMS_LOST`] | counter | claims lost to another node or a changed row |
 //! | [`STARTED`] | counter | fires started (marked running) on time |
-//! | [`LATENESS`] | histogram | a started fire's recorded start less its fire time |
+//! | [`LATENESS`] | histogram | when a fire's handler started less its fire time (the start the ledger records) |
 //! | [`SUCCEEDED`] | counter | fires that ran to success |
 //! | [`OUTCOMES`] | counter | recorded outcomes by `handler` and `outcome` (`succeeded`, `failed`), and `job` when opted in |
 //! | [`FAILED`] | counter | fires that failed (error, panic, timeout) |
@@ -80,7 +80,8 @@ pub const CLAIMED: &str = "quartz_fires_claimed_total";
 pub const CLAIMS_LOST: &str = "quartz_claims_lost_total";
 /// Fires started: marked running, and not past the misfire threshold.
 pub const STARTED: &str = "quartz_fires_started_total";
-/// A started fire's lateness: its recorded start (database time) less its
+/// A fire's lateness: when its handler started (the node's estimate of
+/// database time, the start the ledger records with its outcome) less its
 /// fire time, in seconds.
 pub const LATENESS: &str = "quartz_fire_lateness_seconds";
 /// Fires that ran to success.
@@ -211,17 +212,17 @@ pub(super) fn counted(scheduler: &str, before: &Counters, after: &Counters) {
 }
 
 /// Records fires started on time, with their lateness in milliseconds.
-pub(super) fn started(scheduler: &str, late_ms: impl Iterator<Item = i64>) {
-    let lateness = ::metrics::histogram!(LATENESS, "scheduler" => scheduler.to_owned());
-    let mut n = 0;
-    for ms in late_ms {
-        #[allow(clippy::cast_precision_loss)]
-        lateness.record(ms.max(0) as f64 / 1_000.0);
-        n += 1;
-    }
+pub(super) fn started(scheduler: &str, n: usize) {
     if n > 0 {
-        ::metrics::counter!(STARTED, "scheduler" => scheduler.to_owned()).increment(n);
+        ::metrics::counter!(STARTED, "scheduler" => scheduler.to_owned()).increment(n as u64);
     }
+}
+
+/// Records how late a handler started after its fire time: the start the
+/// ledger records with the outcome.
+pub(super) fn handler_started(scheduler: &str, late_ms: i64) {
+    #[allow(clippy::cast_precision_loss)]
+    ::metrics::histogram!(LATENESS, "scheduler" => scheduler.to_owned()).record(late_ms.max(0) as f64 / 1_000.0);
 }
 
 /// Records a poll: its duration and the due executes it read.

@@ -264,6 +264,12 @@ impl Runner {
             started_at: h.started,
             finished_at: h.finished,
         });
+        if let Some(ran) = ran {
+            super::metrics::handler_started(
+                &self.ctx.scheduler,
+                ran.started_at.as_millis() - run.fire_time.as_millis(),
+            );
+        }
         let result = result.map(|h| h.result);
         self.ctx.flights.not_running(run.fire_id);
         // Replaced by a newer fire of its job (the cancel overlap policy):
@@ -361,27 +367,21 @@ impl Runner {
             Ok(ran) => ran.ok()?,
             Err(_) => {
                 let grace_ms = DROP_GRACE.as_millis();
-                if dropper.drop_task() {
+                let what = if dropper.drop_task() {
                     self.ctx.count(|c| c.dropped += 1);
-                    tracing::warn!(
-                        scheduler = self.ctx.scheduler,
-                        job = run.job.spec.name,
-                        fire_id = run.fire_id,
-                        limit_ms,
-                        grace_ms,
-                        "an async handler past its timeout did not return when asked to stop: dropped"
-                    );
+                    "an async handler past its timeout did not return when asked to stop: dropped"
                 } else {
                     self.ctx.count(|c| c.held_past_timeout += 1);
-                    tracing::warn!(
-                        scheduler = self.ctx.scheduler,
-                        job = run.job.spec.name,
-                        fire_id = run.fire_id,
-                        limit_ms,
-                        grace_ms,
-                        "a blocking handler past its timeout did not return when asked to stop: it still holds its pool thread"
-                    );
-                }
+                    "a blocking handler past its timeout did not return when asked to stop: it still holds its pool thread"
+                };
+                tracing::warn!(
+                    scheduler = self.ctx.scheduler,
+                    job = run.job.spec.name,
+                    fire_id = run.fire_id,
+                    limit_ms,
+                    grace_ms,
+                    "{what}"
+                );
                 done_rx.await.ok()?
             }
         };

@@ -359,6 +359,7 @@ fn judge(
         if !in_range(fire_time) {
             continue;
         }
+        let mut flag = |kind, detail: String| violation(kind, job_id, execute_id, fire_time, detail);
         let rows = ledger_of.get(&(execute_id, job_id, fire_time));
         let misfired = rows.is_some_and(|rows| rows.iter().any(|f| f.state == FireState::Misfired));
         let mut succeeded_at: Option<(u32, i64, i64)> = None;
@@ -370,11 +371,8 @@ fn judge(
                     .iter()
                     .map(|s| format!("{} (incarnation {}) at {}", s.node, s.incarnation, s.db_ms))
                     .collect();
-                violation(
+                flag(
                     RunViolationKind::RunTwice,
-                    job_id,
-                    execute_id,
-                    fire_time,
                     format!("attempt {attempt} started {} times: {}", list.len(), by.join(", ")),
                 );
             }
@@ -393,11 +391,8 @@ fn judge(
                 } else if let Some((first, ok_at, _)) = succeeded_at
                     && s.db_ms >= ok_at
                 {
-                    violation(
+                    flag(
                         RunViolationKind::RunTwice,
-                        job_id,
-                        execute_id,
-                        fire_time,
                         format!(
                             "attempt {attempt} started on {} at {} after attempt {first} had succeeded at {ok_at}",
                             s.node, s.db_ms
@@ -410,11 +405,8 @@ fn judge(
                 if let Some(&at) = runs.fenced_at.get(&(s.node.as_str(), s.incarnation))
                     && s.db_ms > at.saturating_add(slack)
                 {
-                    violation(
+                    flag(
                         RunViolationKind::FencedStart,
-                        job_id,
-                        execute_id,
-                        fire_time,
                         format!(
                             "attempt {attempt} started on {} (incarnation {}) at {}, {} ms after the incarnation was retired",
                             s.node,
@@ -425,11 +417,8 @@ fn judge(
                     );
                 }
                 if s.db_ms.saturating_add(slack) < fire_time {
-                    violation(
+                    flag(
                         RunViolationKind::Early,
-                        job_id,
-                        execute_id,
-                        fire_time,
                         format!(
                             "attempt {attempt} started on {} {} ms before its time",
                             s.node,
@@ -449,11 +438,8 @@ fn judge(
                         gap_max = gap_max.max((recorded - lateness).abs());
                     }
                     if lateness > threshold && !misfired {
-                        violation(
+                        flag(
                             RunViolationKind::Late,
-                            job_id,
-                            execute_id,
-                            fire_time,
                             format!(
                                 "attempt 1 started on {} {lateness} ms after its time, with no misfire record",
                                 s.node
@@ -464,11 +450,8 @@ fn judge(
                 if let Some(f) = row
                     && matches!(f.state, FireState::Misfired | FireState::Skipped)
                 {
-                    violation(
+                    flag(
                         RunViolationKind::LedgerMismatch,
-                        job_id,
-                        execute_id,
-                        fire_time,
                         format!(
                             "attempt {attempt} started on {}, but the ledger records fire {} {}",
                             s.node,
@@ -481,11 +464,8 @@ fn judge(
                 if let Some(end) = end {
                     ends += 1;
                     if row.is_some_and(|f| f.state == FireState::Succeeded) && !end.succeeded() {
-                        violation(
+                        flag(
                             RunViolationKind::LedgerMismatch,
-                            job_id,
-                            execute_id,
-                            fire_time,
                             format!(
                                 "the ledger records fire {} succeeded; its handler on {} ended {}",
                                 s.fire_id, s.node, end.outcome

@@ -82,7 +82,8 @@ engine_tests!(
     strategies_offer_executes_by_weight_and_by_load,
     an_async_handler_past_its_timeout_is_dropped_and_its_fire_failed,
     a_node_whose_lease_runs_out_asks_its_handlers_to_stop,
-    a_start_whose_answer_is_lost_is_settled_not_left_running;
+    a_start_whose_answer_is_lost_is_settled_not_left_running,
+    an_outcome_is_recorded_once_the_database_answers_again;
     wall a_saturated_pool_holds_back_its_claims_and_overdue_fires_get_their_policy,
     a_timed_out_fire_blocks_its_job_until_its_code_returns;
     sql: rows_written_by_hand_are_initialised_recomputed_or_set_aside,
@@ -2046,6 +2047,44 @@ async fn a_start_whose_answer_is_lost_is_settled_not_left_running(db: &TestDb) {
         rows.iter().any(|f| f.attempt == 2 && f.state == FireState::Succeeded),
         "{rows:?}"
     );
+    n.shutdown().await;
+}
+
+/// A fire's outcome the database does not take for a while (its writes
+/// hanging, its connections refused) is tried again until it is recorded,
+/// not given up after a few seconds with the fire left `running` for as
+/// long as its node lives.
+async fn an_outcome_is_recorded_once_the_database_answers_again(db: &TestDb) {
+    use common::faults::{Fault, Faults, FaultyStore};
+    let faults = Faults::scripted();
+    let n = SchedulerBuilder::new(CLUSTER)
+        .paused_clock_for_tests(common::clock_is_paused())
+        .settings(fast())
+        .handler("fails", |_| Err("boom".into()))
+        .start(FaultyStore::new(db.store().await, Arc::clone(&faults)))
+        .await
+        .unwrap();
+    let store = db.store().await.scoped(CLUSTER);
+    let start = next_second(&store, 1).await;
+    store
+        .create_job(
+            &JobSpec::new("fails", "fails"),
+            &[ExecuteSpec::new(Trigger::new(Schedule::Once, start).unwrap())],
+        )
+        .await
+        .unwrap();
+    faults.always("end_fires", Fault::Error);
+    wait_until(Duration::from_secs(10), "the fire running", || async {
+        rows_in(&store, FireState::Running).await == 1
+    })
+    .await;
+    // Longer than a few tries' backoff.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    faults.clear("end_fires");
+    wait_until(Duration::from_secs(10), "the failure recorded", || async {
+        rows_in(&store, FireState::Failed).await == 1
+    })
+    .await;
     n.shutdown().await;
 }
 

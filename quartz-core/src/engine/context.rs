@@ -23,8 +23,17 @@ use crate::store::{ExecuteCas, ExecuteState, FireEnd, Job, Node, NodeRef, NodeRe
 use crate::time::Timestamp;
 use crate::trigger::{Trigger, TriggerState};
 
-/// How many times recording an outcome is tried before it is left to recovery.
+/// How many times recording an outcome is tried before it is left to
+/// recovery, once the node is stopping; while it runs, it tries until the
+/// database takes it (a fire marked running stays so until its end is
+/// recorded, and nothing else would end it while its node lives).
 pub(super) const FINISH_TRIES: u32 = 5;
+
+/// The wait before the next try at recording a fire's end, after `tries`
+/// failures: doubling from 200 ms, at most 2 s.
+pub(super) fn finish_backoff(tries: u32) -> Duration {
+    Duration::from_millis((100u64 << tries.min(5)).min(2_000))
+}
 
 /// The most orphaned fires or executes one recovery pass handles.
 pub(super) const RECOVERY_BATCH: u32 = 200;

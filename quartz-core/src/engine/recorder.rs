@@ -9,7 +9,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::context::FINISH_TRIES;
+use super::context::{FINISH_TRIES, finish_backoff};
 use super::run::RunFire;
 use crate::store::{
     ChainedFire, FIRES_PER_BATCH, FireEnd, FollowUp, HandlerSpan, NodeRef, Outcome, SharedStore, StoreError,
@@ -31,6 +31,9 @@ pub(super) struct Recorder {
     /// Starts to confirm again (fires that waited for a thread), confirmed
     /// together.
     confirms: mpsc::UnboundedSender<Confirm>,
+    /// The node's stop signal: an outcome is tried until it is recorded,
+    /// or the node stops.
+    stop: watch::Receiver<bool>,
 }
 
 /// The most successes recorded by one statement batch.
@@ -136,13 +139,14 @@ impl Recorder {
         let (successes, successes_rx) = mpsc::unbounded_channel();
         let (confirms, confirms_rx) = mpsc::unbounded_channel();
         tokio::spawn(record_successes(store.clone(), successes_rx));
-        tokio::spawn(confirm_starts(store.clone(), stop, confirms_rx));
+        tokio::spawn(confirm_starts(store.clone(), stop.clone(), confirms_rx));
         Recorder {
             store,
             scheduler,
             parents: RwLock::default(),
             successes,
             confirms,
+            stop,
         }
     }
 
@@ -164,7 +168,7 @@ impl Recorder {
     /// same transaction: those are returned, to be run by this node.
     pub(super) async fn record(&self, run: &RunFire, outcome: &Outcome, ran: Option<HandlerSpan>) -> Vec<ChainedFire> {
         let chains = *outcome == Outcome::Succeeded && self.parents.read().contains(&run.job.id);
-        for attempt in 1..=FINISH_TRIES {
+        for attempt in 1.. {
             let recorded = if chains {
                 self.store
                     .end_fire(run.fire_id, &run.node, FireEnd::Succeeded { chain: true, ran })
@@ -201,13 +205,14 @@ impl Recorder {
                     );
                     return Vec::new();
                 }
-                Err(e) if attempt < FINISH_TRIES => {
+                Err(e) if attempt < FINISH_TRIES || !*self.stop.borrow() => {
                     tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e, "recording the outcome failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                    tokio::time::sleep(finish_backoff(attempt)).await;
                 }
                 Err(e) => {
                     tracing::error!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e,
-                        "the outcome could not be recorded; the fire stays running in the ledger");
+                        "the outcome could not be recorded before the node stopped; left to recovery");
+                    return Vec::new();
                 }
             }
         }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use quartz_pool::RejectReason;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::context::{Ctx, FINISH_TRIES, release_cas};
+use super::context::{Ctx, FINISH_TRIES, finish_backoff, release_cas};
 use super::gate::{Gate, START_RECHECK};
 use super::handler::{CancelReason, Cancellation, Dropper, JobContext, RunKind};
 use super::recorder::Recorder;
@@ -556,10 +556,10 @@ impl Runner {
                 }
                 Ok(FollowUp::NotOwned) => return,
                 Ok(follow_up) => break follow_up,
-                Err(e) if tries < FINISH_TRIES => {
+                Err(e) if tries < FINISH_TRIES || !self.ctx.stopping() => {
                     tracing::warn!(scheduler = self.ctx.scheduler, fire_id = run.fire_id, error = %e,
                         "recording a misfire failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(100 << tries)).await;
+                    tokio::time::sleep(finish_backoff(tries)).await;
                 }
                 Err(e) => {
                     tracing::error!(scheduler = self.ctx.scheduler, fire_id = run.fire_id, error = %e,
@@ -579,7 +579,7 @@ impl Runner {
     /// pending fire after the job's backoff; then waits for it here.
     pub(super) async fn fail_with_retry(self: &Arc<Self>, run: &RunFire, error: &str, ran: Option<HandlerSpan>) {
         let backoff = run.job.spec.retry.delay(run.attempt + 1, run.fire_id);
-        for attempt in 1..=FINISH_TRIES {
+        for attempt in 1.. {
             match self
                 .ctx
                 .store
@@ -608,13 +608,14 @@ impl Runner {
                     }
                     return;
                 }
-                Err(e) if attempt < FINISH_TRIES => {
+                Err(e) if attempt < FINISH_TRIES || !self.ctx.stopping() => {
                     tracing::warn!(scheduler = self.ctx.scheduler, fire_id = run.fire_id, error = %e, "recording the failure failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                    tokio::time::sleep(finish_backoff(attempt)).await;
                 }
                 Err(e) => {
                     tracing::error!(scheduler = self.ctx.scheduler, fire_id = run.fire_id, error = %e,
-                        "the failure could not be recorded; the fire stays running in the ledger");
+                        "the failure could not be recorded before the node stopped; left to recovery");
+                    return;
                 }
             }
         }

@@ -390,18 +390,23 @@ impl Hang {
     async fn start(kind: Kind, url: &str, redis: Option<&PrivateRedis>, ms: i64) -> Hang {
         match kind {
             Kind::Postgres => {
-                let reset = Command::new("psql")
+                let mut reset = Command::new("psql")
                     .args([url, "-X", "-q"])
                     .stdin(Stdio::piped())
                     .stdout(Stdio::null())
                     .spawn()
                     .expect("psql, PostgreSQL's client");
+                // The reset session is connected before the hang begins: a
+                // psql that could not connect has exited by now, and then
+                // no hang is made.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                if let Ok(Some(status)) = reset.try_wait() {
+                    panic!("the session to reset PostgreSQL's standby names could not start ({status}): no hang made");
+                }
                 let hang = Hang {
                     postgres: Some(reset),
                     mariadb: None,
                 };
-                // The reset session is connected before the hang begins.
-                tokio::time::sleep(Duration::from_millis(500)).await;
                 psql(
                     url,
                     "ALTER SYSTEM SET synchronous_standby_names = 'quartz_reliability_absent'",

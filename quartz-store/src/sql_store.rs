@@ -75,10 +75,11 @@ pub(crate) mod jobs;
 mod nodes;
 mod overlap;
 mod pending;
+mod ran;
 
 use crate::common::{CalendarSet, truncate};
 pub(crate) use convert::db_error;
-use convert::{bind_id_list, count_to_i64, is_unique_violation, retry_conflicts};
+use convert::{bind_id_list, count_to_i64, first_ids, is_unique_violation, retry_conflicts};
 use decode::{RowError, decode_execute, decode_fire, decode_job, decode_node};
 use fires::{
     CONFIRM_START, CONFIRM_START_RETURNING, FAIL_CLAIMED, MARK_RUNNING, MARK_RUNNING_RETURNING, MISFIRE_CLAIMED,

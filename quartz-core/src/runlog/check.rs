@@ -2,13 +2,14 @@
 //! handler runs the nodes' own logs show, and the ledger's record of each
 //! policy, matched.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
-use super::{RunEnd, RunEvent, RunFile, RunStart};
+use super::RunFile;
 use crate::audit::{expected_times, job_details, ledger};
 use crate::store::{FireRecord, FireState, Store, StoreError};
 use crate::time::Timestamp;
+use gather::{FireKey, Runs};
 
 /// What to check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,85 +186,6 @@ impl RunCheck {
     /// How many violations of a kind.
     pub fn count(&self, kind: RunViolationKind) -> usize {
         self.violations.iter().filter(|v| v.kind == kind).count()
-    }
-}
-
-/// (execute, job, fire time): one fire time of one job.
-type FireKey = (i64, i64, i64);
-
-/// What the run logs say, gathered.
-#[derive(Default)]
-struct Runs<'a> {
-    /// Starts by fire time, then attempt.
-    starts: BTreeMap<FireKey, BTreeMap<u32, Vec<&'a RunStart>>>,
-    /// Ends by (node, incarnation, fire id).
-    ends: HashMap<(&'a str, i64, i64), &'a RunEnd>,
-    /// When each incarnation was retired (database time): declared dead by
-    /// another node, or replaced by a later registration of its node id.
-    fenced_at: HashMap<(&'a str, i64), i64>,
-    /// The incarnations that kept a run log.
-    logged: HashSet<(&'a str, i64)>,
-    unreadable: usize,
-}
-
-impl<'a> Runs<'a> {
-    fn of(files: &'a [RunFile]) -> Runs<'a> {
-        let mut runs = Runs::default();
-        let mut registrations: Vec<(&str, i64, i64)> = Vec::new();
-        for file in files {
-            runs.unreadable += file.unreadable.len();
-            for event in &file.events {
-                match event {
-                    RunEvent::Start(s) => runs
-                        .starts
-                        .entry((s.execute_id, s.job_id, s.fire_time))
-                        .or_default()
-                        .entry(s.attempt)
-                        .or_default()
-                        .push(s),
-                    RunEvent::End(e) => {
-                        runs.ends.insert((e.node.as_str(), e.incarnation, e.fire_id), e);
-                    }
-                    RunEvent::Registered {
-                        node,
-                        incarnation,
-                        db_ms,
-                        ..
-                    } => {
-                        runs.logged.insert((node.as_str(), *incarnation));
-                        registrations.push((node.as_str(), *incarnation, *db_ms));
-                    }
-                    RunEvent::Retired {
-                        node,
-                        incarnation,
-                        db_ms,
-                        ..
-                    } => runs.fence((node.as_str(), *incarnation), *db_ms),
-                    _ => {}
-                }
-            }
-        }
-        // A registration retires every older incarnation of its node id.
-        for &(node, incarnation, at) in &registrations {
-            let older: Vec<(&str, i64)> = registrations
-                .iter()
-                .filter(|(n, i, _)| *n == node && *i < incarnation)
-                .map(|(n, i, _)| (*n, *i))
-                .collect();
-            for key in older {
-                runs.fence(key, at);
-            }
-        }
-        runs
-    }
-
-    fn fence(&mut self, key: (&'a str, i64), at: i64) {
-        let entry = self.fenced_at.entry(key).or_insert(at);
-        *entry = (*entry).min(at);
-    }
-
-    fn end_of(&self, s: &RunStart) -> Option<&'a RunEnd> {
-        self.ends.get(&(s.node.as_str(), s.incarnation, s.fire_id)).copied()
     }
 }
 
@@ -599,5 +521,6 @@ fn judge(
     report
 }
 
+mod gather;
 #[cfg(test)]
 mod tests;

@@ -394,10 +394,8 @@ impl FireStore for SqlStore {
         .bind(node.incarnation)
         .fetch_all(&self.db.pool)
         .await
-        .map_err(db_error)?
-        .iter()
-        .map(|r| r.try_get::<i64, _>(0).map_err(db_error))
-        .collect()
+        .map_err(db_error)
+        .and_then(|rows| first_ids(&rows))
     }
 }
 

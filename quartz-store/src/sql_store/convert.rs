@@ -63,3 +63,11 @@ pub(super) fn bind_id_list(mut q: AnyQuery, ids: &[i64]) -> AnyQuery {
 pub(super) fn count_to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
+
+/// The first column of every row, as ids.
+pub(super) fn first_ids<C: FromIterator<i64>>(rows: &[sqlx::any::AnyRow]) -> Result<C, StoreError> {
+    use sqlx::Row as _;
+    rows.iter()
+        .map(|row| row.try_get::<i64, _>(0).map_err(db_error))
+        .collect()
+}

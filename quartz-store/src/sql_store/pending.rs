@@ -101,7 +101,7 @@ impl SqlStore {
     }
 
     /// Records an attempt's end (a fenced single-row transition, binds: the
-    /// text, with `ran` the handler's run ([`ran_cols`](super::fires::ran_cols)),
+    /// text, with `ran` the handler's run ([`ran_cols`](super::ran::ran_cols)),
     /// then fire id, node id, incarnation) and its pending follow-up in one
     /// transaction.
     async fn end_with_follow_up(
@@ -116,7 +116,7 @@ impl SqlStore {
         let mut tx = self.begin().await?;
         let mut q = self.query(template).bind(truncate(text));
         if let Some(ran) = ran {
-            q = super::fires::bind_ran(q, ran);
+            q = super::ran::bind_ran(q, ran);
         }
         let ended = q
             .bind(fire_id)
@@ -150,7 +150,7 @@ impl SqlStore {
             (
                 concat!(
                     "UPDATE quartz_fire SET state = 'failed', error = ?, ",
-                    super::fires::ran_cols!(),
+                    super::ran::ran_cols!(),
                     " WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?"
                 ),
                 Some(ran),

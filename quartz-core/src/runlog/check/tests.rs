@@ -1,4 +1,5 @@
 use super::*;
+use crate::runlog::{RunEnd, RunEvent, RunStart};
 use crate::store::NodeRef;
 
 const T: i64 = 1_000_000;

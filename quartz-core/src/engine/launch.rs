@@ -268,6 +268,10 @@ impl Launcher {
         let mut ready = Vec::with_capacity(started.len());
         let mut refused = 0;
         let mut unsettled = Vec::new();
+        // The start the statement recorded is its time when it ran; a
+        // commit that waited (a database whose commits hang) comes later,
+        // and the handlers with it: judged by the answer's time, too.
+        let answered_at = self.ctx.clock.db_now();
         for mut run in runs {
             let Some(&started_at) = started.get(&run.fire_id) else {
                 if error.is_some() {
@@ -278,10 +282,7 @@ impl Launcher {
                 continue;
             };
             run.marked_at = Some(started_at);
-            // The start the statement recorded is its time when it ran; a
-            // commit that waited (a database whose commits hang) comes
-            // later, and the handler with it: judged by now, too.
-            let judged_at = started_at.max(self.ctx.clock.db_now());
+            let judged_at = started_at.max(answered_at);
             match late_past_limit(&run, self.ctx.settings.misfire.threshold_ms(), judged_at) {
                 Some(late_ms) => {
                     let (runner, ctx) = (Arc::clone(&self.runner), Arc::clone(&self.ctx));

@@ -154,9 +154,10 @@ impl Witness {
     /// The node's estimate of database time now, read in the node's
     /// runtime even from a pool thread, so that a test's stepped clock is
     /// the one read.
-    fn now(&self) -> Timestamp {
+    /// With the node's own clock, read at the same moment.
+    fn now(&self) -> (Timestamp, i64) {
         let _runtime = self.ctx.runtime.enter();
-        self.ctx.clock.stamp()
+        (self.ctx.clock.stamp(), self.ctx.clock.local_ms())
     }
 
     /// The handler starts now: the start the ledger records, the node's
@@ -169,13 +170,10 @@ impl Witness {
     /// the same row holds. The run log keeps the estimate as read (its
     /// checker allows for a clock's slack before it calls a start early).
     pub(super) fn started(&mut self) -> Timestamp {
-        let now = self.now();
+        let (now, local_ms) = self.now();
         if let Some(log) = &self.ctx.run_log {
             self.start.db_ms = now.as_millis();
-            self.start.local_ms = {
-                let _runtime = self.ctx.runtime.enter();
-                self.ctx.clock.local_ms()
-            };
+            self.start.local_ms = local_ms;
             log.write(&RunEvent::Start(self.start.clone()));
         }
         let started = now.max(self.floor);
@@ -186,7 +184,8 @@ impl Witness {
     /// The handler ended now, with `outcome` (`succeeded`, `failed`,
     /// `dropped`).
     pub(super) fn ended(&self, outcome: &str) -> Timestamp {
-        let now = self.now().max(self.floor);
+        let (now, local_ms) = self.now();
+        let now = now.max(self.floor);
         if let Some(log) = &self.ctx.run_log {
             let s = &self.start;
             log.write(&RunEvent::End(RunEnd {
@@ -198,10 +197,7 @@ impl Witness {
                 fire_time: s.fire_time,
                 attempt: s.attempt,
                 outcome: outcome.to_owned(),
-                local_ms: {
-                    let _runtime = self.ctx.runtime.enter();
-                    self.ctx.clock.local_ms()
-                },
+                local_ms,
                 db_ms: now.as_millis(),
             }));
         }

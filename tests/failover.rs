@@ -26,9 +26,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use quartz::audit::{AuditParams, audit};
 use quartz::prelude::*;
-use quartz::store::{ExecuteState, FireState};
+use quartz::store::{ExecuteSpec, ExecuteState, FireState};
 use quartz_testkit::pg_pair::{PgPair, Replication};
 use quartz_testkit::{ledger, wait_for, wait_until};
+use sqlx::Connection as _;
 
 const CLUSTER: &str = "failover";
 const JOBS: usize = 20;
@@ -38,6 +39,72 @@ async fn asynchronous_standby_promoted_under_a_fire_storm() {
     // What asynchronous replication may lose is reported, not refused:
     // the audit names every fire time it cannot account for.
     failover(Replication::Asynchronous).await;
+}
+
+/// After a promotion the old primary may still be up and reachable, first
+/// among the URL's hosts, answering as a primary while every commit on it
+/// waits for the synchronous standby that has left it. A handle that only
+/// edits (no heartbeat of its own) moves to the new primary, and what it
+/// writes there is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_standby_is_followed_while_the_old_primary_still_runs() {
+    quartz_testkit::log_if_asked();
+    if !PgPair::can_start("the failover test") {
+        return;
+    }
+    let pair = Arc::new(
+        tokio::task::spawn_blocking(|| PgPair::start(Replication::Synchronous))
+            .await
+            .unwrap(),
+    );
+    let (old, new) = pair.ports;
+    let store = AnyStore::connect(&pair.url()).await.unwrap().scoped("old-primary");
+    let later = Timestamp::from_millis(4_000_000_000_000);
+    let job = |name: &str| {
+        (
+            JobSpec::new(name, "noop"),
+            [ExecuteSpec::new(
+                Trigger::new(Schedule::fixed_rate_millis(1_000).unwrap(), later).unwrap(),
+            )],
+        )
+    };
+    let (before, executes) = job("before");
+    store.create_job(&before, &executes).await.unwrap();
+    let p = Arc::clone(&pair);
+    tokio::task::spawn_blocking(move || p.promote_standby()).await.unwrap();
+    // The fault is real: the old primary takes the statement and never
+    // answers its commit.
+    let mut on_old = sqlx::AnyConnection::connect(&format!("postgres://postgres@127.0.0.1:{old}/postgres"))
+        .await
+        .unwrap();
+    let commit = tokio::time::timeout(
+        Duration::from_secs(2),
+        sqlx::Executor::execute(&mut on_old, "SELECT pg_logical_emit_message(true, 'test', '')::text"),
+    )
+    .await;
+    assert!(commit.is_err(), "the old primary answered a commit: {commit:?}");
+    let promoted = Instant::now();
+    wait_until(Duration::from_secs(20), "a write through the URL answered", || async {
+        let (after, executes) = job("after");
+        tokio::time::timeout(Duration::from_secs(2), store.create_job(&after, &executes))
+            .await
+            .is_ok_and(|done| done.is_ok())
+    })
+    .await;
+    let took = promoted.elapsed();
+    let on_new = AnyStore::connect(&format!("postgres://postgres@127.0.0.1:{new}/postgres"))
+        .await
+        .unwrap()
+        .scoped("old-primary");
+    let names: Vec<String> = on_new
+        .list_jobs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.spec.name)
+        .collect();
+    assert_eq!(names, ["after", "before"], "the jobs on the new primary");
+    eprintln!("the old primary still up: a write answered on the new primary {took:?} after the promotion");
 }
 
 async fn failover(replication: Replication) {

@@ -8,7 +8,13 @@
 //! connections killed server-side, the database server stopped past
 //! `dead_after` and started again (Redis: a `redis-server` of the suite's
 //! own, append-only with `appendfsync always`, killed with SIGKILL and
-//! restarted from its append-only file), the whole
+//! restarted from its append-only file), the database's commits hung with
+//! its connections open, the path between one node (which runs in a
+//! network namespace of its own) and the database dropping packets both
+//! ways and each way alone, each of these last two with SIGTERM to a node
+//! in the middle, a database backend stopped (SIGSTOP) mid-statement
+//! (PostgreSQL: one node's backend process; MariaDB and Redis: the server,
+//! which serves every connection from one process), the whole
 //! cluster down past the misfire threshold, the pool saturated by slow jobs,
 //! and bad input through the API, the CLI and rows corrupted by hand, with
 //! handlers that panic or never return. Beside the PostgreSQL run, a run of
@@ -24,7 +30,8 @@
 //! ```
 //!
 //! Set-up: libfaketime from Debian's packages (`apt-get install -y
-//! libfaketime`), installed by the suite when missing. Stopping and starting
+//! libfaketime`), installed by the suite when missing; root, for the
+//! network namespace (`ip netns`, `tc`, Debian's iproute2). Stopping and starting
 //! the database runs `QUARTZ_PG_STOP` / `QUARTZ_PG_START` and
 //! `QUARTZ_MYSQL_STOP` / `QUARTZ_MYSQL_START` (shell commands; defaults: the
 //! local servers' own commands). Redis runs on a private `redis-server`
@@ -43,6 +50,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::netns::{Drop as Lose, NetNs};
+use common::proxy::FaultProxy;
 use common::redis_server::PrivateRedis;
 use common::{Kind, RunLogs, TestDb, ledger};
 use quartz_core::cron::{CronExpression, parse_time_zone};
@@ -66,6 +75,9 @@ const MISFIRE_MS: i64 = 2_000;
 const DEAD_AFTER_MS: i64 = 2_000;
 /// Pool of each node: core, max, queue.
 const POOL: (usize, usize, usize) = (4, 8, 32);
+/// The node that reaches the database over a path of its own, which the
+/// lossy-path phases make drop packets.
+const LOSSY: usize = 2;
 /// The variable that turns this test binary into a node process.
 const NODE_ENV: &str = "QUARTZ_RELIABILITY_NODE";
 
@@ -204,7 +216,7 @@ async fn suite(kind: Kind) {
         }
     };
     let faketime = faketime_library();
-    let mut run = Run::start(&db, label(kind), faketime, server).await;
+    let mut run = Run::start(&db, label(kind), faketime, server, true).await;
     run.baseline().await;
     match long_minutes() {
         None => {
@@ -213,6 +225,10 @@ async fn suite(kind: Kind) {
             run.sigstop().await;
             run.connections_killed().await;
             run.commits_hang().await;
+            run.path_drops(Lose::Both).await;
+            run.path_drops(Lose::Outgoing).await;
+            run.path_drops(Lose::Incoming).await;
+            run.backend_stopped().await;
             run.database_restart().await;
             run.outage().await;
             run.saturation().await;
@@ -222,8 +238,12 @@ async fn suite(kind: Kind) {
             let until = std::time::Instant::now() + Duration::from_secs(minutes * 60);
             let mut first_bad_input = true;
             while std::time::Instant::now() < until {
-                match run.rng.below(9) {
+                match run.rng.below(13) {
+                    12 => run.backend_stopped().await,
                     8 => run.commits_hang().await,
+                    9 => run.path_drops(Lose::Both).await,
+                    10 => run.path_drops(Lose::Outgoing).await,
+                    11 => run.path_drops(Lose::Incoming).await,
                     0 | 1 => run.sigkill().await,
                     2 => run.sigstop().await,
                     3 => run.connections_killed().await,
@@ -269,6 +289,82 @@ fn cannot_inject(what: &str) -> Option<String> {
     assert!(!in_ci(), "{message}*** CI=true: failing instead of leaving it out.");
     eprintln!("{message}*** left out of this run.\n");
     None
+}
+
+/// A network namespace for node [`LOSSY`], and a proxy on its link's
+/// machine end to the database `url` names (which listens on loopback).
+/// `None`, said loudly (a failure under `CI=true`), where the machine
+/// cannot make one.
+fn lossy_path(url: &str) -> Option<(NetNs, FaultProxy)> {
+    let ns = NetNs::create("the reliability suite's lossy path")?;
+    let authority = url
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .and_then(|rest| rest.split(['/', '?']).next())
+        .map(|a| a.rsplit_once('@').map_or(a, |(_, host)| host))
+        .expect("a database URL with a host");
+    assert!(
+        authority.contains(':'),
+        "the database URL {url} names no port, which the lossy path's proxy needs"
+    );
+    let proxy = FaultProxy::start_on(ns.machine_ip(), authority);
+    Some((ns, proxy))
+}
+
+/// A node's `application_name` on PostgreSQL.
+fn app_name(i: usize) -> String {
+    format!("reliability-node-{i}")
+}
+
+/// The local MariaDB (or MySQL) server's process id.
+fn mariadb_pid() -> Option<u32> {
+    ["mariadbd", "mysqld"].iter().find_map(|name| {
+        let out = Command::new("pidof").arg(name).output().ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// A process stopped with SIGSTOP until dropped (SIGCONT). A detached
+/// shell resumes it after a limit too, in case the suite itself dies
+/// first: a database server must not stay stopped for the tests after.
+struct Stopped {
+    pid: u32,
+    watchdog: Child,
+}
+
+impl Stopped {
+    fn stop(pid: u32, limit: Duration) -> Stopped {
+        let watchdog = Command::new("sh")
+            .args([
+                "-c",
+                &format!("sleep {}; kill -CONT {pid} 2>/dev/null", limit.as_secs().max(1)),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sh, to resume the stopped process in any case");
+        let status = Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap();
+        assert!(status.success(), "kill -STOP {pid}");
+        Stopped { pid, watchdog }
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.pid.to_string()]).status();
+        let _ = self.watchdog.kill();
+        let _ = self.watchdog.wait();
+    }
+}
+
+/// How long a node took to end after SIGTERM, for a phase's detail.
+fn took(exit: Option<Duration>) -> String {
+    exit.map_or_else(|| "NOT (killed)".to_owned(), |t| format!("{} ms", t.as_millis()))
 }
 
 /// libfaketime's library, installing Debian's package when it is missing
@@ -354,6 +450,9 @@ struct Run {
     jobs: HashMap<i64, JobInfo>,
     phases: Vec<Phase>,
     fenced: Vec<Fenced>,
+    /// The network namespace node [`LOSSY`] runs in, and the proxy on its
+    /// link's machine end through which it reaches the database.
+    lossy: Option<(NetNs, FaultProxy)>,
     /// The nodes' run logs: what their handlers did, from which the suite
     /// counts fires lost, run twice and started by a fenced node.
     runs: RunLogs,
@@ -501,7 +600,15 @@ fn label(kind: Kind) -> &'static str {
 }
 
 impl Run {
-    async fn start(db: &TestDb, label: &'static str, faketime: Option<PathBuf>, redis: Option<PrivateRedis>) -> Run {
+    /// The run's nodes started on `db` and the load created; with `lossy`,
+    /// node [`LOSSY`] in a network namespace of its own.
+    async fn start(
+        db: &TestDb,
+        label: &'static str,
+        faketime: Option<PathBuf>,
+        redis: Option<PrivateRedis>,
+        lossy: bool,
+    ) -> Run {
         let kind = db.kind;
         let store = db.store().await.scoped("reliability");
         let offset = store.now().await.unwrap().as_millis() - wall_ms();
@@ -528,6 +635,7 @@ impl Run {
             jobs: HashMap::new(),
             phases: Vec::new(),
             fenced: Vec::new(),
+            lossy: lossy.then(|| lossy_path(&db.url)).flatten(),
             runs: RunLogs::new(),
             bad: Vec::new(),
             later: Vec::new(),
@@ -569,7 +677,15 @@ impl Run {
             .append(true)
             .open(&node.log)
             .unwrap();
-        let mut command = Command::new(std::env::current_exe().unwrap());
+        let (mut command, mut url) = match &self.lossy {
+            Some((ns, proxy)) if i == LOSSY => (ns.command(std::env::current_exe().unwrap()), proxy.url(&self.url)),
+            _ => (Command::new(std::env::current_exe().unwrap()), self.url.clone()),
+        };
+        if self.kind == Kind::Postgres {
+            // Its sessions known by name on the server, for the stopped-backend phase.
+            let join = if url.contains('?') { '&' } else { '?' };
+            url = format!("{url}{join}application_name={}", app_name(i));
+        }
         command
             .args([
                 "node_process",
@@ -580,7 +696,7 @@ impl Run {
             ])
             .env(
                 NODE_ENV,
-                format!("{}\t{}\t{}\t{}", self.url, self.scheduler, node.id, runs.display()),
+                format!("{url}\t{}\t{}\t{}", self.scheduler, node.id, runs.display()),
             )
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -966,31 +1082,7 @@ impl Run {
         self.sleep_until(began + DEAD_AFTER_MS + 1_000).await;
         let i = usize::try_from(self.rng.below(NODES as u64)).unwrap();
         let id = self.nodes[i].id.clone();
-        self.signal(i, "TERM");
-        let asked = std::time::Instant::now();
-        let exit = loop {
-            if let Ok(Some(status)) = self.nodes[i].child.as_mut().unwrap().try_wait() {
-                break Some((asked.elapsed(), status));
-            }
-            if asked.elapsed() > Duration::from_secs(30) {
-                break None;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        // The grace the suite's nodes have, and a few seconds whatever the
-        // database does.
-        let bound = Duration::from_secs(3 + 15);
-        match exit {
-            Some((took, _)) if took <= bound => {}
-            Some((took, _)) => self.failures.push(format!(
-                "{id} ended {took:?} after SIGTERM while commits hung, past {bound:?}"
-            )),
-            None => {
-                self.failures
-                    .push(format!("{id} still ran 30 s after SIGTERM while commits hung: killed"));
-                self.kill_node(i);
-            }
-        }
+        let exit = self.terminate(i, "commits hung").await;
         self.sleep_until(began + hang_ms).await;
         hung.lift().await;
         phase.lifted = self.now();
@@ -1006,12 +1098,223 @@ impl Run {
         phase.detail = format!(
             "writes hung {} ms; {id} ended {} after SIGTERM in the middle; others declared dead for it: {}",
             phase.lifted - began,
-            exit.map_or_else(
-                || "NOT (killed)".to_owned(),
-                |(took, _)| format!("{} ms", took.as_millis())
-            ),
+            took(exit),
             declared.len()
         );
+        self.end(phase);
+    }
+
+    /// SIGTERM to node `i` in the middle of a fault (`during`): it must end
+    /// within its grace and a few seconds whatever the database does, or it
+    /// is killed after 30 s. How long it took, if it ended.
+    async fn terminate(&mut self, i: usize, during: &str) -> Option<Duration> {
+        let id = self.nodes[i].id.clone();
+        self.signal(i, "TERM");
+        let asked = std::time::Instant::now();
+        let exit = loop {
+            if let Ok(Some(_)) = self.nodes[i].child.as_mut().unwrap().try_wait() {
+                break Some(asked.elapsed());
+            }
+            if asked.elapsed() > Duration::from_secs(30) {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        // The grace the suite's nodes have, and a few seconds whatever the
+        // database does.
+        let bound = Duration::from_secs(3 + 15);
+        match exit {
+            Some(took) if took <= bound => {}
+            Some(took) => self.failures.push(format!(
+                "{id} ended {took:?} after SIGTERM while {during}, past {bound:?}"
+            )),
+            None => {
+                self.failures
+                    .push(format!("{id} still ran 30 s after SIGTERM while {during}: killed"));
+                self.kill_node(i);
+            }
+        }
+        exit
+    }
+
+    /// A database backend stopped (SIGSTOP) in the middle of a statement,
+    /// past `dead_after`, then resumed (SIGCONT): on PostgreSQL one node's
+    /// backend process (the first seen running a statement, else one of
+    /// its idle ones, which its next statement meets); MariaDB and Redis
+    /// serve every connection from one process, which is stopped whole.
+    /// The node whose backend it is (on MariaDB and Redis, one at random)
+    /// is asked to stop (SIGTERM) in the middle and must end within its
+    /// grace; it is started again once the backend runs.
+    async fn backend_stopped(&mut self) {
+        let mut phase = self.begin(match self.kind {
+            Kind::Postgres => "a node's PostgreSQL backend stopped (SIGSTOP) mid-statement, SIGTERM meanwhile",
+            Kind::Redis => "Redis server stopped (SIGSTOP) mid-statement, SIGTERM meanwhile",
+            _ => "MariaDB server stopped (SIGSTOP) mid-statement, SIGTERM meanwhile",
+        });
+        let stop_ms: i64 = if long_minutes().is_some() { 30_000 } else { 8_000 };
+        let target = match self.kind {
+            Kind::Postgres => self.pg_node_backend().await,
+            Kind::Redis => self.redis.as_ref().and_then(PrivateRedis::pid).map(|pid| {
+                let i = usize::try_from(self.rng.below(NODES as u64)).unwrap();
+                (pid, i, "the server".to_owned())
+            }),
+            _ => mariadb_pid().map(|pid| {
+                let i = usize::try_from(self.rng.below(NODES as u64)).unwrap();
+                (pid, i, "the server".to_owned())
+            }),
+        };
+        let Some((pid, i, what)) = target else {
+            phase.detail = cannot_inject("find the database's backend process to stop")
+                .unwrap_or_else(|| "NOT injected: no backend process found".to_owned());
+            self.end(phase);
+            return;
+        };
+        let id = self.nodes[i].id.clone();
+        let stopped = Stopped::stop(
+            pid,
+            Duration::from_millis(stop_ms.unsigned_abs()) + Duration::from_secs(20),
+        );
+        let began = self.now();
+        phase.injected = 1;
+        self.sleep_until(began + DEAD_AFTER_MS + 1_000).await;
+        let exit = self.terminate(i, "a backend was stopped").await;
+        self.sleep_until(began + stop_ms).await;
+        drop(stopped);
+        phase.lifted = self.now();
+        let _ = self.nodes[i].child.take().map(|mut c| c.wait());
+        self.spawn(i);
+        phase.detail = format!(
+            "{what} (pid {pid}) stopped {} ms; {id} ended {} after SIGTERM in the middle",
+            phase.lifted - began,
+            took(exit)
+        );
+        self.sleep_until(phase.lifted + 6_000).await;
+        self.end(phase);
+    }
+
+    /// A PostgreSQL backend of a node: its pid, the node's index, and what
+    /// it was doing. The first seen running a statement within 3 s, else an
+    /// idle one.
+    async fn pg_node_backend(&self) -> Option<(u32, usize, String)> {
+        let mut admin = AnyConnection::connect(&self.url).await.ok()?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        let mut idle = None;
+        let found = loop {
+            let rows = sqlx::query(
+                "SELECT pid, application_name, state, LEFT(query, 60) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND application_name LIKE 'reliability-node-%'",
+            )
+            .fetch_all(&mut admin)
+            .await
+            .ok()?;
+            let backend = |r: &sqlx::any::AnyRow| {
+                let name: String = r.get(1);
+                let i = (0..NODES).find(|i| app_name(*i) == name)?;
+                let pid = u32::try_from(r.get::<i32, _>(0)).ok()?;
+                Some((pid, i, r.get::<String, _>(2), r.get::<String, _>(3)))
+            };
+            if let Some((pid, i, _, query)) = rows
+                .iter()
+                .filter_map(backend)
+                .find(|(_, _, state, _)| state == "active")
+            {
+                break Some((pid, i, format!("{}'s backend running `{query}`", self.nodes[i].id)));
+            }
+            idle = idle.or_else(|| {
+                rows.iter().filter_map(backend).next().map(|(pid, i, state, query)| {
+                    (
+                        pid,
+                        i,
+                        format!("{}'s backend, {state} after `{query}`", self.nodes[i].id),
+                    )
+                })
+            });
+            if std::time::Instant::now() > deadline {
+                break idle;
+            }
+        };
+        let _ = admin.close().await;
+        found
+    }
+
+    /// The path between node [`LOSSY`] and the database drops `which`
+    /// packets (nothing refused, reset or delivered later; TCP retransmits
+    /// into the void): past `dead_after`, so that the others declare it
+    /// dead while it may still hold fires and run handlers, and its lease
+    /// runs out. It is asked to stop (SIGTERM) in the middle and must end
+    /// within its grace; the path heals and it is started again.
+    async fn path_drops(&mut self, which: Lose) {
+        let mut phase = self.begin(match which {
+            Lose::Both => "path between a node and the database drops every packet, SIGTERM meanwhile",
+            Lose::Outgoing => "path from a node to the database drops packets (one way), SIGTERM meanwhile",
+            Lose::Incoming => "path from the database to a node drops packets (one way), SIGTERM meanwhile",
+        });
+        let Some((ns, _)) = &self.lossy else {
+            phase.detail = "NOT injected: no network namespace on this machine".to_owned();
+            self.end(phase);
+            return;
+        };
+        let lose_ms: i64 = if long_minutes().is_some() { 30_000 } else { 8_000 };
+        let id = self.nodes[LOSSY].id.clone();
+        let (incarnation, _) = self.node_incarnation(&id).await;
+        ns.lose(which);
+        let began = self.now();
+        phase.injected = 1;
+        // Declared dead by the others, or not within a few seconds.
+        let declared = loop {
+            let (inc, live) = self.node_incarnation(&id).await;
+            if inc != incarnation || !live {
+                break Some(self.now());
+            }
+            if self.now() > began + DEAD_AFTER_MS + 5_000 {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let exit = self.terminate(LOSSY, "its path dropped packets").await;
+        self.sleep_until(began + lose_ms).await;
+        if let Some((ns, _)) = &self.lossy {
+            ns.heal();
+        }
+        phase.lifted = self.now();
+        if let Some(declared) = declared {
+            self.fenced.push(Fenced {
+                node: id.clone(),
+                incarnation,
+                declared_dead_at: declared,
+            });
+        } else {
+            self.failures.push(format!(
+                "{id} was cut off from the database {} ms and never declared dead",
+                phase.lifted - began
+            ));
+        }
+        let _ = self.nodes[LOSSY].child.take().map(|mut c| c.wait());
+        self.spawn(LOSSY);
+        let back = loop {
+            let (inc, live) = self.node_incarnation(&id).await;
+            if inc > incarnation && live {
+                break Some(self.now());
+            }
+            if self.now() > phase.lifted + 15_000 {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        if back.is_none() {
+            self.failures.push(format!("{id} did not rejoin after its path healed"));
+        }
+        phase.detail = format!(
+            "{id} cut off {} ms; declared dead after {}; ended {} after SIGTERM in the middle; {}",
+            phase.lifted - began,
+            declared.map_or_else(|| "NEVER".to_owned(), |d| format!("{} ms", d - began)),
+            took(exit),
+            back.map_or_else(
+                || "did NOT rejoin".to_owned(),
+                |b| format!("rejoined {} ms after the path healed", b - phase.lifted)
+            )
+        );
+        self.sleep_until(phase.lifted + 5_000).await;
         self.end(phase);
     }
 

@@ -115,6 +115,7 @@ impl Db {
         };
         let primary_only = hosts.as_ref().is_some_and(|h| h.read_write);
         let release_test = options.release_test;
+        let (follows, released) = (hosts.clone(), hosts.clone());
         let mut pool = AnyPoolOptions::new()
             .max_connections(backend.max_connections(options.max_connections))
             .acquire_timeout(options.acquire_timeout);
@@ -123,18 +124,35 @@ impl Db {
             pool = pool.min_connections(1).idle_timeout(None).max_lifetime(None);
         }
         let pool = pool
+            // After a move to another host, the connections to the old
+            // one are closed as they come up for use: an old primary still
+            // up would take their statements and never commit them.
+            .before_acquire(move |_conn, meta| {
+                let old = follows.as_ref().is_some_and(|h| h.made_before_move(meta.age));
+                Box::pin(async move { Ok(!old) })
+            })
             // sqlx tests a connection on its way back to the pool (a
             // round trip), without a deadline: one whose statement was
             // dropped by a caller's deadline, on a peer that vanished,
             // would hold its place in the pool until the kernel gave the
             // socket up. Tested here within `release_test` first, it is
             // closed instead.
-            .after_release(move |conn, _meta| {
+            //
+            // After a move to another host, one to the old host is closed
+            // at once instead.
+            .after_release(move |conn, meta| {
+                let hosts = released.clone();
                 Box::pin(async move {
-                    match tokio::time::timeout(release_test, conn.ping()).await {
-                        Ok(Ok(())) => Ok(true),
-                        Ok(Err(e)) => Err(e),
-                        Err(_) => Err(sqlx::Error::PoolTimedOut),
+                    let test = async {
+                        match tokio::time::timeout(release_test, conn.ping()).await {
+                            Ok(Ok(())) => Ok(true),
+                            Ok(Err(e)) => Err(e),
+                            Err(_) => Err(sqlx::Error::PoolTimedOut),
+                        }
+                    };
+                    match hosts {
+                        Some(hosts) => hosts.keep_unless_moved(meta.age, test).await,
+                        None => test.await,
                     }
                 })
             })

@@ -8,12 +8,23 @@
 //! connection checks it again, so a pool never writes to a standby. When a
 //! heartbeat fails (the primary is gone, its connections broken), the store
 //! looks for the primary again and points its pool's new connections there:
-//! a promoted standby takes over within a heartbeat or two.
+//! a promoted standby takes over within a heartbeat or two, and the pool's
+//! connections to the old host are closed as they come up for use.
+//!
+//! A primary is a host that takes a commit, not only one that says it is
+//! not in recovery: after a promotion the old primary may still be up and
+//! reachable, first among the hosts, and answer as a primary while every
+//! commit on it waits for a synchronous standby that has left it. The probe
+//! commits a transaction that writes (`pg_logical_emit_message(true,
+//! 'quartz.probe', '')`: a record in the write-ahead log and nothing in
+//! any table; logical decoding sees it under that prefix) within its time
+//! limit. A transaction that only takes an id writes no log and does not
+//! wait for the standbys.
 
 use std::str::FromStr as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use quartz_core::store::StoreError;
@@ -51,6 +62,10 @@ pub(crate) struct Hosts {
     current: RwLock<Arc<str>>,
     /// Set while a task looks for the primary, so that one looks at a time.
     probing: AtomicBool,
+    /// When the store last moved to another host: the pool's connections
+    /// made before are to the old one. Watched by the connections on their
+    /// way back to the pool.
+    moved_at: tokio::sync::watch::Sender<Option<Instant>>,
 }
 
 impl Hosts {
@@ -111,6 +126,7 @@ impl Hosts {
             read_write,
             current: RwLock::new(current),
             probing: AtomicBool::new(false),
+            moved_at: tokio::sync::watch::Sender::new(None),
         }))
     }
 
@@ -122,6 +138,33 @@ impl Hosts {
     /// The URL of the host in use.
     pub(crate) fn current(&self) -> Arc<str> {
         Arc::clone(&self.current.read())
+    }
+
+    /// Whether a connection of the pool, `age` old, was made before the
+    /// store last moved to another host: it is to the old one, and is closed
+    /// rather than used (the pool's `before_acquire`).
+    pub(crate) fn made_before_move(&self, age: Duration) -> bool {
+        self.moved_at.borrow().is_some_and(|moved| moved.elapsed() < age)
+    }
+
+    /// Runs `test`, the test of a connection `age` old on its way back to
+    /// the pool, and answers whether to keep it: not when it is to a host
+    /// the store has left, or leaves meanwhile (an old primary still up
+    /// holds a statement of it, and the test would wait behind that until
+    /// its limit, the connection kept from the pool all that time).
+    pub(crate) async fn keep_unless_moved(
+        &self,
+        age: Duration,
+        test: impl std::future::Future<Output = Result<bool, sqlx::Error>>,
+    ) -> Result<bool, sqlx::Error> {
+        let mut moves = self.moved_at.subscribe();
+        if self.made_before_move(age) {
+            return Ok(false);
+        }
+        tokio::select! {
+            kept = test => kept,
+            _ = moves.changed() => Ok(false),
+        }
     }
 
     /// The URL of the first host that answers as the kind of server asked
@@ -138,6 +181,10 @@ impl Hosts {
                 }
                 Ok(Ok(false)) => tried.push(format!("{host}: a standby (in recovery)")),
                 Ok(Err(e)) => tried.push(format!("{host}: {e}")),
+                Err(_) if self.read_write => tried.push(format!(
+                    "{host}: no answer, or no commit (a primary waiting for a standby that left it), within \
+                     {PROBE_TIMEOUT:?}"
+                )),
                 Err(_) => tried.push(format!("{host}: no answer within {PROBE_TIMEOUT:?}")),
             }
         }
@@ -175,6 +222,7 @@ impl Hosts {
                             match AnyConnectOptions::from_str(&url) {
                                 Ok(options) => {
                                     pool.set_connect_options(options);
+                                    hosts.moved_at.send_replace(Some(Instant::now()));
                                     tracing::warn!(
                                         from = %redact(&before),
                                         to = %redact(&url),
@@ -199,7 +247,8 @@ impl Hosts {
     }
 
     /// Checks every [`WATCH_EVERY`] that a connection of `pool` answers
-    /// within [`WATCH_TIMEOUT`], on a primary when one is asked for, and
+    /// within [`WATCH_TIMEOUT`], on a primary that takes a commit when one
+    /// is asked for (a message in the write-ahead log a second), and
     /// [`follow`](Self::follow)s when not; until the store is dropped (no
     /// strong count left of `alive`) or its pool closed.
     pub(crate) fn watch(self: &Arc<Self>, pool: &sqlx::AnyPool, alive: std::sync::Weak<()>) {
@@ -223,7 +272,8 @@ impl Hosts {
     }
 }
 
-/// Whether the server at `url` answers, as a primary when `read_write`.
+/// Whether the server at `url` answers, as a primary that takes a commit
+/// when `read_write` (the caller bounds the time).
 async fn probe(url: &str, read_write: bool) -> Result<bool, sqlx::Error> {
     let mut conn = AnyConnection::connect(url).await?;
     let fit = fit(&mut conn, read_write).await?;
@@ -231,9 +281,21 @@ async fn probe(url: &str, read_write: bool) -> Result<bool, sqlx::Error> {
     Ok(fit)
 }
 
-/// Whether a connection's server is one to use: a primary when `read_write`.
+/// Whether a connection's server is one to use: when `read_write`, a
+/// primary whose commits return (the caller bounds the time). The
+/// message is written in a transaction of its own, whose commit waits for
+/// the synchronous standbys the server names.
 async fn fit(conn: &mut AnyConnection, read_write: bool) -> Result<bool, sqlx::Error> {
-    Ok(!read_write || !in_recovery(conn).await?)
+    if !read_write {
+        return Ok(true);
+    }
+    if in_recovery(conn).await? {
+        return Ok(false);
+    }
+    sqlx::query("SELECT pg_logical_emit_message(true, 'quartz.probe', '')::text")
+        .execute(conn)
+        .await?;
+    Ok(true)
 }
 
 /// Whether the server of a connection is a standby.

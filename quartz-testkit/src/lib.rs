@@ -32,6 +32,7 @@ pub mod faketime;
 pub mod faults;
 mod helpers;
 pub mod memory;
+pub mod netns;
 pub mod pg_pair;
 pub mod proxy;
 pub mod redis_cluster;

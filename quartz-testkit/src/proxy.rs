@@ -65,11 +65,18 @@ impl FaultProxy {
     /// A proxy to `upstream` (`host:port`), listening on a free loopback
     /// port, in [`Mode::Pass`].
     pub fn start(upstream: &str) -> FaultProxy {
+        FaultProxy::start_on("127.0.0.1", upstream)
+    }
+
+    /// A proxy to `upstream`, listening on a free port of the address `ip`
+    /// (one end of a network namespace's link, say: see
+    /// [`crate::netns`]), in [`Mode::Pass`].
+    pub fn start_on(ip: &str, upstream: &str) -> FaultProxy {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let std_listener = std::net::TcpListener::bind((ip, 0)).unwrap();
         std_listener.set_nonblocking(true).unwrap();
         let addr = std_listener.local_addr().unwrap();
         let (mode, _) = watch::channel(Mode::Pass);

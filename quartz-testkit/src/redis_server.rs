@@ -56,6 +56,11 @@ impl PrivateRedis {
         self.port
     }
 
+    /// The server process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Its data directory.
     pub fn dir(&self) -> &PathBuf {
         &self.dir.0

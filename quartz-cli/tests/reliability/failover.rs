@@ -3,11 +3,15 @@
 //! `pg_basebackup` as the `postgres` user), the three node processes on the
 //! URL a deployment uses to follow its primary
 //! (`postgres://…@primary,standby/db?target_session_attrs=read-write`), their
-//! clocks skewed as in every run. Phases: the skew, then the primary killed
-//! (`pg_ctl stop -m immediate`, every connection cut mid-statement) and the
-//! standby promoted a second later. The same checks as every run: nothing
-//! lost or run twice, nothing started by a fenced node, the audit clean;
-//! and every node heart-beating on the new primary.
+//! clocks skewed as in every run. Two runs, one after the other, each on a
+//! pair of its own: in the first the primary is killed (`pg_ctl stop -m
+//! immediate`, every connection cut mid-statement) and the standby promoted
+//! a second later; in the second the standby is promoted while the old
+//! primary stays up and reachable, first among the URL's hosts, answering
+//! as a primary while every commit on it waits for the standby that left
+//! it. The same checks as every run: nothing lost or run twice, nothing
+//! started by a fenced node, the audit clean; and every node heart-beating
+//! on the new primary.
 //!
 //! The pair needs the PostgreSQL server binaries and root; without them the
 //! run says so and skips, and with `CI=true` it fails.
@@ -19,41 +23,68 @@ use quartz_testkit::pg_pair::{PgPair, Replication};
 
 use super::{DEAD_AFTER_MS, Kind, Run, faketime_library, write_results};
 
-const LABEL: &str = "PostgreSQL failover";
+/// What becomes of the old primary.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OldPrimary {
+    /// Killed a second before the promotion.
+    Killed,
+    /// Left up and reachable.
+    LeftUp,
+}
 
 pub(super) async fn suite() {
     if !PgPair::can_start("the failover run") {
         return;
     }
-    let pair = tokio::task::spawn_blocking(|| PgPair::start(Replication::Synchronous))
-        .await
-        .unwrap();
-    let db = TestDb::on_server(Kind::Postgres, &pair.url());
-    let mut run = Run::start(&db, LABEL, faketime_library(), None).await;
-    run.baseline().await;
-    run.failover(&pair).await;
-    let report = run.finish().await;
-    write_results(LABEL, &report.markdown);
-    println!("{}", report.markdown);
+    let mut failures = Vec::new();
+    for (label, old) in [
+        ("PostgreSQL failover", OldPrimary::Killed),
+        ("PostgreSQL failover, old primary up", OldPrimary::LeftUp),
+    ] {
+        let pair = tokio::task::spawn_blocking(|| PgPair::start(Replication::Synchronous))
+            .await
+            .unwrap();
+        let db = TestDb::on_server(Kind::Postgres, &pair.url());
+        let mut run = Run::start(&db, label, faketime_library(), None, false).await;
+        run.baseline().await;
+        run.failover(&pair, old).await;
+        let report = run.finish().await;
+        write_results(label, &report.markdown);
+        println!("{}", report.markdown);
+        failures.extend(report.failures.into_iter().map(|f| format!("{label}: {f}")));
+    }
     assert!(
-        report.failures.is_empty(),
+        failures.is_empty(),
         "the guarantees did not hold:\n{}",
-        report.failures.join("\n")
+        failures.join("\n")
     );
 }
 
 impl Run {
-    /// The primary killed, its synchronous standby promoted 1 s later: every
-    /// node must follow it (the store probes the URL's hosts when a
+    /// The primary killed, its synchronous standby promoted 1 s later; or
+    /// the standby promoted with the old primary left up, its commits
+    /// waiting for the standby that left it: every node must follow the
+    /// new primary (the store probes the URL's hosts, with a commit, when a
     /// heartbeat fails), and what was acknowledged is all there.
-    async fn failover(&mut self, pair: &PgPair) {
-        let mut phase = self
-            .begin("PostgreSQL primary killed (pg_ctl stop -m immediate), its synchronous standby promoted 1 s later");
+    async fn failover(&mut self, pair: &PgPair, old: OldPrimary) {
+        let mut phase = self.begin(match old {
+            OldPrimary::Killed => {
+                "PostgreSQL primary killed (pg_ctl stop -m immediate), its synchronous standby promoted 1 s later"
+            }
+            OldPrimary::LeftUp => {
+                "PostgreSQL standby promoted, the old primary left up and first among the hosts (its commits wait \
+                 for the standby that left it)"
+            }
+        });
         let before = self.incarnations().await;
-        tokio::task::block_in_place(|| pair.kill_primary());
+        if old == OldPrimary::Killed {
+            tokio::task::block_in_place(|| pair.kill_primary());
+        }
         let killed = self.now();
         phase.injected = 1;
-        self.sleep_until(killed + 1_000).await;
+        if old == OldPrimary::Killed {
+            self.sleep_until(killed + 1_000).await;
+        }
         tokio::task::block_in_place(|| pair.promote_standby());
         phase.lifted = self.now();
         // Every node heart-beating on the new primary.
@@ -66,6 +97,9 @@ impl Run {
                     m.node_id == node.id
                         && m.state == quartz_core::store::NodeState::Live
                         && now - m.heartbeat_at.as_millis() < DEAD_AFTER_MS / 2
+                        // Written on the new primary: the old one, left
+                        // up, commits nothing after the promotion.
+                        && m.heartbeat_at.as_millis() > phase.lifted + 500
                 })
             });
             if fresh {
@@ -85,12 +119,27 @@ impl Run {
         self.sleep_until(phase.lifted + 6_000).await;
         let after = self.incarnations().await;
         let declared = before.iter().filter(|(id, inc)| after.get(*id) != Some(inc)).count();
-        phase.detail = format!(
-            "standby promoted {} ms after the kill; every node heart-beating on it {} ms after the kill; nodes \
-             declared dead for it: {declared}",
-            phase.lifted - killed,
-            back - killed
-        );
+        phase.detail = match old {
+            OldPrimary::Killed => format!(
+                "standby promoted {} ms after the kill; every node heart-beating on it {} ms after the kill; nodes \
+                 declared dead for it: {declared}",
+                phase.lifted - killed,
+                back - killed
+            ),
+            OldPrimary::LeftUp => {
+                let up = tokio::task::block_in_place(|| pair.psql(pair.ports.0, "SELECT 'up'"));
+                if up != "up" {
+                    self.failures.push(format!(
+                        "the old primary was not up through the run (it answered {up:?})"
+                    ));
+                }
+                format!(
+                    "every node heart-beating on the new primary {} ms after the promotion, the old primary up; \
+                     nodes declared dead for it: {declared}",
+                    back - phase.lifted
+                )
+            }
+        };
         self.end(phase);
     }
 }

@@ -189,3 +189,68 @@ async fn a_failed_fire_is_retried_by_hand_and_the_history_is_searched(db: &TestD
 }
 
 backend_tests!(a_failed_fire_is_retried_by_hand_and_the_history_is_searched);
+
+/// A search of the ledger by error text that the server cannot finish
+/// within the store's search limit (here the ledger locked by another
+/// session, as a scan of a large ledger would take long) is ended by the
+/// server itself: the caller is told it timed out, at the limit, and no
+/// scan goes on for a caller who gave up. Once the lock is gone the search
+/// answers.
+async fn a_search_by_error_text_is_ended_by_the_server_at_its_limit(db: &TestDb) {
+    use quartz::store::{FireQuery, StoreError};
+    use sqlx::Connection as _;
+    let options = quartz_store::StoreOptions {
+        search_limit: Duration::from_secs(1),
+        ..quartz_store::StoreOptions::default()
+    };
+    let store = db.store_with(&options).await.scoped(CLUSTER);
+    let mut locker = sqlx::AnyConnection::connect(&db.url).await.unwrap();
+    let lock: &[&str] = match db.kind {
+        common::Kind::Postgres => &["BEGIN", "LOCK TABLE quartz_fire IN ACCESS EXCLUSIVE MODE"],
+        _ => &["LOCK TABLES quartz_fire WRITE"],
+    };
+    for statement in lock {
+        sqlx::Executor::execute(&mut locker, *statement).await.unwrap();
+    }
+    let search = FireQuery {
+        error_contains: Some("disk".into()),
+        ..FireQuery::new()
+    };
+    let asked = std::time::Instant::now();
+    let answer = tokio::time::timeout(Duration::from_secs(20), store.fires(&search))
+        .await
+        .expect("the server ended the search");
+    assert!(matches!(answer, Err(StoreError::TimedOut { .. })), "{answer:?}");
+    assert!(
+        asked.elapsed() >= Duration::from_millis(900),
+        "ended at its limit, not before: {:?}",
+        asked.elapsed()
+    );
+    let unlock = match db.kind {
+        common::Kind::Postgres => "ROLLBACK",
+        _ => "UNLOCK TABLES",
+    };
+    sqlx::Executor::execute(&mut locker, unlock).await.unwrap();
+    assert!(store.fires(&search).await.unwrap().is_empty());
+    let _ = locker.close().await;
+}
+
+mod server_limits {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        common::run(common::Kind::Postgres, |db| {
+            Box::pin(super::a_search_by_error_text_is_ended_by_the_server_at_its_limit(db))
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mariadb() {
+        common::run(common::Kind::MySql, |db| {
+            Box::pin(super::a_search_by_error_text_is_ended_by_the_server_at_its_limit(db))
+        })
+        .await;
+    }
+
+    use crate::common;
+}

@@ -20,12 +20,15 @@
 //! handlers that panic or never return. Beside the PostgreSQL run, a run of
 //! its own (the `reliability/failover.rs` module) puts PostgreSQL on a
 //! primary and a synchronous standby of the suite's own and kills the
-//! primary under the cluster. After each run the ledger is audited
-//! by `quartz audit` and by the suite's own checks, and a summary table per
-//! backend is written to a results file.
+//! primary under the cluster, then, on a pair of its own, promotes the
+//! standby with the old primary left up. After each run the nodes' run
+//! logs are judged by the run log checker (`quartz audit --runs`), the
+//! ledger by `quartz audit` and by the suite's own checks, and a summary
+//! table per backend is written to a results file. The long run injects
+//! every fault once, then faults at random.
 //!
 //! ```text
-//! cargo test -p quartz-cli --test reliability -- --nocapture            # short: about 80 s, in CI
+//! cargo test -p quartz-cli --test reliability -- --nocapture            # short: about 150 s, in CI
 //! QUARTZ_RELIABILITY_MINUTES=10 cargo test -p quartz-cli --test reliability -- --nocapture   # long: writes RELIABILITY.md
 //! ```
 //!
@@ -235,7 +238,20 @@ async fn suite(kind: Kind) {
             run.bad_input(&db).await;
         }
         Some(minutes) => {
+            // Every fault once, so that each has its row in the results;
+            // then faults at random until the time given is up.
             let until = std::time::Instant::now() + Duration::from_secs(minutes * 60);
+            run.sigkill().await;
+            run.sigstop().await;
+            run.connections_killed().await;
+            run.commits_hang().await;
+            run.path_drops(Lose::Both).await;
+            run.path_drops(Lose::Outgoing).await;
+            run.path_drops(Lose::Incoming).await;
+            run.backend_stopped().await;
+            run.database_restart().await;
+            run.outage().await;
+            run.saturation().await;
             let mut first_bad_input = true;
             while std::time::Instant::now() < until {
                 match run.rng.below(13) {

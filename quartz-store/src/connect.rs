@@ -49,6 +49,15 @@ pub struct StoreOptions {
     /// until it has no connection left to give; a peer that vanished costs
     /// the pool this long, not the kernel's quarter of an hour.
     pub release_test: Duration,
+    /// How long the server may spend on a search of the ledger by an
+    /// error's text (the history's error search, which no index serves and
+    /// which may read the whole ledger) before it ends the search itself
+    /// (default 8 s, within the admin surface's 10 s deadline): PostgreSQL's
+    /// `statement_timeout` for that read, MariaDB's `max_statement_time`,
+    /// MySQL's `MAX_EXECUTION_TIME`. A caller who gave up then leaves no
+    /// scan running on the server and no connection held behind it. The
+    /// call fails with [`StoreError::TimedOut`].
+    pub search_limit: Duration,
 }
 
 impl Default for StoreOptions {
@@ -58,6 +67,7 @@ impl Default for StoreOptions {
             acquire_timeout: Duration::from_secs(10),
             migrate: true,
             release_test: Duration::from_secs(30),
+            search_limit: Duration::from_secs(8),
         }
     }
 }
@@ -73,6 +83,8 @@ pub(crate) struct Db {
     pub(crate) target: Target,
     /// Schedulers whose `quartz_scheduler` row is known to exist.
     pub(crate) schedulers: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// [`StoreOptions::search_limit`].
+    pub(crate) search_limit: Duration,
     /// Held by every clone: the primary's watch ([`Hosts::watch`]) ends
     /// when the last is dropped.
     _alive: Arc<()>,
@@ -190,6 +202,7 @@ impl Db {
                 None => Target::One(Arc::from(url.as_str())),
             },
             schedulers: Arc::default(),
+            search_limit: options.search_limit,
             _alive: alive,
         };
         if options.migrate {

@@ -471,7 +471,23 @@ impl SqlStore {
             Some(name) => Some(self.require_job(&self.scheduler, name).await?.id),
             None => query.job_id,
         };
-        let mut read = Filtered::new(concat!("SELECT ", fire_cols!(), " FROM quartz_fire"), &self.scheduler);
+        // A search by error text reads what no index serves: the server
+        // ends it past the store's search limit.
+        let search = query.error_contains.is_some();
+        let limit_ms = u64::try_from(self.db.search_limit.as_millis()).unwrap_or(u64::MAX);
+        let select = if search && self.db.backend == Backend::MySql {
+            // MariaDB runs the executable comment; MySQL reads the hint.
+            format!(
+                "/*M!100100 SET STATEMENT max_statement_time = {}.{:03} FOR */ \
+                 SELECT /*+ MAX_EXECUTION_TIME({limit_ms}) */ {} FROM quartz_fire",
+                limit_ms / 1_000,
+                limit_ms % 1_000,
+                fire_cols!()
+            )
+        } else {
+            concat!("SELECT ", fire_cols!(), " FROM quartz_fire").to_owned()
+        };
+        let mut read = Filtered::new(&select, &self.scheduler);
         read.and("execute_id = ?", query.execute_id)
             .and("job_id = ?", job_id)
             .and("state = ?", query.state.map(FireState::as_str))
@@ -488,12 +504,42 @@ impl SqlStore {
                 query.error_contains.as_deref().map(crate::common::like_pattern),
             )
             .and("node_id = ?", query.node_id.clone());
-        let rows = read
-            .query(self, "ORDER BY id DESC", query.limit)
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+        let read = read.query(self, "ORDER BY id DESC", query.limit);
+        let ended = |e: sqlx::Error| search_ended(e, limit_ms);
+        let rows = if search && self.db.backend == Backend::Postgres {
+            let mut tx = self.db.pool.begin().await.map_err(db_error)?;
+            sqlx::query(sqlx::AssertSqlSafe(format!("SET LOCAL statement_timeout = {limit_ms}")))
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            let rows = read.fetch_all(&mut *tx).await.map_err(ended)?;
+            tx.commit().await.map_err(db_error)?;
+            rows
+        } else {
+            read.fetch_all(&self.db.pool).await.map_err(ended)?
+        };
         rows.iter().map(decode_fire).collect()
+    }
+}
+
+/// A search the server ended at the store's search limit, as the caller's
+/// time out (SQLSTATE 57014 on PostgreSQL, 70100 on MariaDB, MySQL's
+/// message); any other error as it is.
+fn search_ended(e: sqlx::Error, limit_ms: u64) -> StoreError {
+    let ended = match &e {
+        sqlx::Error::Database(db) => {
+            matches!(db.code().as_deref(), Some("57014" | "70100"))
+                || db.message().contains("maximum statement execution time")
+        }
+        _ => false,
+    };
+    if ended {
+        StoreError::TimedOut {
+            call: "fires (a search by error text, ended by the server)",
+            after_ms: limit_ms,
+        }
+    } else {
+        db_error(e)
     }
 }
 

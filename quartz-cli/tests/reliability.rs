@@ -224,34 +224,14 @@ async fn suite(kind: Kind) {
     match long_minutes() {
         None => {
             run.sigkill().await;
-            run.sigkill().await;
-            run.sigstop().await;
-            run.connections_killed().await;
-            run.commits_hang().await;
-            run.path_drops(Lose::Both).await;
-            run.path_drops(Lose::Outgoing).await;
-            run.path_drops(Lose::Incoming).await;
-            run.backend_stopped().await;
-            run.database_restart().await;
-            run.outage().await;
-            run.saturation().await;
+            run.each_fault().await;
             run.bad_input(&db).await;
         }
         Some(minutes) => {
             // Every fault once, so that each has its row in the results;
             // then faults at random until the time given is up.
             let until = std::time::Instant::now() + Duration::from_secs(minutes * 60);
-            run.sigkill().await;
-            run.sigstop().await;
-            run.connections_killed().await;
-            run.commits_hang().await;
-            run.path_drops(Lose::Both).await;
-            run.path_drops(Lose::Outgoing).await;
-            run.path_drops(Lose::Incoming).await;
-            run.backend_stopped().await;
-            run.database_restart().await;
-            run.outage().await;
-            run.saturation().await;
+            run.each_fault().await;
             let mut first_bad_input = true;
             while std::time::Instant::now() < until {
                 match run.rng.below(13) {
@@ -877,6 +857,21 @@ impl Run {
     }
 
     // ------------------------------------------------------------ the faults
+
+    /// Every fault of the suite once, but the bad input.
+    async fn each_fault(&mut self) {
+        self.sigkill().await;
+        self.sigstop().await;
+        self.connections_killed().await;
+        self.commits_hang().await;
+        self.path_drops(Lose::Both).await;
+        self.path_drops(Lose::Outgoing).await;
+        self.path_drops(Lose::Incoming).await;
+        self.backend_stopped().await;
+        self.database_restart().await;
+        self.outage().await;
+        self.saturation().await;
+    }
 
     /// Quiet running with the clocks skewed; checks the skew is real.
     async fn baseline(&mut self) {

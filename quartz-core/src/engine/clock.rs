@@ -40,6 +40,9 @@ pub(crate) struct Clock {
     paused: bool,
     /// The latest [`Clock::stamp`], in epoch ms.
     stamped_ms: AtomicI64,
+    /// How far behind the database the estimate may be, from the latest
+    /// reading: its round trip, in ms.
+    spread_ms: AtomicI64,
 }
 
 impl Clock {
@@ -53,6 +56,7 @@ impl Clock {
             offset_ms: AtomicI64::new(0),
             paused: hooks.paused,
             stamped_ms: AtomicI64::new(i64::MIN),
+            spread_ms: AtomicI64::new(0),
         }
     }
 
@@ -69,12 +73,24 @@ impl Clock {
             .saturating_add(i64::try_from(self.base.elapsed().as_millis()).unwrap_or(i64::MAX))
     }
 
-    /// Records a reading of the database clock, taken just now.
-    pub(crate) fn observe(&self, db_now: Timestamp) {
+    /// Records a reading of the database clock, taken just now, asked at
+    /// `asked_ms` on this node's clock ([`Clock::local_ms`]): the database
+    /// read its clock somewhere in between, so the estimate may be behind
+    /// it by as much as the round trip ([`Clock::spread_ms`]).
+    pub(crate) fn observe(&self, db_now: Timestamp, asked_ms: i64) {
+        let now = self.local_ms();
         // Both readings are truncated to the millisecond, which could put the
         // estimate up to 1 ms ahead: take 1 ms off so it never is.
-        self.offset_ms
-            .store(db_now.as_millis() - self.local_ms() - 1, Ordering::Relaxed);
+        self.offset_ms.store(db_now.as_millis() - now - 1, Ordering::Relaxed);
+        self.spread_ms.store((now - asked_ms).max(0) + 1, Ordering::Relaxed);
+    }
+
+    /// How far behind the database's clock the estimate may be: the round
+    /// trip of the reading it comes from, in ms. A record of when something
+    /// happened ([`Clock::stamp`]) lies between the stamp and the stamp
+    /// plus this.
+    pub(crate) fn spread_ms(&self) -> i64 {
+        self.spread_ms.load(Ordering::Relaxed)
     }
 
     /// The estimated database time now (never ahead of it).

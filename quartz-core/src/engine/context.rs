@@ -257,8 +257,9 @@ impl Ctx {
 
     /// Reads the database clock and corrects the node's offset to it.
     pub(super) async fn db_now(&self) -> Result<Timestamp, StoreError> {
+        let asked = self.clock.local_ms();
         let now = self.store.now().await?;
-        self.clock.observe(now);
+        self.clock.observe(now, asked);
         Ok(now)
     }
 

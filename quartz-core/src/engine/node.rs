@@ -105,8 +105,9 @@ impl Stages {
             Some(dir) => Some(open_run_log(dir, &scheduler, &registration, clock.local_ms())?),
             None => None,
         };
+        let asked = clock.local_ms();
         let db_now = store.now().await?;
-        clock.observe(db_now);
+        clock.observe(db_now, asked);
         let registered_at = clock.mono_ms();
         let registered = store.register_node(&registration).await?;
         if let Some(log) = &run_log {

@@ -138,6 +138,7 @@ impl Witness {
                 kind: run.kind.as_str().to_owned(),
                 local_ms: 0,
                 db_ms: 0,
+                db_spread_ms: 0,
             },
             floor: run.marked_at.unwrap_or(run.fire_time).max(run.fire_time),
         }
@@ -155,9 +156,11 @@ impl Witness {
     /// runtime even from a pool thread, so that a test's stepped clock is
     /// the one read.
     /// With the node's own clock, read at the same moment.
-    fn now(&self) -> (Timestamp, i64) {
+    /// And how far behind the database's clock the estimate may be.
+    fn now(&self) -> (Timestamp, i64, i64) {
         let _runtime = self.ctx.runtime.enter();
-        (self.ctx.clock.stamp(), self.ctx.clock.local_ms())
+        let clock = &self.ctx.clock;
+        (clock.stamp(), clock.local_ms(), clock.spread_ms())
     }
 
     /// The handler starts now: the start the ledger records, the node's
@@ -170,10 +173,11 @@ impl Witness {
     /// the same row holds. The run log keeps the estimate as read (its
     /// checker allows for a clock's slack before it calls a start early).
     pub(super) fn started(&mut self) -> Timestamp {
-        let (now, local_ms) = self.now();
+        let (now, local_ms, spread_ms) = self.now();
         if let Some(log) = &self.ctx.run_log {
             self.start.db_ms = now.as_millis();
             self.start.local_ms = local_ms;
+            self.start.db_spread_ms = spread_ms;
             log.write(&RunEvent::Start(self.start.clone()));
         }
         let started = now.max(self.floor);
@@ -184,7 +188,7 @@ impl Witness {
     /// The handler ended now, with `outcome` (`succeeded`, `failed`,
     /// `dropped`).
     pub(super) fn ended(&self, outcome: &str) -> Timestamp {
-        let (now, local_ms) = self.now();
+        let (now, local_ms, _) = self.now();
         let now = now.max(self.floor);
         if let Some(log) = &self.ctx.run_log {
             let s = &self.start;

@@ -338,13 +338,18 @@ fn judge(
                         ),
                     );
                 }
-                if s.db_ms.saturating_add(slack) < fire_time {
+                // The start lies in [db_ms, db_ms + db_spread_ms]: early
+                // only when even its latest is before the fire time.
+                let latest = s.db_ms.saturating_add(s.db_spread_ms.max(0));
+                if latest.saturating_add(slack) < fire_time {
                     flag(
                         RunViolationKind::Early,
                         format!(
-                            "attempt {attempt} started on {} {} ms before its time",
+                            "attempt {attempt} started on {} {} ms before its time (its clock estimate \
+                             behind by {} ms at most)",
                             s.node,
-                            fire_time - s.db_ms
+                            fire_time - s.db_ms,
+                            s.db_spread_ms
                         ),
                     );
                 }

@@ -149,6 +149,12 @@ pub struct RunStart {
     pub local_ms: i64,
     /// When (database time, estimated): the start the ledger records.
     pub db_ms: i64,
+    /// How far behind the database's clock `db_ms` may be: the round trip
+    /// of the clock reading the estimate came from (0 in logs written
+    /// before it was recorded). The start happened in `[db_ms, db_ms +
+    /// db_spread_ms]` of database time.
+    #[serde(default)]
+    pub db_spread_ms: i64,
 }
 
 /// A handler's end.

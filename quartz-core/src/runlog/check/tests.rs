@@ -26,6 +26,7 @@ fn start(node: &str, incarnation: i64, fire_id: i64, attempt: u32, db_ms: i64) -
         kind: "scheduled".to_owned(),
         local_ms: db_ms,
         db_ms,
+        db_spread_ms: 0,
     })
 }
 
@@ -198,6 +199,17 @@ fn a_start_before_the_fire_time_is_early() {
     // Within the clock slack: a clock estimate lowered by a slower reading.
     let files = [file(vec![registered("a", 1, 0), start("a", 1, 10, 1, T - 2)])];
     assert!(judged(&files, &[]).violations.is_empty());
+    // An estimate from a reading whose round trip was long: the start may
+    // have been up to that much later, on time.
+    let spread = |spread_ms: i64| {
+        let mut s = start("a", 1, 10, 1, T - 224);
+        if let RunEvent::Start(s) = &mut s {
+            s.db_spread_ms = spread_ms;
+        }
+        [file(vec![registered("a", 1, 0), s])]
+    };
+    assert!(judged(&spread(130), &[]).violations.is_empty());
+    assert_eq!(kinds(&judged(&spread(120), &[])), [RunViolationKind::Early]);
 }
 
 #[test]

@@ -346,10 +346,13 @@ async fn a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_
         rate: None,
         preview: true,
     };
+    // Bounded, not fast: the search stops at its 0.5 s limit, where an
+    // unbounded one ran for minutes; a loaded machine adds its own delays
+    // (the benchmarks, not this test, say how fast).
     let asked = std::time::Instant::now();
     let answer = admin.job_backfill("past", &request).await;
     assert!(
-        asked.elapsed() < Duration::from_secs(2),
+        asked.elapsed() < Duration::from_secs(10),
         "answered after {:?}",
         asked.elapsed()
     );
@@ -386,7 +389,7 @@ async fn a_calendar_that_excludes_almost_every_time_stalls_neither_a_node_nor_a_
     let asked = std::time::Instant::now();
     admin.calendar_put("closed", &replaced, None).await.unwrap();
     assert!(
-        asked.elapsed() < Duration::from_secs(2),
+        asked.elapsed() < Duration::from_secs(10),
         "the calendar of 10 triggers replaced in {:?}",
         asked.elapsed()
     );

@@ -185,6 +185,20 @@ impl Ctx {
         self.clock.mono_ms() - self.renewed_at() < self.lease_ms()
     }
 
+    /// Whether this node holds its lease ([`Ctx::membership_fresh`]) as
+    /// `owner`, the incarnation a fire was started under: a node declared
+    /// dead and registered again holds its lease as its new incarnation
+    /// only, and a fire its old one started must be confirmed by the
+    /// database (which refuses it) before it runs.
+    pub(super) fn holds_lease_as(&self, owner: &NodeRef) -> bool {
+        self.membership_fresh() && self.is_current(owner)
+    }
+
+    /// Whether `owner` is this node's current incarnation.
+    pub(super) fn is_current(&self, owner: &NodeRef) -> bool {
+        self.node.read().incarnation == owner.incarnation
+    }
+
     /// This node's id and current incarnation.
     pub(super) fn node(&self) -> NodeRef {
         self.node.read().clone()

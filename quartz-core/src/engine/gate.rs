@@ -69,7 +69,10 @@ impl Gate {
         if self.threshold_ms.is_some_and(|limit| late_ms > limit) {
             return Err(Ran::Late(late_ms));
         }
-        if self.submitted.elapsed() <= START_RECHECK && self.member {
+        // An incarnation that is no longer the node's (declared dead, and
+        // the node registered again since the hand-over) runs nothing the
+        // database has not confirmed.
+        if self.submitted.elapsed() <= START_RECHECK && self.member && self.ctx.is_current(&self.owner) {
             return Ok(None);
         }
         Ok(Some(self.recorder.confirm(self.fire_id, self.owner.clone())))

@@ -61,12 +61,13 @@ impl Runner {
     /// it is taken past the misfire threshold, or, taken late, found no
     /// longer this incarnation's ([`Gate`]).
     pub(super) fn submit(self: &Arc<Self>, run: RunFire) {
-        if self.ctx.membership_fresh() {
+        if self.ctx.holds_lease_as(&run.node) {
             self.to_lane(run, true);
         } else {
-            // Not renewed for half of dead_after: the database confirms the
-            // start first, from a task, so that no pool thread waits on a
-            // database that may not answer.
+            // Not renewed for half of dead_after, or registered again since
+            // the start (declared dead meanwhile): the database confirms
+            // the start first, from a task, so that no pool thread waits on
+            // a database that may not answer.
             tokio::spawn(Arc::clone(self).confirm_then_submit(run));
         }
     }

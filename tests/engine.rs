@@ -318,10 +318,15 @@ async fn three_nodes_fire_every_time_exactly_once(db: &TestDb) {
         ),
         (expected as u64, expected as u64, expected as u64, expected as u64)
     );
-    // The ledger's starts are the handlers' (the ledger records the fire
-    // time for a start whose estimate fell short of it by a few ms).
+    // The ledger's starts are the handlers': never earlier, and later only
+    // where the database recorded a later fenced start (a start confirmed
+    // again after a wait in a busy pool, on the database's own clock,
+    // where the handler's estimate lags by a clock reading's round trip).
+    // On a quiet machine the two agree within a few ms; a loaded one
+    // widens the gap, which the benchmarks, not this test, measure.
     assert!(
-        (checked.lateness.p99 - checked.ledger_lateness.p99).abs() <= 10,
+        checked.ledger_lateness.p99 >= checked.lateness.p99 - 10
+            && checked.ledger_lateness.p99 - checked.lateness.p99 <= checked.ledger_start_gap_max.max(10),
         "{checked:?}"
     );
 }

@@ -22,7 +22,7 @@ pub(super) const START_RECHECK: Duration = Duration::from_millis(100);
 /// a poll, on its first attempt, is misfired when it is taken past the
 /// threshold; one that waited past [`START_RECHECK`] (a busy pool, or this
 /// process paused), or that reaches its lane when this node has not renewed
-/// its membership for half of `dead_after` (a network that drops its
+/// its membership within its lease (a network that drops its
 /// heartbeats), has its ownership confirmed again, and its start time set
 /// to now, before it runs, so that a node declared dead meanwhile runs
 /// nothing it lost, even before the database could tell it so.

@@ -64,7 +64,7 @@ impl Runner {
         if self.ctx.holds_lease_as(&run.node) {
             self.to_lane(run, true);
         } else {
-            // Not renewed for half of dead_after, or registered again since
+            // Not renewed within its lease, or registered again since
             // the start (declared dead meanwhile): the database confirms
             // the start first, from a task, so that no pool thread waits on
             // a database that may not answer.

@@ -269,7 +269,7 @@ async fn the_living_are_not_declared_dead_for_coming_back_late_after_an_outage()
 /// A node whose heartbeats stop answering and whose confirmations of its
 /// starts fail (a network that drops packets on some of its connections)
 /// while its start statements still go through. Once its membership was
-/// last renewed half `dead_after` ago, it may be declared dead at any
+/// last renewed its lease (three quarters of `dead_after`) ago, it may be declared dead at any
 /// moment: it runs nothing the database has not confirmed as still its own,
 /// so nothing at all here, although the database still takes its starts
 /// until the others declare it dead.
@@ -324,9 +324,10 @@ async fn a_node_that_cannot_renew_its_membership_runs_nothing_unconfirmed() {
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let runs = runs.lock().clone();
-    // Its last heartbeat was sent before the silence: half dead_after after
-    // it, nothing more runs there.
-    let fresh_until = silent_from.saturating_add_millis(i64::try_from(settings.dead_after.as_millis() / 2).unwrap());
+    // Its last heartbeat was sent before the silence: its lease (three
+    // quarters of dead_after) after it, nothing more runs there.
+    let fresh_until =
+        silent_from.saturating_add_millis(i64::try_from(settings.dead_after.as_millis() * 3 / 4).unwrap());
     let late: Vec<_> = runs
         .iter()
         .filter(|(node, _, at)| *node == 0 && *at > fresh_until)

@@ -21,7 +21,7 @@ use std::time::Duration;
 use quartz_testkit::TestDb;
 use quartz_testkit::pg_pair::{PgPair, Replication};
 
-use super::{DEAD_AFTER_MS, Kind, Run, faketime_library, write_results};
+use super::{DEAD_AFTER_MS, Kind, NODES, Run, faketime_library, took, write_results};
 
 /// What becomes of the old primary.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -73,7 +73,7 @@ impl Run {
             }
             OldPrimary::LeftUp => {
                 "PostgreSQL standby promoted, the old primary left up and first among the hosts (its commits wait \
-                 for the standby that left it)"
+                 for the standby that left it), SIGTERM meanwhile"
             }
         });
         let before = self.incarnations().await;
@@ -87,6 +87,17 @@ impl Run {
         }
         tokio::task::block_in_place(|| pair.promote_standby());
         phase.lifted = self.now();
+        // With the old primary up, a node asked to stop while its
+        // connections wait on it must still end within its grace; it is
+        // started again, and must find the new primary.
+        let mut stopped = None;
+        if old == OldPrimary::LeftUp {
+            let i = usize::try_from(self.rng.below(NODES as u64)).unwrap();
+            let exit = self.terminate(i, "the old primary held its commits").await;
+            stopped = Some((self.nodes[i].id.clone(), exit));
+            let _ = self.nodes[i].child.take().map(|mut c| c.wait());
+            self.spawn(i);
+        }
         // Every node heart-beating on the new primary.
         let deadline = killed + 30_000;
         let back = loop {
@@ -118,7 +129,12 @@ impl Run {
         };
         self.sleep_until(phase.lifted + 6_000).await;
         let after = self.incarnations().await;
-        let declared = before.iter().filter(|(id, inc)| after.get(*id) != Some(inc)).count();
+        // The node stopped and started again has a new incarnation of its own.
+        let restarted = stopped.as_ref().map(|(id, _)| id.clone());
+        let declared = before
+            .iter()
+            .filter(|(id, inc)| Some(*id) != restarted.as_ref() && after.get(*id) != Some(inc))
+            .count();
         phase.detail = match old {
             OldPrimary::Killed => format!(
                 "standby promoted {} ms after the kill; every node heart-beating on it {} ms after the kill; nodes \
@@ -133,10 +149,12 @@ impl Run {
                         "the old primary was not up through the run (it answered {up:?})"
                     ));
                 }
+                let (id, exit) = stopped.unwrap_or_default();
                 format!(
                     "every node heart-beating on the new primary {} ms after the promotion, the old primary up; \
-                     nodes declared dead for it: {declared}",
-                    back - phase.lifted
+                     {id} ended {} after SIGTERM right after the promotion; nodes declared dead for it: {declared}",
+                    back - phase.lifted,
+                    took(exit)
                 )
             }
         };

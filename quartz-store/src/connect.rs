@@ -135,14 +135,16 @@ impl Db {
             // The database lives as long as its one connection.
             pool = pool.min_connections(1).idle_timeout(None).max_lifetime(None);
         }
-        let pool = pool
+        if let Some(follows) = follows {
             // After a move to another host, the connections to the old
             // one are closed as they come up for use: an old primary still
             // up would take their statements and never commit them.
-            .before_acquire(move |_conn, meta| {
-                let old = follows.as_ref().is_some_and(|h| h.made_before_move(meta.age));
+            pool = pool.before_acquire(move |_conn, meta| {
+                let old = follows.made_before_move(meta.age);
                 Box::pin(async move { Ok(!old) })
-            })
+            });
+        }
+        let pool = pool
             // sqlx tests a connection on its way back to the pool (a
             // round trip), without a deadline: one whose statement was
             // dropped by a caller's deadline, on a peer that vanished,

@@ -2130,20 +2130,22 @@ async fn retention_keeps_the_ledger_bounded_while_fires_go_on(db: &TestDb) {
         .create_job(&JobSpec::new("rare", "count"), &[ExecuteSpec::new(once)])
         .await
         .unwrap();
-    let mut most = 0;
-    // 100 fires a second for 4 s: 400 fires; with 1 s of retention the ledger
-    // holds about 100-150 of them.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
-    while tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        most = most.max(ledger(&store, CLUSTER).await.len());
-    }
-    let total: usize = (0..10).map(|i| runs.of(&format!("busy-{i}"))).sum();
-    assert!(total >= 250, "only {total} fires ran");
-    assert!(
-        most < total / 2 + 100,
-        "the ledger grew to {most} rows for {total} fires"
-    );
+    // 100 fires a second; with 1 s of retention the ledger holds about
+    // 100-150 of them however many have run: once a few hundred have, it
+    // holds fewer than half (a ledger that kept them all never would).
+    // Waited for, not judged at a moment: a loaded machine runs fewer fires
+    // a second and purges later.
+    let total = || -> usize { (0..10).map(|i| runs.of(&format!("busy-{i}"))).sum() };
+    wait_until(
+        Duration::from_secs(30),
+        "the ledger under half the fires run",
+        || async {
+            let held = ledger(&store, CLUSTER).await.len();
+            let ran = total();
+            ran >= 250 && held * 2 < ran
+        },
+    )
+    .await;
     let rows = ledger(&store, CLUSTER).await;
     let names = job_names(&store).await;
     let rare_id = names.iter().find(|(_, n)| *n == "rare").map(|(id, _)| *id).unwrap();

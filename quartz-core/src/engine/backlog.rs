@@ -14,7 +14,7 @@ use super::context::Ctx;
 use super::handler::RunKind;
 use super::launch::Launcher;
 use super::run::{PendingFire, RunFire};
-use crate::store::{FireEnd, FireQuery, FireState, JobState, MANUAL_EXECUTE, PendingClaim, waited_for_room};
+use crate::store::{FireEnd, FireQuery, FireState, JobState, MANUAL_EXECUTE, NodeRef, PendingClaim, waited_for_room};
 
 /// How often a pending fire whose time has come looks for a free thread, or
 /// for its job's running fire to end.
@@ -116,7 +116,14 @@ impl Backlog {
         // Known before it is claimed: the sweep for claims this node lost
         // track of must never take it.
         self.ctx.flights.unstarted([fire.fire_id]);
-        let claimed = self.ctx.store.pending_claim(fire.fire_id, &node, exclusive).await;
+        let mut claimed = self.ctx.store.pending_claim(fire.fire_id, &node, exclusive).await;
+        if matches!(claimed, Ok(PendingClaim::Gone)) && self.claimed_before(fire, &node).await {
+            // An earlier try of this claim committed and its answer was
+            // lost (a store call past its deadline): the fire is this
+            // incarnation's already. Taken as gone, no one would start it
+            // until the sweep for lost claims recorded it misfired.
+            claimed = Ok(PendingClaim::Won);
+        }
         if !matches!(claimed, Ok(PendingClaim::Won)) {
             self.ctx.flights.not_unstarted([fire.fire_id]);
         }
@@ -168,6 +175,23 @@ impl Backlog {
             job,
         });
         Ok(Some(true))
+    }
+
+    /// Whether the pending fire is claimed by `node` already (its row read
+    /// by id): a claim of it this node made before and never heard back
+    /// from.
+    async fn claimed_before(&self, fire: PendingFire, node: &NodeRef) -> bool {
+        let query = FireQuery {
+            execute_id: Some(fire.execute_id),
+            before_id: Some(fire.fire_id.saturating_add(1)),
+            limit: 1,
+            ..FireQuery::new()
+        };
+        self.ctx.store.fires(&query).await.is_ok_and(|rows| {
+            rows.first().is_some_and(|f| {
+                f.id == fire.fire_id && f.state == FireState::Claimed && f.owner.as_ref() == Some(node)
+            })
+        })
     }
 
     /// Why a pending fire runs, from the attempt before it: a late run a

@@ -243,7 +243,7 @@ impl Admin {
                 details.push(detail);
             }
         }
-        let items = views_of(details).await?;
+        let items = views::views_of(details).await?;
         let next = (jobs.len() == limit as usize)
             .then(|| jobs.last().map(|j| j.spec.name.clone()))
             .flatten();
@@ -261,7 +261,7 @@ impl Admin {
             .get_job(name)
             .await?
             .ok_or_else(|| AdminError::NotFound { name: name.to_owned() })?;
-        view_of(detail).await
+        views::view_of(detail).await
     }
 
     /// How a job's last [`JOB_STATS_FIRES`] fires went: success rate, run
@@ -345,7 +345,7 @@ impl Admin {
             let (spec, executes) = job.to_specs(now)?;
             let same = same_triggers(&current, &executes, &job.triggers);
             if spec == current.job.spec && same {
-                return Ok((view_of(current).await?, PutOutcome::Unchanged));
+                return Ok((views::view_of(current).await?, PutOutcome::Unchanged));
             }
             let replaced = (!same).then_some(executes.as_slice());
             match self
@@ -633,25 +633,4 @@ impl Admin {
             .map(|n| n.node_id)
             .collect())
     }
-}
-
-/// The views of jobs ([`JobView::new`], with [`UPCOMING`] fire times),
-/// computed on a blocking thread: each trigger's search for its upcoming
-/// times is bounded ([`views::VIEW_SEARCH_STEPS`]), but a page of jobs
-/// behind calendars that exclude almost every time still costs a fraction
-/// of a second of CPU, which a node's own tasks on the runtime's threads
-/// must not wait behind.
-async fn views_of(details: Vec<crate::store::JobDetail>) -> Result<Vec<JobView>, AdminError> {
-    tokio::task::spawn_blocking(move || details.iter().map(|d| JobView::new(d, UPCOMING)).collect())
-        .await
-        .map_err(|e| AdminError::Internal {
-            reason: format!("computing the jobs' views failed: {e}"),
-        })
-}
-
-/// One job's view, as [`views_of`] computes it.
-async fn view_of(detail: crate::store::JobDetail) -> Result<JobView, AdminError> {
-    views_of(vec![detail]).await?.pop().ok_or_else(|| AdminError::Internal {
-        reason: "a job's view was not computed".to_owned(),
-    })
 }

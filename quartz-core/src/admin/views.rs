@@ -543,3 +543,27 @@ pub(super) fn overview(now: Timestamp, window_ms: i64, nodes: &[Node], jobs: &[J
         lateness_histogram: histogram,
     }
 }
+
+/// The views of jobs ([`JobView::new`], with [`super::UPCOMING`] fire times),
+/// computed on a blocking thread: each trigger's search for its upcoming
+/// times is bounded ([`VIEW_SEARCH_STEPS`]), but a page of jobs
+/// behind calendars that exclude almost every time still costs a fraction
+/// of a second of CPU, which a node's own tasks on the runtime's threads
+/// must not wait behind.
+pub(super) async fn views_of(details: Vec<crate::store::JobDetail>) -> Result<Vec<JobView>, super::AdminError> {
+    tokio::task::spawn_blocking(move || details.iter().map(|d| JobView::new(d, super::UPCOMING)).collect())
+        .await
+        .map_err(|e| super::AdminError::Internal {
+            reason: format!("computing the jobs' views failed: {e}"),
+        })
+}
+
+/// One job's view, as [`views_of`] computes it.
+pub(super) async fn view_of(detail: crate::store::JobDetail) -> Result<JobView, super::AdminError> {
+    views_of(vec![detail])
+        .await?
+        .pop()
+        .ok_or_else(|| super::AdminError::Internal {
+            reason: "a job's view was not computed".to_owned(),
+        })
+}

@@ -138,20 +138,11 @@ impl Recovery {
 
     /// Fires this incarnation claimed but does not know of: a claim stored
     /// by a commit whose answer was lost (the connection cut at that
-    /// moment). Once past their time by the misfire threshold and
-    /// `dead_after`, and claimed longer ago than a claim's answer can take
-    /// to come back (the store's deadline) and `dead_after`, they are
-    /// recovered as a dead node's are; the compare-and-set on their state
-    /// keeps a start still on its way from running one twice. At most once
-    /// per `dead_after`.
-    ///
-    /// The claim's own age matters for a fire claimed late (one that waited
-    /// for room under a concurrency limit): its fire time is old when it is
-    /// claimed, and between the claim's commit and its answer the node
-    /// does not know of it yet. Judged by its fire time alone, a sweep in
-    /// that moment took it for a lost answer and recorded it misfired (a
-    /// CI run of the per-tenant limit test, on MariaDB: claimed 4 ms before
-    /// the sweep, 14 s after its time).
+    /// moment). Once past their time, and claimed, by the misfire threshold
+    /// and `dead_after` (the store reads both times), they are recovered as
+    /// a dead node's are; the compare-and-set on their state keeps a start
+    /// still on its way from running one twice. At most once per
+    /// `dead_after`.
     pub(super) async fn sweep_own_claims(&self, node: &NodeRef) -> Result<(), StoreError> {
         {
             let now = Instant::now();
@@ -167,16 +158,12 @@ impl Recovery {
             .misfire
             .threshold_ms()
             .saturating_add(duration_ms(self.ctx.settings.dead_after));
-        let db_now = self.ctx.clock.db_now().as_millis();
-        let before = Timestamp::from_millis(db_now.saturating_sub(margin));
-        let answered_by = db_now.saturating_sub(
-            duration_ms(self.ctx.settings.store_deadline()).saturating_add(duration_ms(self.ctx.settings.dead_after)),
-        );
+        let before = Timestamp::from_millis(self.ctx.clock.db_now().as_millis().saturating_sub(margin));
         let unknown: Vec<FireRecord> = {
             let fires = self.ctx.store.claimed_by(node, before, RECOVERY_BATCH).await?;
             fires
                 .into_iter()
-                .filter(|f| f.claimed_at.as_millis() < answered_by && !self.ctx.flights.is_unstarted(f.id))
+                .filter(|f| !self.ctx.flights.is_unstarted(f.id))
                 .collect()
         };
         if unknown.is_empty() {

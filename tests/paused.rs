@@ -496,6 +496,46 @@ async fn fires_past_a_slow_polls_window_are_claimed_at_their_time() {
     );
 }
 
+/// Claims that commit and lose their answer (past the store's deadline, a
+/// connection cut as it answered): the node reads back which of them went
+/// through and runs those at their time, as its own; taken as lost, each
+/// waited for the sweep for lost claims, which recorded it misfired
+/// seconds later.
+#[tokio::test(start_paused = true)]
+async fn claims_whose_answer_was_lost_run_at_their_time() {
+    use quartz_testkit::faults::Fault;
+
+    let (store, faults, node) = ticking_with_fault("claim_batch", Fault::LostAnswer).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let from = store.now().await.unwrap();
+    faults.set_enabled(true);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    faults.set_enabled(false);
+    let until = store.now().await.unwrap();
+    // Past the sweep for lost claims (threshold and dead_after).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    node.shutdown().await;
+
+    assert!(faults.injected().lost_answers >= 3, "{:?}", faults.injected());
+    let store = store.scoped(CLUSTER);
+    let rows = quartz_testkit::ledger(&quartz::store::AnyStore::from(store), CLUSTER).await;
+    let mut runs: Vec<(i64, FireState, u32, Option<i64>)> = rows
+        .iter()
+        .filter(|r| r.fire_time > from && r.fire_time < until)
+        .map(|r| {
+            let late = r.started_at.map(|s| s.as_millis() - r.fire_time.as_millis());
+            (r.fire_time.as_millis() - from.as_millis(), r.state, r.attempt, late)
+        })
+        .collect();
+    runs.sort_unstable_by_key(|r| (r.0, r.2));
+    assert!(runs.len() >= 7, "a fire a second: {runs:?}");
+    assert!(
+        runs.iter()
+            .all(|&(_, state, attempt, ms)| state == FireState::Succeeded && attempt == 1 && ms == Some(0)),
+        "every fire ran once, at its time: {runs:?}"
+    );
+}
+
 /// A node on the in-memory store with a one-second trigger, every call of
 /// `method` given `fault` once the test enables the faults.
 async fn ticking_with_fault(

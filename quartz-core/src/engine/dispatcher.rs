@@ -35,6 +35,9 @@ const PROBE_MIN: usize = 16;
 /// claim leads ahead (the ledger's open rows, and what an edit by hand or a
 /// stopped node meets, grow with it) for a smaller saving each.
 const RUN_MAX: usize = 2;
+/// The most of this incarnation's claimed, unstarted fires read back after
+/// a failed claim batch: more than a node holds room for.
+const READ_BACK_MAX: u32 = 20_000;
 
 /// The dispatcher stage: it takes fires from the queue the poller fills and
 /// hands the won ones to the launcher.
@@ -162,7 +165,7 @@ impl Dispatcher {
         // Held from before the claim: nothing else takes this room meanwhile.
         let held_first: Vec<_> = due.iter().map(|p| self.ctx.hold(&p.job)).collect();
         let queued = due.len();
-        let (claiming, claims, mut runs) = self.with_runs(due, held_first, &node);
+        let (mut claiming, mut claims, mut runs) = self.with_runs(due, held_first, &node);
         let asked = std::time::Instant::now();
         let won = match self.ctx.store.claim_batch(&claims).await {
             Ok(won) => {
@@ -174,18 +177,34 @@ impl Dispatcher {
             }
             Err(e) => {
                 tracing::warn!(scheduler = self.ctx.scheduler, fires = claims.len(), error = %e,
-                    "claims failed; trying them again shortly");
-                for run in runs.values() {
-                    self.queue.give_back(run);
+                    "claims failed; reading back which went through, trying the others again shortly");
+                let committed = self.committed_claims(&claims, &node).await;
+                let mut retried = Vec::new();
+                let mut kept = Vec::new();
+                for (c, claim) in claiming.into_iter().zip(claims) {
+                    match committed.get(&(c.pending.execute_id, c.pending.fire.fire_time)) {
+                        Some(&fire_id) => kept.push(((c, claim), Some(fire_id))),
+                        None => retried.push(c),
+                    }
                 }
-                let firsts = claiming
+                let firsts: Vec<Pending> = retried
                     .into_iter()
                     .filter(|c| c.hold.is_some())
                     .map(|c| c.pending)
                     .collect();
+                for first in &firsts {
+                    if let Some(run) = runs.remove(&first.execute_id) {
+                        self.queue.give_back(&run);
+                    }
+                }
                 let at = self.ctx.clock.db_now().saturating_add_millis(CLAIM_RETRY_MS);
                 self.queue.retry_at(firsts, at);
-                return;
+                if kept.is_empty() {
+                    return;
+                }
+                let (pairs, won): (Vec<_>, Vec<_>) = kept.into_iter().unzip();
+                (claiming, claims) = pairs.into_iter().unzip();
+                won
             }
         };
         let lead = duration_ms(self.ctx.settings.claim_lead);
@@ -282,6 +301,37 @@ impl Dispatcher {
         });
         for (fire_time, runs) in starts {
             self.launcher.launch_at(fire_time, runs);
+        }
+    }
+
+    /// The claims of a batch whose call failed that went through all the
+    /// same, by execute and fire time: an exclusive claim commits in a
+    /// transaction of its own, and the call's answer may be lost after any
+    /// of them (past the store's deadline, a connection cut). Such a fire is
+    /// this incarnation's, and no try again can win it (its row moved on);
+    /// taken as lost, it would wait for the sweep for lost claims, which
+    /// records it misfired. Read from the fires this incarnation claimed and
+    /// has not started; none when that read fails too (the sweep remains).
+    async fn committed_claims(&self, claims: &[Claim], node: &NodeRef) -> HashMap<(i64, Timestamp), i64> {
+        let Some(latest) = claims.iter().map(|c| c.fire_time).max() else {
+            return HashMap::new();
+        };
+        let asked: std::collections::HashSet<(i64, Timestamp)> =
+            claims.iter().map(|c| (c.cas.execute_id, c.fire_time)).collect();
+        // Claimed before the latest fire time, or before now for fires
+        // claimed late.
+        let before = latest.max(self.ctx.clock.db_now()).saturating_add_millis(1_000);
+        match self.ctx.store.claimed_by(node, before, READ_BACK_MAX).await {
+            Ok(fires) => fires
+                .into_iter()
+                .filter(|f| asked.contains(&(f.execute_id, f.fire_time)) && !self.ctx.flights.is_unstarted(f.id))
+                .map(|f| ((f.execute_id, f.fire_time), f.id))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(scheduler = self.ctx.scheduler, error = %e,
+                    "could not read back the claims of a failed batch; the sweep for lost claims takes any that went through");
+                HashMap::new()
+            }
         }
     }
 

@@ -441,6 +441,26 @@ impl SqlStore {
         }
     }
 
+    /// The ledger row of a claim, if it went through: claimed by the
+    /// claim's incarnation and not started yet.
+    async fn claimed_already(&self, claim: &Claim) -> Result<Option<i64>, StoreError> {
+        let row = self
+            .query(
+                "SELECT id FROM quartz_fire WHERE scheduler = ? AND execute_id = ? AND fire_time = ? \
+                 AND attempt = ? AND state = 'claimed' AND node_id = ? AND incarnation = ?",
+            )
+            .bind(self.scheduler().to_owned())
+            .bind(claim.cas.execute_id)
+            .bind(claim.fire_time.as_millis())
+            .bind(i64::from(claim.attempt))
+            .bind(claim.node.node_id.clone())
+            .bind(claim.node.incarnation)
+            .fetch_optional(&self.db.pool)
+            .await
+            .map_err(db_error)?;
+        row.map(|r| r.try_get(0).map_err(db_error)).transpose()
+    }
+
     pub(super) async fn claims_batch(&self, claims: &[Claim]) -> Result<Vec<Option<i64>>, StoreError> {
         // Exclusive claims lock a job row before the execute's: each gets a
         // transaction of its own, so that a batch never holds execute rows
@@ -461,11 +481,18 @@ impl SqlStore {
                 won.push(if claim.exclusive {
                     match retry_conflicts(|| self.claim(claim)).await {
                         Ok(won) => won,
-                        Err(e) => {
-                            tracing::warn!(execute_id = claim.cas.execute_id, error = %e,
-                                "exclusive claim failed; the next poll offers it again");
-                            None
-                        }
+                        // Its commit may have gone through with the answer
+                        // lost: read back, so that a claim won is not
+                        // reported lost (the fire would wait for the sweep
+                        // for lost claims).
+                        Err(e) => match self.claimed_already(claim).await {
+                            Ok(Some(id)) => Some(id),
+                            _ => {
+                                tracing::warn!(execute_id = claim.cas.execute_id, error = %e,
+                                    "exclusive claim failed; the next poll offers it again");
+                                None
+                            }
+                        },
                     }
                 } else {
                     shared_won.next().flatten()

@@ -31,6 +31,7 @@ pub mod cron;
 pub mod engine;
 mod error;
 pub mod misfire;
+pub mod mutants;
 pub mod retention;
 pub mod runlog;
 pub mod store;

@@ -25,6 +25,12 @@ pub(crate) struct ClockHooks {
     pub(crate) skew_ms: i64,
     /// The node runs on tokio's paused clock, which a test steps.
     pub(crate) paused: bool,
+    /// The node's own wall clock at start, in epoch ms, instead of the
+    /// system's (a simulation: the same on every run).
+    pub(crate) anchor_ms: Option<i64>,
+    /// How fast the node's own clock runs against real time, in parts per
+    /// million (positive: fast), for its monotonic and wall readings alike.
+    pub(crate) rate_ppm: i64,
 }
 
 #[derive(Debug)]
@@ -43,13 +49,17 @@ pub(crate) struct Clock {
     /// How far behind the database the estimate may be, from the latest
     /// reading: its round trip, in ms.
     spread_ms: AtomicI64,
+    /// The drift of the node's own clock, in parts per million.
+    rate_ppm: i64,
 }
 
 impl Clock {
     pub(crate) fn new(hooks: ClockHooks) -> Clock {
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let wall = hooks.anchor_ms.unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        });
         Clock {
             base: Instant::now(),
             anchor_ms: wall.saturating_add(hooks.skew_ms),
@@ -57,6 +67,7 @@ impl Clock {
             paused: hooks.paused,
             stamped_ms: AtomicI64::new(i64::MIN),
             spread_ms: AtomicI64::new(0),
+            rate_ppm: hooks.rate_ppm,
         }
     }
 
@@ -64,13 +75,20 @@ impl Clock {
     /// test's stepped clock): what the node's membership lease is counted
     /// on, which no clock reading moves.
     pub(crate) fn mono_ms(&self) -> i64 {
-        i64::try_from(self.base.elapsed().as_millis()).unwrap_or(i64::MAX)
+        self.drifted(i64::try_from(self.base.elapsed().as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// What the node's clock counts in `real_ms` of real time.
+    fn drifted(&self, real_ms: i64) -> i64 {
+        if self.rate_ppm == 0 {
+            return real_ms;
+        }
+        real_ms.saturating_add(real_ms.saturating_mul(self.rate_ppm).div_euclid(1_000_000))
     }
 
     /// The node's own clock, in epoch ms.
     pub(crate) fn local_ms(&self) -> i64 {
-        self.anchor_ms
-            .saturating_add(i64::try_from(self.base.elapsed().as_millis()).unwrap_or(i64::MAX))
+        self.anchor_ms.saturating_add(self.mono_ms())
     }
 
     /// Records a reading of the database clock, taken just now, asked at
@@ -116,7 +134,18 @@ impl Clock {
     /// The local instant at which the database clock reads `t`.
     pub(crate) fn instant_of(&self, t: Timestamp) -> Instant {
         let local = t.as_millis().saturating_sub(self.offset_ms.load(Ordering::Relaxed));
-        let since_base = local.saturating_sub(self.anchor_ms);
+        let mut since_base = local.saturating_sub(self.anchor_ms);
+        if self.rate_ppm != 0 && since_base > 0 {
+            // The first real millisecond at which the node's clock has
+            // counted that much: never before it (a wake-up before its
+            // time would find it not come, and wait again at once).
+            let rate = 1_000_000i64.saturating_add(self.rate_ppm).max(1);
+            let mut real = since_base.saturating_mul(1_000_000).div_euclid(rate);
+            while self.drifted(real) < since_base {
+                real += 1;
+            }
+            since_base = real;
+        }
         match u64::try_from(since_base) {
             Ok(ms) => self.base + Duration::from_millis(ms),
             Err(_) => self.base,

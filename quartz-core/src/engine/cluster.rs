@@ -88,7 +88,11 @@ impl Cluster {
         let busy = self.ctx.flights.held() + self.ctx.flights.pending_count();
         let sent = self.ctx.clock.mono_ms();
         if self.ctx.store.heartbeat(&node, busy as u64).await? {
-            self.ctx.renewed(sent);
+            if crate::mutants::on("lease-from-answer") {
+                self.ctx.renewed(self.ctx.clock.mono_ms());
+            } else {
+                self.ctx.renewed(sent);
+            }
         } else {
             self.rejoin(&node).await?;
         }
@@ -121,7 +125,10 @@ impl Cluster {
         // Judged after the reads, which may have waited out an outage of the
         // database: the heartbeats as they are now, not before it.
         let steady = self.steady();
-        let dead_after = duration_ms(self.ctx.settings.dead_after);
+        let mut dead_after = duration_ms(self.ctx.settings.dead_after);
+        if crate::mutants::on("dead-too-soon") {
+            dead_after /= 2;
+        }
         let me = self.ctx.node();
         let mut retired = false;
         for member in &members {

@@ -5,7 +5,7 @@
 //! file that keeps its own state and holds the context; the node
 //! ([`super::node`]) only wires them.
 
-use std::collections::{HashMap, HashSet};
+use super::fixed::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
@@ -117,7 +117,7 @@ impl Ctx {
             poll_now: Notify::new(),
             members: RwLock::new(vec![parts.node]),
             counters: Mutex::new(Counters::default()),
-            warned: Mutex::new(HashSet::new()),
+            warned: Mutex::new(HashSet::default()),
             misfires: Mutex::default(),
             flights: Flights::default(),
             renewed_ms: AtomicI64::new(parts.registered_at),
@@ -293,16 +293,18 @@ impl Ctx {
     /// the inbox closes.
     pub(super) async fn next<T>(&self, inbox: &mut mpsc::UnboundedReceiver<T>) -> Option<T> {
         tokio::select! {
-            next = inbox.recv() => next,
+            biased;
             () = self.stopped() => None,
+            next = inbox.recv() => next,
         }
     }
 
     /// Waits for `d`, or until the node stops; `false` when it stopped.
     pub(super) async fn pause(&self, d: Duration) -> bool {
         tokio::select! {
-            () = tokio::time::sleep(d) => !self.stopping(),
+            biased;
             () = self.stopped() => false,
+            () = tokio::time::sleep(d) => !self.stopping(),
         }
     }
 

@@ -8,7 +8,9 @@
 //! together are claimed by one call; a claim that did not go through (a
 //! database error) is tried again shortly, not left to the next poll.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use super::fixed::HashMap;
 use std::sync::Arc;
 use tracing::Instrument as _;
 
@@ -113,6 +115,7 @@ impl Dispatcher {
             }
             .map(|t| self.ctx.clock.instant_of(t));
             tokio::select! {
+                biased;
                 () = sleep_until_or_forever(wake) => {}
                 () = self.queue.changed.notified() => {}
                 () = self.ctx.flights.room.freed.notified() => {}
@@ -166,7 +169,7 @@ impl Dispatcher {
         let held_first: Vec<_> = due.iter().map(|p| self.ctx.hold(&p.job)).collect();
         let queued = due.len();
         let (mut claiming, mut claims, mut runs) = self.with_runs(due, held_first, &node);
-        let asked = std::time::Instant::now();
+        let asked = tokio::time::Instant::now();
         let won = match self.ctx.store.claim_batch(&claims).await {
             Ok(won) => {
                 // Paced by the fires taken from the queue, each with the
@@ -314,9 +317,9 @@ impl Dispatcher {
     /// has not started; none when that read fails too (the sweep remains).
     async fn committed_claims(&self, claims: &[Claim], node: &NodeRef) -> HashMap<(i64, Timestamp), i64> {
         let Some(latest) = claims.iter().map(|c| c.fire_time).max() else {
-            return HashMap::new();
+            return HashMap::default();
         };
-        let asked: std::collections::HashSet<(i64, Timestamp)> =
+        let asked: super::fixed::HashSet<(i64, Timestamp)> =
             claims.iter().map(|c| (c.cas.execute_id, c.fire_time)).collect();
         // Claimed before the latest fire time, or before now for fires
         // claimed late.
@@ -330,7 +333,7 @@ impl Dispatcher {
             Err(e) => {
                 tracing::warn!(scheduler = self.ctx.scheduler, error = %e,
                     "could not read back the claims of a failed batch; the sweep for lost claims takes any that went through");
-                HashMap::new()
+                HashMap::default()
             }
         }
     }
@@ -389,7 +392,7 @@ impl Dispatcher {
         let runs_at_once = self.ctx.settings.claim_runs && self.ctx.store.claims_runs_at_once();
         // Without runs (turned off, or a store that claims each fire on its
         // own), nothing is counted or read for them.
-        let mut alone: HashMap<i64, usize> = HashMap::new();
+        let mut alone: HashMap<i64, usize> = HashMap::default();
         let mut rooms = [0, 0];
         if runs_at_once {
             for p in &due {
@@ -398,7 +401,7 @@ impl Dispatcher {
             // The room left after the batch's own fires: runs take as many.
             rooms = self.ctx.rooms();
         }
-        let mut runs = HashMap::new();
+        let mut runs = HashMap::default();
         let mut claiming = Vec::with_capacity(due.len());
         for (pending, hold) in due.into_iter().zip(holds) {
             let claim = claim_of(&pending, node);

@@ -5,7 +5,7 @@
 //! threads and queue, one for `async_max` tasks), counting every fire this
 //! node holds until its handler returns.
 
-use std::collections::{HashMap, HashSet};
+use super::fixed::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

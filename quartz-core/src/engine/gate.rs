@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::context::Ctx;
+use super::context::{Ctx, duration_ms};
 use super::recorder::{Recorder, StartAnswer};
 use super::run::Ran;
 use crate::store::NodeRef;
@@ -31,7 +31,9 @@ pub(super) struct Gate {
     pub(super) recorder: Arc<Recorder>,
     pub(super) fire_time: Timestamp,
     pub(super) threshold_ms: Option<i64>,
-    pub(super) submitted: std::time::Instant,
+    /// When it was handed over, on the node's monotonic clock
+    /// ([`super::clock::Clock::mono_ms`]: a test's stepped clock).
+    pub(super) submitted_ms: i64,
     /// Whether the node's membership was fresh when the fire was handed
     /// over ([`Ctx::membership_fresh`], read on the runtime, whose clock a
     /// test may step).
@@ -72,7 +74,10 @@ impl Gate {
         // An incarnation that is no longer the node's (declared dead, and
         // the node registered again since the hand-over) runs nothing the
         // database has not confirmed.
-        if self.submitted.elapsed() <= START_RECHECK && self.member && self.ctx.is_current(&self.owner) {
+        if self.ctx.clock.mono_ms() - self.submitted_ms <= duration_ms(START_RECHECK)
+            && self.member
+            && self.ctx.is_current(&self.owner)
+        {
             return Ok(None);
         }
         Ok(Some(self.recorder.confirm(self.fire_id, self.owner.clone())))

@@ -1,7 +1,7 @@
 //! Handlers: the user code a fire runs, and what it is told about the fire.
 
+use super::fixed::HashMap;
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;

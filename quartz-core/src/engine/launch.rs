@@ -18,7 +18,9 @@
 //! no more fires than its room (see [`super::flight`]), counting every fire
 //! this node holds until its handler returns.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use super::fixed::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -178,10 +180,11 @@ impl Launcher {
             };
             let lead = i64::try_from(self.start_lead(fires).as_millis()).unwrap_or(0);
             let start_at = fire_time.saturating_add_millis(-lead);
-            if start_at <= self.ctx.clock.db_now() {
+            if start_at <= self.ctx.clock.db_now() || crate::mutants::on("start-early") {
                 break;
             }
             tokio::select! {
+                biased;
                 () = tokio::time::sleep_until(self.ctx.clock.instant_of(start_at)) => {
                     on_lead = true;
                     break;
@@ -208,7 +211,7 @@ impl Launcher {
             self.shortfall
                 .observe(ended.as_millis() - fire_time.as_millis(), ended, START_LEAD_MAX);
         }
-        if fire_time > ended {
+        if fire_time > ended && !crate::mutants::on("start-early") {
             tokio::time::sleep_until(self.ctx.clock.instant_of(fire_time)).await;
         }
         for run in started {
@@ -240,7 +243,7 @@ impl Launcher {
         // of this node: a fire claimed before the node was declared dead and
         // rejoined may have been taken over since, by that later incarnation
         // too, whose own launch of it is the one that must run.
-        let mut by_owner: HashMap<NodeRef, Vec<RunFire>> = HashMap::new();
+        let mut by_owner: HashMap<NodeRef, Vec<RunFire>> = HashMap::default();
         for run in runs {
             by_owner.entry(run.node.clone()).or_default().push(run);
         }
@@ -321,12 +324,12 @@ impl Launcher {
     /// Returns the started fires, and the last error if some fires' fate is
     /// still unknown after every try.
     async fn mark_running(&self, ids: &[i64], node: &NodeRef) -> (HashMap<i64, Timestamp>, Option<StoreError>) {
-        let mut started = HashMap::new();
+        let mut started = HashMap::default();
         let mut unknown = ids.to_vec();
         let mut answer_lost = false;
         let mut last_error = None;
         for tries in 1..=START_TRIES {
-            let asked = std::time::Instant::now();
+            let asked = tokio::time::Instant::now();
             let answer = self.ctx.store.mark_running_all(&unknown, node).await;
             self.observe_start(asked.elapsed());
             self.start_pace.observe(asked.elapsed(), unknown.len());

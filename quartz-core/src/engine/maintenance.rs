@@ -35,8 +35,9 @@ pub(super) async fn change_watcher(ctx: Arc<Ctx>) {
             None => ctx.store.changes().await,
             Some(seen) => {
                 tokio::select! {
-                    r = ctx.store.change_wait(seen, CHANGE_WAIT) => r,
+                    biased;
                     _ = stop.wait_for(|s| *s) => return,
+                    r = ctx.store.change_wait(seen, CHANGE_WAIT) => r,
                 }
             }
         };

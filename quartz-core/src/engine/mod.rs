@@ -51,6 +51,7 @@ mod clock;
 mod cluster;
 mod context;
 mod dispatcher;
+mod fixed;
 mod flight;
 mod gate;
 mod handler;
@@ -69,7 +70,7 @@ mod settings;
 mod strategy;
 mod typed;
 
-use std::collections::HashMap;
+use fixed::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -145,6 +146,8 @@ pub struct SchedulerBuilder {
     states: HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
     duplicate: Option<String>,
     clock_hooks: clock::ClockHooks,
+    /// Where run log events go instead of a file (a simulation).
+    run_sink: Option<crate::runlog::RunSink>,
 }
 
 impl fmt::Debug for SchedulerBuilder {
@@ -183,6 +186,26 @@ impl SchedulerBuilder {
     #[must_use]
     pub fn paused_clock_for_tests(mut self, paused: bool) -> SchedulerBuilder {
         self.clock_hooks.paused = paused;
+        self
+    }
+
+    /// Runs the node's own clock from `anchor_ms` (epoch ms at start,
+    /// instead of the system's clock), drifting by `rate_ppm` parts per
+    /// million, and hands each run log event to `sink` (as well as no file:
+    /// [`Settings::run_log`] is ignored): a node of a simulated cluster,
+    /// the same on every run of a seed. Only with the `testing` feature.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn simulated_for_tests(
+        mut self,
+        anchor_ms: i64,
+        rate_ppm: i64,
+        sink: crate::runlog::RunSink,
+    ) -> SchedulerBuilder {
+        self.clock_hooks.anchor_ms = Some(anchor_ms);
+        self.clock_hooks.rate_ppm = rate_ppm;
+        self.run_sink = Some(sink);
         self
     }
 
@@ -270,7 +293,7 @@ impl SchedulerBuilder {
                 self.scheduler,
                 self.settings,
                 (self.handlers, Arc::new(self.states)),
-                self.clock_hooks,
+                (self.clock_hooks, self.run_sink),
             )
             .await?,
         );
@@ -426,10 +449,11 @@ impl SchedulerBuilder {
         SchedulerBuilder {
             scheduler: scheduler.into(),
             settings: Settings::default(),
-            handlers: HashMap::new(),
-            states: HashMap::new(),
+            handlers: HashMap::default(),
+            states: HashMap::default(),
             duplicate: None,
             clock_hooks: clock::ClockHooks::default(),
+            run_sink: None,
         }
     }
 }

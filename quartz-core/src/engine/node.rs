@@ -11,7 +11,7 @@
 //! hands what it takes over to the launcher; the change watcher and the
 //! purge are [`super::maintenance`]'s.
 
-use std::collections::HashMap;
+use super::fixed::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -87,7 +87,7 @@ impl Stages {
         scheduler: String,
         settings: Settings,
         (handlers, states): (HashMap<String, Handler>, States),
-        clock_hooks: ClockHooks,
+        (clock_hooks, run_sink): (ClockHooks, Option<crate::runlog::RunSink>),
     ) -> Result<Stages, SchedulerError> {
         let clock = Clock::new(clock_hooks);
         // Every call the node makes has a deadline.
@@ -101,9 +101,10 @@ impl Stages {
             .keep_alive(settings.pool_keep_alive)
             .thread_name_prefix(format!("quartz-{scheduler}"))
             .build()?;
-        let run_log = match &settings.run_log {
-            Some(dir) => Some(open_run_log(dir, &scheduler, &registration, clock.local_ms())?),
-            None => None,
+        let run_log = match (run_sink, &settings.run_log) {
+            (Some(sink), _) => Some(opened(RunLog::sink(sink), &scheduler, &registration, clock.local_ms())),
+            (None, Some(dir)) => Some(open_run_log(dir, &scheduler, &registration, clock.local_ms())?),
+            (None, None) => None,
         };
         let asked = clock.local_ms();
         let db_now = store.now().await?;
@@ -361,6 +362,11 @@ fn open_run_log(
             dir: dir.to_owned(),
             source,
         })?;
+    Ok(opened(log, scheduler, registration, local_ms))
+}
+
+/// A run log with its first line written.
+fn opened(log: RunLog, scheduler: &str, registration: &NodeRegistration, local_ms: i64) -> RunLog {
     log.write(&RunEvent::Open {
         scheduler: scheduler.to_owned(),
         node: registration.node_id.clone(),
@@ -368,7 +374,7 @@ fn open_run_log(
         pid: registration.pid,
         local_ms,
     });
-    Ok(log)
+    log
 }
 
 fn registration(settings: &Settings, handlers: &HashMap<String, Handler>) -> NodeRegistration {

@@ -4,7 +4,7 @@
 //! are initialised or recomputed here, once, by compare-and-set; overdue rows
 //! go to their misfire policy, decided in bulk and written together.
 
-use std::collections::HashMap;
+use super::fixed::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,7 +70,7 @@ impl Poller {
             if self.ctx.stopping() {
                 return;
             }
-            let began = std::time::Instant::now();
+            let began = tokio::time::Instant::now();
             let polled = self
                 .poll()
                 .instrument(tracing::debug_span!("poll", scheduler = self.ctx.scheduler))
@@ -92,10 +92,22 @@ impl Poller {
             } else {
                 phase.take().unwrap_or(self.ctx.settings.poll_interval)
             };
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                () = self.ctx.poll_now.notified() => {}
+            let asked = tokio::select! {
+                biased;
+                () = tokio::time::sleep(wait) => false,
+                () = self.ctx.poll_now.notified() => true,
                 _ = stop.wait_for(|s| *s) => return,
+            };
+            // Asked to poll again now: not sooner than a short gap after
+            // the last poll began. A claim refused without moving its row (a
+            // job that disallows concurrency, under a limit, while a fire of
+            // it runs) asks for a poll at once, which finds the same fire
+            // due and is refused again: without the gap, a hot loop of polls
+            // and claims until the running fire ends (the simulator found
+            // it, where time stood still).
+            let since = began.elapsed();
+            if asked && since < FULL_BATCH_REPOLL {
+                tokio::time::sleep(FULL_BATCH_REPOLL - since).await;
             }
         }
     }
@@ -466,7 +478,7 @@ impl Poller {
 
 /// Keeps the last copy of each execute, in order.
 fn dedup_latest(executes: &mut Vec<Execute>) {
-    let mut seen = std::collections::HashSet::with_capacity(executes.len());
+    let mut seen = super::fixed::HashSet::with_capacity_and_hasher(executes.len(), super::fixed::Fixed::default());
     let mut latest: Vec<Execute> = executes.drain(..).rev().filter(|e| seen.insert(e.id)).collect();
     latest.reverse();
     *executes = latest;

@@ -8,7 +8,9 @@
 //! claim wrote ([`FireQueue::follow`]). Lock order: `tracked`, then
 //! `fires`, everywhere.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use super::fixed::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -3,7 +3,7 @@
 //! (one statement for many fires); failures, timeouts and successes that
 //! start chains are written one by one, each with what follows it.
 
-use std::collections::{HashMap, HashSet};
+use super::fixed::{HashMap, HashSet};
 use std::time::Duration;
 
 use parking_lot::RwLock;

@@ -4,7 +4,7 @@
 //! the execute's release, a retry or a misfire's late run to the backlog
 //! (a ledger row first), a chain's children to the launcher.
 
-use std::collections::HashMap;
+use super::fixed::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -110,7 +110,7 @@ impl Runner {
             recorder: Arc::clone(&self.recorder),
             fire_time: run.fire_time,
             threshold_ms: run.misfire_limit(self.ctx.settings.misfire.threshold_ms()),
-            submitted: std::time::Instant::now(),
+            submitted_ms: self.ctx.clock.mono_ms(),
             member,
             fire_id: run.fire_id,
             owner: run.node.clone(),
@@ -196,8 +196,8 @@ impl Runner {
         done_rx: oneshot::Receiver<Ran>,
         cancel_tx: watch::Sender<Option<CancelReason>>,
     ) {
-        let patience = std::time::Instant::now() + OFFER_PATIENCE;
-        while rejected.reason != RejectReason::ShutDown && std::time::Instant::now() < patience {
+        let patience = tokio::time::Instant::now() + OFFER_PATIENCE;
+        while rejected.reason != RejectReason::ShutDown && tokio::time::Instant::now() < patience {
             tokio::time::sleep(Duration::from_millis(1)).await;
             match self.ctx.pool.try_resubmit(rejected.into_task()) {
                 Ok(()) => return self.supervise(run, done_rx, cancel_tx, Dropper::default()).await,
@@ -235,6 +235,7 @@ impl Runner {
         let result = match timeout {
             Some(limit) => {
                 tokio::select! {
+                    biased;
                     r = &mut done_rx => r.ok(),
                     () = tokio::time::sleep(limit) => self.time_out(run, limit, &cancel_tx, done_rx, &dropper).await,
                 }
@@ -358,7 +359,7 @@ impl Runner {
     ) -> Option<Ran> {
         let _ = cancel_tx.send(Some(CancelReason::TimedOut));
         let limit_ms = limit.as_millis();
-        let asked = std::time::Instant::now();
+        let asked = tokio::time::Instant::now();
         self.ctx.count(|c| c.timed_out += 1);
         let note = format!("timed out after {limit_ms} ms; asked to stop, still running");
         if let Err(e) = self.ctx.store.fire_time_out(run.fire_id, &run.node, &note).await {
@@ -459,7 +460,7 @@ impl Runner {
             Err(e) => {
                 tracing::warn!(scheduler = self.ctx.scheduler, fire_id = parent.fire_id, error = %e,
                     "cannot read the child jobs; their claimed fires are released by recovery if this node dies");
-                HashMap::new()
+                HashMap::default()
             }
         };
         for child in children {

@@ -86,8 +86,8 @@ mod tests {
         }
     }
 
-    fn shares(strategy: Strategy, members: &[Node]) -> std::collections::HashMap<String, usize> {
-        let mut out = std::collections::HashMap::new();
+    fn shares(strategy: Strategy, members: &[Node]) -> crate::engine::fixed::HashMap<String, usize> {
+        let mut out = crate::engine::fixed::HashMap::default();
         for id in 0..30_000 {
             *out.entry(preferred(strategy, id, members).unwrap_or_default())
                 .or_default() += 1;

@@ -91,7 +91,11 @@ pub struct MisfireSettings {
 impl MisfireSettings {
     /// The threshold in milliseconds, as database times are compared.
     pub fn threshold_ms(&self) -> i64 {
-        i64::try_from(self.threshold.as_millis()).unwrap_or(i64::MAX)
+        let ms = i64::try_from(self.threshold.as_millis()).unwrap_or(i64::MAX);
+        if crate::mutants::on("misfire-threshold-late") {
+            return ms.saturating_add(5_000);
+        }
+        ms
     }
 }
 

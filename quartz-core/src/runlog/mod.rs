@@ -44,6 +44,7 @@ mod writer;
 
 pub use check::{CheckParams, Lateness, RunCheck, RunViolation, RunViolationKind, check};
 pub(crate) use writer::RunLog;
+pub use writer::RunSink;
 
 /// The file name suffix of a run log: `SCHEDULER.NODE.PID.MS.runs.jsonl`.
 pub const SUFFIX: &str = ".runs.jsonl";

@@ -161,6 +161,11 @@ pub(super) struct Fire {
 /// The open states: claimed or running.
 pub(super) const OPEN: &[FireState] = &[FireState::Claimed, FireState::Running];
 
+/// Whether a fire in `state` takes a place under its concurrency limit.
+fn open_for_limit(state: FireState) -> bool {
+    state == FireState::Claimed || (state == FireState::Running && !quartz_core::mutants::on("limit-ignores-running"))
+}
+
 impl Db {
     pub(super) fn id(&mut self) -> i64 {
         self.last_id += 1;
@@ -371,7 +376,8 @@ impl Db {
         let expect = &cas.expect;
         if row.state != cas.expect_state.as_str()
             || row.prev != expect.prev_fire_time.map(Timestamp::as_millis)
-            || row.next != expect.next_fire_time.map(Timestamp::as_millis)
+            || (row.next != expect.next_fire_time.map(Timestamp::as_millis)
+                && !quartz_core::mutants::on("claim-without-next-compare"))
             || row.calendar_stamp != expect.calendar_stamp
         {
             return false;
@@ -428,7 +434,7 @@ impl Db {
         now: i64,
     ) -> Option<i64> {
         let key = (execute_id, job_id, fire_time, attempt);
-        if self.fire_keys.contains_key(&key) {
+        if self.fire_keys.contains_key(&key) && !quartz_core::mutants::on("ledger-without-unique-key") {
             return None;
         }
         let id = self.id();
@@ -517,7 +523,7 @@ impl Db {
         let open = self
             .fires
             .values()
-            .filter(|f| jobs.contains(&f.record.job_id) && OPEN.contains(&f.record.state))
+            .filter(|f| jobs.contains(&f.record.job_id) && open_for_limit(f.record.state))
             .count();
         let open = i64::try_from(open).unwrap_or(i64::MAX);
         (open >= max).then_some(FullKey { key, open, max })
@@ -525,9 +531,13 @@ impl Db {
 
     /// A claimed or running fire of the job, if there is one.
     pub(super) fn job_open(&self, job_id: i64) -> Option<i64> {
+        let running_too = !quartz_core::mutants::on("skip-ignores-running");
         self.fires
             .values()
-            .find(|f| f.record.job_id == job_id && OPEN.contains(&f.record.state))
+            .find(|f| {
+                f.record.job_id == job_id
+                    && (f.record.state == FireState::Claimed || (running_too && f.record.state == FireState::Running))
+            })
             .map(|f| f.record.id)
     }
 

@@ -252,10 +252,13 @@ impl MemoryStore {
                 let Some(scheduler) = db.fires.get(id).map(|f| f.scheduler.clone()) else {
                     continue;
                 };
-                if !db.live(&scheduler, Some(node)) {
+                let unfenced = quartz_core::mutants::on("start-without-fence");
+                if !unfenced && !db.live(&scheduler, Some(node)) {
                     continue;
                 }
-                if let Some(f) = db.held(*id, &[from], Some(node)) {
+                let owner = db.fires.get(id).and_then(|f| f.record.owner.clone());
+                let fence = if unfenced { owner.as_ref() } else { Some(node) };
+                if let Some(f) = db.held(*id, &[from], fence) {
                     let at = f.record.fire_time.max(Timestamp::from_millis(now));
                     f.record.state = FireState::Running;
                     f.record.started_at = Some(at);
@@ -296,7 +299,8 @@ impl FireStore for MemoryStore {
 
     async fn orphaned_fires(&self, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
         let scheduler = &*self.scheduler;
-        Ok(self.read(|db| db.open_fires(scheduler, limit, |r| !db.live(scheduler, r.owner.as_ref()))))
+        let live_too = quartz_core::mutants::on("recover-live-fire");
+        Ok(self.read(|db| db.open_fires(scheduler, limit, |r| live_too || !db.live(scheduler, r.owner.as_ref()))))
     }
 
     async fn claimed_by(&self, node: &NodeRef, before: Timestamp, limit: u32) -> Result<Vec<FireRecord>, StoreError> {

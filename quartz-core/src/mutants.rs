@@ -1,0 +1,97 @@
+//! Planted bugs, for proving that the simulator (`quartz-sim`) catches
+//! what it claims to: each mutant is a one-line break of a real guarantee,
+//! switched on by name for a whole process, and compiled in only with the
+//! `mutants` feature (without it, [`on`] is `false` and costs nothing).
+//!
+//! ```
+//! assert!(quartz_core::mutants::ALL.iter().any(|m| m.name == "start-without-fence"));
+//! assert!(!quartz_core::mutants::on("start-without-fence"));
+//! ```
+
+/// A planted bug: its name and the guarantee it breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mutant {
+    /// Its name (`--mutant NAME`).
+    pub name: &'static str,
+    /// What it breaks.
+    pub breaks: &'static str,
+}
+
+/// Every mutant.
+pub const ALL: &[Mutant] = &[
+    Mutant {
+        name: "start-without-fence",
+        breaks: "the start of a fire is not fenced by the incarnation that claimed it, nor by its being live",
+    },
+    Mutant {
+        name: "claim-without-next-compare",
+        breaks: "the claim's compare-and-set ignores the execute's next fire time",
+    },
+    Mutant {
+        name: "ledger-without-unique-key",
+        breaks: "the ledger takes a second row of one fire time and attempt",
+    },
+    Mutant {
+        name: "lease-from-answer",
+        breaks: "the membership lease is counted from a renewal's answer instead of its send",
+    },
+    Mutant {
+        name: "recover-live-fire",
+        breaks: "recovery takes over the open fires of live nodes, not only dead ones'",
+    },
+    Mutant {
+        name: "dead-too-soon",
+        breaks: "a silent node is declared dead at half of dead_after, while it may still hold its lease",
+    },
+    Mutant {
+        name: "misfire-threshold-late",
+        breaks: "the misfire threshold is counted one poll window too late",
+    },
+    Mutant {
+        name: "skip-ignores-running",
+        breaks: "the skip overlap policy and a job's disallowed concurrency ignore running fires",
+    },
+    Mutant {
+        name: "limit-ignores-running",
+        breaks: "a concurrency limit counts claimed fires only, not running ones",
+    },
+    Mutant {
+        name: "start-early",
+        breaks: "a fire won ahead of its time is handed to its handler at once",
+    },
+];
+
+#[cfg(feature = "mutants")]
+static ACTIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Whether the mutant `name` is switched on.
+#[inline]
+pub fn on(name: &str) -> bool {
+    #[cfg(feature = "mutants")]
+    {
+        match ACTIVE.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => false,
+            i => ALL.get(i - 1).is_some_and(|m| m.name == name),
+        }
+    }
+    #[cfg(not(feature = "mutants"))]
+    {
+        let _ = name;
+        false
+    }
+}
+
+/// Switches the mutant `name` on for the whole process (`None`: none).
+///
+/// # Errors
+///
+/// The name when no mutant has it.
+#[cfg(feature = "mutants")]
+pub fn set(name: Option<&str>) -> Result<(), String> {
+    let index = match name {
+        None => 0,
+        Some(name) => ALL.iter().position(|m| m.name == name).ok_or_else(|| name.to_owned())? + 1,
+    };
+    ACTIVE.store(index, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}

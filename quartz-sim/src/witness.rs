@@ -1,0 +1,197 @@
+//! What the simulator sees apart from the system under test: each node
+//! process's run log (its events handed over in memory, one log per
+//! process, as the nodes write files), the handlers' runs in simulated real
+//! time, judged as they happen against the overlap policies and
+//! concurrency limits, and the trace every event feeds.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use quartz_core::runlog::{RunEvent, RunFile, RunSink};
+
+use crate::rng::Digest;
+
+/// How a job's runs may overlap in real time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rules {
+    /// A first attempt of its trigger's fire begins only when no other run
+    /// of the job runs: the trigger's policy holds, skips or makes it wait
+    /// (none, on a job that disallows concurrency; skip; either buffer;
+    /// cancel, whose fire waits for the one it stopped).
+    pub trigger_waits: bool,
+    /// Any other run (by hand, a retry, a late run) begins only when no
+    /// other run of the job runs: the job disallows concurrency, or its
+    /// trigger has a policy other than allow.
+    pub others_wait: bool,
+    /// Its concurrency key and limit.
+    pub limit: Option<(String, u32)>,
+}
+
+/// The witness of one simulated run.
+#[derive(Debug, Default)]
+pub struct Witness {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Each node process's log, in start order.
+    files: Vec<RunFile>,
+    trace: Digest,
+    /// Runs in progress: fire id → (job, node process).
+    running: BTreeMap<i64, (String, usize)>,
+    /// The jobs' rules, by name.
+    rules: BTreeMap<String, Rules>,
+    violations: Vec<String>,
+    starts: u64,
+    /// Every line fed to the trace, when asked to keep them.
+    lines: Option<Vec<String>>,
+}
+
+impl Inner {
+    fn feed(&mut self, line: &str) {
+        self.trace.feed(line.as_bytes());
+        if let Some(lines) = &mut self.lines {
+            lines.push(line.to_owned());
+        }
+    }
+}
+
+impl Witness {
+    /// Keeps every line fed to the trace from now on ([`Self::lines`]).
+    pub fn keep_lines(&self) {
+        self.inner.lock().lines.get_or_insert_with(Vec::new);
+    }
+
+    /// The lines fed to the trace, if kept.
+    pub fn lines(&self) -> Vec<String> {
+        self.inner.lock().lines.clone().unwrap_or_default()
+    }
+
+    /// A witness that knows each job's rules.
+    pub fn new(rules: BTreeMap<String, Rules>) -> Arc<Witness> {
+        Arc::new(Witness {
+            inner: Mutex::new(Inner {
+                rules,
+                ..Inner::default()
+            }),
+        })
+    }
+
+    /// A run log for a new node process, and its index.
+    pub fn process(self: &Arc<Self>, name: &str) -> (usize, RunSink) {
+        let index = {
+            let mut inner = self.inner.lock();
+            inner.files.push(RunFile {
+                path: format!("{name}.runs.jsonl").into(),
+                ..RunFile::default()
+            });
+            inner.files.len() - 1
+        };
+        let witness = Arc::clone(self);
+        let sink: RunSink = Arc::new(move |event: &RunEvent| witness.logged(index, event));
+        (index, sink)
+    }
+
+    fn logged(&self, process: usize, event: &RunEvent) {
+        let mut inner = self.inner.lock();
+        // The host and process id of an opened log are the machine's, not
+        // the simulation's: left out of the trace.
+        if !matches!(event, RunEvent::Open { .. }) {
+            let line = serde_json::to_string(event).unwrap_or_default();
+            inner.feed(&line);
+        }
+        inner.files[process].events.push(event.clone());
+    }
+
+    /// Feeds the trace with something the simulator did.
+    pub fn note(&self, what: &str) {
+        self.inner.lock().feed(what);
+    }
+
+    /// A handler began, at simulated time `at_ms`: judged against the runs
+    /// in progress.
+    pub fn began(&self, process: usize, job: &str, fire_id: i64, by_trigger: bool, at_ms: i64) {
+        let mut inner = self.inner.lock();
+        inner.starts += 1;
+        let rules = inner.rules.get(job).cloned();
+        if let Some(rules) = rules {
+            if (by_trigger && rules.trigger_waits) || (!by_trigger && rules.others_wait) {
+                let others: Vec<i64> = inner
+                    .running
+                    .iter()
+                    .filter(|(_, (j, _))| j == job)
+                    .map(|(id, _)| *id)
+                    .collect();
+                if !others.is_empty() {
+                    inner.violations.push(format!(
+                        "overlap: {job} fire {fire_id} began at {at_ms} while fires {others:?} of the job ran"
+                    ));
+                }
+            }
+            if let Some((key, max)) = &rules.limit {
+                let rules_of = &inner.rules;
+                let at_once = 1 + inner
+                    .running
+                    .values()
+                    .filter(|(j, _)| {
+                        rules_of
+                            .get(j)
+                            .is_some_and(|r| r.limit.as_ref().is_some_and(|(k, _)| k == key))
+                    })
+                    .count();
+                if at_once > *max as usize {
+                    inner.violations.push(format!(
+                        "limit: {job} fire {fire_id} began at {at_ms} as the {at_once}th of key {key} (limit {max})"
+                    ));
+                }
+            }
+        }
+        inner.running.insert(fire_id, (job.to_owned(), process));
+        inner.feed(&format!("began {process} {fire_id} {at_ms}"));
+    }
+
+    /// A handler ended (returned, or its process died).
+    pub fn ended(&self, fire_id: i64, at_ms: i64) {
+        let mut inner = self.inner.lock();
+        if inner.running.remove(&fire_id).is_some() {
+            inner.feed(&format!("ended {fire_id} {at_ms}"));
+        }
+    }
+
+    /// A node process died: its handlers with it.
+    pub fn died(&self, process: usize, at_ms: i64) {
+        let mut inner = self.inner.lock();
+        let dead: Vec<i64> = inner
+            .running
+            .iter()
+            .filter(|(_, (_, p))| *p == process)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in dead {
+            inner.running.remove(&id);
+            inner.feed(&format!("died {id} {at_ms}"));
+        }
+    }
+
+    /// The run logs so far.
+    pub fn files(&self) -> Vec<RunFile> {
+        self.inner.lock().files.clone()
+    }
+
+    /// What the real-time judgement found.
+    pub fn violations(&self) -> Vec<String> {
+        self.inner.lock().violations.clone()
+    }
+
+    /// Handler starts seen.
+    pub fn starts(&self) -> u64 {
+        self.inner.lock().starts
+    }
+
+    /// The trace's digest so far.
+    pub fn trace(&self) -> u64 {
+        self.inner.lock().trace.value()
+    }
+}

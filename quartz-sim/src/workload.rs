@@ -1,0 +1,151 @@
+//! The jobs a seed draws: every kind of schedule, misfire and overlap
+//! policy, concurrency limits, retries, timeouts, failures and run times
+//! that sometimes outlast their interval.
+
+use std::time::Duration;
+
+use quartz_core::Timestamp;
+use quartz_core::misfire::MisfirePolicy;
+use quartz_core::store::{ConcurrencyLimit, ExecuteSpec, JobSpec, RetryPolicy};
+use quartz_core::trigger::{Overlap, Trigger};
+
+use crate::rng::Rng;
+
+/// The one handler every simulated job names.
+pub const HANDLER: &str = "sim";
+
+/// What a job's handler does, from its payload.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct Behaviour {
+    /// The shortest and longest run, in ms.
+    pub run_ms: (u64, u64),
+    /// Runs that fail, per mille.
+    pub fail: u64,
+}
+
+/// A drawn job: its spec and triggers, as a user would add them.
+#[derive(Debug, Clone)]
+pub struct DrawnJob {
+    /// Its longest run, in ms.
+    pub longest_ms: u64,
+    /// The job.
+    pub spec: JobSpec,
+    /// Its triggers.
+    pub executes: Vec<ExecuteSpec>,
+}
+
+const ZONES: &[&str] = &["UTC", "America/New_York", "Europe/London", "Australia/Lord_Howe"];
+const CRONS: &[&str] = &[
+    "0 * * * * ?",
+    "*/20 * * * * ?",
+    "15 */2 * * * ?",
+    "0 */5 * * * ?",
+    "0 0/15 * * * ?",
+    "0 30 * * * ?",
+    "0 0 1-3 * * ?",
+    "0 30 2 * * ?",
+];
+const POLICIES: &[MisfirePolicy] = &[
+    MisfirePolicy::Smart,
+    MisfirePolicy::FireNow,
+    MisfirePolicy::IgnoreMisfires,
+    MisfirePolicy::DoNothing,
+    MisfirePolicy::RescheduleNowWithExistingCount,
+    MisfirePolicy::RescheduleNowWithRemainingCount,
+    MisfirePolicy::RescheduleNextWithExistingCount,
+    MisfirePolicy::RescheduleNextWithRemainingCount,
+];
+const OVERLAPS: &[Overlap] = &[
+    Overlap::Allow,
+    Overlap::Skip,
+    Overlap::BufferOne,
+    Overlap::BufferAll,
+    Overlap::Cancel,
+];
+
+/// Draws `count` jobs whose triggers start from `from` and whose one-off
+/// fires fall before `until`.
+pub fn draw(rng: &mut Rng, count: usize, from: Timestamp, until: Timestamp) -> Vec<DrawnJob> {
+    (0..count).map(|i| draw_one(rng, i, from, until)).collect()
+}
+
+fn draw_one(rng: &mut Rng, i: usize, from: Timestamp, until: Timestamp) -> DrawnJob {
+    let start = from.saturating_add_millis(i64::try_from(rng.range(0, 60_000)).unwrap_or(0));
+    let span_ms = (until.as_millis() - start.as_millis()).max(1_000);
+    // The trigger, and its typical interval (what run times are drawn
+    // against, so that some outlast it).
+    let (trigger, every_ms) = match rng.below(8) {
+        0..=2 => {
+            let expr = *rng.pick(CRONS);
+            let zone = *rng.pick(ZONES);
+            let trigger = Trigger::cron(expr, zone, start).expect("a valid cron trigger");
+            let every = if expr.starts_with("*/20") { 20_000 } else { 60_000 };
+            (trigger, every)
+        }
+        3..=5 => {
+            let every = rng.range(5, 300) * 1_000;
+            (
+                Trigger::every(Duration::from_millis(every), start).expect("a valid interval"),
+                every,
+            )
+        }
+        6 => {
+            let delay = rng.range(5, 120) * 1_000;
+            (
+                Trigger::after_each(Duration::from_millis(delay), start).expect("a valid delay"),
+                delay,
+            )
+        }
+        _ => {
+            let at =
+                start.saturating_add_millis(i64::try_from(rng.below(u64::try_from(span_ms).unwrap_or(1))).unwrap_or(0));
+            (Trigger::once(at), 60_000)
+        }
+    };
+    let policy = *rng.pick(POLICIES);
+    let mut trigger = trigger.clone().with_misfire_policy(policy).unwrap_or(trigger);
+    if rng.chance(150) {
+        trigger = trigger.clone().with_repeat_limit(rng.range(1, 20)).unwrap_or(trigger);
+    }
+    if rng.chance(400) {
+        trigger = trigger.with_overlap(Some(*rng.pick(OVERLAPS)));
+    }
+    let mut spec = JobSpec::new(format!("job-{i:02}"), HANDLER);
+    spec.allow_concurrent = rng.chance(500);
+    spec.requests_recovery = rng.chance(500);
+    if rng.chance(250) {
+        spec.retry = RetryPolicy {
+            max_attempts: u32::try_from(rng.range(2, 3)).unwrap_or(2),
+            backoff: Duration::from_secs(rng.range(1, 30)),
+            backoff_max: None,
+        };
+    }
+    if rng.chance(200) {
+        spec.limit = Some(ConcurrencyLimit::new(
+            u32::try_from(rng.range(1, 2)).unwrap_or(1),
+            format!("key-{}", rng.below(2)),
+        ));
+    }
+    // Mostly short; now and then as long as the interval or longer, where
+    // the fires that wait for a run are bounded (not under buffer-all, nor
+    // a concurrency limit, whose backlogs would then grow without end).
+    let backlog_grows = spec.limit.is_some() || trigger.overlap() == Some(Overlap::BufferAll);
+    let longest = if rng.chance(200) && !backlog_grows {
+        every_ms * 3 / 2
+    } else {
+        rng.range(50, 5_000).min(every_ms / 4).max(50)
+    };
+    let behaviour = Behaviour {
+        run_ms: (rng.range(1, 50), longest),
+        fail: if rng.chance(300) { rng.range(50, 400) } else { 0 },
+    };
+    if rng.chance(150) {
+        spec.timeout = Some(Duration::from_millis(rng.range(500, longest.max(600))));
+    }
+    spec.payload = serde_json::to_string(&behaviour).expect("a payload");
+    DrawnJob {
+        longest_ms: longest,
+        spec,
+        executes: vec![ExecuteSpec::new(trigger)],
+    }
+}

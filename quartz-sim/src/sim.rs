@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use crate::link::{Cut, Link, LinkState};
 use crate::rng::{Rng, mix};
-use crate::witness::{Rules, Witness};
+use crate::witness::{Rules, Whose, Witness};
 use crate::workload::{self, Behaviour, DrawnJob, HANDLER};
 
 /// The simulated cluster's name.
@@ -420,8 +420,16 @@ fn handler(
             let run = lo + draw % (hi.saturating_sub(lo) + 1);
             let fails = (draw >> 32) % 1_000 < behaviour.fail;
             let fire_id = ctx.fire_id();
-            let by_trigger = ctx.execute_id() != quartz_core::store::MANUAL_EXECUTE && ctx.attempt() == 1;
-            witness.began(process, ctx.job_name(), fire_id, by_trigger, store.clock().as_millis());
+            let whose = if ctx.run_kind() == quartz_core::engine::RunKind::Recovery {
+                Whose::Recovery
+            } else if ctx.execute_id() == quartz_core::store::MANUAL_EXECUTE {
+                Whose::ByHand
+            } else if ctx.attempt() == 1 {
+                Whose::Trigger
+            } else {
+                Whose::Attempt
+            };
+            witness.began(process, ctx.job_name(), fire_id, whose, store.clock().as_millis());
             let outcome: JobResult = tokio::select! {
                 biased;
                 () = async { let _ = died.wait_for(|d| *d).await; } => std::future::pending().await,
@@ -441,7 +449,8 @@ fn rules_of(job: &DrawnJob) -> Rules {
     let overlap = job.executes.first().and_then(|e| e.trigger.overlap());
     Rules {
         trigger_waits: Overlap::effective(overlap, job.spec.allow_concurrent) != Some(Overlap::Allow),
-        others_wait: !job.spec.allow_concurrent || overlap.is_some_and(|o| o != Overlap::Allow),
+        attempts_wait: !job.spec.allow_concurrent || overlap.is_some_and(|o| o != Overlap::Allow),
+        by_hand_waits: !job.spec.allow_concurrent,
         limit: job.spec.limit.as_ref().map(|l| (l.key.clone(), l.max)),
     }
 }

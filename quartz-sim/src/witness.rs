@@ -20,12 +20,31 @@ pub struct Rules {
     /// (none, on a job that disallows concurrency; skip; either buffer;
     /// cancel, whose fire waits for the one it stopped).
     pub trigger_waits: bool,
-    /// Any other run (by hand, a retry, a late run) begins only when no
-    /// other run of the job runs: the job disallows concurrency, or its
-    /// trigger has a policy other than allow.
-    pub others_wait: bool,
+    /// A later attempt of its trigger's fire (a retry, a late run) begins
+    /// only when no other run of the job runs: the job disallows
+    /// concurrency, or its trigger has a policy other than allow.
+    pub attempts_wait: bool,
+    /// A fire by hand (no trigger's, so no trigger's policy) begins only
+    /// when no other run of the job runs: the job disallows concurrency.
+    pub by_hand_waits: bool,
     /// Its concurrency key and limit.
     pub limit: Option<(String, u32)>,
+}
+
+/// Which fire a run is, for the rules of [`Rules`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whose {
+    /// A first attempt of a trigger's fire.
+    Trigger,
+    /// A later attempt of a trigger's fire.
+    Attempt,
+    /// A fire asked for by hand.
+    ByHand,
+    /// A fire run again because its node died while it ran (the job
+    /// requests recovery): started at once, whatever else of the job runs
+    /// (the rerun is claimed for the node that recovers it; it does not
+    /// wait as a retry does).
+    Recovery,
 }
 
 /// The witness of one simulated run.
@@ -112,12 +131,18 @@ impl Witness {
 
     /// A handler began, at simulated time `at_ms`: judged against the runs
     /// in progress.
-    pub fn began(&self, process: usize, job: &str, fire_id: i64, by_trigger: bool, at_ms: i64) {
+    pub fn began(&self, process: usize, job: &str, fire_id: i64, whose: Whose, at_ms: i64) {
         let mut inner = self.inner.lock();
         inner.starts += 1;
         let rules = inner.rules.get(job).cloned();
         if let Some(rules) = rules {
-            if (by_trigger && rules.trigger_waits) || (!by_trigger && rules.others_wait) {
+            let waits = match whose {
+                Whose::Trigger => rules.trigger_waits,
+                Whose::Attempt => rules.attempts_wait,
+                Whose::ByHand => rules.by_hand_waits,
+                Whose::Recovery => false,
+            };
+            if waits {
                 let others: Vec<i64> = inner
                     .running
                     .iter()

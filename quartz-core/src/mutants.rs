@@ -24,12 +24,12 @@ pub const ALL: &[Mutant] = &[
         breaks: "the start of a fire is not fenced by the incarnation that claimed it, nor by its being live",
     },
     Mutant {
-        name: "claim-without-next-compare",
-        breaks: "the claim's compare-and-set ignores the execute's next fire time",
+        name: "retry-after-success",
+        breaks: "a fire that succeeded is tried again while its job allows more attempts",
     },
     Mutant {
-        name: "ledger-without-unique-key",
-        breaks: "the ledger takes a second row of one fire time and attempt",
+        name: "fence-keeps-handlers",
+        breaks: "a node whose membership lease ran out does not ask its running handlers to stop",
     },
     Mutant {
         name: "lease-from-answer",

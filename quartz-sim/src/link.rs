@@ -44,6 +44,8 @@ struct Conditions {
     crashed: bool,
     /// The store is restarting: every call is refused at once.
     store_down: bool,
+    /// The way back is congested: every answer comes this late.
+    slow_answers_ms: u64,
     /// Per-call faults, per mille of calls: errors, lost answers, delays.
     error: u64,
     lost: u64,
@@ -69,6 +71,7 @@ impl LinkState {
                 frozen: false,
                 crashed: false,
                 store_down: false,
+                slow_answers_ms: 0,
                 error: 0,
                 lost: 0,
                 delay: 0,
@@ -105,6 +108,12 @@ impl LinkState {
         self.conditions.send_modify(|c| c.store_down = down);
     }
 
+    /// Every answer `ms` late (0: on time), the calls themselves done at
+    /// once: the node learns late of what it did (a renewal of its lease).
+    pub fn slow_answers(&self, ms: u64) {
+        self.conditions.send_modify(|c| c.slow_answers_ms = ms);
+    }
+
     /// Per-call faults, per mille: errors, lost answers, delays (all 0: none).
     pub fn per_call(&self, error: u64, lost: u64, delay: u64) {
         self.conditions.send_modify(|c| {
@@ -129,10 +138,15 @@ impl LinkState {
             return std::future::pending().await;
         }
         self.wait_while(|c| c.frozen && !c.crashed).await;
-        let (cut, down, error, lost, delay) = {
+        let (cut, down, error, lost, delay, slow) = {
             let c = self.conditions.borrow();
-            (c.cut, c.store_down, c.error, c.lost, c.delay)
+            (c.cut, c.store_down, c.error, c.lost, c.delay, c.slow_answers_ms)
         };
+        if slow > 0 && cut == Cut::None && !down {
+            let answer = call.await;
+            tokio::time::sleep(Duration::from_millis(slow)).await;
+            return answer;
+        }
         match cut {
             Cut::Both | Cut::ToStore => {
                 // Sent into the void: the caller's deadline ends the wait,
@@ -164,15 +178,23 @@ impl LinkState {
         }
         if draw < error + lost + delay {
             self.faults.fetch_add(1, Ordering::Relaxed);
-            let ms = {
+            let (ms, on_answer) = {
                 let mut rng = self.rng.lock();
                 // Now and then past a node's lease.
-                if rng.chance(30) {
+                let ms = if rng.chance(30) {
                     rng.range(5_000, 12_000)
                 } else {
                     rng.range(5, 400)
-                }
+                };
+                (ms, rng.chance(500))
             };
+            if on_answer {
+                // Done at once, answered late: the caller learns of it (a
+                // lease renewed, a start recorded) long after it happened.
+                let answer = call.await;
+                tokio::time::sleep(Duration::from_millis(ms.min(4_000))).await;
+                return answer;
+            }
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
         call.await
@@ -200,7 +222,7 @@ impl Link {
 }
 
 /// The link's methods of one trait of the contract: each carries the inner
-/// store's call.
+/// store's call; a start statement may arrive after its caller gave up.
 macro_rules! linked {
     ($(impl $tr:ident { $( fn $name:ident(&self $(, $arg:ident : $ty:ty)* ) -> $ret:ty; )* })*) => {
         $(
@@ -208,12 +230,50 @@ macro_rules! linked {
             impl $tr for Link {
                 $(
                     async fn $name(&self $(, $arg: $ty)*) -> Result<$ret, StoreError> {
-                        self.state.carry(self.inner.$name($($arg),*)).await
+                        linked!(@call self, $name $(, $arg)*)
                     }
                 )*
             }
         )*
     };
+    (@call $self:ident, mark_running_all, $ids:ident, $node:ident) => {
+        $self.start_statement($ids, $node).await
+    };
+    (@call $self:ident, $name:ident $(, $arg:ident)*) => {
+        $self.state.carry($self.inner.$name($($arg),*)).await
+    };
+}
+
+impl Link {
+    /// The start statement (the fenced one): sent while the node is
+    /// frozen, it waits in the link and reaches the store when the node
+    /// thaws, whether or not the node still waits for its answer (its
+    /// deadline passed long before): a statement delivered late, which
+    /// only the store's fence keeps from starting a fire the node no longer
+    /// owns.
+    async fn start_statement(
+        &self,
+        fire_ids: &[i64],
+        node: &quartz_core::store::NodeRef,
+    ) -> Result<Vec<(i64, Timestamp)>, StoreError> {
+        if !self.state.conditions.borrow().frozen {
+            return self.state.carry(self.inner.mark_running_all(fire_ids, node)).await;
+        }
+        let (state, inner, ids, node) = (
+            Arc::clone(&self.state),
+            Arc::clone(&self.inner),
+            fire_ids.to_vec(),
+            node.clone(),
+        );
+        let delivered = tokio::spawn(async move {
+            state.wait_while(|c| c.frozen && !c.crashed).await;
+            if state.crashed() {
+                return Err(broken("the node crashed"));
+            }
+            inner.mark_running_all(&ids, &node).await
+        });
+        delivered.await.unwrap_or_else(|_| Err(broken("the delivery failed")))
+    }
 }
 
 #[async_trait]

@@ -108,6 +108,7 @@ struct SimNode {
 #[derive(Debug, Clone)]
 enum Action {
     Cut(usize, Cut),
+    SlowAnswers(usize, u64),
     Freeze(usize, bool),
     Crash(usize),
     Restart(usize),
@@ -135,7 +136,7 @@ async fn simulate(options: &Options, seed: u64) -> SeedReport {
     let operator = store.scoped(CLUSTER);
     let span_ms = i64::try_from(options.minutes * 60_000).unwrap_or(i64::MAX);
     let end = Timestamp::from_millis(t0 + span_ms);
-    let count = usize::try_from(setup.range(3, 10)).unwrap_or(3);
+    let count = usize::try_from(setup.range(3, 12)).unwrap_or(3);
     let jobs = workload::draw(&mut rng.fork(2), count, Timestamp::from_millis(t0 + 20_000), end);
     let mut rules = BTreeMap::new();
     for job in &jobs {
@@ -307,6 +308,19 @@ impl World {
             .name
             .clone();
         match plan.below(10) {
+            0 if plan.chance(500) => {
+                // Answers slow to come back (the lease renewals among
+                // them), then the node cut off.
+                let slow = plan.range(1_000, 4_500);
+                let cut_at = lasting(plan, 2_000, 20_000);
+                let healed = cut_at + i64::try_from(plan.range(5_000, 40_000)).unwrap_or(0);
+                vec![
+                    (at, Action::SlowAnswers(node, slow)),
+                    (cut_at, Action::Cut(node, Cut::Both)),
+                    (healed, Action::SlowAnswers(node, 0)),
+                    (healed, Action::Cut(node, Cut::None)),
+                ]
+            }
             0 => {
                 let cut = *plan.pick(&[Cut::Both, Cut::ToStore, Cut::FromStore]);
                 vec![
@@ -344,6 +358,7 @@ impl World {
     async fn apply(&mut self, action: Action) {
         match action {
             Action::Cut(i, cut) => self.nodes[i].link.cut(cut),
+            Action::SlowAnswers(i, ms) => self.nodes[i].link.slow_answers(ms),
             Action::Freeze(i, on) => self.nodes[i].link.freeze(on),
             Action::Crash(i) => self.crash(i),
             Action::Restart(i) => {
@@ -384,6 +399,7 @@ impl World {
             link.cut(Cut::None);
             link.freeze(false);
             link.store_down(false);
+            link.slow_answers(0);
             link.per_call(0, 0, 0);
             if self.nodes[i].scheduler.is_none() {
                 self.start(i).await;
@@ -429,7 +445,9 @@ fn handler(
             } else {
                 Whose::Attempt
             };
-            witness.began(process, ctx.job_name(), fire_id, whose, store.clock().as_millis());
+            let fire = (ctx.execute_id(), ctx.scheduled_fire_time().as_millis());
+            let at = store.clock().as_millis();
+            witness.began(process, ctx.job_name(), fire_id, fire, ctx.attempt(), whose, at);
             let outcome: JobResult = tokio::select! {
                 biased;
                 () = async { let _ = died.wait_for(|d| *d).await; } => std::future::pending().await,

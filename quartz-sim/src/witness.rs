@@ -58,8 +58,9 @@ struct Inner {
     /// Each node process's log, in start order.
     files: Vec<RunFile>,
     trace: Digest,
-    /// Runs in progress: fire id → (job, node process).
-    running: BTreeMap<i64, (String, usize)>,
+    /// Runs in progress: fire id → (job, node process, the fire: execute
+    /// and fire time, and attempt).
+    running: BTreeMap<i64, (String, usize, (i64, i64), u32)>,
     /// The jobs' rules, by name.
     rules: BTreeMap<String, Rules>,
     violations: Vec<String>,
@@ -131,9 +132,37 @@ impl Witness {
 
     /// A handler began, at simulated time `at_ms`: judged against the runs
     /// in progress.
-    pub fn began(&self, process: usize, job: &str, fire_id: i64, whose: Whose, at_ms: i64) {
+    #[allow(clippy::too_many_arguments)]
+    pub fn began(
+        &self,
+        process: usize,
+        job: &str,
+        fire_id: i64,
+        fire: (i64, i64),
+        attempt: u32,
+        whose: Whose,
+        at_ms: i64,
+    ) {
         let mut inner = self.inner.lock();
         inner.starts += 1;
+        // A later attempt (a retry, a recovery rerun) never begins while an
+        // earlier attempt of the same fire still runs: a node that lost its
+        // membership stopped its handlers before the others could declare
+        // it dead and run its fires again.
+        if attempt > 1 {
+            let earlier: Vec<(i64, u32)> = inner
+                .running
+                .iter()
+                .filter(|(_, (_, _, f, a))| *f == fire && *a < attempt)
+                .map(|(id, (_, _, _, a))| (*id, *a))
+                .collect();
+            if !earlier.is_empty() {
+                inner.violations.push(format!(
+                    "attempt {attempt} of {job}'s fire at {} (fire {fire_id}) began at {at_ms} while earlier attempts still ran: {earlier:?}",
+                    fire.1
+                ));
+            }
+        }
         let rules = inner.rules.get(job).cloned();
         if let Some(rules) = rules {
             let waits = match whose {
@@ -146,7 +175,7 @@ impl Witness {
                 let others: Vec<i64> = inner
                     .running
                     .iter()
-                    .filter(|(_, (j, _))| j == job)
+                    .filter(|(_, (j, ..))| j == job)
                     .map(|(id, _)| *id)
                     .collect();
                 if !others.is_empty() {
@@ -160,7 +189,7 @@ impl Witness {
                 let at_once = 1 + inner
                     .running
                     .values()
-                    .filter(|(j, _)| {
+                    .filter(|(j, ..)| {
                         rules_of
                             .get(j)
                             .is_some_and(|r| r.limit.as_ref().is_some_and(|(k, _)| k == key))
@@ -173,7 +202,7 @@ impl Witness {
                 }
             }
         }
-        inner.running.insert(fire_id, (job.to_owned(), process));
+        inner.running.insert(fire_id, (job.to_owned(), process, fire, attempt));
         inner.feed(&format!("began {process} {fire_id} {at_ms}"));
     }
 
@@ -191,7 +220,7 @@ impl Witness {
         let dead: Vec<i64> = inner
             .running
             .iter()
-            .filter(|(_, (_, p))| *p == process)
+            .filter(|(_, (_, p, ..))| *p == process)
             .map(|(id, _)| *id)
             .collect();
         for id in dead {

@@ -83,7 +83,13 @@ fn draw_one(rng: &mut Rng, i: usize, from: Timestamp, until: Timestamp) -> Drawn
             (trigger, every)
         }
         3..=5 => {
-            let every = rng.range(5, 300) * 1_000;
+            // A third of them every few seconds: a node that freezes or is
+            // cut off then always has fires claimed and not yet started.
+            let every = if rng.chance(330) {
+                rng.range(1, 10)
+            } else {
+                rng.range(5, 300)
+            } * 1_000;
             (
                 Trigger::every(Duration::from_millis(every), start).expect("a valid interval"),
                 every,

@@ -6,8 +6,8 @@
 use quartz_sim::{Options, run_seed};
 
 /// Seeds CI runs on every change, and the simulated minutes of each.
-const SEEDS: u64 = 60;
-const MINUTES: u64 = 30;
+const SEEDS: u64 = 40;
+const MINUTES: u64 = 20;
 
 #[test]
 fn a_seed_replays_bit_for_bit() {

@@ -237,7 +237,9 @@ async fn watch_lease(ctx: Arc<Ctx>) {
             fenced = true;
             let node = ctx.node();
             let running = ctx.flights.running_count();
-            ctx.flights.cancel_all(CancelReason::Fenced);
+            if !crate::mutants::on("fence-keeps-handlers") {
+                ctx.flights.cancel_all(CancelReason::Fenced);
+            }
             ctx.count(|c| c.lease_lost += 1);
             ctx.note(|db_ms, local_ms| RunEvent::Fenced {
                 node: node.node_id.clone(),

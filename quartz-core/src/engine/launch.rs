@@ -63,6 +63,9 @@ fn late_past_limit(run: &RunFire, threshold_ms: i64, started_at: Timestamp) -> O
         .then_some(late_ms)
 }
 
+/// How often a start waiting for the node's lease looks again.
+const LEASE_WAIT: Duration = Duration::from_millis(20);
+
 /// Twice the smoothed duration plus a margin, within bounds.
 fn start_lead(smoothed_micros: u64) -> Duration {
     let lead = Duration::from_micros(smoothed_micros.saturating_mul(2)) + START_LEAD_MARGIN;
@@ -261,6 +264,19 @@ impl Launcher {
 
     /// [`Self::start_fenced`] for the fires of one incarnation.
     async fn start_owned(self: &Arc<Self>, node: &NodeRef, runs: Vec<RunFire>) -> Vec<RunFire> {
+        // No start without the lease: a node whose renewals have not gone
+        // through within it may be declared dead any moment, and its
+        // running fires run again elsewhere. The database still calling it
+        // live is no answer (it declares the node dead only at dead_after,
+        // and a fire started just before then ran twice: the simulator's
+        // seed 91, a node cut off and back). Its fires wait for a renewal
+        // (or for the database to fence them, once the node is declared
+        // dead); a node that stops meanwhile gives them back.
+        while !self.ctx.membership_fresh() {
+            if !self.ctx.pause(LEASE_WAIT).await {
+                return Vec::new();
+            }
+        }
         let ids: Vec<i64> = runs.iter().map(|r| r.fire_id).collect();
         // Counted before the statement: a shutdown from here on waits. The
         // fires stay known as unstarted until the answer, so that the sweep

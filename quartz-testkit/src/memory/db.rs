@@ -376,8 +376,7 @@ impl Db {
         let expect = &cas.expect;
         if row.state != cas.expect_state.as_str()
             || row.prev != expect.prev_fire_time.map(Timestamp::as_millis)
-            || (row.next != expect.next_fire_time.map(Timestamp::as_millis)
-                && !quartz_core::mutants::on("claim-without-next-compare"))
+            || row.next != expect.next_fire_time.map(Timestamp::as_millis)
             || row.calendar_stamp != expect.calendar_stamp
         {
             return false;
@@ -434,7 +433,7 @@ impl Db {
         now: i64,
     ) -> Option<i64> {
         let key = (execute_id, job_id, fire_time, attempt);
-        if self.fire_keys.contains_key(&key) && !quartz_core::mutants::on("ledger-without-unique-key") {
+        if self.fire_keys.contains_key(&key) {
             return None;
         }
         let id = self.id();

@@ -91,6 +91,15 @@ impl Db {
             FireEnd::Misfired {
                 run_late: Some(late), ..
             } => self.next_pending(&fire, now, *late == LateRun::OnePerExecute, now),
+            FireEnd::Succeeded { .. }
+                if quartz_core::mutants::on("retry-after-success")
+                    && self
+                        .jobs
+                        .get(&fire.record.job_id)
+                        .is_some_and(|j| j.spec.retry.max_attempts > fire.record.attempt) =>
+            {
+                self.next_pending(&fire, now, false, now)
+            }
             FireEnd::Succeeded { chain: true, .. } => FollowUp::Chained(self.chain(&fire, node, now)),
             _ => FollowUp::Recorded,
         }

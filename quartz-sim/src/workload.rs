@@ -45,23 +45,6 @@ const CRONS: &[&str] = &[
     "0 0 1-3 * * ?",
     "0 30 2 * * ?",
 ];
-const POLICIES: &[MisfirePolicy] = &[
-    MisfirePolicy::Smart,
-    MisfirePolicy::FireNow,
-    MisfirePolicy::IgnoreMisfires,
-    MisfirePolicy::DoNothing,
-    MisfirePolicy::RescheduleNowWithExistingCount,
-    MisfirePolicy::RescheduleNowWithRemainingCount,
-    MisfirePolicy::RescheduleNextWithExistingCount,
-    MisfirePolicy::RescheduleNextWithRemainingCount,
-];
-const OVERLAPS: &[Overlap] = &[
-    Overlap::Allow,
-    Overlap::Skip,
-    Overlap::BufferOne,
-    Overlap::BufferAll,
-    Overlap::Cancel,
-];
 
 /// Draws `count` jobs whose triggers start from `from` and whose one-off
 /// fires fall before `until`.
@@ -108,13 +91,13 @@ fn draw_one(rng: &mut Rng, i: usize, from: Timestamp, until: Timestamp) -> Drawn
             (Trigger::once(at), 60_000)
         }
     };
-    let policy = *rng.pick(POLICIES);
+    let policy = *rng.pick(&MisfirePolicy::ALL);
     let mut trigger = trigger.clone().with_misfire_policy(policy).unwrap_or(trigger);
     if rng.chance(150) {
         trigger = trigger.clone().with_repeat_limit(rng.range(1, 20)).unwrap_or(trigger);
     }
     if rng.chance(400) {
-        trigger = trigger.with_overlap(Some(*rng.pick(OVERLAPS)));
+        trigger = trigger.with_overlap(Some(*rng.pick(&Overlap::ALL)));
     }
     let mut spec = JobSpec::new(format!("job-{i:02}"), HANDLER);
     spec.allow_concurrent = rng.chance(500);

@@ -6,7 +6,7 @@
 use quartz_sim::{Options, run_seed};
 
 /// Seeds CI runs on every change, and the simulated minutes of each.
-const SEEDS: u64 = 40;
+const SEEDS: u64 = 100;
 const MINUTES: u64 = 20;
 
 #[test]

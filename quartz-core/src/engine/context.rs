@@ -5,7 +5,6 @@
 //! file that keeps its own state and holds the context; the node
 //! ([`super::node`]) only wires them.
 
-use super::fixed::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
@@ -15,6 +14,7 @@ use quartz_pool::Pool;
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::clock::Clock;
+use super::fixed::{HashMap, HashSet};
 use super::flight::{Flights, Hold};
 use super::handler::{Handler, Lane, States};
 use super::{Counters, Phase, Settings};

@@ -9,12 +9,11 @@
 //! database error) is tried again shortly, not left to the next poll.
 
 use std::collections::BTreeMap;
-
-use super::fixed::HashMap;
 use std::sync::Arc;
 use tracing::Instrument as _;
 
 use super::context::{Ctx, duration_ms, sleep_until_or_forever};
+use super::fixed::HashMap;
 use super::flight::Hold;
 use super::handler::RunKind;
 use super::launch::Launcher;

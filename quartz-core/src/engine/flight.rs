@@ -5,13 +5,13 @@
 //! threads and queue, one for `async_max` tasks), counting every fire this
 //! node holds until its handler returns.
 
-use super::fixed::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{Notify, watch};
 
+use super::fixed::{HashMap, HashSet};
 use super::handler::CancelReason;
 use crate::store::Job;
 

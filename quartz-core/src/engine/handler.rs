@@ -1,6 +1,5 @@
 //! Handlers: the user code a fire runs, and what it is told about the fire.
 
-use super::fixed::HashMap;
 use std::any::{Any, TypeId};
 use std::fmt;
 use std::future::Future;
@@ -10,6 +9,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
+use super::fixed::HashMap;
 use crate::time::Timestamp;
 
 /// The error a handler returns: any error type, boxed.

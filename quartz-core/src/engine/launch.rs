@@ -19,8 +19,6 @@
 //! this node holds until its handler returns.
 
 use std::collections::BTreeMap;
-
-use super::fixed::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -29,6 +27,7 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 
 use super::context::Ctx;
+use super::fixed::{HashMap, HashSet};
 use super::pace::{Pace, Shortfall, smooth};
 use super::run::RunFire;
 use super::runner::Runner;

@@ -70,7 +70,6 @@ mod settings;
 mod strategy;
 mod typed;
 
-use fixed::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -83,6 +82,7 @@ pub use typed::TypedJob;
 
 use crate::error::Error;
 use crate::store::{IntoStore, Job, Node, NodeRef, StoreError};
+use fixed::HashMap;
 use handler::Handler;
 use node::Stages;
 pub(crate) use strategy::mix;

@@ -11,7 +11,6 @@
 //! hands what it takes over to the launcher; the change watcher and the
 //! purge are [`super::maintenance`]'s.
 
-use super::fixed::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -26,6 +25,7 @@ use super::clock::{Clock, ClockHooks};
 use super::cluster::Cluster;
 use super::context::{Ctx, Parts, RECOVERY_BATCH};
 use super::dispatcher::Dispatcher;
+use super::fixed::HashMap;
 use super::handler::{CancelReason, Handler, States};
 use super::launch::Launcher;
 use super::poller::Poller;
@@ -136,10 +136,15 @@ impl Stages {
             run_log,
         }));
         // The stages, from the last a fire reaches to the first.
+        let lease: super::recorder::Lease = {
+            let ctx = Arc::clone(&ctx);
+            Arc::new(move || ctx.membership_fresh())
+        };
         let recorder = Arc::new(Recorder::start(
             ctx.store.clone(),
             ctx.scheduler.clone(),
             ctx.stop_signal(),
+            lease,
         ));
         let (pending_tx, pending_rx) = mpsc::unbounded_channel();
         let (chained_tx, chained_rx) = mpsc::unbounded_channel();

@@ -4,7 +4,6 @@
 //! are initialised or recomputed here, once, by compare-and-set; overdue rows
 //! go to their misfire policy, decided in bulk and written together.
 
-use super::fixed::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +13,7 @@ use tracing::Instrument as _;
 use super::Phase;
 use super::backlog::{Backlog, PENDING_BATCH};
 use super::context::{Ctx, RECOVERY_BATCH, duration_ms, first_at_or_after, waiting_or_complete};
+use super::fixed::HashMap;
 use super::queue::FireQueue;
 use super::recorder::Recorder;
 use super::run::PendingFire;

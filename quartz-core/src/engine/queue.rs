@@ -9,14 +9,13 @@
 //! `fires`, everywhere.
 
 use std::collections::BTreeMap;
-
-use super::fixed::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::fixed::HashMap;
 use super::handler::Lane;
 use super::pace::Pace;
 use crate::store::Job;

@@ -3,13 +3,14 @@
 //! (one statement for many fires); failures, timeouts and successes that
 //! start chains are written one by one, each with what follows it.
 
-use super::fixed::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::context::{FINISH_TRIES, finish_backoff};
+use super::fixed::{HashMap, HashSet};
 use super::run::RunFire;
 use crate::store::{
     ChainedFire, FIRES_PER_BATCH, FireEnd, FollowUp, HandlerSpan, NodeRef, Outcome, SharedStore, StoreError,
@@ -94,6 +95,9 @@ async fn record_successes(store: SharedStore, mut rx: mpsc::UnboundedReceiver<Su
     }
 }
 
+/// How often a confirmation waiting for the node's lease looks again.
+const LEASE_WAIT: Duration = Duration::from_millis(20);
+
 /// A start to confirm: the fire, its owner, and where the answer goes (the
 /// pool thread that waits for it): `Some` start time when confirmed, `None`
 /// when the fire is no longer this incarnation's, `Err` when the database
@@ -104,12 +108,28 @@ pub(super) type Confirm = (i64, NodeRef, oneshot::Sender<StartAnswer>);
 /// longer this incarnation's, `Err` when the database could not say.
 pub(super) type StartAnswer = Result<Option<Timestamp>, StoreError>;
 
+/// Whether the node holds its membership lease
+/// ([`Ctx::membership_fresh`](super::context::Ctx::membership_fresh)).
+pub(super) type Lease = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// Confirms starts as they come, many per statement, as
 /// [`record_successes`] records successes; a database error is tried again
-/// before it is the answer, unless the node is stopping. Ends with its
-/// recorder.
-async fn confirm_starts(store: SharedStore, stop: watch::Receiver<bool>, mut rx: mpsc::UnboundedReceiver<Confirm>) {
+/// before it is the answer, unless the node is stopping. A start is
+/// confirmed only while the node holds its lease: without it the node may
+/// be declared dead any moment and its running fires run again elsewhere,
+/// so the database still calling the fire its own is no answer; the
+/// confirmation waits for a renewal (or for the node to stop). Ends with
+/// its recorder.
+async fn confirm_starts(
+    store: SharedStore,
+    stop: watch::Receiver<bool>,
+    lease: Lease,
+    mut rx: mpsc::UnboundedReceiver<Confirm>,
+) {
     while let Some(batch) = next_batch(&mut rx, |c| &c.1).await {
+        while !lease() && !*stop.borrow() {
+            tokio::time::sleep(LEASE_WAIT).await;
+        }
         for (node, mine) in batch {
             let ids: Vec<i64> = mine.iter().map(|c| c.0).collect();
             let mut confirmed = store.confirm_starts(&ids, &node).await;
@@ -135,11 +155,11 @@ async fn confirm_starts(store: SharedStore, stop: watch::Receiver<bool>, mut rx:
 impl Recorder {
     /// The recorder of a node of `scheduler`, and its two batching tasks;
     /// `stop` is the node's.
-    pub(super) fn start(store: SharedStore, scheduler: String, stop: watch::Receiver<bool>) -> Recorder {
+    pub(super) fn start(store: SharedStore, scheduler: String, stop: watch::Receiver<bool>, lease: Lease) -> Recorder {
         let (successes, successes_rx) = mpsc::unbounded_channel();
         let (confirms, confirms_rx) = mpsc::unbounded_channel();
         tokio::spawn(record_successes(store.clone(), successes_rx));
-        tokio::spawn(confirm_starts(store.clone(), stop.clone(), confirms_rx));
+        tokio::spawn(confirm_starts(store.clone(), stop.clone(), lease, confirms_rx));
         Recorder {
             store,
             scheduler,

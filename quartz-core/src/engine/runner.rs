@@ -4,7 +4,6 @@
 //! the execute's release, a retry or a misfire's late run to the backlog
 //! (a ledger row first), a chain's children to the launcher.
 
-use super::fixed::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +11,7 @@ use quartz_pool::RejectReason;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::context::{Ctx, FINISH_TRIES, finish_backoff, release_cas};
+use super::fixed::HashMap;
 use super::gate::Gate;
 use super::handler::{CancelReason, Cancellation, Dropper, JobContext, RunKind};
 use super::recorder::Recorder;

@@ -446,8 +446,17 @@ fn every_admin_command(url: &str) {
     json(&url, &["job", "delete", "weekdays"]);
     let out = quartz(&url, &["calendar", "delete", "weekends"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let audit = quartz(&url, &["audit"]);
-    assert!(audit.status.success(), "{}", stderr(&audit));
+    // No node runs here: the fire asked for by hand above waits, unclaimed,
+    // and past the misfire threshold the audit calls it stranded (a loaded
+    // machine took longer than the default 5 s to get here). A threshold
+    // longer than the test keeps the audit about the rest.
+    let audit = quartz(&url, &["audit", "--misfire-threshold", "10m"]);
+    assert!(
+        audit.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&audit.stdout),
+        stderr(&audit)
+    );
     refused("ftp://example.com/db", &["job", "list"], "ftp");
     refused(
         "postgres://postgres@127.0.0.1:1/none",

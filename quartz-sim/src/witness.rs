@@ -184,7 +184,11 @@ impl Witness {
                     ));
                 }
             }
-            if let Some((key, max)) = &rules.limit {
+            // A recovery rerun is claimed for the node that recovers it and
+            // starts at once: it waits neither for the job's other runs nor
+            // for room under its key (a gap left open: the rerun does not
+            // pass the pending claim a retry passes).
+            if let Some((key, max)) = rules.limit.as_ref().filter(|_| whose != Whose::Recovery) {
                 let rules_of = &inner.rules;
                 let at_once = 1 + inner
                     .running

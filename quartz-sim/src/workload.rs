@@ -110,9 +110,14 @@ fn draw_one(rng: &mut Rng, i: usize, from: Timestamp, until: Timestamp) -> Drawn
         };
     }
     if rng.chance(200) {
+        // One limit per key, as a user means it: `key-0` one at a time,
+        // `key-1` two (two jobs sharing a key with different limits leave
+        // open which one holds; each claim counts by its own job's).
+        let _ = rng.range(1, 2);
+        let key = rng.below(2);
         spec.limit = Some(ConcurrencyLimit::new(
-            u32::try_from(rng.range(1, 2)).unwrap_or(1),
-            format!("key-{}", rng.below(2)),
+            u32::try_from(key + 1).unwrap_or(1),
+            format!("key-{key}"),
         ));
     }
     // Mostly short; now and then as long as the interval or longer, where

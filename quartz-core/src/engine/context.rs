@@ -38,6 +38,10 @@ pub(super) fn finish_backoff(tries: u32) -> Duration {
 /// The most orphaned fires or executes one recovery pass handles.
 pub(super) const RECOVERY_BATCH: u32 = 200;
 
+/// How often a start, or a start's confirmation, waiting for the node's
+/// lease ([`Ctx::membership_fresh`]) looks again.
+pub(super) const LEASE_WAIT: Duration = Duration::from_millis(20);
+
 /// What a node's stages share.
 pub(super) struct Ctx {
     pub(super) store: SharedStore,

@@ -62,9 +62,6 @@ fn late_past_limit(run: &RunFire, threshold_ms: i64, started_at: Timestamp) -> O
         .then_some(late_ms)
 }
 
-/// How often a start waiting for the node's lease looks again.
-const LEASE_WAIT: Duration = Duration::from_millis(20);
-
 /// Twice the smoothed duration plus a margin, within bounds.
 fn start_lead(smoothed_micros: u64) -> Duration {
     let lead = Duration::from_micros(smoothed_micros.saturating_mul(2)) + START_LEAD_MARGIN;
@@ -272,7 +269,7 @@ impl Launcher {
         // (or for the database to fence them, once the node is declared
         // dead); a node that stops meanwhile gives them back.
         while !self.ctx.membership_fresh() {
-            if !self.ctx.pause(LEASE_WAIT).await {
+            if !self.ctx.pause(super::context::LEASE_WAIT).await {
                 return Vec::new();
             }
         }

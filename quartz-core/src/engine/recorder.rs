@@ -95,9 +95,6 @@ async fn record_successes(store: SharedStore, mut rx: mpsc::UnboundedReceiver<Su
     }
 }
 
-/// How often a confirmation waiting for the node's lease looks again.
-const LEASE_WAIT: Duration = Duration::from_millis(20);
-
 /// A start to confirm: the fire, its owner, and where the answer goes (the
 /// pool thread that waits for it): `Some` start time when confirmed, `None`
 /// when the fire is no longer this incarnation's, `Err` when the database
@@ -128,7 +125,7 @@ async fn confirm_starts(
 ) {
     while let Some(batch) = next_batch(&mut rx, |c| &c.1).await {
         while !lease() && !*stop.borrow() {
-            tokio::time::sleep(LEASE_WAIT).await;
+            tokio::time::sleep(super::context::LEASE_WAIT).await;
         }
         for (node, mine) in batch {
             let ids: Vec<i64> = mine.iter().map(|c| c.0).collect();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument as _;
 
-use parking_lot::Mutex;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::Phase;
@@ -17,61 +17,128 @@ use super::handler::CancelReason;
 use super::queue::FireQueue;
 use super::recovery::Recovery;
 use crate::runlog::RunEvent;
-use crate::store::{NodeRef, NodeState, StoreError};
+use crate::store::{Node, NodeRef, NodeState, StoreError};
 
-/// The cluster stage: membership, then recovery.
+/// The cluster stage: membership, then recovery. It runs as three tasks,
+/// each owning its state: the heart (this node's heartbeats, and its rejoin
+/// when it was declared dead), the judge (declares the silent dead,
+/// publishes the membership, runs [`Recovery`]) and the lease watch. The
+/// heart tells the judge of its run of heartbeats on a channel.
 pub(super) struct Cluster {
     ctx: Arc<Ctx>,
     /// Forgotten when this node was declared dead.
     queue: Arc<FireQueue>,
     recovery: Recovery,
-    /// This node's own heartbeats: (last written, written without a gap
-    /// since, how long it must have been so before it judges others). A
-    /// node judges others dead only after it has itself been heart-beating
-    /// without a gap for `dead_after`: after an outage of the database every
-    /// heartbeat is stale, and the living need time to write theirs again.
-    /// After a gap of its own it waits twice that: the others' connection
-    /// pools were refused meanwhile and back off between attempts (sqlx
-    /// doubles its wait up to a fifth of the acquire timeout, 2 s by
-    /// default), so a living node may be back seconds after this one.
-    heartbeats: Mutex<Option<(Instant, Instant, Duration)>>,
+    /// Where the membership as last read is published ([`Ctx::members`]).
+    members: watch::Sender<Vec<Node>>,
+}
+
+/// This node's run of heartbeats without a gap: (last written, written
+/// without a gap since, how long it must have been so before it judges
+/// others). A node judges others dead only after it has itself been
+/// heart-beating without a gap for `dead_after`: after an outage of the
+/// database every heartbeat is stale, and the living need time to write
+/// theirs again. After a gap of its own it waits twice that: the others'
+/// connection pools were refused meanwhile and back off between attempts
+/// (sqlx doubles its wait up to a fifth of the acquire timeout, 2 s by
+/// default), so a living node may be back seconds after this one.
+#[derive(Debug, Clone, Copy)]
+struct Beats {
+    last: Instant,
+    since: Instant,
+    wait: Duration,
+}
+
+impl Beats {
+    /// The run after a heartbeat written `now`, following `before`.
+    fn after(before: Option<Beats>, now: Instant, dead_after: Duration) -> Beats {
+        let (since, wait) = match before {
+            Some(b) if now.duration_since(b.last) <= dead_after / 2 => (b.since, b.wait),
+            // After a gap this node was cut off too, and so may the others have been.
+            Some(_) => (now, dead_after * 2),
+            None => (now, dead_after),
+        };
+        Beats { last: now, since, wait }
+    }
+
+    /// Whether the run, seen `now`, is long enough to judge others.
+    fn steady(&self, now: Instant, dead_after: Duration) -> bool {
+        now.duration_since(self.last) <= dead_after / 2 && now.duration_since(self.since) >= self.wait
+    }
+}
+
+/// The heart: this node's heartbeats and rejoin.
+struct Heart {
+    ctx: Arc<Ctx>,
+    queue: Arc<FireQueue>,
+    beats: Option<Beats>,
+    /// Where the run of heartbeats is told to the judge.
+    told: watch::Sender<Option<Beats>>,
+}
+
+/// The judge: the silent declared dead, the membership read and
+/// published, then recovery.
+struct Judge {
+    ctx: Arc<Ctx>,
+    recovery: Recovery,
+    members: watch::Sender<Vec<Node>>,
+    beats: watch::Receiver<Option<Beats>>,
 }
 
 impl Cluster {
-    pub(super) fn new(ctx: Arc<Ctx>, queue: Arc<FireQueue>, recovery: Recovery) -> Cluster {
+    pub(super) fn new(
+        ctx: Arc<Ctx>,
+        queue: Arc<FireQueue>,
+        recovery: Recovery,
+        members: watch::Sender<Vec<Node>>,
+    ) -> Cluster {
         Cluster {
             ctx,
             queue,
             recovery,
-            heartbeats: Mutex::default(),
+            members,
         }
     }
 
     /// Heart-beats on a loop of its own, and on another judges the silent
     /// and recovers what they left: a slow recovery pass (a slow link, a
     /// busy database) never delays this node's own heartbeat.
-    pub(super) async fn run(self: Arc<Self>) {
-        let judge = tokio::spawn(Arc::clone(&self).judge_and_recover());
-        let lease = tokio::spawn(watch_lease(Arc::clone(&self.ctx)));
-        loop {
-            if let Err(e) = self.beat().await {
-                tracing::warn!(scheduler = self.ctx.scheduler, error = %e, "heartbeat failed; retrying");
-            }
-            if !self.ctx.pause(self.ctx.settings.heartbeat_interval).await {
-                break;
-            }
-        }
+    pub(super) async fn run(self) {
+        let Cluster {
+            ctx,
+            queue,
+            recovery,
+            members,
+        } = self;
+        let (told, beats) = watch::channel(None);
+        let judge = Judge {
+            ctx: Arc::clone(&ctx),
+            recovery,
+            members,
+            beats,
+        };
+        let judge = tokio::spawn(judge.run());
+        let lease = tokio::spawn(watch_lease(Arc::clone(&ctx)));
+        let mut heart = Heart {
+            ctx,
+            queue,
+            beats: None,
+            told,
+        };
+        heart.run().await;
         let _ = judge.await;
         lease.abort();
     }
+}
 
-    async fn judge_and_recover(self: Arc<Self>) {
+impl Judge {
+    async fn run(mut self) {
         // After the first pass, a part of the interval of this node's own:
         // the orphan sweeps of nodes started together, each a read of every
         // fire not ended, do not fall on the same moment from then on.
         let mut phase = Some(self.ctx.out_of_step("recovery", self.ctx.settings.heartbeat_interval));
         loop {
-            if let Err(e) = self.cluster_pass().await {
+            if let Err(e) = self.pass().await {
                 tracing::warn!(scheduler = self.ctx.scheduler, error = %e, "membership or recovery pass failed; retrying");
             }
             let wait = phase.take().unwrap_or(self.ctx.settings.heartbeat_interval);
@@ -81,45 +148,17 @@ impl Cluster {
         }
     }
 
-    /// One heartbeat (a rejoin when this incarnation was declared dead),
-    /// and its place in this node's run of heartbeats without a gap.
-    pub(super) async fn beat(&self) -> Result<(), StoreError> {
-        let node = self.ctx.node();
-        let busy = self.ctx.flights.held() + self.ctx.flights.pending_count();
-        let sent = self.ctx.clock.mono_ms();
-        if self.ctx.store.heartbeat(&node, busy as u64).await? {
-            if crate::mutants::on("lease-from-answer") {
-                self.ctx.renewed(self.ctx.clock.mono_ms());
-            } else {
-                self.ctx.renewed(sent);
-            }
-        } else {
-            self.rejoin(&node).await?;
-        }
-        let now = Instant::now();
-        let mut heartbeats = self.heartbeats.lock();
-        let dead_after = self.ctx.settings.dead_after;
-        let (since, wait) = match *heartbeats {
-            Some((last, since, wait)) if now.duration_since(last) <= dead_after / 2 => (since, wait),
-            // After a gap this node was cut off too, and so may the others have been.
-            Some(_) => (now, dead_after * 2),
-            None => (now, dead_after),
-        };
-        *heartbeats = Some((now, since, wait));
-        Ok(())
-    }
-
     /// Whether this node has heart-beaten without a gap long enough to
     /// judge others.
     fn steady(&self) -> bool {
         let now = Instant::now();
-        self.heartbeats.lock().is_some_and(|(last, since, wait)| {
-            now.duration_since(last) <= self.ctx.settings.dead_after / 2 && now.duration_since(since) >= wait
-        })
+        self.beats
+            .borrow()
+            .is_some_and(|b| b.steady(now, self.ctx.settings.dead_after))
     }
 
     /// Declares the silent dead, reads the membership, then recovers.
-    pub(super) async fn cluster_pass(self: &Arc<Self>) -> Result<(), StoreError> {
+    async fn pass(&mut self) -> Result<(), StoreError> {
         let db_now = self.ctx.db_now().await?;
         let members = self.ctx.store.list_nodes().await?;
         // Judged after the reads, which may have waited out an outage of the
@@ -158,21 +197,56 @@ impl Cluster {
             }
         }
         let live = members.iter().filter(|m| m.state == NodeState::Live).count();
-        *self.ctx.members.write() = members;
+        self.members.send_replace(members);
         if !self.ctx.stopping() {
             // A pass still in flight while the node shuts down records nothing:
             // the shutdown records the stopped node's gauges last.
             super::metrics::beat(&self.ctx.scheduler, &self.ctx.pool.metrics(), live, self.ctx.phase());
         }
+        let scheduler = self.ctx.scheduler.clone();
         self.recovery
             .recover(retired)
-            .instrument(tracing::debug_span!("recovery", scheduler = self.ctx.scheduler))
+            .instrument(tracing::debug_span!("recovery", scheduler))
             .await
+    }
+}
+
+impl Heart {
+    async fn run(&mut self) {
+        loop {
+            if let Err(e) = self.beat().await {
+                tracing::warn!(scheduler = self.ctx.scheduler, error = %e, "heartbeat failed; retrying");
+            }
+            if !self.ctx.pause(self.ctx.settings.heartbeat_interval).await {
+                break;
+            }
+        }
+    }
+
+    /// One heartbeat (a rejoin when this incarnation was declared dead),
+    /// and its place in this node's run of heartbeats without a gap.
+    async fn beat(&mut self) -> Result<(), StoreError> {
+        let node = self.ctx.node();
+        let busy = self.ctx.flights.held() + self.ctx.flights.pending_count();
+        let sent = self.ctx.clock.mono_ms();
+        if self.ctx.store.heartbeat(&node, busy as u64).await? {
+            if crate::mutants::on("lease-from-answer") {
+                self.ctx.renewed(self.ctx.clock.mono_ms());
+            } else {
+                self.ctx.renewed(sent);
+            }
+        } else {
+            self.rejoin(&node).await?;
+        }
+        let beats = Beats::after(self.beats, Instant::now(), self.ctx.settings.dead_after);
+        self.beats = Some(beats);
+        self.told.send_replace(Some(beats));
+        Ok(())
     }
 
     /// This incarnation was declared dead (a long pause): forget everything in
     /// flight (its claims are refused now) and register again.
-    pub(super) async fn rejoin(&self, old: &NodeRef) -> Result<(), StoreError> {
+    async fn rejoin(&self, old: &NodeRef) -> Result<(), StoreError> {
         self.ctx.set_phase(Phase::Fenced);
         tracing::warn!(
             scheduler = self.ctx.scheduler,

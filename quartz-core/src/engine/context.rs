@@ -60,8 +60,9 @@ pub(super) struct Ctx {
     stop: watch::Sender<bool>,
     /// Asks the poller for a poll now.
     pub(super) poll_now: Notify,
-    /// The scheduler's nodes as last read (the strategy asks them).
-    pub(super) members: RwLock<Vec<Node>>,
+    /// The scheduler's nodes as last read (the strategy asks them), as the
+    /// cluster stage publishes them.
+    pub(super) members: watch::Receiver<Vec<Node>>,
     counters: Mutex<Counters>,
     /// Jobs whose handler this node lacks, said once each.
     pub(super) warned: Mutex<HashSet<String>>,
@@ -91,6 +92,8 @@ pub(super) struct Parts {
     pub(super) clock: Clock,
     pub(super) registration: NodeRegistration,
     pub(super) node: Node,
+    /// The membership as the cluster stage publishes it.
+    pub(super) members: watch::Receiver<Vec<Node>>,
     /// When its registration was sent, on its monotonic clock.
     pub(super) registered_at: i64,
     /// Whether the scheduler was on standby when the node started.
@@ -119,7 +122,7 @@ impl Ctx {
             phase: Mutex::new(Phase::Running),
             stop: watch::channel(false).0,
             poll_now: Notify::new(),
-            members: RwLock::new(vec![parts.node]),
+            members: parts.members,
             counters: Mutex::new(Counters::default()),
             warned: Mutex::new(HashSet::default()),
             misfires: Mutex::default(),

@@ -49,7 +49,7 @@ pub(super) struct Dispatcher {
     /// Fires won in a run and not yet placed: each takes its place in its
     /// lane's room at its own claim time, as its own claim would have
     /// ([`Self::place_due`]), keyed by that time.
-    unplaced: parking_lot::Mutex<BTreeMap<(Timestamp, i64), RunFire>>,
+    unplaced: BTreeMap<(Timestamp, i64), RunFire>,
 }
 
 impl Dispatcher {
@@ -58,11 +58,11 @@ impl Dispatcher {
             ctx,
             queue,
             launcher,
-            unplaced: parking_lot::Mutex::default(),
+            unplaced: BTreeMap::new(),
         }
     }
 
-    pub(super) async fn run(self: Arc<Self>) {
+    pub(super) async fn run(mut self) {
         let mut stop = self.ctx.stop_signal();
         loop {
             if self.ctx.stopping() {
@@ -104,7 +104,7 @@ impl Dispatcher {
             // with room in one lane, the first fire of that lane too, or the
             // moment a burst must begin its claims; and the time of the
             // first fire won in a run to take its place.
-            let place = self.unplaced.lock().keys().next().map(|k| k.0);
+            let place = self.unplaced.keys().next().map(|k| k.0);
             let wake = if rooms == [0, 0] {
                 place
             } else {
@@ -131,7 +131,7 @@ impl Dispatcher {
     fn first_or_defer(&self, fires: Vec<Pending>) -> Vec<Pending> {
         // Asked of the membership once for all of them.
         let me = self.ctx.node().node_id;
-        let members = self.ctx.members.read();
+        let members = self.ctx.members.borrow();
         let (mine, theirs): (Vec<Pending>, Vec<Pending>) = fires
             .into_iter()
             .partition(|p| p.deferred || tries_first(self.ctx.settings.strategy, &members, &me, p.execute_id));
@@ -162,7 +162,7 @@ impl Dispatcher {
     /// afresh), except the first lost claim of a fire this node was
     /// preferred for, whose execute keeps its later fires
     /// ([`FireQueue::lost`]).
-    async fn claim_all(self: &Arc<Self>, due: Vec<Pending>) {
+    async fn claim_all(&mut self, due: Vec<Pending>) {
         let node = self.ctx.node();
         // Held from before the claim: nothing else takes this room meanwhile.
         let held_first: Vec<_> = due.iter().map(|p| self.ctx.hold(&p.job)).collect();
@@ -270,7 +270,7 @@ impl Dispatcher {
                 // Known as won and not started from now, as every won fire.
                 self.ctx.flights.unstarted([fire_id]);
                 let place_at = run.fire_time.saturating_add_millis(-lead);
-                self.unplaced.lock().insert((place_at, fire_id), run);
+                self.unplaced.insert((place_at, fire_id), run);
                 won_along += 1;
                 continue;
             }
@@ -345,15 +345,12 @@ impl Dispatcher {
     /// room, and the pool runs them as threads come free, or records them
     /// misfired for their policy past the threshold, as any fire it cannot
     /// take in time.
-    fn place_due(self: &Arc<Self>, db_now: Timestamp) {
-        let due: Vec<RunFire> = {
-            let mut unplaced = self.unplaced.lock();
-            if unplaced.keys().next().is_none_or(|k| k.0 > db_now) {
-                return;
-            }
-            let later = unplaced.split_off(&(db_now.saturating_add_millis(1), i64::MIN));
-            std::mem::replace(&mut *unplaced, later).into_values().collect()
-        };
+    fn place_due(&mut self, db_now: Timestamp) {
+        if self.unplaced.keys().next().is_none_or(|k| k.0 > db_now) {
+            return;
+        }
+        let later = self.unplaced.split_off(&(db_now.saturating_add_millis(1), i64::MIN));
+        let due: Vec<RunFire> = std::mem::replace(&mut self.unplaced, later).into_values().collect();
         let mut starts: BTreeMap<Timestamp, Vec<RunFire>> = BTreeMap::new();
         for mut run in due {
             run.hold = Some(self.ctx.hold(&run.job));

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use quartz_pool::Pool;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::backlog::Backlog;
@@ -121,6 +121,7 @@ impl Stages {
         }
         let standby = store.standby().await?.is_some();
         tracing::info!(scheduler, node = %registered.node_id, incarnation = registered.incarnation, "node registered");
+        let (members_tx, members) = watch::channel(vec![registered.clone()]);
         let ctx = Arc::new(Ctx::new(Parts {
             store,
             scheduler,
@@ -131,6 +132,7 @@ impl Stages {
             clock,
             registration,
             node: registered,
+            members,
             registered_at,
             standby,
             run_log,
@@ -140,11 +142,13 @@ impl Stages {
             let ctx = Arc::clone(&ctx);
             Arc::new(move || ctx.membership_fresh())
         };
+        let (parents, parents_rx) = watch::channel(Default::default());
         let recorder = Arc::new(Recorder::start(
             ctx.store.clone(),
             ctx.scheduler.clone(),
             ctx.stop_signal(),
             lease,
+            parents_rx,
         ));
         let (pending_tx, pending_rx) = mpsc::unbounded_channel();
         let (chained_tx, chained_rx) = mpsc::unbounded_channel();
@@ -158,15 +162,15 @@ impl Stages {
         let backlog = Arc::new(Backlog::new(Arc::clone(&ctx), Arc::clone(&launcher)));
         let queue = Arc::new(FireQueue::default());
         let dispatcher = Dispatcher::new(Arc::clone(&ctx), Arc::clone(&queue), Arc::clone(&launcher));
-        let poller = Poller::new(Arc::clone(&ctx), Arc::clone(&queue), Arc::clone(&backlog), recorder);
+        let poller = Poller::new(Arc::clone(&ctx), Arc::clone(&queue), Arc::clone(&backlog), parents);
         let recovery = Recovery::new(Arc::clone(&ctx), Arc::clone(&launcher), runner);
-        let cluster = Cluster::new(Arc::clone(&ctx), Arc::clone(&queue), recovery);
+        let cluster = Cluster::new(Arc::clone(&ctx), Arc::clone(&queue), recovery, members_tx);
         let tasks = vec![
-            tokio::spawn(Arc::new(poller).run()),
-            tokio::spawn(Arc::new(dispatcher).run()),
+            tokio::spawn(poller.run()),
+            tokio::spawn(dispatcher.run()),
             tokio::spawn(launcher.run(chained_rx)),
             tokio::spawn(backlog.run(pending_rx)),
-            tokio::spawn(Arc::new(cluster).run()),
+            tokio::spawn(cluster.run()),
             tokio::spawn(super::maintenance::change_watcher(Arc::clone(&ctx))),
             tokio::spawn(super::maintenance::maintenance(Arc::clone(&ctx))),
         ];
@@ -189,7 +193,7 @@ impl Stages {
             scheduler: ctx.scheduler.clone(),
             node: ctx.node(),
             phase: ctx.phase(),
-            members: ctx.members.read().clone(),
+            members: ctx.members.borrow().clone(),
             pool: ctx.pool.metrics(),
             tasks: ctx.flights.task_room.held(),
             counters: ctx.counters(),

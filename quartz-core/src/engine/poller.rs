@@ -7,15 +7,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use tokio::sync::watch;
 use tracing::Instrument as _;
 
 use super::Phase;
 use super::backlog::{Backlog, PENDING_BATCH};
 use super::context::{Ctx, RECOVERY_BATCH, duration_ms, first_at_or_after, waiting_or_complete};
-use super::fixed::HashMap;
+use super::fixed::{HashMap, HashSet};
 use super::queue::FireQueue;
-use super::recorder::Recorder;
 use super::run::PendingFire;
 use super::strategy::tries_first;
 use crate::misfire::MisfireDecision;
@@ -43,25 +42,31 @@ pub(super) struct Poller {
     ctx: Arc<Ctx>,
     queue: Arc<FireQueue>,
     backlog: Arc<Backlog>,
-    /// Told which jobs' successes start chains.
-    recorder: Arc<Recorder>,
+    /// Where the jobs whose successes start chains are published (the
+    /// recorder reads them).
+    parents: watch::Sender<HashSet<i64>>,
     /// How long the last poll took (the window reaches past the next poll
     /// by twice that).
-    took: Mutex<Duration>,
+    took: Duration,
 }
 
 impl Poller {
-    pub(super) fn new(ctx: Arc<Ctx>, queue: Arc<FireQueue>, backlog: Arc<Backlog>, recorder: Arc<Recorder>) -> Poller {
+    pub(super) fn new(
+        ctx: Arc<Ctx>,
+        queue: Arc<FireQueue>,
+        backlog: Arc<Backlog>,
+        parents: watch::Sender<HashSet<i64>>,
+    ) -> Poller {
         Poller {
             ctx,
             queue,
             backlog,
-            recorder,
-            took: Mutex::default(),
+            parents,
+            took: Duration::ZERO,
         }
     }
 
-    pub(super) async fn run(self: Arc<Self>) {
+    pub(super) async fn run(mut self) {
         let mut stop = self.ctx.stop_signal();
         // After the first poll, a part of the interval of this node's own:
         // nodes started together poll out of step from then on.
@@ -75,7 +80,7 @@ impl Poller {
                 .poll()
                 .instrument(tracing::debug_span!("poll", scheduler = self.ctx.scheduler))
                 .await;
-            *self.took.lock() = began.elapsed();
+            self.took = began.elapsed();
             self.ctx.report_misfires();
             let full = match polled {
                 Ok((full, rows)) => {
@@ -112,14 +117,9 @@ impl Poller {
         }
     }
 
-    /// How long the last poll took.
-    fn last_poll_took(&self) -> Duration {
-        *self.took.lock()
-    }
-
     /// One poll: `true` when a batch came back full and more may be due, and
     /// how many due executes it read.
-    pub(super) async fn poll(self: &Arc<Self>) -> Result<(bool, usize), StoreError> {
+    pub(super) async fn poll(&self) -> Result<(bool, usize), StoreError> {
         if self.ctx.phase() != Phase::Running {
             return Ok((false, 0));
         }
@@ -134,7 +134,7 @@ impl Poller {
         // A fire must be queued before its claim time: the window reaches
         // past the next poll by the claim lead, and by twice what a poll
         // takes (at least the slack).
-        let took = i64::try_from(self.last_poll_took().as_millis()).unwrap_or(i64::MAX / 4);
+        let took = i64::try_from(self.took.as_millis()).unwrap_or(i64::MAX / 4);
         let reach = duration_ms(self.ctx.settings.window).max(
             duration_ms(self.ctx.settings.poll_interval)
                 + duration_ms(self.ctx.settings.claim_lead)
@@ -171,7 +171,8 @@ impl Poller {
         // A row moved by another node between two pages comes back in a
         // later one: only its latest copy counts.
         dedup_latest(&mut batch.executes);
-        self.recorder.set_parents(self.ctx.store.chain_parents().await?);
+        let parents = self.ctx.store.chain_parents().await?;
+        self.parents.send_replace(parents.into_iter().collect());
         let executes = batch.executes.len();
         let jobs = self.read_jobs(&batch.executes).await?;
         let mut writes = Vec::new();
@@ -244,7 +245,7 @@ impl Poller {
         };
         let placed = (job, self.ctx.lane_of(job));
         let me = self.ctx.node().node_id;
-        let theirs = !tries_first(self.ctx.settings.strategy, &self.ctx.members.read(), &me, execute_id);
+        let theirs = !tries_first(self.ctx.settings.strategy, &self.ctx.members.borrow(), &me, execute_id);
         let wait = if theirs {
             duration_ms(self.ctx.settings.strategy_grace) - lead
         } else {
@@ -362,7 +363,7 @@ impl Poller {
     /// fires of the rows it moved (a misfire policy's runs are claimed
     /// however late they are).
     async fn write_decisions(
-        self: &Arc<Self>,
+        &self,
         writes: Vec<RowWrite>,
         db_now: Timestamp,
         horizon: Timestamp,

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::RwLock;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::context::{FINISH_TRIES, finish_backoff};
@@ -24,9 +23,9 @@ use crate::time::Timestamp;
 pub(super) struct Recorder {
     store: SharedStore,
     scheduler: String,
-    /// Jobs that have child jobs, as of the last poll: their successes
-    /// start chains.
-    parents: RwLock<HashSet<i64>>,
+    /// Jobs that have child jobs, as the last poll read and published them:
+    /// their successes start chains.
+    parents: watch::Receiver<HashSet<i64>>,
     /// Successes on their way to the ledger, recorded together.
     successes: mpsc::UnboundedSender<Success>,
     /// Starts to confirm again (fires that waited for a thread), confirmed
@@ -151,8 +150,14 @@ async fn confirm_starts(
 
 impl Recorder {
     /// The recorder of a node of `scheduler`, and its two batching tasks;
-    /// `stop` is the node's.
-    pub(super) fn start(store: SharedStore, scheduler: String, stop: watch::Receiver<bool>, lease: Lease) -> Recorder {
+    /// `stop` is the node's, `parents` what its poller publishes.
+    pub(super) fn start(
+        store: SharedStore,
+        scheduler: String,
+        stop: watch::Receiver<bool>,
+        lease: Lease,
+        parents: watch::Receiver<HashSet<i64>>,
+    ) -> Recorder {
         let (successes, successes_rx) = mpsc::unbounded_channel();
         let (confirms, confirms_rx) = mpsc::unbounded_channel();
         tokio::spawn(record_successes(store.clone(), successes_rx));
@@ -160,16 +165,11 @@ impl Recorder {
         Recorder {
             store,
             scheduler,
-            parents: RwLock::default(),
+            parents,
             successes,
             confirms,
             stop,
         }
-    }
-
-    /// The jobs that have children, as a poll read them.
-    pub(super) fn set_parents(&self, parents: Vec<i64>) {
-        *self.parents.write() = parents.into_iter().collect();
     }
 
     /// Asks for a fire's start to be confirmed again, with the others
@@ -184,7 +184,7 @@ impl Recorder {
     /// errors. A success of a job with children claims their fires in the
     /// same transaction: those are returned, to be run by this node.
     pub(super) async fn record(&self, run: &RunFire, outcome: &Outcome, ran: Option<HandlerSpan>) -> Vec<ChainedFire> {
-        let chains = *outcome == Outcome::Succeeded && self.parents.read().contains(&run.job.id);
+        let chains = *outcome == Outcome::Succeeded && self.parents.borrow().contains(&run.job.id);
         for attempt in 1.. {
             let recorded = if chains {
                 self.store

@@ -14,7 +14,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::Phase;
@@ -27,7 +26,8 @@ use crate::store::{FireEnd, FireRecord, FireState, Job, MANUAL_EXECUTE, NodeRef,
 use crate::time::Timestamp;
 use crate::trigger::Trigger;
 
-/// The recovery stage, run by the cluster stage after each heartbeat.
+/// The recovery stage, run by the cluster stage's judge after each pass
+/// (it owns it, and its state).
 pub(super) struct Recovery {
     ctx: Arc<Ctx>,
     /// Where recovered fires go.
@@ -35,10 +35,10 @@ pub(super) struct Recovery {
     /// Where a recovered fire found past the misfire threshold goes.
     runner: Arc<Runner>,
     /// When this node last looked for fires it claimed without knowing it.
-    swept: Mutex<Option<Instant>>,
+    swept: Option<Instant>,
     /// The last sweep for orphans: when, and the live members it saw
     /// (`None` until the first, and after a full batch, to go on at once).
-    orphans_swept: Mutex<Option<(Instant, Vec<NodeRef>)>>,
+    orphans_swept: Option<(Instant, Vec<NodeRef>)>,
 }
 
 impl Recovery {
@@ -47,18 +47,18 @@ impl Recovery {
             ctx,
             launcher,
             runner,
-            swept: Mutex::default(),
-            orphans_swept: Mutex::default(),
+            swept: None,
+            orphans_swept: None,
         }
     }
 
     /// Whether to sweep for orphans now (see the module's docs), noting the
     /// sweep when so: `retired` when this pass declared a node dead.
-    fn orphans_due(&self, retired: bool) -> bool {
+    fn orphans_due(&mut self, retired: bool) -> bool {
         let mut live: Vec<NodeRef> = self
             .ctx
             .members
-            .read()
+            .borrow()
             .iter()
             .filter(|m| m.state == NodeState::Live)
             .map(|m| NodeRef {
@@ -68,22 +68,21 @@ impl Recovery {
             .collect();
         live.sort_unstable_by(|a, b| (&a.node_id, a.incarnation).cmp(&(&b.node_id, b.incarnation)));
         let now = Instant::now();
-        let mut last = self.orphans_swept.lock();
-        let due = retired || orphans_may_be_new(last.as_ref(), &live, now, self.ctx.settings.dead_after);
+        let due = retired || orphans_may_be_new(self.orphans_swept.as_ref(), &live, now, self.ctx.settings.dead_after);
         if due {
-            *last = Some((now, live));
+            self.orphans_swept = Some((now, live));
         }
         due
     }
 
     /// Sweeps again at the next pass (a sweep that found a full batch).
-    fn orphans_left(&self) {
-        *self.orphans_swept.lock() = None;
+    fn orphans_left(&mut self) {
+        self.orphans_swept = None;
     }
 
     /// Recovery of dead nodes' work, each item won by compare-and-set;
     /// `retired` when this pass declared a node dead.
-    pub(super) async fn recover(&self, retired: bool) -> Result<(), StoreError> {
+    pub(super) async fn recover(&mut self, retired: bool) -> Result<(), StoreError> {
         if self.ctx.stopping() || self.ctx.phase() != Phase::Running {
             return Ok(());
         }
@@ -143,15 +142,15 @@ impl Recovery {
     /// a dead node's are; the compare-and-set on their state keeps a start
     /// still on its way from running one twice. At most once per
     /// `dead_after`.
-    pub(super) async fn sweep_own_claims(&self, node: &NodeRef) -> Result<(), StoreError> {
+    async fn sweep_own_claims(&mut self, node: &NodeRef) -> Result<(), StoreError> {
+        let now = Instant::now();
+        if self
+            .swept
+            .is_some_and(|at| now.duration_since(at) < self.ctx.settings.dead_after)
         {
-            let now = Instant::now();
-            let mut swept = self.swept.lock();
-            if swept.is_some_and(|at| now.duration_since(at) < self.ctx.settings.dead_after) {
-                return Ok(());
-            }
-            *swept = Some(now);
+            return Ok(());
         }
+        self.swept = Some(now);
         let margin = self
             .ctx
             .settings

@@ -6,15 +6,14 @@
 //! ([`super::node`]) only wires them.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
 use quartz_pool::Pool;
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::clock::Clock;
-use super::fixed::{HashMap, HashSet};
+use super::fixed::HashMap;
 use super::flight::{Flights, Hold};
 use super::handler::{Handler, Lane, States};
 use super::{Counters, Phase, Settings};
@@ -54,8 +53,9 @@ pub(super) struct Ctx {
     pub(super) runtime: tokio::runtime::Handle,
     pub(super) clock: Clock,
     pub(super) registration: NodeRegistration,
-    node: RwLock<NodeRef>,
-    phase: Mutex<Phase>,
+    /// This node's incarnation and phase, as the cluster stage (a rejoin)
+    /// and the node (its shutdown) set them.
+    standing: watch::Sender<Standing>,
     /// Set once: stop claiming and starting fires.
     stop: watch::Sender<bool>,
     /// Asks the poller for a poll now.
@@ -63,11 +63,9 @@ pub(super) struct Ctx {
     /// The scheduler's nodes as last read (the strategy asks them), as the
     /// cluster stage publishes them.
     pub(super) members: watch::Receiver<Vec<Node>>,
-    counters: Mutex<Counters>,
-    /// Jobs whose handler this node lacks, said once each.
-    pub(super) warned: Mutex<HashSet<String>>,
-    /// What misfired since the last poll, for its one-line report.
-    misfires: Mutex<Misfires>,
+    counters: Tally,
+    /// Where what misfired goes, for the poller's one line a poll.
+    misfires: mpsc::UnboundedSender<Misfired>,
     /// What the node holds of its fires in flight.
     pub(super) flights: Flights,
     /// When, on the node's monotonic clock ([`Clock::mono_ms`]), it last
@@ -100,6 +98,10 @@ pub(super) struct Parts {
     pub(super) standby: bool,
     /// Its run log, if it keeps one.
     pub(super) run_log: Option<RunLog>,
+    /// Where what misfired goes (the poller reads it).
+    pub(super) misfires: mpsc::UnboundedSender<Misfired>,
+    /// The jobs as the poller publishes them.
+    pub(super) latest_jobs: watch::Receiver<super::flight::LatestJobs>,
 }
 
 impl Ctx {
@@ -118,15 +120,17 @@ impl Ctx {
             runtime: tokio::runtime::Handle::current(),
             clock: parts.clock,
             registration: parts.registration,
-            node: RwLock::new(me),
-            phase: Mutex::new(Phase::Running),
+            standing: watch::channel(Standing {
+                node: me,
+                phase: Phase::Running,
+            })
+            .0,
             stop: watch::channel(false).0,
             poll_now: Notify::new(),
             members: parts.members,
-            counters: Mutex::new(Counters::default()),
-            warned: Mutex::new(HashSet::default()),
-            misfires: Mutex::default(),
-            flights: Flights::default(),
+            counters: Tally::default(),
+            misfires: parts.misfires,
+            flights: Flights::new(parts.latest_jobs),
             renewed_ms: AtomicI64::new(parts.registered_at),
             standby: AtomicBool::new(parts.standby),
             run_log: parts.run_log,
@@ -208,12 +212,12 @@ impl Ctx {
 
     /// Whether `owner` is this node's current incarnation.
     pub(super) fn is_current(&self, owner: &NodeRef) -> bool {
-        self.node.read().incarnation == owner.incarnation
+        self.standing.borrow().node.incarnation == owner.incarnation
     }
 
     /// This node's id and current incarnation.
     pub(super) fn node(&self) -> NodeRef {
-        self.node.read().clone()
+        self.standing.borrow().node.clone()
     }
 
     /// A part of `period`, the same for this incarnation and `what` every
@@ -227,25 +231,26 @@ impl Ctx {
 
     /// This node registered again, under a new incarnation.
     pub(super) fn set_node(&self, node: NodeRef) {
-        *self.node.write() = node;
+        self.standing.send_modify(|s| s.node = node);
     }
 
     pub(super) fn phase(&self) -> Phase {
-        *self.phase.lock()
+        self.standing.borrow().phase
     }
 
     pub(super) fn set_phase(&self, phase: Phase) {
-        *self.phase.lock() = phase;
+        self.standing.send_modify(|s| s.phase = phase);
     }
 
     /// Moves to shutting down; `false` when the node is stopping already.
     pub(super) fn begin_shutdown(&self) -> bool {
-        let mut phase = self.phase.lock();
-        if matches!(*phase, Phase::ShuttingDown | Phase::Stopped) {
-            return false;
-        }
-        *phase = Phase::ShuttingDown;
-        true
+        self.standing.send_if_modified(|s| {
+            if matches!(s.phase, Phase::ShuttingDown | Phase::Stopped) {
+                return false;
+            }
+            s.phase = Phase::ShuttingDown;
+            true
+        })
     }
 
     pub(super) fn stopping(&self) -> bool {
@@ -269,16 +274,14 @@ impl Ctx {
 
     /// Updates the node's counters, and records what was added as metrics.
     pub(super) fn count(&self, f: impl FnOnce(&mut Counters)) {
-        let mut counters = self.counters.lock();
-        let before = *counters;
-        f(&mut counters);
-        let after = *counters;
-        drop(counters);
-        super::metrics::counted(&self.scheduler, &before, &after);
+        let mut added = Counters::default();
+        f(&mut added);
+        self.counters.add(&added);
+        super::metrics::counted(&self.scheduler, &added);
     }
 
     pub(super) fn counters(&self) -> Counters {
-        *self.counters.lock()
+        self.counters.read()
     }
 
     /// Reads the database clock and corrects the node's offset to it.
@@ -371,49 +374,72 @@ impl Ctx {
     /// `fires` fire times of `job` misfired, handled by `policy`: said in
     /// the poll's one line.
     pub(super) fn misfired(&self, job: &str, policy: &'static str, fires: u64) {
-        self.misfires.lock().add(job, policy, fires);
+        let _ = self.misfires.send(Misfired {
+            job: job.to_owned(),
+            policy,
+            fires,
+        });
     }
+}
 
-    /// Says in one line what misfired since the last report, if anything.
-    pub(super) fn report_misfires(&self) {
-        let seen = std::mem::take(&mut *self.misfires.lock());
-        if seen.fires == 0 {
-            return;
+/// This node's incarnation and phase.
+#[derive(Debug)]
+struct Standing {
+    node: NodeRef,
+    phase: Phase,
+}
+
+/// Fire times of a job that misfired, and the policy that handled them.
+#[derive(Debug)]
+pub(super) struct Misfired {
+    pub(super) job: String,
+    pub(super) policy: &'static str,
+    pub(super) fires: u64,
+}
+
+macro_rules! tally {
+    ($($field:ident),* $(,)?) => {
+        /// The node's [`Counters`], a cell each: every stage adds to them
+        /// at once, none waits for another.
+        #[derive(Debug, Default)]
+        struct Tally {
+            $($field: AtomicU64,)*
         }
-        let policies: Vec<String> = seen.by_policy.iter().map(|(p, n)| format!("{p}: {n}")).collect();
-        tracing::warn!(
-            scheduler = self.scheduler,
-            fires = seen.fires,
-            policies = policies.join(", "),
-            jobs = seen.jobs.join(", "),
-            "fire times misfired since the last poll, each handled by its policy (debug logs name every one)"
-        );
-    }
-}
 
-/// The misfires since the last poll's report: an overloaded node says so in
-/// one line a poll, not one a fire.
-#[derive(Debug, Default)]
-struct Misfires {
-    fires: u64,
-    by_policy: std::collections::BTreeMap<&'static str, u64>,
-    /// A few of the jobs, for the line.
-    jobs: Vec<String>,
-}
+        impl Tally {
+            fn add(&self, added: &Counters) {
+                $(if added.$field > 0 {
+                    self.$field.fetch_add(added.$field, Ordering::Relaxed);
+                })*
+            }
 
-impl Misfires {
-    /// How many jobs the line names.
-    const JOBS_NAMED: usize = 3;
-
-    /// `fires` fire times of `job` misfired, handled by `policy`.
-    fn add(&mut self, job: &str, policy: &'static str, fires: u64) {
-        self.fires += fires;
-        *self.by_policy.entry(policy).or_default() += fires;
-        if self.jobs.len() < Self::JOBS_NAMED && !self.jobs.iter().any(|j| j == job) {
-            self.jobs.push(job.to_owned());
+            fn read(&self) -> Counters {
+                Counters {
+                    $($field: self.$field.load(Ordering::Relaxed),)*
+                }
+            }
         }
-    }
+    };
 }
+
+tally!(
+    polls,
+    claimed,
+    lost,
+    succeeded,
+    failed,
+    rejected,
+    misfires,
+    fenced,
+    recovered,
+    recomputed,
+    chained,
+    timed_out,
+    dropped,
+    held_past_timeout,
+    lease_lost,
+    purged,
+);
 
 /// The release of an execute a fire held in the running state (a fixed-delay
 /// trigger awaiting its finish, or a job that disallows concurrency): back to
@@ -486,6 +512,7 @@ pub(super) async fn sleep_until_or_forever(at: Option<tokio::time::Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::fixed::HashSet;
 
     #[test]
     fn nodes_started_together_take_parts_of_a_period_of_their_own() {
@@ -503,20 +530,5 @@ mod tests {
         let early = parts.iter().filter(|p| **p < period / 2).count();
         assert!((5..=25).contains(&early), "{parts:?}");
         assert_ne!(part_of(period, "poll", &node(1)), part_of(period, "recovery", &node(1)));
-    }
-
-    #[test]
-    fn misfires_are_summed_by_policy_and_a_few_jobs_named() {
-        let mut seen = Misfires::default();
-        for i in 0..5 {
-            seen.add(&format!("job-{i}"), "fire_now", 2);
-        }
-        seen.add("job-0", "do_nothing", 10);
-        assert_eq!(seen.fires, 20);
-        assert_eq!(
-            seen.by_policy.iter().map(|(p, n)| (*p, *n)).collect::<Vec<_>>(),
-            [("do_nothing", 10), ("fire_now", 10)]
-        );
-        assert_eq!(seen.jobs, ["job-0", "job-1", "job-2"]);
     }
 }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tokio::sync::{Notify, watch};
 
 use super::fixed::{HashMap, HashSet};
@@ -60,9 +60,13 @@ impl Room {
     }
 }
 
+/// The jobs a poll read, by id (`None` for one deleted since a fire of it
+/// was claimed), as the poller publishes them.
+pub(super) type LatestJobs = HashMap<i64, Option<Arc<Job>>>;
+
 /// What a node holds of its fires in flight: every stage reads and writes
 /// it through the node's context, and nothing else keeps a fire's place.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Flights {
     /// Won fires not yet started (claimed in the ledger): given back at
     /// shutdown, and never taken for lost by the sweep.
@@ -79,10 +83,11 @@ pub(super) struct Flights {
     pub(super) room: Arc<Room>,
     /// The fires this node holds for async handlers' tasks.
     pub(super) task_room: Arc<Room>,
-    /// The jobs the last poll read, `None` for one deleted: a fire claimed
-    /// before its job was edited runs with the edited version, and one
-    /// claimed before its job was paused or deleted does not run.
-    latest_jobs: RwLock<HashMap<i64, Option<Arc<Job>>>>,
+    /// The jobs the last poll read, `None` for one deleted, as the poller
+    /// publishes them ([`LatestJobs`]): a fire claimed before its job was
+    /// edited runs with the edited version, and one claimed before its job
+    /// was paused or deleted does not run.
+    latest_jobs: watch::Receiver<LatestJobs>,
     /// Jobs with fires claimed and not launched yet, and how many: each poll
     /// reads them too, whether or not their triggers are due.
     awaiting_launch: Mutex<HashMap<i64, usize>>,
@@ -91,6 +96,21 @@ pub(super) struct Flights {
 }
 
 impl Flights {
+    /// Nothing in flight; the jobs as `latest_jobs` publishes them.
+    pub(super) fn new(latest_jobs: watch::Receiver<LatestJobs>) -> Flights {
+        Flights {
+            unstarted: Mutex::default(),
+            inflight: AtomicUsize::default(),
+            running: Mutex::default(),
+            cancel_asked: Mutex::default(),
+            room: Arc::default(),
+            task_room: Arc::default(),
+            latest_jobs,
+            awaiting_launch: Mutex::default(),
+            pending: Mutex::default(),
+        }
+    }
+
     /// Fires held (see [`Room`]), in both lanes.
     pub(super) fn held(&self) -> usize {
         self.room.held() + self.task_room.held()
@@ -199,16 +219,6 @@ impl Flights {
         self.awaiting_launch.lock().keys().copied().collect()
     }
 
-    /// The jobs a poll read (`None` for one of `awaiting` found deleted).
-    pub(super) fn set_latest_jobs(&self, jobs: &HashMap<i64, Arc<Job>>, awaiting: &[i64]) {
-        let mut latest = self.latest_jobs.write();
-        latest.clear();
-        latest.extend(jobs.iter().map(|(id, job)| (*id, Some(Arc::clone(job)))));
-        for id in awaiting {
-            latest.entry(*id).or_insert(None);
-        }
-    }
-
     /// A won fire of job `job_id` launches: the job as the last poll read
     /// it (`Some(None)` when deleted since), if it did.
     pub(super) fn launching(&self, job_id: i64) -> Option<Option<Arc<Job>>> {
@@ -226,7 +236,7 @@ impl Flights {
 
     /// The job as the last poll read it, if it did.
     pub(super) fn latest_job(&self, job_id: i64) -> Option<Option<Arc<Job>>> {
-        self.latest_jobs.read().get(&job_id).cloned()
+        self.latest_jobs.borrow().get(&job_id).cloned()
     }
 
     /// This node waits on a pending fire; `false` when it did already.

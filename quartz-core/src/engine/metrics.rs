@@ -189,20 +189,20 @@ pub(super) fn phased(scheduler: &str, phase: super::Phase) {
 }
 
 /// Records what one update of a node's counters added.
-pub(super) fn counted(scheduler: &str, before: &Counters, after: &Counters) {
+pub(super) fn counted(scheduler: &str, added: &Counters) {
     let added = [
-        (POLLS, after.polls - before.polls),
-        (CLAIMED, after.claimed - before.claimed),
-        (CLAIMS_LOST, after.lost - before.lost),
-        (SUCCEEDED, after.succeeded - before.succeeded),
-        (FAILED, after.failed - before.failed),
-        (REJECTED, after.rejected - before.rejected),
-        (FENCED, after.fenced - before.fenced),
-        (RECOVERED, after.recovered - before.recovered),
-        (RECOMPUTED, after.recomputed - before.recomputed),
-        (CHAINED, after.chained - before.chained),
-        (TIMED_OUT, after.timed_out - before.timed_out),
-        (PURGED, after.purged - before.purged),
+        (POLLS, added.polls),
+        (CLAIMED, added.claimed),
+        (CLAIMS_LOST, added.lost),
+        (SUCCEEDED, added.succeeded),
+        (FAILED, added.failed),
+        (REJECTED, added.rejected),
+        (FENCED, added.fenced),
+        (RECOVERED, added.recovered),
+        (RECOMPUTED, added.recomputed),
+        (CHAINED, added.chained),
+        (TIMED_OUT, added.timed_out),
+        (PURGED, added.purged),
     ];
     for (name, n) in added {
         if n > 0 {

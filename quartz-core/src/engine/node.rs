@@ -15,10 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use quartz_pool::Pool;
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
+use tokio::task::AbortHandle;
 
 use super::backlog::Backlog;
 use super::clock::{Clock, ClockHooks};
@@ -78,7 +77,8 @@ pub(crate) struct Stages {
     /// stages of the pool's connections.
     pub(super) admin_store: SharedStore,
     queue: Arc<FireQueue>,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The stages' tasks, to abort when the node is dropped unstopped.
+    tasks: Vec<AbortHandle>,
 }
 
 impl Stages {
@@ -122,6 +122,8 @@ impl Stages {
         let standby = store.standby().await?.is_some();
         tracing::info!(scheduler, node = %registered.node_id, incarnation = registered.incarnation, "node registered");
         let (members_tx, members) = watch::channel(vec![registered.clone()]);
+        let (misfires, misfires_rx) = mpsc::unbounded_channel();
+        let (latest_jobs_tx, latest_jobs) = watch::channel(Default::default());
         let ctx = Arc::new(Ctx::new(Parts {
             store,
             scheduler,
@@ -136,6 +138,8 @@ impl Stages {
             registered_at,
             standby,
             run_log,
+            misfires,
+            latest_jobs,
         }));
         // The stages, from the last a fire reaches to the first.
         let lease: super::recorder::Lease = {
@@ -162,10 +166,17 @@ impl Stages {
         let backlog = Arc::new(Backlog::new(Arc::clone(&ctx), Arc::clone(&launcher)));
         let queue = Arc::new(FireQueue::default());
         let dispatcher = Dispatcher::new(Arc::clone(&ctx), Arc::clone(&queue), Arc::clone(&launcher));
-        let poller = Poller::new(Arc::clone(&ctx), Arc::clone(&queue), Arc::clone(&backlog), parents);
+        let poller = Poller::new(
+            Arc::clone(&ctx),
+            Arc::clone(&queue),
+            Arc::clone(&backlog),
+            parents,
+            misfires_rx,
+            latest_jobs_tx,
+        );
         let recovery = Recovery::new(Arc::clone(&ctx), Arc::clone(&launcher), runner);
         let cluster = Cluster::new(Arc::clone(&ctx), Arc::clone(&queue), recovery, members_tx);
-        let tasks = vec![
+        let tasks = [
             tokio::spawn(poller.run()),
             tokio::spawn(dispatcher.run()),
             tokio::spawn(launcher.run(chained_rx)),
@@ -173,13 +184,15 @@ impl Stages {
             tokio::spawn(cluster.run()),
             tokio::spawn(super::maintenance::change_watcher(Arc::clone(&ctx))),
             tokio::spawn(super::maintenance::maintenance(Arc::clone(&ctx))),
-        ];
+        ]
+        .map(|task| task.abort_handle())
+        .into();
         Ok(Stages {
             ctx,
             admin_store: AdminBound::wrap(given.clone()),
             given,
             queue,
-            tasks: Mutex::new(tasks),
+            tasks,
         })
     }
 
@@ -351,7 +364,7 @@ impl Stages {
 
     pub(crate) fn stop_tasks(&self) {
         self.ctx.stop();
-        for task in self.tasks.lock().drain(..) {
+        for task in &self.tasks {
             task.abort();
         }
     }

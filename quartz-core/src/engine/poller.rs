@@ -7,13 +7,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tracing::Instrument as _;
 
 use super::Phase;
 use super::backlog::{Backlog, PENDING_BATCH};
-use super::context::{Ctx, RECOVERY_BATCH, duration_ms, first_at_or_after, waiting_or_complete};
+use super::context::{Ctx, Misfired, RECOVERY_BATCH, duration_ms, first_at_or_after, waiting_or_complete};
 use super::fixed::{HashMap, HashSet};
+use super::flight::LatestJobs;
 use super::queue::FireQueue;
 use super::run::PendingFire;
 use super::strategy::tries_first;
@@ -45,6 +46,13 @@ pub(super) struct Poller {
     /// Where the jobs whose successes start chains are published (the
     /// recorder reads them).
     parents: watch::Sender<HashSet<i64>>,
+    /// Where the jobs a poll read are published (the launch stage runs a
+    /// claimed fire with its job as last read).
+    latest_jobs: watch::Sender<LatestJobs>,
+    /// What the stages say misfired, summed up in one line a poll.
+    misfires: mpsc::UnboundedReceiver<Misfired>,
+    /// Jobs whose handler this node lacks, said once each.
+    warned: HashSet<String>,
     /// How long the last poll took (the window reaches past the next poll
     /// by twice that).
     took: Duration,
@@ -56,12 +64,17 @@ impl Poller {
         queue: Arc<FireQueue>,
         backlog: Arc<Backlog>,
         parents: watch::Sender<HashSet<i64>>,
+        misfires: mpsc::UnboundedReceiver<Misfired>,
+        latest_jobs: watch::Sender<LatestJobs>,
     ) -> Poller {
         Poller {
             ctx,
             queue,
             backlog,
             parents,
+            misfires,
+            latest_jobs,
+            warned: HashSet::default(),
             took: Duration::ZERO,
         }
     }
@@ -76,12 +89,10 @@ impl Poller {
                 return;
             }
             let began = tokio::time::Instant::now();
-            let polled = self
-                .poll()
-                .instrument(tracing::debug_span!("poll", scheduler = self.ctx.scheduler))
-                .await;
+            let span = tracing::debug_span!("poll", scheduler = self.ctx.scheduler);
+            let polled = self.poll().instrument(span).await;
             self.took = began.elapsed();
-            self.ctx.report_misfires();
+            self.report_misfires();
             let full = match polled {
                 Ok((full, rows)) => {
                     super::metrics::polled(&self.ctx.scheduler, began.elapsed(), rows);
@@ -119,7 +130,7 @@ impl Poller {
 
     /// One poll: `true` when a batch came back full and more may be due, and
     /// how many due executes it read.
-    pub(super) async fn poll(&self) -> Result<(bool, usize), StoreError> {
+    pub(super) async fn poll(&mut self) -> Result<(bool, usize), StoreError> {
         if self.ctx.phase() != Phase::Running {
             return Ok((false, 0));
         }
@@ -265,7 +276,11 @@ impl Poller {
             .ctx
             .jobs(executes.iter().map(|e| e.job_id).chain(awaiting.iter().copied()))
             .await?;
-        self.ctx.flights.set_latest_jobs(&jobs, &awaiting);
+        let mut latest: LatestJobs = jobs.iter().map(|(id, job)| (*id, Some(Arc::clone(job)))).collect();
+        for id in awaiting {
+            latest.entry(id).or_insert(None);
+        }
+        self.latest_jobs.send_replace(latest);
         Ok(jobs)
     }
 
@@ -423,16 +438,35 @@ impl Poller {
         }
     }
 
+    /// Says in one line what misfired since the last report, if anything.
+    fn report_misfires(&mut self) {
+        let mut seen = Misfires::default();
+        while let Ok(m) = self.misfires.try_recv() {
+            seen.add(&m);
+        }
+        if seen.fires == 0 {
+            return;
+        }
+        let policies: Vec<String> = seen.by_policy.iter().map(|(p, n)| format!("{p}: {n}")).collect();
+        tracing::warn!(
+            scheduler = self.ctx.scheduler,
+            fires = seen.fires,
+            policies = policies.join(", "),
+            jobs = seen.jobs.join(", "),
+            "fire times misfired since the last poll, each handled by its policy (debug logs name every one)"
+        );
+    }
+
     /// An execute whose job's handler this node lacks: left to the nodes that
     /// have it; but a fire still unclaimed past the misfire threshold (no live
     /// node has the handler) is claimed and recorded failed, saying so.
     pub(super) async fn unhandled(
-        &self,
+        &mut self,
         execute: &Execute,
         job: &Arc<Job>,
         db_now: Timestamp,
     ) -> Result<(), StoreError> {
-        if self.ctx.warned.lock().insert(job.spec.name.clone()) {
+        if self.warned.insert(job.spec.name.clone()) {
             tracing::warn!(
                 scheduler = self.ctx.scheduler,
                 job = job.spec.name,
@@ -474,6 +508,29 @@ impl Poller {
             }
         }
         Ok(())
+    }
+}
+
+/// The misfires since the last poll's report: an overloaded node says so in
+/// one line a poll, not one a fire.
+#[derive(Debug, Default)]
+struct Misfires {
+    fires: u64,
+    by_policy: std::collections::BTreeMap<&'static str, u64>,
+    /// A few of the jobs, for the line.
+    jobs: Vec<String>,
+}
+
+impl Misfires {
+    /// How many jobs the line names.
+    const JOBS_NAMED: usize = 3;
+
+    fn add(&mut self, m: &Misfired) {
+        self.fires += m.fires;
+        *self.by_policy.entry(m.policy).or_default() += m.fires;
+        if self.jobs.len() < Self::JOBS_NAMED && !self.jobs.contains(&m.job) {
+            self.jobs.push(m.job.clone());
+        }
     }
 }
 
@@ -557,6 +614,22 @@ fn recompute(execute: Execute, job: &Arc<Job>, db_now: Timestamp) -> RowWrite {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn misfires_are_summed_by_policy_and_a_few_jobs_named() {
+        let mut seen = Misfires::default();
+        let misfired = |job: String, policy, fires| Misfired { job, policy, fires };
+        for i in 0..5 {
+            seen.add(&misfired(format!("job-{i}"), "fire_now", 2));
+        }
+        seen.add(&misfired("job-0".to_owned(), "do_nothing", 10));
+        assert_eq!(seen.fires, 20);
+        assert_eq!(
+            seen.by_policy.iter().map(|(p, n)| (*p, *n)).collect::<Vec<_>>(),
+            [("do_nothing", 10), ("fire_now", 10)]
+        );
+        assert_eq!(seen.jobs, ["job-0", "job-1", "job-2"]);
+    }
     use crate::cron::CronExpression;
 
     fn execute(id: i64, next_ms: i64) -> Execute {

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use super::context::Ctx;
 use super::handler::RunKind;
-use super::launch::Launcher;
+use super::launch::Launch;
 use super::run::{PendingFire, RunFire};
 use crate::store::{FireEnd, FireQuery, FireState, JobState, MANUAL_EXECUTE, NodeRef, PendingClaim, waited_for_room};
 
@@ -34,11 +34,11 @@ pub(super) const PENDING_BATCH: u32 = 1_000;
 pub(super) struct Backlog {
     ctx: Arc<Ctx>,
     /// Where claimed pending fires go.
-    launcher: Arc<Launcher>,
+    launcher: Launch,
 }
 
 impl Backlog {
-    pub(super) fn new(ctx: Arc<Ctx>, launcher: Arc<Launcher>) -> Backlog {
+    pub(super) fn new(ctx: Arc<Ctx>, launcher: Launch) -> Backlog {
         Backlog { ctx, launcher }
     }
 

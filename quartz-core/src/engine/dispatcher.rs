@@ -16,7 +16,7 @@ use super::context::{Ctx, duration_ms, sleep_until_or_forever};
 use super::fixed::HashMap;
 use super::flight::Hold;
 use super::handler::RunKind;
-use super::launch::Launcher;
+use super::launch::Launch;
 use super::queue::{FireQueue, Pending, Run};
 use super::run::RunFire;
 use super::strategy::tries_first;
@@ -45,7 +45,7 @@ const READ_BACK_MAX: u32 = 20_000;
 pub(super) struct Dispatcher {
     ctx: Arc<Ctx>,
     queue: Arc<FireQueue>,
-    launcher: Arc<Launcher>,
+    launcher: Launch,
     /// Fires won in a run and not yet placed: each takes its place in its
     /// lane's room at its own claim time, as its own claim would have
     /// ([`Self::place_due`]), keyed by that time.
@@ -53,7 +53,7 @@ pub(super) struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub(super) fn new(ctx: Arc<Ctx>, queue: Arc<FireQueue>, launcher: Arc<Launcher>) -> Dispatcher {
+    pub(super) fn new(ctx: Arc<Ctx>, queue: Arc<FireQueue>, launcher: Launch) -> Dispatcher {
         Dispatcher {
             ctx,
             queue,

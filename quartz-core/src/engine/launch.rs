@@ -23,10 +23,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 
-use super::context::Ctx;
+use super::context::{Ctx, sleep_until_or_forever};
 use super::fixed::{HashMap, HashSet};
 use super::pace::{Pace, Shortfall, smooth};
 use super::run::RunFire;
@@ -50,8 +49,10 @@ const SETTLE_WAIT_MAX: Duration = Duration::from_secs(2);
 #[derive(Debug, Default)]
 struct Starting {
     runs: Vec<RunFire>,
-    /// Woken when more join, so that the start lead is measured again.
-    grew: Arc<Notify>,
+    /// Whether they waited for their start lead: only then does the
+    /// start's end say the lead was short (not when the fires were won
+    /// after it).
+    waited: bool,
 }
 
 /// How late a fire started, when that is past the threshold that applies.
@@ -68,9 +69,51 @@ fn start_lead(smoothed_micros: u64) -> Duration {
     lead.clamp(START_LEAD_MIN, START_LEAD_MAX)
 }
 
-/// The launch stage: won fires waiting for their start, by fire time, and
-/// what it measured of the start statement.
+/// A handle on the launch stage, for the stages that hand it won fires
+/// (the dispatcher, recovery, the backlog).
+#[derive(Clone)]
+pub(super) struct Launch {
+    ctx: Arc<Ctx>,
+    inbox: mpsc::UnboundedSender<(Timestamp, Vec<RunFire>)>,
+}
+
+impl Launch {
+    /// Launches fires won for `fire_time`: started a start lead ahead, handed
+    /// to the pool at their time (at once if it has passed). They are known
+    /// as won and not started from now ([`Flights::unstarted`](super::flight::Flights::unstarted)).
+    pub(super) fn launch_at(&self, fire_time: Timestamp, runs: Vec<RunFire>) {
+        self.ctx.flights.unstarted(runs.iter().map(|r| r.fire_id));
+        let _ = self.inbox.send((fire_time, runs));
+    }
+
+    /// Launches one won fire at its time (at once if it has passed).
+    pub(super) fn launch(&self, run: RunFire) {
+        self.launch_at(run.fire_time, vec![run]);
+    }
+}
+
+/// The launch stage: a loop that owns the won fires waiting for their
+/// start, by fire time, and what the starts fell short by lately; each
+/// fire time's start runs as a task of its own ([`Starter`]).
 pub(super) struct Launcher {
+    starter: Arc<Starter>,
+    /// Won fires, from [`Launch`].
+    inbox: mpsc::UnboundedReceiver<(Timestamp, Vec<RunFire>)>,
+    /// Children of chains, from the runner.
+    chained: mpsc::UnboundedReceiver<RunFire>,
+    /// How far past their fire time the starts begun at their lead ended.
+    ended: mpsc::UnboundedReceiver<(i64, Timestamp)>,
+    /// Won fires waiting for their start, by fire time: each fire time's
+    /// start begins a start lead ahead that grows with how many there are.
+    starting: BTreeMap<Timestamp, Starting>,
+    /// How far the starts of a fire time have ended past it lately, though
+    /// begun at their lead: added to the lead.
+    shortfall: Shortfall,
+}
+
+/// The start of one fire time's fires, a task each: what the starts share
+/// is the measure of the start statement.
+struct Starter {
     ctx: Arc<Ctx>,
     /// Where started fires go.
     runner: Arc<Runner>,
@@ -78,35 +121,107 @@ pub(super) struct Launcher {
     start_micros: AtomicU64,
     /// The start statement's cost per fire.
     start_pace: Pace,
-    /// How far the starts of a fire time have ended past it lately, though
-    /// begun at their lead: added to the lead.
-    shortfall: Shortfall,
-    /// Won fires waiting for their start, by fire time: one starter task
-    /// per fire time starts them all, a start lead ahead that grows with
-    /// how many there are.
-    starting: Mutex<BTreeMap<Timestamp, Starting>>,
+    /// Where a start begun at its lead says how far past its fire time it
+    /// ended (the launcher's shortfall).
+    ended: mpsc::UnboundedSender<(i64, Timestamp)>,
 }
 
 impl Launcher {
-    pub(super) fn new(ctx: Arc<Ctx>, runner: Arc<Runner>) -> Launcher {
-        Launcher {
+    /// The launch stage of a node, and the handle the other stages launch
+    /// through; `chained` is where the runner sends chains' children.
+    pub(super) fn new(
+        ctx: Arc<Ctx>,
+        runner: Arc<Runner>,
+        chained: mpsc::UnboundedReceiver<RunFire>,
+    ) -> (Launcher, Launch) {
+        let (inbox_tx, inbox) = mpsc::unbounded_channel();
+        let (ended_tx, ended) = mpsc::unbounded_channel();
+        let launch = Launch {
+            ctx: Arc::clone(&ctx),
+            inbox: inbox_tx,
+        };
+        let starter = Arc::new(Starter {
             ctx,
             runner,
             start_micros: AtomicU64::default(),
             start_pace: Pace::default(),
+            ended: ended_tx,
+        });
+        let launcher = Launcher {
+            starter,
+            inbox,
+            chained,
+            ended,
+            starting: BTreeMap::new(),
             shortfall: Shortfall::default(),
-            starting: Mutex::default(),
+        };
+        (launcher, launch)
+    }
+
+    /// Takes won fires and starts each fire time's a start lead ahead,
+    /// until the node stops.
+    pub(super) async fn run(mut self) {
+        let ctx = Arc::clone(&self.starter.ctx);
+        let mut stop = ctx.stop_signal();
+        loop {
+            let wake = self.start_due().map(|t| ctx.clock.instant_of(t));
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => return,
+                Some((over_ms, at)) = self.ended.recv() => self.shortfall.observe(over_ms, at, START_LEAD_MAX),
+                won = self.inbox.recv() => match won {
+                    Some((fire_time, runs)) => self.join(fire_time, runs),
+                    None => return,
+                },
+                Some(run) = self.chained.recv() => {
+                    ctx.flights.unstarted([run.fire_id]);
+                    self.join(run.fire_time, vec![run]);
+                }
+                () = sleep_until_or_forever(wake) => {}
+            }
         }
     }
 
-    /// Launches the children of chains the runner sends, until the node
-    /// stops.
-    pub(super) async fn run(self: Arc<Self>, mut chained: mpsc::UnboundedReceiver<RunFire>) {
-        while let Some(run) = self.ctx.next(&mut chained).await {
-            self.launch(run);
-        }
+    /// Fires won for `fire_time` join those waiting for it.
+    fn join(&mut self, fire_time: Timestamp, runs: Vec<RunFire>) {
+        self.starting.entry(fire_time).or_default().runs.extend(runs);
     }
 
+    /// Starts the fire times whose start lead has come (measured again each
+    /// time, for as many fires as wait then), each on a task of its own;
+    /// returns when the next one's comes.
+    fn start_due(&mut self) -> Option<Timestamp> {
+        let now = self.starter.ctx.clock.db_now();
+        let shortfall = self.shortfall.at(now);
+        let early = crate::mutants::on("start-early");
+        // No lead is longer than the longest: fire times past that wait.
+        let reach = now.saturating_add_millis(i64::try_from(START_LEAD_MAX.as_millis()).unwrap_or(0));
+        let mut next: Option<Timestamp> = None;
+        let mut due = Vec::new();
+        for (fire_time, waiting) in self.starting.range_mut(..=reach) {
+            let lead = i64::try_from(self.starter.start_lead(waiting.runs.len(), shortfall).as_millis()).unwrap_or(0);
+            let start_at = fire_time.saturating_add_millis(-lead);
+            if start_at <= now || early {
+                due.push(*fire_time);
+            } else {
+                waiting.waited = true;
+                next = Some(next.map_or(start_at, |n| n.min(start_at)));
+            }
+        }
+        if let Some(later) = self.starting.keys().find(|t| **t > reach) {
+            let at = later.saturating_add_millis(-i64::try_from(START_LEAD_MAX.as_millis()).unwrap_or(0));
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+        for fire_time in due {
+            if let Some(waiting) = self.starting.remove(&fire_time) {
+                tokio::spawn(Arc::clone(&self.starter).start_then_submit(fire_time, waiting));
+            }
+        }
+        next
+    }
+}
+
+impl Starter {
     /// How far ahead of the fire time the start of `fires` fires due
     /// together is issued: twice a start statement's recent time plus a
     /// margin, and twice the time their number takes at the start's pace.
@@ -116,10 +231,9 @@ impl Launcher {
     /// started up to 190 ms late in a third of the seconds. Averages miss
     /// the seconds when the database is busy with other work too (another
     /// node's poll of 10,000 executes): what the starts fell short by lately
-    /// is added.
-    fn start_lead(&self, fires: usize) -> Duration {
+    /// (`shortfall`) is added.
+    fn start_lead(&self, fires: usize, shortfall: Duration) -> Duration {
         let statement = start_lead(self.start_micros.load(Ordering::Relaxed));
-        let shortfall = self.shortfall.at(self.ctx.clock.db_now());
         (statement + self.start_pace.of(fires) * 2 + shortfall).min(START_LEAD_MAX)
     }
 
@@ -131,72 +245,11 @@ impl Launcher {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| Some(smooth(old, took)));
     }
 
-    /// Launches fires won for `fire_time`: started a start lead ahead, handed
-    /// to the pool at their time (at once if it has passed).
-    pub(super) fn launch_at(self: &Arc<Self>, fire_time: Timestamp, runs: Vec<RunFire>) {
-        self.ctx.flights.unstarted(runs.iter().map(|r| r.fire_id));
-        let mut starting = self.starting.lock();
-        match starting.get_mut(&fire_time) {
-            Some(waiting) => {
-                waiting.runs.extend(runs);
-                waiting.grew.notify_one();
-            }
-            None => {
-                starting.insert(
-                    fire_time,
-                    Starting {
-                        runs,
-                        grew: Arc::new(Notify::new()),
-                    },
-                );
-                let launcher = Arc::clone(self);
-                tokio::spawn(async move { launcher.start_then_submit(fire_time).await });
-            }
-        }
-    }
-
-    /// Launches one won fire at its time (at once if it has passed).
-    pub(super) fn launch(self: &Arc<Self>, run: RunFire) {
-        self.launch_at(run.fire_time, vec![run]);
-    }
-
-    /// The starter of one fire time: waits for the start lead of every fire
-    /// due then (measured again whenever more join), starts them, and hands
-    /// them over at their time. Fires won after it took them have a starter
-    /// of their own, which starts them at once.
-    async fn start_then_submit(self: Arc<Self>, fire_time: Timestamp) {
-        // Whether the starts began at their lead (not because the fires
-        // were won after it): only then does their end say the lead was short.
-        let mut on_lead = false;
-        loop {
-            let Some((fires, grew)) = self
-                .starting
-                .lock()
-                .get(&fire_time)
-                .map(|w| (w.runs.len(), Arc::clone(&w.grew)))
-            else {
-                return;
-            };
-            let lead = i64::try_from(self.start_lead(fires).as_millis()).unwrap_or(0);
-            let start_at = fire_time.saturating_add_millis(-lead);
-            if start_at <= self.ctx.clock.db_now() || crate::mutants::on("start-early") {
-                break;
-            }
-            tokio::select! {
-                biased;
-                () = tokio::time::sleep_until(self.ctx.clock.instant_of(start_at)) => {
-                    on_lead = true;
-                    break;
-                }
-                () = grew.notified() => {}
-            }
-        }
-        let runs = self
-            .starting
-            .lock()
-            .remove(&fire_time)
-            .map(|w| w.runs)
-            .unwrap_or_default();
+    /// The start of one fire time's fires, their lead come: marks them
+    /// running and hands them over at their time. Fires won after it took
+    /// them have a start of their own, which begins at once.
+    async fn start_then_submit(self: Arc<Self>, fire_time: Timestamp, waiting: Starting) {
+        let Starting { runs, waited: on_lead } = waiting;
         if self.ctx.stopping() {
             return; // the shutdown gives them back
         }
@@ -207,8 +260,7 @@ impl Launcher {
         let started = self.start_fenced(runs).await;
         let ended = self.ctx.clock.db_now();
         if on_lead {
-            self.shortfall
-                .observe(ended.as_millis() - fire_time.as_millis(), ended, START_LEAD_MAX);
+            let _ = self.ended.send((ended.as_millis() - fire_time.as_millis(), ended));
         }
         if fire_time > ended && !crate::mutants::on("start-early") {
             tokio::time::sleep_until(self.ctx.clock.instant_of(fire_time)).await;

@@ -162,10 +162,10 @@ impl Stages {
             pending_tx,
             chained_tx,
         ));
-        let launcher = Arc::new(Launcher::new(Arc::clone(&ctx), Arc::clone(&runner)));
-        let backlog = Arc::new(Backlog::new(Arc::clone(&ctx), Arc::clone(&launcher)));
+        let (launcher, launch) = Launcher::new(Arc::clone(&ctx), Arc::clone(&runner), chained_rx);
+        let backlog = Arc::new(Backlog::new(Arc::clone(&ctx), launch.clone()));
         let queue = Arc::new(FireQueue::default());
-        let dispatcher = Dispatcher::new(Arc::clone(&ctx), Arc::clone(&queue), Arc::clone(&launcher));
+        let dispatcher = Dispatcher::new(Arc::clone(&ctx), Arc::clone(&queue), launch.clone());
         let poller = Poller::new(
             Arc::clone(&ctx),
             Arc::clone(&queue),
@@ -174,12 +174,12 @@ impl Stages {
             misfires_rx,
             latest_jobs_tx,
         );
-        let recovery = Recovery::new(Arc::clone(&ctx), Arc::clone(&launcher), runner);
+        let recovery = Recovery::new(Arc::clone(&ctx), launch, runner);
         let cluster = Cluster::new(Arc::clone(&ctx), Arc::clone(&queue), recovery, members_tx);
         let tasks = [
             tokio::spawn(poller.run()),
             tokio::spawn(dispatcher.run()),
-            tokio::spawn(launcher.run(chained_rx)),
+            tokio::spawn(launcher.run()),
             tokio::spawn(backlog.run(pending_rx)),
             tokio::spawn(cluster.run()),
             tokio::spawn(super::maintenance::change_watcher(Arc::clone(&ctx))),

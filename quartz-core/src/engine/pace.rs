@@ -6,8 +6,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
 use crate::time::Timestamp;
 
 /// Statements with fewer fires than this are dominated by their round trip,
@@ -70,26 +68,25 @@ const SHORTFALL_MEMORY_MS: i64 = 60_000;
 #[derive(Debug, Default)]
 pub(super) struct Shortfall {
     /// The margin in ms, as of the database time in ms.
-    margin: Mutex<(i64, i64)>,
+    margin: (i64, i64),
 }
 
 impl Shortfall {
     /// The margin at `now`.
     pub(super) fn at(&self, now: Timestamp) -> Duration {
-        let (margin, since) = *self.margin.lock();
+        let (margin, since) = self.margin;
         Duration::from_millis(u64::try_from(fade(margin, now.as_millis() - since)).unwrap_or(0))
     }
 
     /// Folds in work that ended `over_ms` after it was due at `now` (none
     /// when it ended in time).
-    pub(super) fn observe(&self, over_ms: i64, now: Timestamp, cap: Duration) {
+    pub(super) fn observe(&mut self, over_ms: i64, now: Timestamp, cap: Duration) {
         if over_ms <= 0 {
             return;
         }
         let cap = i64::try_from(cap.as_millis()).unwrap_or(i64::MAX);
-        let mut margin = self.margin.lock();
-        let left = fade(margin.0, now.as_millis() - margin.1);
-        *margin = (left.saturating_add(over_ms).min(cap), now.as_millis());
+        let left = fade(self.margin.0, now.as_millis() - self.margin.1);
+        self.margin = (left.saturating_add(over_ms).min(cap), now.as_millis());
     }
 }
 
@@ -122,7 +119,7 @@ mod tests {
 
     #[test]
     fn a_shortfall_adds_to_what_is_left_of_the_last_and_fades_over_a_minute() {
-        let shortfall = Shortfall::default();
+        let mut shortfall = Shortfall::default();
         let cap = Duration::from_millis(1_000);
         let at = |s: i64| Timestamp::from_millis(1_000_000 + s * 1_000);
         assert_eq!(shortfall.at(at(0)), Duration::ZERO);

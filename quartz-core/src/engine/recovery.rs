@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::Phase;
 use super::context::{Ctx, RECOVERY_BATCH, duration_ms, release_cas};
 use super::handler::RunKind;
-use super::launch::Launcher;
+use super::launch::Launch;
 use super::run::RunFire;
 use super::runner::Runner;
 use crate::store::{FireEnd, FireRecord, FireState, Job, MANUAL_EXECUTE, NodeRef, NodeState, StoreError};
@@ -31,7 +31,7 @@ use crate::trigger::Trigger;
 pub(super) struct Recovery {
     ctx: Arc<Ctx>,
     /// Where recovered fires go.
-    launcher: Arc<Launcher>,
+    launcher: Launch,
     /// Where a recovered fire found past the misfire threshold goes.
     runner: Arc<Runner>,
     /// When this node last looked for fires it claimed without knowing it.
@@ -42,7 +42,7 @@ pub(super) struct Recovery {
 }
 
 impl Recovery {
-    pub(super) fn new(ctx: Arc<Ctx>, launcher: Arc<Launcher>, runner: Arc<Runner>) -> Recovery {
+    pub(super) fn new(ctx: Arc<Ctx>, launcher: Launch, runner: Arc<Runner>) -> Recovery {
         Recovery {
             ctx,
             launcher,

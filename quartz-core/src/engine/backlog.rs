@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::context::Ctx;
+use super::fixed::HashSet;
 use super::handler::RunKind;
 use super::launch::Launch;
 use super::run::{PendingFire, RunFire};
@@ -28,9 +29,10 @@ const BLOCKED_TICK_MAX: Duration = Duration::from_millis(400);
 /// The most pending fires one poll reads.
 pub(super) const PENDING_BATCH: u32 = 1_000;
 
-/// The backlog stage: the pending fires this node waits on (their ids are
-/// in [`super::flight::Flights`]), each a task until its time comes and its
-/// lane has room.
+/// The backlog stage: a loop that owns the pending fires this node waits
+/// on (the poller and the runner send them on a channel; each is queued
+/// once, whoever found it), each a task until its time comes and its lane
+/// has room.
 pub(super) struct Backlog {
     ctx: Arc<Ctx>,
     /// Where claimed pending fires go.
@@ -42,25 +44,33 @@ impl Backlog {
         Backlog { ctx, launcher }
     }
 
-    /// Queues the pending fires the runner sends (retries, late runs), until
-    /// the node stops.
+    /// Queues the pending fires sent (retries, late runs, those a poll
+    /// found), once each, until the node stops; publishes how many it
+    /// waits on ([`Flights::set_pending`](super::flight::Flights::set_pending)).
     pub(super) async fn run(self: Arc<Self>, mut pending: mpsc::UnboundedReceiver<PendingFire>) {
-        while let Some(fire) = self.ctx.next(&mut pending).await {
-            self.queue_pending(fire);
+        let mut stop = self.ctx.stop_signal();
+        let mut waiting: HashSet<i64> = HashSet::default();
+        let (done_tx, mut done) = mpsc::unbounded_channel();
+        loop {
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => return,
+                Some(fire_id) = done.recv() => {
+                    waiting.remove(&fire_id);
+                }
+                fire = pending.recv() => {
+                    let Some(fire) = fire else { return };
+                    if waiting.insert(fire.fire_id) {
+                        let (backlog, done) = (Arc::clone(&self), done_tx.clone());
+                        tokio::spawn(async move {
+                            backlog.run_pending(fire).await;
+                            let _ = done.send(fire.fire_id);
+                        });
+                    }
+                }
+            }
+            self.ctx.flights.set_pending(waiting.len());
         }
-    }
-
-    /// Waits for a pending fire's time, then claims and launches it when the
-    /// pool has room. Queued once per node, whoever found it.
-    pub(super) fn queue_pending(self: &Arc<Self>, fire: PendingFire) {
-        if !self.ctx.flights.pending(fire.fire_id) {
-            return;
-        }
-        let backlog = Arc::clone(self);
-        tokio::spawn(async move {
-            backlog.run_pending(fire).await;
-            backlog.ctx.flights.not_pending(fire.fire_id);
-        });
     }
 
     async fn run_pending(self: &Arc<Self>, fire: PendingFire) {

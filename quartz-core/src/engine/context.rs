@@ -299,16 +299,6 @@ impl Ctx {
         Ok(jobs.into_iter().map(|j| (j.id, Arc::new(j))).collect())
     }
 
-    /// The next message of a stage's inbox; `None` once the node stops or
-    /// the inbox closes.
-    pub(super) async fn next<T>(&self, inbox: &mut mpsc::UnboundedReceiver<T>) -> Option<T> {
-        tokio::select! {
-            biased;
-            () = self.stopped() => None,
-            next = inbox.recv() => next,
-        }
-    }
-
     /// Waits for `d`, or until the node stops; `false` when it stopped.
     pub(super) async fn pause(&self, d: Duration) -> bool {
         tokio::select! {

@@ -91,8 +91,9 @@ pub(super) struct Flights {
     /// Jobs with fires claimed and not launched yet, and how many: each poll
     /// reads them too, whether or not their triggers are due.
     awaiting_launch: Mutex<HashMap<i64, usize>>,
-    /// Pending fires (retries, late runs) this node waits on, by ledger id.
-    pending: Mutex<HashSet<i64>>,
+    /// How many pending fires (retries, late runs) this node waits on, as
+    /// the backlog counts them.
+    pending: AtomicUsize,
 }
 
 impl Flights {
@@ -107,7 +108,7 @@ impl Flights {
             task_room: Arc::default(),
             latest_jobs,
             awaiting_launch: Mutex::default(),
-            pending: Mutex::default(),
+            pending: AtomicUsize::default(),
         }
     }
 
@@ -239,19 +240,14 @@ impl Flights {
         self.latest_jobs.borrow().get(&job_id).cloned()
     }
 
-    /// This node waits on a pending fire; `false` when it did already.
-    pub(super) fn pending(&self, fire_id: i64) -> bool {
-        self.pending.lock().insert(fire_id)
-    }
-
-    /// A pending fire this node waited on is claimed, or gone.
-    pub(super) fn not_pending(&self, fire_id: i64) {
-        self.pending.lock().remove(&fire_id);
+    /// The backlog waits on `n` pending fires.
+    pub(super) fn set_pending(&self, n: usize) {
+        self.pending.store(n, Ordering::Relaxed);
     }
 
     /// Pending fires this node waits on.
     pub(super) fn pending_count(&self) -> usize {
-        self.pending.lock().len()
+        self.pending.load(Ordering::Relaxed)
     }
 }
 

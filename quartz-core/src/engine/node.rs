@@ -159,7 +159,7 @@ impl Stages {
         let runner = Arc::new(Runner::new(
             Arc::clone(&ctx),
             Arc::clone(&recorder),
-            pending_tx,
+            pending_tx.clone(),
             chained_tx,
         ));
         let (launcher, launch) = Launcher::new(Arc::clone(&ctx), Arc::clone(&runner), chained_rx);
@@ -169,7 +169,7 @@ impl Stages {
         let poller = Poller::new(
             Arc::clone(&ctx),
             Arc::clone(&queue),
-            Arc::clone(&backlog),
+            pending_tx,
             parents,
             misfires_rx,
             latest_jobs_tx,

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::Instrument as _;
 
 use super::Phase;
-use super::backlog::{Backlog, PENDING_BATCH};
+use super::backlog::PENDING_BATCH;
 use super::context::{Ctx, Misfired, RECOVERY_BATCH, duration_ms, first_at_or_after, waiting_or_complete};
 use super::fixed::{HashMap, HashSet};
 use super::flight::LatestJobs;
@@ -42,7 +42,8 @@ const WINDOW_SLACK_MS: i64 = 500;
 pub(super) struct Poller {
     ctx: Arc<Ctx>,
     queue: Arc<FireQueue>,
-    backlog: Arc<Backlog>,
+    /// Where the pending fires a poll finds go (the backlog).
+    pending: mpsc::UnboundedSender<PendingFire>,
     /// Where the jobs whose successes start chains are published (the
     /// recorder reads them).
     parents: watch::Sender<HashSet<i64>>,
@@ -62,7 +63,7 @@ impl Poller {
     pub(super) fn new(
         ctx: Arc<Ctx>,
         queue: Arc<FireQueue>,
-        backlog: Arc<Backlog>,
+        pending: mpsc::UnboundedSender<PendingFire>,
         parents: watch::Sender<HashSet<i64>>,
         misfires: mpsc::UnboundedReceiver<Misfired>,
         latest_jobs: watch::Sender<LatestJobs>,
@@ -70,7 +71,7 @@ impl Poller {
         Poller {
             ctx,
             queue,
-            backlog,
+            pending,
             parents,
             misfires,
             latest_jobs,
@@ -189,7 +190,7 @@ impl Poller {
         let mut writes = Vec::new();
         for (i, execute) in batch.executes.into_iter().enumerate() {
             // Thousands of rows are expanded a poll: the runtime's other
-            // tasks (the starters of fires due now) run in between.
+            // tasks (the starts of fires due now) run in between.
             if i % YIELD_EVERY == YIELD_EVERY - 1 {
                 tokio::task::yield_now().await;
             }
@@ -214,7 +215,7 @@ impl Poller {
         let decided = writes.len();
         self.write_decisions(writes, db_now, horizon).await?;
         for fire in self.ctx.store.fires_pending(horizon, PENDING_BATCH).await? {
-            self.backlog.queue_pending(PendingFire::of(&fire));
+            let _ = self.pending.send(PendingFire::of(&fire));
         }
         tracing::debug!(scheduler = self.ctx.scheduler, executes, decided, full, "polled");
         Ok((full, executes))

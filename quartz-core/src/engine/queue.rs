@@ -5,8 +5,8 @@
 //! changed row makes the node forget the execute (its queued fires become
 //! stale by their epoch), and the next poll expands it afresh; a won claim
 //! of an execute's last queued fire queues the next from the state the
-//! claim wrote ([`FireQueue::follow`]). Lock order: `tracked`, then
-//! `fires`, everywhere.
+//! claim wrote ([`FireQueue::follow`]). One lock holds both the fires and
+//! the executes they belong to.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -106,13 +106,20 @@ pub(super) struct Due {
 /// The fires waiting for their claim, by claim time.
 #[derive(Debug, Default)]
 pub(super) struct FireQueue {
-    fires: Mutex<Lanes>,
-    tracked: Mutex<HashMap<i64, Track>>,
+    state: Mutex<Queued>,
     seq: AtomicU64,
     /// Woken when a fire is queued.
     pub(super) changed: Notify,
     /// The claim's cost per fire: how far ahead a deep queue's claims begin.
     pub(super) claim_pace: Pace,
+}
+
+/// What the queue holds: the fires by lane and claim time, and what it
+/// remembers of their executes.
+#[derive(Debug, Default)]
+struct Queued {
+    lanes: Lanes,
+    tracked: HashMap<i64, Track>,
 }
 
 /// How far the claims must reach ahead of now ([`FireQueue::claim_ahead`]).
@@ -176,7 +183,8 @@ impl FireQueue {
         (fires, claim_at): (Vec<Fire>, impl Fn(Timestamp) -> Timestamp),
         late_ok_until: Option<Timestamp>,
     ) -> usize {
-        let mut tracked = self.tracked.lock();
+        let mut state = self.state.lock();
+        let Queued { lanes, tracked } = &mut *state;
         let fresh = || Track {
             epoch: self.next_seq(),
             horizon: Timestamp::from_millis(i64::MIN),
@@ -189,7 +197,7 @@ impl FireQueue {
             *track = fresh();
         }
         self.insert(
-            track,
+            (lanes, track),
             (execute_id, job, lane),
             deferred,
             trigger,
@@ -208,7 +216,8 @@ impl FireQueue {
     /// 1–4 s, and the fires past the last poll's window were claimed after
     /// their time). Returns whether a fire was queued.
     pub(super) fn follow(&self, won: &Pending, lead_ms: i64) -> bool {
-        let mut tracked = self.tracked.lock();
+        let mut state = self.state.lock();
+        let Queued { lanes, tracked } = &mut *state;
         let Some(track) = tracked.get_mut(&won.execute_id) else {
             return false;
         };
@@ -223,7 +232,7 @@ impl FireQueue {
             .collect();
         let placed = (won.execute_id, &won.job, won.lane);
         let claim_at = |t: Timestamp| t.saturating_add_millis(-lead_ms);
-        self.insert(track, placed, false, &won.trigger, (next, claim_at), None) > 0
+        self.insert((lanes, track), placed, false, &won.trigger, (next, claim_at), None) > 0
     }
 
     /// Takes the fires of `first`'s execute that follow it up to `until`
@@ -238,8 +247,8 @@ impl FireQueue {
         if max == 0 {
             return None;
         }
-        let mut tracked = self.tracked.lock();
-        let track = tracked.get_mut(&first.execute_id)?;
+        let mut state = self.state.lock();
+        let track = state.tracked.get_mut(&first.execute_id)?;
         if track.epoch != first.epoch {
             return None;
         }
@@ -273,8 +282,8 @@ impl FireQueue {
     /// not answered): the queued copies of its fires are claimable again,
     /// and a poll queues the fires no copy of which is queued.
     pub(super) fn give_back(&self, run: &Run) {
-        let mut tracked = self.tracked.lock();
-        let Some(track) = tracked.get_mut(&run.execute_id) else {
+        let mut state = self.state.lock();
+        let Some(track) = state.tracked.get_mut(&run.execute_id) else {
             return;
         };
         if track.epoch != run.epoch {
@@ -288,18 +297,17 @@ impl FireQueue {
         }
     }
 
-    /// Inserts the fires of `track`'s execute past its horizon (the caller
-    /// holds `tracked`), and wakes the dispatcher when any was.
+    /// Inserts the fires of `track`'s execute past its horizon into `lanes`
+    /// (the caller holds the lock), and wakes the dispatcher when any was.
     fn insert(
         &self,
-        track: &mut Track,
+        (lanes, track): (&mut Lanes, &mut Track),
         (execute_id, job, lane): (i64, &Arc<Job>, Lane),
         deferred: bool,
         trigger: &Arc<Trigger>,
         (fires, claim_at): (Vec<Fire>, impl Fn(Timestamp) -> Timestamp),
         late_ok_until: Option<Timestamp>,
     ) -> usize {
-        let mut lanes = self.fires.lock();
         let queue = &mut lanes[slot(lane, deferred)];
         let mut added = 0;
         for fire in fires {
@@ -344,8 +352,8 @@ impl FireQueue {
     }
 
     fn put_back(&self, fires: Vec<Pending>, at: impl Fn(&Pending) -> Timestamp) {
-        let tracked = self.tracked.lock();
-        let mut lanes = self.fires.lock();
+        let mut state = self.state.lock();
+        let Queued { lanes, tracked } = &mut *state;
         for pending in fires {
             if tracked
                 .get(&pending.execute_id)
@@ -354,8 +362,7 @@ impl FireQueue {
                 lanes[slot(pending.lane, pending.deferred)].insert((at(&pending), self.next_seq()), pending);
             }
         }
-        drop(lanes);
-        drop(tracked);
+        drop(state);
         self.changed.notify_one();
     }
 
@@ -375,7 +382,7 @@ impl FireQueue {
     /// concurrent fires, a trigger that ends by its count.) Returns whether
     /// the execute was forgotten.
     pub(super) fn lost(&self, execute_id: i64, epoch: u64) -> bool {
-        let mut tracked = self.tracked.lock();
+        let tracked = &mut self.state.lock().tracked;
         match tracked.get_mut(&execute_id) {
             Some(track) if track.epoch == epoch && !track.lost_one => {
                 track.lost_one = true;
@@ -392,15 +399,15 @@ impl FireQueue {
 
     /// Forgets an execute: its queued fires become stale.
     pub(super) fn forget(&self, execute_id: i64) {
-        self.tracked.lock().remove(&execute_id);
+        self.state.lock().tracked.remove(&execute_id);
     }
 
     /// Forgets every execute with fires left to another node: its queued
     /// fires become stale, and the next poll expands it afresh. Returns how
     /// many fires were dropped.
     pub(super) fn forget_deferred(&self) -> usize {
-        let mut tracked = self.tracked.lock();
-        let mut lanes = self.fires.lock();
+        let mut state = self.state.lock();
+        let Queued { lanes, tracked } = &mut *state;
         let mut dropped = 0;
         for lane in [Lane::Pool, Lane::Task] {
             for (_, pending) in std::mem::take(&mut lanes[slot(lane, true)]) {
@@ -413,9 +420,9 @@ impl FireQueue {
 
     /// Forgets everything (a rejoin, a shutdown).
     pub(super) fn clear(&self) {
-        let mut tracked = self.tracked.lock();
-        tracked.clear();
-        self.fires.lock().iter_mut().for_each(BTreeMap::clear);
+        let mut state = self.state.lock();
+        state.tracked.clear();
+        state.lanes.iter_mut().for_each(BTreeMap::clear);
     }
 
     /// The earliest claim time queued.
@@ -435,8 +442,8 @@ impl FireQueue {
         threshold_ms: i64,
         room: [usize; 2],
     ) -> Due {
-        let tracked = self.tracked.lock();
-        let mut lanes = self.fires.lock();
+        let mut state = self.state.lock();
+        let Queued { lanes, tracked } = &mut *state;
         let until = db_now.saturating_add_millis(ahead_ms.max(0));
         let is_late = |p: &Pending| !p.late_ok && db_now.as_millis() - p.fire.fire_time.as_millis() > threshold_ms;
         // Each slot's first fires, as many as its lane's room and the limit
@@ -491,21 +498,21 @@ impl FireQueue {
                 due.fires.push(pending);
             }
         }
-        drop(lanes);
-        drop(tracked);
+        for id in &due.late {
+            tracked.remove(id);
+        }
+        drop(state);
         // One lock order on every node: by time, then by row. Claims of the same
         // rows in different orders by two nodes would deadlock.
         due.fires.sort_by_key(|p| (p.fire.fire_time, p.execute_id));
-        for id in &due.late {
-            self.forget(*id);
-        }
         due
     }
 
     /// The first claim time of a queued fire whose lane has room.
     pub(super) fn first_claim_at_in(&self, room: [usize; 2]) -> Option<Timestamp> {
-        let lanes = self.fires.lock();
-        lanes
+        let state = self.state.lock();
+        state
+            .lanes
             .iter()
             .enumerate()
             .filter(|(at, _)| room[lane_of(*at) as usize] > 0)
@@ -519,13 +526,14 @@ impl FireQueue {
     /// claims' time earlier. Fires another node was preferred for wait for
     /// their own time and are neither counted nor walked.
     pub(super) fn claim_ahead(&self, db_now: Timestamp) -> Ahead {
-        let lanes = self.fires.lock();
+        let state = self.state.lock();
+        let lanes = &state.lanes;
         let mut ahead = Ahead { ms: 0, begin_by: None };
         // No fire's claims take longer than the whole queue's.
         let queued = lanes[slot(Lane::Pool, false)].len() + lanes[slot(Lane::Task, false)].len();
         let longest = i64::try_from(self.claim_pace.of(queued).as_millis()).unwrap_or(i64::MAX);
         let mut fires = 0;
-        for ((claim_at, _), _) in in_order(&lanes) {
+        for ((claim_at, _), _) in in_order(lanes) {
             // Every later fire begins after both now and the earliest
             // beginning found: none changes the answer.
             let earliest_begin = claim_at.saturating_add_millis(-longest);

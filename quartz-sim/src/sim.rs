@@ -464,7 +464,10 @@ fn handler(
             };
             let fire = (ctx.execute_id(), ctx.scheduled_fire_time().as_millis());
             let at = store.clock().as_millis();
-            witness.began(process, ctx.job_name(), fire_id, fire, ctx.attempt(), whose, at);
+            if !witness.began(process, ctx.job_name(), fire_id, fire, ctx.attempt(), whose, at) {
+                // Its process crashed: nothing of it runs any more.
+                return std::future::pending().await;
+            }
             let outcome: JobResult = tokio::select! {
                 biased;
                 () = async { let _ = died.wait_for(|d| *d).await; } => std::future::pending().await,

@@ -4,7 +4,7 @@
 //! time, judged as they happen against the overlap policies and
 //! concurrency limits, and the trace every event feeds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -65,6 +65,10 @@ struct Inner {
     rules: BTreeMap<String, Rules>,
     violations: Vec<String>,
     starts: u64,
+    /// Node processes that crashed: a crash ends everything the process
+    /// does, so what its left-over tasks would still do (a start task
+    /// sleeping until its fire time, a line for its run log) never happens.
+    dead: BTreeSet<usize>,
     /// Every line fed to the trace, when asked to keep them.
     lines: Option<Vec<String>>,
 }
@@ -116,6 +120,9 @@ impl Witness {
 
     fn logged(&self, process: usize, event: &RunEvent) {
         let mut inner = self.inner.lock();
+        if inner.dead.contains(&process) {
+            return;
+        }
         // The host and process id of an opened log are the machine's, not
         // the simulation's: left out of the trace.
         if !matches!(event, RunEvent::Open { .. }) {
@@ -131,7 +138,8 @@ impl Witness {
     }
 
     /// A handler began, at simulated time `at_ms`: judged against the runs
-    /// in progress.
+    /// in progress. `false` when its process had crashed: it never began
+    /// (its handler waits forever, as nothing runs in a dead process).
     #[allow(clippy::too_many_arguments)]
     pub fn began(
         &self,
@@ -142,8 +150,11 @@ impl Witness {
         attempt: u32,
         whose: Whose,
         at_ms: i64,
-    ) {
+    ) -> bool {
         let mut inner = self.inner.lock();
+        if inner.dead.contains(&process) {
+            return false;
+        }
         inner.starts += 1;
         // A later attempt (a retry, a recovery rerun) never begins while an
         // earlier attempt of the same fire still runs: a node that lost its
@@ -208,6 +219,7 @@ impl Witness {
         }
         inner.running.insert(fire_id, (job.to_owned(), process, fire, attempt));
         inner.feed(&format!("began {process} {fire_id} {at_ms}"));
+        true
     }
 
     /// A handler ended (returned, or its process died).
@@ -221,6 +233,7 @@ impl Witness {
     /// A node process died: its handlers with it.
     pub fn died(&self, process: usize, at_ms: i64) {
         let mut inner = self.inner.lock();
+        inner.dead.insert(process);
         let dead: Vec<i64> = inner
             .running
             .iter()

@@ -60,6 +60,14 @@ impl Room {
     }
 }
 
+/// Running fires' cancellation senders, and the fires asked to stop
+/// before they run.
+#[derive(Debug, Default)]
+struct Cancels {
+    running: HashMap<i64, watch::Sender<Option<CancelReason>>>,
+    asked: HashSet<i64>,
+}
+
 /// The jobs a poll read, by id (`None` for one deleted since a fire of it
 /// was claimed), as the poller publishes them.
 pub(super) type LatestJobs = HashMap<i64, Option<Arc<Job>>>;
@@ -74,11 +82,10 @@ pub(super) struct Flights {
     /// Fires started (marked running) whose outcome is not recorded yet: a
     /// shutdown waits for them.
     inflight: AtomicUsize,
-    /// Running fires' cancellation senders.
-    running: Mutex<HashMap<i64, watch::Sender<Option<CancelReason>>>>,
-    /// Claimed fires not running yet that a newer fire of their job asked to
-    /// stop (the cancel overlap policy).
-    cancel_asked: Mutex<HashSet<i64>>,
+    /// Running fires' cancellation, and the claimed fires not running yet
+    /// that a newer fire of their job asked to stop (the cancel overlap
+    /// policy).
+    cancels: Mutex<Cancels>,
     /// The fires this node holds for the pool.
     pub(super) room: Arc<Room>,
     /// The fires this node holds for async handlers' tasks.
@@ -102,8 +109,7 @@ impl Flights {
         Flights {
             unstarted: Mutex::default(),
             inflight: AtomicUsize::default(),
-            running: Mutex::default(),
-            cancel_asked: Mutex::default(),
+            cancels: Mutex::default(),
             room: Arc::default(),
             task_room: Arc::default(),
             latest_jobs,
@@ -134,7 +140,7 @@ impl Flights {
 
     /// Whether this node has fires claimed or running.
     pub(super) fn any_open(&self) -> bool {
-        !self.unstarted.lock().is_empty() || !self.running.lock().is_empty()
+        !self.unstarted.lock().is_empty() || !self.cancels.lock().running.is_empty()
     }
 
     /// Whether a fire is won and not started.
@@ -165,18 +171,19 @@ impl Flights {
     /// A fire's handler runs, cancelled through `cancel` (at once when a
     /// newer fire asked it to stop before it started).
     pub(super) fn running(&self, fire_id: i64, cancel: watch::Sender<Option<CancelReason>>) {
-        if self.cancel_asked.lock().remove(&fire_id) {
+        let mut cancels = self.cancels.lock();
+        if cancels.asked.remove(&fire_id) {
             let _ = cancel.send(Some(CancelReason::Overlapped));
         }
-        self.running.lock().insert(fire_id, cancel);
+        cancels.running.insert(fire_id, cancel);
     }
 
     /// The fires a newer fire of their job asked to stop (the store's whole
     /// list for this node): those running are cancelled, the others when
     /// they start.
     pub(super) fn cancel_asked(&self, fire_ids: &[i64]) {
-        let running = self.running.lock();
-        let mut asked = self.cancel_asked.lock();
+        let mut cancels = self.cancels.lock();
+        let Cancels { running, asked } = &mut *cancels;
         asked.clear();
         for id in fire_ids {
             match running.get(id) {
@@ -194,17 +201,17 @@ impl Flights {
 
     /// A fire's handler returned.
     pub(super) fn not_running(&self, fire_id: i64) {
-        self.running.lock().remove(&fire_id);
+        self.cancels.lock().running.remove(&fire_id);
     }
 
     /// How many handlers run.
     pub(super) fn running_count(&self) -> usize {
-        self.running.lock().len()
+        self.cancels.lock().running.len()
     }
 
     /// Asks every running handler to stop.
     pub(super) fn cancel_all(&self, reason: CancelReason) {
-        for cancel in self.running.lock().values() {
+        for cancel in self.cancels.lock().running.values() {
             let _ = cancel.send(Some(reason));
         }
     }

@@ -87,7 +87,7 @@ impl Backlog {
             // Room in the lane of its job's handler: a thread free and room
             // in the pool, or room for another task.
             if self.ctx.room_for_job(fire.job_id) > 0
-                && self.ctx.phase() == super::Phase::Running
+                && self.ctx.phase() == super::status::Phase::Running
                 && !self.ctx.on_standby()
             {
                 match self.claim_pending(fire).await {

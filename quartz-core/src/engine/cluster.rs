@@ -11,11 +11,11 @@ use tracing::Instrument as _;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::Phase;
 use super::context::{Ctx, duration_ms};
 use super::handler::CancelReason;
 use super::queue::FireQueue;
 use super::recovery::Recovery;
+use super::status::Phase;
 use crate::runlog::RunEvent;
 use crate::store::{Node, NodeRef, NodeState, StoreError};
 

@@ -37,7 +37,7 @@
 //! | [`LIVE_NODES`] | gauge | live nodes of the cluster, as this node saw them |
 //! | [`PHASE`] | gauge | 1 for this node's phase (`running`, `fenced`, `shutting_down`, `stopped`), 0 for the others |
 
-use super::Counters;
+use super::status::{Counters, Phase};
 
 /// Every metric a node records, by name.
 pub const ALL: [&str; 25] = [
@@ -124,11 +124,11 @@ pub const LIVE_NODES: &str = "quartz_nodes_live";
 pub const PHASE: &str = "quartz_node_phase";
 
 /// The phases, as [`PHASE`] labels them.
-const PHASES: [(super::Phase, &str); 4] = [
-    (super::Phase::Running, "running"),
-    (super::Phase::Fenced, "fenced"),
-    (super::Phase::ShuttingDown, "shutting_down"),
-    (super::Phase::Stopped, "stopped"),
+const PHASES: [(Phase, &str); 4] = [
+    (Phase::Running, "running"),
+    (Phase::Fenced, "fenced"),
+    (Phase::ShuttingDown, "shutting_down"),
+    (Phase::Stopped, "stopped"),
 ];
 
 /// Records an outcome by handler (and job, when opted in).
@@ -156,7 +156,7 @@ pub(super) fn abandoned(scheduler: &str) {
 
 /// Records the pool, the cluster and the node's phase, at a heartbeat.
 #[allow(clippy::cast_precision_loss)]
-pub(super) fn beat(scheduler: &str, pool: &quartz_pool::PoolMetrics, live: usize, phase: super::Phase) {
+pub(super) fn beat(scheduler: &str, pool: &quartz_pool::PoolMetrics, live: usize, phase: Phase) {
     let s = || scheduler.to_owned();
     pool_gauges(scheduler, pool);
     ::metrics::counter!(POOL_REJECTED, "scheduler" => s()).absolute(pool.rejected);
@@ -168,7 +168,7 @@ pub(super) fn beat(scheduler: &str, pool: &quartz_pool::PoolMetrics, live: usize
 /// unless a task outlived the grace) and the stopped phase.
 pub(super) fn stopped(scheduler: &str, pool: &quartz_pool::PoolMetrics) {
     pool_gauges(scheduler, pool);
-    phased(scheduler, super::Phase::Stopped);
+    phased(scheduler, Phase::Stopped);
 }
 
 /// Records the pool's threads, busy threads and queued fires.
@@ -181,7 +181,7 @@ fn pool_gauges(scheduler: &str, pool: &quartz_pool::PoolMetrics) {
 }
 
 /// Records this node's phase.
-pub(super) fn phased(scheduler: &str, phase: super::Phase) {
+pub(super) fn phased(scheduler: &str, phase: Phase) {
     for (p, name) in PHASES {
         let on = if p == phase { 1.0 } else { 0.0 };
         ::metrics::gauge!(PHASE, "scheduler" => scheduler.to_owned(), "phase" => name).set(on);

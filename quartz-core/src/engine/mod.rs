@@ -51,6 +51,7 @@ mod clock;
 mod cluster;
 mod context;
 mod dispatcher;
+mod error;
 mod fixed;
 mod flight;
 mod gate;
@@ -67,6 +68,7 @@ mod recovery;
 mod run;
 mod runner;
 mod settings;
+mod status;
 mod strategy;
 mod typed;
 
@@ -74,69 +76,17 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use quartz_pool::PoolMetrics;
-
+pub use error::SchedulerError;
 pub use handler::{CancelReason, Cancellation, FencingToken, JobContext, JobError, JobResult, RunKind};
 pub use settings::{Settings, Strategy};
+pub use status::{Counters, NodeStatus, Phase, ShutdownSummary};
 pub use typed::TypedJob;
 
-use crate::error::Error;
-use crate::store::{IntoStore, Job, Node, NodeRef, StoreError};
+use crate::store::{IntoStore, Job, NodeRef};
 use fixed::HashMap;
 use handler::Handler;
 use node::Stages;
 pub(crate) use strategy::mix;
-
-/// What can go wrong starting or driving a node.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SchedulerError {
-    /// A setting is out of range.
-    #[error("invalid settings: {reason}")]
-    InvalidSettings {
-        /// Which one and why.
-        reason: String,
-    },
-    /// A handler name was registered twice, or is not a valid name.
-    #[error("handler {name:?}: {reason}")]
-    InvalidHandler {
-        /// The handler name.
-        name: String,
-        /// Why.
-        reason: String,
-    },
-    /// A job names a handler that this node does not have.
-    #[error("job {job:?} names handler {handler:?}, which this node does not register (known: {known})")]
-    UnknownHandler {
-        /// The job.
-        job: String,
-        /// The handler it names.
-        handler: String,
-        /// The handlers this node has.
-        known: String,
-    },
-    /// Invalid input.
-    #[error(transparent)]
-    Invalid(#[from] Error),
-    /// A definition refused, the field at fault named.
-    #[error(transparent)]
-    Rejected(#[from] crate::admin::AdminError),
-    /// The store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The pool could not be built.
-    #[error("the worker pool could not start: {0}")]
-    Pool(#[from] quartz_pool::PoolError),
-    /// The run log ([`Settings::run_log`]) could not be created.
-    #[error("the run log in {dir} could not be created: {source}")]
-    RunLog {
-        /// The directory.
-        dir: std::path::PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// Builds and starts a node. See the [module docs](self).
 pub struct SchedulerBuilder {
@@ -300,108 +250,6 @@ impl SchedulerBuilder {
         let last = Arc::new(StopOnDrop(Arc::clone(&inner)));
         Ok(Scheduler { inner, _last: last })
     }
-}
-
-/// Where a node is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Polling, claiming and running.
-    Running,
-    /// Declared dead by the cluster (a long pause); re-registering.
-    Fenced,
-    /// Shutting down: claiming nothing, finishing running fires.
-    ShuttingDown,
-    /// Gone.
-    Stopped,
-}
-
-/// Counters of what a node did since it started.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Polls made.
-    pub polls: u64,
-    /// Fires this node won.
-    pub claimed: u64,
-    /// Claims lost to another node (or to a changed row).
-    pub lost: u64,
-    /// Fires that ran to success.
-    pub succeeded: u64,
-    /// Fires that failed (error, panic, timeout).
-    pub failed: u64,
-    /// Fires refused by the pool and recorded as misfired.
-    pub rejected: u64,
-    /// Misfire decisions this node applied to overdue executes.
-    pub misfires: u64,
-    /// Fires refused at start: this incarnation had been fenced, or the
-    /// fire was unclaimed since its claim (its trigger's schedule edited,
-    /// see [`ExecuteCas::recomputes`](crate::store::ExecuteCas::recomputes)).
-    pub fenced: u64,
-    /// Dead nodes' fires this node took over, re-ran or recorded abandoned.
-    pub recovered: u64,
-    /// Rows written by hand that this node initialised or recomputed.
-    pub recomputed: u64,
-    /// Child jobs' fires this node started after their parent succeeded.
-    pub chained: u64,
-    /// Fires that passed their job's timeout (each also counts as failed once
-    /// its code returns).
-    pub timed_out: u64,
-    /// Async handlers past their timeout that did not return within a
-    /// grace when asked to stop, and were dropped (their fires failed).
-    pub dropped: u64,
-    /// Blocking handlers past their timeout that did not return within a
-    /// grace when asked to stop: each still held its pool thread then (a
-    /// thread cannot be killed).
-    pub held_past_timeout: u64,
-    /// Times this node's membership lease ran out (no renewal went through
-    /// in time) and it asked its running handlers to stop.
-    pub lease_lost: u64,
-    /// Ledger rows this node purged under the retention settings.
-    pub purged: u64,
-}
-
-/// A snapshot of a node.
-#[derive(Debug, Clone)]
-pub struct NodeStatus {
-    /// The cluster.
-    pub scheduler: String,
-    /// This node's id and current incarnation.
-    pub node: NodeRef,
-    /// Where it is in its life.
-    pub phase: Phase,
-    /// The nodes it saw at its last heartbeat.
-    pub members: Vec<Node>,
-    /// The worker pool (blocking handlers).
-    pub pool: PoolMetrics,
-    /// Fires of async handlers held: won, and their tasks not returned (at
-    /// most [`Settings::async_max`]).
-    pub tasks: usize,
-    /// What it did so far.
-    pub counters: Counters,
-    /// Database time minus this node's clock, in ms.
-    pub db_offset_ms: i64,
-    /// Fires running now.
-    pub running: usize,
-}
-
-/// What a graceful shutdown did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ShutdownSummary {
-    /// Claimed fires given back for another node to run at once.
-    pub released: usize,
-    /// Fires still running when the grace period ended (cancelled; their ledger
-    /// rows are left to the cluster's recovery).
-    pub still_running: usize,
-    /// Claimed fires not given back: the database did not take them back
-    /// in time (a shutdown waits a few seconds for it, whatever the
-    /// database does). Recovery fires them once the node is declared dead.
-    pub claims_left: usize,
-    /// Fires whose handler returned but whose outcome the database did not
-    /// take before the node stopped; recovery treats them as running fires
-    /// of a dead node.
-    pub outcomes_unrecorded: usize,
-    /// Whether the database marked the node gone (otherwise it is declared
-    /// dead after `dead_after`).
-    pub marked_gone: bool,
 }
 
 /// A running node: cheap to clone (clones are handles to one node). When

@@ -10,13 +10,13 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument as _;
 
-use super::Phase;
 use super::backlog::PENDING_BATCH;
 use super::context::{Ctx, Misfired, RECOVERY_BATCH, duration_ms, first_at_or_after, waiting_or_complete};
 use super::fixed::{HashMap, HashSet};
 use super::flight::LatestJobs;
 use super::queue::FireQueue;
 use super::run::PendingFire;
+use super::status::Phase;
 use super::strategy::tries_first;
 use crate::misfire::MisfireDecision;
 use crate::store::{

@@ -16,12 +16,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Phase;
 use super::context::{Ctx, RECOVERY_BATCH, duration_ms, release_cas};
 use super::handler::RunKind;
 use super::launch::Launch;
 use super::run::RunFire;
 use super::runner::Runner;
+use super::status::Phase;
 use crate::store::{FireEnd, FireRecord, FireState, Job, MANUAL_EXECUTE, NodeRef, NodeState, StoreError};
 use crate::time::Timestamp;
 use crate::trigger::Trigger;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::SchedulerError;
+use super::error::SchedulerError;
 use crate::misfire::MisfireSettings;
 use crate::retention::Retention;
 

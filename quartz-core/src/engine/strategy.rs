@@ -3,7 +3,7 @@
 //! that the nodes agree without talking. The compare-and-set alone decides
 //! who wins; the strategy only cuts needless races.
 
-use super::Strategy;
+use super::settings::Strategy;
 use crate::store::{Node, NodeState};
 
 /// Whether node `me` is the one the strategy prefers for an execute's fires

@@ -8,7 +8,7 @@ use std::future::Future;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{JobContext, JobResult};
+use super::handler::{JobContext, JobError, JobResult};
 
 /// A job type: its kind and its payload, named once. Register it on a node
 /// with [`SchedulerBuilder::job`](super::SchedulerBuilder::job) and schedule
@@ -55,7 +55,7 @@ pub trait TypedJob: Serialize + DeserializeOwned + Send + 'static {
 
 /// Decodes a fire's payload as `J`, saying which job's payload did not fit
 /// which type when it does not.
-pub(super) fn decode<J: TypedJob>(ctx: &JobContext) -> Result<J, super::JobError> {
+pub(super) fn decode<J: TypedJob>(ctx: &JobContext) -> Result<J, JobError> {
     ctx.payload::<J>().map_err(|e| {
         format!(
             "the payload of job {:?} is not a {} (kind {:?}): {e}",

@@ -78,6 +78,7 @@ mod pending;
 mod ran;
 
 use crate::common::{CalendarSet, truncate};
+use convert::Statement as _;
 pub(crate) use convert::db_error;
 use convert::{bind_id_list, count_to_i64, first_ids, is_unique_violation, retry_conflicts};
 use decode::{RowError, decode_execute, decode_fire, decode_job, decode_node};
@@ -204,6 +205,6 @@ impl SqlStore {
     /// Runs a statement on the pool; whether it changed exactly one row (a
     /// compare-and-set won).
     pub(super) async fn changed_one(&self, q: AnyQuery) -> Result<bool, StoreError> {
-        Ok(q.execute(&self.db.pool).await.map_err(db_error)?.rows_affected() == 1)
+        Ok(q.exec(&self.db.pool).await?.rows_affected() == 1)
     }
 }

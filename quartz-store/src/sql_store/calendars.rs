@@ -2,6 +2,7 @@
 //! name them, and their changes, which reschedule the triggers that use
 //! them in the change's own transaction.
 
+use super::convert::Statement as _;
 use std::collections::{HashMap, HashSet};
 
 use quartz_core::calendar::CalendarDefinition;
@@ -75,9 +76,8 @@ impl SqlStore {
                  ORDER BY name",
             )
             .bind(scheduler.to_owned())
-            .fetch_all(executor)
-            .await
-            .map_err(db_error)?;
+            .rows(executor)
+            .await?;
         rows.iter().map(decode_record).collect()
     }
 
@@ -219,9 +219,8 @@ impl SqlStore {
         let jobs = self
             .query(JOBS_OF_COMPLETE)
             .bind(scheduler.to_owned())
-            .fetch_all(&mut **tx)
-            .await
-            .map_err(db_error)?;
+            .rows(&mut **tx)
+            .await?;
         let mut paused = HashMap::new();
         for job in &jobs {
             let id: i64 = job.try_get(0).map_err(db_error)?;
@@ -231,9 +230,8 @@ impl SqlStore {
         let rows = self
             .query(CALENDAR_USERS)
             .bind(scheduler.to_owned())
-            .fetch_all(&mut **tx)
-            .await
-            .map_err(db_error)?;
+            .rows(&mut **tx)
+            .await?;
         let now = self.now_in(tx).await?;
         let mut moved = 0;
         for row in &rows {
@@ -260,9 +258,8 @@ impl SqlStore {
             .bind(next.map(Timestamp::as_millis))
             .bind(state.as_str())
             .bind(execute.id)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
+            .exec(&mut **tx)
+            .await?;
             moved += 1;
         }
         Ok(moved)
@@ -295,9 +292,8 @@ impl SqlStore {
             )
             .bind(scheduler.to_owned())
             .bind(name.to_owned())
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .rows(&mut *tx)
+            .await?;
         let mut users: Vec<String> = jobs
             .iter()
             .map(|row| row.try_get::<String, _>(0).map(|job| format!("job {job}")))
@@ -320,9 +316,8 @@ impl SqlStore {
             .bind(scheduler.to_owned())
             .bind(name.to_owned())
             .bind(stored)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .exec(&mut *tx)
+            .await?;
         if deleted.rows_affected() == 0 {
             // Replaced or deleted by another transaction since it was
             // read: the retry reads it again.

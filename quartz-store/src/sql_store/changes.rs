@@ -6,6 +6,7 @@
 //! lookup) every [`CHANGE_POLL`]. The same transaction writes the change's
 //! row in the change log: who made it, what, to which job, when.
 
+use super::convert::Statement as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -145,9 +146,8 @@ impl SqlStore {
             .and("id < ?", query.before_id);
         let rows = read
             .query(self, "ORDER BY id DESC", query.limit)
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .rows(&self.db.pool)
+            .await?;
         rows.iter()
             .map(|row| {
                 Ok(ChangeRecord {
@@ -170,7 +170,7 @@ impl SqlStore {
         self.ensure_scheduler_row(scheduler).await?;
         let mut tx = self.begin().await?;
         if let Some(lift) = self.db.backend.change_begin() {
-            self.query(lift).execute(&mut *tx).await.map_err(db_error)?;
+            self.query(lift).exec(&mut *tx).await?;
         }
         Ok(tx)
     }
@@ -184,15 +184,13 @@ impl SqlStore {
     ) -> Result<(), StoreError> {
         self.query("UPDATE quartz_scheduler SET changes = changes + 1 WHERE scheduler = ?")
             .bind(scheduler.to_owned())
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
+            .exec(&mut **tx)
+            .await?;
         if self.db.backend.notifies() {
             self.query("SELECT pg_notify('quartz_changes', ?) IS NULL")
                 .bind(scheduler.to_owned())
-                .execute(&mut **tx)
-                .await
-                .map_err(db_error)?;
+                .exec(&mut **tx)
+                .await?;
         }
         Ok(())
     }
@@ -219,11 +217,10 @@ impl SqlStore {
         .bind(change.target.to_owned())
         .bind(truncate(&change.detail))
         .bind(change.target_id)
-        .execute(&mut **tx)
-        .await
-        .map_err(db_error)?;
+        .exec(&mut **tx)
+        .await?;
         if let Some(restore) = self.db.backend.change_end() {
-            self.query(restore).execute(&mut **tx).await.map_err(db_error)?;
+            self.query(restore).exec(&mut **tx).await?;
         }
         Ok(())
     }
@@ -237,9 +234,8 @@ impl SqlStore {
         }
         self.query(self.db.backend.insert_scheduler_row())
             .bind(scheduler.to_owned())
-            .execute(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .exec(&self.db.pool)
+            .await?;
         self.db.schedulers.lock().insert(scheduler.to_owned());
         Ok(())
     }
@@ -291,9 +287,8 @@ impl SqlStore {
         )
         .bind(i64::from(on))
         .bind(scheduler.to_owned())
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
+        .exec(&mut *tx)
+        .await?;
         let since: Option<i64> = sqlx::query_scalar(
             self.db
                 .sql("SELECT paused_at FROM quartz_scheduler WHERE scheduler = ?"),

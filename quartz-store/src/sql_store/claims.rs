@@ -13,6 +13,7 @@
 //! other instead of deadlocking. As with one claim, a fire the ledger already
 //! holds (a row moved back by hand) is passed over, not claimed twice.
 
+use super::convert::Statement as _;
 use std::collections::HashMap;
 
 use quartz_core::Timestamp;
@@ -189,9 +190,8 @@ impl SqlStore {
             .bind(fire_rows(&batch.fires))
             .bind(node.node_id.clone())
             .bind(node.incarnation)
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .rows(&self.db.pool)
+            .await?;
         let won = won_of(rows)?;
         let rest = match batch.rest.is_empty() {
             true => Vec::new(),
@@ -397,9 +397,8 @@ impl SqlStore {
             .bind(i64::from(claim.attempt))
             .bind(claim.node.node_id.clone())
             .bind(claim.node.incarnation)
-            .fetch_optional(executor)
-            .await
-            .map_err(db_error)?;
+            .row(executor)
+            .await?;
         match row {
             Some(row) => Ok(Claimed::Won(row.try_get::<i64, _>(0).map_err(db_error)?)),
             None => Ok(Claimed::Lost),
@@ -455,9 +454,8 @@ impl SqlStore {
             .bind(i64::from(claim.attempt))
             .bind(claim.node.node_id.clone())
             .bind(claim.node.incarnation)
-            .fetch_optional(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .row(&self.db.pool)
+            .await?;
         row.map(|r| r.try_get(0).map_err(db_error)).transpose()
     }
 

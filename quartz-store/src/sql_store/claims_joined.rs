@@ -26,6 +26,7 @@
 //! the unique key: the transaction rolls back, and the claims go one by one,
 //! which records such a fire as claimed once and moves its row past it.
 
+use super::convert::Statement as _;
 use std::collections::{HashMap, HashSet};
 
 use sqlx::Row;
@@ -106,20 +107,10 @@ impl SqlStore {
         };
         let batch = json_batch(claims);
         let mut tx = self.begin().await?;
-        let taken = self
-            .query(TAKE_ROWS)
-            .bind(batch.runs.clone())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+        let taken = self.query(TAKE_ROWS).bind(batch.runs.clone()).exec(&mut *tx).await?;
         let mut won: HashMap<(i64, i64), i64> = HashMap::new();
         if taken.rows_affected() > 0 {
-            let rows = self
-                .query(READ_TAKEN)
-                .bind(batch.runs)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_error)?;
+            let rows = self.query(READ_TAKEN).bind(batch.runs).rows(&mut *tx).await?;
             let ids = rows
                 .iter()
                 .map(|row| row.try_get::<i64, _>(0))
@@ -157,9 +148,8 @@ impl SqlStore {
                 .bind(first_id)
                 .bind(node.node_id.clone())
                 .bind(node.incarnation)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_error)?;
+                .rows(&mut *tx)
+                .await?;
             let ours: HashSet<(i64, i64)> = fires.iter().map(|(execute, at, _)| (*execute, *at)).collect();
             won = won_of(rows)?;
             won.retain(|key, _| ours.contains(key));

@@ -1,6 +1,7 @@
 //! [`SqlStore`]'s side of the store contract: one impl per concern, each
 //! method a statement or a transaction of the files beside this one.
 
+use super::convert::Statement as _;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -176,9 +177,8 @@ impl HistoryStore for SqlStore {
                 " FROM quartz_node WHERE scheduler = ? ORDER BY node_id"
             ))
             .bind(scheduler.to_owned())
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .rows(&self.db.pool)
+            .await?;
         Ok(crate::common::decode_each(&rows, "node", decode_node))
     }
 
@@ -318,9 +318,8 @@ impl ScheduleStore for SqlStore {
                  WHERE k.scheduler = ? AND k.parent_job IS NOT NULL",
             )
             .bind(scheduler.to_owned())
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .rows(&self.db.pool)
+            .await?;
         rows.iter().map(|row| row.try_get(0).map_err(db_error)).collect()
     }
 }
@@ -392,9 +391,8 @@ impl FireStore for SqlStore {
         .bind(self.scheduler.to_string())
         .bind(node.node_id.clone())
         .bind(node.incarnation)
-        .fetch_all(&self.db.pool)
+        .rows(&self.db.pool)
         .await
-        .map_err(db_error)
         .and_then(|rows| first_ids(&rows))
     }
 }

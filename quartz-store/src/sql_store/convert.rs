@@ -1,9 +1,65 @@
 //! Driver errors as store errors, and small conversions the statements share.
 
 use quartz_core::store::StoreError;
+use sqlx::Any;
+use sqlx::any::{AnyQueryResult, AnyRow};
 
 use super::AnyQuery;
 use crate::dialect::IDS_PER_LIST;
+
+/// A statement sent, its driver error mapped ([`db_error`]): the fetch
+/// skeleton every read and write of the SQL store shares.
+pub(super) trait Statement: Sized {
+    /// Every row it returns.
+    fn rows<'e, 'c: 'e, E>(self, on: E) -> impl Future<Output = Result<Vec<AnyRow>, StoreError>> + Send + 'e
+    where
+        E: 'e + sqlx::Executor<'c, Database = Any>;
+
+    /// Its row, if it returns one.
+    fn row<'e, 'c: 'e, E>(self, on: E) -> impl Future<Output = Result<Option<AnyRow>, StoreError>> + Send + 'e
+    where
+        E: 'e + sqlx::Executor<'c, Database = Any>;
+
+    /// Its one row (an error when it returns none).
+    fn one<'e, 'c: 'e, E>(self, on: E) -> impl Future<Output = Result<AnyRow, StoreError>> + Send + 'e
+    where
+        E: 'e + sqlx::Executor<'c, Database = Any>;
+
+    /// Runs it, for what it changed.
+    fn exec<'e, 'c: 'e, E>(self, on: E) -> impl Future<Output = Result<AnyQueryResult, StoreError>> + Send + 'e
+    where
+        E: 'e + sqlx::Executor<'c, Database = Any>;
+}
+
+impl Statement for AnyQuery {
+    async fn rows<'e, 'c: 'e, E>(self, on: E) -> Result<Vec<AnyRow>, StoreError>
+    where
+        E: 'e + sqlx::Executor<'c, Database = Any>,
+    {
+        self.fetch_all(on).await.map_err(db_error)
+    }
+
+    async fn row<'e, 'c: 'e, E>(self, on: E) -> Result<Option<AnyRow>, StoreError>
+    where
+        E: 'e + sqlx::Executor<'c, Database = Any>,
+    {
+        self.fetch_optional(on).await.map_err(db_error)
+    }
+
+    async fn one<'e, 'c: 'e, E>(self, on: E) -> Result<AnyRow, StoreError>
+    where
+        E: 'e + sqlx::Executor<'c, Database = Any>,
+    {
+        self.fetch_one(on).await.map_err(db_error)
+    }
+
+    async fn exec<'e, 'c: 'e, E>(self, on: E) -> Result<AnyQueryResult, StoreError>
+    where
+        E: 'e + sqlx::Executor<'c, Database = Any>,
+    {
+        self.execute(on).await.map_err(db_error)
+    }
+}
 
 pub(super) fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())

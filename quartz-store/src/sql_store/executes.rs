@@ -2,6 +2,7 @@
 //! cannot be read set aside), orphaned ones, and the compare-and-set on an
 //! execute row with the ledger records it writes when it wins.
 
+use super::convert::Statement as _;
 use quartz_core::store::{
     DueBatch, DueCursor, ExecuteCas, ExecuteState, RejectedRow, SkippedRecord, StoreError, TriggerColumns,
 };
@@ -134,9 +135,8 @@ impl SqlStore {
                         .bind(ExecuteState::Error.as_str())
                         .bind(truncate(&reason))
                         .bind(id)
-                        .execute(&self.db.pool)
-                        .await
-                        .map_err(db_error)?;
+                        .exec(&self.db.pool)
+                        .await?;
                     batch.rejected.push(RejectedRow { execute_id: id, reason });
                 }
             }
@@ -196,7 +196,7 @@ impl SqlStore {
         if let Some(owner) = &cas.expect_owner {
             q = q.bind(owner.node_id.clone()).bind(owner.incarnation);
         }
-        let done = q.execute(&mut **tx).await.map_err(db_error)?;
+        let done = q.exec(&mut **tx).await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -212,11 +212,7 @@ impl SqlStore {
             return Ok(false);
         }
         if cas.recomputes() {
-            self.query(UNCLAIM_AHEAD)
-                .bind(cas.execute_id)
-                .execute(&mut **tx)
-                .await
-                .map_err(db_error)?;
+            self.query(UNCLAIM_AHEAD).bind(cas.execute_id).exec(&mut **tx).await?;
         }
         for record in records {
             self.insert_fire(
@@ -271,11 +267,7 @@ impl SqlStore {
                 .bind(c.priority)
                 .bind(c.execute_id),
         };
-        let due = query
-            .bind(i64::from(limit))
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+        let due = query.bind(i64::from(limit)).rows(&self.db.pool).await?;
         let room = u32::try_from(due.len()).map_or(0, |n| limit.saturating_sub(n));
         self.serve(scheduler, due, &mut batch).await?;
         if room > 0 {
@@ -288,9 +280,8 @@ impl SqlStore {
                 ))
                 .bind(scheduler.to_owned())
                 .bind(i64::from(room))
-                .fetch_all(&self.db.pool)
-                .await
-                .map_err(db_error)?;
+                .rows(&self.db.pool)
+                .await?;
             self.serve(scheduler, uninitialised, &mut batch).await?;
         }
         Ok(batch)
@@ -307,9 +298,8 @@ impl SqlStore {
             ))
             .bind(scheduler.to_owned())
             .bind(i64::from(limit))
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .rows(&self.db.pool)
+            .await?;
         let mut batch = DueBatch::default();
         self.serve(scheduler, rows, &mut batch).await?;
         Ok(batch)
@@ -390,9 +380,8 @@ impl SqlStore {
             .query(DECIDE_ROWS)
             .bind(Value::Array(rows).to_string())
             .bind(Value::Array(records).to_string())
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .rows(&self.db.pool)
+            .await?;
         let mut won = HashSet::with_capacity(won_rows.len());
         for row in won_rows {
             won.insert(row.try_get::<i64, _>(0).map_err(db_error)?);

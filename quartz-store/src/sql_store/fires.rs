@@ -2,6 +2,7 @@
 //! per statement), chains, recovery take-overs and re-runs, and the history
 //! query.
 
+use super::convert::Statement as _;
 use quartz_core::Timestamp;
 use quartz_core::store::{ChainedFire, FireQuery, FireRecord, FireState, HandlerSpan, NodeRef, Outcome, StoreError};
 use sqlx::Row;
@@ -152,13 +153,7 @@ impl SqlStore {
             if node_twice {
                 q = q.bind(fire_ids[0]); // the fence's scheduler
             }
-            return q
-                .fetch_all(&self.db.pool)
-                .await
-                .map_err(db_error)?
-                .iter()
-                .map(id_and_start)
-                .collect();
+            return q.rows(&self.db.pool).await?.iter().map(id_and_start).collect();
         }
         let mut moved = Vec::with_capacity(fire_ids.len());
         let mut tx = self.begin().await?;
@@ -172,9 +167,8 @@ impl SqlStore {
                 .bind(node.node_id.clone())
                 .bind(node.incarnation)
                 .bind(fire_ids[0])
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?;
+                .row(&mut *tx)
+                .await?;
             if live.is_none() {
                 return Ok(Vec::new());
             }
@@ -186,7 +180,7 @@ impl SqlStore {
                     .bind(node.node_id.clone())
                     .bind(node.incarnation)
             };
-            let rows = in_state(from_state).fetch_all(&mut *tx).await.map_err(db_error)?;
+            let rows = in_state(from_state).rows(&mut *tx).await?;
             let start = to_state == "running";
             let mut now = None;
             let mut before = Vec::with_capacity(rows.len());
@@ -212,10 +206,7 @@ impl SqlStore {
                 // The start time: the database's, as the locking read saw it.
                 update = update.bind(now).bind(now);
             }
-            let done = with_node(bind_id_list(update, chunk))
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
+            let done = with_node(bind_id_list(update, chunk)).exec(&mut *tx).await?;
             // The statement's conditions are the read's, on rows the read
             // locked (a start's fence is the node row, locked above): the
             // rows read are the rows moved, as the count confirms, with the
@@ -225,7 +216,7 @@ impl SqlStore {
                 continue;
             }
             let before: HashSet<i64> = before.into_iter().map(|(id, _)| id).collect();
-            for row in in_state(to_state).fetch_all(&mut *tx).await.map_err(db_error)? {
+            for row in in_state(to_state).rows(&mut *tx).await? {
                 let (id, started_at) = id_and_start(&row)?;
                 if before.contains(&id) {
                     moved.push((id, started_at));
@@ -302,9 +293,8 @@ impl SqlStore {
             .bind(fire_id)
             .bind(node.node_id.clone())
             .bind(node.incarnation)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .exec(&mut *tx)
+            .await?;
         if done.rows_affected() != 1 {
             return Ok(None);
         }
@@ -323,9 +313,8 @@ impl SqlStore {
         .bind(node.node_id.clone())
         .bind(node.incarnation)
         .bind(fire_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
+        .exec(&mut *tx)
+        .await?;
         let rows = self
             .query(
                 "SELECT c.id, c.job_id FROM quartz_fire f JOIN quartz_fire c \
@@ -338,9 +327,8 @@ impl SqlStore {
             .bind(fire_id)
             .bind(node.node_id.clone())
             .bind(node.incarnation)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .rows(&mut *tx)
+            .await?;
         tx.commit().await.map_err(db_error)?;
         rows.iter()
             .map(|row| {
@@ -365,9 +353,8 @@ impl SqlStore {
             ))
             .bind(scheduler.to_owned())
             .bind(i64::from(limit))
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .rows(&self.db.pool)
+            .await?;
         Ok(crate::common::decode_each(&rows, "fire", decode_fire))
     }
 
@@ -392,9 +379,8 @@ impl SqlStore {
             .bind(before.as_millis())
             .bind(before.as_millis())
             .bind(i64::from(limit))
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .rows(&self.db.pool)
+            .await?;
         Ok(crate::common::decode_each(&rows, "fire", decode_fire))
     }
 
@@ -425,9 +411,8 @@ impl SqlStore {
             .bind(fire.id)
             .bind(fire.owner.as_ref().map(|o| o.node_id.clone()))
             .bind(fire.owner.as_ref().map_or(0, |o| o.incarnation))
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .exec(&mut *tx)
+            .await?;
         if closed.rows_affected() != 1 {
             return Ok(None);
         }
@@ -509,9 +494,8 @@ impl SqlStore {
         let rows = if search && self.db.backend == Backend::Postgres {
             let mut tx = self.db.pool.begin().await.map_err(db_error)?;
             sqlx::query(sqlx::AssertSqlSafe(format!("SET LOCAL statement_timeout = {limit_ms}")))
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
+                .exec(&mut *tx)
+                .await?;
             let rows = read.fetch_all(&mut *tx).await.map_err(ended)?;
             tx.commit().await.map_err(db_error)?;
             rows

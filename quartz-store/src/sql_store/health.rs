@@ -2,6 +2,7 @@
 //! (`quartz_execute_due`, `quartz_fire_open`, `quartz_fire_age`), bounded
 //! whatever the size of the ledger's history.
 
+use super::convert::Statement as _;
 use quartz_core::Timestamp;
 use quartz_core::store::{HealthCounts, StoreError};
 use sqlx::Row;
@@ -30,9 +31,8 @@ impl SqlStore {
             )
             .bind(scheduler.to_owned())
             .bind(overdue_before.as_millis())
-            .fetch_one(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .one(&self.db.pool)
+            .await?;
         counts.overdue_triggers = count(&overdue, 0)?;
         counts.oldest_overdue = overdue
             .try_get::<Option<i64>, _>(1)
@@ -44,9 +44,8 @@ impl SqlStore {
                  AND finished_at IS NULL AND state IN ('claimed', 'running', 'pending') GROUP BY state",
             )
             .bind(scheduler.to_owned())
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .rows(&self.db.pool)
+            .await?;
         for row in &by_state {
             let n = count(row, 1)?;
             match row.try_get::<String, _>(0).map_err(db_error)?.as_str() {
@@ -62,9 +61,8 @@ impl SqlStore {
             )
             .bind(scheduler.to_owned())
             .bind(stranded_before.as_millis())
-            .fetch_one(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .one(&self.db.pool)
+            .await?;
         counts.stranded = count(&stranded, 0)?;
         let recent = self
             .query(
@@ -73,9 +71,8 @@ impl SqlStore {
             )
             .bind(scheduler.to_owned())
             .bind(recent_since.as_millis())
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .rows(&self.db.pool)
+            .await?;
         for row in &recent {
             let n = count(row, 1)?;
             match row.try_get::<String, _>(0).map_err(db_error)?.as_str() {

@@ -2,6 +2,7 @@
 //! change the nodes see at once. The poll's reads and the compare-and-set on
 //! an execute row are in `executes.rs`.
 
+use super::convert::Statement as _;
 use quartz_core::Timestamp;
 use quartz_core::store::{
     ChangeAction, ExecuteSpec, ExecuteState, Job, JobDetail, JobQuery, JobSpec, JobState, MANUAL_EXECUTE, RejectedRow,
@@ -94,9 +95,8 @@ impl SqlStore {
             ))
             .bind(scheduler.to_owned())
             .bind(name.to_owned())
-            .fetch_optional(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .row(&self.db.pool)
+            .await?;
         row.as_ref().map(decode_job).transpose()
     }
 
@@ -122,9 +122,8 @@ impl SqlStore {
         let calendars = self.calendars_in(tx, scheduler, &named).await?;
         for new in crate::common::new_executes(executes, &calendars, now)? {
             bind_new_execute!(self.query(INSERT_EXECUTE), job_id, scheduler, new, paused)
-                .execute(&mut **tx)
-                .await
-                .map_err(db_error)?;
+                .exec(&mut **tx)
+                .await?;
         }
         Ok(())
     }
@@ -137,9 +136,8 @@ impl SqlStore {
                 " FROM quartz_execute WHERE job_id = ? ORDER BY id"
             ))
             .bind(job.id)
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .rows(&self.db.pool)
+            .await?;
         let calendars = self.calendars_for(&job.scheduler, &rows).await?;
         let mut detail = JobDetail {
             job,
@@ -186,9 +184,8 @@ impl SqlStore {
             ))
             .bind(scheduler.to_owned())
             .bind(job.name.clone())
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .one(&mut *tx)
+            .await?;
         let created = decode_job(&row)?;
         self.insert_executes(&mut tx, scheduler, created.id, executes, false)
             .await?;
@@ -280,9 +277,8 @@ impl SqlStore {
         if let Some(executes) = executes {
             self.query("DELETE FROM quartz_execute WHERE job_id = ?")
                 .bind(existing.id)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
+                .exec(&mut *tx)
+                .await?;
             let paused = existing.state == JobState::Paused;
             self.insert_executes(&mut tx, scheduler, existing.id, executes, paused)
                 .await?;
@@ -316,16 +312,14 @@ impl SqlStore {
         self.query("UPDATE quartz_job SET state = ?, updated_at = {now} WHERE id = ?")
             .bind(job_state.as_str())
             .bind(job.id)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .exec(&mut *tx)
+            .await?;
         self.query("UPDATE quartz_execute SET state = ?, updated_at = {now} WHERE job_id = ? AND state = ?")
             .bind(to.as_str())
             .bind(job.id)
             .bind(from.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .exec(&mut *tx)
+            .await?;
         let action = if paused {
             ChangeAction::JobPause
         } else {
@@ -354,11 +348,7 @@ impl SqlStore {
             "DELETE FROM quartz_execute WHERE job_id = ?",
             "DELETE FROM quartz_job WHERE id = ?",
         ] {
-            self.query(template)
-                .bind(job.id)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
+            self.query(template).bind(job.id).exec(&mut *tx).await?;
         }
         let detail = format!("handler {}", job.spec.handler);
         self.changed_in(
@@ -389,15 +379,14 @@ impl SqlStore {
                 .query("UPDATE quartz_job SET version = version + 1 WHERE id = ?")
                 .bind(job.id),
         };
-        if step.execute(&mut **tx).await.map_err(db_error)?.rows_affected() == 1 {
+        if step.exec(&mut **tx).await?.rows_affected() == 1 {
             return Ok(());
         }
         let current: Option<i64> = self
             .query("SELECT version FROM quartz_job WHERE id = ?")
             .bind(job.id)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(db_error)?
+            .row(&mut **tx)
+            .await?
             .map(|row| row.try_get(0))
             .transpose()
             .map_err(db_error)?;
@@ -425,11 +414,7 @@ impl SqlStore {
         // of the scheduler through its index beside the ids.
         for chunk in ids.chunks(self.ids_per_statement()) {
             let q = self.query(concat!("SELECT ", job_cols!(), " FROM quartz_job WHERE {ids}"));
-            let rows = self
-                .bind_id_set(q, chunk)
-                .fetch_all(&self.db.pool)
-                .await
-                .map_err(db_error)?;
+            let rows = self.bind_id_set(q, chunk).rows(&self.db.pool).await?;
             for row in &rows {
                 let job = decode_job(row)?;
                 if job.scheduler == scheduler {
@@ -448,9 +433,8 @@ impl SqlStore {
                 " FROM quartz_job WHERE scheduler = ? ORDER BY name"
             ))
             .bind(scheduler.to_owned())
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .rows(&self.db.pool)
+            .await?;
         rows.iter().map(decode_job).collect()
     }
 
@@ -468,9 +452,8 @@ impl SqlStore {
             );
         let rows = read
             .query(self, "ORDER BY name", query.limit)
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .rows(&self.db.pool)
+            .await?;
         rows.iter().map(decode_job).collect()
     }
 }

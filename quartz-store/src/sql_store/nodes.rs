@@ -1,6 +1,7 @@
 //! Node registration: a new node's row, or a returning node's next
 //! incarnation.
 
+use super::convert::Statement as _;
 use quartz_core::store::{Node, NodeRegistration, StoreError, millis_of};
 
 use super::*;
@@ -23,16 +24,14 @@ impl SqlStore {
             .bind(serde_json::to_string(&node.handlers).map_err(|e| StoreError::Database {
                 reason: format!("handler names cannot be encoded: {e}"),
             })?)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .exec(&mut *tx)
+            .await?;
         self.query("UPDATE quartz_node SET dead_after_ms = ? WHERE scheduler = ? AND node_id = ?")
             .bind(node.dead_after.map(millis_of))
             .bind(self.scheduler.to_string())
             .bind(node.node_id.clone())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .exec(&mut *tx)
+            .await?;
         let row = self
             .query(concat!(
                 "SELECT ",
@@ -41,9 +40,8 @@ impl SqlStore {
             ))
             .bind(self.scheduler.to_string())
             .bind(node.node_id.clone())
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .one(&mut *tx)
+            .await?;
         let registered = decode_node(&row)?;
         tx.commit().await.map_err(db_error)?;
         Ok(registered)

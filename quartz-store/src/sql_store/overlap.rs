@@ -4,6 +4,7 @@
 //! records (a skipped row, or a pending fire due at its time; under cancel,
 //! the job's open fires asked to stop).
 
+use super::convert::Statement as _;
 use quartz_core::store::{Claim, ClaimBusy, FireState, FullKey, StoreError};
 use quartz_core::trigger::Overlap;
 use sqlx::{Any, Row, Transaction};
@@ -73,9 +74,8 @@ impl SqlStore {
                  FROM quartz_execute e JOIN quartz_job j ON j.id = e.job_id WHERE e.id = ?",
             )
             .bind(execute_id)
-            .fetch_optional(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .row(&self.db.pool)
+            .await?;
         row.map(|row| {
             Ok(JobOfClaim {
                 job_id: row.try_get(0).map_err(db_error)?,
@@ -149,9 +149,8 @@ impl SqlStore {
         }
         self.query("UPDATE quartz_fire SET due_at = fire_time WHERE id = ?")
             .bind(id)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
+            .exec(&mut **tx)
+            .await?;
         if cancels {
             self.cancel_for(tx, claim.cas.execute_id, job_id, id).await?;
         }
@@ -181,17 +180,15 @@ impl SqlStore {
     ) -> Result<JobLocked, StoreError> {
         self.query("UPDATE quartz_job SET updated_at = updated_at WHERE id = ?")
             .bind(job_id)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
+            .exec(&mut **tx)
+            .await?;
         if let Some(limit) = limit {
             let locked = self
                 .query("SELECT id FROM quartz_job WHERE id = ? AND limit_key = ?{for_update}")
                 .bind(limit.first)
                 .bind(limit.key.clone())
-                .fetch_optional(&mut **tx)
-                .await
-                .map_err(db_error)?;
+                .row(&mut **tx)
+                .await?;
             if locked.is_none() {
                 return Err(StoreError::Conflict {
                     reason: format!("the first job of concurrency key {:?} changed", limit.key),
@@ -255,18 +252,16 @@ impl SqlStore {
         .bind(self.scheduler.to_string())
         .bind(execute_id)
         .bind(newer)
-        .execute(&mut **tx)
-        .await
-        .map_err(db_error)?;
+        .exec(&mut **tx)
+        .await?;
         self.query(
             "UPDATE quartz_fire SET cancel_at = {now} WHERE scheduler = ? AND finished_at IS NULL \
              AND state IN ('claimed', 'running') AND job_id = ? AND cancel_at IS NULL",
         )
         .bind(self.scheduler.to_string())
         .bind(job_id)
-        .execute(&mut **tx)
-        .await
-        .map_err(db_error)?;
+        .exec(&mut **tx)
+        .await?;
         self.bump_changes(tx, &self.scheduler).await?;
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! policy promised, written in the same transaction that records the end of
 //! the attempt before it, and claimed by compare-and-set like any fire.
 
+use super::convert::Statement as _;
 use quartz_core::Timestamp;
 use quartz_core::store::{
     BackfillFire, Backfilled, ChangeAction, FireRecord, FireState, FollowUp, HandlerSpan, NodeRef, PendingClaim,
@@ -122,9 +123,8 @@ impl SqlStore {
             .bind(fire_id)
             .bind(node.node_id.clone())
             .bind(node.incarnation)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .exec(&mut *tx)
+            .await?;
         if ended.rows_affected() != 1 {
             return Ok(FollowUp::NotOwned);
         }
@@ -202,9 +202,8 @@ impl SqlStore {
             .bind(scheduler.to_owned())
             .bind(before.as_millis())
             .bind(i64::from(limit))
-            .fetch_all(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .rows(&self.db.pool)
+            .await?;
         Ok(crate::common::decode_each(&rows, "fire", decode_fire))
     }
 
@@ -228,9 +227,8 @@ impl SqlStore {
                  LEFT JOIN quartz_job j ON j.id = f.job_id WHERE f.id = ? AND f.state = 'pending'",
             )
             .bind(fire_id)
-            .fetch_optional(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .row(&self.db.pool)
+            .await?;
         let Some(row) = row else {
             return Ok(PendingClaim::Gone);
         };
@@ -265,9 +263,8 @@ impl SqlStore {
                     .bind(self.scheduler.to_string())
                     .bind(execute_id)
                     .bind(fire_time)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
+                    .row(&mut *tx)
+                    .await?;
                 if older.is_some() {
                     return Ok(PendingClaim::Blocked);
                 }
@@ -278,9 +275,8 @@ impl SqlStore {
         let paused = self
             .query("SELECT 1 FROM quartz_scheduler WHERE scheduler = ? AND paused_at IS NOT NULL")
             .bind(self.scheduler.to_string())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .row(&mut *tx)
+            .await?;
         if paused.is_some() {
             return Ok(PendingClaim::Blocked);
         }
@@ -296,9 +292,8 @@ impl SqlStore {
             .bind(fire_id)
             .bind(node.node_id.clone())
             .bind(node.incarnation)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .exec(&mut *tx)
+            .await?;
         if claimed.rows_affected() != 1 {
             return Ok(PendingClaim::Gone);
         }
@@ -362,9 +357,8 @@ impl SqlStore {
         let executes: Vec<i64> = self
             .query("SELECT id FROM quartz_execute WHERE job_id = ?")
             .bind(job.id)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db_error)?
+            .rows(&mut *tx)
+            .await?
             .iter()
             .map(|row| row.try_get(0))
             .collect::<Result<_, _>>()
@@ -377,9 +371,8 @@ impl SqlStore {
                 .bind(f.execute_id)
                 .bind(job.id)
                 .bind(f.fire_time.as_millis())
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_error)?;
+                .rows(&mut *tx)
+                .await?;
             let mut seen = Vec::with_capacity(rows.len());
             for row in &rows {
                 let attempt: i64 = row.try_get(0).map_err(db_error)?;

@@ -1,6 +1,7 @@
 //! A handler's run as a fire's end records it: its start and finish, for
 //! one end and for a batch of successes (one statement: JSON rows).
 
+use super::convert::Statement as _;
 use quartz_core::store::{HandlerSpan, NodeRef, StoreError};
 use std::collections::HashSet;
 
@@ -98,9 +99,8 @@ impl SqlStore {
                 .bind(span_rows(fires))
                 .bind(node.node_id.clone())
                 .bind(node.incarnation)
-                .fetch_all(&self.db.pool)
-                .await
-                .map_err(db_error)?;
+                .rows(&self.db.pool)
+                .await?;
             return first_ids(&rows);
         }
         let mut recorded = Vec::with_capacity(fires.len());
@@ -111,9 +111,8 @@ impl SqlStore {
                 .bind("running")
                 .bind(node.node_id.clone())
                 .bind(node.incarnation)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_error)?;
+                .rows(&mut *tx)
+                .await?;
             let running: HashSet<i64> = first_ids(&running)?;
             let mine: Vec<(i64, Option<HandlerSpan>)> =
                 chunk.iter().filter(|(id, _)| running.contains(id)).copied().collect();
@@ -126,9 +125,8 @@ impl SqlStore {
                 .bind(span_rows(&mine))
                 .bind(node.node_id.clone())
                 .bind(node.incarnation)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
+                .exec(&mut *tx)
+                .await?;
             recorded.extend(mine.iter().map(|(id, _)| *id));
         }
         tx.commit().await.map_err(db_error)?;

@@ -2,6 +2,7 @@
 //! finished fires, gone nodes and complete triggers (see
 //! [`quartz_core::retention`]).
 
+use super::convert::Statement as _;
 use quartz_core::Timestamp;
 use quartz_core::store::{FireState, StoreError};
 
@@ -54,7 +55,7 @@ impl SqlStore {
         let mut deleted = 0;
         for chunk in ids.chunks(IDS_PER_LIST) {
             let q = bind_id_list(self.query(statement), chunk);
-            deleted += q.execute(&self.db.pool).await.map_err(db_error)?.rows_affected();
+            deleted += q.exec(&self.db.pool).await?.rows_affected();
         }
         Ok(deleted)
     }
@@ -93,9 +94,8 @@ impl SqlStore {
         .bind(before.as_millis())
         .bind(scheduler.to_owned())
         .bind(before.as_millis())
-        .execute(&self.db.pool)
-        .await
-        .map_err(db_error)?;
+        .exec(&self.db.pool)
+        .await?;
         Ok(())
     }
 
@@ -144,11 +144,7 @@ impl SqlStore {
         if keep_last > 0 {
             q = q.bind(i64::from(keep_last) - 1);
         }
-        let done = q
-            .bind(i64::from(limit))
-            .execute(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+        let done = q.bind(i64::from(limit)).exec(&self.db.pool).await?;
         Ok(done.rows_affected())
     }
 
@@ -180,9 +176,8 @@ impl SqlStore {
                 .bind(scheduler.to_owned())
                 .bind(node_id)
                 .bind(before.as_millis())
-                .execute(&self.db.pool)
-                .await
-                .map_err(db_error)?;
+                .exec(&self.db.pool)
+                .await?;
             deleted += done.rows_affected();
         }
         Ok(deleted)
@@ -215,9 +210,8 @@ impl SqlStore {
             .bind(before.as_millis())
             .bind(before.as_millis())
             .bind(i64::from(limit))
-            .execute(&self.db.pool)
-            .await
-            .map_err(db_error)?;
+            .exec(&self.db.pool)
+            .await?;
         Ok(done.rows_affected())
     }
 }

@@ -1,6 +1,7 @@
 //! A finished fire retried by hand: a new attempt, pending, written with
 //! its change-log row in one transaction.
 
+use super::convert::Statement as _;
 use quartz_core::store::{ChangeAction, FireRetry, FireState, StoreError};
 use sqlx::Row;
 
@@ -16,9 +17,8 @@ impl SqlStore {
             )
             .bind(fire_id)
             .bind(scheduler.to_owned())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?
+            .row(&mut *tx)
+            .await?
         else {
             return Ok(FireRetry::NotFound);
         };
@@ -35,9 +35,8 @@ impl SqlStore {
         let job = self
             .query("SELECT name, state FROM quartz_job WHERE id = ?")
             .bind(job_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .row(&mut *tx)
+            .await?;
         let Some(job) = job else {
             return Ok(FireRetry::Refused("its job was deleted".to_owned()));
         };
@@ -57,9 +56,8 @@ impl SqlStore {
             .bind(job_id)
             .bind(fire_time)
             .bind(attempt)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db_error)?;
+            .rows(&mut *tx)
+            .await?;
         let mut last = attempt;
         for row in &later {
             let (id, a, state): (i64, i64, String) = (

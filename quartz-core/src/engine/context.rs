@@ -16,6 +16,7 @@ use super::clock::Clock;
 use super::fixed::HashMap;
 use super::flight::{Flights, Hold};
 use super::handler::{Handler, Lane, States};
+use super::misfires::Misfired;
 use super::settings::Settings;
 use super::status::{Counters, Phase};
 use crate::runlog::{RunEvent, RunLog};
@@ -378,14 +379,6 @@ impl Ctx {
 struct Standing {
     node: NodeRef,
     phase: Phase,
-}
-
-/// Fire times of a job that misfired, and the policy that handled them.
-#[derive(Debug)]
-pub(super) struct Misfired {
-    pub(super) job: String,
-    pub(super) policy: &'static str,
-    pub(super) fires: u64,
 }
 
 macro_rules! tally {

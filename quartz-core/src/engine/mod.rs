@@ -59,6 +59,7 @@ mod handler;
 mod launch;
 mod maintenance;
 pub mod metrics;
+mod misfires;
 mod node;
 mod pace;
 mod poller;

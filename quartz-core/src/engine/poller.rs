@@ -11,9 +11,10 @@ use tokio::sync::{mpsc, watch};
 use tracing::Instrument as _;
 
 use super::backlog::PENDING_BATCH;
-use super::context::{Ctx, Misfired, RECOVERY_BATCH, duration_ms, first_at_or_after, waiting_or_complete};
+use super::context::{Ctx, RECOVERY_BATCH, duration_ms, first_at_or_after, waiting_or_complete};
 use super::fixed::{HashMap, HashSet};
 use super::flight::LatestJobs;
+use super::misfires::{MisfireReport, Misfired};
 use super::queue::FireQueue;
 use super::run::PendingFire;
 use super::status::Phase;
@@ -51,7 +52,7 @@ pub(super) struct Poller {
     /// claimed fire with its job as last read).
     latest_jobs: watch::Sender<LatestJobs>,
     /// What the stages say misfired, summed up in one line a poll.
-    misfires: mpsc::UnboundedReceiver<Misfired>,
+    misfires: MisfireReport,
     /// Jobs whose handler this node lacks, said once each.
     warned: HashSet<String>,
     /// How long the last poll took (the window reaches past the next poll
@@ -73,7 +74,7 @@ impl Poller {
             queue,
             pending,
             parents,
-            misfires,
+            misfires: MisfireReport::new(misfires),
             latest_jobs,
             warned: HashSet::default(),
             took: Duration::ZERO,
@@ -93,7 +94,7 @@ impl Poller {
             let span = tracing::debug_span!("poll", scheduler = self.ctx.scheduler);
             let polled = self.poll().instrument(span).await;
             self.took = began.elapsed();
-            self.report_misfires();
+            self.misfires.say(&self.ctx.scheduler);
             let full = match polled {
                 Ok((full, rows)) => {
                     super::metrics::polled(&self.ctx.scheduler, began.elapsed(), rows);
@@ -439,25 +440,6 @@ impl Poller {
         }
     }
 
-    /// Says in one line what misfired since the last report, if anything.
-    fn report_misfires(&mut self) {
-        let mut seen = Misfires::default();
-        while let Ok(m) = self.misfires.try_recv() {
-            seen.add(&m);
-        }
-        if seen.fires == 0 {
-            return;
-        }
-        let policies: Vec<String> = seen.by_policy.iter().map(|(p, n)| format!("{p}: {n}")).collect();
-        tracing::warn!(
-            scheduler = self.ctx.scheduler,
-            fires = seen.fires,
-            policies = policies.join(", "),
-            jobs = seen.jobs.join(", "),
-            "fire times misfired since the last poll, each handled by its policy (debug logs name every one)"
-        );
-    }
-
     /// An execute whose job's handler this node lacks: left to the nodes that
     /// have it; but a fire still unclaimed past the misfire threshold (no live
     /// node has the handler) is claimed and recorded failed, saying so.
@@ -509,29 +491,6 @@ impl Poller {
             }
         }
         Ok(())
-    }
-}
-
-/// The misfires since the last poll's report: an overloaded node says so in
-/// one line a poll, not one a fire.
-#[derive(Debug, Default)]
-struct Misfires {
-    fires: u64,
-    by_policy: std::collections::BTreeMap<&'static str, u64>,
-    /// A few of the jobs, for the line.
-    jobs: Vec<String>,
-}
-
-impl Misfires {
-    /// How many jobs the line names.
-    const JOBS_NAMED: usize = 3;
-
-    fn add(&mut self, m: &Misfired) {
-        self.fires += m.fires;
-        *self.by_policy.entry(m.policy).or_default() += m.fires;
-        if self.jobs.len() < Self::JOBS_NAMED && !self.jobs.contains(&m.job) {
-            self.jobs.push(m.job.clone());
-        }
     }
 }
 
@@ -616,21 +575,6 @@ fn recompute(execute: Execute, job: &Arc<Job>, db_now: Timestamp) -> RowWrite {
 mod tests {
     use super::*;
 
-    #[test]
-    fn misfires_are_summed_by_policy_and_a_few_jobs_named() {
-        let mut seen = Misfires::default();
-        let misfired = |job: String, policy, fires| Misfired { job, policy, fires };
-        for i in 0..5 {
-            seen.add(&misfired(format!("job-{i}"), "fire_now", 2));
-        }
-        seen.add(&misfired("job-0".to_owned(), "do_nothing", 10));
-        assert_eq!(seen.fires, 20);
-        assert_eq!(
-            seen.by_policy.iter().map(|(p, n)| (*p, *n)).collect::<Vec<_>>(),
-            [("do_nothing", 10), ("fire_now", 10)]
-        );
-        assert_eq!(seen.jobs, ["job-0", "job-1", "job-2"]);
-    }
     use crate::cron::CronExpression;
 
     fn execute(id: i64, next_ms: i64) -> Execute {

@@ -52,6 +52,34 @@ pub fn draw(rng: &mut Rng, count: usize, from: Timestamp, until: Timestamp) -> V
     (0..count).map(|i| draw_one(rng, i, from, until)).collect()
 }
 
+/// Now and then a child or two: jobs of no trigger of their own that run
+/// after a drawn job (one with a trigger) succeeds, each fire of theirs
+/// claimed in the transaction that records the parent's success.
+pub fn draw_children(rng: &mut Rng, jobs: &mut Vec<DrawnJob>) {
+    if !rng.chance(400) {
+        return;
+    }
+    let parents = jobs.len();
+    for _ in 0..rng.range(1, 2) {
+        let parent = jobs[usize::try_from(rng.below(parents as u64)).unwrap_or(0)].spec.name.clone();
+        let mut spec = JobSpec::new(format!("job-{:02}", jobs.len()), HANDLER);
+        spec.parent = Some(parent);
+        spec.allow_concurrent = rng.chance(500);
+        spec.requests_recovery = rng.chance(500);
+        let longest = rng.range(50, 2_000);
+        let behaviour = Behaviour {
+            run_ms: (rng.range(1, 50), longest),
+            fail: if rng.chance(300) { rng.range(50, 400) } else { 0 },
+        };
+        spec.payload = serde_json::to_string(&behaviour).expect("a payload");
+        jobs.push(DrawnJob {
+            longest_ms: longest,
+            spec,
+            executes: Vec::new(),
+        });
+    }
+}
+
 fn draw_one(rng: &mut Rng, i: usize, from: Timestamp, until: Timestamp) -> DrawnJob {
     let start = from.saturating_add_millis(i64::try_from(rng.range(0, 60_000)).unwrap_or(0));
     let span_ms = (until.as_millis() - start.as_millis()).max(1_000);

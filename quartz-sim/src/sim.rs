@@ -491,9 +491,14 @@ fn handler(
             let fire_id = ctx.fire_id();
             let whose = if ctx.run_kind() == quartz_core::engine::RunKind::Recovery {
                 Whose::Recovery
-            } else if ctx.run_kind() == quartz_core::engine::RunKind::ByHand {
-                // By its kind, not its execute: a child of a parent fired by
-                // hand carries the parent's (the manual) execute.
+            } else if ctx.run_kind() == quartz_core::engine::RunKind::ByHand
+                || (ctx.execute_id() == quartz_core::store::MANUAL_EXECUTE && ctx.attempt() > 1)
+            {
+                // A fire by hand, or a later attempt of one (or of a child
+                // of one): no trigger's overlap holds it, only the job's
+                // concurrency. By its kind for a first attempt: a child of
+                // a parent fired by hand carries the manual execute, and is
+                // a chained fire.
                 Whose::ByHand
             } else if ctx.attempt() == 1 {
                 Whose::Trigger

@@ -47,6 +47,10 @@ pub enum Whose {
     Recovery,
 }
 
+/// A run in progress: its job, node process, fire (execute and fire time),
+/// attempt, and which fire it is.
+type Running = (String, usize, (i64, i64), u32, Whose);
+
 /// The witness of one simulated run.
 #[derive(Debug, Default)]
 pub struct Witness {
@@ -60,7 +64,7 @@ struct Inner {
     trace: Digest,
     /// Runs in progress: fire id → (job, node process, the fire: execute
     /// and fire time, and attempt).
-    running: BTreeMap<i64, (String, usize, (i64, i64), u32)>,
+    running: BTreeMap<i64, Running>,
     /// The jobs' rules, by name.
     rules: BTreeMap<String, Rules>,
     violations: Vec<String>,
@@ -164,8 +168,8 @@ impl Witness {
             let earlier: Vec<(i64, u32)> = inner
                 .running
                 .iter()
-                .filter(|(_, (_, _, f, a))| *f == fire && *a < attempt)
-                .map(|(id, (_, _, _, a))| (*id, *a))
+                .filter(|(_, (_, _, f, a, _))| *f == fire && *a < attempt)
+                .map(|(id, (_, _, _, a, _))| (*id, *a))
                 .collect();
             if !earlier.is_empty() {
                 inner.violations.push(format!(
@@ -183,10 +187,16 @@ impl Witness {
                 Whose::Recovery => false,
             };
             if waits {
+                // A trigger's first attempt that waits for nothing (its
+                // overlap `allow`, or a child's fire) may run beside any
+                // fire of the job, whichever began first: an exclusive
+                // claim (a retry's) is judged when it is claimed, and such a
+                // fire may start between that claim and its start.
+                let free = !rules.trigger_waits;
                 let others: Vec<i64> = inner
                     .running
                     .iter()
-                    .filter(|(_, (j, ..))| j == job)
+                    .filter(|(_, (j, .., w))| j == job && !(free && *w == Whose::Trigger))
                     .map(|(id, _)| *id)
                     .collect();
                 if !others.is_empty() {
@@ -217,7 +227,7 @@ impl Witness {
                 }
             }
         }
-        inner.running.insert(fire_id, (job.to_owned(), process, fire, attempt));
+        inner.running.insert(fire_id, (job.to_owned(), process, fire, attempt, whose));
         inner.feed(&format!("began {process} {fire_id} {at_ms}"));
         true
     }

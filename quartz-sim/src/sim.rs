@@ -253,7 +253,10 @@ async fn simulate(options: &Options, seed: u64) -> SeedReport {
         .flat_map(|f| &f.events)
         .filter_map(|e| match e {
             quartz_core::runlog::RunEvent::Retired {
-                node, incarnation, db_ms, ..
+                node,
+                incarnation,
+                db_ms,
+                ..
             } => Some(((node.as_str(), *incarnation), *db_ms)),
             _ => None,
         })

@@ -227,7 +227,9 @@ impl Witness {
                 }
             }
         }
-        inner.running.insert(fire_id, (job.to_owned(), process, fire, attempt, whose));
+        inner
+            .running
+            .insert(fire_id, (job.to_owned(), process, fire, attempt, whose));
         inner.feed(&format!("began {process} {fire_id} {at_ms}"));
         true
     }

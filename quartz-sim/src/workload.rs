@@ -61,7 +61,10 @@ pub fn draw_children(rng: &mut Rng, jobs: &mut Vec<DrawnJob>) {
     }
     let parents = jobs.len();
     for _ in 0..rng.range(1, 2) {
-        let parent = jobs[usize::try_from(rng.below(parents as u64)).unwrap_or(0)].spec.name.clone();
+        let parent = jobs[usize::try_from(rng.below(parents as u64)).unwrap_or(0)]
+            .spec
+            .name
+            .clone();
         let mut spec = JobSpec::new(format!("job-{:02}", jobs.len()), HANDLER);
         spec.parent = Some(parent);
         spec.allow_concurrent = rng.chance(500);

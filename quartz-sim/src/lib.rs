@@ -31,6 +31,7 @@
 //! assert_eq!(report.trace, run_seed(&options, 42).trace);
 //! ```
 
+mod handler;
 pub mod link;
 pub mod rng;
 mod sim;

@@ -66,6 +66,7 @@ mod poller;
 mod queue;
 mod recorder;
 mod recovery;
+mod row_write;
 mod run;
 mod runner;
 mod settings;

@@ -11,21 +11,21 @@ use tokio::sync::{mpsc, watch};
 use tracing::Instrument as _;
 
 use super::backlog::PENDING_BATCH;
-use super::context::{Ctx, RECOVERY_BATCH, duration_ms, first_at_or_after, waiting_or_complete};
+use super::context::{Ctx, RECOVERY_BATCH, duration_ms, waiting_or_complete};
 use super::fixed::{HashMap, HashSet};
 use super::flight::LatestJobs;
 use super::misfires::{MisfireReport, Misfired};
 use super::queue::FireQueue;
+use super::row_write::{Decision, RowWrite, WriteKind, recompute};
 use super::run::PendingFire;
 use super::status::Phase;
 use super::strategy::tries_first;
 use crate::misfire::MisfireDecision;
 use crate::store::{
     Claim, DueBatch, Execute, ExecuteCas, ExecuteState, FireEnd, FireState, Job, JobState, SkippedRecord, StoreError,
-    TriggerColumns,
 };
 use crate::time::Timestamp;
-use crate::trigger::{Fire, NextFire, Overlap, Schedule, Trigger, TriggerState};
+use crate::trigger::{Fire, NextFire, Overlap, Trigger, TriggerState};
 
 /// How long the poller waits before the next poll when a batch came back full.
 const FULL_BATCH_REPOLL: Duration = Duration::from_millis(50);
@@ -502,80 +502,12 @@ fn dedup_latest(executes: &mut Vec<Execute>) {
     *executes = latest;
 }
 
-/// What a poll does with an execute (short-lived: sizes do not matter).
-#[allow(clippy::large_enum_variant)]
-enum Decision {
-    /// Queue its fires as the row stands.
-    Queue(Execute),
-    /// Move its row first.
-    Write(RowWrite),
-}
-
-/// Why a row is written.
-enum WriteKind {
-    Paused,
-    Recomputed,
-    Misfire(Box<MisfireDecision>),
-}
-
-/// A row write a poll decided: the compare-and-set, the ledger records that
-/// go with it, and the state whose fires are queued when it wins.
-struct RowWrite {
-    cas: ExecuteCas,
-    records: Vec<SkippedRecord>,
-    job: Arc<Job>,
-    then: Option<(Arc<Trigger>, TriggerState)>,
-    kind: WriteKind,
-}
-
-/// Initialises a row written without a next fire time, or recomputes one
-/// whose schedule was edited: the first fire time at or after now. A cron or
-/// fixed-rate row at a checkpoint resumes its search from the checkpoint
-/// instead, so that an included time between it and now is found (and
-/// handled by the misfire policy at the next poll) rather than passed over.
-fn recompute(execute: Execute, job: &Arc<Job>, db_now: Timestamp) -> RowWrite {
-    let checkpoint = execute
-        .fire_state
-        .next_fire_time
-        .filter(|t| !execute.schedule_changed && execute.trigger.is_checkpoint(*t))
-        .filter(|_| {
-            matches!(
-                execute.trigger.schedule(),
-                Schedule::Cron { .. } | Schedule::FixedRate { .. }
-            )
-        });
-    let next = match checkpoint {
-        Some(t) => execute.trigger.fire_time_after(t),
-        None => first_at_or_after(&execute.trigger, &execute.fire_state, db_now),
-    };
-    let state = TriggerState {
-        prev_fire_time: execute.fire_state.prev_fire_time,
-        next_fire_time: next,
-        times_triggered: execute.fire_state.times_triggered,
-        awaiting_finish: false,
-        calendar_stamp: execute.fire_state.calendar_stamp,
-    };
-    let mut cas = ExecuteCas::from_row(&execute, waiting_or_complete(next), state.clone());
-    // Signed again when its schedule was edited (or never signed): only
-    // then are its fires claimed ahead unclaimed (see `ExecuteCas::recomputes`);
-    // a checkpoint's or a calendar's recompute keeps them.
-    if execute.schedule_changed {
-        cas.set_signature = Some(TriggerColumns::from_trigger(&execute.trigger).signature());
-    }
-    RowWrite {
-        cas,
-        records: Vec::new(),
-        job: Arc::clone(job),
-        then: next.is_some().then(|| (Arc::new(execute.trigger), state)),
-        kind: WriteKind::Recomputed,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use crate::cron::CronExpression;
+    use crate::trigger::Schedule;
 
     fn execute(id: i64, next_ms: i64) -> Execute {
         let cron = CronExpression::parse("* * * * * ?").unwrap();

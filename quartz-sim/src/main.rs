@@ -4,6 +4,7 @@
 //! ```text
 //! quartz-sim --seeds 1000                       # seeds 1 to 1000, 3 nodes, an hour each
 //! quartz-sim --seed 4242                        # one seed again, bit for bit
+//! quartz-sim --seeds 100000 --hours 0.25 --jobs 2  # side by side on two threads
 //! quartz-sim --seeds 200 --mutant start-early   # a planted bug: it must be caught
 //! quartz-sim --list-mutants
 //! ```
@@ -13,12 +14,15 @@
 //! guarantee is printed with its violations and the command that replays
 //! it; the exit status is 1 when any did.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use quartz_sim::rng::Digest;
-use quartz_sim::{Options, run_seed};
+use quartz_sim::{Options, SeedReport, run_seed};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -50,9 +54,58 @@ struct Args {
     /// Stops at the first seed with a violation.
     #[arg(long)]
     stop_at_first: bool,
+    /// Seeds run side by side on this many threads (default: one per
+    /// core). The results do not depend on it.
+    #[arg(long)]
+    jobs: Option<usize>,
     /// Writes every line of the trace to this file (one seed: --seed).
     #[arg(long)]
     trace_to: Option<std::path::PathBuf>,
+}
+
+/// How often a long run says how far it got (on standard error).
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
+
+fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+/// Runs `seeds` on `jobs` threads and yields their reports in the seeds'
+/// order, each as soon as it and every seed before it have run. The
+/// threads stop taking seeds when the iterator is dropped.
+fn in_seed_order(seeds: &[u64], jobs: usize, options: &Options) -> impl Iterator<Item = SeedReport> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = mpsc::sync_channel::<(usize, SeedReport)>(jobs * 4);
+    let seeds: Arc<[u64]> = seeds.into();
+    for _ in 0..jobs {
+        let (next, tx, seeds, options) = (Arc::clone(&next), tx.clone(), Arc::clone(&seeds), options.clone());
+        std::thread::Builder::new()
+            .name("quartz-sim".into())
+            .stack_size(16 << 20)
+            .spawn(move || {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&seed) = seeds.get(i) else { break };
+                    if tx.send((i, run_seed(&options, seed))).is_err() {
+                        break;
+                    }
+                }
+            })
+            .expect("a thread for the seeds");
+    }
+    drop(tx);
+    let mut waiting: BTreeMap<usize, SeedReport> = BTreeMap::new();
+    let mut cursor = 0;
+    std::iter::from_fn(move || {
+        loop {
+            if let Some(report) = waiting.remove(&cursor) {
+                cursor += 1;
+                return Some(report);
+            }
+            let (i, report) = rx.recv().ok()?;
+            waiting.insert(i, report);
+        }
+    })
 }
 
 fn main() -> ExitCode {
@@ -85,9 +138,15 @@ fn main() -> ExitCode {
     };
     let began = Instant::now();
     let mut digest = Digest::default();
-    let (mut violations, mut failed, mut starts) = (0usize, 0u64, 0u64);
-    for &seed in &seeds {
-        let report = run_seed(&options, seed);
+    let (mut violations, mut failed, mut starts, mut done) = (0usize, 0u64, 0u64, 0usize);
+    let mut last_progress = Instant::now();
+    let jobs = args.jobs.unwrap_or_else(default_jobs).clamp(1, seeds.len().max(1));
+    // Seeds run on `jobs` threads, each seed on a runtime of its own; their
+    // reports are taken in seed order, so that the digest, the lines
+    // printed and where --stop-at-first stops do not depend on the threads.
+    for report in in_seed_order(&seeds, jobs, &options) {
+        let seed = report.seed;
+        done += 1;
         if let Some(path) = &args.trace_to
             && let Err(e) = std::fs::write(path, report.lines.join("\n"))
         {
@@ -115,7 +174,18 @@ fn main() -> ExitCode {
                 break;
             }
         }
+        if last_progress.elapsed() >= PROGRESS_EVERY && done < seeds.len() {
+            last_progress = Instant::now();
+            let elapsed = began.elapsed().as_secs_f64();
+            let left = elapsed / done as f64 * (seeds.len() - done) as f64;
+            eprintln!(
+                "{done} of {} seeds (up to seed {seed}), {failed} with violations, {starts} handler starts; \
+                 {elapsed:.0} s, about {left:.0} s to go",
+                seeds.len()
+            );
+        }
     }
+    let seeds = &seeds[..done];
     let hours = seeds.len() as f64 * minutes as f64 / 60.0;
     eprintln!(
         "{} seeds with violations; {starts} handler starts; {:.1} s",

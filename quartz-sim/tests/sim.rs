@@ -26,6 +26,24 @@ fn a_seed_replays_bit_for_bit() {
     }
 }
 
+/// The command's last line, seeds side by side on threads or one by one:
+/// the same line, so a long run may use every core.
+#[test]
+fn the_command_gives_the_same_line_on_one_thread_or_three() {
+    let line = |jobs: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_quartz-sim"))
+            .args(["--seeds", "6", "--first", "301", "--hours", "0.1", "--jobs", jobs])
+            .output()
+            .expect("quartz-sim runs");
+        assert!(out.status.success(), "{out:?}");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        stdout.lines().last().unwrap_or_default().to_owned()
+    };
+    let one = line("1");
+    assert!(one.starts_with("seeds 6, simulated hours 0.6"), "{one}");
+    assert_eq!(one, line("3"));
+}
+
 #[test]
 fn seeds_1_to_60_break_no_guarantee() {
     seeds_of_faults_break_no_guarantee(1);

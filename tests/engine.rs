@@ -1132,14 +1132,19 @@ async fn bad_input_is_refused_at_the_boundary(db: &TestDb) {
 
 /// Chains: a child job runs once per success of its parent's fire, on one
 /// node of the cluster, after the parent finished; never after a failure; a
-/// paused child is recorded skipped; a child's retries are its own; a cycle of
-/// jobs ends where it would repeat.
+/// paused child is recorded skipped; a child's retries are its own; a child
+/// that disallows concurrency runs one fire at a time, however often its
+/// parent succeeds; a cycle of jobs ends where it would repeat.
 async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
     let build = |store: AnyStore| {
         SchedulerBuilder::new(CLUSTER)
             .paused_clock_for_tests(common::clock_is_paused())
             .settings(fast())
             .handler("ok", |_| Ok(()))
+            .async_handler("longer-than-the-parents-interval", |_| async {
+                tokio::time::sleep(Duration::from_millis(1_500)).await;
+                Ok(())
+            })
             .handler("fail", |_| Err("the parent fails".into()))
             .handler("second-time", |ctx| {
                 if ctx.attempt() == 1 {
@@ -1180,6 +1185,9 @@ async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
         .await
         .unwrap();
     store.set_paused("paused-child", true, None).await.unwrap();
+    let mut serial = child_of("serial", "longer-than-the-parents-interval", "parent");
+    serial.allow_concurrent = false;
+    n.add_job(&JobDefinition::of_specs(&serial, &[])).await.unwrap();
     n.add_job(&JobDefinition::of_specs(
         &JobSpec::new("failing-parent", "fail"),
         &[ExecuteSpec::new(three.clone())],
@@ -1221,7 +1229,10 @@ async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
                 .filter(|f| f.state == FireState::Succeeded)
                 .count()
         };
-        done("grandchild") == 3 && done("pong") == 1 && rows_of(&rows, "failing-parent").len() == 3
+        done("grandchild") == 3
+            && done("pong") == 1
+            && done("serial") == 3
+            && rows_of(&rows, "failing-parent").len() == 3
     })
     .await;
     for n in nodes {
@@ -1260,6 +1271,17 @@ async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
         assert_eq!(paused.len(), 1);
         assert_eq!(paused[0].state, FireState::Skipped, "{paused:?}");
         assert!(paused[0].started_at.is_none());
+    }
+    // The child that disallows concurrency: its three fires (a second
+    // apart, each 1.5 s long) one after another, in their parents' order.
+    let mut serial = rows_of(&rows, "serial");
+    serial.sort_by_key(|f| f.fire_time);
+    assert_eq!(serial.len(), 3, "{serial:?}");
+    for pair in serial.windows(2) {
+        assert!(
+            pair[1].started_at.unwrap() >= pair[0].finished_at.unwrap(),
+            "a child that disallows concurrency ran beside itself: {pair:?}"
+        );
     }
     let failing = rows_of(&rows, "failing-parent");
     assert!(failing.iter().all(|f| f.state == FireState::Failed), "{failing:?}");

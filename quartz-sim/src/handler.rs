@@ -82,13 +82,13 @@ pub(crate) fn handler(
 pub(crate) fn rules_of(job: &DrawnJob) -> Rules {
     let overlap = job.executes.first().and_then(|e| e.trigger.overlap());
     Rules {
-        // A child's fire is claimed with its parent's success and runs at
-        // once, held back by neither the child's own `allow_concurrent`
-        // nor a running fire of it (a gap the simulator found, and the
-        // README's chains paragraph names): its first attempts wait for
-        // nothing; its retries and its fires by hand do.
-        trigger_waits: job.spec.parent.is_none()
-            && Overlap::effective(overlap, job.spec.allow_concurrent) != Some(Overlap::Allow),
+        // A child has no trigger of its own: its fire, written with its
+        // parent's success, waits for the child's running fire when the
+        // child disallows concurrency (and for room under its key).
+        trigger_waits: match job.spec.parent {
+            Some(_) => !job.spec.allow_concurrent,
+            None => Overlap::effective(overlap, job.spec.allow_concurrent) != Some(Overlap::Allow),
+        },
         attempts_wait: !job.spec.allow_concurrent || overlap.is_some_and(|o| o != Overlap::Allow),
         by_hand_waits: !job.spec.allow_concurrent,
         limit: job.spec.limit.as_ref().map(|l| (l.key.clone(), l.max)),

@@ -75,7 +75,9 @@ fn default_jobs() -> usize {
 /// threads stop taking seeds when the iterator is dropped.
 fn in_seed_order(seeds: &[u64], jobs: usize, options: &Options) -> impl Iterator<Item = SeedReport> {
     let next = Arc::new(AtomicUsize::new(0));
-    let (tx, rx) = mpsc::sync_channel::<(usize, SeedReport)>(jobs * 4);
+    // Unbounded: one long seed holds the order back while the other threads
+    // go on (a report without its trace lines is small).
+    let (tx, rx) = mpsc::channel::<(usize, SeedReport)>();
     let seeds: Arc<[u64]> = seeds.into();
     for _ in 0..jobs {
         let (next, tx, seeds, options) = (Arc::clone(&next), tx.clone(), Arc::clone(&seeds), options.clone());

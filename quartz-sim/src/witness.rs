@@ -188,7 +188,8 @@ impl Witness {
             };
             if waits {
                 // A trigger's first attempt that waits for nothing (its
-                // overlap `allow`, or a child's fire) may run beside any
+                // overlap `allow`, or a child's fire of a job that allows
+                // concurrency) may run beside any
                 // fire of the job, whichever began first: an exclusive
                 // claim (a retry's) is judged when it is claimed, and such a
                 // fire may start between that claim and its start.

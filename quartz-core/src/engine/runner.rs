@@ -453,8 +453,27 @@ impl Runner {
 
     /// Runs the children a parent's success claimed for this node, at once. A
     /// child whose handler this node lacks is given back, for a node that has
-    /// it (recovery takes released fires).
+    /// it (recovery takes released fires). A child that waits for room (it
+    /// disallows concurrency or shares a limit) is a pending fire: the
+    /// backlog claims it exclusively, as any node's poll of pending fires
+    /// may.
     pub(super) async fn chain(self: &Arc<Self>, parent: &RunFire, children: Vec<ChainedFire>) {
+        let (waiting, children): (Vec<ChainedFire>, Vec<ChainedFire>) =
+            children.into_iter().partition(|c| c.waits_from.is_some());
+        for child in waiting {
+            self.ctx.count(|c| c.chained += 1);
+            self.queue_pending(PendingFire {
+                fire_id: child.fire_id,
+                execute_id: parent.execute_id,
+                job_id: child.job_id,
+                fire_time: parent.fire_time,
+                attempt: 1,
+                due_at: child.waits_from.unwrap_or(parent.fire_time),
+            });
+        }
+        if children.is_empty() {
+            return;
+        }
         let jobs = match self.ctx.jobs(children.iter().map(|c| c.job_id)).await {
             Ok(jobs) => jobs,
             Err(e) => {

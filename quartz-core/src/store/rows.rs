@@ -363,13 +363,19 @@ pub fn waited_for_room(execute_id: i64, attempt: u32, fire_time: Timestamp, due_
     execute_id != MANUAL_EXECUTE && attempt == 1 && due_at == Some(fire_time)
 }
 
-/// A child job's fire claimed when its parent's fire succeeded.
+/// A child job's fire, written when its parent's fire succeeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChainedFire {
     /// The ledger row's id.
     pub fire_id: i64,
     /// The child job.
     pub job_id: i64,
+    /// `None`: claimed by the parent's node, to run at once. `Some(due)`: a
+    /// child that disallows concurrency or shares a concurrency limit waits
+    /// for room as a trigger's fire does: its row is pending, due at the
+    /// fire time, and claimed exclusively like any pending fire, so that a
+    /// running fire of the child, or a full limit, holds it back.
+    pub waits_from: Option<Timestamp>,
 }
 
 /// A history query: newest first.

@@ -550,10 +550,11 @@ impl EndParts for RedisStore {
         let reply: Option<Vec<i64>> = self.on_id(fire_id, "succeed_chain", &args).await?;
         match reply.as_deref() {
             Some([1, rest @ ..]) => Ok(Some(
-                rest.chunks(2)
+                rest.chunks_exact(3)
                     .map(|p| ChainedFire {
                         fire_id: p[0],
                         job_id: p[1],
+                        waits_from: (p[2] != 0).then(|| Timestamp::from_millis(p[2])),
                     })
                     .collect(),
             )),

@@ -299,7 +299,7 @@ impl SqlStore {
             // A fire of the trigger that waits holds the later ones behind
             // it, so that they keep their order.
             let waiting = if claim.overlap.is_some() || full.is_some() {
-                self.waiting_fire(tx, claim.cas.execute_id).await?
+                self.waiting_fire(tx, claim.cas.execute_id, pre.job_id).await?
             } else {
                 None
             };

@@ -13,13 +13,20 @@ use super::*;
 
 /// The children's ledger rows of a succeeded fire (binds: node id,
 /// incarnation, the parent's fire id); each backend adds its own "do nothing
-/// on a duplicate".
+/// on a duplicate". A child that disallows concurrency or shares a
+/// concurrency limit waits: its row is pending, due at the fire time (as a
+/// trigger's fire waiting for room is), and claimed exclusively like one.
 macro_rules! chain_insert {
     () => {
         "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
-         state, claimed_at, finished_at, error, fire_count) \
-         SELECT f.scheduler, f.execute_id, k.id, f.fire_time, 1, ?, ?, \
-         CASE WHEN k.state = 'enabled' THEN 'claimed' ELSE 'skipped' END, {now}, \
+         state, claimed_at, due_at, finished_at, error, fire_count) \
+         SELECT f.scheduler, f.execute_id, k.id, f.fire_time, 1, \
+         CASE WHEN k.state = 'enabled' AND (k.allow_concurrent = 0 OR k.limit_key IS NOT NULL) THEN NULL ELSE ? END, \
+         CASE WHEN k.state = 'enabled' AND (k.allow_concurrent = 0 OR k.limit_key IS NOT NULL) THEN 0 ELSE ? END, \
+         CASE WHEN k.state <> 'enabled' THEN 'skipped' \
+         WHEN k.allow_concurrent = 0 OR k.limit_key IS NOT NULL THEN 'pending' ELSE 'claimed' END, {now}, \
+         CASE WHEN k.state = 'enabled' AND (k.allow_concurrent = 0 OR k.limit_key IS NOT NULL) \
+         THEN f.fire_time ELSE NULL END, \
          CASE WHEN k.state = 'enabled' THEN NULL ELSE {now} END, \
          CASE WHEN k.state = 'enabled' THEN NULL ELSE 'the child job is paused' END, 1 \
          FROM quartz_fire f JOIN quartz_job p ON p.id = f.job_id \
@@ -298,8 +305,9 @@ impl SqlStore {
         if done.rows_affected() != 1 {
             return Ok(None);
         }
-        // One row per child: claimed by this node, or skipped when paused. A
-        // child that has its row already (a cycle coming round) gets nothing.
+        // One row per child: claimed by this node, pending when it waits
+        // for room, or skipped when paused. A child that has its row already
+        // (a cycle coming round) gets nothing.
         self.query(self.db.backend.pick(
             concat!(
                 chain_insert!(),
@@ -317,11 +325,12 @@ impl SqlStore {
         .await?;
         let rows = self
             .query(
-                "SELECT c.id, c.job_id FROM quartz_fire f JOIN quartz_fire c \
+                "SELECT c.id, c.job_id, c.due_at FROM quartz_fire f JOIN quartz_fire c \
                  ON c.execute_id = f.execute_id AND c.fire_time = f.fire_time \
                  JOIN quartz_job p ON p.id = f.job_id \
                  JOIN quartz_job k ON k.id = c.job_id AND k.scheduler = p.scheduler AND k.parent_job = p.name \
-                 WHERE f.id = ? AND c.attempt = 1 AND c.state = 'claimed' AND c.node_id = ? AND c.incarnation = ? \
+                 WHERE f.id = ? AND c.attempt = 1 AND c.finished_at IS NULL AND \
+                 ((c.state = 'claimed' AND c.node_id = ? AND c.incarnation = ?) OR c.state = 'pending') \
                  ORDER BY c.id",
             )
             .bind(fire_id)
@@ -335,6 +344,10 @@ impl SqlStore {
                 Ok(ChainedFire {
                     fire_id: row.try_get(0).map_err(db_error)?,
                     job_id: row.try_get(1).map_err(db_error)?,
+                    waits_from: row
+                        .try_get::<Option<i64>, _>(2)
+                        .map_err(db_error)?
+                        .map(Timestamp::from_millis),
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()

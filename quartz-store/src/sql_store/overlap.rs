@@ -86,19 +86,22 @@ impl SqlStore {
     }
 
     /// The trigger's fire that waits under an overlap policy (pending, first
-    /// attempt, due at its own time), the oldest, if there is one.
+    /// attempt, due at its own time, of the trigger's own job: a chained
+    /// child's waiting fire shares the execute), the oldest, if there is one.
     pub(super) async fn waiting_fire(
         &self,
         tx: &mut Transaction<'static, Any>,
         execute_id: i64,
+        job_id: i64,
     ) -> Result<Option<i64>, StoreError> {
         sqlx::query_scalar(self.db.sql(
             "SELECT id FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL AND due_at IS NOT NULL \
-             AND execute_id = ? AND state = 'pending' AND attempt = 1 AND due_at = fire_time \
+             AND execute_id = ? AND state = 'pending' AND attempt = 1 AND due_at = fire_time AND job_id = ? \
              ORDER BY fire_time, id LIMIT 1",
         ))
         .bind(self.scheduler.to_string())
         .bind(execute_id)
+        .bind(job_id)
         .fetch_optional(&mut **tx)
         .await
         .map_err(db_error)
@@ -244,13 +247,14 @@ impl SqlStore {
         self.query(
             "UPDATE quartz_fire SET state = 'skipped', finished_at = {now}, error = ? WHERE scheduler = ? \
              AND finished_at IS NULL AND due_at IS NOT NULL AND execute_id = ? AND state = 'pending' \
-             AND attempt = 1 AND due_at = fire_time AND id <> ?",
+             AND attempt = 1 AND due_at = fire_time AND job_id = ? AND id <> ?",
         )
         .bind(format!(
             "overlap policy cancel: replaced by fire {newer} before it started"
         ))
         .bind(self.scheduler.to_string())
         .bind(execute_id)
+        .bind(job_id)
         .bind(newer)
         .exec(&mut **tx)
         .await?;

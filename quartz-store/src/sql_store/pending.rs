@@ -258,11 +258,12 @@ impl SqlStore {
                     .query(
                         "SELECT id FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL \
                          AND due_at IS NOT NULL AND execute_id = ? AND state = 'pending' AND attempt = 1 \
-                         AND fire_time < ? AND +due_at <= {now} LIMIT 1",
+                         AND fire_time < ? AND +due_at <= {now} AND job_id = ? LIMIT 1",
                     )
                     .bind(self.scheduler.to_string())
                     .bind(execute_id)
                     .bind(fire_time)
+                    .bind(job)
                     .row(&mut *tx)
                     .await?;
                 if older.is_some() {

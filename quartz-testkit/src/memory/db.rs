@@ -528,11 +528,14 @@ impl Db {
         (open >= max).then_some(FullKey { key, open, max })
     }
 
-    /// A claimed or running fire of the job, if there is one.
+    /// A claimed or running fire of the job, if there is one: the newest
+    /// (read from the newest down, where open fires are; a claim blocked
+    /// behind a long run asks again and again).
     pub(super) fn job_open(&self, job_id: i64) -> Option<i64> {
         let running_too = !quartz_core::mutants::on("skip-ignores-running");
         self.fires
             .values()
+            .rev()
             .find(|f| {
                 f.record.job_id == job_id
                     && (f.record.state == FireState::Claimed || (running_too && f.record.state == FireState::Running))
@@ -540,13 +543,16 @@ impl Db {
             .map(|f| f.record.id)
     }
 
-    /// The pending first attempts of an execute, oldest first.
-    fn pending_firsts(&self, execute_id: i64) -> impl Iterator<Item = &FireRecord> {
+    /// The pending first attempts of an execute's job, oldest first (a
+    /// chained child's pending fires share its parent's execute).
+    fn pending_firsts(&self, execute_id: i64, job_id: i64) -> impl Iterator<Item = &FireRecord> {
         let mut firsts: Vec<&FireRecord> = self
             .fires
             .values()
             .map(|f| &f.record)
-            .filter(|r| r.execute_id == execute_id && r.state == FireState::Pending && r.attempt == 1)
+            .filter(|r| {
+                r.execute_id == execute_id && r.job_id == job_id && r.state == FireState::Pending && r.attempt == 1
+            })
             .collect();
         firsts.sort_by_key(|r| (r.fire_time, r.id));
         firsts.into_iter()
@@ -554,14 +560,16 @@ impl Db {
 
     /// The execute's oldest fire that waits under an overlap policy or a
     /// limit (due at its own time).
-    pub(super) fn waiting_of(&self, execute_id: i64) -> Option<i64> {
-        self.pending_firsts(execute_id).find(|r| r.by_overlap()).map(|r| r.id)
+    pub(super) fn waiting_of(&self, execute_id: i64, job_id: i64) -> Option<i64> {
+        self.pending_firsts(execute_id, job_id)
+            .find(|r| r.by_overlap())
+            .map(|r| r.id)
     }
 
     /// Whether a pending first attempt of the execute older than `before`
     /// is due by `now` (the waiting fires run in the order of their times).
-    pub(super) fn older_due(&self, execute_id: i64, before: Timestamp, now: i64) -> bool {
-        self.pending_firsts(execute_id)
+    pub(super) fn older_due(&self, execute_id: i64, job_id: i64, before: Timestamp, now: i64) -> bool {
+        self.pending_firsts(execute_id, job_id)
             .any(|r| r.fire_time < before && r.due_at.is_some_and(|d| d.as_millis() <= now))
     }
 

@@ -106,21 +106,38 @@ impl Db {
     }
 
     /// A succeeded fire's chain: one fire of each child job, claimed by
-    /// `node` (recorded skipped when the child is paused).
+    /// `node`, pending due at the fire time when the child waits for room
+    /// (it disallows concurrency or shares a limit), or recorded skipped
+    /// when the child is paused.
     fn chain(&mut self, parent: &Fire, node: &NodeRef, now: i64) -> Vec<ChainedFire> {
         let r = &parent.record;
         let Some(name) = self.jobs.get(&r.job_id).map(|j| j.spec.name.clone()) else {
             return Vec::new();
         };
-        let children: Vec<(i64, JobState)> = self
+        let children: Vec<(i64, JobState, bool)> = self
             .jobs
             .values()
             .filter(|j| j.scheduler == parent.scheduler && j.spec.parent.as_deref() == Some(name.as_str()))
-            .map(|j| (j.id, j.state))
+            .map(|j| (j.id, j.state, !j.spec.allow_concurrent || j.spec.limit_key().is_some()))
             .collect();
         let time = r.fire_time.as_millis();
         let mut chained = Vec::new();
-        for (child, state) in children {
+        for (child, state, waits) in children {
+            let key = (r.execute_id, child, time, 1);
+            if state == JobState::Enabled && waits {
+                if self
+                    .insert_pending(&parent.scheduler, r.execute_id, child, time, 1, time, now)
+                    .is_some()
+                    && let Some(id) = self.fire_keys.get(&key).copied()
+                {
+                    chained.push(ChainedFire {
+                        fire_id: id,
+                        job_id: child,
+                        waits_from: Some(r.fire_time),
+                    });
+                }
+                continue;
+            }
             let as_state = if state == JobState::Enabled {
                 FireState::Claimed
             } else {
@@ -141,12 +158,13 @@ impl Db {
                 f.record.error = Some("the child job is paused".to_owned());
                 f.record.finished_at = Some(Timestamp::from_millis(now));
             }
-            if let Some(id) = self.fire_keys.get(&(r.execute_id, child, time, 1)).copied()
+            if let Some(id) = self.fire_keys.get(&key).copied()
                 && self.held(id, &[FireState::Claimed], Some(node)).is_some()
             {
                 chained.push(ChainedFire {
                     fire_id: id,
                     job_id: child,
+                    waits_from: None,
                 });
             }
         }

@@ -194,7 +194,7 @@ impl ScheduleStore for MemoryStore {
                     // A fire of the trigger that waits holds the later ones
                     // behind it, so that they keep their order.
                     let waiting = if c.exclusive && (c.overlap.is_some() || full.is_some()) {
-                        db.waiting_of(row.id)
+                        db.waiting_of(row.id, row.job_id)
                     } else {
                         None
                     };
@@ -413,7 +413,7 @@ impl FireStore for MemoryStore {
             }
             let limited = db.jobs.get(&fire.record.job_id).is_some_and(|j| j.spec.limit.is_some());
             if (overlap.is_some_and(Overlap::waits) || limited)
-                && db.older_due(fire.record.execute_id, fire.record.fire_time, now)
+                && db.older_due(fire.record.execute_id, fire.record.job_id, fire.record.fire_time, now)
             {
                 return PendingClaim::Blocked;
             }

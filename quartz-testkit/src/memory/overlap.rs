@@ -46,7 +46,12 @@ pub(super) fn overlapped(
     if busy.cancels(policy) {
         for f in db.fires.values_mut() {
             let r = &mut f.record;
-            if r.execute_id == execute_id && r.id != newer && r.by_overlap() && r.state == FireState::Pending {
+            if r.execute_id == execute_id
+                && r.job_id == job_id
+                && r.id != newer
+                && r.by_overlap()
+                && r.state == FireState::Pending
+            {
                 r.state = FireState::Skipped;
                 r.finished_at = Some(Timestamp::from_millis(now));
                 r.error = Some(format!(

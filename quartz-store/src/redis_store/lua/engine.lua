@@ -70,16 +70,17 @@ C.update = function()
   return out
 end
 
--- The oldest fire of an execute that waits under an overlap policy
--- (pending, first attempt, due at its own time), or nil.
-local function waiting_of(execute)
+-- The oldest fire of an execute's job that waits under an overlap policy
+-- (pending, first attempt, due at its own time; a chained child's waiting
+-- fires share its parent's execute), or nil.
+local function waiting_of(execute, job)
   local best, best_time = nil, nil
   for _, p in ipairs(pending_of(execute)) do
     local pk = fire_key(p)
     local t = tonumber(g(pk, 'fire_time'))
     -- By fire time: past the first one's time, none is older.
     if best_time and t > best_time then break end
-    if g(pk, 'attempt') == '1' and g(pk, 'due_at') == g(pk, 'fire_time')
+    if g(pk, 'attempt') == '1' and g(pk, 'due_at') == g(pk, 'fire_time') and g(pk, 'job_id') == job
       and (not best or tonumber(p) < tonumber(best)) then
       best, best_time = p, t
     end
@@ -123,7 +124,8 @@ local function overlapped(o, job, open, waiting, full)
   if not id or ov ~= 'cancel' or not open then return end
   for _, p in ipairs(pending_of(o.id)) do
     local pk = fire_key(p)
-    if p ~= id and g(pk, 'attempt') == '1' and g(pk, 'due_at') == g(pk, 'fire_time') then
+    if p ~= id and g(pk, 'attempt') == '1' and g(pk, 'due_at') == g(pk, 'fire_time')
+      and g(pk, 'job_id') == job then
       end_fire(p, pk, 'skipped', 'overlap policy cancel: replaced by fire ' .. id .. ' before it started')
     end
   end
@@ -150,7 +152,7 @@ C.claim = function()
     -- concurrency limit still may.
     local open = o.x == '1' and o.ov ~= 'allow' and redis.call('SRANDMEMBER', k('job-open:' .. job))
     local full = o.x == '1' and key_full(job)
-    local waiting = o.x == '1' and (o.ov ~= '' or full) and waiting_of(o.id)
+    local waiting = o.x == '1' and (o.ov ~= '' or full) and waiting_of(o.id, job)
     if open and o.ov == '' then
       -- lost: the job's running fire holds the trigger
     elseif open or waiting or full then
@@ -302,7 +304,10 @@ C.misfire_late = function()
 end
 
 -- A success and its job's chain: {0} when not this incarnation's; else
--- {1, fire id, child job id, ...} for the children's claimed fires.
+-- {1, fire id, child job id, due, ...} for the children's claimed fires
+-- (due 0) and waiting ones (a child that disallows concurrency or shares a
+-- limit: pending, due at the fire time, claimed exclusively as a trigger's
+-- waiting fire is).
 C.succeed_chain = function()
   local f = held(A.id, RUNNING, A.node, A.inc)
   if not f then return { 0 } end
@@ -315,13 +320,18 @@ C.succeed_chain = function()
     for _, child in ipairs(redis.call('SMEMBERS', k('children:' .. parent))) do
       local state = g(k('job:' .. child), 'state')
       if state ~= '' then
-        if state == 'enabled' then
-          insert_fire(execute, child, fire_time, '1', A.node, A.inc, 'claimed', '', '', '1', '')
-        else
+        local jk = k('job:' .. child)
+        local waits = g(jk, 'allow_concurrent') == '0' or g(jk, 'limit_key') ~= ''
+        if state ~= 'enabled' then
           insert_fire(execute, child, fire_time, '1', A.node, A.inc, 'skipped', 'the child job is paused', '', '1', '')
+        elseif waits then
+          local id = insert_fire(execute, child, fire_time, '1', '', '0', 'pending', '', '', '1', fire_time)
+          if id then chained[#chained + 1] = { id, child, fire_time } end
+        else
+          insert_fire(execute, child, fire_time, '1', A.node, A.inc, 'claimed', '', '', '1', '')
         end
         local id = redis.call('HGET', k('fire-keys'), unique_key(execute, child, fire_time, '1'))
-        if id and held(id, CLAIMED, A.node, A.inc) then chained[#chained + 1] = { id, child } end
+        if id and held(id, CLAIMED, A.node, A.inc) then chained[#chained + 1] = { id, child, 0 } end
       end
     end
   end
@@ -330,6 +340,7 @@ C.succeed_chain = function()
   for _, c in ipairs(chained) do
     out[#out + 1] = c[1]
     out[#out + 1] = c[2]
+    out[#out + 1] = c[3]
   end
   return out
 end
@@ -353,7 +364,9 @@ C.pending_claim = function()
   if limited or ov == 'buffer_one' or ov == 'buffer_all' or ov == 'cancel' then
     for _, p in ipairs(pending_of(execute, g(f, 'fire_time'))) do
       local pk = fire_key(p)
-      if g(pk, 'attempt') == '1' and tonumber(g(pk, 'due_at')) <= NOW then return 'blocked' end
+      if g(pk, 'attempt') == '1' and g(pk, 'job_id') == job and tonumber(g(pk, 'due_at')) <= NOW then
+        return 'blocked'
+      end
     end
   end
   if not live(A.node, A.inc) then return 'gone' end

@@ -30,6 +30,8 @@ pub mod calendar;
 pub mod cron;
 pub mod engine;
 mod error;
+#[cfg(any(test, feature = "testing"))]
+pub mod memory;
 pub mod misfire;
 pub mod mutants;
 pub mod retention;

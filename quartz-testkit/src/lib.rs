@@ -31,7 +31,8 @@
 pub mod faketime;
 pub mod faults;
 mod helpers;
-pub mod memory;
+/// The in-memory store, which lives in `quartz-core` (its `testing` feature).
+pub use quartz_core::memory;
 pub mod netns;
 pub mod pg_pair;
 pub mod proxy;

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use super::context::Ctx;
 use super::fixed::HashSet;
 use super::handler::RunKind;
-use super::launch::Launch;
+use super::launch_handle::Launch;
 use super::run::{PendingFire, RunFire};
 use crate::store::{FireEnd, FireQuery, FireState, JobState, MANUAL_EXECUTE, NodeRef, PendingClaim, waited_for_room};
 
@@ -229,5 +229,108 @@ impl Backlog {
             Some(f) if f.state == FireState::Misfired => RunKind::LateRun,
             _ => RunKind::Retry,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The backlog alone: a node's context on the in-memory store, the
+    //! backlog's channel in, and the launcher stood in for by the inbox of
+    //! its handle; no poller, dispatcher, launcher or cluster stage runs.
+
+    use super::*;
+    use crate::engine::clock::ClockHooks;
+    use crate::engine::fixed::HashMap;
+    use crate::engine::handler::Handler;
+    use crate::engine::node::context;
+    use crate::engine::settings::Settings;
+    use crate::memory::MemoryStore;
+    use crate::store::{FireEnd, JobSpec, Store as _};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_fire_is_claimed_and_launched_once_its_job_has_room() {
+        let store = MemoryStore::new().scoped("backlog");
+        let mut serial = JobSpec::new("serial", "noop");
+        serial.allow_concurrent = false;
+        let job_id = store.create_job(&serial, &[]).await.unwrap().id;
+        let handlers: HashMap<String, Handler> = [("noop".to_owned(), Handler::blocking(|_| Ok(())))]
+            .into_iter()
+            .collect();
+        let (ctx, _feeds) = context(
+            store.clone(),
+            "backlog".to_owned(),
+            Settings::default(),
+            (handlers, Default::default()),
+            (ClockHooks::default(), None),
+        )
+        .await
+        .unwrap();
+        let (launch, mut launched) = Launch::new(Arc::clone(&ctx));
+        let (pending_tx, pending_rx) = mpsc::unbounded_channel();
+        tokio::spawn(Arc::new(Backlog::new(Arc::clone(&ctx), launch)).run(pending_rx));
+
+        // Two fires by hand of a job that disallows concurrency: pending
+        // rows, told to the backlog (the second twice, as a poll and the
+        // runner may both find it).
+        let mut fires = Vec::new();
+        for _ in 0..2 {
+            let (fire_id, at) = store.fire_now("serial").await.unwrap();
+            fires.push(PendingFire {
+                fire_id,
+                execute_id: MANUAL_EXECUTE,
+                job_id,
+                fire_time: at,
+                attempt: 1,
+                due_at: at,
+            });
+        }
+        for fire in [fires[0], fires[1], fires[1]] {
+            pending_tx.send(fire).unwrap();
+        }
+        let (_, first) = launched.recv().await.expect("the first fire launched");
+        assert_eq!(first.len(), 1);
+        assert_eq!((first[0].fire_id, first[0].kind), (fires[0].fire_id, RunKind::ByHand));
+        let node = ctx.node();
+        let row = |id: i64| {
+            let store = store.clone();
+            async move {
+                let query = FireQuery {
+                    before_id: Some(id + 1),
+                    limit: 1,
+                    ..FireQuery::new()
+                };
+                store.fires(&query).await.unwrap().remove(0)
+            }
+        };
+        assert_eq!(row(fires[0].fire_id).await.state, FireState::Claimed);
+        assert_eq!(row(fires[0].fire_id).await.owner.as_ref(), Some(&node));
+
+        // The first is claimed and open: the second waits (a minute of the
+        // paused clock passes), still pending.
+        let waited = tokio::time::timeout(Duration::from_secs(60), launched.recv()).await;
+        assert!(waited.is_err(), "the second fire launched beside the first: {waited:?}");
+        assert_eq!(row(fires[1].fire_id).await.state, FireState::Pending);
+
+        // The first ends: the second is claimed and launched, once.
+        ctx.store.mark_running_all(&[fires[0].fire_id], &node).await.unwrap();
+        ctx.store
+            .end_fire(
+                fires[0].fire_id,
+                &node,
+                FireEnd::Succeeded {
+                    chain: false,
+                    ran: None,
+                },
+            )
+            .await
+            .unwrap();
+        let (_, second) = tokio::time::timeout(Duration::from_secs(2), launched.recv())
+            .await
+            .expect("the second fire launched within its blocked tick")
+            .unwrap();
+        assert_eq!(second[0].fire_id, fires[1].fire_id);
+        assert_eq!(row(fires[1].fire_id).await.state, FireState::Claimed);
+        let again = tokio::time::timeout(Duration::from_secs(60), launched.recv()).await;
+        assert!(again.is_err(), "a fire told twice launched twice: {again:?}");
     }
 }

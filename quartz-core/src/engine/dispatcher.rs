@@ -16,7 +16,7 @@ use super::context::{Ctx, duration_ms, sleep_until_or_forever};
 use super::fixed::HashMap;
 use super::flight::Hold;
 use super::handler::RunKind;
-use super::launch::Launch;
+use super::launch_handle::Launch;
 use super::queue::{FireQueue, Pending, Run};
 use super::run::RunFire;
 use super::strategy::tries_first;

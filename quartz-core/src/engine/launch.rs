@@ -27,6 +27,7 @@ use tokio::sync::mpsc;
 
 use super::context::{Ctx, sleep_until_or_forever};
 use super::fixed::{HashMap, HashSet};
+use super::launch_handle::Inbox;
 use super::pace::{Pace, Shortfall, smooth};
 use super::run::RunFire;
 use super::runner::Runner;
@@ -69,38 +70,13 @@ fn start_lead(smoothed_micros: u64) -> Duration {
     lead.clamp(START_LEAD_MIN, START_LEAD_MAX)
 }
 
-/// A handle on the launch stage, for the stages that hand it won fires
-/// (the dispatcher, recovery, the backlog).
-#[derive(Clone)]
-pub(super) struct Launch {
-    ctx: Arc<Ctx>,
-    inbox: mpsc::UnboundedSender<(Timestamp, Vec<RunFire>)>,
-}
-
-impl Launch {
-    /// Launches fires won for `fire_time`: started a start lead ahead, handed
-    /// to the pool at their time (at once if it has passed). They are known
-    /// as won and not started from now ([`Flights::unstarted`](super::flight::Flights::unstarted)).
-    pub(super) fn launch_at(&self, fire_time: Timestamp, runs: Vec<RunFire>) {
-        self.ctx.flights.unstarted(runs.iter().map(|r| r.fire_id));
-        let _ = self.inbox.send((fire_time, runs));
-    }
-
-    /// Launches one won fire at its time (at once if it has passed).
-    pub(super) fn launch(&self, run: RunFire) {
-        self.launch_at(run.fire_time, vec![run]);
-    }
-}
-
 /// The launch stage: a loop that owns the won fires waiting for their
 /// start, by fire time, and what the starts fell short by lately; each
 /// fire time's start runs as a task of its own ([`Starter`]).
 pub(super) struct Launcher {
     starter: Arc<Starter>,
-    /// Won fires, from [`Launch`].
-    inbox: mpsc::UnboundedReceiver<(Timestamp, Vec<RunFire>)>,
-    /// Children of chains, from the runner.
-    chained: mpsc::UnboundedReceiver<RunFire>,
+    /// Won fires (and a chain's children), from [`Launch`].
+    inbox: Inbox,
     /// How far past their fire time the starts begun at their lead ended.
     ended: mpsc::UnboundedReceiver<(i64, Timestamp)>,
     /// Won fires waiting for their start, by fire time: each fire time's
@@ -127,19 +103,10 @@ struct Starter {
 }
 
 impl Launcher {
-    /// The launch stage of a node, and the handle the other stages launch
-    /// through; `chained` is where the runner sends chains' children.
-    pub(super) fn new(
-        ctx: Arc<Ctx>,
-        runner: Arc<Runner>,
-        chained: mpsc::UnboundedReceiver<RunFire>,
-    ) -> (Launcher, Launch) {
-        let (inbox_tx, inbox) = mpsc::unbounded_channel();
+    /// The launch stage of a node, taking the fires of the [`Launch`]
+    /// handles made with `inbox`.
+    pub(super) fn new(ctx: Arc<Ctx>, runner: Arc<Runner>, inbox: Inbox) -> Launcher {
         let (ended_tx, ended) = mpsc::unbounded_channel();
-        let launch = Launch {
-            ctx: Arc::clone(&ctx),
-            inbox: inbox_tx,
-        };
         let starter = Arc::new(Starter {
             ctx,
             runner,
@@ -147,15 +114,13 @@ impl Launcher {
             start_pace: Pace::default(),
             ended: ended_tx,
         });
-        let launcher = Launcher {
+        Launcher {
             starter,
             inbox,
-            chained,
             ended,
             starting: BTreeMap::new(),
             shortfall: Shortfall::default(),
-        };
-        (launcher, launch)
+        }
     }
 
     /// Takes won fires and starts each fire time's a start lead ahead,
@@ -173,10 +138,6 @@ impl Launcher {
                     Some((fire_time, runs)) => self.join(fire_time, runs),
                     None => return,
                 },
-                Some(run) = self.chained.recv() => {
-                    ctx.flights.unstarted([run.fire_id]);
-                    self.join(run.fire_time, vec![run]);
-                }
                 () = sleep_until_or_forever(wake) => {}
             }
         }
@@ -530,6 +491,120 @@ impl Starter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::clock::ClockHooks;
+    use crate::engine::handler::{Handler, RunKind};
+    use crate::engine::launch_handle::Launch;
+    use crate::engine::node::context;
+    use crate::engine::recorder::{Lease, Recorder};
+    use crate::engine::settings::Settings;
+    use crate::memory::MemoryStore;
+    use crate::store::{Claim, ExecuteSpec, FireState, JobSpec, Store as _};
+    use crate::trigger::{Schedule, Trigger, TriggerState};
+
+    /// The launcher alone, with the runner and recorder behind it, on the
+    /// in-memory store and the paused clock: no poller, dispatcher or
+    /// cluster stage. A fire handed to it for a time two seconds ahead is
+    /// marked running a start lead before that time, and its handler
+    /// starts at the time, not before; its success reaches the ledger.
+    #[tokio::test(start_paused = true)]
+    async fn a_won_fire_is_marked_running_ahead_and_its_handler_starts_at_its_time() {
+        let store = MemoryStore::new();
+        let scoped = store.scoped("launcher");
+        let now = scoped.now().await.unwrap();
+        let start = Timestamp::from_millis((now.as_millis() / 1_000 + 2) * 1_000);
+        let trigger = Trigger::new(Schedule::fixed_rate_millis(1_000).unwrap(), start).unwrap();
+        let job = scoped
+            .create_job(&JobSpec::new("timed", "at"), &[ExecuteSpec::new(trigger)])
+            .await
+            .unwrap();
+        let execute = scoped.get_job("timed").await.unwrap().unwrap().executes.remove(0);
+        let (began_tx, mut began) = mpsc::unbounded_channel();
+        let clock = store.clone();
+        let handlers: HashMap<String, crate::engine::handler::Handler> = [(
+            "at".to_owned(),
+            Handler::asynchronous(move |_| {
+                let _ = began_tx.send(clock.clock());
+                async { Ok(()) }
+            }),
+        )]
+        .into_iter()
+        .collect();
+        let (ctx, _feeds) = context(
+            scoped.clone(),
+            "launcher".to_owned(),
+            Settings::default(),
+            (handlers, Default::default()),
+            (ClockHooks::default(), None),
+        )
+        .await
+        .unwrap();
+        let node = ctx.node();
+        let fire = execute
+            .trigger
+            .fires_until(&TriggerState::initial(&execute.trigger), start.saturating_add_millis(1))
+            .next()
+            .unwrap();
+        let fire_id = scoped
+            .claim(&Claim::for_fire(execute.id, &fire, &node))
+            .await
+            .unwrap()
+            .expect("claimed");
+        let lease: Lease = Arc::new(|| true);
+        let recorder = Arc::new(Recorder::start(
+            ctx.store.clone(),
+            ctx.scheduler.clone(),
+            ctx.stop_signal(),
+            lease,
+            tokio::sync::watch::channel(Default::default()).1,
+        ));
+        let (pending, _pending_rx) = mpsc::unbounded_channel();
+        let (launch, inbox) = Launch::new(Arc::clone(&ctx));
+        let runner = Arc::new(Runner::new(Arc::clone(&ctx), recorder, pending, launch.clone()));
+        tokio::spawn(Launcher::new(Arc::clone(&ctx), runner, inbox).run());
+        let job = Arc::new(job);
+        launch.launch(RunFire {
+            fire_id,
+            execute_id: execute.id,
+            hold: Some(ctx.hold(&job)),
+            job,
+            trigger: Some(Arc::new(execute.trigger.clone())),
+            fire_time: start,
+            attempt: 1,
+            kind: RunKind::Scheduled,
+            node: node.clone(),
+            release: None,
+            marked_at: None,
+        });
+        let state = |id: i64| {
+            let scoped = scoped.clone();
+            async move {
+                let query = crate::store::FireQuery {
+                    before_id: Some(id + 1),
+                    limit: 1,
+                    ..crate::store::FireQuery::new()
+                };
+                scoped.fires(&query).await.unwrap().remove(0)
+            }
+        };
+        // A moment before its time: marked running, its handler not begun.
+        tokio::time::sleep(ctx.clock.instant_of(start.saturating_add_millis(-2)) - tokio::time::Instant::now()).await;
+        assert_eq!(state(fire_id).await.state, FireState::Running);
+        assert!(began.try_recv().is_err(), "the handler began before its time");
+        let at = began.recv().await.expect("the handler began");
+        assert!(
+            at >= start && at.as_millis() <= start.as_millis() + 5,
+            "began at {at:?}, its time {start:?}"
+        );
+        for _ in 0..100 {
+            if state(fire_id).await.state == FireState::Succeeded {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let row = state(fire_id).await;
+        assert_eq!(row.state, FireState::Succeeded, "{row:?}");
+        assert!(row.started_at.is_some_and(|t| t >= start), "{row:?}");
+    }
 
     #[test]
     fn the_start_lead_is_twice_the_smoothed_statement_time_plus_a_margin_within_bounds() {

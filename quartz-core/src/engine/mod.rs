@@ -57,6 +57,7 @@ mod flight;
 mod gate;
 mod handler;
 mod launch;
+mod launch_handle;
 mod maintenance;
 pub mod metrics;
 mod misfires;

@@ -5,8 +5,9 @@
 //! overdue rows) fills the [`FireQueue`]; [`Dispatcher`] (claims, bounded
 //! by the lanes' room); [`Launcher`] (fenced start, ahead of the fire
 //! time); [`Runner`] (a lane, timeout, outcome, release); [`Recorder`]
-//! (outcomes, batched). Retries and late runs go from the runner to the
-//! [`Backlog`], and a chain's children to the launcher, on channels; the
+//! (outcomes, batched). Retries, late runs and a chain's children that
+//! wait for room go from the runner to the [`Backlog`] on a channel, its
+//! other children to the launcher through its [`Launch`] handle; the
 //! [`Cluster`] (heartbeats, dead nodes, rejoin) runs [`Recovery`], which
 //! hands what it takes over to the launcher; the change watcher and the
 //! purge are [`super::maintenance`]'s.
@@ -28,6 +29,7 @@ use super::error::SchedulerError;
 use super::fixed::HashMap;
 use super::handler::{CancelReason, Handler, States};
 use super::launch::Launcher;
+use super::launch_handle::Launch;
 use super::poller::Poller;
 use super::queue::FireQueue;
 use super::recorder::Recorder;
@@ -91,58 +93,21 @@ impl Stages {
         (handlers, states): (HashMap<String, Handler>, States),
         (clock_hooks, run_sink): (ClockHooks, Option<crate::runlog::RunSink>),
     ) -> Result<Stages, SchedulerError> {
-        let clock = Clock::new(clock_hooks);
         // Every call the node makes has a deadline.
         let given = store.scoped(&scheduler);
-        let store = Deadline::wrap(given.clone(), settings.store_deadline());
-        let registration = registration(&settings, &handlers);
-        let pool = Pool::builder()
-            .core(settings.pool_core)
-            .max(settings.pool_max)
-            .queue_capacity(settings.pool_queue)
-            .keep_alive(settings.pool_keep_alive)
-            .thread_name_prefix(format!("quartz-{scheduler}"))
-            .build()?;
-        let run_log = match (run_sink, &settings.run_log) {
-            (Some(sink), _) => Some(opened(RunLog::sink(sink), &scheduler, &registration, clock.local_ms())),
-            (None, Some(dir)) => Some(open_run_log(dir, &scheduler, &registration, clock.local_ms())?),
-            (None, None) => None,
-        };
-        let asked = clock.local_ms();
-        let db_now = store.now().await?;
-        clock.observe(db_now, asked);
-        let registered_at = clock.mono_ms();
-        let registered = store.register_node(&registration).await?;
-        if let Some(log) = &run_log {
-            log.write(&RunEvent::Registered {
-                node: registered.node_id.clone(),
-                incarnation: registered.incarnation,
-                db_ms: clock.db_now().as_millis(),
-                local_ms: clock.local_ms(),
-            });
-        }
-        let standby = store.standby().await?.is_some();
-        tracing::info!(scheduler, node = %registered.node_id, incarnation = registered.incarnation, "node registered");
-        let (members_tx, members) = watch::channel(vec![registered.clone()]);
-        let (misfires, misfires_rx) = mpsc::unbounded_channel();
-        let (latest_jobs_tx, latest_jobs) = watch::channel(Default::default());
-        let ctx = Arc::new(Ctx::new(Parts {
-            store,
+        let (ctx, feeds) = context(
+            given.clone(),
             scheduler,
             settings,
-            handlers,
-            states,
-            pool,
-            clock,
-            registration,
-            node: registered,
-            members,
-            registered_at,
-            standby,
-            run_log,
-            misfires,
-            latest_jobs,
-        }));
+            (handlers, states),
+            (clock_hooks, run_sink),
+        )
+        .await?;
+        let Feeds {
+            members: members_tx,
+            misfires: misfires_rx,
+            latest_jobs: latest_jobs_tx,
+        } = feeds;
         // The stages, from the last a fire reaches to the first.
         let lease: super::recorder::Lease = {
             let ctx = Arc::clone(&ctx);
@@ -157,14 +122,14 @@ impl Stages {
             parents_rx,
         ));
         let (pending_tx, pending_rx) = mpsc::unbounded_channel();
-        let (chained_tx, chained_rx) = mpsc::unbounded_channel();
+        let (launch, inbox) = Launch::new(Arc::clone(&ctx));
         let runner = Arc::new(Runner::new(
             Arc::clone(&ctx),
             Arc::clone(&recorder),
             pending_tx.clone(),
-            chained_tx,
+            launch.clone(),
         ));
-        let (launcher, launch) = Launcher::new(Arc::clone(&ctx), Arc::clone(&runner), chained_rx);
+        let launcher = Launcher::new(Arc::clone(&ctx), Arc::clone(&runner), inbox);
         let backlog = Arc::new(Backlog::new(Arc::clone(&ctx), launch.clone()));
         let queue = Arc::new(FireQueue::default());
         let dispatcher = Dispatcher::new(Arc::clone(&ctx), Arc::clone(&queue), launch.clone());
@@ -399,6 +364,83 @@ fn opened(log: RunLog, scheduler: &str, registration: &NodeRegistration, local_m
         local_ms,
     });
     log
+}
+
+/// What the stages around a node's context take of it: the membership's
+/// sender (the cluster stage's), what misfired (the poller's) and the
+/// publisher of the jobs a poll read (the poller's).
+pub(super) struct Feeds {
+    members: watch::Sender<Vec<crate::store::Node>>,
+    misfires: mpsc::UnboundedReceiver<super::misfires::Misfired>,
+    latest_jobs: watch::Sender<super::flight::LatestJobs>,
+}
+
+/// Registers a node on `given` (a store scoped to its scheduler, which the
+/// node calls through a deadline) and builds its context: its clock, pool,
+/// run log and registration.
+pub(super) async fn context(
+    given: SharedStore,
+    scheduler: String,
+    settings: Settings,
+    (handlers, states): (HashMap<String, Handler>, States),
+    (clock_hooks, run_sink): (ClockHooks, Option<crate::runlog::RunSink>),
+) -> Result<(Arc<Ctx>, Feeds), SchedulerError> {
+    let clock = Clock::new(clock_hooks);
+    let store = Deadline::wrap(given, settings.store_deadline());
+    let registration = registration(&settings, &handlers);
+    let pool = Pool::builder()
+        .core(settings.pool_core)
+        .max(settings.pool_max)
+        .queue_capacity(settings.pool_queue)
+        .keep_alive(settings.pool_keep_alive)
+        .thread_name_prefix(format!("quartz-{scheduler}"))
+        .build()?;
+    let run_log = match (run_sink, &settings.run_log) {
+        (Some(sink), _) => Some(opened(RunLog::sink(sink), &scheduler, &registration, clock.local_ms())),
+        (None, Some(dir)) => Some(open_run_log(dir, &scheduler, &registration, clock.local_ms())?),
+        (None, None) => None,
+    };
+    let asked = clock.local_ms();
+    let db_now = store.now().await?;
+    clock.observe(db_now, asked);
+    let registered_at = clock.mono_ms();
+    let registered = store.register_node(&registration).await?;
+    if let Some(log) = &run_log {
+        log.write(&RunEvent::Registered {
+            node: registered.node_id.clone(),
+            incarnation: registered.incarnation,
+            db_ms: clock.db_now().as_millis(),
+            local_ms: clock.local_ms(),
+        });
+    }
+    let standby = store.standby().await?.is_some();
+    tracing::info!(scheduler, node = %registered.node_id, incarnation = registered.incarnation, "node registered");
+    let (members_tx, members) = watch::channel(vec![registered.clone()]);
+    let (misfires, misfires_rx) = mpsc::unbounded_channel();
+    let (latest_jobs_tx, latest_jobs) = watch::channel(Default::default());
+    let feeds = Feeds {
+        members: members_tx,
+        misfires: misfires_rx,
+        latest_jobs: latest_jobs_tx,
+    };
+    let ctx = Arc::new(Ctx::new(Parts {
+        store,
+        scheduler,
+        settings,
+        handlers,
+        states,
+        pool,
+        clock,
+        registration,
+        node: registered,
+        members,
+        registered_at,
+        standby,
+        run_log,
+        misfires,
+        latest_jobs,
+    }));
+    Ok((ctx, feeds))
 }
 
 fn registration(settings: &Settings, handlers: &HashMap<String, Handler>) -> NodeRegistration {

@@ -236,3 +236,76 @@ impl Recorder {
         Vec::new()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The recorder alone, on the in-memory store: no node around it, its
+    //! lease a switch the test holds.
+
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+    use crate::memory::MemoryStore;
+    use crate::store::{JobSpec, NodeRegistration, PendingClaim, Store as _};
+
+    #[tokio::test(start_paused = true)]
+    async fn starts_are_confirmed_only_while_the_lease_holds() {
+        let store = MemoryStore::new().scoped("recorder");
+        store.create_job(&JobSpec::new("job", "noop"), &[]).await.unwrap();
+        let registration = NodeRegistration {
+            node_id: "alone".to_owned(),
+            host: "test".to_owned(),
+            pid: 1,
+            weight: 1,
+            handlers: vec!["noop".to_owned()],
+            dead_after: None,
+        };
+        let node = store.register_node(&registration).await.unwrap();
+        let node = NodeRef {
+            node_id: node.node_id,
+            incarnation: node.incarnation,
+        };
+        // Three running fires of this node (fired by hand, claimed, started).
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let (id, _) = store.fire_now("job").await.unwrap();
+            assert_eq!(store.pending_claim(id, &node, false).await.unwrap(), PendingClaim::Won);
+            ids.push(id);
+        }
+        assert_eq!(store.mark_running_all(&ids, &node).await.unwrap().len(), 3);
+        let held = Arc::new(AtomicBool::new(false));
+        let lease: Lease = {
+            let held = Arc::clone(&held);
+            Arc::new(move || held.load(Ordering::SeqCst))
+        };
+        let (_stop_tx, stop) = watch::channel(false);
+        let recorder = Recorder::start(
+            store.clone(),
+            "recorder".to_owned(),
+            stop,
+            lease,
+            watch::channel(HashSet::default()).1,
+        );
+
+        // Without the lease no answer comes, however long.
+        let mut answers: Vec<_> = ids.iter().map(|id| recorder.confirm(*id, node.clone())).collect();
+        let stranger = NodeRef {
+            node_id: "stranger".to_owned(),
+            incarnation: 1,
+        };
+        answers.push(recorder.confirm(ids[0], stranger));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        for answer in &mut answers {
+            assert!(answer.try_recv().is_err(), "answered without the lease");
+        }
+        // With it, each of this node's starts is confirmed; the stranger's
+        // question about a fire it does not own answers none.
+        held.store(true, Ordering::SeqCst);
+        let stranger_answer = answers.pop().unwrap();
+        for answer in answers {
+            let at = answer.await.unwrap().unwrap();
+            assert!(at.is_some(), "a running fire of the node is confirmed");
+        }
+        assert_eq!(stranger_answer.await.unwrap().unwrap(), None);
+    }
+}

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::context::{Ctx, RECOVERY_BATCH, duration_ms, release_cas};
 use super::handler::RunKind;
-use super::launch::Launch;
+use super::launch_handle::Launch;
 use super::run::RunFire;
 use super::runner::Runner;
 use super::status::Phase;

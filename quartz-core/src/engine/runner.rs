@@ -14,6 +14,7 @@ use super::context::{Ctx, FINISH_TRIES, finish_backoff, release_cas};
 use super::fixed::HashMap;
 use super::gate::Gate;
 use super::handler::{CancelReason, Cancellation, Dropper, JobContext, RunKind};
+use super::launch_handle::Launch;
 use super::recorder::Recorder;
 use super::run::{Handled, PendingFire, Ran, RunFire, Witness};
 use crate::misfire::MisfirePolicy;
@@ -40,7 +41,7 @@ pub(super) struct Runner {
     pending: mpsc::UnboundedSender<PendingFire>,
     /// A chain's children, claimed with their parent's success, to the
     /// launcher.
-    chained: mpsc::UnboundedSender<RunFire>,
+    chained: Launch,
 }
 
 impl Runner {
@@ -48,7 +49,7 @@ impl Runner {
         ctx: Arc<Ctx>,
         recorder: Arc<Recorder>,
         pending: mpsc::UnboundedSender<PendingFire>,
-        chained: mpsc::UnboundedSender<RunFire>,
+        chained: Launch,
     ) -> Runner {
         Runner {
             ctx,
@@ -498,7 +499,7 @@ impl Runner {
                 "chained fire"
             );
             self.ctx.count(|c| c.chained += 1);
-            let _ = self.chained.send(RunFire {
+            self.chained.launch(RunFire {
                 fire_id: child.fire_id,
                 execute_id: parent.execute_id,
                 job: Arc::clone(job),

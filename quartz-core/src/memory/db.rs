@@ -2,13 +2,13 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use quartz_core::Timestamp;
-use quartz_core::store::rules::{self, CalendarSet};
-use quartz_core::store::{
+use crate::Timestamp;
+use crate::store::rules::{self, CalendarSet};
+use crate::store::{
     CalendarRecord, ChangeAction, ChangeRecord, DueBatch, Execute, ExecuteCas, ExecuteSpec, ExecuteState, FireRecord,
     FireState, FullKey, Job, JobDetail, JobSpec, Node, NodeRef, NodeState, RejectedRow, StoreError, TriggerColumns,
 };
-use quartz_core::trigger::TriggerState;
+use crate::trigger::TriggerState;
 
 /// A change log row to write.
 pub(super) struct Change {
@@ -163,7 +163,7 @@ pub(super) const OPEN: &[FireState] = &[FireState::Claimed, FireState::Running];
 
 /// Whether a fire in `state` takes a place under its concurrency limit.
 fn open_for_limit(state: FireState) -> bool {
-    state == FireState::Claimed || (state == FireState::Running && !quartz_core::mutants::on("limit-ignores-running"))
+    state == FireState::Claimed || (state == FireState::Running && !crate::mutants::on("limit-ignores-running"))
 }
 
 impl Db {
@@ -255,7 +255,7 @@ impl Db {
     }
 
     /// The scheduler's calendars as definitions by name.
-    pub(super) fn definitions(&self, scheduler: &str) -> BTreeMap<String, quartz_core::calendar::CalendarDefinition> {
+    pub(super) fn definitions(&self, scheduler: &str) -> BTreeMap<String, crate::calendar::CalendarDefinition> {
         let records: Vec<CalendarRecord> = self
             .sched_ref(scheduler)
             .map(|s| s.calendars.values().cloned().collect())
@@ -532,7 +532,7 @@ impl Db {
     /// (read from the newest down, where open fires are; a claim blocked
     /// behind a long run asks again and again).
     pub(super) fn job_open(&self, job_id: i64) -> Option<i64> {
-        let running_too = !quartz_core::mutants::on("skip-ignores-running");
+        let running_too = !crate::mutants::on("skip-ignores-running");
         self.fires
             .values()
             .rev()

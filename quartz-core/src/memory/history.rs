@@ -1,12 +1,12 @@
 //! The in-memory store's history: nodes, the ledger, the change log, the
 //! health counts and the change counter.
 
-use async_trait::async_trait;
-use quartz_core::Timestamp;
-use quartz_core::store::{
+use crate::Timestamp;
+use crate::store::{
     ChangeQuery, ChangeRecord, ExecuteState, FireQuery, FireRecord, FireState, HealthCounts, HistoryStore, Node,
     StoreError,
 };
+use async_trait::async_trait;
 
 use super::MemoryStore;
 

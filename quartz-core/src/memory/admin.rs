@@ -1,15 +1,15 @@
 //! The admin surface's side of the contract in memory: jobs, calendars and
 //! history.
 
-use async_trait::async_trait;
-use quartz_core::Timestamp;
-use quartz_core::calendar::CalendarDefinition;
-use quartz_core::store::rules::{self, CalendarSet};
-use quartz_core::store::{
+use crate::Timestamp;
+use crate::calendar::CalendarDefinition;
+use crate::store::rules::{self, CalendarSet};
+use crate::store::{
     BackfillFire, Backfilled, CalendarRecord, CalendarStore, ChangeAction, ExecuteSpec, ExecuteState, FireRetry,
     FireState, Job, JobDetail, JobQuery, JobSpec, JobState, JobStore, MANUAL_EXECUTE, QueuedFire, StoreError,
     backfill_attempt, check_backfill, check_name,
 };
+use async_trait::async_trait;
 
 use super::db::{Change, Db};
 use super::{MemoryStore, ms};

@@ -3,15 +3,15 @@
 
 use std::collections::HashMap;
 
-use async_trait::async_trait;
-use quartz_core::Timestamp;
-use quartz_core::store::rules;
-use quartz_core::store::{
+use crate::Timestamp;
+use crate::store::rules;
+use crate::store::{
     Claim, ClaimBusy, DueBatch, DueCursor, ExecuteCas, ExecuteState, FireEnd, FireRecord, FireState, FireStore,
     FollowUp, Node, NodeRef, NodeRegistration, NodeState, NodeStore, PendingClaim, RetentionStore, ScheduleStore,
     SkippedRecord, StoreError, check_name,
 };
-use quartz_core::trigger::Overlap;
+use crate::trigger::Overlap;
+use async_trait::async_trait;
 
 use super::MemoryStore;
 use super::db::{self, Row};
@@ -252,7 +252,7 @@ impl MemoryStore {
                 let Some(scheduler) = db.fires.get(id).map(|f| f.scheduler.clone()) else {
                     continue;
                 };
-                let unfenced = quartz_core::mutants::on("start-without-fence");
+                let unfenced = crate::mutants::on("start-without-fence");
                 if !unfenced && !db.live(&scheduler, Some(node)) {
                     continue;
                 }
@@ -299,7 +299,7 @@ impl FireStore for MemoryStore {
 
     async fn orphaned_fires(&self, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
         let scheduler = &*self.scheduler;
-        let live_too = quartz_core::mutants::on("recover-live-fire");
+        let live_too = crate::mutants::on("recover-live-fire");
         Ok(self.read(|db| db.open_fires(scheduler, limit, |r| live_too || !db.live(scheduler, r.owner.as_ref()))))
     }
 

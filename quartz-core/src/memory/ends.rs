@@ -1,9 +1,9 @@
 //! How a fire ends in memory: one [`FireEnd`], fenced to its node, with
 //! what follows it (a pending retry or late run, a chain).
 
-use quartz_core::Timestamp;
-use quartz_core::store::rules;
-use quartz_core::store::{ChainedFire, FireEnd, FireState, FollowUp, JobState, LateRun, NodeRef};
+use crate::Timestamp;
+use crate::store::rules;
+use crate::store::{ChainedFire, FireEnd, FireState, FollowUp, JobState, LateRun, NodeRef};
 
 use super::db::{Db, Fire, OPEN};
 
@@ -31,7 +31,7 @@ impl Db {
 
     /// The fires of an execute claimed and not started whose time is after
     /// `now`, deleted: the row took an edited schedule (see
-    /// [`ExecuteCas::recomputes`](quartz_core::store::ExecuteCas::recomputes)).
+    /// [`ExecuteCas::recomputes`](crate::store::ExecuteCas::recomputes)).
     pub(super) fn unclaim_ahead(&mut self, execute_id: i64, now: i64) {
         let ahead: Vec<i64> = self
             .fires
@@ -92,7 +92,7 @@ impl Db {
                 run_late: Some(late), ..
             } => self.next_pending(&fire, now, *late == LateRun::OnePerExecute, now),
             FireEnd::Succeeded { .. }
-                if quartz_core::mutants::on("retry-after-success")
+                if crate::mutants::on("retry-after-success")
                     && self
                         .jobs
                         .get(&fire.record.job_id)

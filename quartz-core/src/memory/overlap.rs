@@ -1,9 +1,9 @@
 //! What the in-memory store's claim under an overlap policy or a
 //! concurrency limit records when it is held back.
 
-use quartz_core::Timestamp;
-use quartz_core::store::{Claim, ClaimBusy, FireState};
-use quartz_core::trigger::Overlap;
+use crate::Timestamp;
+use crate::store::{Claim, ClaimBusy, FireState};
+use crate::trigger::Overlap;
 
 use super::db::{self, Db};
 

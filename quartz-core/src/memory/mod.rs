@@ -6,10 +6,12 @@
 //! its follow-up is seen whole or not at all, as on the other stores. The
 //! domain rules (a new trigger's first row, what a calendar change does to
 //! a trigger, the change log's details) are
-//! [`quartz_core::store::rules`], the same functions the SQL and Redis
+//! [`crate::store::rules`], the same functions the SQL and Redis
 //! stores call. It passes the store conformance suite
 //! (`quartz-store/tests/store.rs`) and runs the engine suite
-//! (`tests/engine.rs`), as kind [`Kind::Memory`](crate::Kind::Memory).
+//! (`tests/engine.rs`), as the test kit's kind `Memory`; the engine's own
+//! unit tests build its stages on it. Compiled with the `testing` feature
+//! (and for this crate's tests).
 //!
 //! Its clock is tokio's: the wall time when the store was made, moved on by
 //! [`tokio::time::Instant`]. Under `tokio::time::pause()` the store's time
@@ -20,15 +22,15 @@
 //! tokio's instant is the real one.
 //!
 //! ```
-//! use quartz_core::store::{JobSpec, JobStore, Store};
-//! use quartz_testkit::memory::MemoryStore;
+//! use crate::store::{JobSpec, JobStore, Store};
+//! use quartz_core::memory::MemoryStore;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let store = MemoryStore::new();
 //! store.create_job(&JobSpec::new("report", "shell"), &[]).await?;
 //! assert_eq!(store.list_jobs().await?.len(), 1);
 //! assert!(store.now().await?.as_millis() > 0);
-//! # Ok::<(), quartz_core::store::StoreError>(())
+//! # Ok::<(), crate::store::StoreError>(())
 //! # }).unwrap();
 //! ```
 
@@ -41,11 +43,11 @@ mod overlap;
 
 use std::sync::Arc;
 
+use crate::Timestamp;
+use crate::store::rules;
+use crate::store::{ChangeAction, DEFAULT_ACTOR, DEFAULT_SCHEDULER, SharedStore, Store, StoreError};
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use quartz_core::Timestamp;
-use quartz_core::store::rules;
-use quartz_core::store::{ChangeAction, DEFAULT_ACTOR, DEFAULT_SCHEDULER, SharedStore, Store, StoreError};
 
 use db::{Change, Db};
 
@@ -64,7 +66,7 @@ struct Shared {
     base_ms: i64,
     base: tokio::time::Instant,
     /// Moved on by every change, for
-    /// [`HistoryStore::change_wait`](quartz_core::store::HistoryStore::change_wait).
+    /// [`HistoryStore::change_wait`](crate::store::HistoryStore::change_wait).
     changed: tokio::sync::watch::Sender<u64>,
 }
 

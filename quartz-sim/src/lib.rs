@@ -6,7 +6,8 @@
 //! changes), the nodes' clocks (offsets and drift), and what happens to the
 //! cluster: a node's link to the store cut both ways or one way, a node
 //! frozen, crashed and restarted (a new incarnation), the store restarting,
-//! calls that fail, stall or lose their answers, fires by hand, pauses.
+//! calls that fail, stall or lose their answers, fires by hand, pauses,
+//! schedules edited and jobs deleted.
 //! The nodes are the real engine ([`quartz_core::engine`]) on the in-memory
 //! store ([`quartz_testkit::memory`]), each behind a simulated link
 //! ([`link`]), on one thread and tokio's paused clock: time moves only when

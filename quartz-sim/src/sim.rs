@@ -8,7 +8,7 @@ use std::time::Duration;
 use quartz_core::Timestamp;
 use quartz_core::engine::{Scheduler, SchedulerBuilder, Settings};
 use quartz_core::runlog::{CheckParams, check};
-use quartz_core::store::{FireQuery, FireState, SharedStore, Store};
+use quartz_core::store::{ExecuteSpec, FireQuery, FireState, SharedStore, Store};
 use quartz_testkit::memory::MemoryStore;
 use tokio::sync::watch;
 
@@ -116,6 +116,10 @@ enum Action {
     PerCall(usize, u64, u64, u64),
     FireNow(String),
     Pause(String, bool),
+    /// An operator's edit of the job's schedule (its one trigger replaced).
+    Reschedule(String, Box<quartz_core::trigger::Trigger>),
+    /// An operator deletes the job.
+    Delete(String),
 }
 
 struct World {
@@ -125,6 +129,8 @@ struct World {
     witness: Arc<Witness>,
     settings: Settings,
     nodes: Vec<SimNode>,
+    /// The end of the simulated span (an edit's one-off time falls before).
+    end: Timestamp,
 }
 
 async fn simulate(options: &Options, seed: u64) -> SeedReport {
@@ -163,6 +169,7 @@ async fn simulate(options: &Options, seed: u64) -> SeedReport {
         witness: Arc::clone(&witness),
         settings: Settings::default(),
         nodes: Vec::new(),
+        end,
     };
     for index in 0..options.nodes {
         let (offset_ms, rate_ppm) = if skewed {
@@ -359,11 +366,9 @@ impl World {
     fn draw_action(&mut self, plan: &mut Rng, at: i64, jobs: &[DrawnJob]) -> Vec<(i64, Action)> {
         let node = usize::try_from(plan.below(self.nodes.len() as u64)).unwrap_or(0);
         let lasting = |plan: &mut Rng, lo: u64, hi: u64| at + i64::try_from(plan.range(lo, hi)).unwrap_or(0);
-        let job = jobs[usize::try_from(plan.below(jobs.len() as u64)).unwrap_or(0)]
-            .spec
-            .name
-            .clone();
-        match plan.below(10) {
+        let drawn = &jobs[usize::try_from(plan.below(jobs.len() as u64)).unwrap_or(0)];
+        let job = drawn.spec.name.clone();
+        match plan.below(12) {
             0 if plan.chance(500) => {
                 // Answers slow to come back (the lease renewals among
                 // them), then the node cut off.
@@ -404,6 +409,14 @@ impl World {
                 ]
             }
             6 | 7 => vec![(at, Action::FireNow(job))],
+            10 | 11 if plan.chance(150) => vec![(at, Action::Delete(job))],
+            10 | 11 => match drawn.executes.first() {
+                Some(e) => {
+                    let trigger = workload::redraw(plan, &e.trigger, Timestamp::from_millis(at), self.end);
+                    vec![(at, Action::Reschedule(job, Box::new(trigger)))]
+                }
+                None => vec![(at, Action::FireNow(job))],
+            },
             _ => vec![
                 (at, Action::Pause(job.clone(), true)),
                 (lasting(plan, 1_000, 600_000), Action::Pause(job, false)),
@@ -433,6 +446,24 @@ impl World {
             }
             Action::Pause(job, paused) => {
                 let _ = self.operator.set_paused(&job, paused, None).await;
+            }
+            Action::Reschedule(job, trigger) => {
+                if let Ok(Some(detail)) = self.operator.get_job(&job).await {
+                    let edited = self
+                        .operator
+                        .update_job(&job, &detail.job.spec, Some(&[ExecuteSpec::new(*trigger)]), None)
+                        .await;
+                    if edited.is_ok()
+                        && let Ok(Some(now)) = self.operator.get_job(&job).await
+                    {
+                        let kept: Vec<i64> = now.executes.iter().map(|e| e.id).collect();
+                        self.witness
+                            .replaced(detail.executes.iter().map(|e| e.id).filter(|id| !kept.contains(id)));
+                    }
+                }
+            }
+            Action::Delete(job) => {
+                let _ = self.operator.delete_job(&job, None).await;
             }
         }
     }

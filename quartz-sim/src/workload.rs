@@ -7,7 +7,7 @@ use std::time::Duration;
 use quartz_core::Timestamp;
 use quartz_core::misfire::MisfirePolicy;
 use quartz_core::store::{ConcurrencyLimit, ExecuteSpec, JobSpec, RetryPolicy};
-use quartz_core::trigger::{Overlap, Trigger};
+use quartz_core::trigger::{Overlap, Schedule, Trigger};
 
 use crate::rng::Rng;
 
@@ -173,4 +173,47 @@ fn draw_one(rng: &mut Rng, i: usize, from: Timestamp, until: Timestamp) -> Drawn
         spec,
         executes: vec![ExecuteSpec::new(trigger)],
     }
+}
+
+/// A new schedule for a job, as an operator edits one: a trigger of the
+/// same kind from `at`, its interval no shorter than before (the job's run
+/// times were drawn against it), with the trigger's misfire and overlap
+/// policies and repeat limit.
+pub fn redraw(rng: &mut Rng, old: &Trigger, at: Timestamp, until: Timestamp) -> Trigger {
+    let start = at.saturating_add_millis(i64::try_from(rng.range(0, 30_000)).unwrap_or(0));
+    let redrawn = match old.schedule() {
+        Schedule::Cron { expr, .. } => {
+            // Another expression as frequent or less (every one but
+            // `*/20 …` fires at most once a minute).
+            let every_20 = expr.to_string().starts_with("*/20");
+            let choices: Vec<&str> = CRONS
+                .iter()
+                .copied()
+                .filter(|c| every_20 || !c.starts_with("*/20"))
+                .collect();
+            let (expr, zone) = (*rng.pick(&choices), *rng.pick(ZONES));
+            Trigger::cron(expr, zone, start).expect("a valid cron trigger")
+        }
+        Schedule::FixedRate { interval_ms } => {
+            let every = u64::try_from(*interval_ms).unwrap_or(1_000) * rng.range(2, 6) / 2;
+            Trigger::every(Duration::from_millis(every), start).expect("a valid interval")
+        }
+        Schedule::FixedDelay { delay_ms } => {
+            let delay = u64::try_from(*delay_ms).unwrap_or(1_000) * rng.range(2, 6) / 2;
+            Trigger::after_each(Duration::from_millis(delay), start).expect("a valid delay")
+        }
+        _ => {
+            let span = u64::try_from((until.as_millis() - start.as_millis()).max(1)).unwrap_or(1);
+            Trigger::once(start.saturating_add_millis(i64::try_from(rng.below(span)).unwrap_or(0)))
+        }
+    };
+    let mut trigger = redrawn
+        .clone()
+        .with_misfire_policy(old.misfire_policy())
+        .unwrap_or(redrawn)
+        .with_overlap(old.overlap());
+    if let Some(limit) = old.repeat_limit() {
+        trigger = trigger.clone().with_repeat_limit(limit).unwrap_or(trigger);
+    }
+    trigger
 }

@@ -26,6 +26,7 @@ use quartz::trigger::Overlap;
 common::backend_tests!(shared:
     each_overlap_policy_on_three_nodes,
     a_concurrency_limit_per_tenant_holds_across_three_nodes,
+    fires_waiting_when_their_trigger_is_replaced_still_wait_their_turn,
 );
 
 const CLUSTER: &str = "overlap-cluster";
@@ -61,6 +62,7 @@ fn run_ms(job: &str) -> u64 {
     match job {
         "buffer-all" => 1_500,
         "cancel" => 2_500,
+        "edited" => 2_000,
         name if name.starts_with("tenant-") => 600,
         _ => 1_200,
     }
@@ -230,6 +232,65 @@ async fn each_overlap_policy_on_three_nodes(db: &TestDb) {
 
     let violations = audited(&store).await;
     assert!(violations.is_empty(), "{violations:?}");
+}
+
+/// A job under buffer-all whose fires come due four times faster than they
+/// run has its schedule edited while some of its fires wait: the edit
+/// replaces the trigger whose overlap policy held them, and they still run
+/// one at a time, after the running fire, never beside it.
+async fn fires_waiting_when_their_trigger_is_replaced_still_wait_their_turn(db: &TestDb) {
+    common::log_if_asked();
+    let nodes = nodes(db).await;
+    let store = AnyStore::from(nodes[0].store().clone());
+    let id = nodes[0]
+        .add_job(&job("edited", 500, 12, Overlap::BufferAll))
+        .await
+        .unwrap()
+        .id;
+    let of = |rows: &[FireRecord]| -> Vec<FireRecord> { rows.iter().filter(|f| f.job_id == id).cloned().collect() };
+    wait_for(
+        Duration::from_secs(30),
+        "fires waiting behind a running one",
+        || async {
+            let rows = of(&ledger(&store, CLUSTER).await);
+            let waiting = rows.iter().filter(|f| f.state == FireState::Pending).count();
+            let running = rows.iter().any(|f| f.state == FireState::Running);
+            if waiting >= 2 && running {
+                Ok(())
+            } else {
+                Err(open_rows(&rows))
+            }
+        },
+    )
+    .await;
+    // The schedule edited: one fire, a minute on.
+    let detail = store.get_job("edited").await.unwrap().unwrap();
+    let later = store.now().await.unwrap().saturating_add_millis(60_000);
+    let once = ExecuteSpec::new(Trigger::once(later).with_overlap(Some(Overlap::BufferAll)));
+    store
+        .update_job("edited", &detail.job.spec, Some(&[once]), None)
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(60), "the waiting fires ran", || async {
+        let rows = of(&ledger(&store, CLUSTER).await);
+        if rows.iter().all(|f| f.state.is_ended()) {
+            Ok(())
+        } else {
+            Err(open_rows(&rows))
+        }
+    })
+    .await;
+    for n in nodes {
+        n.shutdown().await;
+    }
+    let rows = of(&ledger(&store, CLUSTER).await);
+    let ran: Vec<&FireRecord> = rows.iter().filter(|f| f.started_at.is_some()).collect();
+    assert!(ran.len() >= 3, "{rows:#?}");
+    assert_eq!(
+        most_at_once(&ran),
+        1,
+        "fires of the replaced trigger ran beside each other: {rows:#?}"
+    );
 }
 
 /// A job of `tenant`, limited with the tenant's other jobs.

@@ -88,7 +88,25 @@ fn in_seed_order(seeds: &[u64], jobs: usize, options: &Options) -> impl Iterator
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&seed) = seeds.get(i) else { break };
-                    if tx.send((i, run_seed(&options, seed))).is_err() {
+                    // A run that panics is a seed that failed, said so,
+                    // not one the order waits for for ever.
+                    let report = std::panic::catch_unwind(|| run_seed(&options, seed)).unwrap_or_else(|panic| {
+                        let why = panic
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                            .unwrap_or_default();
+                        SeedReport {
+                            seed,
+                            violations: vec![format!("the run panicked: {why}")],
+                            trace: 0,
+                            starts: 0,
+                            fire_times: 0,
+                            actions: 0,
+                            lines: Vec::new(),
+                        }
+                    });
+                    if tx.send((i, report)).is_err() {
                         break;
                     }
                 }

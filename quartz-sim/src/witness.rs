@@ -75,10 +75,6 @@ struct Inner {
     dead: BTreeSet<usize>,
     /// Every line fed to the trace, when asked to keep them.
     lines: Option<Vec<String>>,
-    /// Triggers an operator's edit replaced: a later attempt of one of
-    /// their fires (a retry pending at the edit) has no trigger's overlap
-    /// policy left to hold it, only its job's concurrency.
-    replaced: BTreeSet<i64>,
 }
 
 impl Inner {
@@ -91,11 +87,6 @@ impl Inner {
 }
 
 impl Witness {
-    /// Triggers (executes) an operator's edit replaced.
-    pub fn replaced(&self, executes: impl IntoIterator<Item = i64>) {
-        self.inner.lock().replaced.extend(executes);
-    }
-
     /// Keeps every line fed to the trace from now on ([`Self::lines`]).
     pub fn keep_lines(&self) {
         self.inner.lock().lines.get_or_insert_with(Vec::new);
@@ -191,7 +182,6 @@ impl Witness {
         if let Some(rules) = rules {
             let waits = match whose {
                 Whose::Trigger => rules.trigger_waits,
-                Whose::Attempt if inner.replaced.contains(&fire.0) => rules.by_hand_waits,
                 Whose::Attempt => rules.attempts_wait,
                 Whose::ByHand => rules.by_hand_waits,
                 Whose::Recovery => false,

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use quartz_core::Timestamp;
+use quartz_core::calendar::{CalendarDefinition, CalendarType};
 use quartz_core::misfire::MisfirePolicy;
 use quartz_core::store::{ConcurrencyLimit, ExecuteSpec, JobSpec, RetryPolicy};
 use quartz_core::trigger::{Overlap, Schedule, Trigger};
@@ -45,6 +46,40 @@ const CRONS: &[&str] = &[
     "0 0 1-3 * * ?",
     "0 30 2 * * ?",
 ];
+
+/// The calendars a seed's jobs may name: a daily window of quiet (five
+/// to thirty minutes at a drawn hour, in one of the zones, so now and then
+/// across a daylight-saving change) and a cron calendar that excludes
+/// every other minute.
+pub const CALENDARS: [&str; 2] = ["quiet", "odd-minutes"];
+
+/// Draws the definitions of [`CALENDARS`].
+pub fn draw_calendars(rng: &mut Rng) -> Vec<(&'static str, CalendarDefinition)> {
+    // Within one day: the window ends by 23:19.
+    let (hour, minute, length) = (rng.below(23), rng.below(50), rng.range(5, 30));
+    let end = minute + length;
+    let quiet = CalendarDefinition {
+        kind: CalendarType::Daily,
+        days: Vec::new(),
+        range: Some(format!("{hour:02}:{minute:02}-{:02}:{:02}", hour + end / 60, end % 60)),
+        invert: false,
+        cron: None,
+        time_zone: Some((*rng.pick(ZONES)).to_owned()),
+        base: None,
+        description: String::new(),
+    };
+    let odd = CalendarDefinition {
+        kind: CalendarType::Cron,
+        days: Vec::new(),
+        range: None,
+        invert: false,
+        cron: Some("* 1/2 * * * ?".to_owned()),
+        time_zone: None,
+        base: None,
+        description: String::new(),
+    };
+    vec![(CALENDARS[0], quiet), (CALENDARS[1], odd)]
+}
 
 /// Draws `count` jobs whose triggers start from `from` and whose one-off
 /// fires fall before `until`.
@@ -130,6 +165,10 @@ fn draw_one(rng: &mut Rng, i: usize, from: Timestamp, until: Timestamp) -> Drawn
     if rng.chance(400) {
         trigger = trigger.with_overlap(Some(*rng.pick(&Overlap::ALL)));
     }
+    if rng.chance(200) {
+        let name = *rng.pick(&CALENDARS);
+        trigger = trigger.clone().with_calendar(name).unwrap_or(trigger);
+    }
     let mut spec = JobSpec::new(format!("job-{i:02}"), HANDLER);
     spec.allow_concurrent = rng.chance(500);
     spec.requests_recovery = rng.chance(500);
@@ -214,6 +253,9 @@ pub fn redraw(rng: &mut Rng, old: &Trigger, at: Timestamp, until: Timestamp) -> 
         .with_overlap(old.overlap());
     if let Some(limit) = old.repeat_limit() {
         trigger = trigger.clone().with_repeat_limit(limit).unwrap_or(trigger);
+    }
+    if let Some(name) = old.calendar_name() {
+        trigger = trigger.clone().with_calendar(name).unwrap_or(trigger);
     }
     trigger
 }

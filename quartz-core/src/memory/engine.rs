@@ -7,8 +7,8 @@ use crate::Timestamp;
 use crate::store::rules;
 use crate::store::{
     Claim, ClaimBusy, DueBatch, DueCursor, ExecuteCas, ExecuteState, FireEnd, FireRecord, FireState, FireStore,
-    FollowUp, Node, NodeRef, NodeRegistration, NodeState, NodeStore, PendingClaim, RetentionStore, ScheduleStore,
-    SkippedRecord, StoreError, check_name,
+    FollowUp, MANUAL_EXECUTE, Node, NodeRef, NodeRegistration, NodeState, NodeStore, PendingClaim, RetentionStore,
+    ScheduleStore, SkippedRecord, StoreError, check_name,
 };
 use crate::trigger::Overlap;
 use async_trait::async_trait;
@@ -400,12 +400,17 @@ impl FireStore for MemoryStore {
             if db.sched_ref(&fire.scheduler).is_some_and(|s| s.paused_at.is_some()) {
                 return PendingClaim::Blocked;
             }
-            let overlap = db
-                .executes
-                .get(&fire.record.execute_id)
+            let execute = db.executes.get(&fire.record.execute_id);
+            let overlap = execute
                 .and_then(|e| e.columns.overlap.as_deref())
                 .and_then(|o| o.parse::<Overlap>().ok());
-            if (exclusive || overlap.is_some_and(|o| o != Overlap::Allow)) && db.job_has_open(fire.record.job_id) {
+            // A fire of a trigger an edit replaced (or deleted) waits for
+            // the job's open fires: the overlap policy that held it is gone
+            // with its trigger, so it is held as strictly as any could.
+            let trigger_gone = execute.is_none() && fire.record.execute_id != MANUAL_EXECUTE;
+            if (exclusive || trigger_gone || overlap.is_some_and(|o| o != Overlap::Allow))
+                && db.job_has_open(fire.record.job_id)
+            {
                 return PendingClaim::Blocked;
             }
             if db.key_full(fire.record.job_id).is_some() {

@@ -5,8 +5,8 @@
 use super::convert::Statement as _;
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    BackfillFire, Backfilled, ChangeAction, FireRecord, FireState, FollowUp, HandlerSpan, NodeRef, PendingClaim,
-    QueuedFire, StoreError, backfill_attempt, check_backfill,
+    BackfillFire, Backfilled, ChangeAction, FireRecord, FireState, FollowUp, HandlerSpan, MANUAL_EXECUTE, NodeRef,
+    PendingClaim, QueuedFire, StoreError, backfill_attempt, check_backfill,
 };
 use quartz_core::trigger::Overlap;
 use sqlx::any::AnyQueryResult;
@@ -222,8 +222,8 @@ impl SqlStore {
         let row = self
             .query(
                 "SELECT f.job_id, f.execute_id, f.fire_time, e.overlap, j.limit_key, j.concurrency_limit, \
-                 (SELECT MIN(k.id) FROM quartz_job k WHERE k.scheduler = j.scheduler AND k.limit_key = j.limit_key) \
-                 FROM quartz_fire f LEFT JOIN quartz_execute e ON e.id = f.execute_id \
+                 (SELECT MIN(k.id) FROM quartz_job k WHERE k.scheduler = j.scheduler AND k.limit_key = j.limit_key), \
+                 e.id FROM quartz_fire f LEFT JOIN quartz_execute e ON e.id = f.execute_id \
                  LEFT JOIN quartz_job j ON j.id = f.job_id WHERE f.id = ? AND f.state = 'pending'",
             )
             .bind(fire_id)
@@ -239,7 +239,12 @@ impl SqlStore {
             .map_err(db_error)?
             .and_then(|o| o.parse::<Overlap>().ok());
         let limit = super::overlap::limit_of_row(&row, 4)?;
-        let checks_job = exclusive || overlap.is_some_and(|o| o != Overlap::Allow);
+        // A fire of a trigger an edit replaced (or deleted) waits for the
+        // job's open fires: the overlap policy that held it is gone with
+        // its trigger, so it is held as strictly as any could.
+        let trigger_gone =
+            row.try_get::<Option<i64>, _>(7).map_err(db_error)?.is_none() && execute_id != MANUAL_EXECUTE;
+        let checks_job = exclusive || trigger_gone || overlap.is_some_and(|o| o != Overlap::Allow);
         let mut tx = self.begin().await?;
         if checks_job || limit.is_some() {
             // The job's row first, then its key's, as every exclusive claim

@@ -353,11 +353,14 @@ C.pending_claim = function()
   if redis.call('HEXISTS', k('meta'), 'paused_at') == 1 then return 'blocked' end
   -- A trigger with an overlap policy makes its pending fires exclusive
   -- too; those waiting under one run in the order of their fire times.
+  -- A fire of a trigger an edit replaced (or deleted) waits for the job's
+  -- open fires: the overlap policy that held it is gone with its trigger.
   local execute = g(f, 'execute_id')
   local ov = ''
-  if exists(execute_key(execute)) then ov = g(execute_key(execute), 'overlap') end
+  local gone = false
+  if exists(execute_key(execute)) then ov = g(execute_key(execute), 'overlap') else gone = execute ~= '0' end
   local job = g(f, 'job_id')
-  if (A.x == '1' or (ov ~= '' and ov ~= 'allow'))
+  if (A.x == '1' or gone or (ov ~= '' and ov ~= 'allow'))
     and redis.call('SCARD', k('job-open:' .. job)) > 0 then return 'blocked' end
   if key_full(job) then return 'blocked' end
   local limited = g(k('job:' .. job), 'limit_key') ~= ''

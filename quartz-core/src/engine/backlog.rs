@@ -239,11 +239,8 @@ mod tests {
     //! its handle; no poller, dispatcher, launcher or cluster stage runs.
 
     use super::*;
-    use crate::engine::clock::ClockHooks;
-    use crate::engine::fixed::HashMap;
     use crate::engine::handler::Handler;
-    use crate::engine::node::context;
-    use crate::engine::settings::Settings;
+    use crate::engine::node::test_context;
     use crate::memory::MemoryStore;
     use crate::store::{FireEnd, JobSpec, Store as _};
 
@@ -253,18 +250,7 @@ mod tests {
         let mut serial = JobSpec::new("serial", "noop");
         serial.allow_concurrent = false;
         let job_id = store.create_job(&serial, &[]).await.unwrap().id;
-        let handlers: HashMap<String, Handler> = [("noop".to_owned(), Handler::blocking(|_| Ok(())))]
-            .into_iter()
-            .collect();
-        let (ctx, _feeds) = context(
-            store.clone(),
-            "backlog".to_owned(),
-            Settings::default(),
-            (handlers, Default::default()),
-            (ClockHooks::default(), None),
-        )
-        .await
-        .unwrap();
+        let ctx = test_context(store.clone(), "backlog", ("noop", Handler::blocking(|_| Ok(())))).await;
         let (launch, mut launched) = Launch::new(Arc::clone(&ctx));
         let (pending_tx, pending_rx) = mpsc::unbounded_channel();
         tokio::spawn(Arc::new(Backlog::new(Arc::clone(&ctx), launch)).run(pending_rx));

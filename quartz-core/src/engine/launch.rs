@@ -491,12 +491,10 @@ impl Starter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::clock::ClockHooks;
     use crate::engine::handler::{Handler, RunKind};
     use crate::engine::launch_handle::Launch;
-    use crate::engine::node::context;
+    use crate::engine::node::test_context;
     use crate::engine::recorder::{Lease, Recorder};
-    use crate::engine::settings::Settings;
     use crate::memory::MemoryStore;
     use crate::store::{Claim, ExecuteSpec, FireState, JobSpec, Store as _};
     use crate::trigger::{Schedule, Trigger, TriggerState};
@@ -520,24 +518,11 @@ mod tests {
         let execute = scoped.get_job("timed").await.unwrap().unwrap().executes.remove(0);
         let (began_tx, mut began) = mpsc::unbounded_channel();
         let clock = store.clone();
-        let handlers: HashMap<String, crate::engine::handler::Handler> = [(
-            "at".to_owned(),
-            Handler::asynchronous(move |_| {
-                let _ = began_tx.send(clock.clock());
-                async { Ok(()) }
-            }),
-        )]
-        .into_iter()
-        .collect();
-        let (ctx, _feeds) = context(
-            scoped.clone(),
-            "launcher".to_owned(),
-            Settings::default(),
-            (handlers, Default::default()),
-            (ClockHooks::default(), None),
-        )
-        .await
-        .unwrap();
+        let handler = Handler::asynchronous(move |_| {
+            let _ = began_tx.send(clock.clock());
+            async { Ok(()) }
+        });
+        let ctx = test_context(scoped.clone(), "launcher", ("at", handler)).await;
         let node = ctx.node();
         let fire = execute
             .trigger

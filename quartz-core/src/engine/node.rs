@@ -443,6 +443,23 @@ pub(super) async fn context(
     Ok((ctx, feeds))
 }
 
+/// A node's context for a test of one stage: registered on `given` (a
+/// store scoped to `scheduler`) with default settings and one handler.
+#[cfg(test)]
+pub(super) async fn test_context(given: SharedStore, scheduler: &str, handler: (&str, Handler)) -> Arc<Ctx> {
+    let handlers: HashMap<String, Handler> = [(handler.0.to_owned(), handler.1)].into_iter().collect();
+    let (ctx, _feeds) = context(
+        given,
+        scheduler.to_owned(),
+        Settings::default(),
+        (handlers, Default::default()),
+        (ClockHooks::default(), None),
+    )
+    .await
+    .expect("a node registers on the in-memory store");
+    ctx
+}
+
 fn registration(settings: &Settings, handlers: &HashMap<String, Handler>) -> NodeRegistration {
     let host = hostname();
     let node_id = settings.node_id.clone().unwrap_or_else(|| {

@@ -83,6 +83,7 @@ engine_tests!(
     an_async_handler_past_its_timeout_is_dropped_and_its_fire_failed,
     a_node_whose_lease_runs_out_asks_its_handlers_to_stop,
     a_start_whose_answer_is_lost_is_settled_not_left_running,
+    a_node_starting_while_its_database_is_slow_waits_for_it_a_while,
     an_outcome_is_recorded_once_the_database_answers_again;
     wall a_saturated_pool_holds_back_its_claims_and_overdue_fires_get_their_policy,
     a_timed_out_fire_blocks_its_job_until_its_code_returns;
@@ -2412,4 +2413,53 @@ async fn assert_audit_clean(store: &AnyStore) {
         .await
         .unwrap();
     assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
+/// A node whose database does not answer its first calls within the node's
+/// deadline (busy, or restarting, as the service starts) keeps trying for
+/// a while and starts once the database answers; a database that never
+/// answers fails the start with the deadline's error, within that while.
+async fn a_node_starting_while_its_database_is_slow_waits_for_it_a_while(db: &TestDb) {
+    use common::faults::{Fault, Faults, FaultyStore};
+    let faults = Faults::scripted();
+    let build = |faults: &Arc<Faults>, store: AnyStore| {
+        SchedulerBuilder::new(CLUSTER)
+            .paused_clock_for_tests(common::clock_is_paused())
+            .settings(fast())
+            .handler("noop", |_| Ok(()))
+            .start(FaultyStore::new(store, Arc::clone(faults)))
+    };
+    // The clock reading takes 5 s, past the node's deadline, for 4 s.
+    faults.always("now", Fault::Delay(Duration::from_secs(5)));
+    let lifted = {
+        let faults = Arc::clone(&faults);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            faults.clear("now");
+        })
+    };
+    let began = tokio::time::Instant::now();
+    let node = build(&faults, db.store().await)
+        .await
+        .expect("started once the database answered");
+    assert!(began.elapsed() >= Duration::from_secs(4), "{:?}", began.elapsed());
+    lifted.await.unwrap();
+    node.shutdown().await;
+
+    // Never answering: the start fails, saying so, within its patience.
+    faults.always("now", Fault::Delay(Duration::from_secs(3_600)));
+    let began = tokio::time::Instant::now();
+    let refused = build(&faults, db.store().await).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(quartz::SchedulerError::Store(quartz::store::StoreError::TimedOut {
+                call: "now",
+                ..
+            }))
+        ),
+        "{:?}",
+        refused.as_ref().err()
+    );
+    assert!(began.elapsed() < Duration::from_secs(30), "{:?}", began.elapsed());
 }

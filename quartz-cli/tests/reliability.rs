@@ -1840,8 +1840,11 @@ impl Run {
         for i in 0..NODES {
             let child = self.nodes[i].child.as_mut().unwrap();
             if let Ok(Some(status)) = child.try_wait() {
+                // Its log (beside the run's other logs) says why; the
+                // failure is reported with the others, not as a failed kill.
                 self.failures
                     .push(format!("{} exited on its own: {status}", self.nodes[i].id));
+                continue;
             }
             self.signal(i, "TERM");
         }

@@ -366,6 +366,37 @@ fn opened(log: RunLog, scheduler: &str, registration: &NodeRegistration, local_m
     log
 }
 
+/// How long a starting node keeps trying its first calls (the clock reading
+/// and its registration) when the database does not answer within the
+/// node's deadline, is unavailable or rolls the call back: a database busy
+/// or restarting as the service starts delays the node instead of failing
+/// its start. A running node's deadlines stay as they are.
+const START_PATIENCE: Duration = Duration::from_secs(15);
+
+/// Runs a starting node's call, trying again (with a warning) while its
+/// error may pass and [`START_PATIENCE`] lasts.
+async fn at_start<T, F, Fut>(scheduler: &str, what: &str, mut call: F) -> Result<T, crate::store::StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, crate::store::StoreError>>,
+{
+    use crate::store::StoreError;
+    let began = tokio::time::Instant::now();
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match call().await {
+            Err(e @ (StoreError::TimedOut { .. } | StoreError::Unavailable { .. } | StoreError::Conflict { .. }))
+                if began.elapsed() + wait < START_PATIENCE =>
+            {
+                tracing::warn!(scheduler, error = %e, "{what} failed as the node starts; trying again");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+            done => return done,
+        }
+    }
+}
+
 /// What the stages around a node's context take of it: the membership's
 /// sender (the cluster stage's), what misfired (the poller's) and the
 /// publisher of the jobs a poll read (the poller's).
@@ -400,11 +431,17 @@ pub(super) async fn context(
         (None, Some(dir)) => Some(open_run_log(dir, &scheduler, &registration, clock.local_ms())?),
         (None, None) => None,
     };
-    let asked = clock.local_ms();
-    let db_now = store.now().await?;
+    let (asked, db_now) = at_start(&scheduler, "reading the database's clock", || async {
+        let asked = clock.local_ms();
+        store.now().await.map(|now| (asked, now))
+    })
+    .await?;
     clock.observe(db_now, asked);
     let registered_at = clock.mono_ms();
-    let registered = store.register_node(&registration).await?;
+    let registered = at_start(&scheduler, "registering the node", || {
+        store.register_node(&registration)
+    })
+    .await?;
     if let Some(log) = &run_log {
         log.write(&RunEvent::Registered {
             node: registered.node_id.clone(),

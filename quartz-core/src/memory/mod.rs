@@ -22,7 +22,7 @@
 //! tokio's instant is the real one.
 //!
 //! ```
-//! use crate::store::{JobSpec, JobStore, Store};
+//! use quartz_core::store::{JobSpec, JobStore, Store};
 //! use quartz_core::memory::MemoryStore;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -30,7 +30,7 @@
 //! store.create_job(&JobSpec::new("report", "shell"), &[]).await?;
 //! assert_eq!(store.list_jobs().await?.len(), 1);
 //! assert!(store.now().await?.as_millis() > 0);
-//! # Ok::<(), crate::store::StoreError>(())
+//! # Ok::<(), quartz_core::store::StoreError>(())
 //! # }).unwrap();
 //! ```
 

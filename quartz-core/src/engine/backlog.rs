@@ -83,6 +83,11 @@ impl Backlog {
             return;
         }
         let mut tick = ROOM_TICK;
+        // Whether a try of this task failed with its answer perhaps lost:
+        // only then may a fire found claimed by this incarnation be this
+        // task's own claim (a fire told again after an earlier task
+        // launched it is that task's, and already on its way).
+        let mut unsure = false;
         loop {
             // Room in the lane of its job's handler: a thread free and room
             // in the pool, or room for another task.
@@ -90,7 +95,7 @@ impl Backlog {
                 && self.ctx.phase() == super::status::Phase::Running
                 && !self.ctx.on_standby()
             {
-                match self.claim_pending(fire).await {
+                match self.claim_pending(fire, unsure).await {
                     Ok(Some(claimed)) => {
                         if claimed {
                             return;
@@ -99,6 +104,7 @@ impl Backlog {
                     }
                     Ok(None) => return,
                     Err(e) => {
+                        unsure = true;
                         tracing::warn!(scheduler = self.ctx.scheduler, fire_id = fire.fire_id, error = %e, "pending fire not claimed; retrying");
                     }
                 }
@@ -111,8 +117,13 @@ impl Backlog {
 
     /// One try: `Some(true)` when claimed (and launched or skipped), `Some(false)`
     /// when its job's running fire blocks it, `None` when it is not for this
-    /// node (gone, or its handler is not here).
-    async fn claim_pending(self: &Arc<Self>, fire: PendingFire) -> Result<Option<bool>, crate::store::StoreError> {
+    /// node (gone, or its handler is not here). `unsure`: an earlier try
+    /// failed, perhaps after its claim committed.
+    async fn claim_pending(
+        self: &Arc<Self>,
+        fire: PendingFire,
+        unsure: bool,
+    ) -> Result<Option<bool>, crate::store::StoreError> {
         let jobs = self.ctx.jobs(std::iter::once(fire.job_id)).await?;
         let job = jobs.get(&fire.job_id).cloned();
         if job
@@ -127,15 +138,24 @@ impl Backlog {
         // track of must never take it.
         self.ctx.flights.unstarted([fire.fire_id]);
         let mut claimed = self.ctx.store.pending_claim(fire.fire_id, &node, exclusive).await;
-        if matches!(claimed, Ok(PendingClaim::Gone)) && self.claimed_before(fire, &node).await {
+        if unsure && matches!(claimed, Ok(PendingClaim::Gone)) && self.claimed_before(fire, &node).await {
             // An earlier try of this claim committed and its answer was
             // lost (a store call past its deadline): the fire is this
             // incarnation's already. Taken as gone, no one would start it
-            // until the sweep for lost claims recorded it misfired.
+            // until the sweep for lost claims recorded it misfired. Asked
+            // only after such a try: a fire this node claimed and launched
+            // before, told again by a poll that read it pending, is found
+            // claimed by this incarnation too, and launched again it ran
+            // twice (the simulator's seeds 27621, 67723, 78317, 84816).
             claimed = Ok(PendingClaim::Won);
         }
-        if !matches!(claimed, Ok(PendingClaim::Won)) {
-            self.ctx.flights.not_unstarted([fire.fire_id]);
+        match &claimed {
+            Ok(PendingClaim::Won) => {}
+            // Its fate unknown: still known as won and not started, so
+            // that the sweep for lost claims leaves it to the next try
+            // (and a shutdown gives it back if it was claimed).
+            Err(_) => {}
+            Ok(_) => self.ctx.flights.not_unstarted([fire.fire_id]),
         }
         match claimed? {
             PendingClaim::Gone => return Ok(None),
@@ -318,5 +338,23 @@ mod tests {
         assert_eq!(row(fires[1].fire_id).await.state, FireState::Claimed);
         let again = tokio::time::timeout(Duration::from_secs(60), launched.recv()).await;
         assert!(again.is_err(), "a fire told twice launched twice: {again:?}");
+
+        // Told again once its task is done (a poll that read it pending
+        // before the claim): found claimed by this incarnation, it is the
+        // launched fire's, not launched again.
+        for _ in 0..100 {
+            if ctx.flights.pending_count() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            ctx.flights.pending_count(),
+            0,
+            "the backlog still waits on the second fire"
+        );
+        pending_tx.send(fires[1]).unwrap();
+        let again = tokio::time::timeout(Duration::from_secs(60), launched.recv()).await;
+        assert!(again.is_err(), "a claimed fire told again launched again: {again:?}");
     }
 }

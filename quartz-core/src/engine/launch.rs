@@ -256,7 +256,18 @@ impl Starter {
         // rejoined may have been taken over since, by that later incarnation
         // too, whose own launch of it is the one that must run.
         let mut by_owner: HashMap<NodeRef, Vec<RunFire>> = HashMap::default();
+        let mut seen = HashSet::default();
         for run in runs {
+            // One start statement answers for a fire once: a second launch
+            // of it in the batch would run beside the first.
+            if !seen.insert(run.fire_id) {
+                tracing::warn!(
+                    scheduler = self.ctx.scheduler,
+                    fire_id = run.fire_id,
+                    "a fire launched twice at once; started once"
+                );
+                continue;
+            }
             by_owner.entry(run.node.clone()).or_default().push(run);
         }
         let mut ready = Vec::new();

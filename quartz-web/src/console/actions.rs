@@ -1,26 +1,20 @@
 //! The console's actions on jobs and fires from a button: pause, resume,
 //! fire now, delete, retry; and the notices they leave.
 
-use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::response::Response;
 use quartz_core::admin::AdminError;
 
-use super::{Fields, Viewer, html};
+use super::{AdminForm, html};
 use crate::AppState;
 
 /// Retries a failed, abandoned or misfired fire, back to the history with
 /// the new attempt's id said.
 pub(super) async fn retry(
     State(state): State<AppState>,
-    viewer: Viewer,
-    axum::extract::Path(id): axum::extract::Path<String>,
-    body: Bytes,
+    Path(id): Path<String>,
+    AdminForm { viewer, .. }: AdminForm,
 ) -> Response {
-    let fields = Fields::parse(&body);
-    if let Some(refused) = viewer.refuse_form(&fields) {
-        return refused;
-    }
     let Ok(id) = id.parse::<i64>() else {
         return viewer.failure(&AdminError::FireNotFound { id: -1 });
     };
@@ -42,11 +36,7 @@ enum Verb {
     Delete,
 }
 
-async fn act(state: AppState, viewer: Viewer, name: String, body: Bytes, verb: Verb) -> Response {
-    let fields = Fields::parse(&body);
-    if let Some(refused) = viewer.refuse_form(&fields) {
-        return refused;
-    }
+async fn act(state: AppState, AdminForm { viewer, fields }: AdminForm, name: String, verb: Verb) -> Response {
     let admin = state.admin.acting_as(viewer.actor);
     // The version the page showed, when its form carries one (the delete
     // confirmation does): the action is refused if the job changed since.
@@ -73,57 +63,33 @@ async fn act(state: AppState, viewer: Viewer, name: String, body: Bytes, verb: V
     }
 }
 
-pub(super) async fn pause(
-    State(state): State<AppState>,
-    viewer: Viewer,
-    axum::extract::Path(name): axum::extract::Path<String>,
-    body: Bytes,
-) -> Response {
-    act(state, viewer, name, body, Verb::Pause).await
+pub(super) async fn pause(State(state): State<AppState>, Path(name): Path<String>, form: AdminForm) -> Response {
+    act(state, form, name, Verb::Pause).await
 }
 
-pub(super) async fn resume(
-    State(state): State<AppState>,
-    viewer: Viewer,
-    axum::extract::Path(name): axum::extract::Path<String>,
-    body: Bytes,
-) -> Response {
-    act(state, viewer, name, body, Verb::Resume).await
+pub(super) async fn resume(State(state): State<AppState>, Path(name): Path<String>, form: AdminForm) -> Response {
+    act(state, form, name, Verb::Resume).await
 }
 
-pub(super) async fn trigger(
-    State(state): State<AppState>,
-    viewer: Viewer,
-    axum::extract::Path(name): axum::extract::Path<String>,
-    body: Bytes,
-) -> Response {
-    act(state, viewer, name, body, Verb::Trigger).await
+pub(super) async fn trigger(State(state): State<AppState>, Path(name): Path<String>, form: AdminForm) -> Response {
+    act(state, form, name, Verb::Trigger).await
 }
 
-pub(super) async fn delete(
-    State(state): State<AppState>,
-    viewer: Viewer,
-    axum::extract::Path(name): axum::extract::Path<String>,
-    body: Bytes,
-) -> Response {
-    act(state, viewer, name, body, Verb::Delete).await
+pub(super) async fn delete(State(state): State<AppState>, Path(name): Path<String>, form: AdminForm) -> Response {
+    act(state, form, name, Verb::Delete).await
 }
 
 /// Pauses everything (the whole scheduler on standby), back to the overview.
-pub(super) async fn pause_all(State(state): State<AppState>, viewer: Viewer, body: Bytes) -> Response {
-    standby(state, viewer, body, true).await
+pub(super) async fn pause_all(State(state): State<AppState>, form: AdminForm) -> Response {
+    standby(state, form, true).await
 }
 
 /// Takes the scheduler off standby, back to the overview.
-pub(super) async fn resume_all(State(state): State<AppState>, viewer: Viewer, body: Bytes) -> Response {
-    standby(state, viewer, body, false).await
+pub(super) async fn resume_all(State(state): State<AppState>, form: AdminForm) -> Response {
+    standby(state, form, false).await
 }
 
-async fn standby(state: AppState, viewer: Viewer, body: Bytes, on: bool) -> Response {
-    let fields = Fields::parse(&body);
-    if let Some(refused) = viewer.refuse_form(&fields) {
-        return refused;
-    }
+async fn standby(state: AppState, AdminForm { viewer, .. }: AdminForm, on: bool) -> Response {
     let admin = state.admin.acting_as(viewer.actor);
     let done = if on {
         admin.pause_all().await

@@ -1,7 +1,6 @@
 //! A job's backfill from the console: its form on the job's page, a
 //! preview of the fire times it would run, then the backfill itself.
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use maud::{Markup, html};
@@ -9,7 +8,7 @@ use quartz_core::Timestamp;
 use quartz_core::admin::{AdminError, BackfillRequest, DEFAULT_BACKFILL_RATE, parse_instant};
 
 use super::html::{self, Section, instant};
-use super::{Fields, Viewer};
+use super::{AdminForm, Fields, Viewer};
 use crate::AppState;
 use crate::access::Role;
 
@@ -55,14 +54,9 @@ fn request_of(fields: &Fields) -> Result<BackfillRequest, AdminError> {
 /// queued.
 pub(super) async fn backfill(
     State(state): State<AppState>,
-    viewer: Viewer,
     Path(name): Path<String>,
-    body: Bytes,
+    AdminForm { viewer, fields }: AdminForm,
 ) -> Response {
-    let fields = Fields::parse(&body);
-    if let Some(refused) = viewer.refuse_form(&fields) {
-        return refused;
-    }
     let request = match request_of(&fields) {
         Ok(r) => r,
         Err(e) => return viewer.failure(&e),

@@ -2,7 +2,6 @@
 //! and (for the admin role) adding, replacing and deleting one as its JSON
 //! definition, each error beside its field.
 
-use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -12,7 +11,7 @@ use quartz_core::calendar::CalendarDefinition;
 
 use super::html::{self, Section, empty, instant, segment};
 use super::pages::Notice;
-use super::{Fields, Viewer};
+use super::{AdminForm, Fields, Viewer};
 use crate::AppState;
 
 fn table(viewer: &Viewer, calendars: &[CalendarView], now: i64) -> Markup {
@@ -219,11 +218,7 @@ async fn put(state: &AppState, viewer: &Viewer, name: &str, fields: &Fields, onl
         .map_err(|e| field_of(&e).or_else(|| Some(("definition", e.to_string()))))
 }
 
-pub(crate) async fn create(State(state): State<AppState>, viewer: Viewer, body: Bytes) -> Response {
-    let fields = Fields::parse(&body);
-    if let Some(refused) = viewer.refuse_form(&fields) {
-        return refused;
-    }
+pub(crate) async fn create(State(state): State<AppState>, AdminForm { viewer, fields }: AdminForm) -> Response {
     let name = fields.get("name").trim().to_owned();
     let error = if name.is_empty() {
         Some(("name", "a calendar needs a name".to_owned()))
@@ -253,14 +248,9 @@ pub(crate) async fn create(State(state): State<AppState>, viewer: Viewer, body: 
 
 pub(crate) async fn replace(
     State(state): State<AppState>,
-    viewer: Viewer,
     Path(name): Path<String>,
-    body: Bytes,
+    AdminForm { viewer, fields }: AdminForm,
 ) -> Response {
-    let fields = Fields::parse(&body);
-    if let Some(refused) = viewer.refuse_form(&fields) {
-        return refused;
-    }
     match put(&state, &viewer, &name, &fields, false).await {
         Ok(()) => viewer.redirect(&format!(
             "/calendars/{}{}",
@@ -291,14 +281,9 @@ pub(crate) async fn replace(
 
 pub(crate) async fn delete(
     State(state): State<AppState>,
-    viewer: Viewer,
     Path(name): Path<String>,
-    body: Bytes,
+    AdminForm { viewer, fields }: AdminForm,
 ) -> Response {
-    let fields = Fields::parse(&body);
-    if let Some(refused) = viewer.refuse_form(&fields) {
-        return refused;
-    }
     match state
         .admin
         .acting_as(viewer.actor)

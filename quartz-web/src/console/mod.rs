@@ -24,7 +24,7 @@ mod pages;
 use std::collections::HashMap;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequestParts, OriginalUri, State};
+use axum::extract::{FromRequest, FromRequestParts, OriginalUri, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -155,7 +155,7 @@ impl Viewer {
 
     /// The refusal of a form without this session's CSRF token, or of a change by the
     /// read-only role.
-    pub(crate) fn refuse_form(&self, fields: &Fields) -> Option<Response> {
+    fn refuse_form(&self, fields: &Fields) -> Option<Response> {
         if !access::same(fields.get("csrf").as_bytes(), self.csrf.as_bytes()) {
             return Some(plain(
                 StatusCode::FORBIDDEN,
@@ -249,6 +249,32 @@ impl FromRequestParts<AppState> for Viewer {
                 };
                 Err(see_other(&format!("{base}/login{}", html::query(&[("next", next)]))))
             }
+        }
+    }
+}
+
+/// A form that changes something: who sent it and its fields, extracted
+/// only when it carries this session's CSRF token and the session may
+/// change things (the refusal page otherwise). Takes the body, so it is a
+/// handler's last argument.
+pub(crate) struct AdminForm {
+    pub(crate) viewer: Viewer,
+    pub(crate) fields: Fields,
+}
+
+impl FromRequest<AppState> for AdminForm {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<AdminForm, Response> {
+        let (mut parts, body) = request.into_parts();
+        let viewer = Viewer::from_request_parts(&mut parts, state).await?;
+        let body = Bytes::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let fields = Fields::parse(&body);
+        match viewer.refuse_form(&fields) {
+            Some(refused) => Err(refused),
+            None => Ok(AdminForm { viewer, fields }),
         }
     }
 }

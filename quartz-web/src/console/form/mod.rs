@@ -3,7 +3,6 @@
 //! preview first, so it works without script) and each error beside its
 //! field.
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -15,7 +14,7 @@ mod fields;
 use fields::{FieldErrors, JobForm, dst_name};
 
 use super::html::{self, Section, segment};
-use super::{Fields, Viewer};
+use super::{AdminForm, Viewer};
 use crate::AppState;
 
 /// The misfire policies, for the select.
@@ -330,11 +329,7 @@ pub(crate) async fn new_page(State(state): State<AppState>, viewer: Viewer) -> R
     .await
 }
 
-pub(crate) async fn create(State(state): State<AppState>, viewer: Viewer, body: Bytes) -> Response {
-    let fields = Fields::parse(&body);
-    if let Some(refused) = viewer.refuse_form(&fields) {
-        return refused;
-    }
+pub(crate) async fn create(State(state): State<AppState>, AdminForm { viewer, fields }: AdminForm) -> Response {
     let form = JobForm::from_fields(&fields, &JobForm::default());
     let saved = match form.definition() {
         Ok(job) => state
@@ -396,14 +391,9 @@ pub(crate) async fn edit_page(State(state): State<AppState>, viewer: Viewer, Pat
 
 pub(crate) async fn edit(
     State(state): State<AppState>,
-    viewer: Viewer,
     Path(name): Path<String>,
-    body: Bytes,
+    AdminForm { viewer, fields }: AdminForm,
 ) -> Response {
-    let fields = Fields::parse(&body);
-    if let Some(refused) = viewer.refuse_form(&fields) {
-        return refused;
-    }
     let was = match state.admin.job(&name).await {
         Ok(job) => job,
         Err(e) => return viewer.failure(&e),

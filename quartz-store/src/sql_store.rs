@@ -4,13 +4,11 @@
 use std::collections::HashSet;
 
 use quartz_core::Timestamp;
-use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{
-    CalendarRecord, CalendarStore, ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DEFAULT_SCHEDULER,
-    DueBatch, DueCursor, ExecuteCas, ExecuteSpec, FireEnd, FireQuery, FireRecord, FireRetry, FireState, FireStore,
-    FollowUp, HandlerSpan, HealthCounts, HistoryStore, Job, JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef,
-    NodeRegistration, NodeState, NodeStore, Outcome, PendingClaim, RetentionStore, RetryPolicy, ScheduleStore,
-    SharedStore, SkippedRecord, Store, StoreError, check_name,
+    CalendarStore, ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DEFAULT_SCHEDULER, DueBatch,
+    DueCursor, ExecuteCas, ExecuteSpec, FireEnd, FireQuery, FireRecord, FireRetry, FireStore, FollowUp, HandlerSpan,
+    HealthCounts, HistoryStore, Job, JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef, NodeState, NodeStore,
+    Outcome, PendingClaim, RetryPolicy, ScheduleStore, SharedStore, SkippedRecord, Store, StoreError, check_name,
 };
 use quartz_core::trigger::TriggerState;
 use sqlx::any::AnyQueryResult;
@@ -60,9 +58,6 @@ macro_rules! fire_cols {
 type AnyQuery = sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>;
 
 mod calendars;
-mod health;
-mod retry;
-use calendars::CalendarWrite;
 mod claims;
 mod claims_joined;
 mod contract;
@@ -71,11 +66,13 @@ mod decode;
 mod executes;
 mod filtered;
 mod fires;
+mod health;
 pub(crate) mod jobs;
 mod nodes;
 mod overlap;
 mod pending;
 mod ran;
+mod retry;
 
 use crate::common::{CalendarSet, truncate};
 use convert::Statement as _;

@@ -13,6 +13,7 @@ use sqlx::{Any, Row, Transaction};
 
 use super::*;
 use crate::common::{by_name, changed_calendars, recalendared};
+use async_trait::async_trait;
 
 /// The jobs of the complete executes that name a calendar, and their state,
 /// locked in id order.
@@ -332,5 +333,42 @@ impl SqlStore {
         )
         .await?;
         tx.commit().await.map_err(db_error)
+    }
+}
+
+#[async_trait]
+impl CalendarStore for SqlStore {
+    async fn put_calendar(
+        &self,
+        name: &str,
+        def: &CalendarDefinition,
+        expected_version: Option<i64>,
+    ) -> Result<CalendarRecord, StoreError> {
+        let scheduler = self.scheduler();
+        let write = match expected_version {
+            Some(version) => CalendarWrite::At(version),
+            None => CalendarWrite::Any,
+        };
+        retry_conflicts(|| self.calendar_put(scheduler, name, def, write)).await
+    }
+
+    async fn add_calendar(&self, name: &str, def: &CalendarDefinition) -> Result<CalendarRecord, StoreError> {
+        let scheduler = self.scheduler();
+        retry_conflicts(|| self.calendar_put(scheduler, name, def, CalendarWrite::New)).await
+    }
+
+    async fn get_calendar(&self, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
+        let scheduler = self.scheduler();
+        self.calendar_get(scheduler, name).await
+    }
+
+    async fn list_calendars(&self) -> Result<Vec<CalendarRecord>, StoreError> {
+        let scheduler = self.scheduler();
+        self.calendar_list(scheduler).await
+    }
+
+    async fn delete_calendar(&self, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
+        let scheduler = self.scheduler();
+        retry_conflicts(|| self.calendar_delete(scheduler, name, expected_version)).await
     }
 }

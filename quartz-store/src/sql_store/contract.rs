@@ -130,43 +130,6 @@ impl JobStore for SqlStore {
 }
 
 #[async_trait]
-impl CalendarStore for SqlStore {
-    async fn put_calendar(
-        &self,
-        name: &str,
-        def: &CalendarDefinition,
-        expected_version: Option<i64>,
-    ) -> Result<CalendarRecord, StoreError> {
-        let scheduler = self.scheduler();
-        let write = match expected_version {
-            Some(version) => CalendarWrite::At(version),
-            None => CalendarWrite::Any,
-        };
-        retry_conflicts(|| self.calendar_put(scheduler, name, def, write)).await
-    }
-
-    async fn add_calendar(&self, name: &str, def: &CalendarDefinition) -> Result<CalendarRecord, StoreError> {
-        let scheduler = self.scheduler();
-        retry_conflicts(|| self.calendar_put(scheduler, name, def, CalendarWrite::New)).await
-    }
-
-    async fn get_calendar(&self, name: &str) -> Result<Option<CalendarRecord>, StoreError> {
-        let scheduler = self.scheduler();
-        self.calendar_get(scheduler, name).await
-    }
-
-    async fn list_calendars(&self) -> Result<Vec<CalendarRecord>, StoreError> {
-        let scheduler = self.scheduler();
-        self.calendar_list(scheduler).await
-    }
-
-    async fn delete_calendar(&self, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
-        let scheduler = self.scheduler();
-        retry_conflicts(|| self.calendar_delete(scheduler, name, expected_version)).await
-    }
-}
-
-#[async_trait]
 impl HistoryStore for SqlStore {
     async fn list_nodes(&self) -> Result<Vec<Node>, StoreError> {
         let scheduler = self.scheduler();
@@ -209,65 +172,6 @@ impl HistoryStore for SqlStore {
     async fn change_wait(&self, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError> {
         let scheduler = self.scheduler();
         self.changes_wait(scheduler, seen, max_wait).await
-    }
-}
-
-#[async_trait]
-impl NodeStore for SqlStore {
-    async fn register_node(&self, node: &NodeRegistration) -> Result<Node, StoreError> {
-        check_name("scheduler name", &self.scheduler)?;
-        check_name("node id", &node.node_id)?;
-        // Nodes starting together take gap locks on MySQL (the UPDATE of a
-        // row not there yet) before they insert, and deadlock: again.
-        retry_conflicts(|| self.register_node_once(node)).await
-    }
-
-    async fn heartbeat(&self, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
-        let scheduler = self.scheduler();
-        // A failover is noticed here too.
-        self.db
-            .watching(
-                self.changed_one(
-                    self.query(
-                        "UPDATE quartz_node SET heartbeat_at = {now}, busy = ? \
-                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live'",
-                    )
-                    .bind(count_to_i64(busy))
-                    .bind(scheduler.to_owned())
-                    .bind(node.node_id.clone())
-                    .bind(node.incarnation),
-                ),
-            )
-            .await
-    }
-
-    async fn retire_node(&self, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError> {
-        let scheduler = self.scheduler();
-        self.changed_one(
-            self.query(
-                "UPDATE quartz_node SET state = 'dead' \
-                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live' AND heartbeat_at < {now} - ?",
-            )
-            .bind(scheduler.to_owned())
-            .bind(node.node_id.clone())
-            .bind(node.incarnation)
-            .bind(dead_after_ms),
-        )
-        .await
-    }
-
-    async fn leave(&self, node: &NodeRef) -> Result<bool, StoreError> {
-        let scheduler = self.scheduler();
-        self.changed_one(
-            self.query(
-                "UPDATE quartz_node SET state = 'gone' \
-                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live'",
-            )
-            .bind(scheduler.to_owned())
-            .bind(node.node_id.clone())
-            .bind(node.incarnation),
-        )
-        .await
     }
 }
 
@@ -394,45 +298,6 @@ impl FireStore for SqlStore {
         .rows(&self.db.pool)
         .await
         .and_then(|rows| first_ids(&rows))
-    }
-}
-
-#[async_trait]
-impl RetentionStore for SqlStore {
-    async fn purge_turn(&self, every_ms: i64) -> Result<bool, StoreError> {
-        let scheduler = self.scheduler();
-        self.purge_turn_take(scheduler, every_ms).await
-    }
-
-    async fn purge_horizon(&self) -> Result<Option<Timestamp>, StoreError> {
-        let scheduler = self.scheduler();
-        self.purge_horizon_read(scheduler).await
-    }
-
-    async fn purge_horizon_advance(&self, before: Timestamp) -> Result<(), StoreError> {
-        let scheduler = self.scheduler();
-        self.purge_horizon_move(scheduler, before).await
-    }
-
-    async fn fires_purge(
-        &self,
-        state: FireState,
-        before: Timestamp,
-        keep_last: u32,
-        limit: u32,
-    ) -> Result<u64, StoreError> {
-        let scheduler = self.scheduler();
-        self.fires_delete(scheduler, state, before, keep_last, limit).await
-    }
-
-    async fn nodes_purge(&self, before: Timestamp) -> Result<u64, StoreError> {
-        let scheduler = self.scheduler();
-        self.nodes_delete(scheduler, before).await
-    }
-
-    async fn executes_purge(&self, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
-        let scheduler = self.scheduler();
-        self.executes_delete(scheduler, before, limit).await
     }
 }
 

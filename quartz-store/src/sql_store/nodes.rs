@@ -5,6 +5,7 @@ use super::convert::Statement as _;
 use quartz_core::store::{Node, NodeRegistration, StoreError, millis_of};
 
 use super::*;
+use async_trait::async_trait;
 
 impl SqlStore {
     /// [`NodeStore::register_node`]'s transaction: one upsert (a new node's row,
@@ -45,5 +46,64 @@ impl SqlStore {
         let registered = decode_node(&row)?;
         tx.commit().await.map_err(db_error)?;
         Ok(registered)
+    }
+}
+
+#[async_trait]
+impl NodeStore for SqlStore {
+    async fn register_node(&self, node: &NodeRegistration) -> Result<Node, StoreError> {
+        check_name("scheduler name", &self.scheduler)?;
+        check_name("node id", &node.node_id)?;
+        // Nodes starting together take gap locks on MySQL (the UPDATE of a
+        // row not there yet) before they insert, and deadlock: again.
+        retry_conflicts(|| self.register_node_once(node)).await
+    }
+
+    async fn heartbeat(&self, node: &NodeRef, busy: u64) -> Result<bool, StoreError> {
+        let scheduler = self.scheduler();
+        // A failover is noticed here too.
+        self.db
+            .watching(
+                self.changed_one(
+                    self.query(
+                        "UPDATE quartz_node SET heartbeat_at = {now}, busy = ? \
+                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live'",
+                    )
+                    .bind(count_to_i64(busy))
+                    .bind(scheduler.to_owned())
+                    .bind(node.node_id.clone())
+                    .bind(node.incarnation),
+                ),
+            )
+            .await
+    }
+
+    async fn retire_node(&self, node: &NodeRef, dead_after_ms: i64) -> Result<bool, StoreError> {
+        let scheduler = self.scheduler();
+        self.changed_one(
+            self.query(
+                "UPDATE quartz_node SET state = 'dead' \
+                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live' AND heartbeat_at < {now} - ?",
+            )
+            .bind(scheduler.to_owned())
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .bind(dead_after_ms),
+        )
+        .await
+    }
+
+    async fn leave(&self, node: &NodeRef) -> Result<bool, StoreError> {
+        let scheduler = self.scheduler();
+        self.changed_one(
+            self.query(
+                "UPDATE quartz_node SET state = 'gone' \
+                 WHERE scheduler = ? AND node_id = ? AND incarnation = ? AND state = 'live'",
+            )
+            .bind(scheduler.to_owned())
+            .bind(node.node_id.clone())
+            .bind(node.incarnation),
+        )
+        .await
     }
 }

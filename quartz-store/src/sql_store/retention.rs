@@ -3,8 +3,9 @@
 //! [`quartz_core::retention`]).
 
 use super::convert::Statement as _;
+use async_trait::async_trait;
 use quartz_core::Timestamp;
-use quartz_core::store::{FireState, StoreError};
+use quartz_core::store::{FireState, RetentionStore, Store as _, StoreError};
 
 use super::{SqlStore, bind_id_list, db_error};
 use crate::dialect::IDS_PER_LIST;
@@ -59,8 +60,12 @@ impl SqlStore {
         }
         Ok(deleted)
     }
+}
 
-    pub(super) async fn purge_turn_take(&self, scheduler: &str, every_ms: i64) -> Result<bool, StoreError> {
+#[async_trait]
+impl RetentionStore for SqlStore {
+    async fn purge_turn(&self, every_ms: i64) -> Result<bool, StoreError> {
+        let scheduler = self.scheduler();
         self.ensure_scheduler_row(scheduler).await?;
         self.changed_one(
             self.query(
@@ -73,7 +78,8 @@ impl SqlStore {
         .await
     }
 
-    pub(super) async fn purge_horizon_read(&self, scheduler: &str) -> Result<Option<Timestamp>, StoreError> {
+    async fn purge_horizon(&self) -> Result<Option<Timestamp>, StoreError> {
+        let scheduler = self.scheduler();
         let horizon: Option<Option<i64>> = sqlx::query_scalar(
             self.db
                 .sql("SELECT purged_before FROM quartz_scheduler WHERE scheduler = ?"),
@@ -85,7 +91,8 @@ impl SqlStore {
         Ok(horizon.flatten().map(Timestamp::from_millis))
     }
 
-    pub(super) async fn purge_horizon_move(&self, scheduler: &str, before: Timestamp) -> Result<(), StoreError> {
+    async fn purge_horizon_advance(&self, before: Timestamp) -> Result<(), StoreError> {
+        let scheduler = self.scheduler();
         self.ensure_scheduler_row(scheduler).await?;
         self.query(
             "UPDATE quartz_scheduler SET purged_before = ? \
@@ -99,14 +106,14 @@ impl SqlStore {
         Ok(())
     }
 
-    pub(super) async fn fires_delete(
+    async fn fires_purge(
         &self,
-        scheduler: &str,
         state: FireState,
         before: Timestamp,
         keep_last: u32,
         limit: u32,
     ) -> Result<u64, StoreError> {
+        let scheduler = self.scheduler();
         crate::common::refuse_open_purge(state)?;
         if self.db.backend.purges_by_id() {
             let select = if keep_last == 0 {
@@ -148,7 +155,8 @@ impl SqlStore {
         Ok(done.rows_affected())
     }
 
-    pub(super) async fn nodes_delete(&self, scheduler: &str, before: Timestamp) -> Result<u64, StoreError> {
+    async fn nodes_purge(&self, before: Timestamp) -> Result<u64, StoreError> {
+        let scheduler = self.scheduler();
         // Candidates by a plain read, then each deleted by its key with the
         // conditions checked again: a scan inside the DELETE would lock every
         // node row it passes on MySQL, live nodes' included, and stall their
@@ -183,12 +191,8 @@ impl SqlStore {
         Ok(deleted)
     }
 
-    pub(super) async fn executes_delete(
-        &self,
-        scheduler: &str,
-        before: Timestamp,
-        limit: u32,
-    ) -> Result<u64, StoreError> {
+    async fn executes_purge(&self, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        let scheduler = self.scheduler();
         if self.db.backend.purges_by_id() {
             let ids: Vec<i64> = sqlx::query_scalar(self.db.sql(purgeable_executes!()))
                 .bind(scheduler.to_owned())

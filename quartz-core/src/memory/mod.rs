@@ -40,6 +40,7 @@ mod ends;
 mod engine;
 mod history;
 mod overlap;
+mod row;
 
 use std::sync::Arc;
 

@@ -122,6 +122,7 @@ mod engine;
 mod history;
 mod keys;
 mod registry;
+mod retention;
 mod script;
 mod store;
 

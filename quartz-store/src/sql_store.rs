@@ -5,10 +5,9 @@ use std::collections::HashSet;
 
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    CalendarStore, ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DEFAULT_SCHEDULER, DueBatch,
-    DueCursor, ExecuteCas, ExecuteSpec, FireEnd, FireQuery, FireRecord, FireRetry, FireStore, FollowUp, HandlerSpan,
-    HealthCounts, HistoryStore, Job, JobDetail, JobQuery, JobSpec, JobStore, Node, NodeRef, NodeState, NodeStore,
-    Outcome, PendingClaim, RetryPolicy, ScheduleStore, SharedStore, SkippedRecord, Store, StoreError, check_name,
+    CalendarStore, ChainedFire, ChangeQuery, ChangeRecord, Claim, DEFAULT_ACTOR, DEFAULT_SCHEDULER, FireEnd, FireQuery,
+    FireRecord, FireRetry, FireStore, FollowUp, HealthCounts, HistoryStore, JobStore, Node, NodeRef, NodeState,
+    NodeStore, Outcome, PendingClaim, RetryPolicy, ScheduleStore, SharedStore, Store, StoreError, check_name,
 };
 use quartz_core::trigger::TriggerState;
 use sqlx::any::AnyQueryResult;
@@ -60,13 +59,12 @@ type AnyQuery = sqlx::query::Query<'static, Any, sqlx::any::AnyArguments>;
 mod calendars;
 mod claims;
 mod claims_joined;
-mod contract;
 mod convert;
 mod decode;
 mod executes;
 mod filtered;
 mod fires;
-mod health;
+mod history;
 pub(crate) mod jobs;
 mod nodes;
 mod overlap;
@@ -79,10 +77,7 @@ use convert::Statement as _;
 pub(crate) use convert::db_error;
 use convert::{bind_id_list, count_to_i64, first_ids, is_unique_violation, retry_conflicts};
 use decode::{RowError, decode_execute, decode_fire, decode_job, decode_node};
-use fires::{
-    CONFIRM_START, CONFIRM_START_RETURNING, FAIL_CLAIMED, MARK_RUNNING, MARK_RUNNING_RETURNING, MISFIRE_CLAIMED,
-    RELEASE_CLAIMED, SKIP_CLAIMED,
-};
+use fires::{FAIL_CLAIMED, MISFIRE_CLAIMED, RELEASE_CLAIMED, SKIP_CLAIMED};
 
 /// A [`Store`] on SQLite, PostgreSQL or MySQL/MariaDB, chosen by URL.
 ///
@@ -203,5 +198,46 @@ impl SqlStore {
     /// compare-and-set won).
     pub(super) async fn changed_one(&self, q: AnyQuery) -> Result<bool, StoreError> {
         Ok(q.exec(&self.db.pool).await?.rows_affected() == 1)
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for SqlStore {
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        // Every poll reads the clock: a failover is noticed here.
+        let row = self
+            .db
+            .watching(self.query("SELECT {now}").fetch_one(&self.db.pool))
+            .await
+            .map_err(db_error)?;
+        Ok(Timestamp::from_millis(row.try_get::<i64, _>(0).map_err(db_error)?))
+    }
+
+    fn scheduler(&self) -> &str {
+        &self.scheduler
+    }
+
+    fn scoped(&self, scheduler: &str) -> SharedStore {
+        std::sync::Arc::new(SqlStore {
+            scheduler: scheduler.into(),
+            ..self.clone()
+        })
+    }
+
+    fn acting_as(&self, actor: &str) -> SharedStore {
+        std::sync::Arc::new(SqlStore {
+            actor: crate::common::actor_name(actor).into(),
+            ..self.clone()
+        })
+    }
+
+    /// On PostgreSQL (one statement) and MySQL/MariaDB (four) a batch's run
+    /// is one `UPDATE` of the execute; SQLite claims one by one.
+    fn claims_runs_at_once(&self) -> bool {
+        self.db.backend.claims_in_one_statement() || self.db.backend.claims_joined()
+    }
+
+    async fn close(&self) {
+        SqlStore::close(self).await;
     }
 }

@@ -11,12 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use quartz_core::Timestamp;
-use quartz_core::store::{ChangeAction, ChangeQuery, ChangeRecord, StoreError};
-use sqlx::{Any, Row, Transaction};
+use quartz_core::store::{ChangeAction, StoreError};
+use sqlx::{Any, Transaction};
 use tokio::sync::watch;
 
-use super::filtered::Filtered;
 use super::{SqlStore, db_error, truncate};
 use crate::connect::Target;
 
@@ -136,34 +134,6 @@ impl<'a> Change<'a> {
 }
 
 impl SqlStore {
-    /// The change log, newest first.
-    pub(super) async fn change_log_read(&self, query: &ChangeQuery) -> Result<Vec<ChangeRecord>, StoreError> {
-        let mut read = Filtered::new(
-            "SELECT id, scheduler, at, actor, action, target, detail, target_id FROM quartz_change_log",
-            &self.scheduler,
-        );
-        read.and("target = ?", query.target.clone())
-            .and("id < ?", query.before_id);
-        let rows = read
-            .query(self, "ORDER BY id DESC", query.limit)
-            .rows(&self.db.pool)
-            .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(ChangeRecord {
-                    id: row.try_get(0).map_err(db_error)?,
-                    scheduler: row.try_get(1).map_err(db_error)?,
-                    at: Timestamp::from_millis(row.try_get(2).map_err(db_error)?),
-                    actor: row.try_get(3).map_err(db_error)?,
-                    action: row.try_get(4).map_err(db_error)?,
-                    target: row.try_get(5).map_err(db_error)?,
-                    detail: row.try_get(6).map_err(db_error)?,
-                    target_id: row.try_get(7).map_err(db_error)?,
-                })
-            })
-            .collect()
-    }
-
     /// The transaction of a change: [`changed_in`](Self::changed_in) bumps
     /// the counter inside it.
     pub(super) async fn begin_change(&self, scheduler: &str) -> Result<Transaction<'static, Any>, StoreError> {
@@ -275,49 +245,5 @@ impl SqlStore {
                 None => tokio::time::sleep(CHANGE_POLL.min(deadline - tokio::time::Instant::now())).await,
             }
         }
-    }
-
-    /// Puts the scheduler on standby or takes it off, in a change's
-    /// transaction: since when it is on standby, after the change.
-    pub(super) async fn standby_set(&self, scheduler: &str, on: bool) -> Result<Option<Timestamp>, StoreError> {
-        let mut tx = self.begin_change(scheduler).await?;
-        self.query(
-            "UPDATE quartz_scheduler SET paused_at = CASE WHEN ? = 1 THEN COALESCE(paused_at, {now}) ELSE NULL END \
-             WHERE scheduler = ?",
-        )
-        .bind(i64::from(on))
-        .bind(scheduler.to_owned())
-        .exec(&mut *tx)
-        .await?;
-        let since: Option<i64> = sqlx::query_scalar(
-            self.db
-                .sql("SELECT paused_at FROM quartz_scheduler WHERE scheduler = ?"),
-        )
-        .bind(scheduler.to_owned())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let action = if on {
-            ChangeAction::SchedulerPause
-        } else {
-            ChangeAction::SchedulerResume
-        };
-        self.changed_in(&mut tx, scheduler, Change::new(action, scheduler, String::new()))
-            .await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(since.map(Timestamp::from_millis))
-    }
-
-    /// Since when the scheduler is on standby, if it is.
-    pub(super) async fn standby_read(&self, scheduler: &str) -> Result<Option<Timestamp>, StoreError> {
-        let since: Option<Option<i64>> = sqlx::query_scalar(
-            self.db
-                .sql("SELECT paused_at FROM quartz_scheduler WHERE scheduler = ?"),
-        )
-        .bind(scheduler.to_owned())
-        .fetch_optional(&self.db.pool)
-        .await
-        .map_err(db_error)?;
-        Ok(since.flatten().map(Timestamp::from_millis))
     }
 }

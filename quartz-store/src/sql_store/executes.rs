@@ -1,6 +1,7 @@
 //! Executes as the poll sees them: the due executes in time order (rows that
 //! cannot be read set aside), orphaned ones, and the compare-and-set on an
-//! execute row with the ledger records it writes when it wins.
+//! execute row with the ledger records it writes when it wins
+//! ([`ScheduleStore`] for the SQL backends).
 
 use super::convert::Statement as _;
 use quartz_core::store::{
@@ -231,104 +232,6 @@ impl SqlStore {
         Ok(true)
     }
 
-    pub(super) async fn executes_due(
-        &self,
-        scheduler: &str,
-        before: Timestamp,
-        after: Option<DueCursor>,
-        limit: u32,
-    ) -> Result<DueBatch, StoreError> {
-        let mut batch = DueBatch::default();
-        let query = match after {
-            None => self
-                .query(concat!(
-                    "SELECT ",
-                    execute_cols!(),
-                    " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time < ? \
-                     ORDER BY next_fire_time, priority DESC, id LIMIT ?"
-                ))
-                .bind(scheduler.to_owned())
-                .bind(before.as_millis()),
-            // The rows after the cursor's in the same order, reached through
-            // the due index from the cursor's next fire time.
-            Some(c) => self
-                .query(concat!(
-                    "SELECT ",
-                    execute_cols!(),
-                    " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time < ? \
-                     AND next_fire_time >= ? AND (next_fire_time > ? OR priority < ? OR (priority = ? AND id > ?)) \
-                     ORDER BY next_fire_time, priority DESC, id LIMIT ?"
-                ))
-                .bind(scheduler.to_owned())
-                .bind(before.as_millis())
-                .bind(c.next_fire_time.as_millis())
-                .bind(c.next_fire_time.as_millis())
-                .bind(c.priority)
-                .bind(c.priority)
-                .bind(c.execute_id),
-        };
-        let due = query.bind(i64::from(limit)).rows(&self.db.pool).await?;
-        let room = u32::try_from(due.len()).map_or(0, |n| limit.saturating_sub(n));
-        self.serve(scheduler, due, &mut batch).await?;
-        if room > 0 {
-            let uninitialised = self
-                .query(concat!(
-                    "SELECT ",
-                    execute_cols!(),
-                    " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time IS NULL \
-                     ORDER BY id LIMIT ?"
-                ))
-                .bind(scheduler.to_owned())
-                .bind(i64::from(room))
-                .rows(&self.db.pool)
-                .await?;
-            self.serve(scheduler, uninitialised, &mut batch).await?;
-        }
-        Ok(batch)
-    }
-
-    pub(super) async fn executes_orphaned(&self, scheduler: &str, limit: u32) -> Result<DueBatch, StoreError> {
-        let rows = self
-            .query(concat!(
-                "SELECT ",
-                execute_cols!(),
-                " FROM quartz_execute e WHERE e.scheduler = ? AND e.state = 'running' AND NOT EXISTS \
-                 (SELECT 1 FROM quartz_node n WHERE n.scheduler = e.scheduler AND n.node_id = e.node_id \
-                 AND n.incarnation = e.incarnation AND n.state = 'live') ORDER BY e.id LIMIT ?"
-            ))
-            .bind(scheduler.to_owned())
-            .bind(i64::from(limit))
-            .rows(&self.db.pool)
-            .await?;
-        let mut batch = DueBatch::default();
-        self.serve(scheduler, rows, &mut batch).await?;
-        Ok(batch)
-    }
-
-    pub(super) async fn executes_update(
-        &self,
-        updates: &[(ExecuteCas, Vec<SkippedRecord>)],
-    ) -> Result<Vec<bool>, StoreError> {
-        let mut won = Vec::with_capacity(updates.len());
-        if updates.is_empty() {
-            return Ok(won);
-        }
-        // One lock order on every node: by row.
-        let mut order: Vec<usize> = (0..updates.len()).collect();
-        order.sort_by_key(|&i| updates[i].0.execute_id);
-        won.resize(updates.len(), false);
-        if self.db.backend.claims_in_one_statement() && fit_one_statement(updates) {
-            return self.update_in_one(updates).await;
-        }
-        let mut tx = self.begin().await?;
-        for i in order {
-            let (cas, records) = &updates[i];
-            won[i] = self.update_in(&mut tx, cas, records).await?;
-        }
-        tx.commit().await.map_err(db_error)?;
-        Ok(won)
-    }
-
     /// A poll's row decisions in one statement (PostgreSQL): every
     /// compare-and-set and the ledger records of the rows that won, as the
     /// claims' batch does (see `claims.rs`); the rows locked in id order.
@@ -426,3 +329,136 @@ const DECIDE_ROWS: &str = concat!(
      WHERE r.withdraw AND f.execute_id = won.id AND f.state = 'claimed' AND f.fire_time > {now}) \
      SELECT id FROM won"
 );
+
+/// The schedule half of the store contract: the poll's reads and the
+/// compare-and-set of execute rows, statements of this file; a claim's
+/// statements in `claims.rs`.
+#[async_trait::async_trait]
+impl ScheduleStore for SqlStore {
+    async fn due_executes(
+        &self,
+        before: Timestamp,
+        after: Option<DueCursor>,
+        limit: u32,
+    ) -> Result<DueBatch, StoreError> {
+        let scheduler = &*self.scheduler;
+        let mut batch = DueBatch::default();
+        let query = match after {
+            None => self
+                .query(concat!(
+                    "SELECT ",
+                    execute_cols!(),
+                    " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time < ? \
+                     ORDER BY next_fire_time, priority DESC, id LIMIT ?"
+                ))
+                .bind(scheduler.to_owned())
+                .bind(before.as_millis()),
+            // The rows after the cursor's in the same order, reached through
+            // the due index from the cursor's next fire time.
+            Some(c) => self
+                .query(concat!(
+                    "SELECT ",
+                    execute_cols!(),
+                    " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time < ? \
+                     AND next_fire_time >= ? AND (next_fire_time > ? OR priority < ? OR (priority = ? AND id > ?)) \
+                     ORDER BY next_fire_time, priority DESC, id LIMIT ?"
+                ))
+                .bind(scheduler.to_owned())
+                .bind(before.as_millis())
+                .bind(c.next_fire_time.as_millis())
+                .bind(c.next_fire_time.as_millis())
+                .bind(c.priority)
+                .bind(c.priority)
+                .bind(c.execute_id),
+        };
+        let due = query.bind(i64::from(limit)).rows(&self.db.pool).await?;
+        let room = u32::try_from(due.len()).map_or(0, |n| limit.saturating_sub(n));
+        self.serve(scheduler, due, &mut batch).await?;
+        if room > 0 {
+            let uninitialised = self
+                .query(concat!(
+                    "SELECT ",
+                    execute_cols!(),
+                    " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time IS NULL \
+                     ORDER BY id LIMIT ?"
+                ))
+                .bind(scheduler.to_owned())
+                .bind(i64::from(room))
+                .rows(&self.db.pool)
+                .await?;
+            self.serve(scheduler, uninitialised, &mut batch).await?;
+        }
+        Ok(batch)
+    }
+
+    async fn orphaned_executes(&self, limit: u32) -> Result<DueBatch, StoreError> {
+        let scheduler = &*self.scheduler;
+        let rows = self
+            .query(concat!(
+                "SELECT ",
+                execute_cols!(),
+                " FROM quartz_execute e WHERE e.scheduler = ? AND e.state = 'running' AND NOT EXISTS \
+                 (SELECT 1 FROM quartz_node n WHERE n.scheduler = e.scheduler AND n.node_id = e.node_id \
+                 AND n.incarnation = e.incarnation AND n.state = 'live') ORDER BY e.id LIMIT ?"
+            ))
+            .bind(scheduler.to_owned())
+            .bind(i64::from(limit))
+            .rows(&self.db.pool)
+            .await?;
+        let mut batch = DueBatch::default();
+        self.serve(scheduler, rows, &mut batch).await?;
+        Ok(batch)
+    }
+
+    async fn update_execute(&self, cas: &ExecuteCas, records: &[SkippedRecord]) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        if !self.update_in(&mut tx, cas, records).await? {
+            return Ok(false);
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(true)
+    }
+
+    async fn update_executes(&self, updates: &[(ExecuteCas, Vec<SkippedRecord>)]) -> Result<Vec<bool>, StoreError> {
+        let mut won = Vec::with_capacity(updates.len());
+        if updates.is_empty() {
+            return Ok(won);
+        }
+        // One lock order on every node: by row.
+        let mut order: Vec<usize> = (0..updates.len()).collect();
+        order.sort_by_key(|&i| updates[i].0.execute_id);
+        won.resize(updates.len(), false);
+        if self.db.backend.claims_in_one_statement() && fit_one_statement(updates) {
+            return self.update_in_one(updates).await;
+        }
+        let mut tx = self.begin().await?;
+        for i in order {
+            let (cas, records) = &updates[i];
+            won[i] = self.update_in(&mut tx, cas, records).await?;
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(won)
+    }
+
+    async fn claim(&self, claim: &Claim) -> Result<Option<i64>, StoreError> {
+        self.claim_one(claim).await
+    }
+
+    async fn claim_batch(&self, claims: &[Claim]) -> Result<Vec<Option<i64>>, StoreError> {
+        self.claims_batch(claims).await
+    }
+
+    async fn chain_parents(&self) -> Result<Vec<i64>, StoreError> {
+        let scheduler = self.scheduler();
+        let rows = self
+            .query(
+                "SELECT DISTINCT p.id FROM quartz_job k JOIN quartz_job p \
+                 ON p.scheduler = k.scheduler AND p.name = k.parent_job \
+                 WHERE k.scheduler = ? AND k.parent_job IS NOT NULL",
+            )
+            .bind(scheduler.to_owned())
+            .rows(&self.db.pool)
+            .await?;
+        rows.iter().map(|row| row.try_get(0).map_err(db_error)).collect()
+    }
+}

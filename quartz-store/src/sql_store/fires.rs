@@ -1,40 +1,13 @@
-//! The ledger's fires after their claim: fenced starts and outcomes (many
-//! per statement), chains, recovery take-overs and re-runs, and the history
-//! query.
+//! The ledger's fires after their claim: fenced starts and transitions
+//! (many per statement), time outs, recovery take-overs and re-runs, cancel
+//! requests: [`FireStore`] for the SQL backends.
 
 use super::convert::Statement as _;
 use quartz_core::Timestamp;
-use quartz_core::store::{ChainedFire, FireQuery, FireRecord, FireState, HandlerSpan, NodeRef, Outcome, StoreError};
+use quartz_core::store::{FireRecord, FireState, NodeRef, StoreError};
 use sqlx::Row;
 
-use super::filtered::Filtered;
-use super::ran::{bind_ran, ran_cols};
 use super::*;
-
-/// The children's ledger rows of a succeeded fire (binds: node id,
-/// incarnation, the parent's fire id); each backend adds its own "do nothing
-/// on a duplicate". A child that disallows concurrency or shares a
-/// concurrency limit waits: its row is pending, due at the fire time (as a
-/// trigger's fire waiting for room is), and claimed exclusively like one.
-macro_rules! chain_insert {
-    () => {
-        "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
-         state, claimed_at, due_at, finished_at, error, fire_count) \
-         SELECT f.scheduler, f.execute_id, k.id, f.fire_time, 1, \
-         CASE WHEN k.state = 'enabled' AND (k.allow_concurrent = 0 OR k.limit_key IS NOT NULL) THEN NULL ELSE ? END, \
-         CASE WHEN k.state = 'enabled' AND (k.allow_concurrent = 0 OR k.limit_key IS NOT NULL) THEN 0 ELSE ? END, \
-         CASE WHEN k.state <> 'enabled' THEN 'skipped' \
-         WHEN k.allow_concurrent = 0 OR k.limit_key IS NOT NULL THEN 'pending' ELSE 'claimed' END, {now}, \
-         CASE WHEN k.state = 'enabled' AND (k.allow_concurrent = 0 OR k.limit_key IS NOT NULL) \
-         THEN f.fire_time ELSE NULL END, \
-         CASE WHEN k.state = 'enabled' THEN NULL ELSE {now} END, \
-         CASE WHEN k.state = 'enabled' THEN NULL ELSE 'the child job is paused' END, 1 \
-         FROM quartz_fire f JOIN quartz_job p ON p.id = f.job_id \
-         JOIN quartz_job k ON k.scheduler = p.scheduler AND k.parent_job = p.name \
-         AND k.parent_job IS NOT NULL \
-         WHERE f.id = ?"
-    };
-}
 
 /// A fire of this incarnation that never ran, recorded misfired, its start
 /// cleared (binds: the reason, the fire, node id, incarnation).
@@ -255,106 +228,47 @@ impl SqlStore {
             })
             .collect()
     }
+}
 
-    pub(super) async fn fire_finish(
-        &self,
-        fire_id: i64,
-        node: &NodeRef,
-        outcome: &Outcome,
-        ran: Option<HandlerSpan>,
-    ) -> Result<bool, StoreError> {
-        let (state, error) = match outcome {
-            Outcome::Succeeded => (FireState::Succeeded, None),
-            Outcome::Failed { error } => (FireState::Failed, Some(truncate(error))),
-        };
-        let q = self
-            .query(concat!(
-                "UPDATE quartz_fire SET state = ?, error = ?, ",
-                ran_cols!(),
-                " WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?"
-            ))
-            .bind(state.as_str())
-            .bind(error);
-        self.changed_one(
-            bind_ran(q, ran)
-                .bind(fire_id)
-                .bind(node.node_id.clone())
-                .bind(node.incarnation),
+/// A fire's id and start time, from a row of `id, started_at`.
+fn id_and_start(row: &sqlx::any::AnyRow) -> Result<(i64, Option<Timestamp>), StoreError> {
+    let id = row.try_get::<i64, _>(0).map_err(db_error)?;
+    let started_at = row.try_get::<Option<i64>, _>(1).map_err(db_error)?;
+    Ok((id, started_at.map(Timestamp::from_millis)))
+}
+
+/// The fire half of the store contract: a fire's start, time out, recovery
+/// and cancel, statements of this file; its end in `ends.rs` and `ran.rs`,
+/// a pending fire's in `pending.rs`.
+#[async_trait::async_trait]
+impl FireStore for SqlStore {
+    async fn mark_running_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<(i64, Timestamp)>, StoreError> {
+        self.starts(fire_ids, node, (MARK_RUNNING, MARK_RUNNING_RETURNING), "claimed")
+            .await
+    }
+
+    async fn confirm_starts(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<(i64, Timestamp)>, StoreError> {
+        self.starts(fire_ids, node, (CONFIRM_START, CONFIRM_START_RETURNING), "running")
+            .await
+    }
+
+    async fn end_fires(&self, node: &NodeRef, ends: &[(i64, FireEnd)]) -> Result<Vec<FollowUp>, StoreError> {
+        crate::ends::end_fires(self, node, ends).await
+    }
+
+    async fn fire_time_out(&self, fire_id: i64, node: &NodeRef, error: &str) -> Result<bool, StoreError> {
+        self.fire_transition(
+            "UPDATE quartz_fire SET timed_out_at = {now}, error = ? \
+             WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?",
+            fire_id,
+            node,
+            Some(truncate(error)),
         )
         .await
     }
 
-    pub(super) async fn fire_succeed_and_chain(
-        &self,
-        fire_id: i64,
-        node: &NodeRef,
-        ran: Option<HandlerSpan>,
-    ) -> Result<Option<Vec<ChainedFire>>, StoreError> {
-        let mut tx = self.begin().await?;
-        let q = self.query(concat!(
-            "UPDATE quartz_fire SET state = 'succeeded', error = NULL, ",
-            ran_cols!(),
-            " WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?"
-        ));
-        let done = bind_ran(q, ran)
-            .bind(fire_id)
-            .bind(node.node_id.clone())
-            .bind(node.incarnation)
-            .exec(&mut *tx)
-            .await?;
-        if done.rows_affected() != 1 {
-            return Ok(None);
-        }
-        // One row per child: claimed by this node, pending when it waits
-        // for room, or skipped when paused. A child that has its row already
-        // (a cycle coming round) gets nothing.
-        self.query(self.db.backend.pick(
-            concat!(
-                chain_insert!(),
-                " ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING"
-            ),
-            concat!(
-                chain_insert!(),
-                " ON DUPLICATE KEY UPDATE quartz_fire.attempt = quartz_fire.attempt"
-            ),
-        ))
-        .bind(node.node_id.clone())
-        .bind(node.incarnation)
-        .bind(fire_id)
-        .exec(&mut *tx)
-        .await?;
-        let rows = self
-            .query(
-                "SELECT c.id, c.job_id, c.due_at FROM quartz_fire f JOIN quartz_fire c \
-                 ON c.execute_id = f.execute_id AND c.fire_time = f.fire_time \
-                 JOIN quartz_job p ON p.id = f.job_id \
-                 JOIN quartz_job k ON k.id = c.job_id AND k.scheduler = p.scheduler AND k.parent_job = p.name \
-                 WHERE f.id = ? AND c.attempt = 1 AND c.finished_at IS NULL AND \
-                 ((c.state = 'claimed' AND c.node_id = ? AND c.incarnation = ?) OR c.state = 'pending') \
-                 ORDER BY c.id",
-            )
-            .bind(fire_id)
-            .bind(node.node_id.clone())
-            .bind(node.incarnation)
-            .rows(&mut *tx)
-            .await?;
-        tx.commit().await.map_err(db_error)?;
-        rows.iter()
-            .map(|row| {
-                Ok(ChainedFire {
-                    fire_id: row.try_get(0).map_err(db_error)?,
-                    job_id: row.try_get(1).map_err(db_error)?,
-                    waits_from: row
-                        .try_get::<Option<i64>, _>(2)
-                        .map_err(db_error)?
-                        .map(Timestamp::from_millis),
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()
-            .map(Some)
-    }
-
-    pub(super) async fn fires_orphaned(&self, scheduler: &str, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+    async fn orphaned_fires(&self, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        let scheduler = &*self.scheduler;
         let rows = self
             .query(concat!(
                 "SELECT ",
@@ -371,13 +285,8 @@ impl SqlStore {
         Ok(crate::common::decode_each(&rows, "fire", decode_fire))
     }
 
-    pub(super) async fn fires_claimed_by(
-        &self,
-        scheduler: &str,
-        node: &NodeRef,
-        before: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<FireRecord>, StoreError> {
+    async fn claimed_by(&self, node: &NodeRef, before: Timestamp, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        let scheduler = &*self.scheduler;
         let rows = self
             .query(concat!(
                 "SELECT ",
@@ -397,7 +306,7 @@ impl SqlStore {
         Ok(crate::common::decode_each(&rows, "fire", decode_fire))
     }
 
-    pub(super) async fn fire_take_over(&self, fire: &FireRecord, node: &NodeRef) -> Result<bool, StoreError> {
+    async fn take_over(&self, fire: &FireRecord, node: &NodeRef) -> Result<bool, StoreError> {
         self.changed_one(
             self.query(
                 "UPDATE quartz_fire SET node_id = ?, incarnation = ?, claimed_at = {now} \
@@ -412,7 +321,7 @@ impl SqlStore {
         .await
     }
 
-    pub(super) async fn fire_rerun(&self, fire: &FireRecord, node: &NodeRef) -> Result<Option<i64>, StoreError> {
+    async fn rerun(&self, fire: &FireRecord, node: &NodeRef) -> Result<Option<i64>, StoreError> {
         let mut tx = self.begin().await?;
         let attempt = i64::from(fire.attempt) + 1;
         let closed = self
@@ -448,7 +357,7 @@ impl SqlStore {
         Ok(id)
     }
 
-    pub(super) async fn fire_abandon(&self, fire: &FireRecord) -> Result<bool, StoreError> {
+    async fn abandon(&self, fire: &FireRecord) -> Result<bool, StoreError> {
         self.changed_one(
             self.query(
                 "UPDATE quartz_fire SET state = 'abandoned', finished_at = {now}, \
@@ -462,87 +371,26 @@ impl SqlStore {
         .await
     }
 
-    /// A page of the ledger, newest first, read by the conditions the query
-    /// sets ([`Filtered`]).
-    pub(super) async fn fires_query(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
-        let job_id = match &query.job {
-            Some(name) => Some(self.require_job(&self.scheduler, name).await?.id),
-            None => query.job_id,
-        };
-        // A search by error text reads what no index serves: the server
-        // ends it past the store's search limit.
-        let search = query.error_contains.is_some();
-        let limit_ms = u64::try_from(self.db.search_limit.as_millis()).unwrap_or(u64::MAX);
-        let select = if search && self.db.backend == Backend::MySql {
-            // MariaDB runs the executable comment; MySQL reads the hint.
-            format!(
-                "/*M!100100 SET STATEMENT max_statement_time = {}.{:03} FOR */ \
-                 SELECT /*+ MAX_EXECUTION_TIME({limit_ms}) */ {} FROM quartz_fire",
-                limit_ms / 1_000,
-                limit_ms % 1_000,
-                fire_cols!()
-            )
-        } else {
-            concat!("SELECT ", fire_cols!(), " FROM quartz_fire").to_owned()
-        };
-        let mut read = Filtered::new(&select, &self.scheduler);
-        read.and("execute_id = ?", query.execute_id)
-            .and("job_id = ?", job_id)
-            .and("state = ?", query.state.map(FireState::as_str))
-            // A state of fires not ended is read from the index of those
-            // (a few thousand rows), not by walking the whole ledger
-            // newest first for them: on PostgreSQL, 0.3 ms instead of
-            // 0.9 s for none found in 3 million rows.
-            .and_if("finished_at IS NULL", query.state.is_some_and(|s| !s.is_ended()))
-            .and("fire_time >= ?", query.since.map(Timestamp::as_millis))
-            .and("fire_time < ?", query.until.map(Timestamp::as_millis))
-            .and("id < ?", query.before_id)
-            .and(
-                "LOWER(error) LIKE ? ESCAPE '!'",
-                query.error_contains.as_deref().map(crate::common::like_pattern),
-            )
-            .and("node_id = ?", query.node_id.clone());
-        let read = read.query(self, "ORDER BY id DESC", query.limit);
-        let ended = |e: sqlx::Error| search_ended(e, limit_ms);
-        let rows = if search && self.db.backend == Backend::Postgres {
-            let mut tx = self.db.pool.begin().await.map_err(db_error)?;
-            sqlx::query(sqlx::AssertSqlSafe(format!("SET LOCAL statement_timeout = {limit_ms}")))
-                .exec(&mut *tx)
-                .await?;
-            let rows = read.fetch_all(&mut *tx).await.map_err(ended)?;
-            tx.commit().await.map_err(db_error)?;
-            rows
-        } else {
-            read.fetch_all(&self.db.pool).await.map_err(ended)?
-        };
-        rows.iter().map(decode_fire).collect()
+    async fn fires_pending(&self, before: Timestamp, limit: u32) -> Result<Vec<FireRecord>, StoreError> {
+        let scheduler = self.scheduler();
+        self.pending_due(scheduler, before, limit).await
     }
-}
 
-/// A search the server ended at the store's search limit, as the caller's
-/// time out (SQLSTATE 57014 on PostgreSQL, 70100 on MariaDB, MySQL's
-/// message); any other error as it is.
-fn search_ended(e: sqlx::Error, limit_ms: u64) -> StoreError {
-    let ended = match &e {
-        sqlx::Error::Database(db) => {
-            matches!(db.code().as_deref(), Some("57014" | "70100"))
-                || db.message().contains("maximum statement execution time")
-        }
-        _ => false,
-    };
-    if ended {
-        StoreError::TimedOut {
-            call: "fires (a search by error text, ended by the server)",
-            after_ms: limit_ms,
-        }
-    } else {
-        db_error(e)
+    async fn pending_claim(&self, fire_id: i64, node: &NodeRef, exclusive: bool) -> Result<PendingClaim, StoreError> {
+        self.claim_pending(fire_id, node, exclusive).await
     }
-}
 
-/// A fire's id and start time, from a row of `id, started_at`.
-fn id_and_start(row: &sqlx::any::AnyRow) -> Result<(i64, Option<Timestamp>), StoreError> {
-    let id = row.try_get::<i64, _>(0).map_err(db_error)?;
-    let started_at = row.try_get::<Option<i64>, _>(1).map_err(db_error)?;
-    Ok((id, started_at.map(Timestamp::from_millis)))
+    async fn cancel_requests(&self, node: &NodeRef) -> Result<Vec<i64>, StoreError> {
+        self.query(
+            "SELECT id FROM quartz_fire WHERE scheduler = ? AND finished_at IS NULL \
+             AND state IN ('claimed', 'running') AND cancel_at IS NOT NULL AND node_id = ? AND incarnation = ? \
+             ORDER BY id",
+        )
+        .bind(self.scheduler.to_string())
+        .bind(node.node_id.clone())
+        .bind(node.incarnation)
+        .rows(&self.db.pool)
+        .await
+        .and_then(|rows| first_ids(&rows))
+    }
 }

@@ -1,5 +1,6 @@
-//! Jobs and their executes: creation, edits, pause and delete, each a
-//! change the nodes see at once. The poll's reads and the compare-and-set on
+//! Jobs and their executes: creation, edits, pause and delete, a fire by
+//! hand, the scheduler's standby, each a change the nodes see at once
+//! ([`JobStore`] for the SQL backends). The poll's reads and the compare-and-set on
 //! an execute row are in `executes.rs`.
 
 use super::convert::Statement as _;
@@ -153,12 +154,127 @@ impl SqlStore {
         Ok(detail)
     }
 
-    pub(super) async fn job_create(
+    async fn fire_now_once(&self, name: &str) -> Result<(i64, Timestamp), StoreError> {
+        let scheduler = &*self.scheduler;
+        let job = self.require_job(scheduler, name).await?;
+        let mut tx = self.begin_change(scheduler).await?;
+        let now = self.now_in(&mut tx).await?;
+        // Two in one millisecond: the later a millisecond after the other
+        // (the ledger holds one fire per job, execute, time and attempt).
+        let last: Option<i64> = self
+            .query(
+                "SELECT MAX(fire_time) FROM quartz_fire WHERE execute_id = ? AND job_id = ? AND fire_time >= ? \
+                 AND attempt = 1",
+            )
+            .bind(MANUAL_EXECUTE)
+            .bind(job.id)
+            .bind(now.as_millis())
+            .fetch_one(&mut *tx)
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(db_error)?;
+        let at = last.map_or(now.as_millis(), |t| t + 1);
+        // Another fire now in the same millisecond: the retry reads it.
+        let id = self
+            .insert_pending_by_hand(&mut tx, scheduler, (MANUAL_EXECUTE, job.id, at, 1), at, || {
+                format!("two fires of {name:?} asked for at once")
+            })
+            .await?;
+        let detail = format!("fire {id} by hand, at {}", Timestamp::from_millis(at));
+        self.changed_in(
+            &mut tx,
+            scheduler,
+            Change::new(ChangeAction::JobTrigger, name, detail).of_job(job.id),
+        )
+        .await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok((id, Timestamp::from_millis(at)))
+    }
+
+    /// Moves a job's version on, first in a change's transaction (locking
+    /// its row until the commit, so writes of one job take turns): with
+    /// `expected`, only from that version ([`StoreError::Stale`] otherwise);
+    /// [`StoreError::UnknownJob`] when it went since it was read.
+    async fn step_job_version(
         &self,
-        scheduler: &str,
-        job: &JobSpec,
-        executes: &[ExecuteSpec],
-    ) -> Result<Job, StoreError> {
+        tx: &mut Transaction<'static, Any>,
+        job: &Job,
+        expected: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let step = match expected {
+            Some(version) => self
+                .query("UPDATE quartz_job SET version = version + 1 WHERE id = ? AND version = ?")
+                .bind(job.id)
+                .bind(version),
+            None => self
+                .query("UPDATE quartz_job SET version = version + 1 WHERE id = ?")
+                .bind(job.id),
+        };
+        if step.exec(&mut **tx).await?.rows_affected() == 1 {
+            return Ok(());
+        }
+        let current: Option<i64> = self
+            .query("SELECT version FROM quartz_job WHERE id = ?")
+            .bind(job.id)
+            .row(&mut **tx)
+            .await?
+            .map(|row| row.try_get(0))
+            .transpose()
+            .map_err(db_error)?;
+        Err(match expected {
+            Some(expected) => StoreError::Stale {
+                kind: "job",
+                name: job.spec.name.clone(),
+                expected,
+                current,
+            },
+            None => StoreError::UnknownJob {
+                scheduler: job.scheduler.clone(),
+                name: job.spec.name.clone(),
+            },
+        })
+    }
+
+    /// Puts the scheduler on standby or takes it off, in a change's
+    /// transaction: since when it is on standby, after the change.
+    async fn set_standby_once(&self, on: bool) -> Result<Option<Timestamp>, StoreError> {
+        let scheduler = &*self.scheduler;
+        let mut tx = self.begin_change(scheduler).await?;
+        self.query(
+            "UPDATE quartz_scheduler SET paused_at = CASE WHEN ? = 1 THEN COALESCE(paused_at, {now}) ELSE NULL END \
+             WHERE scheduler = ?",
+        )
+        .bind(i64::from(on))
+        .bind(scheduler.to_owned())
+        .exec(&mut *tx)
+        .await?;
+        let since: Option<i64> = sqlx::query_scalar(
+            self.db
+                .sql("SELECT paused_at FROM quartz_scheduler WHERE scheduler = ?"),
+        )
+        .bind(scheduler.to_owned())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let action = if on {
+            ChangeAction::SchedulerPause
+        } else {
+            ChangeAction::SchedulerResume
+        };
+        self.changed_in(&mut tx, scheduler, Change::new(action, scheduler, String::new()))
+            .await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(since.map(Timestamp::from_millis))
+    }
+}
+
+/// The job half of the store contract: each call a statement or a change
+/// transaction of this file (a retry by hand in `retry.rs`, a backfill in
+/// `pending.rs`, where their fires' rows are written).
+#[async_trait::async_trait]
+impl JobStore for SqlStore {
+    async fn create_job(&self, job: &JobSpec, executes: &[ExecuteSpec]) -> Result<Job, StoreError> {
+        let scheduler = &*self.scheduler;
         check_name("scheduler name", scheduler)?;
         job.validate()?;
         if let Some(parent) = &job.parent {
@@ -200,50 +316,76 @@ impl SqlStore {
         Ok(created)
     }
 
-    pub(super) async fn job_fire_now(&self, scheduler: &str, name: &str) -> Result<(i64, Timestamp), StoreError> {
-        let job = self.require_job(scheduler, name).await?;
-        let mut tx = self.begin_change(scheduler).await?;
-        let now = self.now_in(&mut tx).await?;
-        // Two in one millisecond: the later a millisecond after the other
-        // (the ledger holds one fire per job, execute, time and attempt).
-        let last: Option<i64> = self
-            .query(
-                "SELECT MAX(fire_time) FROM quartz_fire WHERE execute_id = ? AND job_id = ? AND fire_time >= ? \
-                 AND attempt = 1",
-            )
-            .bind(MANUAL_EXECUTE)
-            .bind(job.id)
-            .bind(now.as_millis())
-            .fetch_one(&mut *tx)
-            .await
-            .and_then(|row| row.try_get(0))
-            .map_err(db_error)?;
-        let at = last.map_or(now.as_millis(), |t| t + 1);
-        // Another fire now in the same millisecond: the retry reads it.
-        let id = self
-            .insert_pending_by_hand(&mut tx, scheduler, (MANUAL_EXECUTE, job.id, at, 1), at, || {
-                format!("two fires of {name:?} asked for at once")
-            })
-            .await?;
-        let detail = format!("fire {id} by hand, at {}", Timestamp::from_millis(at));
-        self.changed_in(
-            &mut tx,
-            scheduler,
-            Change::new(ChangeAction::JobTrigger, name, detail).of_job(job.id),
-        )
-        .await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok((id, Timestamp::from_millis(at)))
+    async fn get_job(&self, name: &str) -> Result<Option<JobDetail>, StoreError> {
+        match self.job_by_name(&self.scheduler, name).await? {
+            Some(job) => Ok(Some(self.executes_of(job).await?)),
+            None => Ok(None),
+        }
     }
 
-    pub(super) async fn job_update(
+    async fn jobs_by_id(&self, ids: &[i64]) -> Result<Vec<Job>, StoreError> {
+        let scheduler = &*self.scheduler;
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut jobs = Vec::with_capacity(ids.len());
+        // By id alone, the scheduler checked here: with the scheduler in the
+        // statement, PostgreSQL's planner without statistics reads every job
+        // of the scheduler through its index beside the ids.
+        for chunk in ids.chunks(self.ids_per_statement()) {
+            let q = self.query(concat!("SELECT ", job_cols!(), " FROM quartz_job WHERE {ids}"));
+            let rows = self.bind_id_set(q, chunk).rows(&self.db.pool).await?;
+            for row in &rows {
+                let job = decode_job(row)?;
+                if job.scheduler == scheduler {
+                    jobs.push(job);
+                }
+            }
+        }
+        Ok(jobs)
+    }
+
+    async fn list_jobs(&self) -> Result<Vec<Job>, StoreError> {
+        let scheduler = &*self.scheduler;
+        let rows = self
+            .query(concat!(
+                "SELECT ",
+                job_cols!(),
+                " FROM quartz_job WHERE scheduler = ? ORDER BY name"
+            ))
+            .bind(scheduler.to_owned())
+            .rows(&self.db.pool)
+            .await?;
+        rows.iter().map(decode_job).collect()
+    }
+
+    /// A page of the job list, by name, read by the conditions the query
+    /// sets ([`Filtered`]).
+    async fn jobs_page(&self, query: &JobQuery) -> Result<Vec<Job>, StoreError> {
+        let mut read = Filtered::new(concat!("SELECT ", job_cols!(), " FROM quartz_job"), &self.scheduler);
+        read.and("name > ?", query.after.clone())
+            .and("state = ?", query.state.map(JobState::as_str))
+            .and("handler = ?", query.handler.clone())
+            // `!` escapes LIKE's wildcards the same way on the three backends.
+            .and(
+                "LOWER(name) LIKE ? ESCAPE '!'",
+                query.search.as_deref().map(crate::common::like_pattern),
+            );
+        let rows = read
+            .query(self, "ORDER BY name", query.limit)
+            .rows(&self.db.pool)
+            .await?;
+        rows.iter().map(decode_job).collect()
+    }
+
+    async fn update_job(
         &self,
-        scheduler: &str,
         name: &str,
         job: &JobSpec,
         executes: Option<&[ExecuteSpec]>,
         expected_version: Option<i64>,
     ) -> Result<Job, StoreError> {
+        let scheduler = &*self.scheduler;
         job.validate()?;
         let before = quartz_core::store::JobStore::get_job(self, name)
             .await?
@@ -294,13 +436,8 @@ impl SqlStore {
         self.require_job(scheduler, &job.name).await
     }
 
-    pub(super) async fn job_set_paused(
-        &self,
-        scheduler: &str,
-        name: &str,
-        paused: bool,
-        expected_version: Option<i64>,
-    ) -> Result<Job, StoreError> {
+    async fn set_paused(&self, name: &str, paused: bool, expected_version: Option<i64>) -> Result<Job, StoreError> {
+        let scheduler = &*self.scheduler;
         let job = self.require_job(scheduler, name).await?;
         let (job_state, from, to) = if paused {
             (JobState::Paused, ExecuteState::Waiting, ExecuteState::Paused)
@@ -335,12 +472,12 @@ impl SqlStore {
         self.require_job(scheduler, name).await
     }
 
-    pub(super) async fn job_delete(
-        &self,
-        scheduler: &str,
-        name: &str,
-        expected_version: Option<i64>,
-    ) -> Result<(), StoreError> {
+    async fn fire_now(&self, name: &str) -> Result<(i64, Timestamp), StoreError> {
+        retry_conflicts(|| self.fire_now_once(name)).await
+    }
+
+    async fn delete_job(&self, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {
+        let scheduler = &*self.scheduler;
         let job = self.require_job(scheduler, name).await?;
         let mut tx = self.begin_change(scheduler).await?;
         self.step_job_version(&mut tx, &job, expected_version).await?;
@@ -360,100 +497,33 @@ impl SqlStore {
         tx.commit().await.map_err(db_error)
     }
 
-    /// Moves a job's version on, first in a change's transaction (locking
-    /// its row until the commit, so writes of one job take turns): with
-    /// `expected`, only from that version ([`StoreError::Stale`] otherwise);
-    /// [`StoreError::UnknownJob`] when it went since it was read.
-    async fn step_job_version(
+    async fn retry_fire(&self, fire_id: i64) -> Result<FireRetry, StoreError> {
+        retry_conflicts(|| self.fire_retry_by_hand(&self.scheduler, fire_id)).await
+    }
+
+    async fn set_standby(&self, on: bool) -> Result<Option<Timestamp>, StoreError> {
+        retry_conflicts(|| self.set_standby_once(on)).await
+    }
+
+    /// Since when the scheduler is on standby, if it is.
+    async fn standby(&self) -> Result<Option<Timestamp>, StoreError> {
+        let scheduler = &*self.scheduler;
+        let since: Option<Option<i64>> = sqlx::query_scalar(
+            self.db
+                .sql("SELECT paused_at FROM quartz_scheduler WHERE scheduler = ?"),
+        )
+        .bind(scheduler.to_owned())
+        .fetch_optional(&self.db.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(since.flatten().map(Timestamp::from_millis))
+    }
+
+    async fn backfill(
         &self,
-        tx: &mut Transaction<'static, Any>,
-        job: &Job,
-        expected: Option<i64>,
-    ) -> Result<(), StoreError> {
-        let step = match expected {
-            Some(version) => self
-                .query("UPDATE quartz_job SET version = version + 1 WHERE id = ? AND version = ?")
-                .bind(job.id)
-                .bind(version),
-            None => self
-                .query("UPDATE quartz_job SET version = version + 1 WHERE id = ?")
-                .bind(job.id),
-        };
-        if step.exec(&mut **tx).await?.rows_affected() == 1 {
-            return Ok(());
-        }
-        let current: Option<i64> = self
-            .query("SELECT version FROM quartz_job WHERE id = ?")
-            .bind(job.id)
-            .row(&mut **tx)
-            .await?
-            .map(|row| row.try_get(0))
-            .transpose()
-            .map_err(db_error)?;
-        Err(match expected {
-            Some(expected) => StoreError::Stale {
-                kind: "job",
-                name: job.spec.name.clone(),
-                expected,
-                current,
-            },
-            None => StoreError::UnknownJob {
-                scheduler: job.scheduler.clone(),
-                name: job.spec.name.clone(),
-            },
-        })
-    }
-
-    pub(super) async fn jobs_read(&self, scheduler: &str, ids: &[i64]) -> Result<Vec<Job>, StoreError> {
-        let mut ids = ids.to_vec();
-        ids.sort_unstable();
-        ids.dedup();
-        let mut jobs = Vec::with_capacity(ids.len());
-        // By id alone, the scheduler checked here: with the scheduler in the
-        // statement, PostgreSQL's planner without statistics reads every job
-        // of the scheduler through its index beside the ids.
-        for chunk in ids.chunks(self.ids_per_statement()) {
-            let q = self.query(concat!("SELECT ", job_cols!(), " FROM quartz_job WHERE {ids}"));
-            let rows = self.bind_id_set(q, chunk).rows(&self.db.pool).await?;
-            for row in &rows {
-                let job = decode_job(row)?;
-                if job.scheduler == scheduler {
-                    jobs.push(job);
-                }
-            }
-        }
-        Ok(jobs)
-    }
-
-    pub(super) async fn jobs_list(&self, scheduler: &str) -> Result<Vec<Job>, StoreError> {
-        let rows = self
-            .query(concat!(
-                "SELECT ",
-                job_cols!(),
-                " FROM quartz_job WHERE scheduler = ? ORDER BY name"
-            ))
-            .bind(scheduler.to_owned())
-            .rows(&self.db.pool)
-            .await?;
-        rows.iter().map(decode_job).collect()
-    }
-
-    /// A page of the job list, by name, read by the conditions the query
-    /// sets ([`Filtered`]).
-    pub(super) async fn jobs_query(&self, query: &JobQuery) -> Result<Vec<Job>, StoreError> {
-        let mut read = Filtered::new(concat!("SELECT ", job_cols!(), " FROM quartz_job"), &self.scheduler);
-        read.and("name > ?", query.after.clone())
-            .and("state = ?", query.state.map(JobState::as_str))
-            .and("handler = ?", query.handler.clone())
-            // `!` escapes LIKE's wildcards the same way on the three backends.
-            .and(
-                "LOWER(name) LIKE ? ESCAPE '!'",
-                query.search.as_deref().map(crate::common::like_pattern),
-            );
-        let rows = read
-            .query(self, "ORDER BY name", query.limit)
-            .rows(&self.db.pool)
-            .await?;
-        rows.iter().map(decode_job).collect()
+        name: &str,
+        fires: &[quartz_core::store::BackfillFire],
+    ) -> Result<quartz_core::store::Backfilled, StoreError> {
+        retry_conflicts(|| self.job_backfill(&self.scheduler, name, fires)).await
     }
 }

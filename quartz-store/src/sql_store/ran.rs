@@ -1,12 +1,42 @@
-//! A handler's run as a fire's end records it: its start and finish, for
-//! one end and for a batch of successes (one statement: JSON rows).
+//! A fire's end: a handler's run as the end records it (its start and
+//! finish, for one end and for a batch of successes in one statement of JSON
+//! rows), an outcome, a success that writes a chain's children: the parts
+//! of [`crate::ends`] for the SQL backends.
 
 use super::convert::Statement as _;
 use quartz_core::store::{HandlerSpan, NodeRef, StoreError};
 use std::collections::HashSet;
 
+use quartz_core::store::FireState;
+
 use super::fires::IN_STATE_OF;
 use super::*;
+use crate::ends::EndParts;
+
+/// The children's ledger rows of a succeeded fire (binds: node id,
+/// incarnation, the parent's fire id); each backend adds its own "do nothing
+/// on a duplicate". A child that disallows concurrency or shares a
+/// concurrency limit waits: its row is pending, due at the fire time (as a
+/// trigger's fire waiting for room is), and claimed exclusively like one.
+macro_rules! chain_insert {
+    () => {
+        "INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, \
+         state, claimed_at, due_at, finished_at, error, fire_count) \
+         SELECT f.scheduler, f.execute_id, k.id, f.fire_time, 1, \
+         CASE WHEN k.state = 'enabled' AND (k.allow_concurrent = 0 OR k.limit_key IS NOT NULL) THEN NULL ELSE ? END, \
+         CASE WHEN k.state = 'enabled' AND (k.allow_concurrent = 0 OR k.limit_key IS NOT NULL) THEN 0 ELSE ? END, \
+         CASE WHEN k.state <> 'enabled' THEN 'skipped' \
+         WHEN k.allow_concurrent = 0 OR k.limit_key IS NOT NULL THEN 'pending' ELSE 'claimed' END, {now}, \
+         CASE WHEN k.state = 'enabled' AND (k.allow_concurrent = 0 OR k.limit_key IS NOT NULL) \
+         THEN f.fire_time ELSE NULL END, \
+         CASE WHEN k.state = 'enabled' THEN NULL ELSE {now} END, \
+         CASE WHEN k.state = 'enabled' THEN NULL ELSE 'the child job is paused' END, 1 \
+         FROM quartz_fire f JOIN quartz_job p ON p.id = f.job_id \
+         JOIN quartz_job k ON k.scheduler = p.scheduler AND k.parent_job = p.name \
+         AND k.parent_job IS NOT NULL \
+         WHERE f.id = ?"
+    };
+}
 
 /// A handler's run as a fire's end records it: its start and finish as its
 /// node saw them, or, without them, the start the fenced start recorded and
@@ -77,17 +107,19 @@ fn span_rows(fires: &[(i64, Option<HandlerSpan>)]) -> String {
     serde_json::Value::Array(rows).to_string()
 }
 
-impl SqlStore {
+impl SqlStore {}
+
+/// The parts a fire's end is made of ([`crate::ends`] puts them together):
+/// a success, a failure and a chain's children, statements of this file and
+/// `fires.rs`; a retry's or a late run's pending fire in `pending.rs`.
+#[async_trait::async_trait]
+impl EndParts for SqlStore {
     /// Plain successes of many running fires of this incarnation, each
     /// with when its handler ran, all or none; the ids recorded. One
     /// statement on PostgreSQL and SQLite; on MySQL one transaction that
     /// locks the fires still running under the incarnation, then records
     /// those, [`IDS_PER_LIST`] at a time.
-    pub(super) async fn fires_succeed(
-        &self,
-        fires: &[(i64, Option<HandlerSpan>)],
-        node: &NodeRef,
-    ) -> Result<Vec<i64>, StoreError> {
+    async fn succeed_all(&self, fires: &[(i64, Option<HandlerSpan>)], node: &NodeRef) -> Result<Vec<i64>, StoreError> {
         if fires.is_empty() {
             return Ok(Vec::new());
         }
@@ -131,5 +163,143 @@ impl SqlStore {
         }
         tx.commit().await.map_err(db_error)?;
         Ok(recorded)
+    }
+
+    async fn finish(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        outcome: &Outcome,
+        ran: Option<HandlerSpan>,
+    ) -> Result<bool, StoreError> {
+        let (state, error) = match outcome {
+            Outcome::Succeeded => (FireState::Succeeded, None),
+            Outcome::Failed { error } => (FireState::Failed, Some(truncate(error))),
+        };
+        let q = self
+            .query(concat!(
+                "UPDATE quartz_fire SET state = ?, error = ?, ",
+                ran_cols!(),
+                " WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?"
+            ))
+            .bind(state.as_str())
+            .bind(error);
+        self.changed_one(
+            bind_ran(q, ran)
+                .bind(fire_id)
+                .bind(node.node_id.clone())
+                .bind(node.incarnation),
+        )
+        .await
+    }
+
+    async fn succeed_and_chain(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        ran: Option<HandlerSpan>,
+    ) -> Result<Option<Vec<ChainedFire>>, StoreError> {
+        let mut tx = self.begin().await?;
+        let q = self.query(concat!(
+            "UPDATE quartz_fire SET state = 'succeeded', error = NULL, ",
+            ran_cols!(),
+            " WHERE id = ? AND state = 'running' AND node_id = ? AND incarnation = ?"
+        ));
+        let done = bind_ran(q, ran)
+            .bind(fire_id)
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .exec(&mut *tx)
+            .await?;
+        if done.rows_affected() != 1 {
+            return Ok(None);
+        }
+        // One row per child: claimed by this node, pending when it waits
+        // for room, or skipped when paused. A child that has its row already
+        // (a cycle coming round) gets nothing.
+        self.query(self.db.backend.pick(
+            concat!(
+                chain_insert!(),
+                " ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING"
+            ),
+            concat!(
+                chain_insert!(),
+                " ON DUPLICATE KEY UPDATE quartz_fire.attempt = quartz_fire.attempt"
+            ),
+        ))
+        .bind(node.node_id.clone())
+        .bind(node.incarnation)
+        .bind(fire_id)
+        .exec(&mut *tx)
+        .await?;
+        let rows = self
+            .query(
+                "SELECT c.id, c.job_id, c.due_at FROM quartz_fire f JOIN quartz_fire c \
+                 ON c.execute_id = f.execute_id AND c.fire_time = f.fire_time \
+                 JOIN quartz_job p ON p.id = f.job_id \
+                 JOIN quartz_job k ON k.id = c.job_id AND k.scheduler = p.scheduler AND k.parent_job = p.name \
+                 WHERE f.id = ? AND c.attempt = 1 AND c.finished_at IS NULL AND \
+                 ((c.state = 'claimed' AND c.node_id = ? AND c.incarnation = ?) OR c.state = 'pending') \
+                 ORDER BY c.id",
+            )
+            .bind(fire_id)
+            .bind(node.node_id.clone())
+            .bind(node.incarnation)
+            .rows(&mut *tx)
+            .await?;
+        tx.commit().await.map_err(db_error)?;
+        rows.iter()
+            .map(|row| {
+                Ok(ChainedFire {
+                    fire_id: row.try_get(0).map_err(db_error)?,
+                    job_id: row.try_get(1).map_err(db_error)?,
+                    waits_from: row
+                        .try_get::<Option<i64>, _>(2)
+                        .map_err(db_error)?
+                        .map(Timestamp::from_millis),
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()
+            .map(Some)
+    }
+
+    async fn misfire_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
+        self.fire_transition(MISFIRE_CLAIMED, fire_id, node, Some(truncate(reason)))
+            .await
+    }
+
+    async fn skip_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
+        self.fire_transition(SKIP_CLAIMED, fire_id, node, Some(truncate(reason)))
+            .await
+    }
+
+    async fn fail_claimed(&self, fire_id: i64, node: &NodeRef, reason: &str) -> Result<bool, StoreError> {
+        self.fire_transition(FAIL_CLAIMED, fire_id, node, Some(truncate(reason)))
+            .await
+    }
+
+    async fn release_fire(&self, fire_id: i64, node: &NodeRef) -> Result<bool, StoreError> {
+        self.fire_transition(RELEASE_CLAIMED, fire_id, node, None).await
+    }
+
+    async fn fire_fail_and_retry(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        error: &str,
+        retry_in_ms: i64,
+        ran: Option<HandlerSpan>,
+    ) -> Result<FollowUp, StoreError> {
+        self.fail_and_retry(fire_id, node, error, retry_in_ms, ran).await
+    }
+
+    async fn fire_misfire_and_run_late(
+        &self,
+        fire_id: i64,
+        node: &NodeRef,
+        reason: &str,
+        one_per_execute: bool,
+    ) -> Result<FollowUp, StoreError> {
+        self.misfire_and_run_late(fire_id, node, reason, one_per_execute).await
     }
 }

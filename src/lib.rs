@@ -49,6 +49,14 @@ use std::future::Future;
 pub use quartz_core::engine::{
     Cancellation, JobContext, JobError, JobResult, Scheduler, SchedulerBuilder, SchedulerError, Settings, Strategy,
 };
+/// Tests of a service that embeds the scheduler (the `testing` feature): a
+/// handler called alone with a [`JobContext`] a test builds
+/// ([`testing::TestContext`]), a node on a clock the test steps
+/// ([`SchedulerBuilder::stepped_clock`]) over the in-memory store
+/// ([`testing::MemoryStore`]), and the store conformance suite
+/// ([`testing::conformance`]).
+#[cfg(feature = "testing")]
+pub use quartz_core::testing;
 pub use quartz_core::{
     Error, Timestamp, Tz, admin, audit, calendar, cron, engine, misfire, retention, runlog, trigger,
 };

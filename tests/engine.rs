@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{TestDb, ledger, wait_for, wait_until};
+use common::{OnTestClock, TestDb, ledger, wait_for, wait_until};
 use quartz::engine::{Phase, Strategy};
 use quartz::misfire::MisfirePolicy;
 use quartz::prelude::*;
@@ -129,7 +129,7 @@ async fn skewed_node(db: &TestDb, settings: Settings, runs: &Runs, skew_ms: i64)
     SchedulerBuilder::new(CLUSTER)
         .settings(settings)
         .clock_skew_for_tests(skew_ms)
-        .paused_clock_for_tests(common::clock_is_paused())
+        .on_test_clock()
         .handler("noop", |_| Ok(()))
         .handler("count", move |ctx| {
             counted.add(ctx.job_name());
@@ -754,7 +754,7 @@ async fn retries_timeouts_panics_fixed_delay_and_non_concurrent_jobs(db: &TestDb
     // Two nodes: the exclusive job's two triggers may be claimed on either.
     let build = |store: AnyStore| {
         SchedulerBuilder::new(CLUSTER)
-            .paused_clock_for_tests(common::clock_is_paused())
+            .on_test_clock()
             .settings(fast())
             .handler("flaky", {
                 let attempts = Arc::clone(&attempts);
@@ -1139,7 +1139,7 @@ async fn bad_input_is_refused_at_the_boundary(db: &TestDb) {
 async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
     let build = |store: AnyStore| {
         SchedulerBuilder::new(CLUSTER)
-            .paused_clock_for_tests(common::clock_is_paused())
+            .on_test_clock()
             .settings(fast())
             .handler("ok", |_| Ok(()))
             .async_handler("longer-than-the-parents-interval", |_| async {
@@ -1352,7 +1352,7 @@ async fn strategies_offer_executes_by_weight_and_by_load(db: &TestDb) {
 
     // Least loaded: "busy" runs twenty long fires of a handler only it has.
     let busy = SchedulerBuilder::new(CLUSTER)
-        .paused_clock_for_tests(common::clock_is_paused())
+        .on_test_clock()
         .settings(Settings {
             // Every hog runs at once; the pool still has room for more.
             pool_core: 32,
@@ -1443,7 +1443,7 @@ async fn a_handler_no_live_node_has_is_recorded_failed(db: &TestDb) {
     let plain = node(db, fast(), &runs).await;
     let special_runs = Arc::new(AtomicUsize::new(0));
     let special = SchedulerBuilder::new(CLUSTER)
-        .paused_clock_for_tests(common::clock_is_paused())
+        .on_test_clock()
         .settings(fast())
         .handler("special", {
             let special_runs = Arc::clone(&special_runs);
@@ -1503,7 +1503,7 @@ async fn a_handler_no_live_node_has_is_recorded_failed(db: &TestDb) {
 async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &TestDb) {
     let ran = Arc::new(AtomicUsize::new(0));
     let n = SchedulerBuilder::new(CLUSTER)
-        .paused_clock_for_tests(common::clock_is_paused())
+        .on_test_clock()
         .settings(Settings {
             pool_core: 1,
             pool_max: 1,
@@ -1701,7 +1701,7 @@ type Seen = Arc<parking_lot::Mutex<Vec<(Timestamp, String)>>>;
 async fn watching_node(db: &TestDb, settings: Settings, seen: &Seen) -> Scheduler {
     let seen = Arc::clone(seen);
     SchedulerBuilder::new(CLUSTER)
-        .paused_clock_for_tests(common::clock_is_paused())
+        .on_test_clock()
         .settings(settings)
         .handler("seen", move |ctx| {
             seen.lock()
@@ -1837,7 +1837,7 @@ async fn a_timed_out_fire_blocks_its_job_until_its_code_returns(db: &TestDb) {
     let build = |store: AnyStore| {
         let spans = Arc::clone(&spans);
         SchedulerBuilder::new(CLUSTER)
-            .paused_clock_for_tests(common::clock_is_paused())
+            .on_test_clock()
             .settings(fast())
             .handler("stubborn", move |_| {
                 // Ignores the cancellation signal: only returning ends it.
@@ -1913,7 +1913,7 @@ async fn an_async_handler_past_its_timeout_is_dropped_and_its_fire_failed(db: &T
     let logs = common::RunLogs::new();
     let (ends, begins) = (Arc::clone(&finished), Arc::clone(&started));
     let n = SchedulerBuilder::new(CLUSTER)
-        .paused_clock_for_tests(common::clock_is_paused())
+        .on_test_clock()
         .settings(Settings {
             run_log: Some(logs.dir()),
             ..fast()
@@ -1983,7 +1983,7 @@ async fn a_node_whose_lease_runs_out_asks_its_handlers_to_stop(db: &TestDb) {
     let faults = Faults::scripted();
     let noted = Arc::clone(&seen);
     let n = SchedulerBuilder::new(CLUSTER)
-        .paused_clock_for_tests(common::clock_is_paused())
+        .on_test_clock()
         .settings(Settings {
             run_log: Some(logs.dir()),
             ..fast()
@@ -2048,7 +2048,7 @@ async fn a_start_whose_answer_is_lost_is_settled_not_left_running(db: &TestDb) {
     let faults = Faults::scripted();
     let counted = runs.clone();
     let n = SchedulerBuilder::new(CLUSTER)
-        .paused_clock_for_tests(common::clock_is_paused())
+        .on_test_clock()
         .settings(fast())
         .handler("count", move |ctx| {
             counted.add(ctx.job_name());
@@ -2104,7 +2104,7 @@ async fn an_outcome_is_recorded_once_the_database_answers_again(db: &TestDb) {
     use common::faults::{Fault, Faults, FaultyStore};
     let faults = Faults::scripted();
     let n = SchedulerBuilder::new(CLUSTER)
-        .paused_clock_for_tests(common::clock_is_paused())
+        .on_test_clock()
         .settings(fast())
         .handler("fails", |_| Err("boom".into()))
         .start(FaultyStore::new(db.store().await, Arc::clone(&faults)))
@@ -2259,7 +2259,7 @@ async fn a_retry_survives_the_shutdown_of_the_node_that_failed(db: &TestDb) {
     let build = |id: &str| {
         let ran_on = Arc::clone(&ran_on);
         SchedulerBuilder::new(CLUSTER)
-            .paused_clock_for_tests(common::clock_is_paused())
+            .on_test_clock()
             .settings(Settings {
                 node_id: Some(id.to_owned()),
                 ..fast()
@@ -2324,7 +2324,7 @@ async fn a_late_run_survives_the_shutdown_of_the_node_that_misfired_it(db: &Test
     let build = |id: &str| {
         let ran_on = Arc::clone(&ran_on);
         SchedulerBuilder::new(CLUSTER)
-            .paused_clock_for_tests(common::clock_is_paused())
+            .on_test_clock()
             .settings(Settings {
                 node_id: Some(id.to_owned()),
                 misfire: quartz::misfire::MisfireSettings {
@@ -2424,7 +2424,7 @@ async fn a_node_starting_while_its_database_is_slow_waits_for_it_a_while(db: &Te
     let faults = Faults::scripted();
     let build = |faults: &Arc<Faults>, store: AnyStore| {
         SchedulerBuilder::new(CLUSTER)
-            .paused_clock_for_tests(common::clock_is_paused())
+            .on_test_clock()
             .settings(fast())
             .handler("noop", |_| Ok(()))
             .start(FaultyStore::new(store, Arc::clone(faults)))

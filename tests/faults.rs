@@ -29,7 +29,7 @@ use quartz::audit::{AuditParams, audit};
 use quartz::prelude::*;
 use quartz::store::{FireRecord, FireState};
 use quartz_testkit::faults::{Faults, FaultyStore, Injected};
-use quartz_testkit::{Kind, TestDb, ledger};
+use quartz_testkit::{Kind, OnTestClock, TestDb, ledger};
 
 const CLUSTER: &str = "faults";
 /// Seeds that once failed, with their rate, run on every backend every time:
@@ -215,7 +215,7 @@ async fn one_seed(db: &TestDb, seed: u64, rate: u64) -> Result<(usize, Injected)
     for plan in &plans {
         let node = SchedulerBuilder::new(CLUSTER)
             .settings(settings())
-            .paused_clock_for_tests(quartz_testkit::clock_is_paused())
+            .on_test_clock()
             .handler("record", |_| Ok(()))
             .start(FaultyStore::new(db.store().await, Arc::clone(plan)))
             .await

@@ -40,7 +40,7 @@ async fn ticking_node(store: &MemoryStore, settings: Settings) -> (Scheduler, Ar
     let s = Arc::clone(&seen);
     let node = SchedulerBuilder::new(CLUSTER)
         .settings(settings)
-        .paused_clock_for_tests(true)
+        .stepped_clock()
         .handler("tick", move |ctx| {
             s.lock().push(ctx.scheduled_fire_time());
             Ok(())
@@ -137,7 +137,7 @@ async fn async_handlers_run_as_tasks_within_their_own_bound() {
     };
     let node = SchedulerBuilder::new(CLUSTER)
         .settings(settings)
-        .paused_clock_for_tests(true)
+        .stepped_clock()
         .async_handler("wait", move |_ctx| {
             let (running, most) = (Arc::clone(&r), Arc::clone(&m));
             async move {
@@ -221,7 +221,7 @@ async fn the_living_are_not_declared_dead_for_coming_back_late_after_an_outage()
         outage.always("list_nodes", Fault::Delay(dead_after));
         let node = SchedulerBuilder::new(CLUSTER)
             .settings(settings.clone())
-            .paused_clock_for_tests(true)
+            .stepped_clock()
             .start(FaultyStore::new(store.clone(), Arc::clone(&outage)))
             .await
             .unwrap();
@@ -288,7 +288,7 @@ async fn a_node_that_cannot_renew_its_membership_runs_nothing_unconfirmed() {
         let runs = Arc::clone(&runs);
         let builder = SchedulerBuilder::new(CLUSTER)
             .settings(settings.clone())
-            .paused_clock_for_tests(true)
+            .stepped_clock()
             .handler("note", move |ctx| {
                 runs.lock()
                     .push((index, ctx.job_name().to_owned(), ctx.scheduled_fire_time()));
@@ -354,7 +354,7 @@ async fn overlap_and_a_limit_on_a_stepped_clock() {
     let store = MemoryStore::new();
     let node = SchedulerBuilder::new(CLUSTER)
         .settings(quartz_testkit::fast_settings())
-        .paused_clock_for_tests(true)
+        .stepped_clock()
         .async_handler("slow", |ctx: JobContext| async move {
             let ms = if ctx.job_name() == "skip" { 2_500 } else { 1_500 };
             tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -550,7 +550,7 @@ async fn ticking_with_fault(
     faults.set_enabled(false);
     let node = SchedulerBuilder::new(CLUSTER)
         .settings(quartz_testkit::fast_settings())
-        .paused_clock_for_tests(true)
+        .stepped_clock()
         .handler("tick", |_| Ok(()))
         .start(FaultyStore::new(store.clone(), Arc::clone(&faults)))
         .await

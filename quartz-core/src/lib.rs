@@ -37,6 +37,8 @@ pub mod mutants;
 pub mod retention;
 pub mod runlog;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod time;
 pub mod trigger;
 

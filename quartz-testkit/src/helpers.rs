@@ -12,45 +12,14 @@ pub fn log_if_asked() {
     }
 }
 
-/// Registers a node named `node_id` on `store`'s scheduler, as a node does
-/// when it starts (this process, a test host, no handlers): its reference.
-pub async fn register_node(
-    store: &impl std::ops::Deref<Target = dyn quartz_core::store::Store>,
-    node_id: &str,
-) -> quartz_core::store::NodeRef {
-    let node = store
-        .register_node(&quartz_core::store::NodeRegistration {
-            node_id: node_id.to_owned(),
-            host: "test-host".to_owned(),
-            pid: std::process::id(),
-            weight: 1,
-            handlers: Vec::new(),
-            dead_after: None,
-        })
-        .await
-        .unwrap();
-    quartz_core::store::NodeRef {
-        node_id: node.node_id,
-        incarnation: node.incarnation,
-    }
-}
+pub use quartz_core::testing::conformance::fixtures::register as register_node;
 
 /// Every ledger row of a scheduler, newest first, through the history pages.
 pub async fn ledger(
     store: &impl std::ops::Deref<Target = dyn quartz_core::store::Store>,
     scheduler: &str,
 ) -> Vec<quartz_core::store::FireRecord> {
-    let store = store.scoped(scheduler);
-    let mut all = Vec::new();
-    let mut query = quartz_core::store::FireQuery::new();
-    query.limit = 1_000;
-    loop {
-        let page = store.fires(&query).await.unwrap();
-        let Some(last) = page.last() else { break };
-        query.before_id = Some(last.id);
-        all.extend(page);
-    }
-    all
+    quartz_core::testing::conformance::fixtures::ledger(&store.scoped(scheduler)).await
 }
 
 /// Whether the test runs on tokio's paused clock (`start_paused`): it does
@@ -59,6 +28,20 @@ pub fn clock_is_paused() -> bool {
     let before = tokio::time::Instant::now();
     std::thread::sleep(std::time::Duration::from_millis(1));
     tokio::time::Instant::now() == before
+}
+
+/// A node on the test's clock: stepped when the test runs on tokio's paused
+/// clock ([`clock_is_paused`]), the wall clock otherwise.
+pub trait OnTestClock {
+    /// The builder, on the stepped clock when the test's clock is paused.
+    #[must_use]
+    fn on_test_clock(self) -> Self;
+}
+
+impl OnTestClock for quartz_core::engine::SchedulerBuilder {
+    fn on_test_clock(self) -> Self {
+        if clock_is_paused() { self.stepped_clock() } else { self }
+    }
 }
 
 /// Waits until `cond` holds, failing the test with `what` after `limit`.

@@ -73,6 +73,8 @@ mod runner;
 mod settings;
 mod status;
 mod strategy;
+#[cfg(feature = "testing")]
+pub(crate) mod test_context;
 mod typed;
 
 use std::fmt;
@@ -128,17 +130,51 @@ impl SchedulerBuilder {
         self
     }
 
-    /// Runs the node on tokio's paused clock, which the test steps (a
-    /// `#[tokio::test(start_paused = true)]`): a blocking handler holds the
-    /// clock still while it runs on a pool thread, as tokio's own blocking
-    /// threads do, so that time moves only when the whole node waits. Costs
-    /// a blocking thread per running fire: for tests only, with the
-    /// `testing` feature.
+    /// Runs the node on a clock the test steps: tokio's paused clock (a
+    /// `#[tokio::test(start_paused = true)]`, or `tokio::time::pause()`),
+    /// with the in-memory store ([`crate::testing::MemoryStore`]), whose
+    /// time is tokio's too. A day of fires runs in milliseconds, and the
+    /// same steps give the same fires on every run. A blocking handler holds
+    /// the clock still while it runs on a pool thread, as tokio's own
+    /// blocking threads do, so that time moves only when the whole node
+    /// waits. Costs a blocking thread per running fire: for tests only, with
+    /// the `testing` feature.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::time::Duration;
+    /// use quartz_core::admin::{JobDefinition, TriggerDefinition};
+    /// use quartz_core::engine::{JobContext, SchedulerBuilder};
+    /// use quartz_core::testing::MemoryStore;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap().block_on(async {
+    /// let runs = Arc::new(AtomicUsize::new(0));
+    /// let seen = Arc::clone(&runs);
+    /// let node = SchedulerBuilder::new("test")
+    ///     .async_handler("count", move |_ctx: JobContext| {
+    ///         let seen = Arc::clone(&seen);
+    ///         async move {
+    ///             seen.fetch_add(1, Ordering::SeqCst);
+    ///             Ok(())
+    ///         }
+    ///     })
+    ///     .stepped_clock()
+    ///     .start(MemoryStore::new())
+    ///     .await?;
+    /// let every_minute = JobDefinition::new("tick", "count")
+    ///     .with_trigger(TriggerDefinition::cron("0 * * * * ?", "UTC")?);
+    /// node.admin().job_put(&every_minute).await?;
+    /// tokio::time::sleep(Duration::from_secs(3_600)).await; // an hour, stepped
+    /// assert!(runs.load(Ordering::SeqCst) >= 59);
+    /// node.shutdown().await;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
     #[cfg(feature = "testing")]
-    #[doc(hidden)]
     #[must_use]
-    pub fn paused_clock_for_tests(mut self, paused: bool) -> SchedulerBuilder {
-        self.clock_hooks.paused = paused;
+    pub fn stepped_clock(mut self) -> SchedulerBuilder {
+        self.clock_hooks.paused = true;
         self
     }
 

@@ -57,7 +57,7 @@ impl HistoryStore for SqlStore {
     }
 
     /// A page of the ledger, newest first, read by the conditions the query
-    /// sets ([`Filtered`]).
+    /// sets (`Filtered`).
     async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {
         let job_id = match &query.job {
             Some(name) => Some(self.require_job(&self.scheduler, name).await?.id),

@@ -360,7 +360,7 @@ impl JobStore for SqlStore {
     }
 
     /// A page of the job list, by name, read by the conditions the query
-    /// sets ([`Filtered`]).
+    /// sets (`Filtered`).
     async fn jobs_page(&self, query: &JobQuery) -> Result<Vec<Job>, StoreError> {
         let mut read = Filtered::new(concat!("SELECT ", job_cols!(), " FROM quartz_job"), &self.scheduler);
         read.and("name > ?", query.after.clone())

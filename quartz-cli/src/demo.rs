@@ -116,7 +116,7 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let shell = ShellPolicy::new(&["/usr/bin/echo".to_owned(), "/bin/echo".to_owned()], &[], None)?;
     let listener = crate::web::Listener::bind(args.listen, true).await?;
     let node = builder(SCHEDULER, settings, shell).start(store.clone()).await?;
-    let bound = listener.serve(node.admin())?;
+    let bound = listener.serve(node.admin(), Some(node.probe()))?;
     println!(
         "node {} is running; fires appear as they finish. Ctrl-C to stop.\nweb console: http://{bound}/  \
          (API http://{bound}/api/v1/jobs, metrics http://{bound}/metrics)\n",

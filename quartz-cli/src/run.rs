@@ -235,8 +235,11 @@ pub async fn run(url: &str, scheduler: &str, args: &RunArgs) -> anyhow::Result<(
         println!("shell may run: {allowed}");
     }
     if let Some(listener) = listener {
-        let bound = listener.serve(node.admin().acting_as("http"))?;
-        println!("web console http://{bound}/, API http://{bound}/api/v1/, metrics http://{bound}/metrics");
+        let bound = listener.serve(node.admin().acting_as("http"), Some(node.probe()))?;
+        println!(
+            "web console http://{bound}/, API http://{bound}/api/v1/, metrics http://{bound}/metrics, probes \
+             http://{bound}/livez, /readyz, /startupz"
+        );
     }
     wait_for_signal().await?;
     let summary = node.shutdown().await;

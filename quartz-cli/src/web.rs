@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 
 use anyhow::Context;
 use quartz_core::admin::Admin;
+use quartz_core::engine::NodeProbe;
 use quartz_store::AnyStore;
 use quartz_web::{Access, Web};
 
@@ -51,16 +52,20 @@ impl Listener {
         Ok(Listener { listener, access })
     }
 
-    /// Serves the admin surface on the socket in the background; returns
-    /// the address it listens on.
+    /// Serves the admin surface on the socket in the background, with the
+    /// node it runs beside (for `/readyz`), if any; returns the address it
+    /// listens on.
     ///
     /// # Errors
     ///
     /// The socket's address cannot be read.
-    pub fn serve(self, admin: Admin) -> anyhow::Result<SocketAddr> {
+    pub fn serve(self, admin: Admin, node: Option<NodeProbe>) -> anyhow::Result<SocketAddr> {
         let Listener { listener, access } = self;
         let bound = listener.local_addr()?;
         let mut web = Web::new(admin).access(access);
+        if let Some(node) = node {
+            web = web.node(node);
+        }
         match quartz_web::install_prometheus() {
             Ok(handle) => web = web.metrics(handle),
             Err(e) => tracing::warn!(error = %e, "no /metrics: a metrics recorder is installed already"),
@@ -80,7 +85,7 @@ pub async fn serve(url: &str, scheduler: &str, args: &ServeArgs) -> anyhow::Resu
     let store = AnyStore::connect(url).await?;
     let bound = Listener::bind(args.listen, false)
         .await?
-        .serve(Admin::new(store, scheduler))?;
+        .serve(Admin::new(store, scheduler), None)?;
     println!(
         "quartz web for scheduler {scheduler:?}: http://{bound}/ (API http://{bound}/api/v1/, metrics \
          http://{bound}/metrics); Ctrl-C to stop"

@@ -1,6 +1,6 @@
 //! The HTTP face of a quartz-rs cluster: a JSON API under `/api/v1/` with
-//! its OpenAPI document, a web console for people, `/healthz` and
-//! `/metrics`, as one axum [`Router`](axum::Router) that a service mounts into
+//! its OpenAPI document, a web console for people, the probes (`/livez`,
+//! `/readyz`, `/startupz`, `/healthz`) and `/metrics`, as one axum [`Router`](axum::Router) that a service mounts into
 //! its own server (or `quartz serve` runs on its own).
 //!
 //! Every route goes through the admin surface ([`quartz_core::admin`]), so
@@ -48,6 +48,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use quartz_core::admin::Admin;
+use quartz_core::engine::NodeProbe;
 
 pub use access::{Access, Caller, Role};
 pub use api::ApiDoc;
@@ -65,6 +66,7 @@ pub struct AppState {
     access: Arc<Access>,
     sessions: Arc<Sessions>,
     metrics: Option<PrometheusHandle>,
+    node: Option<NodeProbe>,
 }
 
 impl access::AccessState for AppState {
@@ -86,6 +88,7 @@ pub struct Web {
     admin: Admin,
     access: Access,
     metrics: Option<PrometheusHandle>,
+    node: Option<NodeProbe>,
 }
 
 impl Web {
@@ -96,7 +99,16 @@ impl Web {
             admin,
             access: Access::from_env(),
             metrics: None,
+            node: None,
         }
+    }
+
+    /// The node this server runs beside ([`Scheduler::probe`](quartz_core::engine::Scheduler::probe)):
+    /// `/readyz` then also asks that it be a live member of its cluster
+    /// (running, its membership lease held).
+    pub fn node(mut self, probe: NodeProbe) -> Web {
+        self.node = Some(probe);
+        self
     }
 
     /// Who may call it.
@@ -112,7 +124,15 @@ impl Web {
         self
     }
 
-    /// The router: the console at `/`, `/api/v1/…`, `/healthz`, `/metrics`.
+    /// The router: the console at `/`, `/api/v1/…`, the probes, `/metrics`.
+    ///
+    /// The probes need no token: `/livez` answers while the process serves
+    /// (no database); `/startupz` once the server serves, which
+    /// `quartz run` does once its node has started (connected, migrated,
+    /// registered); `/readyz` when the database answers within
+    /// [`health::READ_LIMIT`] and, beside a node ([`Web::node`]), the node
+    /// is a live member; `/healthz` when the database answers. A failed
+    /// probe is a 503 saying why.
     /// Serve it with
     /// `into_make_service_with_connect_info::<SocketAddr>()` so that, with no
     /// token, loopback callers can be told apart.
@@ -122,11 +142,15 @@ impl Web {
             access: Arc::new(self.access),
             sessions: Arc::new(Sessions::default()),
             metrics: self.metrics,
+            node: self.node,
         };
         Router::<AppState>::new()
             .merge(console::routes())
             .nest("/api/v1", api::routes())
             .route("/healthz", get(healthz))
+            .route("/livez", get(livez))
+            .route("/startupz", get(livez))
+            .route("/readyz", get(readyz))
             .route("/metrics", get(metrics_text))
             .fallback(not_found)
             .layer(axum::middleware::from_fn_with_state(
@@ -185,18 +209,56 @@ pub fn install_prometheus() -> Result<PrometheusHandle, metrics_exporter_prometh
 /// Whether the server and its database answer (a database that has not
 /// answered within [`health::READ_LIMIT`] is down).
 async fn healthz(State(state): State<AppState>) -> Response {
+    match database_now(&state).await {
+        Ok(now) => Json(serde_json::json!({"status": "ok", "database_now": now.as_millis()})).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The process serves: no database asked.
+async fn livez() -> Response {
+    Json(serde_json::json!({"status": "ok"})).into_response()
+}
+
+/// The database answers and, beside a node, the node is a live member.
+async fn readyz(State(state): State<AppState>) -> Response {
+    let now = match database_now(&state).await {
+        Ok(now) => now,
+        Err(e) => return e.into_response(),
+    };
+    let Some(probe) = &state.node else {
+        return Json(serde_json::json!({"status": "ok", "database_now": now.as_millis()})).into_response();
+    };
+    let unready = |message: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", message);
+    match probe.status() {
+        None => unready("the node has stopped".to_owned()).into_response(),
+        Some(status) => match status.live_member() {
+            Ok(()) => Json(serde_json::json!({
+                "status": "ok",
+                "database_now": now.as_millis(),
+                "node": status.node.node_id,
+                "incarnation": status.node.incarnation,
+            }))
+            .into_response(),
+            Err(why) => unready(why).into_response(),
+        },
+    }
+}
+
+/// The database's clock, or the 503 saying why there is none: an error, or
+/// no answer within [`health::READ_LIMIT`].
+async fn database_now(state: &AppState) -> Result<quartz_core::Timestamp, ApiError> {
     match tokio::time::timeout(health::READ_LIMIT, state.admin.now()).await {
-        Ok(Ok(now)) => Json(serde_json::json!({"status": "ok", "database_now": now.as_millis()})).into_response(),
-        Ok(Err(e)) => ApiError::from(e).into_response(),
-        Err(_) => ApiError::new(
+        Ok(Ok(now)) => Ok(now),
+        Ok(Err(e)) => Err(ApiError::from(e)),
+        Err(_) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",
             format!(
                 "the database did not answer within {} ms",
                 health::READ_LIMIT.as_millis()
             ),
-        )
-        .into_response(),
+        )),
     }
 }
 

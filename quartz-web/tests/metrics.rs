@@ -149,10 +149,14 @@ async fn database_down(handle: &metrics_exporter_prometheus::PrometheusHandle) {
         .find(|l| l.starts_with("quartz_cluster_database_up{") && l.contains("scheduler=\"metrics-down\""))
         .unwrap_or_else(|| panic!("{}", scrape.body));
     assert!(up.ends_with(" 0"), "{up}");
-    let asked = std::time::Instant::now();
-    let health = http::get(addr, "GET", "/healthz", None).await;
-    assert_eq!(health.status, 503, "{}", health.body);
-    assert!(asked.elapsed() < Duration::from_secs(2));
+    for probe in ["/healthz", "/readyz"] {
+        let asked = std::time::Instant::now();
+        let health = http::get(addr, "GET", probe, None).await;
+        assert_eq!(health.status, 503, "{probe}: {}", health.body);
+        assert!(asked.elapsed() < Duration::from_secs(2), "{probe}");
+    }
+    // The process lives, whatever the database does.
+    assert_eq!(http::get(addr, "GET", "/livez", None).await.status, 200);
     proxy.set(Mode::Pass);
     drop(store);
     db.drop_db().await;

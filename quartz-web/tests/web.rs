@@ -19,3 +19,4 @@ mod browser;
 mod console;
 mod deploy;
 mod openapi;
+mod probes;

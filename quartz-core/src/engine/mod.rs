@@ -291,6 +291,25 @@ impl SchedulerBuilder {
     }
 }
 
+/// Reads a node's status while the node lives ([`Scheduler::probe`]).
+#[derive(Clone)]
+pub struct NodeProbe(std::sync::Weak<Stages>);
+
+impl NodeProbe {
+    /// The node's status, or `None` once the node is gone.
+    pub fn status(&self) -> Option<NodeStatus> {
+        self.0.upgrade().map(|stages| stages.status())
+    }
+}
+
+impl fmt::Debug for NodeProbe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeProbe")
+            .field("alive", &(self.0.strong_count() > 0))
+            .finish()
+    }
+}
+
 /// A running node: cheap to clone (clones are handles to one node). When
 /// the last handle is dropped its tasks stop without the graceful steps;
 /// call [`shutdown`](Self::shutdown) (from any handle) to leave the cluster
@@ -365,6 +384,12 @@ impl Scheduler {
     /// A snapshot of the node: phase, members, pool and counters.
     pub fn status(&self) -> NodeStatus {
         self.inner.status()
+    }
+
+    /// A handle that reads this node's status without keeping the node
+    /// alive (for a web server's readiness probe beside it).
+    pub fn probe(&self) -> NodeProbe {
+        NodeProbe(Arc::downgrade(&self.inner))
     }
 
     /// Creates a job with its triggers, after checking that this node has its

@@ -179,6 +179,7 @@ impl Stages {
             counters: ctx.counters(),
             db_offset_ms: ctx.clock.offset_ms(),
             running: ctx.flights.running_count(),
+            holds_lease: ctx.membership_fresh(),
         }
     }
 

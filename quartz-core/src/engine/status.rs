@@ -84,6 +84,35 @@ pub struct NodeStatus {
     pub db_offset_ms: i64,
     /// Fires running now.
     pub running: usize,
+    /// Whether it holds its membership lease: a heartbeat the database took
+    /// within the lease, counted from when it was sent. A node that does not
+    /// may be declared dead; it claims and starts nothing until it renews.
+    pub holds_lease: bool,
+}
+
+impl NodeStatus {
+    /// Whether the node is a live member of its cluster, running and
+    /// holding its lease; otherwise, why not, in words (what a readiness
+    /// probe answers).
+    ///
+    /// # Errors
+    ///
+    /// Why the node is not a live member.
+    pub fn live_member(&self) -> Result<(), String> {
+        match self.phase {
+            Phase::Running if self.holds_lease => Ok(()),
+            Phase::Running => Err(format!(
+                "node {} has not renewed its membership lease in time (is the database reachable?)",
+                self.node.node_id
+            )),
+            Phase::Fenced => Err(format!(
+                "node {} was declared dead by the cluster and is registering again",
+                self.node.node_id
+            )),
+            Phase::ShuttingDown => Err(format!("node {} is shutting down", self.node.node_id)),
+            Phase::Stopped => Err(format!("node {} has stopped", self.node.node_id)),
+        }
+    }
 }
 
 /// What a graceful shutdown did.

@@ -465,6 +465,34 @@ fn every_admin_command(url: &str) {
     );
 }
 
+/// An audit of a scheduler with nothing in it is refused, naming the
+/// schedulers the database holds; not reported clean.
+#[test]
+fn an_audit_of_an_empty_scheduler_names_the_ones_there() {
+    let (_dir, url) = scratch("empty-audit");
+    let out = quartz(&url, &["audit"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("neither has any other"), "{}", stderr(&out));
+    json(
+        &url,
+        &["job", "add", "hello", "--handler", "log", "--cron", "0 0 6 * * ?"],
+    );
+    let other = Command::new(env!("CARGO_BIN_EXE_quartz"))
+        .args(["--database-url", &url, "--scheduler", "default", "audit"])
+        .env_remove("QUARTZ_DATABASE_URL")
+        .env_remove("QUARTZ_SCHEDULER")
+        .output()
+        .unwrap();
+    assert_eq!(other.status.code(), Some(2), "{}", stderr(&other));
+    assert!(
+        stderr(&other).contains(r#"nothing to audit; this database holds "cli""#),
+        "{}",
+        stderr(&other)
+    );
+    let audit = quartz(&url, &["audit"]);
+    assert!(audit.status.success(), "{}", stderr(&audit));
+}
+
 #[test]
 fn help_on_every_command_has_examples() {
     for args in [

@@ -187,10 +187,19 @@ impl Db {
                 })
             })
             .connect(&url)
-            .await
-            .map_err(|e| StoreError::Unavailable {
-                reason: format!("cannot connect to {}: {e}", redact(&url)),
-            })?;
+            .await;
+        let pool = match pool {
+            Ok(pool) => pool,
+            Err(e) => {
+                return Err(StoreError::Unavailable {
+                    reason: format!(
+                        "cannot connect to {}: {}",
+                        redact(&url),
+                        connect_cause(&url, e, options.acquire_timeout).await
+                    ),
+                });
+            }
+        };
         let alive = Arc::new(());
         if let Some(hosts) = &hosts {
             hosts.watch(&pool, Arc::downgrade(&alive));
@@ -360,6 +369,43 @@ impl crate::SqlStore {
         use sqlx::ConnectOptions as _;
         let url = pool.connect_options().to_url_lossy();
         crate::SqlStore::connect_with(url.as_str(), options).await
+    }
+}
+
+/// Why a pool could not open its first connection, in words. The pool
+/// tries again until its acquire timeout and then says only that it timed
+/// out: one connection made directly names the cause (refused, no such
+/// host, refused credentials, no answer).
+async fn connect_cause(url: &str, error: sqlx::Error, waited: Duration) -> String {
+    use sqlx::Connection as _;
+    if !matches!(error, sqlx::Error::PoolTimedOut) {
+        return describe_connect_error(&error);
+    }
+    match tokio::time::timeout(Duration::from_secs(3), sqlx::AnyConnection::connect(url)).await {
+        Ok(Err(e)) => describe_connect_error(&e),
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            format!(
+                "the server accepts connections, but the pool got none ready within {} s (too many clients, \
+                 or a slow session setup)",
+                waited.as_secs()
+            )
+        }
+        Err(_) => format!(
+            "no answer within {} s (a stopped server, or a network that drops packets)",
+            waited.as_secs()
+        ),
+    }
+}
+
+/// A connection's error, as a person reads it.
+fn describe_connect_error(error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+            "connection refused: is the server running, and listening on that host and port?".to_owned()
+        }
+        sqlx::Error::Database(db) => db.message().to_owned(),
+        other => other.to_string(),
     }
 }
 

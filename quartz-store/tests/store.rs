@@ -48,6 +48,7 @@ store_tests!(
         a_calendar_name_is_added_once,
         a_triggers_jitter_and_catch_up_window_are_kept,
         history_filters_and_pages,
+        the_schedulers_holding_jobs_or_nodes_are_listed,
         concurrent_claimers_win_each_fire_exactly_once,
         a_retired_incarnation_is_fenced,
         misfire_decisions_are_compare_and_set_and_recorded,
@@ -68,6 +69,7 @@ store_tests!(
     ]
     sql: [
         migrations_run_twice_and_concurrently,
+        a_missing_schema_names_quartz_migrate,
         a_start_racing_its_nodes_retirement_starts_nothing,
         a_row_that_cannot_be_decoded_is_set_aside_and_the_rest_served,
         due_executes_come_in_time_order_and_bad_rows_are_set_aside,
@@ -131,6 +133,37 @@ async fn a_claim_loses_against_a_row_moved_back_by_hand(db: &TestDb) {
         .unwrap();
     assert_eq!(batch, [None, None]);
     assert_eq!(ledger(&store).await.len(), fires.len(), "no second row for any fire");
+}
+
+/// A store on a database without the schema (connected with migrations
+/// off) says what to run, not only the server's "relation does not exist".
+async fn a_missing_schema_names_quartz_migrate(db: &TestDb) {
+    let options = StoreOptions {
+        migrate: false,
+        ..StoreOptions::default()
+    };
+    let store = db.store_with(&options).await.scoped(S);
+    let error = store.list_jobs().await.unwrap_err().to_string();
+    assert!(error.contains("quartz migrate"), "{error}");
+    assert!(error.contains("quartz_job"), "names what is missing: {error}");
+    assert!(!error.contains(" at line "), "{error}");
+}
+
+/// A server that is not there is named as such, with its address, within
+/// the pool's acquire timeout, not as "pool timed out".
+#[tokio::test]
+async fn a_database_that_is_down_is_named_with_the_cause() {
+    let options = StoreOptions {
+        acquire_timeout: std::time::Duration::from_millis(500),
+        ..StoreOptions::default()
+    };
+    // Port 1 on loopback: nothing listens there.
+    for url in ["postgres://quartz@127.0.0.1:1/app", "mysql://quartz@127.0.0.1:1/app"] {
+        let error = AnyStore::connect_with(url, &options).await.unwrap_err().to_string();
+        assert!(error.contains("connection refused"), "{url}: {error}");
+        assert!(error.contains("127.0.0.1:1"), "{url}: {error}");
+        assert!(!error.contains("pool timed out"), "{url}: {error}");
+    }
 }
 
 async fn migrations_run_twice_and_concurrently(db: &TestDb) {

@@ -215,9 +215,36 @@ pub struct AuditArgs {
     clock_slack: Duration,
 }
 
+/// An audit of a scheduler that holds nothing here (no job, node or fire)
+/// would be clean and say nothing: refused, naming the schedulers the
+/// database does hold (a mistyped or forgotten `--scheduler`).
+async fn refuse_empty(store: &dyn quartz_core::store::Store, scheduler: &str) -> anyhow::Result<()> {
+    let mut one = quartz_core::store::FireQuery::new();
+    one.limit = 1;
+    if !store.list_jobs().await?.is_empty()
+        || !store.list_nodes().await?.is_empty()
+        || !store.fires(&one).await?.is_empty()
+    {
+        return Ok(());
+    }
+    let held = store.schedulers().await?;
+    if held.is_empty() {
+        anyhow::bail!(
+            "scheduler {scheduler:?} has no jobs, nodes or fires here, and neither has any other: is this the \
+             database the nodes use (--database-url, QUARTZ_DATABASE_URL)?"
+        );
+    }
+    anyhow::bail!(
+        "scheduler {scheduler:?} has no jobs, nodes or fires here, so there is nothing to audit; this database \
+         holds {}: choose one with --scheduler NAME (or QUARTZ_SCHEDULER)",
+        held.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
+    );
+}
+
 /// `quartz audit`: `Ok(true)` when the ledger is clean.
 pub async fn audit(url: &str, scheduler: &str, out: Out, args: AuditArgs) -> anyhow::Result<bool> {
     let store = AnyStore::connect(url).await?.scoped(scheduler);
+    refuse_empty(&*store, scheduler).await?;
     let now = store.now().await?;
     let until = args.until.unwrap_or(now).min(now);
     let params = AuditParams {

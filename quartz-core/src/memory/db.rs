@@ -72,6 +72,18 @@ impl Db {
         self.schedulers.get(scheduler)
     }
 
+    /// The schedulers with a job or a node, by name.
+    pub(super) fn holding_rows(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .schedulers
+            .iter()
+            .filter(|(_, s)| !s.job_names.is_empty() || !s.nodes.is_empty())
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Counts a change and writes its log row.
     pub(super) fn changed(&mut self, scheduler: &str, at: i64, c: Change) {
         let id = self.id();

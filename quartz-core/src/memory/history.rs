@@ -12,6 +12,10 @@ use super::MemoryStore;
 
 #[async_trait]
 impl HistoryStore for MemoryStore {
+    async fn schedulers(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self.read(|db| db.holding_rows()))
+    }
+
     async fn list_nodes(&self) -> Result<Vec<Node>, StoreError> {
         let scheduler = &*self.scheduler;
         Ok(self.read(|db| {

@@ -268,4 +268,9 @@ pub trait HistoryStore: Send + Sync {
     /// the others by reading the counter every few dozen milliseconds, so that
     /// every node sees a change within [`CHANGE_VISIBILITY_MS`].
     async fn change_wait(&self, seen: i64, max_wait: std::time::Duration) -> Result<i64, StoreError>;
+
+    /// The schedulers this database holds jobs or nodes of, by name,
+    /// whichever scheduler this handle is scoped to: what an operator who
+    /// named a scheduler with nothing in it is shown.
+    async fn schedulers(&self) -> Result<Vec<String>, StoreError>;
 }

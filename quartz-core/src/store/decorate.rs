@@ -52,6 +52,7 @@ macro_rules! store_methods {
                 fn health_counts(&self, overdue_before: $crate::Timestamp, stranded_before: $crate::Timestamp, recent_since: $crate::Timestamp) -> $crate::store::HealthCounts;
                 fn changes(&self) -> i64;
                 fn change_wait(&self, seen: i64, max_wait: std::time::Duration) -> i64;
+                fn schedulers(&self) -> Vec<String>;
             }
             impl NodeStore {
                 fn register_node(&self, node: &$crate::store::NodeRegistration) -> $crate::store::Node;

@@ -14,6 +14,10 @@ use super::script::{Record, ms, num, opt};
 
 #[async_trait]
 impl HistoryStore for RedisStore {
+    async fn schedulers(&self) -> Result<Vec<String>, StoreError> {
+        self.holding_rows().await
+    }
+
     async fn list_nodes(&self) -> Result<Vec<Node>, StoreError> {
         let scheduler = self.scheduler();
         let records: Vec<Record> = self.run(scheduler, 0, "nodes", &json!({})).await?;

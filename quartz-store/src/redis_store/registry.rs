@@ -90,6 +90,35 @@ impl RedisStore {
         Ok(n)
     }
 
+    /// The registered schedulers that hold a job or a node, by name (a
+    /// name is registered by any call, a read too).
+    pub(super) async fn holding_rows(&self) -> Result<Vec<String>, StoreError> {
+        let mut conn = self.conn.clone();
+        let names: Vec<String> = redis::cmd("HKEYS")
+            .arg(self.registry_key("schedulers"))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| error(&e))?;
+        let mut held = Vec::new();
+        for name in names {
+            let keys = self.keys(&name)?;
+            let mut any = false;
+            for key in [keys.job_names(), keys.nodes()] {
+                let n: i64 = redis::cmd("EXISTS")
+                    .arg(key)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| error(&e))?;
+                any |= n > 0;
+            }
+            if any {
+                held.push(name);
+            }
+        }
+        held.sort();
+        Ok(held)
+    }
+
     /// The scheduler whose id this is, with its number; `None` when no
     /// scheduler has that number (no such record).
     pub(super) async fn scheduler_of(&self, id: i64) -> Result<Option<(String, i64)>, StoreError> {

@@ -79,10 +79,37 @@ pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
         sqlx::Error::Database(ref db) if is_conflict(db.code().as_deref()) => {
             StoreError::Conflict { reason: e.to_string() }
         }
+        sqlx::Error::Database(ref db) if is_missing_schema(db.code().as_deref(), db.message()) => {
+            StoreError::Database {
+                reason: format!(
+                    "{}: the quartz schema is missing here, or older than this build; run `quartz migrate \
+                 --database-url URL` (or connect with StoreOptions::migrate on, as by default)",
+                    db.message()
+                ),
+            }
+        }
+        // The server's message without sqlx's wrapping and the server's own
+        // source line ("… at line 1392").
+        sqlx::Error::Database(ref db) => StoreError::Database {
+            reason: match db.code() {
+                Some(code) => format!("{} (SQLSTATE {code})", db.message()),
+                None => db.message().to_owned(),
+            },
+        },
         other => StoreError::Database {
             reason: other.to_string(),
         },
     }
+}
+
+/// A table or column the statement names is not in the database: the
+/// schema was never made there, or is older than the statements
+/// (PostgreSQL's 42P01 and 42703, MySQL's and MariaDB's 42S02 and 42S22,
+/// SQLite's "no such table" and "no such column").
+pub(crate) fn is_missing_schema(code: Option<&str>, message: &str) -> bool {
+    matches!(code, Some("42P01" | "42703" | "42S02" | "42S22"))
+        || message.starts_with("no such table")
+        || message.starts_with("no such column")
 }
 
 /// Runs a transaction again, up to three times in all, when the database

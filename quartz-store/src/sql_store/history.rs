@@ -42,6 +42,14 @@ fn search_ended(e: sqlx::Error, limit_ms: u64) -> StoreError {
 /// wait are in `changes.rs`, with the listener that wakes it.
 #[async_trait::async_trait]
 impl HistoryStore for SqlStore {
+    async fn schedulers(&self) -> Result<Vec<String>, StoreError> {
+        let rows = self
+            .query("SELECT scheduler FROM quartz_job UNION SELECT scheduler FROM quartz_node ORDER BY 1")
+            .rows(&self.db.pool)
+            .await?;
+        rows.iter().map(|row| row.try_get(0).map_err(db_error)).collect()
+    }
+
     async fn list_nodes(&self) -> Result<Vec<Node>, StoreError> {
         let scheduler = self.scheduler();
         let rows = self

@@ -371,3 +371,25 @@ pub(super) async fn history_filters_and_pages(env: &Env<'_>) {
         assert_eq!(got, want, "{state:?}");
     }
 }
+
+/// The schedulers holding rows are listed whatever scheduler the handle is
+/// scoped to, and one with nothing in it is not.
+pub(super) async fn the_schedulers_holding_jobs_or_nodes_are_listed(env: &Env<'_>) {
+    let store = env.store().await;
+    let empty = format!("{}-empty", env.scheduler());
+    let noded = format!("{}-nodes", env.scheduler());
+    let listed = |names: &[String], name: &str| names.iter().any(|n| n == name);
+    let before = store.schedulers().await.unwrap();
+    assert!(!listed(&before, env.scheduler()), "{before:?}");
+    store.create_job(&JobSpec::new("listed", "noop"), &[]).await.unwrap();
+    register(&store.scoped(&noded), "a-node").await;
+    // A read of an empty scheduler leaves nothing that lists it.
+    assert!(store.scoped(&empty).list_jobs().await.unwrap().is_empty());
+    let names = store.scoped(&empty).schedulers().await.unwrap();
+    assert!(listed(&names, env.scheduler()), "{names:?}");
+    assert!(listed(&names, &noded), "{names:?}");
+    assert!(!listed(&names, &empty), "{names:?}");
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "by name");
+}

@@ -91,6 +91,7 @@ checks!(
     jobs::a_calendar_name_is_added_once,
     jobs::a_triggers_jitter_and_catch_up_window_are_kept,
     jobs::history_filters_and_pages,
+    jobs::the_schedulers_holding_jobs_or_nodes_are_listed,
     claims::concurrent_claimers_win_each_fire_exactly_once,
     claims::a_retired_incarnation_is_fenced,
     claims::misfire_decisions_are_compare_and_set_and_recorded,

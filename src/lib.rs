@@ -91,7 +91,7 @@ pub mod prelude {
     pub use crate::ConnectExt;
     pub use quartz_core::admin::{JobDefinition, TriggerDefinition};
     pub use quartz_core::cron::CronExpression;
-    pub use quartz_core::engine::{JobContext, JobResult, Scheduler, SchedulerBuilder, Settings, TypedJob};
+    pub use quartz_core::engine::{JobContext, JobResult, Scheduler, SchedulerBuilder, Settings, Steer, TypedJob};
     pub use quartz_core::misfire::MisfirePolicy;
     pub use quartz_core::store::{CalendarStore as _, HistoryStore as _, JobStore as _};
     pub use quartz_core::store::{ExecuteSpec, JobSpec, RetryPolicy, Store};

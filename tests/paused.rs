@@ -616,3 +616,75 @@ async fn a_schedule_edited_by_hand_unclaims_the_fire_claimed_ahead_on_the_old_on
         "only the new schedule's times ran: {after:?}"
     );
 }
+
+/// A handler's error steers its fire: `no_retry` and `cancel` end it at
+/// the first attempt whatever the job's retries, `retry_after` waits what
+/// it asked instead of the backoff, and a plain error is retried by the
+/// policy; each recorded with what it asked.
+#[tokio::test(start_paused = true)]
+async fn a_handlers_error_steers_its_retries() {
+    use quartz::engine::Steer;
+    let store = MemoryStore::new();
+    let node = SchedulerBuilder::new(CLUSTER)
+        .settings(quartz_testkit::fast_settings())
+        .stepped_clock()
+        .handler("steer", |ctx| {
+            let asked: String = ctx.payload()?;
+            Err(match asked.as_str() {
+                "no-retry" => Steer::no_retry("the account is closed").into(),
+                "cancel" => Steer::cancel("superseded").into(),
+                "later" => Steer::retry_after(Duration::from_secs(600), "429 from the bank").into(),
+                _ => "plain failure".into(),
+            })
+        })
+        .start(store.clone())
+        .await
+        .unwrap();
+    let start = store.now().await.unwrap().saturating_add_millis(2_000);
+    for asked in ["no-retry", "cancel", "later", "plain"] {
+        let job = JobDefinition::new(asked, "steer")
+            .with_payload(asked)
+            .unwrap()
+            .with_retry(RetryPolicy::fixed(3, Duration::from_secs(1)))
+            .with_trigger(TriggerDefinition::once(start));
+        node.admin().job_add(&job).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1_300)).await;
+    node.shutdown().await;
+    let rows = quartz_testkit::ledger(&quartz::store::AnyStore::from(store.scoped(CLUSTER)), CLUSTER).await;
+    let of = |name: &str| -> Vec<quartz::store::FireRecord> {
+        let mut v: Vec<_> = rows
+            .iter()
+            .filter(|r| r.error.as_deref().is_some_and(|e| e.contains(name)))
+            .cloned()
+            .collect();
+        v.sort_by_key(|r| r.attempt);
+        v
+    };
+    let closed = of("the account is closed");
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert!(closed[0].error.as_deref().unwrap().starts_with("no retry: "));
+    let superseded = of("superseded");
+    assert_eq!(superseded.len(), 1, "{superseded:?}");
+    assert!(
+        superseded[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .starts_with("cancelled by the handler: ")
+    );
+    let later = of("429 from the bank");
+    assert_eq!(later.len(), 3, "every attempt the policy has: {later:?}");
+    for pair in later.windows(2) {
+        let waited = pair[1].started_at.unwrap().as_millis() - pair[0].finished_at.unwrap().as_millis();
+        assert!((600_000..610_000).contains(&waited), "waited {waited} ms, asked 600 s");
+    }
+    assert!(later[0].error.as_deref().unwrap().starts_with("retry after 10 min: "));
+    let plain = of("plain failure");
+    assert_eq!(plain.len(), 3, "{plain:?}");
+    for pair in plain.windows(2) {
+        let waited = pair[1].started_at.unwrap().as_millis() - pair[0].finished_at.unwrap().as_millis();
+        assert!(waited < 10_000, "the policy's 1 s backoff: {waited} ms");
+    }
+    assert!(rows.iter().all(|r| r.state == FireState::Failed), "{rows:?}");
+}

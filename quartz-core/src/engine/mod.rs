@@ -72,6 +72,7 @@ mod run;
 mod runner;
 mod settings;
 mod status;
+mod steer;
 mod strategy;
 #[cfg(feature = "testing")]
 pub(crate) mod test_context;
@@ -85,6 +86,7 @@ pub use error::SchedulerError;
 pub use handler::{CancelReason, Cancellation, FencingToken, JobContext, JobError, JobResult, RunKind};
 pub use settings::{Settings, Strategy};
 pub use status::{Counters, NodeStatus, Phase, ShutdownSummary};
+pub use steer::{Steer, SteerKind};
 pub use typed::TypedJob;
 
 use crate::store::{IntoStore, Job, NodeRef};

@@ -17,6 +17,7 @@ use super::handler::{CancelReason, Cancellation, Dropper, JobContext, RunKind};
 use super::launch_handle::Launch;
 use super::recorder::Recorder;
 use super::run::{Handled, PendingFire, Ran, RunFire, Witness};
+use super::steer::{Steer, SteerKind};
 use crate::misfire::MisfirePolicy;
 use crate::store::{ChainedFire, FireEnd, FollowUp, HandlerSpan, LateRun, Outcome};
 use crate::trigger::Trigger;
@@ -281,6 +282,11 @@ impl Runner {
             );
         }
         let result = result.map(|h| h.result);
+        // What the handler's error asked, if it steers its fire.
+        let steer = match &result {
+            Some(Err(e)) => Steer::of(&**e),
+            _ => None,
+        };
         self.ctx.flights.not_running(run.fire_id);
         // Replaced by a newer fire of its job (the cancel overlap policy):
         // a failure says so, and is not retried.
@@ -329,9 +335,16 @@ impl Runner {
                 "fire failed"
             );
         }
-        let children = match &outcome {
-            Outcome::Failed { error } if run.attempt < run.job.spec.retry.max_attempts && !replaced => {
-                self.fail_with_retry(run, error, ran).await;
+        let retry = match steer {
+            Some(SteerKind::NoRetry | SteerKind::Cancel) => None,
+            Some(SteerKind::RetryAfter(delay)) => Some(delay),
+            _ => Some(run.job.spec.retry.delay(run.attempt + 1, run.fire_id)),
+        };
+        let children = match (&outcome, retry) {
+            (Outcome::Failed { error }, Some(backoff))
+                if run.attempt < run.job.spec.retry.max_attempts && !replaced =>
+            {
+                self.fail_with_retry(run, error, ran, backoff).await;
                 Vec::new()
             }
             _ => self.recorder.record(run, &outcome, ran).await,
@@ -605,9 +618,15 @@ impl Runner {
         }
     }
     /// Records a failed attempt and, in the same transaction, its retry as a
-    /// pending fire after the job's backoff; then waits for it here.
-    pub(super) async fn fail_with_retry(self: &Arc<Self>, run: &RunFire, error: &str, ran: Option<HandlerSpan>) {
-        let backoff = run.job.spec.retry.delay(run.attempt + 1, run.fire_id);
+    /// pending fire after `backoff` (the job's, or what the handler asked);
+    /// then waits for it here.
+    pub(super) async fn fail_with_retry(
+        self: &Arc<Self>,
+        run: &RunFire,
+        error: &str,
+        ran: Option<HandlerSpan>,
+        backoff: Duration,
+    ) {
         for attempt in 1.. {
             match self
                 .ctx

@@ -14,7 +14,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use quartz::prelude::*;
+use quartz::store::ExecuteSpec;
 use quartz::store::{FireQuery, FireState};
+use quartz::trigger::Trigger;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

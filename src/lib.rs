@@ -44,6 +44,8 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 use std::future::Future;
 
 pub use quartz_core::engine::{
@@ -94,8 +96,7 @@ pub mod prelude {
     pub use quartz_core::engine::{JobContext, JobResult, Scheduler, SchedulerBuilder, Settings, Steer, TypedJob};
     pub use quartz_core::misfire::MisfirePolicy;
     pub use quartz_core::store::{CalendarStore as _, HistoryStore as _, JobStore as _};
-    pub use quartz_core::store::{ExecuteSpec, JobSpec, RetryPolicy, Store};
-    pub use quartz_core::trigger::{Schedule, Trigger};
+    pub use quartz_core::store::{JobSpec, RetryPolicy, Store};
     pub use quartz_core::{Timestamp, Tz};
     #[cfg(feature = "redis")]
     pub use quartz_store::RedisStore;

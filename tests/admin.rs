@@ -15,6 +15,8 @@ use quartz::admin::{
     Admin, AdminError, ChangeFilter, FireFilter, JobDefinition, JobFilter, JobPatch, TriggerDefinition,
 };
 use quartz::prelude::*;
+use quartz::store::ExecuteSpec;
+use quartz::trigger::{Schedule, Trigger};
 
 const CLUSTER: &str = "admin-cluster";
 

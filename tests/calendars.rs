@@ -18,7 +18,9 @@ use common::{TestDb, ledger, wait_until};
 use quartz::admin::{Admin, AdminError};
 use quartz::calendar::CalendarDefinition;
 use quartz::prelude::*;
+use quartz::store::ExecuteSpec;
 use quartz::store::{CHANGE_VISIBILITY_MS, ExecuteState, FireState};
+use quartz::trigger::Trigger;
 
 common::backend_tests!(shared:
     a_calendar_change_reaches_every_node_with_no_fire_twice_or_lost,

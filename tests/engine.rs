@@ -18,8 +18,10 @@ use common::{OnTestClock, TestDb, ledger, wait_for, wait_until};
 use quartz::engine::{Phase, Strategy};
 use quartz::misfire::MisfirePolicy;
 use quartz::prelude::*;
+use quartz::store::ExecuteSpec;
 use quartz::store::spi::NodeRegistration;
 use quartz::store::{FireRecord, FireState, NodeRef};
+use quartz::trigger::{Schedule, Trigger};
 
 /// The engine's tests, each on the backends that what it checks needs.
 ///

@@ -27,6 +27,7 @@ use parking_lot::Mutex;
 use quartz::audit::{AuditParams, audit};
 use quartz::prelude::*;
 use quartz::store::{ExecuteSpec, ExecuteState, FireState};
+use quartz::trigger::{Schedule, Trigger};
 use quartz_testkit::pg_pair::{PgPair, Replication};
 use quartz_testkit::{ledger, wait_for, wait_until};
 use sqlx::Connection as _;

@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 
 use quartz::audit::{AuditParams, audit};
 use quartz::prelude::*;
+use quartz::store::ExecuteSpec;
 use quartz::store::{FireRecord, FireState};
+use quartz::trigger::{Schedule, Trigger};
 use quartz_testkit::faults::{Faults, FaultyStore, Injected};
 use quartz_testkit::{Kind, OnTestClock, TestDb, ledger};
 

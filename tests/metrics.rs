@@ -19,7 +19,9 @@ use quartz::engine::metrics::{
     CLAIMED, LATENESS, LIVE_NODES, OUTCOMES, PHASE, POLL_DURATION, POLLS, POOL_THREADS, STARTED, SUCCEEDED,
 };
 use quartz::prelude::*;
+use quartz::store::ExecuteSpec;
 use quartz::store::FireState;
+use quartz::trigger::{Schedule, Trigger};
 
 const CLUSTER: &str = "metrics-cluster";
 const LABELLED: &str = "metrics-labelled";

@@ -20,8 +20,10 @@ use common::{TestDb, ledger, wait_for};
 use quartz::SchedulerError;
 use quartz::admin::{AdminError, JobDefinition, TriggerDefinition};
 use quartz::prelude::*;
+use quartz::store::ExecuteSpec;
 use quartz::store::{ConcurrencyLimit, FireRecord, FireState, RetryPolicy};
 use quartz::trigger::Overlap;
+use quartz::trigger::Trigger;
 
 common::backend_tests!(shared:
     each_overlap_policy_on_three_nodes,

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use quartz::prelude::*;
+use quartz::store::ExecuteSpec;
 use quartz::store::{FireState, NodeState, Store};
+use quartz::trigger::{Schedule, Trigger};
 use quartz_testkit::memory::MemoryStore;
 use quartz_testkit::wait_until;
 

@@ -13,6 +13,8 @@ use std::time::Duration;
 use common::{Kind, TestDb, wait_for};
 use parking_lot::Mutex;
 use quartz::prelude::*;
+use quartz::store::ExecuteSpec;
+use quartz::trigger::{Schedule, Trigger};
 
 const CLUSTER: &str = "spans-cluster";
 

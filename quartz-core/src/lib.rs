@@ -24,6 +24,8 @@
 //! # Ok::<(), quartz_core::Error>(())
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod admin;
 pub mod audit;
 pub mod calendar;

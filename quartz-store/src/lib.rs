@@ -27,6 +27,8 @@
 //! # }).unwrap();
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod any_store;
 mod common;
 mod connect;

@@ -29,6 +29,8 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod access;
 mod api;
 mod console;

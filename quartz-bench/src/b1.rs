@@ -10,7 +10,7 @@
 //! handlers' to compare, come from the ledger.
 //!
 //! ```text
-//! cargo run --release -p quartz-bench -- b1 [--url URL] [--triggers 1000,2000] [--nodes 1,2,3] [--seconds 60] [--hog N] [--schedulers N] [--plot DIR]
+//! cargo run --release -p quartz-bench -- b1 [--url URL] [--triggers 1000,2000] [--nodes 1,2,3] [--seconds 60] [--hog N] [--schedulers N] [--plot DIR] [--hold-xmin]
 //! ```
 //!
 //! Every S in `--triggers` runs with every K in `--nodes` (the grid). `--hog N`
@@ -71,6 +71,13 @@ pub struct Args {
     /// with its due one (`Settings::claim_runs` off; on by default).
     #[arg(long)]
     no_claim_runs: bool,
+    /// PostgreSQL: keep a REPEATABLE READ transaction open through each run,
+    /// its snapshot taken before the jobs are written (as a long report or
+    /// a `pg_dump` does), so that vacuum can remove no row version the run
+    /// leaves behind; the tables' dead row versions and sizes at the end go
+    /// to stderr.
+    #[arg(long)]
+    hold_xmin: bool,
 }
 
 /// Runs B1 with the options on the command line.
@@ -211,6 +218,7 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
             if n > 1 { format!("{base}-{j}") } else { base }
         })
         .collect();
+    let held = if args.hold_xmin { Some(HeldSnapshot::take(&args.url).await) } else { None };
     let (start, end) = storm_window(store, &schedulers[0], s, args.seconds).await;
     for (j, scheduler) in schedulers.iter().enumerate() {
         // S split as evenly as it goes.
@@ -281,7 +289,66 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
     }
     run.lateness.sort_unstable();
     run.handler_lateness.sort_unstable();
+    if let Some(held) = held {
+        for line in held.release().await {
+            eprintln!("  held xmin S={s} K={k}: {line}");
+        }
+    }
     run
+}
+
+/// A transaction that holds PostgreSQL's xmin back through a run: a
+/// snapshot taken at its start, kept until the run's ledger is read.
+struct HeldSnapshot {
+    conn: sqlx::PgConnection,
+    url: String,
+}
+
+impl HeldSnapshot {
+    async fn take(url: &str) -> HeldSnapshot {
+        use sqlx::{Connection as _, Executor as _};
+        assert!(url.starts_with("postgres"), "--hold-xmin is for PostgreSQL");
+        let mut conn = sqlx::PgConnection::connect(url).await.expect("a connection to hold the snapshot");
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ").await.unwrap();
+        // The snapshot is taken at the transaction's first statement.
+        conn.execute("SELECT count(*) FROM quartz_fire").await.unwrap();
+        HeldSnapshot {
+            conn,
+            url: url.to_owned(),
+        }
+    }
+
+    /// Ends the transaction; what the tables hold then (read on a
+    /// connection of its own, the statistics being per transaction).
+    async fn release(mut self) -> Vec<String> {
+        use sqlx::{Connection as _, Executor as _, Row as _};
+        let _ = self.conn.execute("ROLLBACK").await;
+        let Ok(mut conn) = sqlx::PgConnection::connect(&self.url).await else {
+            return Vec::new();
+        };
+        let rows = conn
+            .fetch_all(
+                "SELECT relname::text, n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd, \
+                 pg_total_relation_size(relid) FROM pg_stat_user_tables \
+                 WHERE relname IN ('quartz_execute', 'quartz_fire') ORDER BY relname",
+            )
+            .await
+            .unwrap_or_default();
+        rows.iter()
+            .map(|r| {
+                let n = |i: usize| r.try_get::<i64, _>(i).unwrap_or(0);
+                format!(
+                    "{}: {} live and {} dead row versions, {} updates ({} HOT), {:.1} MB",
+                    r.try_get::<String, _>(0).unwrap_or_default(),
+                    n(1),
+                    n(2),
+                    n(3),
+                    n(4),
+                    f64::from(u32::try_from(n(5) / 1024).unwrap_or(u32::MAX)) / 1024.0
+                )
+            })
+            .collect()
+    }
 }
 
 /// What the run log checker found, summed over a run's schedulers.

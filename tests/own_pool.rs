@@ -108,6 +108,18 @@ async fn a_job_added_in_the_services_transaction_exists_only_if_it_commits(db: &
     let e = postgres::add_job(&mut tx, CLUSTER, &away).await.unwrap_err();
     assert!(matches!(e, AdminError::CalendarNotFound { .. }), "{e}");
     tx.rollback().await.unwrap();
+    // A misspelt handler or scheduler, refused naming it.
+    let mut tx = pool.begin().await.unwrap();
+    let typo = JobDefinition::new("typo", "invoise").with_trigger(TriggerDefinition::every(Duration::from_secs(1)));
+    let e = postgres::add_job(&mut tx, CLUSTER, &typo).await.unwrap_err();
+    assert_eq!(e.field(), Some("handler"), "{e}");
+    assert!(e.to_string().contains("invoice"), "names what the nodes offer: {e}");
+    let e = postgres::add_job(&mut tx, &format!("{CLUSTER}-typo"), &invoice("elsewhere"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.field(), Some("scheduler"), "{e}");
+    assert!(e.to_string().contains(CLUSTER), "names the schedulers there: {e}");
+    tx.rollback().await.unwrap();
     node.shutdown().await;
     pool.close().await;
 }

@@ -218,7 +218,11 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
             if n > 1 { format!("{base}-{j}") } else { base }
         })
         .collect();
-    let held = if args.hold_xmin { Some(HeldSnapshot::take(&args.url).await) } else { None };
+    let held = if args.hold_xmin {
+        Some(HeldSnapshot::take(&args.url).await)
+    } else {
+        None
+    };
     let (start, end) = storm_window(store, &schedulers[0], s, args.seconds).await;
     for (j, scheduler) in schedulers.iter().enumerate() {
         // S split as evenly as it goes.
@@ -308,7 +312,9 @@ impl HeldSnapshot {
     async fn take(url: &str) -> HeldSnapshot {
         use sqlx::{Connection as _, Executor as _};
         assert!(url.starts_with("postgres"), "--hold-xmin is for PostgreSQL");
-        let mut conn = sqlx::PgConnection::connect(url).await.expect("a connection to hold the snapshot");
+        let mut conn = sqlx::PgConnection::connect(url)
+            .await
+            .expect("a connection to hold the snapshot");
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ").await.unwrap();
         // The snapshot is taken at the transaction's first statement.
         conn.execute("SELECT count(*) FROM quartz_fire").await.unwrap();

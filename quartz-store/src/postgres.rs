@@ -18,7 +18,7 @@
 
 use quartz_core::Timestamp;
 use quartz_core::admin::{AdminError, JobDefinition};
-use quartz_core::store::{ChangeAction, DEFAULT_ACTOR, StoreError, check_name};
+use quartz_core::store::{ChangeAction, DEFAULT_ACTOR, Node, NodeState, StoreError, check_name};
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Postgres, Row};
 
@@ -44,7 +44,10 @@ fn query(template: &str) -> sqlx::query::Query<'static, Postgres, sqlx::postgres
 /// # Errors
 ///
 /// [`AdminError::Invalid`] naming the field, [`AdminError::Conflict`] for a
-/// name taken, [`AdminError::Invalid`] for an unknown parent,
+/// name taken, [`AdminError::Invalid`] for an unknown parent, a handler no
+/// live node of the scheduler offers (field `handler`), or a scheduler with
+/// no node and no job where other schedulers have nodes (field
+/// `scheduler`: a misspelt name),
 /// [`AdminError::CalendarNotFound`]; database errors as
 /// [`AdminError::Unavailable`] or [`AdminError::Store`]. After an error the
 /// transaction should be rolled back (PostgreSQL refuses further statements
@@ -59,6 +62,7 @@ pub async fn add_job(conn: &mut PgConnection, scheduler: &str, job: &JobDefiniti
     let now = Timestamp::from_millis(now);
     let (spec, executes) = job.to_specs(now)?;
     spec.validate().map_err(StoreError::Invalid)?;
+    check_scheduler_and_handler(conn, scheduler, &spec.handler, now).await?;
     if let Some(parent) = &spec.parent {
         let found = query("SELECT id FROM quartz_job WHERE scheduler = ? AND name = ?")
             .bind(scheduler)
@@ -153,4 +157,81 @@ async fn calendars(conn: &mut PgConnection, scheduler: &str, names: &[&str]) -> 
         });
     }
     Ok(CalendarSet::resolve(&definitions, names.iter().copied()))
+}
+
+/// A misspelt scheduler or handler refused, as the admin surface refuses
+/// them: a handler no live node of the scheduler offers
+/// ([`handler_verdict`](quartz_core::admin::handler_verdict); with no node
+/// live, accepted with a warning in the log); a scheduler with no node and
+/// no job in a database whose other schedulers have nodes.
+async fn check_scheduler_and_handler(
+    conn: &mut PgConnection,
+    scheduler: &str,
+    handler: &str,
+    now: Timestamp,
+) -> Result<(), AdminError> {
+    let rows = query(
+        "SELECT node_id, host, pid, weight, state, incarnation, registered_at, heartbeat_at, busy, handlers, \
+         dead_after_ms FROM quartz_node WHERE scheduler = ?",
+    )
+    .bind(scheduler)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db_error)?;
+    let nodes: Vec<Node> = rows.iter().filter_map(|row| node_of(scheduler, row)).collect();
+    if nodes.is_empty() {
+        let has_jobs = query("SELECT 1 FROM quartz_job WHERE scheduler = ? LIMIT 1")
+            .bind(scheduler)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db_error)?
+            .is_some();
+        let others: Vec<String> = query("SELECT DISTINCT scheduler FROM quartz_node ORDER BY 1")
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db_error)?
+            .iter()
+            .filter_map(|row| row.try_get::<String, _>(0).ok())
+            .collect();
+        if !has_jobs && !others.is_empty() {
+            return Err(AdminError::invalid(
+                "scheduler",
+                format!(
+                    "scheduler {scheduler:?} has no node and no job in this database, whose nodes run {}: \
+                     a misspelt name? (a new scheduler: start its first node before adding jobs from a \
+                     transaction)",
+                    others.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+    }
+    if let Some(warning) = quartz_core::admin::handler_verdict(scheduler, &nodes, now, handler)? {
+        tracing::warn!(scheduler, handler, "{warning}");
+    }
+    Ok(())
+}
+
+/// A node's row as the handler check reads it; `None` when it cannot be
+/// read (it counts as no node).
+fn node_of(scheduler: &str, row: &sqlx::postgres::PgRow) -> Option<Node> {
+    Some(Node {
+        scheduler: scheduler.to_owned(),
+        node_id: row.try_get("node_id").ok()?,
+        host: row.try_get("host").ok()?,
+        pid: u32::try_from(row.try_get::<i64, _>("pid").ok()?).ok()?,
+        weight: u32::try_from(row.try_get::<i64, _>("weight").ok()?).ok()?,
+        state: NodeState::parse(&row.try_get::<String, _>("state").ok()?).ok()?,
+        incarnation: row.try_get("incarnation").ok()?,
+        registered_at: Timestamp::from_millis(row.try_get("registered_at").ok()?),
+        heartbeat_at: Timestamp::from_millis(row.try_get("heartbeat_at").ok()?),
+        busy: u64::try_from(row.try_get::<i64, _>("busy").ok()?).ok()?,
+        handlers: match row.try_get::<Option<String>, _>("handlers").ok()? {
+            Some(text) => serde_json::from_str(&text).ok()?,
+            None => Vec::new(),
+        },
+        dead_after: row
+            .try_get::<Option<i64>, _>("dead_after_ms")
+            .ok()?
+            .map(|ms| std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+    })
 }

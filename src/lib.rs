@@ -139,3 +139,18 @@ pub mod store {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeExamples;
+
+/// The Rust examples of `docs/`, compiled and run as doctests as well.
+#[cfg(doctest)]
+mod docs {
+    #[doc = include_str!("../docs/configuration.md")]
+    struct Configuration;
+    #[doc = include_str!("../docs/scheduling.md")]
+    struct Scheduling;
+    #[doc = include_str!("../docs/operations.md")]
+    struct Operations;
+    #[doc = include_str!("../docs/guarantees.md")]
+    struct Guarantees;
+    #[doc = include_str!("../docs/stores.md")]
+    struct Stores;
+}

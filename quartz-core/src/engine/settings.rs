@@ -1,4 +1,4 @@
-//! A node's settings and its strategy, with their defaults (the README's
+//! A node's settings and its strategy, with their defaults (docs/configuration.md's
 //! settings table lists them).
 
 use std::time::Duration;
@@ -31,7 +31,7 @@ pub enum Strategy {
     LeastLoaded,
 }
 
-/// A node's settings, with the defaults the README's settings table lists.
+/// A node's settings, with the defaults docs/configuration.md's settings table lists.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// How often the node polls for due executes (default 5 s).

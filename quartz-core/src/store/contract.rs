@@ -23,7 +23,7 @@ use crate::time::Timestamp;
 /// concerns, the database's clock, and who is acting. Implemented in
 /// `quartz-store` for SQLite, PostgreSQL, MySQL/MariaDB and Redis; a new
 /// store implements the seven traits and this one, and passes the
-/// conformance suite (see the README's "Writing a store").
+/// conformance suite (see "Writing a store" in docs/stores.md).
 ///
 /// Implementations are cheap to clone and shared across tasks; the engine
 /// and the admin surface hold one as a [`SharedStore`].

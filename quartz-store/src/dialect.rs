@@ -231,14 +231,10 @@ impl Backend {
                         "waiting fires",
                         include_str!(concat!("../../migrations/", $dir, "/0020_waiting_fires.sql")),
                     ),
-                    (
-                        "hot claims",
-                        include_str!(concat!("../../migrations/", $dir, "/0021_hot_claims.sql")),
-                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 21] = match self {
+        let files: [(&str, &'static str); 20] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

@@ -75,7 +75,6 @@ store_tests!(
         due_executes_come_in_time_order_and_bad_rows_are_set_aside,
         a_job_is_looked_up_by_name_through_its_own_index,
         a_triggers_waiting_fires_are_looked_up_through_their_own_index,
-        a_triggers_claims_within_a_minute_are_hot_updates_on_postgres,
     ]
 );
 
@@ -729,72 +728,6 @@ async fn a_job_is_looked_up_by_name_through_its_own_index(db: &TestDb) {
         plan.iter().any(by_name),
         "a lookup by name on {:?} does not use the name's index: {plan:?}",
         db.kind
-    );
-}
-
-/// On PostgreSQL a claim rewrites no indexed column of its execute while the
-/// next fire time stays in one minute (migration 0021): the claims of a
-/// trigger firing every second are HOT updates, but for the few that cross
-/// a minute; and the poll still finds the due rows in time order through
-/// the due index.
-async fn a_triggers_claims_within_a_minute_are_hot_updates_on_postgres(db: &TestDb) {
-    if db.kind != Kind::Postgres {
-        return;
-    }
-    let store = db.store().await.scoped(S);
-    let start = store.now().await.unwrap();
-    let (execute_id, fires) = ticking_fires(&store, "hot", start, 120_000).await;
-    let node = register(&store, "hot-claimer").await;
-    let pool = store.as_sql().unwrap().pool().clone();
-    let stats = || async {
-        use sqlx::Row as _;
-        let row =
-            sqlx::query("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'quartz_execute'")
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-        (row.try_get::<i64, _>(0).unwrap(), row.try_get::<i64, _>(1).unwrap())
-    };
-    let (upd0, hot0) = stats().await;
-    for fire in &fires {
-        assert!(store.claim(&claim_of(execute_id, fire, &node)).await.unwrap().is_some());
-    }
-    let claims = i64::try_from(fires.len()).unwrap();
-    // The server's statistics reach the view within seconds.
-    common::wait_until(std::time::Duration::from_secs(30), "the claims' statistics", || async {
-        stats().await.0 - upd0 >= claims
-    })
-    .await;
-    let (upd, hot) = stats().await;
-    let (upd, hot) = (upd - upd0, hot - hot0);
-    assert!(
-        hot >= upd - 4,
-        "{hot} of {upd} execute updates HOT, for {claims} claims across two minutes"
-    );
-    // The due read through the minute index, in time order.
-    let later = start.saturating_add_millis(600_000);
-    let again = ticking_fires(&store, "hot-2", later, 1_000).await.0;
-    let due = store
-        .due_executes(later.saturating_add_millis(1), None, 10)
-        .await
-        .unwrap();
-    let ids: Vec<i64> = due.executes.iter().map(|e| e.id).collect();
-    assert_eq!(
-        ids,
-        [execute_id, again],
-        "the trigger claimed up to 2 min from its start first"
-    );
-    let plan = plan_of(
-        &store,
-        "PREPARE due(text, bigint, bigint, bigint) AS SELECT id FROM quartz_execute WHERE scheduler = $1 \
-         AND state = 'waiting' AND due_minute <= $2 AND next_fire_time < $3 ORDER BY next_fire_time, priority DESC, \
-         id LIMIT $4",
-        "EXPLAIN EXECUTE due('suite', 1, 2, 3)",
-    )
-    .await;
-    assert!(
-        plan.iter().any(|line| line.contains("quartz_execute_due")),
-        "the due read goes through the due index: {plan:?}"
     );
 }
 

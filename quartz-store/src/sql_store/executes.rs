@@ -113,45 +113,6 @@ pub(super) fn cas_row(expect: &ExecuteCas, set: &ExecuteCas) -> Map<String, Valu
     }
 }
 
-/// The due executes of a poll's first page, in time order (binds:
-/// scheduler, horizon, limit); on PostgreSQL with the horizon's minute
-/// after the scheduler ([`by_minute`]).
-macro_rules! due_select {
-    ($minute:literal, $after:literal) => {
-        concat!(
-            "SELECT ",
-            execute_cols!(),
-            " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting'",
-            $minute,
-            " AND next_fire_time < ?",
-            $after,
-            " ORDER BY next_fire_time, priority DESC, id LIMIT ?"
-        )
-    };
-}
-const DUE_FIRST: &str = due_select!("", "");
-const DUE_FIRST_PG: &str = due_select!(" AND due_minute <= ?", "");
-/// The page after a cursor (binds past the horizon: the cursor's next fire
-/// time twice, its priority twice, its execute).
-const DUE_AFTER: &str = due_select!(
-    "",
-    " AND next_fire_time >= ? AND (next_fire_time > ? OR priority < ? OR (priority = ? AND id > ?))"
-);
-const DUE_AFTER_PG: &str = due_select!(
-    " AND due_minute <= ?",
-    " AND next_fire_time >= ? AND (next_fire_time > ? OR priority < ? OR (priority = ? AND id > ?))"
-);
-
-/// Binds the horizon's minute on PostgreSQL (the last minute holding a
-/// time before `before`).
-fn by_minute(q: AnyQuery, pg: bool, before: Timestamp) -> AnyQuery {
-    if pg {
-        q.bind((before.as_millis() - 1).div_euclid(60_000))
-    } else {
-        q
-    }
-}
-
 impl SqlStore {
     /// Decodes execute rows; marks the ones that cannot be decoded as errors.
     pub(super) async fn serve(
@@ -382,55 +343,45 @@ impl ScheduleStore for SqlStore {
     ) -> Result<DueBatch, StoreError> {
         let scheduler = &*self.scheduler;
         let mut batch = DueBatch::default();
-        // On PostgreSQL the due index keys on the minute of the next fire
-        // time (migration 0021): the minutes up to the horizon's are read
-        // through it, the exact times checked on the rows.
-        let pg = self.db.backend == Backend::Postgres;
         let query = match after {
-            None => by_minute(
-                self.query(if pg { DUE_FIRST_PG } else { DUE_FIRST })
-                    .bind(scheduler.to_owned()),
-                pg,
-                before,
-            )
-            .bind(before.as_millis()),
-            // The rows after the cursor's in the same order, from the
-            // cursor's next fire time.
-            Some(c) => by_minute(
-                self.query(if pg { DUE_AFTER_PG } else { DUE_AFTER })
-                    .bind(scheduler.to_owned()),
-                pg,
-                before,
-            )
-            .bind(before.as_millis())
-            .bind(c.next_fire_time.as_millis())
-            .bind(c.next_fire_time.as_millis())
-            .bind(c.priority)
-            .bind(c.priority)
-            .bind(c.execute_id),
+            None => self
+                .query(concat!(
+                    "SELECT ",
+                    execute_cols!(),
+                    " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time < ? \
+                     ORDER BY next_fire_time, priority DESC, id LIMIT ?"
+                ))
+                .bind(scheduler.to_owned())
+                .bind(before.as_millis()),
+            // The rows after the cursor's in the same order, reached through
+            // the due index from the cursor's next fire time.
+            Some(c) => self
+                .query(concat!(
+                    "SELECT ",
+                    execute_cols!(),
+                    " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time < ? \
+                     AND next_fire_time >= ? AND (next_fire_time > ? OR priority < ? OR (priority = ? AND id > ?)) \
+                     ORDER BY next_fire_time, priority DESC, id LIMIT ?"
+                ))
+                .bind(scheduler.to_owned())
+                .bind(before.as_millis())
+                .bind(c.next_fire_time.as_millis())
+                .bind(c.next_fire_time.as_millis())
+                .bind(c.priority)
+                .bind(c.priority)
+                .bind(c.execute_id),
         };
         let due = query.bind(i64::from(limit)).rows(&self.db.pool).await?;
         let room = u32::try_from(due.len()).map_or(0, |n| limit.saturating_sub(n));
         self.serve(scheduler, due, &mut batch).await?;
         if room > 0 {
-            // On PostgreSQL through the due index's minute, which is null
-            // exactly when the time is.
             let uninitialised = self
-                .query(if pg {
-                    concat!(
-                        "SELECT ",
-                        execute_cols!(),
-                        " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND due_minute IS NULL \
-                         AND next_fire_time IS NULL ORDER BY id LIMIT ?"
-                    )
-                } else {
-                    concat!(
-                        "SELECT ",
-                        execute_cols!(),
-                        " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time IS NULL \
-                         ORDER BY id LIMIT ?"
-                    )
-                })
+                .query(concat!(
+                    "SELECT ",
+                    execute_cols!(),
+                    " FROM quartz_execute WHERE scheduler = ? AND state = 'waiting' AND next_fire_time IS NULL \
+                     ORDER BY id LIMIT ?"
+                ))
                 .bind(scheduler.to_owned())
                 .bind(i64::from(room))
                 .rows(&self.db.pool)

@@ -156,22 +156,15 @@ impl HistoryStore for SqlStore {
     ) -> Result<HealthCounts, StoreError> {
         let scheduler = &*self.scheduler;
         let mut counts = HealthCounts::default();
-        // On PostgreSQL the due index keys on the minute (migration 0021).
-        let overdue = if self.db.backend == Backend::Postgres {
-            self.query(
-                "SELECT COUNT(*), MIN(next_fire_time) FROM quartz_execute \
-                 WHERE scheduler = ? AND state = 'waiting' AND due_minute <= ? AND next_fire_time < ?",
-            )
-            .bind(scheduler.to_owned())
-            .bind((overdue_before.as_millis() - 1).div_euclid(60_000))
-        } else {
-            self.query(
+        let overdue = self
+            .query(
                 "SELECT COUNT(*), MIN(next_fire_time) FROM quartz_execute \
                  WHERE scheduler = ? AND state = 'waiting' AND next_fire_time < ?",
             )
             .bind(scheduler.to_owned())
-        };
-        let overdue = overdue.bind(overdue_before.as_millis()).one(&self.db.pool).await?;
+            .bind(overdue_before.as_millis())
+            .one(&self.db.pool)
+            .await?;
         counts.overdue_triggers = count(&overdue, 0)?;
         counts.oldest_overdue = overdue
             .try_get::<Option<i64>, _>(1)

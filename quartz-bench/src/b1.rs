@@ -10,7 +10,7 @@
 //! handlers' to compare, come from the ledger.
 //!
 //! ```text
-//! cargo run --release -p quartz-bench -- b1 [--url URL] [--triggers 1000,2000] [--nodes 1,2,3] [--seconds 60] [--hog N] [--schedulers N] [--plot DIR] [--hold-xmin]
+//! cargo run --release -p quartz-bench -- b1 [--url URL] [--triggers 1000,2000] [--nodes 1,2,3] [--seconds 60] [--hog N] [--schedulers N] [--plot DIR] [--hold-xmin] [--set NAME=VALUE]
 //! ```
 //!
 //! Every S in `--triggers` runs with every K in `--nodes` (the grid). `--hog N`
@@ -78,6 +78,11 @@ pub struct Args {
     /// to stderr.
     #[arg(long)]
     hold_xmin: bool,
+    /// A node setting changed from its default, `NAME=VALUE` (repeatable;
+    /// the names of `quartz-bench node`: `claim_lead_ms=3000`, …), for
+    /// experiments; the table's figures are then not the defaults'.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    settings: Vec<String>,
 }
 
 /// Runs B1 with the options on the command line.
@@ -240,13 +245,11 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
     let mut logs = Vec::new();
     let mut nodes = Vec::new();
     for scheduler in &schedulers {
-        let (n, c) = crate::node::spawn_cluster_logging(
-            &args.url,
-            scheduler,
-            "b1",
-            k,
-            if args.no_claim_runs { &["claim_runs=0"] } else { &[] },
-        );
+        let mut settings: Vec<&str> = args.settings.iter().map(String::as_str).collect();
+        if args.no_claim_runs {
+            settings.push("claim_runs=0");
+        }
+        let (n, c) = crate::node::spawn_cluster_logging(&args.url, scheduler, "b1", k, &settings);
         logs.push(n);
         nodes.extend(c);
     }
@@ -306,12 +309,16 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
 struct HeldSnapshot {
     conn: sqlx::PgConnection,
     url: String,
+    /// Each table's updates and HOT updates counted before the run (the
+    /// statistics count since the table was made).
+    before: Vec<(String, i64, i64)>,
 }
 
 impl HeldSnapshot {
     async fn take(url: &str) -> HeldSnapshot {
         use sqlx::{Connection as _, Executor as _};
         assert!(url.starts_with("postgres"), "--hold-xmin is for PostgreSQL");
+        let before = table_updates(url).await;
         let mut conn = sqlx::PgConnection::connect(url)
             .await
             .expect("a connection to hold the snapshot");
@@ -321,6 +328,7 @@ impl HeldSnapshot {
         HeldSnapshot {
             conn,
             url: url.to_owned(),
+            before,
         }
     }
 
@@ -343,13 +351,18 @@ impl HeldSnapshot {
         rows.iter()
             .map(|r| {
                 let n = |i: usize| r.try_get::<i64, _>(i).unwrap_or(0);
+                let table = r.try_get::<String, _>(0).unwrap_or_default();
+                let (upd0, hot0) = self
+                    .before
+                    .iter()
+                    .find(|(t, _, _)| *t == table)
+                    .map_or((0, 0), |(_, u, h)| (*u, *h));
                 format!(
-                    "{}: {} live and {} dead row versions, {} updates ({} HOT), {:.1} MB",
-                    r.try_get::<String, _>(0).unwrap_or_default(),
+                    "{table}: {} live and {} dead row versions, {} updates in the run ({} HOT), {:.1} MB",
                     n(1),
                     n(2),
-                    n(3),
-                    n(4),
+                    n(3) - upd0,
+                    n(4) - hot0,
                     f64::from(u32::try_from(n(5) / 1024).unwrap_or(u32::MAX)) / 1024.0
                 )
             })
@@ -605,6 +618,30 @@ pub(crate) async fn execute_ids(store: &AnyStore, scheduler: &str) -> std::colle
         }
     }
     ids
+}
+
+/// Each quartz table's updates and HOT updates so far (none when the
+/// statistics cannot be read).
+async fn table_updates(url: &str) -> Vec<(String, i64, i64)> {
+    use sqlx::{Connection as _, Executor as _, Row as _};
+    let Ok(mut conn) = sqlx::PgConnection::connect(url).await else {
+        return Vec::new();
+    };
+    conn.fetch_all(
+        "SELECT relname::text, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables \
+         WHERE relname IN ('quartz_execute', 'quartz_fire')",
+    )
+    .await
+    .unwrap_or_default()
+    .iter()
+    .map(|r| {
+        (
+            r.try_get::<String, _>(0).unwrap_or_default(),
+            r.try_get::<i64, _>(1).unwrap_or(0),
+            r.try_get::<i64, _>(2).unwrap_or(0),
+        )
+    })
+    .collect()
 }
 
 #[cfg(test)]

@@ -93,6 +93,7 @@ pub fn run(args: &[String]) {
             "keep_failed_ms" => settings.retention.failed = ms,
             "purge_every_ms" => settings.retention.every = ms,
             "claim_runs" => settings.claim_runs = n != 0,
+            "claim_lead_ms" => settings.claim_lead = ms,
             "pool_queue" => settings.pool_queue = usize::try_from(n).unwrap_or(usize::MAX),
             "pool_core" => {
                 settings.pool_core = usize::try_from(n).unwrap_or(1);

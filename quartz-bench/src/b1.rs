@@ -224,7 +224,7 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
         })
         .collect();
     let held = if args.hold_xmin {
-        Some(HeldSnapshot::take(&args.url).await)
+        Some(crate::held::HeldSnapshot::take(&args.url).await)
     } else {
         None
     };
@@ -302,72 +302,6 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
         }
     }
     run
-}
-
-/// A transaction that holds PostgreSQL's xmin back through a run: a
-/// snapshot taken at its start, kept until the run's ledger is read.
-struct HeldSnapshot {
-    conn: sqlx::PgConnection,
-    url: String,
-    /// Each table's updates and HOT updates counted before the run (the
-    /// statistics count since the table was made).
-    before: Vec<(String, i64, i64)>,
-}
-
-impl HeldSnapshot {
-    async fn take(url: &str) -> HeldSnapshot {
-        use sqlx::{Connection as _, Executor as _};
-        assert!(url.starts_with("postgres"), "--hold-xmin is for PostgreSQL");
-        let before = table_updates(url).await;
-        let mut conn = sqlx::PgConnection::connect(url)
-            .await
-            .expect("a connection to hold the snapshot");
-        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ").await.unwrap();
-        // The snapshot is taken at the transaction's first statement.
-        conn.execute("SELECT count(*) FROM quartz_fire").await.unwrap();
-        HeldSnapshot {
-            conn,
-            url: url.to_owned(),
-            before,
-        }
-    }
-
-    /// Ends the transaction; what the tables hold then (read on a
-    /// connection of its own, the statistics being per transaction).
-    async fn release(mut self) -> Vec<String> {
-        use sqlx::{Connection as _, Executor as _, Row as _};
-        let _ = self.conn.execute("ROLLBACK").await;
-        let Ok(mut conn) = sqlx::PgConnection::connect(&self.url).await else {
-            return Vec::new();
-        };
-        let rows = conn
-            .fetch_all(
-                "SELECT relname::text, n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd, \
-                 pg_total_relation_size(relid) FROM pg_stat_user_tables \
-                 WHERE relname IN ('quartz_execute', 'quartz_fire') ORDER BY relname",
-            )
-            .await
-            .unwrap_or_default();
-        rows.iter()
-            .map(|r| {
-                let n = |i: usize| r.try_get::<i64, _>(i).unwrap_or(0);
-                let table = r.try_get::<String, _>(0).unwrap_or_default();
-                let (upd0, hot0) = self
-                    .before
-                    .iter()
-                    .find(|(t, _, _)| *t == table)
-                    .map_or((0, 0), |(_, u, h)| (*u, *h));
-                format!(
-                    "{table}: {} live and {} dead row versions, {} updates in the run ({} HOT), {:.1} MB",
-                    n(1),
-                    n(2),
-                    n(3) - upd0,
-                    n(4) - hot0,
-                    f64::from(u32::try_from(n(5) / 1024).unwrap_or(u32::MAX)) / 1024.0
-                )
-            })
-            .collect()
-    }
 }
 
 /// What the run log checker found, summed over a run's schedulers.
@@ -620,87 +554,5 @@ pub(crate) async fn execute_ids(store: &AnyStore, scheduler: &str) -> std::colle
     ids
 }
 
-/// Each quartz table's updates and HOT updates so far (none when the
-/// statistics cannot be read).
-async fn table_updates(url: &str) -> Vec<(String, i64, i64)> {
-    use sqlx::{Connection as _, Executor as _, Row as _};
-    let Ok(mut conn) = sqlx::PgConnection::connect(url).await else {
-        return Vec::new();
-    };
-    conn.fetch_all(
-        "SELECT relname::text, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables \
-         WHERE relname IN ('quartz_execute', 'quartz_fire')",
-    )
-    .await
-    .unwrap_or_default()
-    .iter()
-    .map(|r| {
-        (
-            r.try_get::<String, _>(0).unwrap_or_default(),
-            r.try_get::<i64, _>(1).unwrap_or(0),
-            r.try_get::<i64, _>(2).unwrap_or(0),
-        )
-    })
-    .collect()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use quartz_core::store::FireRecord;
-
-    fn row(execute_id: i64, fire_time: i64, attempt: u32, state: FireState, fire_count: u64) -> FireRecord {
-        FireRecord {
-            id: 0,
-            execute_id,
-            job_id: execute_id,
-            fire_time: Timestamp::from_millis(fire_time),
-            attempt,
-            owner: None,
-            state,
-            claimed_at: Timestamp::from_millis(fire_time),
-            started_at: None,
-            finished_at: None,
-            timed_out_at: None,
-            due_at: None,
-            error: None,
-            skipped_until: None,
-            fire_count,
-        }
-    }
-
-    #[test]
-    fn every_expected_fire_time_is_in_one_class_and_the_classes_add_up() {
-        let expected: std::collections::HashSet<(i64, i64)> = (0..6).map(|i| (1, i * 1_000)).collect();
-        let rows = [
-            row(1, 0, 1, FireState::Succeeded, 1),
-            row(1, 0, 1, FireState::Succeeded, 1), // run twice
-            row(1, 1_000, 1, FireState::Misfired, 1),
-            row(1, 1_000, 2, FireState::Succeeded, 1), // its policy's late run
-            row(1, 2_000, 1, FireState::Misfired, 2),  // 2 s and 3 s, not run
-            row(1, 9_000, 1, FireState::Succeeded, 1), // outside the run
-        ];
-        let t = Tally::of(&expected, &rows, 1_000);
-        assert_eq!(
-            (t.on_time, t.late_by_policy, t.misfired, t.missing, t.duplicated),
-            (1, 1, 2, 2, 1)
-        );
-        assert_eq!(t.on_time + t.late_by_policy + t.misfired + t.missing, t.expected);
-        // A range recorded "1 or more" after a long outage covers every
-        // time up to its end.
-        let mut range = row(1, 4_000, 1, FireState::Misfired, 1);
-        range.skipped_until = Some(Timestamp::from_millis(6_000));
-        // One that starts off the grid (a policy that fired at once moved
-        // it) covers the grid's times inside it.
-        let mut moved = row(1, 1_500, 1, FireState::Misfired, 1);
-        moved.skipped_until = Some(Timestamp::from_millis(2_500));
-        let rows = [row(1, 0, 1, FireState::Succeeded, 1), range, moved];
-        let t = Tally::of(&expected, &rows, 1_000);
-        assert_eq!(
-            (t.misfired, t.missing),
-            (3, 2),
-            "2, 4 and 5 s covered; 1 and 3 s missing"
-        );
-        assert_eq!(t.on_time + t.late_by_policy + t.misfired + t.missing, t.expected);
-    }
-}
+mod tests;

@@ -26,6 +26,7 @@ mod b6;
 mod b7;
 mod b8;
 mod b9;
+mod held;
 mod late;
 mod node;
 mod os;

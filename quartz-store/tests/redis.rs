@@ -8,7 +8,7 @@
 use quartz_core::Timestamp;
 use quartz_core::store::Store as _;
 use quartz_core::store::{Claim, DueCursor, Execute, ExecuteSpec, FireState, JobSpec, SharedStore, StoreError};
-use quartz_core::trigger::{Overlap, Schedule, Trigger, TriggerState};
+use quartz_core::trigger::{Overlap, Schedule, Trigger};
 use quartz_store::RedisStore;
 use quartz_store::redis_store::{Keys, SCHEMA_KEY, SCHEMA_VERSION};
 use quartz_testkit::redis_server::PrivateRedis;
@@ -259,22 +259,7 @@ async fn a_job_a_minute_behind(
     overlap: Option<Overlap>,
 ) -> (Execute, Vec<quartz_core::trigger::Fire>) {
     let start = Timestamp::from_millis(store.now().await.unwrap().as_millis() - 60_000);
-    let trigger = Trigger::new(Schedule::fixed_rate_millis(1000).unwrap(), start)
-        .unwrap()
-        .with_overlap(overlap);
-    store
-        .create_job(&JobSpec::new(name, "noop"), &[ExecuteSpec::new(trigger)])
-        .await
-        .unwrap();
-    let execute = store.get_job(name).await.unwrap().unwrap().executes.remove(0);
-    let fires = execute
-        .trigger
-        .fires_until(
-            &TriggerState::initial(&execute.trigger),
-            start.checked_add_millis(10_000).unwrap(),
-        )
-        .collect();
-    (execute, fires)
+    quartz_core::testing::conformance::fixtures::job_with_overlap(store, name, start, overlap, 10).await
 }
 
 #[tokio::test]

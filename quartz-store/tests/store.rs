@@ -15,7 +15,8 @@ use quartz_core::store::{
 };
 use quartz_core::testing::conformance;
 use quartz_core::testing::conformance::fixtures::{
-    claim_of, claimed_fires, every_second, ledger, overlap_claim, overlapping_job, register, ticking_fires, ticking_job,
+    assert_claimed_already, claim_of, claimed_fires, every_second, ledger, overlap_claim, overlapping_job, register,
+    ticking_fires, ticking_job,
 };
 use quartz_core::trigger::{Fire, Overlap, Schedule, Trigger, TriggerState};
 use quartz_store::{AnyStore, StoreOptions};
@@ -120,18 +121,7 @@ async fn a_claim_loses_against_a_row_moved_back_by_hand(db: &TestDb) {
         ],
     )
     .await;
-    assert_eq!(
-        store.claim(&claim_of(execute_id, &fires[0], &node)).await.unwrap(),
-        None
-    );
-    let batch = store
-        .claim_batch(&[
-            claim_of(execute_id, &fires[0], &node),
-            claim_of(execute_id, &fires[1], &node),
-        ])
-        .await
-        .unwrap();
-    assert_eq!(batch, [None, None]);
+    assert_claimed_already(&store, execute_id, &fires, &node).await;
     assert_eq!(ledger(&store).await.len(), fires.len(), "no second row for any fire");
 }
 

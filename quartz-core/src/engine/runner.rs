@@ -335,15 +335,17 @@ impl Runner {
                 "fire failed"
             );
         }
-        let retry = match steer {
-            Some(SteerKind::NoRetry | SteerKind::Cancel) => None,
-            Some(SteerKind::RetryAfter(delay)) => Some(delay),
-            _ => Some(run.job.spec.retry.delay(run.attempt + 1, run.fire_id)),
+        // A failure with attempts left is retried after the job's backoff,
+        // or the wait its handler asked, unless the handler said not to.
+        let retry = match (&outcome, steer) {
+            (Outcome::Failed { .. }, _) if run.attempt >= run.job.spec.retry.max_attempts || replaced => None,
+            (Outcome::Failed { .. }, Some(SteerKind::NoRetry | SteerKind::Cancel)) => None,
+            (Outcome::Failed { .. }, Some(SteerKind::RetryAfter(delay))) => Some(delay),
+            (Outcome::Failed { .. }, _) => Some(run.job.spec.retry.delay(run.attempt + 1, run.fire_id)),
+            _ => None,
         };
         let children = match (&outcome, retry) {
-            (Outcome::Failed { error }, Some(backoff))
-                if run.attempt < run.job.spec.retry.max_attempts && !replaced =>
-            {
+            (Outcome::Failed { error }, Some(backoff)) => {
                 self.fail_with_retry(run, error, ran, backoff).await;
                 Vec::new()
             }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::Env;
 use super::fixtures::{
-    claim_of, count_fires, every_second, ledger, overlap_claim, overlapping_job, register, successes, ticking_fires,
-    ticking_job,
+    assert_claimed_already, claim_of, count_fires, every_second, ledger, overlap_claim, overlapping_job, register,
+    successes, ticking_fires, ticking_job,
 };
 use crate::cron::CronExpression;
 use crate::misfire::MisfireSettings;
@@ -78,18 +78,7 @@ pub(super) async fn concurrent_claimers_win_each_fire_exactly_once(env: &Env<'_>
 
     // A stale claim (a fire already won) loses, alone or in a batch.
     let node = register(&setup, "late").await;
-    assert_eq!(
-        setup.claim(&claim_of(execute_id, &fires[0], &node)).await.unwrap(),
-        None
-    );
-    let batch = setup
-        .claim_batch(&[
-            claim_of(execute_id, &fires[0], &node),
-            claim_of(execute_id, &fires[1], &node),
-        ])
-        .await
-        .unwrap();
-    assert_eq!(batch, [None, None]);
+    assert_claimed_already(&setup, execute_id, &fires, &node).await;
     assert_eq!(count_fires(&setup).await, FIRES as i64, "no second row for any fire");
 }
 

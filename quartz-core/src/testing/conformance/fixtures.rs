@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::Timestamp;
 use crate::store::{
-    Claim, ExecuteSpec, FireEnd, FireQuery, FireRecord, FollowUp, JobSpec, NodeRef, NodeRegistration, Store,
+    Claim, Execute, ExecuteSpec, FireEnd, FireQuery, FireRecord, FollowUp, JobSpec, NodeRef, NodeRegistration, Store,
 };
 use crate::trigger::{Fire, Overlap, Schedule, Trigger, TriggerState};
 
@@ -104,9 +104,22 @@ pub async fn overlapping_job(
     policy: Overlap,
     n: usize,
 ) -> (i64, Vec<Fire>) {
+    let (execute, fires) = job_with_overlap(store, name, start, Some(policy), n).await;
+    (execute.id, fires)
+}
+
+/// A job firing every second from `start`, with `overlap` (or none): its
+/// execute as stored and its first `n` fires.
+pub async fn job_with_overlap(
+    store: &impl Handle,
+    name: &str,
+    start: Timestamp,
+    overlap: Option<Overlap>,
+    n: usize,
+) -> (Execute, Vec<Fire>) {
     let trigger = Trigger::new(Schedule::fixed_rate_millis(1000).unwrap(), start)
         .unwrap()
-        .with_overlap(Some(policy));
+        .with_overlap(overlap);
     store
         .create_job(&JobSpec::new(name, "noop"), &[ExecuteSpec::new(trigger)])
         .await
@@ -120,7 +133,21 @@ pub async fn overlapping_job(
         )
         .take(n)
         .collect();
-    (execute.id, fires)
+    (execute, fires)
+}
+
+/// Claims of fires already won lose, alone and in a batch: `fires[0]`
+/// alone, then `fires[0]` and `fires[1]` together, claimed by `node`.
+pub async fn assert_claimed_already(store: &impl Handle, execute_id: i64, fires: &[Fire], node: &NodeRef) {
+    assert_eq!(store.claim(&claim_of(execute_id, &fires[0], node)).await.unwrap(), None);
+    let batch = store
+        .claim_batch(&[
+            claim_of(execute_id, &fires[0], node),
+            claim_of(execute_id, &fires[1], node),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(batch, [None, None]);
 }
 
 /// `n` ticking jobs named `prefix-i`, the first fire of each claimed by

@@ -96,7 +96,7 @@ pub mod prelude {
     pub use quartz_core::engine::{JobContext, JobResult, Scheduler, SchedulerBuilder, Settings, Steer, TypedJob};
     pub use quartz_core::misfire::MisfirePolicy;
     pub use quartz_core::store::{CalendarStore as _, HistoryStore as _, JobStore as _};
-    pub use quartz_core::store::{JobSpec, RetryPolicy, Store};
+    pub use quartz_core::store::{Enqueued, JobSpec, RetryPolicy, Store, Work};
     pub use quartz_core::{Timestamp, Tz};
     #[cfg(feature = "redis")]
     pub use quartz_store::RedisStore;
@@ -119,6 +119,7 @@ pub mod store {
         NodeState, RejectedRow, RetryPolicy, START_NOW_GRACE_MS, SharedStore, Store, StoreError, TriggerColumns,
         check_name, millis_of,
     };
+    pub use quartz_core::store::{Due, Enqueued, MAX_UNIQUE_KEY_BYTES, Unique, Work, work_execute, work_of_execute};
     pub use quartz_store::*;
 
     /// For a store's implementer (and tests that drive a store as the

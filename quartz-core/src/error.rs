@@ -80,6 +80,15 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// Enqueued work out of range: the field at fault (`job`, `payload`,
+    /// `unique_key`) and why.
+    #[error("invalid work: {field}: {reason}")]
+    InvalidWork {
+        /// The field at fault.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
     /// A calendar whose definition is out of range or contradicts itself, or
     /// whose chain of bases is broken (a base missing, a cycle).
     #[error("invalid calendar: {field}: {reason}")]

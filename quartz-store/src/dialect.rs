@@ -231,10 +231,14 @@ impl Backend {
                         "waiting fires",
                         include_str!(concat!("../../migrations/", $dir, "/0020_waiting_fires.sql")),
                     ),
+                    (
+                        "enqueued work",
+                        include_str!(concat!("../../migrations/", $dir, "/0021_enqueued_work.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 20] = match self {
+        let files: [(&str, &'static str); 21] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

@@ -35,11 +35,16 @@ mod connect;
 mod dialect;
 mod ends;
 mod hosts;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis_store;
 mod sql_store;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+mod work;
 
 pub use any_store::{AnyStore, is_redis_url};
 pub use connect::{Backend, MIGRATIONS_TABLE, StoreOptions};

@@ -1,6 +1,7 @@
-//! A job added in the service's own PostgreSQL transaction: the job exists
-//! if and only if the service's transaction commits, and the nodes see it
-//! at once when it does (the change is announced from that transaction).
+//! Jobs added and work enqueued in the service's own PostgreSQL
+//! transaction: the job or the work exists if and only if the service's
+//! transaction commits, and the nodes see it at once when it does (the
+//! change is announced from that transaction).
 //!
 //! ```no_run
 //! # async fn signup(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
@@ -18,7 +19,7 @@
 
 use quartz_core::Timestamp;
 use quartz_core::admin::{AdminError, JobDefinition};
-use quartz_core::store::{ChangeAction, DEFAULT_ACTOR, Node, NodeState, StoreError, check_name};
+use quartz_core::store::{ChangeAction, DEFAULT_ACTOR, Enqueued, Node, NodeState, StoreError, Work, check_name};
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Postgres, Row};
 
@@ -26,6 +27,45 @@ use crate::common::{CalendarSet, new_executes};
 use crate::dialect::{Backend, render};
 use crate::sql_store::db_error;
 use crate::sql_store::jobs::{INSERT_EXECUTE, INSERT_JOB, bind_job_spec, bind_new_execute};
+
+/// Enqueues work (see [`Work`]) on `conn`, inside the transaction the
+/// caller holds there: the work exists, and runs, if and only if that
+/// transaction commits. As [`JobStore::enqueue`](quartz_core::store::JobStore::enqueue)
+/// does: the job must exist in `scheduler` (the work's kind: its handler,
+/// attempts, backoff and timeout apply); with a unique key that another
+/// piece of work of the job holds, nothing is written and the answer is
+/// [`Enqueued::Duplicate`] (a race with another transaction for the key
+/// waits for it and then answers so: no error spoils the transaction). The
+/// scheduler's change counter moves, so every node looks at once when the
+/// transaction commits; its row stays locked until then, so enqueue near
+/// the end of a long transaction.
+///
+/// ```no_run
+/// # async fn signup(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// use quartz_core::store::{Enqueued, Work};
+///
+/// let mut tx = pool.begin().await?;
+/// sqlx::query("INSERT INTO customer (name) VALUES ('ada')").execute(&mut *tx).await?;
+/// let work = Work::new("welcome-mail")
+///     .payload(&serde_json::json!({ "to": "ada@example.com" }))?
+///     .unique("welcome:ada@example.com");
+/// let queued = quartz_store::postgres::enqueue(&mut tx, "billing", &work).await?;
+/// tx.commit().await?; // the customer and its mail, or neither
+/// assert!(matches!(queued, Enqueued::Queued { .. }));
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`AdminError::NotFound`] for a job the scheduler does not have (a
+/// misspelt job or scheduler), [`AdminError::Invalid`] naming the field
+/// for what [`Work::validate`] refuses; database errors as
+/// [`AdminError::Unavailable`] or [`AdminError::Store`]. After an error
+/// the transaction should be rolled back.
+pub async fn enqueue(conn: &mut PgConnection, scheduler: &str, work: &Work) -> Result<Enqueued, AdminError> {
+    check_name("scheduler name", scheduler).map_err(|e| AdminError::invalid("scheduler", e.to_string()))?;
+    Ok(crate::work::enqueue_on!(conn, query, Backend::Postgres, scheduler, work).await?)
+}
 
 /// One of our statements, rendered for PostgreSQL.
 fn query(template: &str) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {

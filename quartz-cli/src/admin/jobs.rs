@@ -81,6 +81,34 @@ pub enum JobCommand {
         /// The job.
         name: String,
     },
+    /// Enqueue a piece of work of a job: a one-off fire with its own
+    /// payload, due now, --at an instant or --after a delay; with --unique,
+    /// refused as a duplicate while another piece of work of the job holds
+    /// the key (pending or running, or within --unique-for of its enqueueing).
+    ///
+    /// Examples:
+    ///   quartz job enqueue welcome-mail --payload '{"to": "ada@example.com"}'
+    ///   quartz job enqueue welcome-mail --payload '{"to": "ada@example.com"}' --after 10m --unique ada --unique-for 1h
+    #[command(verbatim_doc_comment)]
+    Enqueue {
+        /// The job (the work's kind: its handler and retry policy apply).
+        name: String,
+        /// The work's own payload, JSON [default: the job's].
+        #[arg(long)]
+        payload: Option<String>,
+        /// Due at this instant (RFC 3339 or epoch ms).
+        #[arg(long, value_parser = crate::args::instant_arg, conflicts_with = "after")]
+        at: Option<Timestamp>,
+        /// Due this long from now (`90s`, `10m`, `1h`).
+        #[arg(long, value_parser = crate::args::duration_arg)]
+        after: Option<std::time::Duration>,
+        /// A unique key.
+        #[arg(long)]
+        unique: Option<String>,
+        /// How long the key stays taken after the work is enqueued, even once it has ended.
+        #[arg(long, value_parser = crate::args::duration_arg, requires = "unique")]
+        unique_for: Option<std::time::Duration>,
+    },
     /// Run a job's past fire times from --from to --to, once each, at most
     /// --rate a second; times that ran are left alone. --preview lists them.
     ///
@@ -193,6 +221,30 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
                     show_instant(Timestamp::from_millis(fired.fire_time)),
                     fired.note
                 )
+            });
+            Ok(())
+        }
+        JobCommand::Enqueue {
+            name,
+            payload,
+            at,
+            after,
+            unique,
+            unique_for,
+        } => {
+            let payload = payload
+                .map(|text| serde_json::from_str::<Value>(&text).context("--payload is not JSON"))
+                .transpose()?;
+            let request = quartz_core::admin::WorkRequest {
+                payload,
+                at: at.map(Timestamp::as_millis),
+                after_ms: after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                unique_key: unique,
+                unique_for_ms: unique_for.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            };
+            let view = admin.enqueue_request(&name, &request).await?;
+            out.print(&serde_json::to_value(&view)?, || {
+                format!("{}: {}\n", view.outcome, view.note)
             });
             Ok(())
         }

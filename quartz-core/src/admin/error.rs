@@ -140,6 +140,7 @@ impl From<StoreError> for AdminError {
     fn from(e: StoreError) -> AdminError {
         match e {
             StoreError::Invalid(crate::Error::InvalidCalendar { field, reason }) => AdminError::invalid(field, reason),
+            StoreError::Invalid(crate::Error::InvalidWork { field, reason }) => AdminError::invalid(field, reason),
             StoreError::Invalid(e) => AdminError::invalid("", e.to_string()),
             StoreError::UnknownCalendar { name, .. } => AdminError::CalendarNotFound { name },
             StoreError::CalendarInUse { name, users } => AdminError::InUse { name, users },

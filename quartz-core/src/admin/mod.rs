@@ -39,6 +39,7 @@ mod reports;
 mod verdict;
 mod views;
 mod wire;
+mod work;
 
 use std::sync::Arc;
 
@@ -62,6 +63,7 @@ pub use views::{
     local_time, summary,
 };
 pub use wire::FieldError;
+pub use work::{EnqueuedView, WorkRequest};
 
 use crate::store::{ExecuteSpec, FireQuery, IntoStore, JobQuery, JobSpec, JobState, SharedStore};
 

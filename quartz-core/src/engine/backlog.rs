@@ -15,7 +15,9 @@ use super::fixed::HashSet;
 use super::handler::RunKind;
 use super::launch_handle::Launch;
 use super::run::{PendingFire, RunFire};
-use crate::store::{FireEnd, FireQuery, FireState, JobState, MANUAL_EXECUTE, NodeRef, PendingClaim, waited_for_room};
+use crate::store::{
+    FireEnd, FireQuery, FireState, JobState, MANUAL_EXECUTE, NodeRef, PendingClaim, waited_for_room, work_of_execute,
+};
 
 /// How often a pending fire whose time has come looks for a free thread, or
 /// for its job's running fire to end.
@@ -132,6 +134,17 @@ impl Backlog {
         {
             return Ok(None); // for a node that has its handler
         }
+        // Enqueued work: a paused job's waits (the next poll tells it
+        // again), and its own payload is read before the claim, so that a
+        // claim never waits on a read.
+        let work = work_of_execute(fire.execute_id);
+        if work.is_some() && job.as_ref().is_some_and(|j| j.state == JobState::Paused) {
+            return Ok(None);
+        }
+        let payload = match work {
+            Some(work) => self.ctx.store.work_payload(work).await?.map(Arc::from),
+            None => None,
+        };
         let exclusive = job.as_ref().is_some_and(|j| !j.spec.allow_concurrent);
         let node = self.ctx.node();
         // Known before it is claimed: the sweep for claims this node lost
@@ -167,6 +180,7 @@ impl Backlog {
         let by_hand = fire.execute_id == MANUAL_EXECUTE;
         let skip = match &job {
             None if by_hand => Some("the job was deleted before its fire by hand"),
+            None if work.is_some() => Some("the job was deleted before its enqueued work ran"),
             None => Some("the job was deleted before its retry or late run"),
             Some(j) if j.state == JobState::Paused && !by_hand => {
                 Some("the job was paused before its retry or late run")
@@ -184,6 +198,8 @@ impl Backlog {
         let Some(job) = job else { return Ok(Some(true)) };
         let kind = if by_hand && fire.attempt == 1 {
             RunKind::ByHand
+        } else if work.is_some() && fire.attempt == 1 {
+            RunKind::Enqueued
         } else if waited_for_room(fire.execute_id, fire.attempt, fire.fire_time, Some(fire.due_at)) {
             // A trigger's fire that waited for its job's running fire or its
             // concurrency key: due at its own time.
@@ -202,6 +218,7 @@ impl Backlog {
             release: None,
             hold: Some(self.ctx.hold(&job)),
             marked_at: None,
+            payload,
             job,
         });
         Ok(Some(true))

@@ -265,6 +265,7 @@ impl Dispatcher {
                 release,
                 hold,
                 marked_at: None,
+                payload: None,
             };
             if taken {
                 // Known as won and not started from now, as every won fire.

@@ -239,10 +239,14 @@ pub enum RunKind {
     ByHand,
     /// A past fire time a backfill queued.
     Backfill,
+    /// Work enqueued from code ([`Work`](crate::store::Work)), first
+    /// attempt.
+    Enqueued,
 }
 
 impl RunKind {
-    /// `scheduled`, `retry`, `late_run`, `recovery`, `by_hand` or `backfill`.
+    /// `scheduled`, `retry`, `late_run`, `recovery`, `by_hand`, `backfill`
+    /// or `enqueued`.
     pub fn as_str(self) -> &'static str {
         match self {
             RunKind::Scheduled => "scheduled",
@@ -251,6 +255,7 @@ impl RunKind {
             RunKind::Recovery => "recovery",
             RunKind::ByHand => "by_hand",
             RunKind::Backfill => "backfill",
+            RunKind::Enqueued => "enqueued",
         }
     }
 }

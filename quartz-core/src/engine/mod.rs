@@ -418,6 +418,42 @@ impl Scheduler {
         Ok(created)
     }
 
+    /// Enqueues a piece of work (see [`Work`](crate::store::Work)): a
+    /// one-off fire of an existing job with a payload of its own, due now,
+    /// at a time or after a delay, perhaps unique by a key. This node
+    /// polls at once; every other node sees it within
+    /// [`CHANGE_VISIBILITY_MS`](crate::store::CHANGE_VISIBILITY_MS). For
+    /// work that must exist only if a transaction of the service commits,
+    /// `quartz::store::postgres::enqueue` (and `mysql`, `sqlite`) take the
+    /// transaction's connection.
+    ///
+    /// ```no_run
+    /// # async fn signup(node: quartz_core::engine::Scheduler) -> Result<(), Box<dyn std::error::Error>> {
+    /// use quartz_core::store::Work;
+    /// use std::time::Duration;
+    ///
+    /// let work = Work::new("welcome-mail")
+    ///     .payload(&serde_json::json!({ "to": "ada@example.com" }))?
+    ///     .after(Duration::from_secs(60))
+    ///     .unique("welcome:ada@example.com");
+    /// let queued = node.enqueue(&work).await?;
+    /// println!("{queued:?}");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`SchedulerError::Rejected`] naming the field at fault, the store's
+    /// errors ([`StoreError::UnknownJob`](crate::store::StoreError::UnknownJob)
+    /// for a job the scheduler does not have).
+    pub async fn enqueue(&self, work: &crate::store::Work) -> Result<crate::store::Enqueued, SchedulerError> {
+        let enqueued = self.inner.admin_store.enqueue(work).await?;
+        if enqueued.is_queued() {
+            self.inner.ctx.poll_now.notify_one();
+        }
+        Ok(enqueued)
+    }
+
     /// Asks the poller to poll now rather than at its next tick.
     pub fn poll_now(&self) {
         self.inner.ctx.poll_now.notify_one();

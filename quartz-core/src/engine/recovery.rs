@@ -22,7 +22,9 @@ use super::launch_handle::Launch;
 use super::run::RunFire;
 use super::runner::Runner;
 use super::status::Phase;
-use crate::store::{FireEnd, FireRecord, FireState, Job, MANUAL_EXECUTE, NodeRef, NodeState, StoreError};
+use crate::store::{
+    FireEnd, FireRecord, FireState, Job, MANUAL_EXECUTE, NodeRef, NodeState, StoreError, work_of_execute,
+};
 use crate::time::Timestamp;
 use crate::trigger::Trigger;
 
@@ -207,6 +209,13 @@ impl Recovery {
         if !self.ctx.handlers.contains_key(&job.spec.handler) {
             return Ok(()); // a node with the handler recovers it
         }
+        // Enqueued work runs with its own payload, read before it is taken.
+        let payload = match work_of_execute(fire.execute_id) {
+            Some(work) if matches!(fire.state, FireState::Claimed | FireState::Running) => {
+                self.ctx.store.work_payload(work).await?.map(Arc::from)
+            }
+            _ => None,
+        };
         let run = |fire_id: i64, attempt: u32, kind: RunKind| RunFire {
             fire_id,
             execute_id: fire.execute_id,
@@ -219,6 +228,7 @@ impl Recovery {
             release: None,
             hold: Some(self.ctx.hold(job)),
             marked_at: None,
+            payload: payload.clone(),
         };
         match fire.state {
             FireState::Claimed => {
@@ -229,6 +239,8 @@ impl Recovery {
                         RunKind::Retry
                     } else if fire.execute_id == MANUAL_EXECUTE {
                         RunKind::ByHand
+                    } else if work_of_execute(fire.execute_id).is_some() {
+                        RunKind::Enqueued
                     } else {
                         RunKind::Scheduled
                     };

@@ -37,6 +37,9 @@ pub(super) struct RunFire {
     /// The start its fenced start recorded (database time): its handler
     /// starts after it.
     pub(super) marked_at: Option<Timestamp>,
+    /// Enqueued work's own payload, read before its claim (`None`: the
+    /// job's).
+    pub(super) payload: Option<Arc<str>>,
 }
 
 impl RunFire {

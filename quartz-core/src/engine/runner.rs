@@ -135,7 +135,10 @@ impl Runner {
             fire_time: run.fire_time,
             fire_id: run.fire_id,
             attempt: run.attempt,
-            payload: Arc::from(run.job.spec.payload.as_str()),
+            payload: run
+                .payload
+                .clone()
+                .unwrap_or_else(|| Arc::from(run.job.spec.payload.as_str())),
             node_id: Arc::from(run.node.node_id.as_str()),
             scheduler: Arc::from(self.ctx.scheduler.as_str()),
             incarnation: run.node.incarnation,
@@ -526,6 +529,7 @@ impl Runner {
                 release: None,
                 hold: Some(self.ctx.hold(job)),
                 marked_at: None,
+                payload: None,
             });
         }
     }

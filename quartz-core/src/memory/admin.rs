@@ -5,9 +5,9 @@ use crate::Timestamp;
 use crate::calendar::CalendarDefinition;
 use crate::store::rules::{self, CalendarSet};
 use crate::store::{
-    BackfillFire, Backfilled, CalendarRecord, CalendarStore, ChangeAction, ExecuteSpec, ExecuteState, FireRetry,
-    FireState, Job, JobDetail, JobQuery, JobSpec, JobState, JobStore, MANUAL_EXECUTE, QueuedFire, StoreError,
-    backfill_attempt, check_backfill, check_name,
+    BackfillFire, Backfilled, CalendarRecord, CalendarStore, ChangeAction, Enqueued, ExecuteSpec, ExecuteState,
+    FireRetry, FireState, Job, JobDetail, JobQuery, JobSpec, JobState, JobStore, MANUAL_EXECUTE, QueuedFire,
+    StoreError, Work, backfill_attempt, check_backfill, check_name,
 };
 use async_trait::async_trait;
 
@@ -182,6 +182,11 @@ impl JobStore for MemoryStore {
             );
             Ok((fire, Timestamp::from_millis(at)))
         })
+    }
+
+    async fn enqueue(&self, work: &Work) -> Result<Enqueued, StoreError> {
+        let scheduler = &*self.scheduler;
+        self.step(|db, now| db.enqueue(scheduler, work, now))
     }
 
     async fn delete_job(&self, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {

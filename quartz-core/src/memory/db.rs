@@ -37,6 +37,8 @@ pub(super) struct Db {
     /// The ledger's unique key: (execute, job, fire time, attempt).
     pub(super) fire_keys: HashMap<(i64, i64, i64, u32), i64>,
     pub(super) change_log: BTreeMap<i64, ChangeRecord>,
+    /// Enqueued work, by id.
+    pub(super) work: BTreeMap<i64, super::work::WorkRow>,
     /// Every change of every scheduler, counted: what wakes change waiters.
     pub(super) change_total: u64,
 }
@@ -102,6 +104,13 @@ impl Db {
                 detail: c.detail,
             },
         );
+    }
+
+    /// Counts a change that is not logged (enqueued work): what wakes the
+    /// nodes' change watchers.
+    pub(super) fn bump(&mut self, scheduler: &str) {
+        self.sched(scheduler).changes += 1;
+        self.change_total += 1;
     }
 
     /// Whether `node` is a live incarnation of the scheduler.

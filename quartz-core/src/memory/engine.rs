@@ -407,7 +407,7 @@ impl FireStore for MemoryStore {
             // A fire of a trigger an edit replaced (or deleted) waits for
             // the job's open fires: the overlap policy that held it is gone
             // with its trigger, so it is held as strictly as any could.
-            let trigger_gone = execute.is_none() && fire.record.execute_id != MANUAL_EXECUTE;
+            let trigger_gone = execute.is_none() && fire.record.execute_id > MANUAL_EXECUTE;
             if (exclusive || trigger_gone || overlap.is_some_and(|o| o != Overlap::Allow))
                 && db.job_has_open(fire.record.job_id)
             {
@@ -446,6 +446,10 @@ impl FireStore for MemoryStore {
             ids.sort_unstable();
             ids
         }))
+    }
+
+    async fn work_payload(&self, work_id: i64) -> Result<Option<String>, StoreError> {
+        Ok(self.read(|db| db.work.get(&work_id).and_then(|w| w.payload.clone())))
     }
 }
 
@@ -545,7 +549,8 @@ impl RetentionStore for MemoryStore {
 
     async fn executes_purge(&self, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
         let scheduler = &*self.scheduler;
-        Ok(self.step(|db, _| {
+        Ok(self.step(|db, now| {
+            let work = db.work_purge(scheduler, before.as_millis(), now, limit as usize) as u64;
             let (_, named) = db.named_by_open(scheduler);
             let before = before.as_millis();
             let mut chosen: Vec<(i64, i64)> = db
@@ -561,7 +566,7 @@ impl RetentionStore for MemoryStore {
             for (_, id) in &chosen {
                 db.executes.remove(id);
             }
-            chosen.len() as u64
+            chosen.len() as u64 + work
         }))
     }
 }

@@ -41,6 +41,7 @@ mod engine;
 mod history;
 mod overlap;
 mod row;
+mod work;
 
 use std::sync::Arc;
 

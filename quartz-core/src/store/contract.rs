@@ -146,6 +146,23 @@ pub trait JobStore: Send + Sync {
     /// Returns the fire's ledger id and fire time.
     async fn fire_now(&self, name: &str) -> Result<(i64, Timestamp), StoreError>;
 
+    /// Enqueues a piece of work (see [`Work`]): a row holding its payload
+    /// and unique key, and its first attempt as a pending fire of job
+    /// `work.job` due at [`Work::due`] (its fire time), which the first node
+    /// with the job's handler and a free thread claims and runs, as it runs
+    /// a fire by hand; its retries follow the job's policy and carry the
+    /// same payload. A paused job's work waits until it is resumed. With a
+    /// unique key that another piece of work of the job holds (pending or
+    /// running, or ended within its window), nothing is written and the
+    /// answer is [`Enqueued::Duplicate`]. Counted as a change (so that
+    /// every node sees work due now at once), not logged one by one.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownJob`]; [`StoreError::Invalid`] for what
+    /// [`Work::validate`] refuses.
+    async fn enqueue(&self, work: &Work) -> Result<Enqueued, StoreError>;
+
     /// Deletes a job and its executes; its ledger rows stay as history.
     /// With `expected_version`, only if the job is still at that version.
     async fn delete_job(&self, name: &str, expected_version: Option<i64>) -> Result<(), StoreError>;

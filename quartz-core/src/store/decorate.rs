@@ -32,6 +32,7 @@ macro_rules! store_methods {
                 fn update_job(&self, name: &str, job: &$crate::store::JobSpec, executes: Option<&[$crate::store::ExecuteSpec]>, expected_version: Option<i64>) -> $crate::store::Job;
                 fn set_paused(&self, name: &str, paused: bool, expected_version: Option<i64>) -> $crate::store::Job;
                 fn fire_now(&self, name: &str) -> (i64, $crate::Timestamp);
+                fn enqueue(&self, work: &$crate::store::Work) -> $crate::store::Enqueued;
                 fn delete_job(&self, name: &str, expected_version: Option<i64>) -> ();
                 fn retry_fire(&self, fire_id: i64) -> $crate::store::FireRetry;
                 fn set_standby(&self, on: bool) -> Option<$crate::Timestamp>;
@@ -82,6 +83,7 @@ macro_rules! store_methods {
                 fn fires_pending(&self, before: $crate::Timestamp, limit: u32) -> Vec<$crate::store::FireRecord>;
                 fn pending_claim(&self, fire_id: i64, node: &$crate::store::NodeRef, exclusive: bool) -> $crate::store::PendingClaim;
                 fn cancel_requests(&self, node: &$crate::store::NodeRef) -> Vec<i64>;
+                fn work_payload(&self, work_id: i64) -> Option<String>;
             }
             impl RetentionStore {
                 fn purge_turn(&self, every_ms: i64) -> bool;

@@ -309,6 +309,11 @@ pub trait FireStore: Send + Sync {
     /// ([`Overlap::Cancel`](crate::trigger::Overlap::Cancel)), read through
     /// the index of open fires.
     async fn cancel_requests(&self, node: &NodeRef) -> Result<Vec<i64>, StoreError>;
+
+    /// The payload of enqueued work `work_id` (see [`Work`](super::Work)),
+    /// read when a node has claimed one of its fires: `None` when the work
+    /// carries none (the job's own applies) or is gone.
+    async fn work_payload(&self, work_id: i64) -> Result<Option<String>, StoreError>;
 }
 
 /// Retention: one node's purge turn, the horizon the audit reads after, and the purges themselves.
@@ -343,6 +348,8 @@ pub trait RetentionStore: Send + Sync {
     async fn nodes_purge(&self, before: Timestamp) -> Result<u64, StoreError>;
 
     /// Deletes at most `limit` complete executes last changed before `before`
-    /// that no open fire names.
+    /// that no open fire names, and as many pieces of enqueued work
+    /// enqueued before `before` whose fires have all ended and whose unique
+    /// window (if any) has passed.
     async fn executes_purge(&self, before: Timestamp, limit: u32) -> Result<u64, StoreError>;
 }

@@ -38,6 +38,7 @@ mod limit;
 mod rows;
 pub mod rules;
 mod spec;
+mod work;
 
 use crate::calendar::CalendarDefinition;
 use crate::time::Timestamp;
@@ -63,6 +64,7 @@ pub use spec::{
     ExecuteSpec, JobSpec, MAX_ATTEMPTS, MAX_DESCRIPTION_BYTES, MAX_ERROR_BYTES, MAX_NAME_BYTES, MAX_PAYLOAD_BYTES,
     NodeRegistration, RetryPolicy, check_name, millis_of,
 };
+pub use work::{Due, Enqueued, MAX_UNIQUE_KEY_BYTES, Unique, Work, work_execute, work_of_execute};
 
 /// How many fires a batched statement of a store names at most where the
 /// database takes no array parameter (MySQL's id lists), and how many

@@ -342,10 +342,15 @@ impl FireRecord {
         self.execute_id == MANUAL_EXECUTE
     }
 
+    /// A fire of work enqueued from code ([`Work`](super::Work)).
+    pub fn enqueued(&self) -> bool {
+        self.execute_id < MANUAL_EXECUTE
+    }
+
     /// A past fire time a backfill queued: a trigger's first attempt that
     /// was pending, due after its fire time.
     pub fn by_backfill(&self) -> bool {
-        !self.by_hand() && self.attempt == 1 && self.due_at.is_some_and(|due| due != self.fire_time)
+        self.execute_id > MANUAL_EXECUTE && self.attempt == 1 && self.due_at.is_some_and(|due| due != self.fire_time)
     }
 
     /// A fire that waited for room: for its job's running fire under an
@@ -357,10 +362,11 @@ impl FireRecord {
 }
 
 /// The one rule for a fire that waited for room under an overlap policy or
-/// a concurrency limit: a trigger's first attempt (not one by hand) that was
+/// a concurrency limit: a trigger's first attempt (not one by hand nor
+/// enqueued work, whose execute ids are not positive) that was
 /// pending, due at its own fire time (a backfill's is due after it).
 pub fn waited_for_room(execute_id: i64, attempt: u32, fire_time: Timestamp, due_at: Option<Timestamp>) -> bool {
-    execute_id != MANUAL_EXECUTE && attempt == 1 && due_at == Some(fire_time)
+    execute_id > MANUAL_EXECUTE && attempt == 1 && due_at == Some(fire_time)
 }
 
 /// A child job's fire, written when its parent's fire succeeded.

@@ -438,6 +438,14 @@ impl FireStore for RedisStore {
         let args = json!({ "node": node_id, "inc": inc });
         self.run(scheduler, 0, "cancel_requests", &args).await
     }
+
+    async fn work_payload(&self, work_id: i64) -> Result<Option<String>, StoreError> {
+        let scheduler = self.scheduler();
+        let payload: String = self
+            .run(scheduler, 0, "work_payload", &json!({ "id": num(work_id) }))
+            .await?;
+        Ok((!payload.is_empty()).then_some(payload))
+    }
 }
 
 #[async_trait]

@@ -8,8 +8,9 @@ use async_trait::async_trait;
 use quartz_core::Timestamp;
 use quartz_core::calendar::CalendarDefinition;
 use quartz_core::store::{
-    BackfillFire, Backfilled, CalendarRecord, CalendarStore, ChangeAction, ExecuteSpec, FireRetry, Job, JobDetail,
-    JobQuery, JobSpec, JobStore, QueuedFire, RejectedRow, SharedStore, Store, StoreError, check_name, millis_of,
+    BackfillFire, Backfilled, CalendarRecord, CalendarStore, ChangeAction, Due, Enqueued, ExecuteSpec, FireRetry, Job,
+    JobDetail, JobQuery, JobSpec, JobStore, QueuedFire, RejectedRow, SharedStore, Store, StoreError, Work, check_name,
+    millis_of,
 };
 use serde_json::{Value, json};
 
@@ -380,6 +381,45 @@ impl JobStore for RedisStore {
         let number = |i: usize| reply.get(i).and_then(|v| v.parse::<i64>().ok());
         match (number(1), number(2)) {
             (Some(id), Some(at)) => Ok((id, Timestamp::from_millis(at))),
+            _ => Err(StoreError::Database {
+                reason: format!("unexpected answer from the Redis script: {reply:?}"),
+            }),
+        }
+    }
+
+    async fn enqueue(&self, work: &Work) -> Result<Enqueued, StoreError> {
+        let scheduler = self.scheduler();
+        work.validate()?;
+        let (at, after) = match work.due {
+            Due::Now => (None, None),
+            Due::At(at) => (Some(at.as_millis()), None),
+            Due::After(delay) => (None, Some(millis_of(delay))),
+        };
+        let unique = work.unique.as_ref();
+        let args = json!({
+            "name": work.job,
+            "payload": work.payload.clone().unwrap_or_default(),
+            "at": opt(at),
+            "after": opt(after),
+            "key": unique.map(|u| u.key.clone()).unwrap_or_default(),
+            "window": opt(unique.and_then(|u| u.window).map(millis_of)),
+        });
+        let reply: Vec<String> = self.write(scheduler, "job_enqueue", &args).await?;
+        let number = |i: usize| reply.get(i).and_then(|v| v.parse::<i64>().ok());
+        if reply.first().map(String::as_str) == Some("duplicate_work") {
+            return Ok(Enqueued::Duplicate {
+                key: unique.map(|u| u.key.clone()).unwrap_or_default(),
+                work_id: number(1),
+                due_at: number(2).map(Timestamp::from_millis),
+            });
+        }
+        Self::answer(scheduler, &work.job, &reply)?;
+        match (number(1), number(2), number(3)) {
+            (Some(work_id), Some(fire_id), Some(due)) => Ok(Enqueued::Queued {
+                work_id,
+                fire_id,
+                due_at: Timestamp::from_millis(due),
+            }),
             _ => Err(StoreError::Database {
                 reason: format!("unexpected answer from the Redis script: {reply:?}"),
             }),

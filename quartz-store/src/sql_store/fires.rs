@@ -393,4 +393,16 @@ impl FireStore for SqlStore {
         .await
         .and_then(|rows| first_ids(&rows))
     }
+
+    async fn work_payload(&self, work_id: i64) -> Result<Option<String>, StoreError> {
+        let row = self
+            .query("SELECT payload FROM quartz_work WHERE id = ?")
+            .bind(work_id)
+            .row(&self.db.pool)
+            .await?;
+        row.map(|row| row.try_get::<Option<String>, _>(0))
+            .transpose()
+            .map(Option::flatten)
+            .map_err(db_error)
+    }
 }

@@ -6,8 +6,8 @@
 use super::convert::Statement as _;
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    ChangeAction, ExecuteSpec, ExecuteState, Job, JobDetail, JobQuery, JobSpec, JobState, MANUAL_EXECUTE, RejectedRow,
-    StoreError, check_name,
+    ChangeAction, Enqueued, ExecuteSpec, ExecuteState, Job, JobDetail, JobQuery, JobSpec, JobState, MANUAL_EXECUTE,
+    RejectedRow, StoreError, Work, check_name,
 };
 use sqlx::{Any, Transaction};
 
@@ -474,6 +474,19 @@ impl JobStore for SqlStore {
 
     async fn fire_now(&self, name: &str) -> Result<(i64, Timestamp), StoreError> {
         retry_conflicts(|| self.fire_now_once(name)).await
+    }
+
+    async fn enqueue(&self, work: &Work) -> Result<Enqueued, StoreError> {
+        let scheduler = &*self.scheduler;
+        self.ensure_scheduler_row(scheduler).await?;
+        retry_conflicts(|| async {
+            let mut tx = self.begin().await?;
+            let enqueued =
+                crate::work::enqueue_on!(&mut *tx, |t| self.query(t), self.db.backend, scheduler, work).await?;
+            tx.commit().await.map_err(db_error)?;
+            Ok(enqueued)
+        })
+        .await
     }
 
     async fn delete_job(&self, name: &str, expected_version: Option<i64>) -> Result<(), StoreError> {

@@ -242,8 +242,7 @@ impl SqlStore {
         // A fire of a trigger an edit replaced (or deleted) waits for the
         // job's open fires: the overlap policy that held it is gone with
         // its trigger, so it is held as strictly as any could.
-        let trigger_gone =
-            row.try_get::<Option<i64>, _>(7).map_err(db_error)?.is_none() && execute_id != MANUAL_EXECUTE;
+        let trigger_gone = row.try_get::<Option<i64>, _>(7).map_err(db_error)?.is_none() && execute_id > MANUAL_EXECUTE;
         let checks_job = exclusive || trigger_gone || overlap.is_some_and(|o| o != Overlap::Allow);
         let mut tx = self.begin().await?;
         if checks_job || limit.is_some() {

@@ -193,6 +193,38 @@ impl RetentionStore for SqlStore {
 
     async fn executes_purge(&self, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
         let scheduler = self.scheduler();
+        let work = self.work_purge(scheduler, before, limit).await?;
+        Ok(work + self.complete_executes_purge(scheduler, before, limit).await?)
+    }
+}
+
+impl SqlStore {
+    /// Enqueued work enqueued before `before` whose fires have all ended
+    /// and whose unique window has passed: chosen by a plain read, deleted
+    /// by id.
+    async fn work_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        let ids: Vec<i64> = sqlx::query_scalar(self.db.sql(
+            "SELECT w.id FROM quartz_work w WHERE w.scheduler = ? AND w.created_at < ? \
+             AND (w.unique_until IS NULL OR w.unique_until <= {now}) AND NOT EXISTS \
+             (SELECT 1 FROM quartz_fire f WHERE f.execute_id = -w.id AND f.job_id = w.job_id \
+             AND f.fire_time = w.fire_time AND f.finished_at IS NULL) ORDER BY w.id LIMIT ?",
+        ))
+        .bind(scheduler.to_owned())
+        .bind(before.as_millis())
+        .bind(i64::from(limit))
+        .fetch_all(&self.db.pool)
+        .await
+        .map_err(db_error)?;
+        let mut deleted = 0;
+        for chunk in ids.chunks(self.ids_per_statement()) {
+            let q = self.bind_id_set(self.query("DELETE FROM quartz_work WHERE {ids}"), chunk);
+            deleted += q.exec(&self.db.pool).await?.rows_affected();
+        }
+        Ok(deleted)
+    }
+
+    /// The complete executes of [`RetentionStore::executes_purge`].
+    async fn complete_executes_purge(&self, scheduler: &str, before: Timestamp, limit: u32) -> Result<u64, StoreError> {
         if self.db.backend.purges_by_id() {
             let ids: Vec<i64> = sqlx::query_scalar(self.db.sql(purgeable_executes!()))
                 .bind(scheduler.to_owned())

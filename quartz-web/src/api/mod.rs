@@ -9,9 +9,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use quartz_core::Timestamp;
 use quartz_core::admin::{
-    AdminError, BackfillRequest, BackfillView, CalendarView, ChangeFilter, ChangeView, ClusterHealth, FireFilter,
-    FireView, JobDefinition, JobFilter, JobPatch, JobStats, JobView, ManualFire, NodeView, Overview, Page, PutIf,
-    PutOutcome, Standby, TriggerDefinition, TriggerKind, TriggerView, deserialize_instant, instant_schema,
+    AdminError, BackfillRequest, BackfillView, CalendarView, ChangeFilter, ChangeView, ClusterHealth, EnqueuedView,
+    FireFilter, FireView, JobDefinition, JobFilter, JobPatch, JobStats, JobView, ManualFire, NodeView, Overview, Page,
+    PutIf, PutOutcome, Standby, TriggerDefinition, TriggerKind, TriggerView, WorkRequest, deserialize_instant,
+    instant_schema,
 };
 use quartz_core::audit::AuditParams;
 use quartz_core::calendar::{CalendarDefinition, CalendarType};
@@ -39,6 +40,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/jobs/{name}/pause", post(job_pause))
         .route("/jobs/{name}/resume", post(job_resume))
         .route("/jobs/{name}/trigger", post(job_trigger))
+        .route("/jobs/{name}/enqueue", post(job_enqueue))
         .route("/jobs/{name}/backfill", post(scheduler::job_backfill))
         .route("/jobs/{name}/stats", get(job_stats))
         .route("/fires", get(fires_list))
@@ -287,6 +289,34 @@ async fn job_trigger(
     Ok((StatusCode::ACCEPTED, Json(fired)).into_response())
 }
 
+/// Enqueues a piece of work of the job: a one-off fire with its own
+/// payload, due now, `at` an instant or `after_ms`, perhaps unique by a
+/// key. 202 when queued; 409 `duplicate` when another piece of work of the
+/// job holds the key (nothing written; `work_id` names the holder).
+#[utoipa::path(post, path = "/api/v1/jobs/{name}/enqueue", params(("name" = String, Path, description = "the job's name")),
+    request_body = WorkRequest, tag = "jobs",
+    responses((status = 202, body = EnqueuedView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = EnqueuedView)))]
+async fn job_enqueue(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+    ApiJson(request): ApiJson<WorkRequest>,
+) -> Result<Response, ApiError> {
+    caller.require_admin()?;
+    let view = state
+        .admin
+        .acting_as(&caller.actor)
+        .enqueue_request(&name, &request)
+        .await?;
+    let status = if view.outcome == "queued" {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::CONFLICT
+    };
+    Ok((status, Json(view)).into_response())
+}
+
 /// The fire ledger, newest first, paged by key.
 #[utoipa::path(get, path = "/api/v1/fires", params(FireFilter), tag = "history",
     responses((status = 200, body = FirePage), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
@@ -498,12 +528,12 @@ struct ChangePage {
     info(title = "quartz-rs admin API", description = "Jobs, triggers, the fire ledger, nodes and the change log \
         of a quartz-rs cluster. Authenticate with `Authorization: Bearer TOKEN` (QUARTZ_ADMIN_TOKEN reads and \
         writes, QUARTZ_READ_TOKEN reads); with no token configured only loopback callers are answered."),
-    paths(jobs_list, job_add, job_get, job_put, job_edit, job_delete, job_pause, job_resume, job_trigger, job_stats, fires_list, fire_retry,
+    paths(jobs_list, job_add, job_get, job_put, job_edit, job_delete, job_pause, job_resume, job_trigger, job_enqueue, job_stats, fires_list, fire_retry,
         nodes_list, changes_list, audit, overview, health, calendars::cron_preview, calendars::calendars_list,
         calendars::calendar_get, calendars::calendar_put, calendars::calendar_delete, scheduler::standby_get,
         scheduler::pause_all, scheduler::resume_all, scheduler::job_backfill),
     components(schemas(JobDefinition, JobPatch, TriggerDefinition, TriggerKind, JobView, TriggerView, FireView,
-        NodeView, ChangeView, Overview, ClusterHealth, JobStats, JobPage, FirePage, ChangePage, ErrorBody, ManualFire, AuditView,
+        NodeView, ChangeView, Overview, ClusterHealth, JobStats, JobPage, FirePage, ChangePage, ErrorBody, ManualFire, WorkRequest, EnqueuedView, AuditView,
         ViolationView, Preview, CalendarDefinition, CalendarType, CalendarView, Standby,
         BackfillRequest, BackfillView)),
     modifiers(&BearerAuth),

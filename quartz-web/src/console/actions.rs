@@ -121,6 +121,8 @@ pub(crate) fn notice_text(code: &str, subject: &str) -> Option<String> {
                 "Fired {subject} now, once: it runs although the job is paused, and the job stays paused (its triggers hold until you resume it)."
             ));
         }
+        "enqueued" => return Some(format!("Enqueued: {subject}.")),
+        "duplicate" => return Some(format!("Not enqueued: {subject}.")),
         "backfilled" => {
             return Some(format!(
                 "Backfilled {subject}: each runs once, at its turn, on the first node with the job's handler."

@@ -16,6 +16,7 @@
 mod actions;
 mod backfill;
 mod calendars;
+mod enqueue;
 mod form;
 mod history;
 mod html;
@@ -50,6 +51,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/jobs/{name}/resume", post(actions::resume))
         .route("/jobs/{name}/trigger", post(actions::trigger))
         .route("/jobs/{name}/backfill", post(backfill::backfill))
+        .route("/jobs/{name}/enqueue", post(enqueue::enqueue))
         .route("/fires/{id}/retry", post(actions::retry))
         .route("/scheduler/pause", post(actions::pause_all))
         .route("/scheduler/resume", post(actions::resume_all))

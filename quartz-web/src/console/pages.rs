@@ -326,6 +326,9 @@ pub(crate) async fn job(
             h2 { "Backfill" }
             p.hint { "Run the fire times of a past range, once each, at a bounded pace; times that ran are left alone." }
             (super::backfill::form(&viewer, &job.spec.name, "", "", ""))
+            h2 { "Enqueue work" }
+            p.hint { "Run the job once with a payload of its own, now or at a time; a unique key refuses a second while one is pending or running." }
+            (super::enqueue::form(&viewer, &job.spec.name))
         }
         h2 { "Recent fires " small { a href=(history) { "all history →" } } }
         @if recent.is_empty() { (empty("No fires yet.")) } @else { (fire_table(&viewer, &recent, now)) }

@@ -38,6 +38,7 @@ mod claims;
 mod fires;
 pub mod fixtures;
 mod jobs;
+mod work;
 
 use std::any::Any;
 use std::fmt;
@@ -104,6 +105,8 @@ checks!(
     fires::fires_that_never_ran_are_recorded_without_a_start,
     fires::nodes_registering_together_all_register,
     fires::a_node_purged_and_back_is_newer_than_before,
+    work::enqueued_work_is_a_pending_fire_with_its_own_payload,
+    work::a_unique_key_is_held_while_its_work_is_open_or_in_its_window,
 );
 
 /// The most one check may take before it is reported failed.

@@ -169,6 +169,37 @@ C.job_fire_now = function()
   return { 'ok', fire, s(at) }
 end
 
+-- Enqueued work: {'ok', work, fire, due} or {'duplicate_work', holder, due}
+-- or {'unknown_job', name}.
+C.job_enqueue = function()
+  local job = redis.call('HGET', k('jobs'), A.name)
+  if not job then return { 'unknown_job', A.name } end
+  local due = NOW
+  if A.at ~= '' then due = math.max(NOW, tonumber(A.at)) end
+  if A.after ~= '' then due = NOW + tonumber(A.after) end
+  local uk = k('work-unique:' .. job)
+  if A.key ~= '' then
+    local holder = redis.call('HGET', uk, A.key)
+    if holder then
+      local open, ft = work_open(holder)
+      local until_ms = tonumber(g(k('work:' .. holder), 'unique_until'))
+      if open or (until_ms and until_ms > NOW) then return { 'duplicate_work', holder, ft } end
+      redis.call('HDEL', k('work:' .. holder), 'unique_key')
+    end
+  end
+  local w = new_id('work')
+  local row = { 'job_id', job, 'fire_time', s(due), 'created_at', NOWS }
+  add_if(row, 'payload', A.payload)
+  add_if(row, 'unique_key', A.key)
+  if A.window ~= '' then add_if(row, 'unique_until', s(NOW + tonumber(A.window))) end
+  redis.call('HSET', k('work:' .. w), unpack(row))
+  if A.key ~= '' then redis.call('HSET', uk, A.key, w) end
+  redis.call('ZADD', k('work-age'), NOW, w)
+  local fire = insert_fire('-' .. w, job, s(due), '1', '', '0', 'pending', '', '', '1', s(due))
+  redis.call('INCR', k('changes'))
+  return { 'ok', w, fire, s(due) }
+end
+
 C.job_pause = function()
   local id, refused = job_as_read()
   if refused then return refused end

@@ -358,7 +358,7 @@ C.pending_claim = function()
   local execute = g(f, 'execute_id')
   local ov = ''
   local gone = false
-  if exists(execute_key(execute)) then ov = g(execute_key(execute), 'overlap') else gone = execute ~= '0' end
+  if exists(execute_key(execute)) then ov = g(execute_key(execute), 'overlap') else gone = tonumber(execute) > 0 end
   local job = g(f, 'job_id')
   if (A.x == '1' or gone or (ov ~= '' and ov ~= 'allow'))
     and redis.call('SCARD', k('job-open:' .. job)) > 0 then return 'blocked' end

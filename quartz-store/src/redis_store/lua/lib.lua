@@ -279,6 +279,20 @@ local function unique_key(execute, job, fire_time, attempt)
   return execute .. ':' .. job .. ':' .. fire_time .. ':' .. attempt
 end
 
+-- Whether any attempt of enqueued work `w` (its fires are execute '-w')
+-- is not ended, and its first fire's time.
+local function work_open(w)
+  local wk = k('work:' .. w)
+  local job, ft = g(wk, 'job_id'), g(wk, 'fire_time')
+  local attempt = 1
+  while true do
+    local id = redis.call('HGET', k('fire-keys'), unique_key('-' .. w, job, ft, s(attempt)))
+    if not id then return false, ft end
+    if g(fire_key(id), 'finished_at') == '' then return true, ft end
+    attempt = attempt + 1
+  end
+end
+
 -- Inserts a ledger row; nil when the unique rule says it exists already.
 local function insert_fire(execute, job, fire_time, attempt, node, inc, state, err, skipped_until, count, due)
   -- The unique rule, taken with the row's id in one command: a row that

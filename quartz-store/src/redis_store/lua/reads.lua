@@ -379,6 +379,9 @@ C.purge_turn = function()
   return 1
 end
 
+-- Enqueued work's own payload, or the empty string.
+C.work_payload = function() return redis.call('HGET', k('work:' .. A.id), 'payload') or '' end
+
 C.horizon = function() return redis.call('HGET', k('meta'), 'purged_before') or '' end
 
 -- Since when the scheduler is on standby, or the empty string.
@@ -453,6 +456,23 @@ C.executes_purge = function()
   local _, named = named_by_open()
   local before = tonumber(A.before)
   local deleted = 0
+  -- Enqueued work whose fires have all ended and whose window has passed.
+  for _, w in ipairs(redis.call('ZRANGEBYSCORE', k('work-age'), '-inf', '(' .. A.before)) do
+    if deleted >= tonumber(A.limit) then break end
+    local wk = k('work:' .. w)
+    local job = g(wk, 'job_id')
+    local open = work_open(w)
+    local until_ms = tonumber(g(wk, 'unique_until'))
+    if not open and not (until_ms and until_ms > NOW) then
+      local key = g(wk, 'unique_key')
+      if key ~= '' and redis.call('HGET', k('work-unique:' .. job), key) == w then
+        redis.call('HDEL', k('work-unique:' .. job), key)
+      end
+      redis.call('DEL', wk)
+      redis.call('ZREM', k('work-age'), w)
+      deleted = deleted + 1
+    end
+  end
   local ids = redis.call('ZRANGEBYSCORE', k('complete'), '-inf', '(' .. A.before)
   for _, id in ipairs(ids) do
     if deleted >= tonumber(A.limit) then break end

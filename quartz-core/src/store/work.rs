@@ -1,0 +1,282 @@
+//! Work enqueued from code: a one-off fire of a job, with a payload of its
+//! own, due now, at a time or after a delay, and perhaps unique by a key.
+//!
+//! The job is the work's kind: its handler, attempts, backoff, timeout,
+//! overlap rule and concurrency limit apply; its triggers are not involved
+//! (a job may have none). Each piece of work is a row of its own (its
+//! payload and unique key) and a pending fire in the ledger whose execute
+//! id is the work's id negated ([`work_execute`]), so that every attempt of
+//! it finds its payload, and the fire is run once by the first node with
+//! the job's handler and a free thread, as a fire by hand is.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::spec::{MAX_PAYLOAD_BYTES, check_name};
+use crate::error::Error;
+use crate::time::Timestamp;
+
+/// The longest unique key, in bytes.
+pub const MAX_UNIQUE_KEY_BYTES: usize = 255;
+
+/// When a piece of work is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// At the database's now.
+    Now,
+    /// At this time (in the past: now).
+    At(Timestamp),
+    /// This long after the database's now.
+    After(Duration),
+}
+
+impl Due {
+    /// The due time, given the database's now: never before it.
+    pub fn resolve(self, now: Timestamp) -> Timestamp {
+        match self {
+            Due::Now => now,
+            Due::At(at) => at.max(now),
+            Due::After(delay) => Timestamp::from_millis(
+                now.as_millis()
+                    .saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
+            ),
+        }
+    }
+}
+
+/// A unique key: no second piece of work of the same job with this key is
+/// enqueued while one is pending or running, nor within `window` of the
+/// enqueueing of the one that holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unique {
+    /// The key, at most [`MAX_UNIQUE_KEY_BYTES`].
+    pub key: String,
+    /// How long after it was enqueued the key stays taken once its work
+    /// has ended (`None`: only while it is pending or running).
+    pub window: Option<Duration>,
+}
+
+/// A piece of work to enqueue: see the [module](self).
+///
+/// ```
+/// use quartz_core::store::Work;
+/// use std::time::Duration;
+///
+/// let work = Work::new("send-welcome-mail")
+///     .payload(&serde_json::json!({ "to": "ada@example.com" }))?
+///     .after(Duration::from_secs(60))
+///     .unique("welcome:ada@example.com");
+/// assert_eq!(work.job, "send-welcome-mail");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Work {
+    /// The job whose fire it is (its kind).
+    pub job: String,
+    /// Its payload as JSON text; `None` runs it with the job's own.
+    pub payload: Option<String>,
+    /// When it is due.
+    pub due: Due,
+    /// Its unique key, if any.
+    pub unique: Option<Unique>,
+}
+
+impl Work {
+    /// Work of job `job`, due now, with the job's own payload.
+    pub fn new(job: impl Into<String>) -> Work {
+        Work {
+            job: job.into(),
+            payload: None,
+            due: Due::Now,
+            unique: None,
+        }
+    }
+
+    /// Work of the job named after a typed job's kind
+    /// ([`TypedJob::KIND`](crate::engine::TypedJob::KIND)), with `payload`
+    /// as its own.
+    ///
+    /// # Errors
+    ///
+    /// When `payload` cannot be written as JSON.
+    pub fn of<J: crate::engine::TypedJob>(payload: &J) -> Result<Work, serde_json::Error> {
+        Work::new(J::KIND).payload(payload)
+    }
+
+    /// Its own payload, written as JSON.
+    ///
+    /// # Errors
+    ///
+    /// When `payload` cannot be written as JSON (a map with keys that are
+    /// not strings).
+    pub fn payload<T: Serialize + ?Sized>(mut self, payload: &T) -> Result<Work, serde_json::Error> {
+        self.payload = Some(serde_json::to_string(payload)?);
+        Ok(self)
+    }
+
+    /// Its own payload as JSON text (checked by [`Work::validate`]).
+    pub fn payload_json(mut self, json: impl Into<String>) -> Work {
+        self.payload = Some(json.into());
+        self
+    }
+
+    /// Due at `at` (a time in the past: now).
+    pub fn at(mut self, at: Timestamp) -> Work {
+        self.due = Due::At(at);
+        self
+    }
+
+    /// Due `delay` after the database's now.
+    pub fn after(mut self, delay: Duration) -> Work {
+        self.due = Due::After(delay);
+        self
+    }
+
+    /// Unique by `key` while pending or running.
+    pub fn unique(mut self, key: impl Into<String>) -> Work {
+        self.unique = Some(Unique {
+            key: key.into(),
+            window: None,
+        });
+        self
+    }
+
+    /// Unique by `key` while pending or running, and for `window` after it
+    /// was enqueued.
+    pub fn unique_for(mut self, key: impl Into<String>, window: Duration) -> Work {
+        self.unique = Some(Unique {
+            key: key.into(),
+            window: Some(window),
+        });
+        self
+    }
+
+    /// Checks what a store checks before writing anything: the job's name,
+    /// the payload (JSON, at most [`MAX_PAYLOAD_BYTES`]), the key (not
+    /// empty, at most [`MAX_UNIQUE_KEY_BYTES`]). The error names the field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidWork`] naming the first field that does not fit.
+    pub fn validate(&self) -> Result<(), Error> {
+        self.check()
+            .map_err(|(field, reason)| Error::InvalidWork { field, reason })
+    }
+
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        check_name("job name", &self.job).map_err(|e| ("job", e.to_string()))?;
+        if let Some(payload) = &self.payload {
+            if payload.len() > MAX_PAYLOAD_BYTES {
+                return Err((
+                    "payload",
+                    format!("{} bytes, more than the {MAX_PAYLOAD_BYTES} allowed", payload.len()),
+                ));
+            }
+            if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(payload) {
+                return Err(("payload", format!("not JSON: {e}")));
+            }
+        }
+        if let Some(unique) = &self.unique {
+            if unique.key.is_empty() {
+                return Err(("unique_key", "empty".to_owned()));
+            }
+            if unique.key.len() > MAX_UNIQUE_KEY_BYTES {
+                return Err((
+                    "unique_key",
+                    format!(
+                        "{} bytes, more than the {MAX_UNIQUE_KEY_BYTES} allowed",
+                        unique.key.len()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// When its key stops being taken once its work has ended, given when
+    /// it was enqueued: `None` for no key or no window.
+    pub fn unique_until(&self, now: Timestamp) -> Option<i64> {
+        let window = self.unique.as_ref()?.window?;
+        Some(
+            now.as_millis()
+                .saturating_add(i64::try_from(window.as_millis()).unwrap_or(i64::MAX)),
+        )
+    }
+}
+
+/// What [`JobStore::enqueue`](super::JobStore::enqueue) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Enqueued {
+    /// The work is pending in the ledger.
+    Queued {
+        /// The work's id (its fire's execute id is this negated).
+        work_id: i64,
+        /// Its pending fire's ledger id.
+        fire_id: i64,
+        /// When it is due (its fire time).
+        due_at: Timestamp,
+    },
+    /// Its unique key is taken: nothing was written.
+    Duplicate {
+        /// The key.
+        key: String,
+        /// The work that holds it, when it can be read (it cannot from a
+        /// transaction whose snapshot predates it).
+        work_id: Option<i64>,
+        /// Its due time.
+        due_at: Option<Timestamp>,
+    },
+}
+
+impl Enqueued {
+    /// Whether the work was queued (not refused as a duplicate).
+    pub fn is_queued(&self) -> bool {
+        matches!(self, Enqueued::Queued { .. })
+    }
+}
+
+/// The execute id of the fires of work `work_id`: negative, so that it is
+/// no trigger's and no fire by hand's ([`MANUAL_EXECUTE`](super::MANUAL_EXECUTE)).
+pub fn work_execute(work_id: i64) -> i64 {
+    -work_id
+}
+
+/// The work whose fire has execute id `execute_id`, if it is one.
+pub fn work_of_execute(execute_id: i64) -> Option<i64> {
+    (execute_id < 0).then_some(-execute_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn due_is_never_before_now() {
+        let now = Timestamp::from_millis(10_000);
+        assert_eq!(Due::Now.resolve(now), now);
+        assert_eq!(Due::At(Timestamp::from_millis(5)).resolve(now), now);
+        assert_eq!(Due::At(Timestamp::from_millis(20_000)).resolve(now).as_millis(), 20_000);
+        assert_eq!(Due::After(Duration::from_secs(2)).resolve(now).as_millis(), 12_000);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        assert_eq!(Work::new("").check().unwrap_err().0, "job");
+        assert_eq!(Work::new("a").payload_json("{").check().unwrap_err().0, "payload");
+        assert_eq!(Work::new("a").unique("").check().unwrap_err().0, "unique_key");
+        assert_eq!(
+            Work::new("a").unique("k".repeat(256)).check().unwrap_err().0,
+            "unique_key"
+        );
+        assert!(Work::new("a").payload_json("{\"x\":1}").unique("k").validate().is_ok());
+    }
+
+    #[test]
+    fn work_ids_are_negative_execute_ids() {
+        assert_eq!(work_execute(7), -7);
+        assert_eq!(work_of_execute(-7), Some(7));
+        assert_eq!(work_of_execute(0), None);
+        assert_eq!(work_of_execute(3), None);
+    }
+}

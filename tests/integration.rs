@@ -21,6 +21,7 @@ mod admin;
 mod beyond_quartz;
 mod calendars;
 mod engine;
+mod enqueue;
 mod failover;
 mod faults;
 mod health;

@@ -192,7 +192,6 @@ fn every_admin_command(url: &str) {
         1,
         "a pending fire, not a trigger"
     );
-
     let edited = json(&url, &["job", "edit", "poll", "--delay", "2s", "--timeout", "1s"]);
     assert_eq!(edited["timeout_ms"], 1_000);
     assert_eq!(
@@ -217,6 +216,47 @@ fn every_admin_command(url: &str) {
         (&serde_json::json!("pending"), &serde_json::json!(true))
     );
     assert_eq!(json(&url, &["nodes"]).as_array().unwrap().len(), 0);
+    // Work enqueued with its own payload and a key; the second with the
+    // key is a duplicate naming the first; a payload that is not JSON and a
+    // window without a key are refused.
+    let args = [
+        "job",
+        "enqueue",
+        "poll",
+        "--payload",
+        r#"{"to": "ada"}"#,
+        "--after",
+        "1h",
+        "--unique",
+        "ada",
+    ];
+    let queued = json(&url, &args);
+    assert_eq!(queued["outcome"], "queued", "{queued}");
+    let again = json(&url, &args);
+    assert_eq!(
+        (&again["outcome"], &again["work_id"]),
+        (&serde_json::json!("duplicate"), &queued["work_id"]),
+        "{again}"
+    );
+    let text = stdout(&quartz(&url, &["job", "enqueue", "poll"]));
+    assert!(text.starts_with("queued: work "), "{text}");
+    let bad = quartz(&url, &["job", "enqueue", "poll", "--payload", "{not json"]);
+    assert!(
+        !bad.status.success() && stderr(&bad).contains("--payload"),
+        "{}",
+        stderr(&bad)
+    );
+    let bad = quartz(&url, &["job", "enqueue", "poll", "--unique-for", "1h"]);
+    assert!(
+        !bad.status.success() && stderr(&bad).contains("--unique"),
+        "{}",
+        stderr(&bad)
+    );
+    let fires = json(&url, &["history", "--job", "poll"]);
+    assert!(
+        fires.as_array().unwrap().iter().any(|f| f["enqueued"] == true),
+        "shown as enqueued: {fires}"
+    );
 
     // Errors: one line, status 2, and nothing stored is lost.
     refused(

@@ -56,40 +56,55 @@ macro_rules! enqueue_on {
         use quartz_core::store::{Enqueued, StoreError, work_execute};
         use sqlx::Row as _;
         use $crate::sql_store::db_error;
-        use $crate::work::{INSERT_WORK_FIRE, INSERT_WORK_FIRE_RETURNING, INSERT_WORK_IGNORE, INSERT_WORK_RETURNING, LAST_ID};
+        use $crate::work::{
+            INSERT_WORK_FIRE, INSERT_WORK_FIRE_RETURNING, INSERT_WORK_IGNORE, INSERT_WORK_RETURNING, LAST_ID,
+        };
         let (conn, scheduler, work, backend) = ($conn, $scheduler, $work, $backend);
         $crate::work::typed(async move {
             work.validate()?;
             let one = |row: Option<_>| -> Result<Option<i64>, StoreError> {
-                row.map(|r: _| sqlx::Row::try_get::<i64, _>(&r, 0)).transpose().map_err(db_error)
+                row.map(|r: _| sqlx::Row::try_get::<i64, _>(&r, 0))
+                    .transpose()
+                    .map_err(db_error)
             };
             let now: i64 = $query("SELECT {now}")
                 .fetch_one(&mut *conn)
                 .await
                 .and_then(|row| row.try_get(0))
                 .map_err(db_error)?;
-            let job_id = one(
-                $query("SELECT id FROM quartz_job WHERE scheduler = ? AND name = ?")
-                    .bind(scheduler.to_owned())
-                    .bind(work.job.clone())
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .map_err(db_error)?,
-            )?
+            let job_id = one($query("SELECT id FROM quartz_job WHERE scheduler = ? AND name = ?")
+                .bind(scheduler.to_owned())
+                .bind(work.job.clone())
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(db_error)?)?
             .ok_or_else(|| StoreError::UnknownJob {
                 scheduler: scheduler.to_owned(),
                 name: work.job.clone(),
             })?;
             let now_at = Timestamp::from_millis(now);
             let key = work.unique.as_ref().map(|u| u.key.clone());
-            let holder_of = |key: String| {
-                $query("SELECT id, fire_time, unique_until FROM quartz_work WHERE scheduler = ? AND job_id = ? AND unique_key = ?")
-                    .bind(scheduler.to_owned())
-                    .bind(job_id)
-                    .bind(key)
+            // The holder of a key: a plain read first; after losing a race
+            // for it, a locking read, which sees the winner's committed row
+            // in a transaction whose snapshot predates it (MySQL's
+            // repeatable read).
+            let holder_of = |key: String, locking: bool| {
+                $query(if locking {
+                    "SELECT id, fire_time, unique_until FROM quartz_work WHERE scheduler = ? AND job_id = ? \
+                     AND unique_key = ?{for_share}"
+                } else {
+                    "SELECT id, fire_time, unique_until FROM quartz_work WHERE scheduler = ? AND job_id = ? \
+                     AND unique_key = ?"
+                })
+                .bind(scheduler.to_owned())
+                .bind(job_id)
+                .bind(key)
             };
             if let Some(key) = &key {
-                let holder = holder_of(key.clone()).fetch_optional(&mut *conn).await.map_err(db_error)?;
+                let holder = holder_of(key.clone(), false)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(db_error)?;
                 if let Some(row) = holder {
                     let id: i64 = row.try_get(0).map_err(db_error)?;
                     let fire_time: i64 = row.try_get(1).map_err(db_error)?;
@@ -122,14 +137,18 @@ macro_rules! enqueue_on {
             }
             let due = work.due.resolve(now_at).as_millis();
             let returns = backend.returns_rows();
-            let insert = $query(if returns { INSERT_WORK_RETURNING } else { INSERT_WORK_IGNORE })
-                .bind(scheduler.to_owned())
-                .bind(job_id)
-                .bind(due)
-                .bind(work.payload.clone())
-                .bind(key.clone())
-                .bind(work.unique_until(now_at))
-                .bind(now);
+            let insert = $query(if returns {
+                INSERT_WORK_RETURNING
+            } else {
+                INSERT_WORK_IGNORE
+            })
+            .bind(scheduler.to_owned())
+            .bind(job_id)
+            .bind(due)
+            .bind(work.payload.clone())
+            .bind(key.clone())
+            .bind(work.unique_until(now_at))
+            .bind(now);
             let work_id = if returns {
                 one(insert.fetch_optional(&mut *conn).await.map_err(db_error)?)?
             } else if insert.execute(&mut *conn).await.map_err(db_error)?.rows_affected() == 1 {
@@ -140,7 +159,10 @@ macro_rules! enqueue_on {
             let Some(work_id) = work_id else {
                 // Another transaction's work took the key meanwhile.
                 let key = key.unwrap_or_default();
-                let holder = holder_of(key.clone()).fetch_optional(&mut *conn).await.map_err(db_error)?;
+                let holder = holder_of(key.clone(), true)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(db_error)?;
                 let read = |i: usize| holder.as_ref().and_then(|r| r.try_get::<i64, _>(i).ok());
                 return Ok(Enqueued::Duplicate {
                     work_id: read(0),
@@ -148,12 +170,16 @@ macro_rules! enqueue_on {
                     key,
                 });
             };
-            let fire = $query(if returns { INSERT_WORK_FIRE_RETURNING } else { INSERT_WORK_FIRE })
-                .bind(scheduler.to_owned())
-                .bind(work_execute(work_id))
-                .bind(job_id)
-                .bind(due)
-                .bind(due);
+            let fire = $query(if returns {
+                INSERT_WORK_FIRE_RETURNING
+            } else {
+                INSERT_WORK_FIRE
+            })
+            .bind(scheduler.to_owned())
+            .bind(work_execute(work_id))
+            .bind(job_id)
+            .bind(due)
+            .bind(due);
             let fire_id = if returns {
                 one(fire.fetch_optional(&mut *conn).await.map_err(db_error)?)?
             } else {

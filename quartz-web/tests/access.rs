@@ -38,6 +38,7 @@ fn routes() -> Vec<(&'static str, &'static str, Option<serde_json::Value>, bool)
         ("POST", "/api/v1/jobs/probe/pause", None, true),
         ("POST", "/api/v1/jobs/probe/resume", None, true),
         ("POST", "/api/v1/jobs/probe/trigger", None, true),
+        ("POST", "/api/v1/jobs/probe/enqueue", Some(json!({})), true),
         ("DELETE", "/api/v1/jobs/probe", None, true),
         ("GET", "/api/v1/fires", None, false),
         ("GET", "/api/v1/nodes", None, false),

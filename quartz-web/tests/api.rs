@@ -100,6 +100,42 @@ async fn jobs_are_created_read_changed_fired_and_deleted(db: &TestDb) {
         "{fires}"
     );
 
+    // Work enqueued: its own payload, unique by a key (a second: 409
+    // naming the holder); bad requests name their field; readers cannot.
+    let enqueue = |body: Value, token| async move {
+        http::json(addr, "POST", "/api/v1/jobs/report/enqueue", Some(token), &body).await
+    };
+    let work = json!({"payload": {"to": "ada"}, "after_ms": 60000, "unique_key": "ada"});
+    let queued = enqueue(work.clone(), ADMIN).await;
+    assert_eq!(queued.status, 202, "{}", queued.body);
+    let queued = queued.json();
+    assert_eq!(queued["outcome"], "queued", "{queued}");
+    let again = enqueue(work.clone(), ADMIN).await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert_eq!(
+        (again.json()["outcome"].clone(), again.json()["work_id"].clone()),
+        (json!("duplicate"), queued["work_id"].clone())
+    );
+    assert_eq!(enqueue(work, READ).await.status, 403);
+    for (body, field) in [
+        (json!({"at": 0, "after_ms": 1}), "at"),
+        (json!({"unique_for_ms": 5}), "unique_for_ms"),
+        (json!({"unique_key": ""}), "unique_key"),
+    ] {
+        let refused = enqueue(body, ADMIN).await;
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert_eq!(refused.error().1.as_deref(), Some(field), "{}", refused.body);
+    }
+    let missing = http::json(addr, "POST", "/api/v1/jobs/nobody/enqueue", Some(ADMIN), &json!({})).await;
+    assert_eq!(missing.status, 404, "{}", missing.body);
+    let fires = http::get(addr, "GET", "/api/v1/fires?job=report", Some(READ))
+        .await
+        .json();
+    assert_eq!(
+        fires["items"][0]["id"], queued["fire_id"],
+        "pending in the ledger: {fires}"
+    );
+
     // A name with a slash and spaces reaches its job through percent-encoding.
     let odd =
         json!({"name": "a/b c", "handler": "log", "triggers": [{"kind": "once", "start": "2100-01-01T00:00:00Z"}]});

@@ -284,13 +284,14 @@ async fn every_form_needs_the_sessions_csrf_token_and_the_admin_role(db: &TestDb
     let cookie = login(addr, ADMIN).await;
     let csrf = csrf_of(&page(addr, "/jobs", Some(&cookie)).await.body);
 
-    let forms: [(&str, Vec<(&str, &str)>); 9] = [
+    let forms: [(&str, Vec<(&str, &str)>); 10] = [
         ("/jobs/probe/pause", vec![]),
         ("/jobs/probe/backfill", vec![("from", "0"), ("preview", "on")]),
         ("/scheduler/pause", vec![]),
         ("/scheduler/resume", vec![]),
         ("/jobs/probe/resume", vec![]),
         ("/jobs/probe/trigger", vec![]),
+        ("/jobs/probe/enqueue", vec![("payload", "{\"to\": \"ada\"}")]),
         ("/jobs/probe/delete", vec![]),
         (
             "/jobs/probe/edit",
@@ -343,6 +344,32 @@ async fn every_form_needs_the_sessions_csrf_token_and_the_admin_role(db: &TestDb
     )
     .await;
     assert_eq!(bad.status, 400, "{}", bad.body);
+    // Work enqueued from the job's page: its own payload, a unique key;
+    // the second with the key is refused, saying which work holds it.
+    let keyed = [
+        ("csrf", csrf.as_str()),
+        ("payload", "{\"to\": \"ada\"}"),
+        ("unique_key", "ada"),
+    ];
+    let mut notices = Vec::new();
+    for _ in 0..2 {
+        let answer = post(addr, "/jobs/probe/enqueue", Some(&cookie), &keyed, &[]).await;
+        assert_eq!(answer.status, 303, "{}", answer.body);
+        let location = answer.header("location").unwrap().to_owned();
+        notices.push(page(addr, &location, Some(&cookie)).await.body);
+    }
+    assert!(notices[0].contains("Enqueued: work"), "{}", notices[0]);
+    assert!(notices[1].contains("Not enqueued: unique key"), "{}", notices[1]);
+    let bad = post(
+        addr,
+        "/jobs/probe/enqueue",
+        Some(&cookie),
+        &[("csrf", &csrf), ("payload", "{not json")],
+        &[],
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.body.contains("payload"), "{}", bad.body);
     let reader = login(addr, READ).await;
     let read_csrf = csrf_of(&page(addr, "/jobs", Some(&reader)).await.body);
     let jobs = page(addr, "/jobs", Some(&reader)).await.body;

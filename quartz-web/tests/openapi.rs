@@ -163,6 +163,30 @@ fn probes() -> Vec<Probe> {
             None,
         ),
         probe(
+            "POST",
+            "/api/v1/jobs/{name}/enqueue",
+            "/api/v1/jobs/probe/enqueue",
+            Some(json!({"payload": [1], "unique_key": "k"})),
+        ),
+        probe(
+            "POST",
+            "/api/v1/jobs/{name}/enqueue",
+            "/api/v1/jobs/probe/enqueue",
+            Some(json!({"payload": [1], "unique_key": "k"})),
+        ),
+        probe(
+            "POST",
+            "/api/v1/jobs/{name}/enqueue",
+            "/api/v1/jobs/probe/enqueue",
+            Some(json!({"unique_for_ms": 1})),
+        ),
+        probe(
+            "POST",
+            "/api/v1/jobs/{name}/enqueue",
+            "/api/v1/jobs/missing/enqueue",
+            Some(json!({})),
+        ),
+        probe(
             "GET",
             "/api/v1/fires",
             "/api/v1/fires?since=2020-01-01T00:00:00Z&until=4102444800000&limit=5",

@@ -98,6 +98,7 @@ pub(super) fn fire_json(f: &FireRecord) -> Value {
         "id": f.id,
         "execute_id": f.execute_id,
         "by_hand": f.by_hand(),
+        "enqueued": f.enqueued(),
         "backfill": f.by_backfill(),
         "job_id": f.job_id,
         "fire_time": f.fire_time.as_millis(),

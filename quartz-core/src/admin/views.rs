@@ -261,10 +261,13 @@ pub struct ManualFire {
 pub struct FireView {
     /// Its id.
     pub id: i64,
-    /// The trigger it fired (`0` for a fire by hand).
+    /// The trigger it fired (`0` for a fire by hand; for enqueued work, the
+    /// work's id negated).
     pub execute_id: i64,
     /// Fired by hand ("fire now"), not by a trigger.
     pub by_hand: bool,
+    /// Work enqueued from code, the API, the console or the CLI.
+    pub enqueued: bool,
     /// A past fire time a backfill queued: a trigger's first attempt that
     /// was pending.
     pub backfill: bool,
@@ -308,6 +311,7 @@ impl FireView {
             id: f.id,
             execute_id: f.execute_id,
             by_hand: f.by_hand(),
+            enqueued: f.enqueued(),
             backfill: f.by_backfill(),
             job_id: f.job_id,
             job,

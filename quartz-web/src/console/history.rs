@@ -168,6 +168,7 @@ pub(super) fn fire_table(viewer: &Viewer, fires: &[FireView], now: i64) -> Marku
                                 None => a.none href={ (viewer.base) "/fires?job_id=" (f.job_id) } { "deleted job #" (f.job_id) },
                             }
                             @if f.by_hand { " " small.by-hand title="Fired by hand (fire now), not by a trigger" { "by hand" } }
+                            @if f.enqueued { " " small.by-hand title="Work enqueued with a payload of its own, not by a trigger" { "enqueued" } }
                             @if f.backfill { " " small.by-hand title="A past fire time a backfill queued" { "backfill" } }
                         }
                         td { (instant(Some(f.fire_time), now)) @if f.fire_count > 1 { " (" (f.fire_count) " times)" } }

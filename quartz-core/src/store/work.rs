@@ -57,7 +57,13 @@ pub struct Unique {
     pub window: Option<Duration>,
 }
 
-/// A piece of work to enqueue: see the [module](self).
+/// A piece of work to enqueue: a one-off fire of job `job` (its kind: its
+/// handler, attempts, backoff, timeout, overlap rule and concurrency limit
+/// apply), with a payload of its own, due now, at a time or after a delay,
+/// and perhaps unique by a key. Its attempts are ledger rows whose execute
+/// id is the work's id negated ([`work_execute`]), so that each finds the
+/// work's payload; it runs once, on the first node with the job's handler
+/// and a free thread. See [`JobStore::enqueue`](super::JobStore::enqueue).
 ///
 /// ```
 /// use quartz_core::store::Work;

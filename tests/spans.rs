@@ -90,7 +90,17 @@ async fn spans(db: &TestDb) {
     ] {
         let line = text.lines().find(|l| l.contains(marker)).unwrap();
         assert!(line.contains("fire{"), "the line is in the fire's span: {line}");
-        for field in [job, "attempt=1", "fire_id=", "execute=", "fire_time=", "node=", CLUSTER] {
+        for field in [
+            job,
+            "attempt=1",
+            "fire_id=",
+            "execute=",
+            "fire_time=",
+            "node=",
+            "run_kind=\"scheduled\"",
+            "late_ms=",
+            CLUSTER,
+        ] {
             assert!(line.contains(field), "{field} missing: {line}");
         }
     }

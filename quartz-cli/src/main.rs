@@ -6,6 +6,7 @@ mod args;
 mod demo;
 mod run;
 mod shell;
+mod telemetry;
 mod web;
 
 use std::process::ExitCode;
@@ -218,13 +219,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<bool> {
         Command::Run(_) => "info",
         _ => "warn",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_level)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // The commands that run a node or a server report metrics (and, with
+    // OpenTelemetry configured, export them and the fires' spans).
+    let reports = matches!(command, Command::Run(_) | Command::Serve(_) | Command::Demo(_));
+    let telemetry = telemetry::Telemetry::init(log_level, reports)?;
     if let Command::Cron(CronCommand::Next(args)) = &command
         && args.calendar.is_none()
     {
@@ -234,7 +232,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<bool> {
         return Ok(true);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async move {
+    runtime.block_on(async {
+        if reports {
+            telemetry::PROMETHEUS
+                .set(telemetry.install_metrics()?)
+                .map_err(|_| anyhow::anyhow!("the metrics recorder is installed twice"))?;
+            if telemetry.exporting() {
+                tracing::info!("exporting the fires' spans and the metrics over OTLP/HTTP");
+            }
+        }
         match command {
             Command::Migrate => admin::migrate(&url, out).await.map(|()| true),
             Command::Job(job) => admin::job(&url, &scheduler, out, job).await.map(|()| true),

@@ -66,9 +66,9 @@ impl Listener {
         if let Some(node) = node {
             web = web.node(node);
         }
-        match quartz_web::install_prometheus() {
-            Ok(handle) => web = web.metrics(handle),
-            Err(e) => tracing::warn!(error = %e, "no /metrics: a metrics recorder is installed already"),
+        match crate::telemetry::PROMETHEUS.get() {
+            Some(handle) => web = web.metrics(handle.clone()),
+            None => tracing::warn!("no /metrics: no metrics recorder was installed"),
         }
         let router = web.router();
         tokio::spawn(async move {

@@ -17,3 +17,4 @@ use quartz_testkit as common;
 mod cli;
 mod cluster;
 mod cron_next;
+mod otel;

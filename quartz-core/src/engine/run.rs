@@ -123,6 +123,9 @@ pub(super) struct Witness {
     /// clock: the start its fenced start recorded (or confirmed again), or
     /// its fire time.
     floor: Timestamp,
+    /// The fire's span: told how late the handler started and how it
+    /// ended (exported as a trace where a subscriber exports spans).
+    span: tracing::Span,
 }
 
 impl Witness {
@@ -144,7 +147,14 @@ impl Witness {
                 db_spread_ms: 0,
             },
             floor: run.marked_at.unwrap_or(run.fire_time).max(run.fire_time),
+            span: tracing::Span::none(),
         }
+    }
+
+    /// The witness, telling `span` the handler's lateness and outcome.
+    pub(super) fn in_span(mut self, span: &tracing::Span) -> Witness {
+        self.span = span.clone();
+        self
     }
 
     /// The database confirmed the start again, recording `at`: the handler
@@ -185,12 +195,14 @@ impl Witness {
         }
         let started = now.max(self.floor);
         self.floor = started;
+        self.span.record("late_ms", started.as_millis() - self.start.fire_time);
         started
     }
 
     /// The handler ended now, with `outcome` (`succeeded`, `failed`,
     /// `dropped`).
     pub(super) fn ended(&self, outcome: &str) -> Timestamp {
+        self.span.record("outcome", outcome);
         let (now, local_ms, _) = self.now();
         let now = now.max(self.floor);
         if let Some(log) = &self.ctx.run_log {

@@ -146,7 +146,7 @@ impl Runner {
         };
         let span = fire_span(&self.ctx.scheduler, &run);
         let gate = self.gate(&run, member);
-        let mut witness = Witness::of(&self.ctx, &run);
+        let mut witness = Witness::of(&self.ctx, &run).in_span(&span);
         // The fire's place in its room is given back when its handler returns.
         let hold = run.hold.take();
         if handler.is_async() {
@@ -678,7 +678,11 @@ impl Runner {
 
 /// The span of one fire, entered on the pool thread around its handler: a
 /// handler's own log lines carry the job, the trigger (`execute`), the fire
-/// time, the attempt, the fire's ledger id and the node.
+/// time, the attempt, the fire's ledger id, the node and why it runs
+/// (`run_kind`); once it starts, how late its handler started (`late_ms`,
+/// on the node's estimate of database time), and once it ends, how
+/// (`outcome`: `succeeded`, `failed`, `dropped`). Exported as a trace span
+/// where the subscriber exports spans (`quartz run` with OpenTelemetry).
 fn fire_span(scheduler: &str, run: &RunFire) -> tracing::Span {
     tracing::info_span!(
         "fire",
@@ -689,5 +693,8 @@ fn fire_span(scheduler: &str, run: &RunFire) -> tracing::Span {
         attempt = run.attempt,
         fire_id = run.fire_id,
         node = run.node.node_id.as_str(),
+        run_kind = run.kind.as_str(),
+        late_ms = tracing::field::Empty,
+        outcome = tracing::field::Empty,
     )
 }

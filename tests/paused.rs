@@ -621,8 +621,9 @@ async fn a_schedule_edited_by_hand_unclaims_the_fire_claimed_ahead_on_the_old_on
 
 /// A handler's error steers its fire: `no_retry` and `cancel` end it at
 /// the first attempt whatever the job's retries, `retry_after` waits what
-/// it asked instead of the backoff, and a plain error is retried by the
-/// policy; each recorded with what it asked.
+/// it asked instead of the backoff, `snooze` runs again after its wait
+/// without the attempt counting against the policy's, and a plain error is
+/// retried by the policy; each recorded with what it asked.
 #[tokio::test(start_paused = true)]
 async fn a_handlers_error_steers_its_retries() {
     use quartz::engine::Steer;
@@ -636,6 +637,8 @@ async fn a_handlers_error_steers_its_retries() {
                 "no-retry" => Steer::no_retry("the account is closed").into(),
                 "cancel" => Steer::cancel("superseded").into(),
                 "later" => Steer::retry_after(Duration::from_secs(600), "429 from the bank").into(),
+                "snooze" if ctx.attempt() <= 2 => Steer::snooze(Duration::from_secs(60), "not ready").into(),
+                "snooze" => "failed once ready".into(),
                 _ => "plain failure".into(),
             })
         })
@@ -643,7 +646,7 @@ async fn a_handlers_error_steers_its_retries() {
         .await
         .unwrap();
     let start = store.now().await.unwrap().saturating_add_millis(2_000);
-    for asked in ["no-retry", "cancel", "later", "plain"] {
+    for asked in ["no-retry", "cancel", "later", "plain", "snooze"] {
         let job = JobDefinition::new(asked, "steer")
             .with_payload(asked)
             .unwrap()
@@ -688,5 +691,17 @@ async fn a_handlers_error_steers_its_retries() {
         let waited = pair[1].started_at.unwrap().as_millis() - pair[0].finished_at.unwrap().as_millis();
         assert!(waited < 10_000, "the policy's 1 s backoff: {waited} ms");
     }
+    // Two snoozes a minute apart, then the policy's three attempts.
+    let snoozed = of("not ready");
+    assert_eq!(snoozed.len(), 2, "{snoozed:?}");
+    assert!(snoozed[0].error.as_deref().unwrap().starts_with("snoozed for 1 min: "));
+    let waited = snoozed[1].started_at.unwrap().as_millis() - snoozed[0].finished_at.unwrap().as_millis();
+    assert!((60_000..70_000).contains(&waited), "waited {waited} ms, asked 60 s");
+    let ready = of("failed once ready");
+    assert_eq!(
+        ready.iter().map(|r| r.attempt).collect::<Vec<_>>(),
+        vec![3, 4, 5],
+        "the snoozes did not count: {ready:?}"
+    );
     assert!(rows.iter().all(|r| r.state == FireState::Failed), "{rows:?}");
 }

@@ -196,6 +196,7 @@ impl Backlog {
             return Ok(Some(true));
         }
         let Some(job) = job else { return Ok(Some(true)) };
+        let mut snoozed = 0;
         let kind = if by_hand && fire.attempt == 1 {
             RunKind::ByHand
         } else if work.is_some() && fire.attempt == 1 {
@@ -205,7 +206,9 @@ impl Backlog {
             // concurrency key: due at its own time.
             RunKind::Scheduled
         } else {
-            self.pending_kind(fire).await
+            let (kind, snoozes) = self.pending_kind(fire).await;
+            snoozed = snoozes;
+            kind
         };
         self.launcher.launch(RunFire {
             fire_id: fire.fire_id,
@@ -214,6 +217,7 @@ impl Backlog {
             fire_time: fire.fire_time,
             attempt: fire.attempt,
             kind,
+            snoozed,
             node,
             release: None,
             hold: Some(self.ctx.hold(&job)),
@@ -246,26 +250,32 @@ impl Backlog {
     /// first attempt is a backfill's.
     /// The attempt before is read by its key (execute, job, fire time), the
     /// newest below the pending row: one row, however long the ledger.
-    async fn pending_kind(&self, fire: PendingFire) -> RunKind {
+    async fn pending_kind(&self, fire: PendingFire) -> (RunKind, u32) {
         let mut query = FireQuery::new();
         query.execute_id = Some(fire.execute_id);
         query.job_id = Some(fire.job_id);
         query.since = Some(fire.fire_time);
         query.until = Some(fire.fire_time.saturating_add_millis(1));
         query.before_id = Some(fire.fire_id);
-        query.limit = 1;
-        let before = match self.ctx.store.fires(&query).await {
-            Ok(rows) => rows
-                .into_iter()
-                .find(|f| f.execute_id == fire.execute_id && f.attempt + 1 == fire.attempt),
-            Err(_) => None,
-        };
-        match before {
+        // Its earlier attempts: the one before says why it runs, and those
+        // its handler snoozed do not count against the job's attempts.
+        query.limit = fire.attempt.max(1);
+        let earlier = self.ctx.store.fires(&query).await.unwrap_or_default();
+        let earlier: Vec<_> = earlier
+            .into_iter()
+            .filter(|f| f.execute_id == fire.execute_id && f.attempt < fire.attempt)
+            .collect();
+        let snoozed = earlier
+            .iter()
+            .filter(|f| f.error.as_deref().is_some_and(|e| e.starts_with(super::steer::SNOOZED)))
+            .count();
+        let kind = match earlier.iter().find(|f| f.attempt + 1 == fire.attempt) {
             // A first attempt pending on a trigger's row: a backfill queued it.
             None if fire.attempt == 1 => RunKind::Backfill,
             Some(f) if f.state == FireState::Misfired => RunKind::LateRun,
             _ => RunKind::Retry,
-        }
+        };
+        (kind, u32::try_from(snoozed).unwrap_or(u32::MAX))
     }
 }
 

@@ -266,6 +266,7 @@ impl Dispatcher {
                 hold,
                 marked_at: None,
                 payload: None,
+                snoozed: 0,
             };
             if taken {
                 // Known as won and not started from now, as every won fire.

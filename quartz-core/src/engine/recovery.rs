@@ -229,6 +229,7 @@ impl Recovery {
             hold: Some(self.ctx.hold(job)),
             marked_at: None,
             payload: payload.clone(),
+            snoozed: 0,
         };
         match fire.state {
             FireState::Claimed => {

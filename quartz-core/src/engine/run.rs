@@ -26,6 +26,9 @@ pub(super) struct RunFire {
     pub(super) attempt: u32,
     /// Why it runs.
     pub(super) kind: RunKind,
+    /// How many of its earlier attempts its handler snoozed: not counted
+    /// against the job's attempts.
+    pub(super) snoozed: u32,
     pub(super) node: NodeRef,
     /// The claim moved the execute to running (a fixed-delay trigger awaiting
     /// the finish, or a job that disallows concurrency): the state it wrote,

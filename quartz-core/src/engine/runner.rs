@@ -339,9 +339,14 @@ impl Runner {
             );
         }
         // A failure with attempts left is retried after the job's backoff,
-        // or the wait its handler asked, unless the handler said not to.
+        // or the wait its handler asked, unless the handler said not to; a
+        // snooze is retried whatever attempts are left, and the attempts
+        // it snoozed are not counted.
+        let counted = run.attempt.saturating_sub(run.snoozed);
         let retry = match (&outcome, steer) {
-            (Outcome::Failed { .. }, _) if run.attempt >= run.job.spec.retry.max_attempts || replaced => None,
+            (Outcome::Failed { .. }, _) if replaced => None,
+            (Outcome::Failed { .. }, Some(SteerKind::Snooze(delay))) => Some(delay),
+            (Outcome::Failed { .. }, _) if counted >= run.job.spec.retry.max_attempts => None,
             (Outcome::Failed { .. }, Some(SteerKind::NoRetry | SteerKind::Cancel)) => None,
             (Outcome::Failed { .. }, Some(SteerKind::RetryAfter(delay))) => Some(delay),
             (Outcome::Failed { .. }, _) => Some(run.job.spec.retry.delay(run.attempt + 1, run.fire_id)),
@@ -530,6 +535,7 @@ impl Runner {
                 hold: Some(self.ctx.hold(job)),
                 marked_at: None,
                 payload: None,
+                snoozed: 0,
             });
         }
     }

@@ -10,8 +10,8 @@ use std::time::Duration;
 /// `?` from a function that returns it); any other error is retried by
 /// the job's [`RetryPolicy`](crate::store::RetryPolicy), as before. What it
 /// asked is recorded with the error in the ledger (`no retry: …`,
-/// `retry after 30 s: …`, `cancelled by the handler: …`), which the
-/// history, the console and the API show.
+/// `retry after 30 s: …`, `cancelled by the handler: …`, `snoozed for
+/// 5 min: …`), which the history, the console and the API show.
 ///
 /// ```
 /// use std::time::Duration;
@@ -51,6 +51,10 @@ pub enum SteerKind {
     /// Give the fire up: recorded failed, as cancelled by its handler, and
     /// never retried.
     Cancel,
+    /// Not now: run again after this wait, whatever attempts the job's
+    /// policy has left, and without counting this attempt against them
+    /// (the ledger records it as an attempt that failed, `snoozed for …`).
+    Snooze(Duration),
 }
 
 impl Steer {
@@ -79,6 +83,15 @@ impl Steer {
         }
     }
 
+    /// Not now: run again after `delay`, not counted as one of the job's
+    /// attempts (a resource not ready yet, a window not open yet).
+    pub fn snooze(delay: Duration, reason: impl Into<String>) -> Steer {
+        Steer {
+            kind: SteerKind::Snooze(delay),
+            reason: reason.into(),
+        }
+    }
+
     /// What it asks.
     pub fn kind(&self) -> SteerKind {
         self.kind
@@ -101,11 +114,16 @@ impl fmt::Display for Steer {
             SteerKind::NoRetry => write!(f, "no retry: {}", self.reason),
             SteerKind::RetryAfter(delay) => write!(f, "retry after {}: {}", wait_text(delay), self.reason),
             SteerKind::Cancel => write!(f, "cancelled by the handler: {}", self.reason),
+            SteerKind::Snooze(delay) => write!(f, "{SNOOZED}{}: {}", wait_text(delay), self.reason),
         }
     }
 }
 
 impl std::error::Error for Steer {}
+
+/// How the ledger's error of a snoozed attempt begins: what tells it from a
+/// failure when a later attempt counts the job's attempts.
+pub(crate) const SNOOZED: &str = "snoozed for ";
 
 /// A wait in the largest whole unit that says it exactly.
 fn wait_text(delay: Duration) -> String {
@@ -133,6 +151,9 @@ mod tests {
         let plain: super::super::JobError = "plain".into();
         assert_eq!(Steer::of(&*plain), None);
         assert_eq!(Steer::cancel("gone").to_string(), "cancelled by the handler: gone");
+        let snoozed = Steer::snooze(Duration::from_secs(300), "the file is not there yet");
+        assert_eq!(snoozed.to_string(), "snoozed for 5 min: the file is not there yet");
+        assert!(snoozed.to_string().starts_with(SNOOZED));
         assert_eq!(wait_text(Duration::from_secs(120)), "2 min");
         assert_eq!(wait_text(Duration::from_millis(1_500)), "1500 ms");
     }

@@ -78,17 +78,16 @@ fn attribute<'a>(attributes: &'a Value, key: &str) -> Option<&'a Value> {
     found["value"].as_object()?.values().next()
 }
 
-/// The spans received, each with its resource's attributes.
-fn spans(received: &Received) -> Vec<(Value, Value)> {
+/// The items received for `signal` (`traces`: `resourceSpans`,
+/// `scopeSpans`, `spans`), each with its resource's attributes.
+fn items(received: &Received, signal: &str, path: [&str; 3]) -> Vec<(Value, Value)> {
+    let [resources, scopes, leaves] = path;
     let mut all = Vec::new();
-    for (signal, body) in received.lock().iter() {
-        if signal != "traces" {
-            continue;
-        }
-        for resource in body["resourceSpans"].as_array().into_iter().flatten() {
-            for scope in resource["scopeSpans"].as_array().into_iter().flatten() {
-                for span in scope["spans"].as_array().into_iter().flatten() {
-                    all.push((resource["resource"]["attributes"].clone(), span.clone()));
+    for (_, body) in received.lock().iter().filter(|(s, _)| s == signal) {
+        for resource in body[resources].as_array().into_iter().flatten() {
+            for scope in resource[scopes].as_array().into_iter().flatten() {
+                for item in scope[leaves].as_array().into_iter().flatten() {
+                    all.push((resource["resource"]["attributes"].clone(), item.clone()));
                 }
             }
         }
@@ -96,24 +95,24 @@ fn spans(received: &Received) -> Vec<(Value, Value)> {
     all
 }
 
-/// The names of the metrics received.
+/// The spans received, each with its resource's attributes.
+fn spans(received: &Received) -> Vec<(Value, Value)> {
+    items(received, "traces", ["resourceSpans", "scopeSpans", "spans"])
+}
+
+/// The names of the metrics received (`… (histogram)` for a histogram).
 fn metric_names(received: &Received) -> Vec<String> {
-    let mut names = Vec::new();
-    for (signal, body) in received.lock().iter() {
-        if signal != "metrics" {
-            continue;
-        }
-        for resource in body["resourceMetrics"].as_array().into_iter().flatten() {
-            for scope in resource["scopeMetrics"].as_array().into_iter().flatten() {
-                for metric in scope["metrics"].as_array().into_iter().flatten() {
-                    let name = metric["name"].as_str().unwrap_or_default().to_owned();
-                    let histogram = metric.get("histogram").is_some();
-                    names.push(if histogram { format!("{name} (histogram)") } else { name });
-                }
+    items(received, "metrics", ["resourceMetrics", "scopeMetrics", "metrics"])
+        .into_iter()
+        .map(|(_, metric)| {
+            let name = metric["name"].as_str().unwrap_or_default();
+            if metric.get("histogram").is_some() {
+                format!("{name} (histogram)")
+            } else {
+                name.to_owned()
             }
-        }
-    }
-    names
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::Env;
-use super::fixtures::register;
+use super::fixtures::{register, succeed_all};
 use crate::store::{
     Enqueued, FireEnd, FireQuery, FireState, FollowUp, JobSpec, PendingClaim, StoreError, Work, work_execute,
 };
@@ -141,17 +141,7 @@ pub(super) async fn a_unique_key_is_held_while_its_work_is_open_or_in_its_window
     );
     store.mark_running_all(&[fire_id], &node).await.unwrap();
     assert!(!store.enqueue(&keyed).await.unwrap().is_queued(), "held while running");
-    store
-        .end_fire(
-            fire_id,
-            &node,
-            FireEnd::Succeeded {
-                chain: false,
-                ran: None,
-            },
-        )
-        .await
-        .unwrap();
+    assert_eq!(succeed_all(&store, &[fire_id], &node).await, vec![fire_id]);
     let (next_id, next_fire, _) = queued(&store.enqueue(&keyed).await.unwrap());
     assert_ne!(next_id, work_id);
     // With a window: held after its end too.
@@ -161,17 +151,8 @@ pub(super) async fn a_unique_key_is_held_while_its_work_is_open_or_in_its_window
         store.pending_claim(windowed_fire, &node, false).await.unwrap(),
         PendingClaim::Won
     );
-    store
-        .end_fire(
-            windowed_fire,
-            &node,
-            FireEnd::Succeeded {
-                chain: false,
-                ran: None,
-            },
-        )
-        .await
-        .unwrap();
+    store.mark_running_all(&[windowed_fire], &node).await.unwrap();
+    assert_eq!(succeed_all(&store, &[windowed_fire], &node).await, vec![windowed_fire]);
     assert!(
         !store.enqueue(&windowed).await.unwrap().is_queued(),
         "held for its window"

@@ -83,6 +83,30 @@ pub struct Args {
     /// experiments; the table's figures are then not the defaults'.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     settings: Vec<String>,
+    /// Jobs registered beside the S (B10: hourly to daily cron jobs),
+    /// before the storm's jobs.
+    #[arg(skip)]
+    registered: usize,
+}
+
+impl Args {
+    /// B10's run of B1: `s` triggers every second on `k` nodes for
+    /// `seconds`, beside `registered` other jobs.
+    pub(crate) fn registered(url: &str, s: usize, k: usize, seconds: i64, registered: usize) -> Args {
+        Args {
+            url: url.to_owned(),
+            triggers: vec![s],
+            nodes: vec![k],
+            seconds,
+            hogs: 0,
+            schedulers: 1,
+            plot: None,
+            no_claim_runs: false,
+            hold_xmin: false,
+            settings: Vec::new(),
+            registered: registered.saturating_sub(s),
+        }
+    }
 }
 
 /// Runs B1 with the options on the command line.
@@ -197,23 +221,25 @@ async fn storm(args: Args) {
 }
 
 /// What one run of S triggers on K nodes measured.
-struct Run {
-    tally: Tally,
+pub(crate) struct Run {
+    pub(crate) tally: Tally,
     /// Of every fire run for its own time, sorted: the ledger's start.
     lateness: Vec<i64>,
     /// When the handlers' code began (the nodes' run logs), sorted.
-    handler_lateness: Vec<i64>,
+    pub(crate) handler_lateness: Vec<i64>,
     /// What the run log checker found.
-    checked: Checked,
-    node_cpu: f64,
-    db_cpu: f64,
+    pub(crate) checked: Checked,
+    pub(crate) node_cpu: f64,
+    pub(crate) db_cpu: f64,
+    /// B10's figures, with jobs registered beside.
+    pub(crate) registered: Option<crate::b10::Registered>,
     /// The seconds with late starts or late claims, by node.
     late_seconds: std::collections::BTreeMap<(i64, String), crate::late::LateSecond>,
 }
 
 /// One storm: the jobs first, then the nodes (and the CPU hogs), the storm,
 /// the backlog worked through, then the ledger read.
-async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
+pub(crate) async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
     crate::tidy(&args.url).await;
     let server = crate::os::server_processes(&args.url);
     let n = args.schedulers.max(1);
@@ -225,6 +251,11 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
         .collect();
     let held = if args.hold_xmin {
         Some(crate::held::HeldSnapshot::take(&args.url).await)
+    } else {
+        None
+    };
+    let mut registered = if args.registered > 0 {
+        Some(crate::b10::register(&args.url, store, &schedulers[0], args.registered).await)
     } else {
         None
     };
@@ -244,6 +275,7 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
         .collect();
     let mut logs = Vec::new();
     let mut nodes = Vec::new();
+    let spawned = std::time::Instant::now();
     for scheduler in &schedulers {
         let mut settings: Vec<&str> = args.settings.iter().map(String::as_str).collect();
         if args.no_claim_runs {
@@ -252,6 +284,9 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
         let (n, c) = crate::node::spawn_cluster_logging(&args.url, scheduler, "b1", k, &settings);
         logs.push(n);
         nodes.extend(c);
+    }
+    if let Some(registered) = &mut registered {
+        registered.node_start = crate::b10::nodes_live(store, &schedulers[0], k, spawned).await;
     }
     // Measure CPU over the storm only.
     let wait_start = u64::try_from(start.as_millis() - store.now().await.unwrap().as_millis()).unwrap_or(0);
@@ -267,6 +302,9 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
     }
     let node_cpu = nodes.iter().map(|c| cpu_seconds(c.id())).sum::<f64>() - node_cpu0;
     let db_cpu = server_cpu(server) - db_cpu0;
+    if let Some(registered) = &mut registered {
+        registered.sizes.1 = crate::b10::sizes(&args.url).await;
+    }
     for c in nodes.iter_mut().chain(hogs.iter_mut()) {
         let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
     }
@@ -281,6 +319,7 @@ async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -> Run {
         node_cpu,
         db_cpu,
         late_seconds: std::collections::BTreeMap::new(),
+        registered,
     };
     for (scheduler, dir) in schedulers.iter().zip(&logs) {
         let (report, late) =
@@ -506,13 +545,17 @@ impl Tally {
 
 /// The run's figures from the ledger (CPU left at zero).
 async fn read_ledger(store: &AnyStore, scheduler: &str, (start, end): (Timestamp, Timestamp)) -> Run {
-    let rows = ledger(store, scheduler).await;
-    let executes: std::collections::HashSet<i64> = rows.iter().map(|r| r.execute_id).collect();
+    // The storm's triggers (B10 registers other jobs beside them).
+    let ids = execute_ids(store, scheduler, "storm-").await;
+    let rows: Vec<_> = ledger(store, scheduler)
+        .await
+        .into_iter()
+        .filter(|r| ids.contains(&r.execute_id))
+        .collect();
     // Every trigger's grid seconds in the run; a trigger with no row at all
     // is counted from the jobs the run created.
     let mut expected = std::collections::HashSet::new();
-    let ids = execute_ids(store, scheduler).await;
-    for id in ids.iter().chain(executes.iter()) {
+    for id in &ids {
         let mut t = start.as_millis();
         while t <= end.as_millis() {
             expected.insert((*id, t));
@@ -527,6 +570,7 @@ async fn read_ledger(store: &AnyStore, scheduler: &str, (start, end): (Timestamp
         node_cpu: 0.0,
         db_cpu: 0.0,
         late_seconds: crate::late::late_seconds(&rows, start),
+        registered: None,
     }
 }
 
@@ -542,11 +586,14 @@ pub(crate) fn lateness(rows: &[quartz_core::store::FireRecord]) -> Vec<i64> {
     lateness
 }
 
-/// The executes of the run's jobs.
-pub(crate) async fn execute_ids(store: &AnyStore, scheduler: &str) -> std::collections::HashSet<i64> {
+/// The executes of the run's jobs whose names begin with `prefix`.
+pub(crate) async fn execute_ids(store: &AnyStore, scheduler: &str, prefix: &str) -> std::collections::HashSet<i64> {
     let store = store.scoped(scheduler);
     let mut ids = std::collections::HashSet::new();
     for job in store.list_jobs().await.unwrap() {
+        if !job.spec.name.starts_with(prefix) {
+            continue;
+        }
         if let Some(detail) = store.get_job(&job.spec.name).await.unwrap() {
             ids.extend(detail.executes.iter().map(|e| e.id));
         }

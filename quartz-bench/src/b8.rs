@@ -104,7 +104,7 @@ async fn one_burst(
         crate::node::stop(node);
     }
     let rows = ledger(store, &scheduler).await;
-    let expected = crate::b1::execute_ids(store, &scheduler)
+    let expected = crate::b1::execute_ids(store, &scheduler, "")
         .await
         .into_iter()
         .map(|id| (id, at.as_millis()))

@@ -18,6 +18,7 @@
 use sqlx::AssertSqlSafe;
 
 mod b1;
+mod b10;
 mod b2;
 mod b3;
 mod b4;
@@ -227,6 +228,9 @@ enum Workload {
     /// B9, claims behind waiting fires: a claim's cost while W fires wait
     /// under overlap policies.
     B9(b9::Args),
+    /// B10, many registered schedules: N jobs registered, M of them every
+    /// second, on K nodes.
+    B10(b10::Args),
     /// Every workload with defaults that finish in about a quarter of an
     /// hour; plots to DIR.
     All {
@@ -258,6 +262,7 @@ fn main() {
         Workload::B7(args) => b7::run(args),
         Workload::B8(args) => b8::run(args),
         Workload::B9(args) => b9::run(args),
+        Workload::B10(args) => b10::run(args),
         Workload::All { plots } => all(&plots),
         Workload::Node { args } => node::run(&args),
     }

@@ -83,10 +83,10 @@ pub struct Args {
     /// experiments; the table's figures are then not the defaults'.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     settings: Vec<String>,
-    /// Jobs registered beside the S (B10: hourly to daily cron jobs),
-    /// before the storm's jobs.
+    /// B10: jobs registered beside the S (hourly to daily cron jobs),
+    /// before the storm's jobs, and what they cost measured.
     #[arg(skip)]
-    registered: usize,
+    registered: Option<usize>,
 }
 
 impl Args {
@@ -104,7 +104,7 @@ impl Args {
             no_claim_runs: false,
             hold_xmin: false,
             settings: Vec::new(),
-            registered: registered.saturating_sub(s),
+            registered: Some(registered.saturating_sub(s)),
         }
     }
 }
@@ -245,7 +245,10 @@ pub(crate) async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -
     let n = args.schedulers.max(1);
     let schedulers: Vec<String> = (0..n)
         .map(|j| {
-            let base = format!("b1-{s}-{k}-{}", std::process::id());
+            let base = match args.registered {
+                Some(n) => format!("b10-{n}-{s}-{k}-{}", std::process::id()),
+                None => format!("b1-{s}-{k}-{}", std::process::id()),
+            };
             if n > 1 { format!("{base}-{j}") } else { base }
         })
         .collect();
@@ -254,10 +257,9 @@ pub(crate) async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -
     } else {
         None
     };
-    let mut registered = if args.registered > 0 {
-        Some(crate::b10::register(&args.url, store, &schedulers[0], args.registered).await)
-    } else {
-        None
+    let mut registered = match args.registered {
+        Some(n) => Some(crate::b10::register(&args.url, store, &schedulers[0], n).await),
+        None => None,
     };
     let (start, end) = storm_window(store, &schedulers[0], s, args.seconds).await;
     for (j, scheduler) in schedulers.iter().enumerate() {

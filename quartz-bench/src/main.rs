@@ -1,4 +1,4 @@
-//! The benchmark program: each workload of BENCHMARKS.md (B1-B9) against the
+//! The benchmark program: each workload of BENCHMARKS.md (B1-B10) against the
 //! databases it names, printing one Markdown table per workload. Build it in
 //! release mode:
 //!
@@ -6,6 +6,7 @@
 //! cargo run --release -p quartz-bench -- all           # every workload; plots to benches/
 //! cargo run --release -p quartz-bench -- b1 --triggers 1000 --nodes 1,2,3 --seconds 60
 //! cargo run --release -p quartz-bench -- b8 --jobs 1000,10000 --nodes 1,3
+//! cargo run --release -p quartz-bench -- b10 --registered 10000,100000 --every-second 1000 --nodes 3
 //! cargo run --release -p quartz-bench -- b1 --help     # each workload's options
 //! ```
 //!

@@ -1281,9 +1281,13 @@ async fn children_run_once_after_their_parent_succeeds(db: &TestDb) {
         assert!(paused[0].started_at.is_none());
     }
     // The child that disallows concurrency: its three fires (a second
-    // apart, each 1.5 s long) one after another, in their parents' order.
+    // apart, each 1.5 s long) one after another, never two at once. Their
+    // order is their parents' when the node keeps up; it is not promised:
+    // a fire waiting for room is tried again on a backoff, and the parent's
+    // next success may claim its own child first when the room frees (seen
+    // on MariaDB under a full suite's load).
     let mut serial = rows_of(&rows, "serial");
-    serial.sort_by_key(|f| f.fire_time);
+    serial.sort_by_key(|f| f.started_at);
     assert_eq!(serial.len(), 3, "{serial:?}");
     for pair in serial.windows(2) {
         assert!(

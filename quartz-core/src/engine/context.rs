@@ -20,7 +20,9 @@ use super::misfires::Misfired;
 use super::settings::Settings;
 use super::status::{Counters, Phase};
 use crate::runlog::{RunEvent, RunLog};
-use crate::store::{ExecuteCas, ExecuteState, FireEnd, Job, Node, NodeRef, NodeRegistration, SharedStore, StoreError};
+use crate::store::{
+    ExecuteCas, ExecuteState, FireEnd, Job, Node, NodeRef, NodeRegistration, Outcome, SharedStore, StoreError,
+};
 use crate::time::Timestamp;
 use crate::trigger::{Trigger, TriggerState};
 
@@ -280,6 +282,32 @@ impl Ctx {
         f(&mut added);
         self.counters.add(&added);
         super::metrics::counted(&self.scheduler, &added);
+    }
+
+    /// A handler's outcome counted, as a metric by handler (and job, when
+    /// the settings ask), and a failure logged.
+    pub(super) fn outcome_seen(&self, run: &super::run::RunFire, outcome: &Outcome) {
+        let succeeded = *outcome == Outcome::Succeeded;
+        self.count(|c| {
+            if succeeded {
+                c.succeeded += 1;
+            } else {
+                c.failed += 1;
+            }
+        });
+        let job = self.settings.metrics_job_label.then_some(run.job.spec.name.as_str());
+        let what = if succeeded { "succeeded" } else { "failed" };
+        super::metrics::outcome(&self.scheduler, &run.job.spec.handler, job, what);
+        if let Outcome::Failed { error } = outcome {
+            tracing::warn!(
+                scheduler = self.scheduler,
+                job = run.job.spec.name,
+                fire_id = run.fire_id,
+                attempt = run.attempt,
+                error,
+                "fire failed"
+            );
+        }
     }
 
     pub(super) fn counters(&self) -> Counters {

@@ -36,6 +36,18 @@ pub(super) struct Recorder {
     stop: watch::Receiver<bool>,
 }
 
+/// What became of an end a runner asked the recorder to write
+/// ([`Recorder::end`]).
+pub(super) enum Ended {
+    /// Recorded, with what follows it.
+    Recorded(FollowUp),
+    /// The fire is no longer this incarnation's (declared dead meanwhile);
+    /// `after_error`: a try before failed, perhaps after committing.
+    NotOwned { after_error: bool },
+    /// Not recorded before the node stopped: left to recovery.
+    GaveUp,
+}
+
 /// The most successes recorded by one statement batch.
 const SUCCESS_BATCH: usize = FIRES_PER_BATCH;
 
@@ -178,6 +190,32 @@ impl Recorder {
         let (reply, answer) = oneshot::channel();
         let _ = self.confirms.send((fire_id, owner, reply));
         answer
+    }
+
+    /// Records `end` of `run` (`what`, for the log: `the failure`, `the
+    /// misfire`), retrying on database errors until it is recorded or the
+    /// node stops.
+    pub(super) async fn end(&self, run: &RunFire, end: FireEnd, what: &str) -> Ended {
+        for attempt in 1.. {
+            match self.store.end_fire(run.fire_id, &run.node, end.clone()).await {
+                Ok(FollowUp::NotOwned) => {
+                    return Ended::NotOwned {
+                        after_error: attempt > 1,
+                    };
+                }
+                Ok(follow_up) => return Ended::Recorded(follow_up),
+                Err(e) if attempt < FINISH_TRIES || !*self.stop.borrow() => {
+                    tracing::warn!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e, "recording {what} failed; retrying");
+                    tokio::time::sleep(finish_backoff(attempt)).await;
+                }
+                Err(e) => {
+                    tracing::error!(scheduler = self.scheduler, fire_id = run.fire_id, error = %e,
+                        "{what} could not be recorded before the node stopped; left to recovery");
+                    return Ended::GaveUp;
+                }
+            }
+        }
+        Ended::GaveUp
     }
 
     /// Records an outcome, with when its handler ran, retrying on database

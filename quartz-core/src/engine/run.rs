@@ -9,9 +9,9 @@ use std::future::Future;
 use super::context::Ctx;
 use super::flight::Hold;
 use super::handler::Dropper;
-use super::handler::{JobResult, RunKind};
+use super::handler::{CancelReason, JobResult, RunKind};
 use crate::runlog::{RunEnd, RunEvent, RunStart};
-use crate::store::{FireRecord, FollowUp, Job, NodeRef};
+use crate::store::{FireRecord, FollowUp, Job, NodeRef, Outcome};
 use crate::time::Timestamp;
 use crate::trigger::{Trigger, TriggerState};
 
@@ -51,6 +51,46 @@ impl RunFire {
     /// it (late runs, retries, recoveries and children are late by design).
     pub(super) fn misfire_limit(&self, threshold_ms: i64) -> Option<i64> {
         (self.attempt == 1 && self.trigger.is_some()).then_some(threshold_ms)
+    }
+
+    /// The span of one fire, entered on the pool thread around its handler: a
+    /// handler's own log lines carry the job, the trigger (`execute`), the fire
+    /// time, the attempt, the fire's ledger id, the node and why it runs
+    /// (`run_kind`); once it starts, how late its handler started (`late_ms`,
+    /// on the node's estimate of database time), and once it ends, how
+    /// (`outcome`: `succeeded`, `failed`, `dropped`). Exported as a trace span
+    /// where the subscriber exports spans (`quartz run` with OpenTelemetry).
+    pub(super) fn span(&self, scheduler: &str) -> tracing::Span {
+        tracing::info_span!(
+            "fire",
+            scheduler,
+            job = self.job.spec.name.as_str(),
+            execute = self.execute_id,
+            fire_time = %self.fire_time,
+            attempt = self.attempt,
+            fire_id = self.fire_id,
+            node = self.node.node_id.as_str(),
+            run_kind = self.kind.as_str(),
+            late_ms = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        )
+    }
+}
+
+/// A handler's result as the outcome the ledger records: `None` when its
+/// thread ended without one. A failure of a fire asked to stop because a
+/// newer fire of its job replaced it (the cancel overlap policy) or its node
+/// lost its lease says why before what the handler returned.
+pub(super) fn outcome_of(result: Option<JobResult>, cancelled: Option<CancelReason>) -> Outcome {
+    match (result, cancelled) {
+        (Some(Ok(())), _) => Outcome::Succeeded,
+        (Some(Err(e)), Some(why @ (CancelReason::Overlapped | CancelReason::Fenced))) => Outcome::Failed {
+            error: format!("cancelled: {why}; the handler returned: {e}"),
+        },
+        (Some(Err(e)), _) => Outcome::Failed { error: e.to_string() },
+        (None, _) => Outcome::Failed {
+            error: "the handler's thread ended without an outcome".to_owned(),
+        },
     }
 }
 

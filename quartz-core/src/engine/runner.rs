@@ -10,16 +10,16 @@ use std::time::Duration;
 use quartz_pool::RejectReason;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::context::{Ctx, FINISH_TRIES, finish_backoff, release_cas};
+use super::context::{Ctx, release_cas};
 use super::fixed::HashMap;
 use super::gate::Gate;
 use super::handler::{CancelReason, Cancellation, Dropper, JobContext, RunKind};
 use super::launch_handle::Launch;
-use super::recorder::Recorder;
+use super::recorder::{Ended, Recorder};
 use super::run::{Handled, PendingFire, Ran, RunFire, Witness};
-use super::steer::{Steer, SteerKind};
+use super::steer::Steer;
 use crate::misfire::MisfirePolicy;
-use crate::store::{ChainedFire, FireEnd, FollowUp, HandlerSpan, LateRun, Outcome};
+use crate::store::{ChainedFire, FireEnd, HandlerSpan, LateRun, Outcome};
 use crate::trigger::Trigger;
 
 /// How long a fire the pool refused, though the dispatcher kept room for
@@ -144,7 +144,7 @@ impl Runner {
             incarnation: run.node.incarnation,
             cancellation,
         };
-        let span = fire_span(&self.ctx.scheduler, &run);
+        let span = run.span(&self.ctx.scheduler);
         let gate = self.gate(&run, member);
         let mut witness = Witness::of(&self.ctx, &run).in_span(&span);
         // The fire's place in its room is given back when its handler returns.
@@ -293,63 +293,12 @@ impl Runner {
         self.ctx.flights.not_running(run.fire_id);
         // Replaced by a newer fire of its job (the cancel overlap policy):
         // a failure says so, and is not retried.
-        let replaced = *cancel_tx.borrow() == Some(CancelReason::Overlapped);
-        // Asked to stop as the node lost its lease: a failure says why.
-        let fenced = *cancel_tx.borrow() == Some(CancelReason::Fenced);
-        let outcome = match result {
-            Some(Ok(())) => Outcome::Succeeded,
-            Some(Err(e)) if replaced || fenced => Outcome::Failed {
-                error: format!(
-                    "cancelled: {}; the handler returned: {e}",
-                    if replaced {
-                        CancelReason::Overlapped
-                    } else {
-                        CancelReason::Fenced
-                    }
-                ),
-            },
-            Some(Err(e)) => Outcome::Failed { error: e.to_string() },
-            None => Outcome::Failed {
-                error: "the handler's thread ended without an outcome".to_owned(),
-            },
-        };
-        let succeeded = outcome == Outcome::Succeeded;
-        self.ctx.count(|c| {
-            if succeeded {
-                c.succeeded += 1;
-            } else {
-                c.failed += 1;
-            }
-        });
-        let job = self
-            .ctx
-            .settings
-            .metrics_job_label
-            .then_some(run.job.spec.name.as_str());
-        let what = if succeeded { "succeeded" } else { "failed" };
-        super::metrics::outcome(&self.ctx.scheduler, &run.job.spec.handler, job, what);
-        if let Outcome::Failed { error } = &outcome {
-            tracing::warn!(
-                scheduler = self.ctx.scheduler,
-                job = run.job.spec.name,
-                fire_id = run.fire_id,
-                attempt = run.attempt,
-                error,
-                "fire failed"
-            );
-        }
-        // A failure with attempts left is retried after the job's backoff,
-        // or the wait its handler asked, unless the handler said not to; a
-        // snooze is retried whatever attempts are left, and the attempts
-        // it snoozed are not counted.
-        let counted = run.attempt.saturating_sub(run.snoozed);
-        let retry = match (&outcome, steer) {
-            (Outcome::Failed { .. }, _) if replaced => None,
-            (Outcome::Failed { .. }, Some(SteerKind::Snooze(delay))) => Some(delay),
-            (Outcome::Failed { .. }, _) if counted >= run.job.spec.retry.max_attempts => None,
-            (Outcome::Failed { .. }, Some(SteerKind::NoRetry | SteerKind::Cancel)) => None,
-            (Outcome::Failed { .. }, Some(SteerKind::RetryAfter(delay))) => Some(delay),
-            (Outcome::Failed { .. }, _) => Some(run.job.spec.retry.delay(run.attempt + 1, run.fire_id)),
+        let cancelled = *cancel_tx.borrow();
+        let replaced = cancelled == Some(CancelReason::Overlapped);
+        let outcome = super::run::outcome_of(result, cancelled);
+        self.ctx.outcome_seen(run, &outcome);
+        let retry = match &outcome {
+            Outcome::Failed { .. } if !replaced => super::steer::retry_wait(steer, run),
             _ => None,
         };
         let children = match (&outcome, retry) {
@@ -580,47 +529,21 @@ impl Runner {
         // once now: one pending late run per execute stands for them all.
         // Retried on database errors: a fire marked running stays so until
         // this is recorded, and nothing else would ever end it.
-        let mut tries = 0;
-        let follow_up = loop {
-            tries += 1;
-            let run_late = runs_late.then_some(if policy == MisfirePolicy::IgnoreMisfires {
-                LateRun::Each
-            } else {
-                LateRun::OnePerExecute
-            });
-            let recorded = self
-                .ctx
-                .store
-                .end_fire(
-                    run.fire_id,
-                    &run.node,
-                    FireEnd::Misfired {
-                        reason: text.clone(),
-                        run_late,
-                    },
-                )
-                .await;
-            match recorded {
-                // After an error, the record may have committed with its
-                // answer lost: the release is a compare-and-set, harmless if
-                // it was done.
-                Ok(FollowUp::NotOwned) if tries > 1 => {
-                    self.release(&run).await;
-                    return;
-                }
-                Ok(FollowUp::NotOwned) => return,
-                Ok(follow_up) => break follow_up,
-                Err(e) if tries < FINISH_TRIES || !self.ctx.stopping() => {
-                    tracing::warn!(scheduler = self.ctx.scheduler, fire_id = run.fire_id, error = %e,
-                        "recording a misfire failed; retrying");
-                    tokio::time::sleep(finish_backoff(tries)).await;
-                }
-                Err(e) => {
-                    tracing::error!(scheduler = self.ctx.scheduler, fire_id = run.fire_id, error = %e,
-                        "the misfire could not be recorded");
-                    return;
-                }
+        let run_late = runs_late.then_some(if policy == MisfirePolicy::IgnoreMisfires {
+            LateRun::Each
+        } else {
+            LateRun::OnePerExecute
+        });
+        let end = FireEnd::Misfired { reason: text, run_late };
+        let follow_up = match self.recorder.end(&run, end, "the misfire").await {
+            Ended::Recorded(follow_up) => follow_up,
+            // After an error, the record may have committed with its answer
+            // lost: the release is a compare-and-set, harmless if it was done.
+            Ended::NotOwned { after_error: true } => {
+                self.release(&run).await;
+                return;
             }
+            Ended::NotOwned { .. } | Ended::GaveUp => return,
         };
         tracing::debug!(scheduler = self.ctx.scheduler, job = run.job.spec.name, fire_id = run.fire_id, %policy, cause, "fire misfired");
         self.ctx.misfired(&run.job.spec.name, policy.as_str(), 1);
@@ -639,68 +562,23 @@ impl Runner {
         ran: Option<HandlerSpan>,
         backoff: Duration,
     ) {
-        for attempt in 1.. {
-            match self
-                .ctx
-                .store
-                .end_fire(
-                    run.fire_id,
-                    &run.node,
-                    FireEnd::Failed {
-                        error: error.to_owned(),
-                        retry_in: Some(backoff),
-                        ran,
-                    },
-                )
-                .await
-            {
-                Ok(FollowUp::NotOwned) => {
-                    tracing::warn!(
-                        scheduler = self.ctx.scheduler,
-                        fire_id = run.fire_id,
-                        "outcome not recorded: this incarnation no longer owns the fire (declared dead meanwhile)"
-                    );
-                    return;
-                }
-                Ok(follow_up) => {
-                    if let Some(next) = PendingFire::after(run, follow_up) {
-                        self.queue_pending(next);
-                    }
-                    return;
-                }
-                Err(e) if attempt < FINISH_TRIES || !self.ctx.stopping() => {
-                    tracing::warn!(scheduler = self.ctx.scheduler, fire_id = run.fire_id, error = %e, "recording the failure failed; retrying");
-                    tokio::time::sleep(finish_backoff(attempt)).await;
-                }
-                Err(e) => {
-                    tracing::error!(scheduler = self.ctx.scheduler, fire_id = run.fire_id, error = %e,
-                        "the failure could not be recorded before the node stopped; left to recovery");
-                    return;
+        let end = FireEnd::Failed {
+            error: error.to_owned(),
+            retry_in: Some(backoff),
+            ran,
+        };
+        match self.recorder.end(run, end, "the failure").await {
+            Ended::Recorded(follow_up) => {
+                if let Some(next) = PendingFire::after(run, follow_up) {
+                    self.queue_pending(next);
                 }
             }
+            Ended::NotOwned { .. } => tracing::warn!(
+                scheduler = self.ctx.scheduler,
+                fire_id = run.fire_id,
+                "outcome not recorded: this incarnation no longer owns the fire (declared dead meanwhile)"
+            ),
+            Ended::GaveUp => {}
         }
     }
-}
-
-/// The span of one fire, entered on the pool thread around its handler: a
-/// handler's own log lines carry the job, the trigger (`execute`), the fire
-/// time, the attempt, the fire's ledger id, the node and why it runs
-/// (`run_kind`); once it starts, how late its handler started (`late_ms`,
-/// on the node's estimate of database time), and once it ends, how
-/// (`outcome`: `succeeded`, `failed`, `dropped`). Exported as a trace span
-/// where the subscriber exports spans (`quartz run` with OpenTelemetry).
-fn fire_span(scheduler: &str, run: &RunFire) -> tracing::Span {
-    tracing::info_span!(
-        "fire",
-        scheduler,
-        job = run.job.spec.name.as_str(),
-        execute = run.execute_id,
-        fire_time = %run.fire_time,
-        attempt = run.attempt,
-        fire_id = run.fire_id,
-        node = run.node.node_id.as_str(),
-        run_kind = run.kind.as_str(),
-        late_ms = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-    )
 }

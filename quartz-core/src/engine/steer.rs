@@ -121,6 +121,21 @@ impl fmt::Display for Steer {
 
 impl std::error::Error for Steer {}
 
+/// When a failed attempt of `run` is tried again, if at all, given what its
+/// handler's error asked: after the job's backoff while its attempts last,
+/// or the wait its handler asked, unless the handler said not to; a snooze
+/// whatever attempts are left, and the attempts it snoozed are not counted.
+pub(super) fn retry_wait(steer: Option<SteerKind>, run: &super::run::RunFire) -> Option<Duration> {
+    let counted = run.attempt.saturating_sub(run.snoozed);
+    match steer {
+        Some(SteerKind::Snooze(delay)) => Some(delay),
+        _ if counted >= run.job.spec.retry.max_attempts => None,
+        Some(SteerKind::NoRetry | SteerKind::Cancel) => None,
+        Some(SteerKind::RetryAfter(delay)) => Some(delay),
+        None => Some(run.job.spec.retry.delay(run.attempt + 1, run.fire_id)),
+    }
+}
+
 /// How the ledger's error of a snoozed attempt begins: what tells it from a
 /// failure when a later attempt counts the job's attempts.
 pub(crate) const SNOOZED: &str = "snoozed for ";

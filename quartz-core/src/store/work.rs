@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::spec::{MAX_PAYLOAD_BYTES, check_name};
+use super::spec::{MAX_PAYLOAD_BYTES, check_name, millis_of};
 use crate::error::Error;
 use crate::time::Timestamp;
 
@@ -37,10 +37,7 @@ impl Due {
         match self {
             Due::Now => now,
             Due::At(at) => at.max(now),
-            Due::After(delay) => Timestamp::from_millis(
-                now.as_millis()
-                    .saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
-            ),
+            Due::After(delay) => Timestamp::from_millis(now.as_millis().saturating_add(millis_of(delay))),
         }
     }
 }
@@ -204,10 +201,7 @@ impl Work {
     /// it was enqueued: `None` for no key or no window.
     pub fn unique_until(&self, now: Timestamp) -> Option<i64> {
         let window = self.unique.as_ref()?.window?;
-        Some(
-            now.as_millis()
-                .saturating_add(i64::try_from(window.as_millis()).unwrap_or(i64::MAX)),
-        )
+        Some(now.as_millis().saturating_add(millis_of(window)))
     }
 }
 

@@ -2253,6 +2253,7 @@ async fn register_and_leave(store: &AnyStore, id: &str) -> NodeRef {
             weight: 1,
             handlers: Vec::new(),
             dead_after: None,
+            payload_schemas: Default::default(),
         })
         .await
         .unwrap();

@@ -25,6 +25,7 @@ async fn a_node_past_its_dead_after_is_silent_not_live(db: &TestDb) {
         weight: 1,
         handlers: vec!["report".to_owned()],
         dead_after,
+        payload_schemas: Default::default(),
     };
     store
         .register_node(&register("stalled", Some(Duration::from_secs(2))))

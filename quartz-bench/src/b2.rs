@@ -180,6 +180,7 @@ async fn claims(url: &str, n: usize, seconds: u64, batched: bool) -> f64 {
                 weight: 1,
                 handlers: Vec::new(),
                 dead_after: None,
+                payload_schemas: Default::default(),
             })
             .await
             .unwrap();

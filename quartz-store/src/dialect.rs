@@ -235,10 +235,14 @@ impl Backend {
                         "enqueued work",
                         include_str!(concat!("../../migrations/", $dir, "/0021_enqueued_work.sql")),
                     ),
+                    (
+                        "payload schemas",
+                        include_str!(concat!("../../migrations/", $dir, "/0022_payload_schemas.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 21] = match self {
+        let files: [(&str, &'static str); 22] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

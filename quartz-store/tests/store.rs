@@ -62,6 +62,7 @@ store_tests!(
         fires_that_never_ran_are_recorded_without_a_start,
         nodes_registering_together_all_register,
         a_node_purged_and_back_is_newer_than_before,
+        a_nodes_payload_schemas_are_read_back_while_it_lives,
         enqueued_work_is_a_pending_fire_with_its_own_payload,
         a_unique_key_is_held_while_its_work_is_open_or_in_its_window,
     ]

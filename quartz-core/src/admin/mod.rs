@@ -36,6 +36,7 @@ mod history;
 mod patch;
 mod put;
 mod reports;
+pub(crate) mod schema;
 mod verdict;
 mod views;
 mod wire;
@@ -323,6 +324,7 @@ impl Admin {
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
         self.check_parent(spec).await?;
         let warnings = self.check_handler(&spec.handler).await?;
+        self.check_spec_payload(spec).await?;
         self.store
             .create_job(spec, executes)
             .await
@@ -339,6 +341,13 @@ impl Admin {
         Ok(handler_verdict(&self.scheduler, &nodes, now, handler)?
             .into_iter()
             .collect())
+    }
+
+    /// Checks a job's payload against its handler's published schema.
+    async fn check_spec_payload(&self, spec: &JobSpec) -> Result<(), AdminError> {
+        let payload: serde_json::Value = serde_json::from_str(&spec.payload)
+            .map_err(|e| AdminError::invalid("payload", format!("not JSON: {e}")))?;
+        self.check_payload(&spec.handler, &payload).await
     }
 
     async fn check_parent(&self, spec: &JobSpec) -> Result<(), AdminError> {
@@ -409,11 +418,16 @@ impl Admin {
             .map_err(|(field, e)| AdminError::invalid(field, e.to_string()))?;
         self.check_parent(spec).await?;
         let stored = self.store.get_job(name).await?;
-        let warnings = match stored {
+        let warnings = match &stored {
             // A handler the job already has is not checked again.
             Some(d) if d.job.spec.handler == spec.handler => Vec::new(),
             _ => self.check_handler(&spec.handler).await?,
         };
+        // Nor a payload it already has: a schema published since does not
+        // stop its pause, its triggers or its description from changing.
+        if !stored.is_some_and(|d| d.job.spec.handler == spec.handler && d.job.spec.payload == spec.payload) {
+            self.check_spec_payload(spec).await?;
+        }
         self.store
             .update_job(name, spec, executes, expected_version)
             .await

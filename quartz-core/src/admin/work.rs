@@ -130,8 +130,21 @@ impl Admin {
     /// # Errors
     ///
     /// [`AdminError::NotFound`] for an unknown job, [`AdminError::Invalid`]
-    /// naming the field; the store's errors.
+    /// naming the field (a payload that does not fit the schema its
+    /// handler's nodes published included); the store's errors.
     pub async fn enqueue(&self, work: &Work) -> Result<Enqueued, AdminError> {
+        if let Some(payload) = &work.payload
+            && cfg!(feature = "payload-schema")
+        {
+            let job = self
+                .store
+                .get_job(&work.job)
+                .await?
+                .ok_or_else(|| AdminError::NotFound { name: work.job.clone() })?;
+            let payload: serde_json::Value =
+                serde_json::from_str(payload).map_err(|e| AdminError::invalid("payload", format!("not JSON: {e}")))?;
+            self.check_payload(&job.job.spec.handler, &payload).await?;
+        }
         Ok(self.store.enqueue(work).await?)
     }
 

@@ -13,7 +13,8 @@ pub enum SchedulerError {
         /// Which one and why.
         reason: String,
     },
-    /// A handler name was registered twice, or is not a valid name.
+    /// A handler name was registered twice, or is not a valid name, or a
+    /// payload schema is not a JSON Schema or names no registered handler.
     #[error("handler {name:?}: {reason}")]
     InvalidHandler {
         /// The handler name.

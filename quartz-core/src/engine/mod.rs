@@ -100,6 +100,8 @@ pub struct SchedulerBuilder {
     scheduler: String,
     settings: Settings,
     handlers: HashMap<String, Handler>,
+    /// The payload schemas the node publishes, by handler.
+    schemas: std::collections::BTreeMap<String, serde_json::Value>,
     states: HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
     duplicate: Option<String>,
     clock_hooks: clock::ClockHooks,
@@ -220,10 +222,26 @@ impl SchedulerBuilder {
     /// decode fails the fire, naming the job and the type).
     #[must_use]
     pub fn job<J: TypedJob>(self) -> SchedulerBuilder {
-        self.async_handler(J::KIND, |ctx: JobContext| async move {
+        let builder = self.async_handler(J::KIND, |ctx: JobContext| async move {
             let job = typed::decode::<J>(&ctx)?;
             job.run(ctx).await
-        })
+        });
+        match J::payload_schema() {
+            Some(schema) => builder.payload_schema(J::KIND, schema),
+            None => builder,
+        }
+    }
+
+    /// Publishes the JSON Schema of `handler`'s payload with the node's
+    /// row (what [`TypedJob::payload_schema`] does for a typed job): the
+    /// admin surface refuses a payload of that handler that does not fit
+    /// it, naming the field. A later schema for one handler replaces an
+    /// earlier one; a schema that is not a valid JSON Schema fails
+    /// [`start`](Self::start).
+    #[must_use]
+    pub fn payload_schema(mut self, handler: impl Into<String>, schema: serde_json::Value) -> SchedulerBuilder {
+        self.schemas.insert(handler.into(), schema);
+        self
     }
 
     /// Registers a blocking handler: it runs on a pool thread.
@@ -278,12 +296,20 @@ impl SchedulerBuilder {
                 reason: e.to_string(),
             })?;
         }
+        for (name, schema) in &self.schemas {
+            crate::admin::schema::check_schema(schema, self.handlers.contains_key(name)).map_err(|reason| {
+                SchedulerError::InvalidHandler {
+                    name: name.clone(),
+                    reason,
+                }
+            })?;
+        }
         let inner = Arc::new(
             Stages::start(
                 store.into_store(),
                 self.scheduler,
                 self.settings,
-                (self.handlers, Arc::new(self.states)),
+                (self.handlers, Arc::new(self.states), self.schemas),
                 (self.clock_hooks, self.run_sink),
             )
             .await?,
@@ -358,6 +384,7 @@ impl SchedulerBuilder {
             scheduler: scheduler.into(),
             settings: Settings::default(),
             handlers: HashMap::default(),
+            schemas: std::collections::BTreeMap::new(),
             states: HashMap::default(),
             duplicate: None,
             clock_hooks: clock::ClockHooks::default(),

@@ -38,6 +38,7 @@ use super::runner::Runner;
 use super::settings::Settings;
 use super::status::{NodeStatus, Phase, ShutdownSummary};
 use crate::runlog::{RunEvent, RunLog};
+use crate::store::PayloadSchemas;
 use crate::store::{AdminBound, Deadline, JobSpec, NodeRef, NodeRegistration, SharedStore};
 use crate::time::Timestamp;
 
@@ -90,7 +91,7 @@ impl Stages {
         store: SharedStore,
         scheduler: String,
         settings: Settings,
-        (handlers, states): (HashMap<String, Handler>, States),
+        (handlers, states, schemas): (HashMap<String, Handler>, States, PayloadSchemas),
         (clock_hooks, run_sink): (ClockHooks, Option<crate::runlog::RunSink>),
     ) -> Result<Stages, SchedulerError> {
         // Every call the node makes has a deadline.
@@ -99,7 +100,7 @@ impl Stages {
             given.clone(),
             scheduler,
             settings,
-            (handlers, states),
+            (handlers, states, schemas),
             (clock_hooks, run_sink),
         )
         .await?;
@@ -414,12 +415,12 @@ pub(super) async fn context(
     given: SharedStore,
     scheduler: String,
     settings: Settings,
-    (handlers, states): (HashMap<String, Handler>, States),
+    (handlers, states, schemas): (HashMap<String, Handler>, States, PayloadSchemas),
     (clock_hooks, run_sink): (ClockHooks, Option<crate::runlog::RunSink>),
 ) -> Result<(Arc<Ctx>, Feeds), SchedulerError> {
     let clock = Clock::new(clock_hooks);
     let store = Deadline::wrap(given, settings.store_deadline());
-    let registration = registration(&settings, &handlers);
+    let registration = registration(&settings, &handlers, schemas);
     let pool = Pool::builder()
         .core(settings.pool_core)
         .max(settings.pool_max)
@@ -490,7 +491,7 @@ pub(super) async fn test_context(given: SharedStore, scheduler: &str, handler: (
         given,
         scheduler.to_owned(),
         Settings::default(),
-        (handlers, Default::default()),
+        (handlers, Default::default(), PayloadSchemas::new()),
         (ClockHooks::default(), None),
     )
     .await
@@ -498,7 +499,11 @@ pub(super) async fn test_context(given: SharedStore, scheduler: &str, handler: (
     ctx
 }
 
-fn registration(settings: &Settings, handlers: &HashMap<String, Handler>) -> NodeRegistration {
+fn registration(
+    settings: &Settings,
+    handlers: &HashMap<String, Handler>,
+    payload_schemas: PayloadSchemas,
+) -> NodeRegistration {
     let host = hostname();
     let node_id = settings.node_id.clone().unwrap_or_else(|| {
         static N: AtomicU64 = AtomicU64::new(0);
@@ -513,6 +518,7 @@ fn registration(settings: &Settings, handlers: &HashMap<String, Handler>) -> Nod
         weight: settings.weight,
         handlers: names,
         dead_after: Some(settings.dead_after),
+        payload_schemas,
     }
 }
 

@@ -297,6 +297,7 @@ mod tests {
             weight: 1,
             handlers: vec!["noop".to_owned()],
             dead_after: None,
+            payload_schemas: Default::default(),
         };
         let node = store.register_node(&registration).await.unwrap();
         let node = NodeRef {

@@ -48,6 +48,18 @@ pub trait TypedJob: Serialize + DeserializeOwned + Send + 'static {
     /// handlers.
     const KIND: &'static str;
 
+    /// The JSON Schema of the payload, published with the node's row so
+    /// that the API, the console and the `quartz` command refuse a payload
+    /// that does not fit it, naming the field, when a job of this kind is
+    /// written or work of it enqueued (with the `payload-schema` feature of
+    /// the admin surface). `None`, the default, publishes nothing: any
+    /// JSON is accepted and a payload of the wrong shape fails its fires.
+    /// Derive it with `schemars` (`schemars::schema_for!(Self).into()`), or
+    /// write it with `serde_json::json!`.
+    fn payload_schema() -> Option<serde_json::Value> {
+        None
+    }
+
     /// Runs one fire of the job, its payload decoded into `self`; an error
     /// is recorded in the ledger (and retried by the job's policy).
     fn run(self, ctx: JobContext) -> impl Future<Output = JobResult> + Send;

@@ -15,6 +15,8 @@ pub(super) use super::row::{Change, Row};
 #[derive(Debug, Default)]
 pub(super) struct Sched {
     pub(super) nodes: BTreeMap<String, Node>,
+    /// The payload schemas each node published, by node id.
+    pub(super) schemas: BTreeMap<String, crate::store::PayloadSchemas>,
     /// Job ids by name.
     pub(super) job_names: BTreeMap<String, i64>,
     pub(super) calendars: BTreeMap<String, CalendarRecord>,

@@ -14,7 +14,7 @@ use crate::trigger::Overlap;
 use async_trait::async_trait;
 
 use super::MemoryStore;
-use super::db::{self, Row};
+use super::db::{self, Row, Sched};
 use super::overlap::overlapped;
 
 #[async_trait]
@@ -43,6 +43,12 @@ impl NodeStore for MemoryStore {
                 dead_after: node.dead_after,
             };
             nodes.insert(node.node_id.clone(), stored.clone());
+            let schemas = &mut db.sched(&self.scheduler).schemas;
+            if node.payload_schemas.is_empty() {
+                schemas.remove(&node.node_id);
+            } else {
+                schemas.insert(node.node_id.clone(), node.payload_schemas.clone());
+            }
             stored
         }))
     }
@@ -543,7 +549,9 @@ impl RetentionStore for MemoryStore {
             sched
                 .nodes
                 .retain(|id, n| n.state == NodeState::Live || n.heartbeat_at >= before || named.contains(id));
-            (count - sched.nodes.len()) as u64
+            let Sched { nodes, schemas, .. } = sched;
+            schemas.retain(|id, _| nodes.contains_key(id));
+            (count - nodes.len()) as u64
         }))
     }
 

@@ -4,7 +4,7 @@
 use crate::Timestamp;
 use crate::store::{
     ChangeQuery, ChangeRecord, ExecuteState, FireQuery, FireRecord, FireState, HealthCounts, HistoryStore, Node,
-    StoreError,
+    NodeState, PayloadSchemas, StoreError,
 };
 use async_trait::async_trait;
 
@@ -21,6 +21,21 @@ impl HistoryStore for MemoryStore {
         Ok(self.read(|db| {
             db.sched_ref(scheduler)
                 .map(|s| s.nodes.values().cloned().collect())
+                .unwrap_or_default()
+        }))
+    }
+
+    async fn payload_schemas(&self) -> Result<Vec<(String, PayloadSchemas)>, StoreError> {
+        let scheduler = &*self.scheduler;
+        Ok(self.read(|db| {
+            db.sched_ref(scheduler)
+                .map(|s| {
+                    s.schemas
+                        .iter()
+                        .filter(|(id, _)| s.nodes.get(*id).is_some_and(|n| n.state == NodeState::Live))
+                        .map(|(id, schemas)| (id.clone(), schemas.clone()))
+                        .collect()
+                })
                 .unwrap_or_default()
         }))
     }

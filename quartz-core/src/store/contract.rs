@@ -257,6 +257,13 @@ pub trait HistoryStore: Send + Sync {
     /// Every node the scheduler has seen.
     async fn list_nodes(&self) -> Result<Vec<Node>, StoreError>;
 
+    /// The payload schemas the live nodes published when they registered
+    /// ([`NodeRegistration::payload_schemas`]), by node id: what the admin
+    /// surface checks a payload against. Nodes that published none are
+    /// left out. Apart from [`list_nodes`](Self::list_nodes), which the
+    /// engine reads on every heartbeat, as schemas may be large.
+    async fn payload_schemas(&self) -> Result<Vec<(String, PayloadSchemas)>, StoreError>;
+
     /// Ledger rows, newest first.
     async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError>;
 

@@ -48,6 +48,7 @@ macro_rules! store_methods {
             }
             impl HistoryStore {
                 fn list_nodes(&self) -> Vec<$crate::store::Node>;
+                fn payload_schemas(&self) -> Vec<(String, $crate::store::PayloadSchemas)>;
                 fn fires(&self, query: &$crate::store::FireQuery) -> Vec<$crate::store::FireRecord>;
                 fn change_log(&self, query: &$crate::store::ChangeQuery) -> Vec<$crate::store::ChangeRecord>;
                 fn health_counts(&self, overdue_before: $crate::Timestamp, stranded_before: $crate::Timestamp, recent_since: $crate::Timestamp) -> $crate::store::HealthCounts;

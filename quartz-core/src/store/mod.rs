@@ -62,7 +62,7 @@ pub use rows::{
 pub(crate) use spec::duration_of;
 pub use spec::{
     ExecuteSpec, JobSpec, MAX_ATTEMPTS, MAX_DESCRIPTION_BYTES, MAX_ERROR_BYTES, MAX_NAME_BYTES, MAX_PAYLOAD_BYTES,
-    NodeRegistration, RetryPolicy, check_name, millis_of,
+    NodeRegistration, PayloadSchemas, RetryPolicy, check_name, millis_of,
 };
 pub use work::{Due, Enqueued, MAX_UNIQUE_KEY_BYTES, Unique, Work, work_execute, work_of_execute};
 

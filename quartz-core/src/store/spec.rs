@@ -39,7 +39,14 @@ pub struct NodeRegistration {
     /// dead (its [`dead_after`](crate::engine::Settings::dead_after)), so
     /// that the admin surface can tell a silent node from a live one.
     pub dead_after: Option<std::time::Duration>,
+    /// The JSON Schemas of its handlers' payloads, by handler, for those
+    /// that publish one ([`TypedJob::payload_schema`](crate::engine::TypedJob::payload_schema)):
+    /// stored with the node's row, read by [`HistoryStore::payload_schemas`](super::HistoryStore::payload_schemas).
+    pub payload_schemas: PayloadSchemas,
 }
+
+/// Payload schemas by handler name: JSON Schema documents.
+pub type PayloadSchemas = std::collections::BTreeMap<String, serde_json::Value>;
 
 /// How a failed fire is retried: up to `max_attempts` attempts in all, each
 /// `backoff` after the last failed (fixed backoff), or, with `backoff_max`,

@@ -210,6 +210,13 @@ impl NodeStore for RedisStore {
             "weight": num(node.weight.max(1)),
             "handlers": handlers,
             "dead_after": opt(node.dead_after.map(quartz_core::store::millis_of)),
+            "schemas": if node.payload_schemas.is_empty() {
+                String::new()
+            } else {
+                serde_json::to_string(&node.payload_schemas).map_err(|e| StoreError::Database {
+                    reason: format!("payload schemas cannot be encoded: {e}"),
+                })?
+            },
         });
         let record: Record = self.write(&self.scheduler, "register", &args).await?;
         decode::node(&record, &self.scheduler)

@@ -4,7 +4,8 @@
 use async_trait::async_trait;
 use quartz_core::Timestamp;
 use quartz_core::store::{
-    ChangeQuery, ChangeRecord, FireQuery, FireRecord, HealthCounts, HistoryStore, Node, Store, StoreError,
+    ChangeQuery, ChangeRecord, FireQuery, FireRecord, HealthCounts, HistoryStore, Node, PayloadSchemas, Store,
+    StoreError,
 };
 use serde_json::{Value, json};
 
@@ -24,6 +25,25 @@ impl HistoryStore for RedisStore {
         let mut nodes = crate::common::decode_each(&records, "node", |r| decode::node(r, scheduler));
         nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
         Ok(nodes)
+    }
+
+    async fn payload_schemas(&self) -> Result<Vec<(String, PayloadSchemas)>, StoreError> {
+        let scheduler = self.scheduler();
+        let reply: Vec<String> = self.run(scheduler, 0, "payload_schemas", &json!({})).await?;
+        let pairs: Vec<&[String]> = reply.chunks(2).collect();
+        let mut out = crate::common::decode_each(&pairs, "node's payload schemas", |pair| {
+            let [id, text] = pair else {
+                return Err(StoreError::Database {
+                    reason: "payload schemas: an odd reply".to_owned(),
+                });
+            };
+            let schemas = serde_json::from_str(text).map_err(|e| StoreError::Database {
+                reason: format!("node {id:?}'s payload schemas are not JSON: {e}"),
+            })?;
+            Ok((id.clone(), schemas))
+        });
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
     }
 
     async fn fires(&self, query: &FireQuery) -> Result<Vec<FireRecord>, StoreError> {

@@ -5,7 +5,7 @@
 //! whatever the size of the ledger's history).
 
 use super::convert::Statement as _;
-use quartz_core::store::FireState;
+use quartz_core::store::{FireState, PayloadSchemas};
 
 use super::filtered::Filtered;
 use super::*;
@@ -62,6 +62,25 @@ impl HistoryStore for SqlStore {
             .rows(&self.db.pool)
             .await?;
         Ok(crate::common::decode_each(&rows, "node", decode_node))
+    }
+
+    async fn payload_schemas(&self) -> Result<Vec<(String, PayloadSchemas)>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT node_id, payload_schemas FROM quartz_node WHERE scheduler = ? AND state = 'live' \
+                 AND payload_schemas IS NOT NULL ORDER BY node_id",
+            )
+            .bind(self.scheduler().to_owned())
+            .rows(&self.db.pool)
+            .await?;
+        Ok(crate::common::decode_each(&rows, "node's payload schemas", |row| {
+            let id: String = row.try_get(0).map_err(db_error)?;
+            let text: String = row.try_get(1).map_err(db_error)?;
+            let schemas = serde_json::from_str(&text).map_err(|e| StoreError::Database {
+                reason: format!("node {id:?}'s payload schemas are not JSON: {e}"),
+            })?;
+            Ok((id, schemas))
+        }))
     }
 
     /// A page of the ledger, newest first, read by the conditions the query

@@ -27,8 +27,18 @@ impl SqlStore {
             })?)
             .exec(&mut *tx)
             .await?;
-        self.query("UPDATE quartz_node SET dead_after_ms = ? WHERE scheduler = ? AND node_id = ?")
+        let schemas = if node.payload_schemas.is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::to_string(&node.payload_schemas).map_err(|e| StoreError::Database {
+                    reason: format!("payload schemas cannot be encoded: {e}"),
+                })?,
+            )
+        };
+        self.query("UPDATE quartz_node SET dead_after_ms = ?, payload_schemas = ? WHERE scheduler = ? AND node_id = ?")
             .bind(node.dead_after.map(millis_of))
+            .bind(schemas)
             .bind(self.scheduler.to_string())
             .bind(node.node_id.clone())
             .exec(&mut *tx)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::Env;
 use super::fixtures::{claimed_fires, ledger, register, succeed_all, wait_until};
 use crate::Timestamp;
-use crate::store::{FireEnd, FireRecord, FireState, FollowUp, HandlerSpan};
+use crate::store::{FireEnd, FireRecord, FireState, FollowUp, HandlerSpan, NodeRegistration};
 
 /// Batched starts and successes: fenced like their one-fire forms, and the ids
 /// they return are exactly the fires they moved (more than one statement's
@@ -301,5 +301,58 @@ pub(super) async fn a_node_purged_and_back_is_newer_than_before(env: &Env<'_>) {
     assert!(
         !store.heartbeat(&second, 0).await.unwrap(),
         "the old incarnation is fenced"
+    );
+}
+
+/// The payload schemas a node publishes are read back by node, live nodes
+/// only: a node that registers again without them publishes none, one that
+/// left is not listed.
+pub(super) async fn a_nodes_payload_schemas_are_read_back_while_it_lives(env: &Env<'_>) {
+    let store = env.store().await;
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": { "to": { "type": "string" } },
+        "required": ["to"],
+    });
+    let with = |node_id: &str, schemas: crate::store::PayloadSchemas| NodeRegistration {
+        node_id: node_id.to_owned(),
+        host: "test-host".to_owned(),
+        pid: std::process::id(),
+        weight: 1,
+        handlers: vec!["mail".to_owned(), "plain".to_owned()],
+        dead_after: None,
+        payload_schemas: schemas,
+    };
+    let published: crate::store::PayloadSchemas = [("mail".to_owned(), schema.clone())].into_iter().collect();
+    assert!(store.payload_schemas().await.unwrap().is_empty(), "none before");
+    let a = store.register_node(&with("schema-a", published.clone())).await.unwrap();
+    store
+        .register_node(&with("schema-b", Default::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.payload_schemas().await.unwrap(),
+        vec![("schema-a".to_owned(), published.clone())],
+        "the node that published one, as it published it"
+    );
+    let b = store.register_node(&with("schema-b", published.clone())).await.unwrap();
+    let a2 = store
+        .register_node(&with("schema-a", Default::default()))
+        .await
+        .unwrap();
+    assert!(a2.incarnation > a.incarnation);
+    assert_eq!(
+        store.payload_schemas().await.unwrap(),
+        vec![("schema-b".to_owned(), published.clone())],
+        "registering again replaces what was published"
+    );
+    let b_ref = crate::store::NodeRef {
+        node_id: b.node_id.clone(),
+        incarnation: b.incarnation,
+    };
+    assert!(store.leave(&b_ref).await.unwrap());
+    assert!(
+        store.payload_schemas().await.unwrap().is_empty(),
+        "a node gone publishes nothing"
     );
 }

@@ -34,6 +34,7 @@ pub async fn register(store: &impl Handle, node_id: &str) -> NodeRef {
             weight: 1,
             handlers: Vec::new(),
             dead_after: None,
+            payload_schemas: Default::default(),
         })
         .await
         .unwrap();

@@ -105,6 +105,7 @@ checks!(
     fires::fires_that_never_ran_are_recorded_without_a_start,
     fires::nodes_registering_together_all_register,
     fires::a_node_purged_and_back_is_newer_than_before,
+    fires::a_nodes_payload_schemas_are_read_back_while_it_lives,
     work::enqueued_work_is_a_pending_fire_with_its_own_payload,
     work::a_unique_key_is_held_while_its_work_is_open_or_in_its_window,
 );

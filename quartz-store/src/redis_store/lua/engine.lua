@@ -10,6 +10,8 @@ C.register = function()
   redis.call('HSET', key, 'node_id', A.node, 'host', A.host, 'pid', A.pid, 'weight', A.weight,
     'handlers', A.handlers, 'state', 'live', 'registered_at', NOWS, 'heartbeat_at', NOWS, 'pending_index', '1')
   if A.dead_after ~= '' then redis.call('HSET', key, 'dead_after', A.dead_after) else redis.call('HDEL', key, 'dead_after') end
+  -- Payload schemas apart from the node's hash, which every heartbeat reads.
+  if A.schemas ~= '' then redis.call('HSET', k('node-schemas'), A.node, A.schemas) else redis.call('HDEL', k('node-schemas'), A.node) end
   redis.call('SADD', k('nodes'), A.node)
   redis.call('SADD', k('open-owners'), owner_of(A.node, g(key, 'incarnation')))
   return flat(key)

@@ -344,6 +344,19 @@ C.nodes = function()
   return out
 end
 
+-- The live nodes' payload schemas: node id, JSON text, node id, ...
+C.payload_schemas = function()
+  local out = {}
+  for _, node in ipairs(redis.call('SMEMBERS', k('nodes'))) do
+    local schemas = redis.call('HGET', k('node-schemas'), node)
+    if schemas and g(k('node:' .. node), 'state') == 'live' then
+      out[#out + 1] = node
+      out[#out + 1] = schemas
+    end
+  end
+  return out
+end
+
 C.changes = function() return redis.call('GET', k('changes')) or '0' end
 
 -- The calendars (their hashes), the executes that name one and wait, are
@@ -445,6 +458,7 @@ C.nodes_purge = function()
     local state = g(key, 'state')
     if (state == 'dead' or state == 'gone') and (tonumber(g(key, 'heartbeat_at')) or 0) < before and not named[node] then
       redis.call('DEL', key)
+      redis.call('HDEL', k('node-schemas'), node)
       redis.call('SREM', k('nodes'), node)
       deleted = deleted + 1
     end

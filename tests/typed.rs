@@ -144,10 +144,10 @@ async fn schema_checked(db: &TestDb) {
         .await
         .unwrap();
     let admin = node.admin();
-    let (published_by, schema) = admin.payload_schema("refund").await.unwrap().unwrap();
-    assert_eq!(published_by, node.node().node_id);
+    let published = admin.payload_schema("refund").await.unwrap().unwrap();
+    assert_eq!(published.node, node.node().node_id);
     assert_eq!(
-        schema["required"],
+        published.schema["required"],
         serde_json::json!(["order", "amount_cents", "lines"])
     );
     assert!(

@@ -35,6 +35,45 @@ pub enum SchedulerCommand {
     Status,
 }
 
+/// `quartz handler …`: what the live nodes publish of their handlers.
+#[derive(clap::Subcommand, Debug)]
+pub enum HandlerCommand {
+    /// The JSON Schema a payload of handler NAME must fit, as the live
+    /// nodes offering it published it (a typed job's payload schema;
+    /// `quartz run` publishes shell's): jobs and work whose payload does
+    /// not fit are refused, naming the field.
+    ///
+    /// Example:
+    ///   quartz handler schema shell --json
+    #[command(verbatim_doc_comment)]
+    Schema {
+        /// The handler (a typed job's kind).
+        name: String,
+    },
+}
+
+/// Runs a `handler` command.
+pub async fn handler_command(url: &str, scheduler: &str, out: Out, command: HandlerCommand) -> anyhow::Result<()> {
+    let store = AnyStore::connect(url).await?.scoped(scheduler);
+    let admin = quartz_core::admin::Admin::new(store, scheduler);
+    let HandlerCommand::Schema { name } = command;
+    let Some(view) = admin.payload_schema(&name).await? else {
+        anyhow::bail!(
+            "no live node of scheduler {scheduler:?} offering handler {name:?} publishes a payload schema for it: \
+             any JSON payload is accepted"
+        );
+    };
+    out.print(&serde_json::to_value(&view)?, || {
+        format!(
+            "handler {} (schema published by node {}):\n{}\n",
+            view.handler,
+            view.node,
+            serde_json::to_string_pretty(&view.schema).unwrap_or_default()
+        )
+    });
+    Ok(())
+}
+
 /// Runs a `scheduler` command.
 pub async fn scheduler_command(url: &str, scheduler: &str, out: Out, command: SchedulerCommand) -> anyhow::Result<()> {
     let store = AnyStore::connect(url).await?.scoped(scheduler);

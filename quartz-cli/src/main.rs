@@ -80,6 +80,12 @@ enum Command {
     ///   quartz nodes --scheduler billing --json
     #[command(verbatim_doc_comment)]
     Nodes,
+    /// What the live nodes publish of a handler: its payload's JSON Schema.
+    ///
+    /// Example:
+    ///   quartz handler schema shell
+    #[command(subcommand, verbatim_doc_comment)]
+    Handler(admin::HandlerCommand),
     /// The fire ledger, newest first; `history purge` deletes old finished fires.
     ///
     /// Examples:
@@ -247,6 +253,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<bool> {
             Command::Calendar(c) => admin::calendar(&url, &scheduler, out, c).await.map(|()| true),
             Command::Scheduler(c) => admin::scheduler_command(&url, &scheduler, out, c).await.map(|()| true),
             Command::Nodes => admin::nodes(&url, &scheduler, out).await.map(|()| true),
+            Command::Handler(c) => admin::handler_command(&url, &scheduler, out, c).await.map(|()| true),
             Command::History(args) => admin::history_command(&url, &scheduler, out, args).await.map(|()| true),
             Command::Audit(args) => admin::audit(&url, &scheduler, out, args).await,
             Command::Run(args) => run::run(&url, &scheduler, &args).await.map(|()| true),

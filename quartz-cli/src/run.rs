@@ -200,7 +200,9 @@ pub fn builder(scheduler: &str, settings: Settings, shell: ShellPolicy) -> Sched
         .handler("log", log)
         .handler("sleep", sleep);
     if shell.is_enabled() {
-        builder.handler("shell", move |ctx| shell.run(&ctx))
+        builder
+            .handler("shell", move |ctx| shell.run(&ctx))
+            .payload_schema("shell", crate::shell::payload_schema())
     } else {
         builder
     }

@@ -251,6 +251,24 @@ impl ShellPolicy {
     }
 }
 
+/// The JSON Schema of a shell job's payload, which `quartz run` publishes:
+/// a job or work whose payload does not fit is refused when it is written
+/// (naming the field), not failed at each fire by [`command_of`].
+pub fn payload_schema() -> serde_json::Value {
+    serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "shell",
+        "description": "{\"command\": \"...\", \"args\": [...]} or a command string",
+        "type": ["object", "string"],
+        "minLength": 1,
+        "properties": {
+            "command": { "type": "string", "minLength": 1 },
+            "args": { "type": "array" },
+        },
+        "required": ["command"],
+    })
+}
+
 /// A job's `(command, args)`: `{"command": "...", "args": [...]}` or a bare
 /// command string.
 fn command_of(ctx: &JobContext) -> Result<(String, Vec<String>), String> {

@@ -987,6 +987,37 @@ fn shell_runs_only_allowed_programs_cleanly_and_a_timeout_stops_the_group() {
         stderr(&out)
     );
 
+    // The node publishes the shell payload's schema: a payload that does
+    // not fit is refused when it is written, naming the field.
+    refused(
+        &url,
+        &[
+            "job",
+            "add",
+            "bad-shell",
+            "--handler",
+            "shell",
+            "--payload",
+            r#"{"args": ["x"]}"#,
+            "--every",
+            "1h",
+        ],
+        "payload.command",
+    );
+    refused(
+        &url,
+        &[
+            "job",
+            "enqueue",
+            "envdump",
+            "--payload",
+            r#"{"command": "sh", "args": "-c"}"#,
+        ],
+        "payload.args",
+    );
+    let shown = json(&url, &["handler", "schema", "shell"]);
+    assert_eq!(shown["schema"]["required"], serde_json::json!(["command"]), "{shown}");
+
     // A non-concurrent job with a timeout never overlaps itself.
     wait_for_fires(&url, "exclusive", "three timed-out runs", |r| {
         r.iter().filter(|f| f["state"] == "failed").count() >= 3

@@ -825,7 +825,93 @@ async fn a_handler_no_node_offers_is_refused_once_a_node_is_live(db: &TestDb) {
     node.shutdown().await;
 }
 
+/// A node publishes its handler's payload schema: the API serves it, and
+/// refuses a job or work whose payload does not fit with a 400 naming the
+/// field, nothing written; a handler with no schema takes any payload.
+async fn a_payload_that_does_not_fit_its_handlers_schema_is_refused(db: &TestDb) {
+    let store = db.store().await;
+    let access = Access::tokens(Some(ADMIN.into()), Some(READ.into()));
+    let addr = http::serve(Web::new(Admin::new(store.clone(), CLUSTER)).access(access).router()).await;
+    let schema = json!({
+        "type": "object",
+        "properties": {"to": {"type": "string"}, "copies": {"type": "integer", "minimum": 1}},
+        "required": ["to"],
+    });
+    let node = quartz_core::engine::SchedulerBuilder::new(CLUSTER)
+        .handler("mail", |_| Ok(()))
+        .handler("log", |_| Ok(()))
+        .payload_schema("mail", schema.clone())
+        .start(store)
+        .await
+        .unwrap();
+    let served = http::get(addr, "GET", "/api/v1/handlers/mail/payload-schema", Some(READ)).await;
+    assert_eq!(served.status, 200, "{}", served.body);
+    assert_eq!(
+        (served.json()["schema"].clone(), served.json()["node"].clone()),
+        (schema, json!(node.node().node_id))
+    );
+    let none = http::get(addr, "GET", "/api/v1/handlers/log/payload-schema", Some(READ)).await;
+    assert_eq!(none.status, 404, "{}", none.body);
+
+    let job = |payload: Value| json!({"name": "mail-ops", "handler": "mail", "payload": payload});
+    for (payload, field) in [
+        (json!({"copies": 2}), "payload.to"),
+        (json!({"to": "ops", "copies": 0}), "payload.copies"),
+        (json!("ops"), "payload"),
+    ] {
+        let refused = http::json(addr, "POST", "/api/v1/jobs", Some(ADMIN), &job(payload)).await;
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert_eq!(refused.error().1.as_deref(), Some(field), "{}", refused.body);
+        assert!(refused.body.contains("payload schema of handler"), "{}", refused.body);
+    }
+    assert_eq!(
+        http::get(addr, "GET", "/api/v1/jobs/mail-ops", Some(READ)).await.status,
+        404,
+        "nothing written"
+    );
+    let created = http::json(addr, "POST", "/api/v1/jobs", Some(ADMIN), &job(json!({"to": "ops"}))).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let edit = json!({"payload": {"to": 5}});
+    let refused = http::json(addr, "PATCH", "/api/v1/jobs/mail-ops", Some(ADMIN), &edit).await;
+    assert_eq!(
+        (refused.status, refused.error().1.as_deref()),
+        (400, Some("payload.to")),
+        "{}",
+        refused.body
+    );
+    let work = http::json(
+        addr,
+        "POST",
+        "/api/v1/jobs/mail-ops/enqueue",
+        Some(ADMIN),
+        &json!({"payload": {}}),
+    )
+    .await;
+    assert_eq!(
+        (work.status, work.error().1.as_deref()),
+        (400, Some("payload.to")),
+        "{}",
+        work.body
+    );
+    let work = http::json(
+        addr,
+        "POST",
+        "/api/v1/jobs/mail-ops/enqueue",
+        Some(ADMIN),
+        &json!({"payload": {"to": "ada"}}),
+    )
+    .await;
+    assert_eq!(work.status, 202, "{}", work.body);
+    let any = json!({"name": "log-any", "handler": "log", "payload": [1, 2]});
+    assert_eq!(
+        http::json(addr, "POST", "/api/v1/jobs", Some(ADMIN), &any).await.status,
+        201
+    );
+    node.shutdown().await;
+}
+
 backend_tests!(
+    a_payload_that_does_not_fit_its_handlers_schema_is_refused,
     a_handler_no_node_offers_is_refused_once_a_node_is_live,
     a_job_is_declared_with_put,
     changes_say_what_changed_and_who_made_them,

@@ -690,7 +690,59 @@ async fn the_forms_preview_passes_over_its_calendars_exclusions(db: &TestDb) {
     );
 }
 
+/// A payload that does not fit the schema its handler's node published is
+/// refused by the job form beside its payload field and by the enqueue
+/// form, naming the field inside the payload; the job's page shows the
+/// schema.
+async fn a_payload_that_does_not_fit_its_schema_is_refused_by_the_forms(db: &TestDb) {
+    let store = db.store().await;
+    let admin = Admin::new(store.clone(), CLUSTER);
+    let addr = server(admin.clone()).await;
+    let node = quartz_core::engine::SchedulerBuilder::new(CLUSTER)
+        .handler("mail", |_| Ok(()))
+        .payload_schema(
+            "mail",
+            serde_json::json!({"type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]}),
+        )
+        .start(store)
+        .await
+        .unwrap();
+    let cookie = login(addr, ADMIN).await;
+    let csrf = csrf_of(&page(addr, "/new", Some(&cookie)).await.body);
+    let mut fields = vec![
+        ("csrf", csrf.as_str()),
+        ("name", "mail-ops"),
+        ("handler", "mail"),
+        ("payload", "{\"to\": 5}"),
+        ("kind", "fixed_rate"),
+        ("interval_ms", "3600000"),
+        ("misfire", "smart"),
+        ("max_attempts", "1"),
+        ("backoff_ms", "1000"),
+    ];
+    let refused = post(addr, "/new", Some(&cookie), &fields, &[]).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("data-field=\"payload\""), "{}", refused.body);
+    assert!(refused.body.contains("payload.to"), "{}", refused.body);
+    assert!(admin.job("mail-ops").await.is_err(), "nothing stored");
+    fields[3] = ("payload", "{\"to\": \"ops\"}");
+    let created = post(addr, "/new", Some(&cookie), &fields, &[]).await;
+    assert_eq!(created.status, 303, "{}", created.body);
+    let shown = page(addr, "/jobs/mail-ops", Some(&cookie)).await;
+    assert!(
+        shown.body.contains("published by node") && shown.body.contains("&quot;required&quot;"),
+        "{}",
+        shown.body
+    );
+    let work = [("csrf", csrf.as_str()), ("payload", "{}")];
+    let refused = post(addr, "/jobs/mail-ops/enqueue", Some(&cookie), &work, &[]).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("payload.to"), "{}", refused.body);
+    node.shutdown().await;
+}
+
 backend_tests!(
+    a_payload_that_does_not_fit_its_schema_is_refused_by_the_forms,
     a_triggers_times_show_in_its_zone_with_utc_beside,
     the_history_pages_back_and_forth_and_retries_a_failed_fire,
     deleted_jobs_and_calendars_are_linked_where_they_are,

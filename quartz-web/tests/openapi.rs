@@ -201,6 +201,13 @@ fn probes() -> Vec<Probe> {
         probe("POST", "/api/v1/fires/{id}/retry", "/api/v1/fires/one/retry", None),
         probe("GET", "/api/v1/fires", "/api/v1/fires?error=boom&node=n1", None),
         probe("GET", "/api/v1/nodes", "/api/v1/nodes", None),
+        // No node publishes a schema here: the documented 404.
+        probe(
+            "GET",
+            "/api/v1/handlers/{name}/payload-schema",
+            "/api/v1/handlers/probe/payload-schema",
+            None,
+        ),
         probe("GET", "/api/v1/health", "/api/v1/health", None),
         probe("GET", "/api/v1/changes", "/api/v1/changes?job=probe&limit=5", None),
         probe("GET", "/api/v1/audit", "/api/v1/audit?since=2026-01-01T00:00:00Z", None),

@@ -58,6 +58,7 @@ pub use patch::JobPatch;
 use put::same_triggers;
 pub use put::{PutIf, PutOutcome};
 pub use reports::{ClusterHealth, JobStats};
+pub use schema::PayloadSchemaView;
 pub use verdict::handler_verdict;
 pub use views::{
     BrokenTrigger, ChangeView, FireView, JobView, ManualFire, NodeView, Overview, Page, Standby, TriggerView,

@@ -12,6 +12,20 @@ use serde_json::Value;
 use super::{Admin, AdminError, views};
 use crate::store::PayloadSchemas;
 
+/// A handler's payload schema, as the admin surface shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PayloadSchemaView {
+    /// The handler (a typed job's kind).
+    pub handler: String,
+    /// The live node whose schema it is: of those offering the handler,
+    /// the one registered last that published one.
+    pub node: String,
+    /// The JSON Schema a payload of the handler must fit.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub schema: Value,
+}
+
 /// Checks a schema a node is about to publish for a handler: a JSON Schema
 /// (an object or a boolean; compiled, with the `payload-schema` feature),
 /// of a handler the node registers. The reason, when it is not.
@@ -134,18 +148,25 @@ impl Admin {
 
     /// The payload schema a job of `handler` is checked against, and the
     /// node that published it ([`TypedJob::payload_schema`](crate::engine::TypedJob::payload_schema)):
-    /// what the API serves and the console shows beside a payload.
+    /// what the API serves and the console shows beside a payload. `None`
+    /// when no live node offering the handler published one.
     ///
     /// # Errors
     ///
     /// The store failing.
-    pub async fn payload_schema(&self, handler: &str) -> Result<Option<(String, Value)>, AdminError> {
+    pub async fn payload_schema(&self, handler: &str) -> Result<Option<PayloadSchemaView>, AdminError> {
         let published = self.store.payload_schemas().await?;
         if published.is_empty() {
             return Ok(None);
         }
         let now = self.store.now().await?;
         let nodes = self.store.list_nodes().await?;
-        Ok(schema_for(handler, &nodes, &published, now).map(|(node, schema)| (node.to_owned(), schema.clone())))
+        Ok(
+            schema_for(handler, &nodes, &published, now).map(|(node, schema)| PayloadSchemaView {
+                handler: handler.to_owned(),
+                node: node.to_owned(),
+                schema: schema.clone(),
+            }),
+        )
     }
 }

@@ -11,8 +11,8 @@ use quartz_core::Timestamp;
 use quartz_core::admin::{
     AdminError, BackfillRequest, BackfillView, CalendarView, ChangeFilter, ChangeView, ClusterHealth, EnqueuedView,
     FireFilter, FireView, JobDefinition, JobFilter, JobPatch, JobStats, JobView, ManualFire, NodeView, Overview, Page,
-    PutIf, PutOutcome, Standby, TriggerDefinition, TriggerKind, TriggerView, WorkRequest, deserialize_instant,
-    instant_schema,
+    PayloadSchemaView, PutIf, PutOutcome, Standby, TriggerDefinition, TriggerKind, TriggerView, WorkRequest,
+    deserialize_instant, instant_schema,
 };
 use quartz_core::audit::AuditParams;
 use quartz_core::calendar::{CalendarDefinition, CalendarType};
@@ -45,6 +45,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/jobs/{name}/stats", get(job_stats))
         .route("/fires", get(fires_list))
         .route("/fires/{id}/retry", post(fire_retry))
+        .route("/handlers/{name}/payload-schema", get(payload_schema))
         .route("/nodes", get(nodes_list))
         .route("/changes", get(changes_list))
         .route("/audit", get(audit))
@@ -355,6 +356,29 @@ async fn fire_retry(
     Ok((StatusCode::ACCEPTED, Json(fire)).into_response())
 }
 
+/// The JSON Schema a payload of handler `name` must fit: what the live
+/// nodes offering it published (a typed job's `payload_schema`), the
+/// newest's; jobs and work whose payload does not fit are refused with 400
+/// naming the field. 404 when no live node publishes one for the handler.
+#[utoipa::path(get, path = "/api/v1/handlers/{name}/payload-schema", params(("name" = String, Path, description = "the handler (a typed job's kind)")),
+    tag = "cluster", responses((status = 200, body = PayloadSchemaView), (status = 404, body = ErrorBody)))]
+async fn payload_schema(
+    State(state): State<AppState>,
+    _: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<PayloadSchemaView> {
+    match state.admin.payload_schema(&name).await? {
+        Some(view) => Ok(Json(view)),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!(
+                "no live node offering handler {name:?} publishes a payload schema for it: any JSON payload is accepted"
+            ),
+        )),
+    }
+}
+
 /// The cluster's nodes, live first.
 #[utoipa::path(get, path = "/api/v1/nodes", tag = "cluster", responses((status = 200, body = Vec<NodeView>)))]
 async fn nodes_list(State(state): State<AppState>, _: Caller) -> ApiResult<Vec<NodeView>> {
@@ -529,11 +553,11 @@ struct ChangePage {
         of a quartz-rs cluster. Authenticate with `Authorization: Bearer TOKEN` (QUARTZ_ADMIN_TOKEN reads and \
         writes, QUARTZ_READ_TOKEN reads); with no token configured only loopback callers are answered."),
     paths(jobs_list, job_add, job_get, job_put, job_edit, job_delete, job_pause, job_resume, job_trigger, job_enqueue, job_stats, fires_list, fire_retry,
-        nodes_list, changes_list, audit, overview, health, calendars::cron_preview, calendars::calendars_list,
+        payload_schema, nodes_list, changes_list, audit, overview, health, calendars::cron_preview, calendars::calendars_list,
         calendars::calendar_get, calendars::calendar_put, calendars::calendar_delete, scheduler::standby_get,
         scheduler::pause_all, scheduler::resume_all, scheduler::job_backfill),
     components(schemas(JobDefinition, JobPatch, TriggerDefinition, TriggerKind, JobView, TriggerView, FireView,
-        NodeView, ChangeView, Overview, ClusterHealth, JobStats, JobPage, FirePage, ChangePage, ErrorBody, ManualFire, WorkRequest, EnqueuedView, AuditView,
+        NodeView, PayloadSchemaView, ChangeView, Overview, ClusterHealth, JobStats, JobPage, FirePage, ChangePage, ErrorBody, ManualFire, WorkRequest, EnqueuedView, AuditView,
         ViolationView, Preview, CalendarDefinition, CalendarType, CalendarView, Standby,
         BackfillRequest, BackfillView)),
     modifiers(&BearerAuth),

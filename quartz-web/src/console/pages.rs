@@ -247,6 +247,7 @@ pub(crate) async fn job(
         ..FireFilter::default()
     };
     let stats = state.admin.job_stats(&name).await.ok();
+    let schema = state.admin.payload_schema(&job.spec.handler).await.ok().flatten();
     let recent = state
         .admin
         .fires(&fires(None, 20))
@@ -328,6 +329,12 @@ pub(crate) async fn job(
             (super::backfill::form(&viewer, &job.spec.name, "", "", ""))
             h2 { "Enqueue work" }
             p.hint { "Run the job once with a payload of its own, now or at a time; a unique key refuses a second while one is pending or running." }
+            @if let Some(s) = &schema {
+                details.payload-schema {
+                    summary { "The payload must fit handler " code { (s.handler) } "'s schema (published by node " (s.node) ")" }
+                    pre { (serde_json::to_string_pretty(&s.schema).unwrap_or_default()) }
+                }
+            }
             (super::enqueue::form(&viewer, &job.spec.name))
         }
         h2 { "Recent fires " small { a href=(history) { "all history →" } } }

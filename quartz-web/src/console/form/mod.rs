@@ -69,10 +69,15 @@ fn select(name: &str, options: &[(&str, &str)], chosen: &str) -> Markup {
     }
 }
 
-/// The form field an admin error names: `triggers[0].cron` is `cron`.
+/// The form field an admin error names: `triggers[0].cron` is `cron`, a
+/// field inside the payload (`payload.lines[1].sku`) the payload's.
 fn field_errors(e: &AdminError) -> FieldErrors {
     let field = e.field().unwrap_or("");
-    let field = field.rsplit_once('.').map_or(field, |(_, f)| f);
+    let field = if field.starts_with("payload.") || field.starts_with("payload[") {
+        "payload"
+    } else {
+        field.rsplit_once('.').map_or(field, |(_, f)| f)
+    };
     let field = if field == "triggers" { "kind" } else { field };
     vec![(field.to_owned(), e.to_string())]
 }

@@ -199,6 +199,9 @@ pub fn builder(scheduler: &str, settings: Settings, shell: ShellPolicy) -> Sched
         .handler("noop", |_| Ok(()))
         .handler("log", log)
         .handler("sleep", sleep);
+    // A fire of work enqueued with a trace context links to its enqueuer's span.
+    #[cfg(feature = "otel")]
+    let builder = builder.link_spans(crate::telemetry::link);
     if shell.is_enabled() {
         builder
             .handler("shell", move |ctx| shell.run(&ctx))

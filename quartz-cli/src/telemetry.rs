@@ -103,6 +103,33 @@ impl Telemetry {
     }
 }
 
+/// Links a fire's span to the span whose W3C trace context enqueued its
+/// work (the node's [`SchedulerBuilder::link_spans`](quartz_core::engine::SchedulerBuilder::link_spans)):
+/// an OpenTelemetry link, exported with the span. Nothing without the
+/// exporter's layer, or for a context that does not parse.
+#[cfg(feature = "otel")]
+pub fn link(span: &tracing::Span, traceparent: &str) {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let [_, trace, id, flags] = traceparent.split('-').collect::<Vec<_>>()[..] else {
+        return;
+    };
+    let (Ok(trace), Ok(id), Ok(flags)) = (
+        TraceId::from_hex(trace),
+        SpanId::from_hex(id),
+        u8::from_str_radix(flags, 16),
+    ) else {
+        return;
+    };
+    span.add_link(SpanContext::new(
+        trace,
+        id,
+        TraceFlags::new(flags),
+        true,
+        TraceState::default(),
+    ));
+}
+
 #[cfg(feature = "otel")]
 mod otel {
     use opentelemetry::trace::TracerProvider as _;

@@ -147,8 +147,8 @@ async fn quartz_run_exports_a_span_per_fire_and_its_metrics_over_otlp() {
         },
     )
     .await;
-    let spans = spans(&received);
-    let (resource, fire) = spans
+    let first = spans(&received);
+    let (resource, fire) = first
         .iter()
         .find(|(_, s)| s["name"] == "fire" && attribute(&s["attributes"], "outcome").is_some())
         .unwrap();
@@ -161,9 +161,60 @@ async fn quartz_run_exports_a_span_per_fire_and_its_metrics_over_otlp() {
         assert!(attribute(attributes, key).is_some(), "{key} missing: {fire}");
     }
     assert!(
-        spans.iter().all(|(_, s)| s["name"] == "fire"),
+        first.iter().all(|(_, s)| s["name"] == "fire"),
         "only the fires' spans are exported"
     );
+    // Work enqueued with a trace context: its fire's span links to the
+    // enqueuer's span.
+    let traced = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let enqueued = Command::new(env!("CARGO_BIN_EXE_quartz"))
+        .args([
+            "--database-url",
+            &db.url,
+            "--scheduler",
+            "otel",
+            "job",
+            "enqueue",
+            "tick",
+        ])
+        .env("TRACEPARENT", traced)
+        .output()
+        .unwrap();
+    assert!(
+        enqueued.status.success(),
+        "{}",
+        String::from_utf8_lossy(&enqueued.stderr)
+    );
+    let linked = |s: &Value| {
+        s["links"].as_array().is_some_and(|links| {
+            links
+                .iter()
+                .any(|l| l["traceId"] == "4bf92f3577b34da6a3ce929d0e0e4736" && l["spanId"] == "00f067aa0ba902b7")
+        })
+    };
+    wait_until(Duration::from_secs(60), "the enqueued work's linked span", || async {
+        spans(&received).iter().any(|(_, s)| linked(s))
+    })
+    .await;
+    let spans_now = spans(&received);
+    let (_, work) = spans_now.iter().find(|(_, s)| linked(s)).unwrap();
+    assert_eq!(
+        attribute(&work["attributes"], "run_kind").unwrap(),
+        "enqueued",
+        "{work}"
+    );
+    assert_eq!(
+        attribute(&work["attributes"], "trace_parent").unwrap(),
+        traced,
+        "{work}"
+    );
+    assert!(
+        first
+            .iter()
+            .all(|(_, s)| s["links"].as_array().is_none_or(Vec::is_empty)),
+        "the scheduled fires' spans link nowhere"
+    );
+
     let names = metric_names(&received);
     for name in [
         "quartz_fires_started_total",

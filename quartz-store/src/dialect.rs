@@ -239,10 +239,14 @@ impl Backend {
                         "payload schemas",
                         include_str!(concat!("../../migrations/", $dir, "/0022_payload_schemas.sql")),
                     ),
+                    (
+                        "work trace parent",
+                        include_str!(concat!("../../migrations/", $dir, "/0023_work_trace_parent.sql")),
+                    ),
                 ]
             };
         }
-        let files: [(&str, &'static str); 22] = match self {
+        let files: [(&str, &'static str); 23] = match self {
             Backend::Sqlite => files!("sqlite"),
             Backend::Postgres => files!("postgres"),
             Backend::MySql => files!("mysql"),

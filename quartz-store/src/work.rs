@@ -13,14 +13,14 @@
 //! first's, and on its commit inserts nothing (no error that would spoil
 //! the caller's transaction) and answers a duplicate.
 
-/// The work's row (binds: scheduler, job id, fire time, payload, key,
+/// The work's row (binds: scheduler, job id, fire time, payload, trace parent, key,
 /// window's end, created at).
 macro_rules! insert_work {
     ($verb:literal) => {
         concat!(
             $verb,
-            " INTO quartz_work (scheduler, job_id, fire_time, payload, unique_key, unique_until, created_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " INTO quartz_work (scheduler, job_id, fire_time, payload, trace_parent, unique_key, unique_until, \
+             created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         )
     };
 }
@@ -146,6 +146,7 @@ macro_rules! enqueue_on {
             .bind(job_id)
             .bind(due)
             .bind(work.payload.clone())
+            .bind(work.trace_parent.clone())
             .bind(key.clone())
             .bind(work.unique_until(now_at))
             .bind(now);

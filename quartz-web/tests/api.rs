@@ -841,7 +841,7 @@ async fn a_payload_that_does_not_fit_its_handlers_schema_is_refused(db: &TestDb)
         .handler("mail", |_| Ok(()))
         .handler("log", |_| Ok(()))
         .payload_schema("mail", schema.clone())
-        .start(store)
+        .start(store.clone())
         .await
         .unwrap();
     let served = http::get(addr, "GET", "/api/v1/handlers/mail/payload-schema", Some(READ)).await;
@@ -902,6 +902,25 @@ async fn a_payload_that_does_not_fit_its_handlers_schema_is_refused(db: &TestDb)
     )
     .await;
     assert_eq!(work.status, 202, "{}", work.body);
+    // A traceparent header is kept with the work (its fires' spans link to
+    // it); one that is not a W3C trace context is ignored.
+    let traced = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let auth = format!("Bearer {ADMIN}");
+    let mut stored = Vec::new();
+    for header in [traced, "not-a-trace"] {
+        let headers = [
+            ("Content-Type", "application/json"),
+            ("Authorization", auth.as_str()),
+            ("traceparent", header),
+        ];
+        let body = json!({"payload": {"to": "ada"}}).to_string();
+        let work = http::call(addr, "POST", "/api/v1/jobs/mail-ops/enqueue", &headers, body.as_bytes()).await;
+        assert_eq!(work.status, 202, "{}", work.body);
+        let id = work.json()["work_id"].as_i64().unwrap();
+        let run = store.scoped(CLUSTER).work_run(id).await.unwrap();
+        stored.push(run.trace_parent);
+    }
+    assert_eq!(stored, [Some(traced.to_owned()), None]);
     let any = json!({"name": "log-any", "handler": "log", "payload": [1, 2]});
     assert_eq!(
         http::json(addr, "POST", "/api/v1/jobs", Some(ADMIN), &any).await.status,

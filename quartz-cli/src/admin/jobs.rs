@@ -108,6 +108,10 @@ pub enum JobCommand {
         /// How long the key stays taken after the work is enqueued, even once it has ended.
         #[arg(long, value_parser = crate::args::duration_arg, requires = "unique")]
         unique_for: Option<std::time::Duration>,
+        /// The W3C trace context of the span that enqueues it
+        /// (`00-<trace id>-<span id>-<flags>`): its fires' spans link to it.
+        #[arg(long, env = "TRACEPARENT")]
+        trace_parent: Option<String>,
     },
     /// Run a job's past fire times from --from to --to, once each, at most
     /// --rate a second; times that ran are left alone. --preview lists them.
@@ -231,6 +235,7 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
             after,
             unique,
             unique_for,
+            trace_parent,
         } => {
             let payload = payload
                 .map(|text| serde_json::from_str::<Value>(&text).context("--payload is not JSON"))
@@ -241,6 +246,7 @@ pub async fn job(url: &str, scheduler: &str, out: Out, command: JobCommand) -> a
                 after_ms: after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 unique_key: unique,
                 unique_for_ms: unique_for.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                trace_parent,
             };
             let view = admin.enqueue_request(&name, &request).await?;
             out.print(&serde_json::to_value(&view)?, || {

@@ -36,6 +36,11 @@ pub struct WorkRequest {
     /// ended, in milliseconds (needs `unique_key`).
     #[serde(default)]
     pub unique_for_ms: Option<u64>,
+    /// The W3C trace context of the span that asks for it, which each of
+    /// its fires' spans links to: the API takes it from the request's
+    /// `traceparent` header, the CLI from `--trace-parent` or `TRACEPARENT`.
+    #[serde(skip)]
+    pub trace_parent: Option<String>,
 }
 
 impl WorkRequest {
@@ -66,6 +71,9 @@ impl WorkRequest {
             }
             (None, None) => work,
         };
+        if let Some(tp) = &self.trace_parent {
+            work = work.trace_parent(tp.clone());
+        }
         work.validate().map_err(crate::store::StoreError::Invalid)?;
         Ok(work)
     }

@@ -141,9 +141,12 @@ impl Backlog {
         if work.is_some() && job.as_ref().is_some_and(|j| j.state == JobState::Paused) {
             return Ok(None);
         }
-        let payload = match work {
-            Some(work) => self.ctx.store.work_payload(work).await?.map(Arc::from),
-            None => None,
+        let (payload, trace_parent) = match work {
+            Some(work) => {
+                let run = self.ctx.store.work_run(work).await?;
+                (run.payload.map(Arc::from), run.trace_parent.map(Arc::from))
+            }
+            None => (None, None),
         };
         let exclusive = job.as_ref().is_some_and(|j| !j.spec.allow_concurrent);
         let node = self.ctx.node();
@@ -223,6 +226,7 @@ impl Backlog {
             hold: Some(self.ctx.hold(&job)),
             marked_at: None,
             payload,
+            trace_parent,
             job,
         });
         Ok(Some(true))

@@ -81,6 +81,8 @@ pub(super) struct Ctx {
     /// Where the node's handlers' runs are witnessed, if anywhere
     /// ([`Settings::run_log`]).
     pub(super) run_log: Option<RunLog>,
+    /// Links a fire's span to the span that enqueued its work.
+    pub(super) span_linker: Option<super::SpanLinker>,
 }
 
 /// What a node starts its context from.
@@ -106,6 +108,8 @@ pub(super) struct Parts {
     pub(super) misfires: mpsc::UnboundedSender<Misfired>,
     /// The jobs as the poller publishes them.
     pub(super) latest_jobs: watch::Receiver<super::flight::LatestJobs>,
+    /// Links a fire's span to the span that enqueued its work.
+    pub(super) span_linker: Option<super::SpanLinker>,
 }
 
 impl Ctx {
@@ -138,6 +142,7 @@ impl Ctx {
             renewed_ms: AtomicI64::new(parts.registered_at),
             standby: AtomicBool::new(parts.standby),
             run_log: parts.run_log,
+            span_linker: parts.span_linker,
         }
     }
 

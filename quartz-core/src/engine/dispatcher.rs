@@ -266,6 +266,7 @@ impl Dispatcher {
                 hold,
                 marked_at: None,
                 payload: None,
+                trace_parent: None,
                 snoozed: 0,
             };
             if taken {

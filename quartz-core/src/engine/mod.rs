@@ -107,7 +107,13 @@ pub struct SchedulerBuilder {
     clock_hooks: clock::ClockHooks,
     /// Where run log events go instead of a file (a simulation).
     run_sink: Option<crate::runlog::RunSink>,
+    /// Links fires' spans to the spans that enqueued their work.
+    span_linker: Option<SpanLinker>,
 }
+
+/// Links a fire's span to another span, given that span's W3C trace
+/// context (`traceparent`): see [`SchedulerBuilder::link_spans`].
+pub type SpanLinker = Arc<dyn Fn(&tracing::Span, &str) + Send + Sync>;
 
 impl fmt::Debug for SchedulerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -232,6 +238,19 @@ impl SchedulerBuilder {
         }
     }
 
+    /// Links the span of each fire of enqueued work to the span that
+    /// enqueued it: `link` is called with the fire's span, before it is
+    /// first entered, and the W3C trace context the work carries
+    /// ([`Work::trace_parent`](crate::store::Work::trace_parent); also the
+    /// span's `trace_parent` field). With `tracing-opentelemetry`:
+    /// `span.add_link(span_context)` of the context parsed from it, as
+    /// `quartz run` does.
+    #[must_use]
+    pub fn link_spans(mut self, link: impl Fn(&tracing::Span, &str) + Send + Sync + 'static) -> SchedulerBuilder {
+        self.span_linker = Some(Arc::new(link));
+        self
+    }
+
     /// Publishes the JSON Schema of `handler`'s payload with the node's
     /// row (what [`TypedJob::payload_schema`] does for a typed job): the
     /// admin surface refuses a payload of that handler that does not fit
@@ -310,7 +329,7 @@ impl SchedulerBuilder {
                 self.scheduler,
                 self.settings,
                 (self.handlers, Arc::new(self.states), self.schemas),
-                (self.clock_hooks, self.run_sink),
+                (self.clock_hooks, self.run_sink, self.span_linker),
             )
             .await?,
         );
@@ -389,6 +408,7 @@ impl SchedulerBuilder {
             duplicate: None,
             clock_hooks: clock::ClockHooks::default(),
             run_sink: None,
+            span_linker: None,
         }
     }
 }

@@ -92,7 +92,7 @@ impl Stages {
         scheduler: String,
         settings: Settings,
         (handlers, states, schemas): (HashMap<String, Handler>, States, PayloadSchemas),
-        (clock_hooks, run_sink): (ClockHooks, Option<crate::runlog::RunSink>),
+        (clock_hooks, run_sink, span_linker): (ClockHooks, Option<crate::runlog::RunSink>, Option<super::SpanLinker>),
     ) -> Result<Stages, SchedulerError> {
         // Every call the node makes has a deadline.
         let given = store.scoped(&scheduler);
@@ -101,7 +101,7 @@ impl Stages {
             scheduler,
             settings,
             (handlers, states, schemas),
-            (clock_hooks, run_sink),
+            (clock_hooks, run_sink, span_linker),
         )
         .await?;
         let Feeds {
@@ -416,7 +416,7 @@ pub(super) async fn context(
     scheduler: String,
     settings: Settings,
     (handlers, states, schemas): (HashMap<String, Handler>, States, PayloadSchemas),
-    (clock_hooks, run_sink): (ClockHooks, Option<crate::runlog::RunSink>),
+    (clock_hooks, run_sink, span_linker): (ClockHooks, Option<crate::runlog::RunSink>, Option<super::SpanLinker>),
 ) -> Result<(Arc<Ctx>, Feeds), SchedulerError> {
     let clock = Clock::new(clock_hooks);
     let store = Deadline::wrap(given, settings.store_deadline());
@@ -478,6 +478,7 @@ pub(super) async fn context(
         run_log,
         misfires,
         latest_jobs,
+        span_linker,
     }));
     Ok((ctx, feeds))
 }
@@ -492,7 +493,7 @@ pub(super) async fn test_context(given: SharedStore, scheduler: &str, handler: (
         scheduler.to_owned(),
         Settings::default(),
         (handlers, Default::default(), PayloadSchemas::new()),
-        (ClockHooks::default(), None),
+        (ClockHooks::default(), None, None),
     )
     .await
     .expect("a node registers on the in-memory store");

@@ -210,11 +210,12 @@ impl Recovery {
             return Ok(()); // a node with the handler recovers it
         }
         // Enqueued work runs with its own payload, read before it is taken.
-        let payload = match work_of_execute(fire.execute_id) {
+        let (payload, trace_parent) = match work_of_execute(fire.execute_id) {
             Some(work) if matches!(fire.state, FireState::Claimed | FireState::Running) => {
-                self.ctx.store.work_payload(work).await?.map(Arc::from)
+                let run = self.ctx.store.work_run(work).await?;
+                (run.payload.map(Arc::from), run.trace_parent.map(Arc::from))
             }
-            _ => None,
+            _ => (None, None),
         };
         let run = |fire_id: i64, attempt: u32, kind: RunKind| RunFire {
             fire_id,
@@ -229,6 +230,7 @@ impl Recovery {
             hold: Some(self.ctx.hold(job)),
             marked_at: None,
             payload: payload.clone(),
+            trace_parent: trace_parent.clone(),
             snoozed: 0,
         };
         match fire.state {

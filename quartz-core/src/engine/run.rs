@@ -43,6 +43,9 @@ pub(super) struct RunFire {
     /// Enqueued work's own payload, read before its claim (`None`: the
     /// job's).
     pub(super) payload: Option<Arc<str>>,
+    /// The trace context of the span that enqueued its work, which its span
+    /// links to.
+    pub(super) trace_parent: Option<Arc<str>>,
 }
 
 impl RunFire {
@@ -60,8 +63,11 @@ impl RunFire {
     /// on the node's estimate of database time), and once it ends, how
     /// (`outcome`: `succeeded`, `failed`, `dropped`). Exported as a trace span
     /// where the subscriber exports spans (`quartz run` with OpenTelemetry).
-    pub(super) fn span(&self, scheduler: &str) -> tracing::Span {
-        tracing::info_span!(
+    /// Enqueued work's fire carries the trace context of the span that
+    /// enqueued it (`trace_parent`), and the node's span linker, when it has
+    /// one, links the span to it before the span is first entered.
+    pub(super) fn span(&self, scheduler: &str, linker: Option<&super::SpanLinker>) -> tracing::Span {
+        let span = tracing::info_span!(
             "fire",
             scheduler,
             job = self.job.spec.name.as_str(),
@@ -73,7 +79,15 @@ impl RunFire {
             run_kind = self.kind.as_str(),
             late_ms = tracing::field::Empty,
             outcome = tracing::field::Empty,
-        )
+            trace_parent = tracing::field::Empty,
+        );
+        if let Some(tp) = &self.trace_parent {
+            span.record("trace_parent", &**tp);
+            if let Some(link) = linker {
+                link(&span, tp);
+            }
+        }
+        span
     }
 }
 

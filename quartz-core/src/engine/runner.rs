@@ -144,7 +144,7 @@ impl Runner {
             incarnation: run.node.incarnation,
             cancellation,
         };
-        let span = run.span(&self.ctx.scheduler);
+        let span = run.span(&self.ctx.scheduler, self.ctx.span_linker.as_ref());
         let gate = self.gate(&run, member);
         let mut witness = Witness::of(&self.ctx, &run).in_span(&span);
         // The fire's place in its room is given back when its handler returns.
@@ -484,6 +484,7 @@ impl Runner {
                 hold: Some(self.ctx.hold(job)),
                 marked_at: None,
                 payload: None,
+                trace_parent: None,
                 snoozed: 0,
             });
         }

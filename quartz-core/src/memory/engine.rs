@@ -454,8 +454,16 @@ impl FireStore for MemoryStore {
         }))
     }
 
-    async fn work_payload(&self, work_id: i64) -> Result<Option<String>, StoreError> {
-        Ok(self.read(|db| db.work.get(&work_id).and_then(|w| w.payload.clone())))
+    async fn work_run(&self, work_id: i64) -> Result<crate::store::WorkRun, StoreError> {
+        Ok(self.read(|db| {
+            db.work
+                .get(&work_id)
+                .map(|w| crate::store::WorkRun {
+                    payload: w.payload.clone(),
+                    trace_parent: w.trace_parent.clone(),
+                })
+                .unwrap_or_default()
+        }))
     }
 }
 

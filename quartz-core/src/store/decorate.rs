@@ -84,7 +84,7 @@ macro_rules! store_methods {
                 fn fires_pending(&self, before: $crate::Timestamp, limit: u32) -> Vec<$crate::store::FireRecord>;
                 fn pending_claim(&self, fire_id: i64, node: &$crate::store::NodeRef, exclusive: bool) -> $crate::store::PendingClaim;
                 fn cancel_requests(&self, node: &$crate::store::NodeRef) -> Vec<i64>;
-                fn work_payload(&self, work_id: i64) -> Option<String>;
+                fn work_run(&self, work_id: i64) -> $crate::store::WorkRun;
             }
             impl RetentionStore {
                 fn purge_turn(&self, every_ms: i64) -> bool;

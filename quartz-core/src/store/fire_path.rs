@@ -310,10 +310,11 @@ pub trait FireStore: Send + Sync {
     /// the index of open fires.
     async fn cancel_requests(&self, node: &NodeRef) -> Result<Vec<i64>, StoreError>;
 
-    /// The payload of enqueued work `work_id` (see [`Work`](super::Work)),
-    /// read when a node has claimed one of its fires: `None` when the work
-    /// carries none (the job's own applies) or is gone.
-    async fn work_payload(&self, work_id: i64) -> Result<Option<String>, StoreError>;
+    /// What a fire of enqueued work `work_id` runs with (see
+    /// [`Work`](super::Work)), read before a node claims one of its fires:
+    /// its own payload (`None`: the job's applies) and the trace context
+    /// of the span that enqueued it; both `None` when the work is gone.
+    async fn work_run(&self, work_id: i64) -> Result<super::WorkRun, StoreError>;
 }
 
 /// Retention: one node's purge turn, the horizon the audit reads after, and the purges themselves.

@@ -64,7 +64,9 @@ pub use spec::{
     ExecuteSpec, JobSpec, MAX_ATTEMPTS, MAX_DESCRIPTION_BYTES, MAX_ERROR_BYTES, MAX_NAME_BYTES, MAX_PAYLOAD_BYTES,
     NodeRegistration, PayloadSchemas, RetryPolicy, check_name, millis_of,
 };
-pub use work::{Due, Enqueued, MAX_UNIQUE_KEY_BYTES, Unique, Work, work_execute, work_of_execute};
+pub use work::{
+    Due, Enqueued, MAX_UNIQUE_KEY_BYTES, Unique, Work, WorkRun, valid_trace_parent, work_execute, work_of_execute,
+};
 
 /// How many fires a batched statement of a store names at most where the
 /// database takes no array parameter (MySQL's id lists), and how many

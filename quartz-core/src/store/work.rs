@@ -83,6 +83,9 @@ pub struct Work {
     pub due: Due,
     /// Its unique key, if any.
     pub unique: Option<Unique>,
+    /// The W3C trace context (`traceparent`) of the span that enqueued it:
+    /// each of its fires' spans links to that span (see [`valid_trace_parent`]).
+    pub trace_parent: Option<String>,
 }
 
 impl Work {
@@ -93,7 +96,17 @@ impl Work {
             payload: None,
             due: Due::Now,
             unique: None,
+            trace_parent: None,
         }
+    }
+
+    /// Linked to the span whose W3C trace context this is (a `traceparent`
+    /// header's value, `00-<trace id>-<span id>-<flags>`): each fire's span
+    /// carries it, and `quartz run` exports it as the span's link, so that a
+    /// trace shows the request that enqueued the work beside its runs.
+    pub fn trace_parent(mut self, traceparent: impl Into<String>) -> Work {
+        self.trace_parent = Some(traceparent.into());
+        self
     }
 
     /// Work of the job named after a typed job's kind
@@ -180,6 +193,14 @@ impl Work {
                 return Err(("payload", format!("not JSON: {e}")));
             }
         }
+        if let Some(tp) = &self.trace_parent
+            && !valid_trace_parent(tp)
+        {
+            return Err((
+                "trace_parent",
+                format!("{tp:?} is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)"),
+            ));
+        }
         if let Some(unique) = &self.unique {
             if unique.key.is_empty() {
                 return Err(("unique_key", "empty".to_owned()));
@@ -203,6 +224,30 @@ impl Work {
         let window = self.unique.as_ref()?.window?;
         Some(now.as_millis().saturating_add(millis_of(window)))
     }
+}
+
+/// Whether `value` is a W3C trace context header (`traceparent`): a
+/// version other than `ff`, a trace id and a span id that are not all
+/// zeros, and flags, in lower-case hex (`00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`).
+pub fn valid_trace_parent(value: &str) -> bool {
+    let parts: Vec<&str> = value.split('-').collect();
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let zeros = |s: &str| s.bytes().all(|b| b == b'0');
+    matches!(parts.as_slice(), [version, trace, span, flags]
+        if hex(version, 2) && *version != "ff" && hex(trace, 32) && !zeros(trace) && hex(span, 16) && !zeros(span)
+            && hex(flags, 2))
+        && value.len() == 55
+}
+
+/// What a fire of enqueued work reads of its work before it is claimed
+/// ([`FireStore::work_run`](super::FireStore::work_run)).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkRun {
+    /// Its own payload as JSON text; `None` runs it with the job's.
+    pub payload: Option<String>,
+    /// The trace context of the span that enqueued it
+    /// ([`Work::trace_parent`]).
+    pub trace_parent: Option<String>,
 }
 
 /// What [`JobStore::enqueue`](super::JobStore::enqueue) did.
@@ -270,6 +315,29 @@ mod tests {
             "unique_key"
         );
         assert!(Work::new("a").payload_json("{\"x\":1}").unique("k").validate().is_ok());
+    }
+
+    #[test]
+    fn a_trace_parent_is_a_w3c_traceparent() {
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert!(valid_trace_parent(good));
+        assert!(valid_trace_parent(
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+        ));
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
+        ] {
+            assert!(!valid_trace_parent(bad), "{bad:?}");
+        }
+        assert_eq!(Work::new("a").trace_parent("x").check().unwrap_err().0, "trace_parent");
+        assert!(Work::new("a").trace_parent(good).validate().is_ok());
     }
 
     #[test]

@@ -446,12 +446,15 @@ impl FireStore for RedisStore {
         self.run(scheduler, 0, "cancel_requests", &args).await
     }
 
-    async fn work_payload(&self, work_id: i64) -> Result<Option<String>, StoreError> {
+    async fn work_run(&self, work_id: i64) -> Result<quartz_core::store::WorkRun, StoreError> {
         let scheduler = self.scheduler();
-        let payload: String = self
-            .run(scheduler, 0, "work_payload", &json!({ "id": num(work_id) }))
+        let (payload, trace_parent): (String, String) = self
+            .run(scheduler, 0, "work_run", &json!({ "id": num(work_id) }))
             .await?;
-        Ok((!payload.is_empty()).then_some(payload))
+        Ok(quartz_core::store::WorkRun {
+            payload: (!payload.is_empty()).then_some(payload),
+            trace_parent: (!trace_parent.is_empty()).then_some(trace_parent),
+        })
     }
 }
 

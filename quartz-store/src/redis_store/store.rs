@@ -399,6 +399,7 @@ impl JobStore for RedisStore {
         let args = json!({
             "name": work.job,
             "payload": work.payload.clone().unwrap_or_default(),
+            "trace_parent": work.trace_parent.clone().unwrap_or_default(),
             "at": opt(at),
             "after": opt(after),
             "key": unique.map(|u| u.key.clone()).unwrap_or_default(),

@@ -394,15 +394,18 @@ impl FireStore for SqlStore {
         .and_then(|rows| first_ids(&rows))
     }
 
-    async fn work_payload(&self, work_id: i64) -> Result<Option<String>, StoreError> {
+    async fn work_run(&self, work_id: i64) -> Result<quartz_core::store::WorkRun, StoreError> {
         let row = self
-            .query("SELECT payload FROM quartz_work WHERE id = ?")
+            .query("SELECT payload, trace_parent FROM quartz_work WHERE id = ?")
             .bind(work_id)
             .row(&self.db.pool)
             .await?;
-        row.map(|row| row.try_get::<Option<String>, _>(0))
-            .transpose()
-            .map(Option::flatten)
-            .map_err(db_error)
+        let Some(row) = row else {
+            return Ok(quartz_core::store::WorkRun::default());
+        };
+        Ok(quartz_core::store::WorkRun {
+            payload: row.try_get(0).map_err(db_error)?,
+            trace_parent: row.try_get(1).map_err(db_error)?,
+        })
     }
 }

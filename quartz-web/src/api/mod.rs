@@ -293,8 +293,11 @@ async fn job_trigger(
 /// Enqueues a piece of work of the job: a one-off fire with its own
 /// payload, due now, `at` an instant or `after_ms`, perhaps unique by a
 /// key. 202 when queued; 409 `duplicate` when another piece of work of the
-/// job holds the key (nothing written; `work_id` names the holder).
-#[utoipa::path(post, path = "/api/v1/jobs/{name}/enqueue", params(("name" = String, Path, description = "the job's name")),
+/// job holds the key (nothing written; `work_id` names the holder). A W3C
+/// `traceparent` header is kept with the work: each of its fires' spans
+/// links to the span it names (an invalid one is ignored, as the W3C asks).
+#[utoipa::path(post, path = "/api/v1/jobs/{name}/enqueue", params(("name" = String, Path, description = "the job's name"),
+        ("traceparent" = Option<String>, Header, description = "the W3C trace context of the caller's span, which the work's fires' spans link to")),
     request_body = WorkRequest, tag = "jobs",
     responses((status = 202, body = EnqueuedView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = EnqueuedView)))]
@@ -302,9 +305,16 @@ async fn job_enqueue(
     State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
-    ApiJson(request): ApiJson<WorkRequest>,
+    headers: axum::http::HeaderMap,
+    ApiJson(mut request): ApiJson<WorkRequest>,
 ) -> Result<Response, ApiError> {
     caller.require_admin()?;
+    request.trace_parent = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| quartz_core::store::valid_trace_parent(v))
+        .map(str::to_owned);
     let view = state
         .admin
         .acting_as(&caller.actor)

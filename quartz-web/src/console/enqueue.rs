@@ -47,6 +47,7 @@ fn request_of(fields: &Fields) -> Result<WorkRequest, AdminError> {
         after_ms: None,
         unique_key: text("unique_key").map(str::to_owned),
         unique_for_ms,
+        trace_parent: None,
     })
 }
 

@@ -70,6 +70,7 @@ async fn a_won_fire_is_marked_running_ahead_and_its_handler_starts_at_its_time()
         release: None,
         marked_at: None,
         payload: None,
+        trace_parent: None,
         snoozed: 0,
     });
     let state = |id: i64| {

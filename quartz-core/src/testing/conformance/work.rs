@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::Env;
 use super::fixtures::{register, succeed_all};
 use crate::store::{
-    Enqueued, FireEnd, FireQuery, FireState, FollowUp, JobSpec, PendingClaim, StoreError, Work, work_execute,
+    Enqueued, FireEnd, FireQuery, FireState, FollowUp, JobSpec, PendingClaim, StoreError, Work, WorkRun, work_execute,
 };
 
 /// The work's ids, when it was queued.
@@ -30,7 +30,11 @@ pub(super) async fn enqueued_work_is_a_pending_fire_with_its_own_payload(env: &E
     let node = register(&store, "node-a").await;
     let before = store.changes().await.unwrap();
     let now = store.now().await.unwrap();
-    let work = Work::new("mail").payload(&serde_json::json!({ "to": "ada" })).unwrap();
+    let traced = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let work = Work::new("mail")
+        .payload(&serde_json::json!({ "to": "ada" }))
+        .unwrap()
+        .trace_parent(traced);
     let (work_id, fire_id, due) = queued(&store.enqueue(&work).await.unwrap());
     assert!(
         due >= now && due.as_millis() - now.as_millis() < 60_000,
@@ -38,8 +42,12 @@ pub(super) async fn enqueued_work_is_a_pending_fire_with_its_own_payload(env: &E
     );
     assert!(store.changes().await.unwrap() > before, "the change counter moves");
     assert_eq!(
-        store.work_payload(work_id).await.unwrap().as_deref(),
-        Some(r#"{"to":"ada"}"#)
+        store.work_run(work_id).await.unwrap(),
+        WorkRun {
+            payload: Some(r#"{"to":"ada"}"#.to_owned()),
+            trace_parent: Some(traced.to_owned()),
+        },
+        "its payload and the trace context of the span that enqueued it"
     );
     let later = Work::new("mail").after(Duration::from_secs(3_600));
     let (later_id, _, later_due) = queued(&store.enqueue(&later).await.unwrap());
@@ -48,9 +56,9 @@ pub(super) async fn enqueued_work_is_a_pending_fire_with_its_own_payload(env: &E
         "an hour later: {later_due}"
     );
     assert_eq!(
-        store.work_payload(later_id).await.unwrap(),
-        None,
-        "the job's own payload"
+        store.work_run(later_id).await.unwrap(),
+        WorkRun::default(),
+        "the job's own payload, no trace"
     );
     let mut query = FireQuery::new();
     query.job_id = Some(job.id);
@@ -98,7 +106,11 @@ pub(super) async fn enqueued_work_is_a_pending_fire_with_its_own_payload(env: &E
         (work_execute(work_id), 2, due)
     );
     // Refused, nothing written.
-    for bad in [Work::new("mail").payload_json("{"), Work::new("mail").unique("")] {
+    for bad in [
+        Work::new("mail").payload_json("{"),
+        Work::new("mail").unique(""),
+        Work::new("mail").trace_parent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"),
+    ] {
         assert!(
             matches!(store.enqueue(&bad).await, Err(StoreError::Invalid(_))),
             "{bad:?}"
@@ -161,9 +173,9 @@ pub(super) async fn a_unique_key_is_held_while_its_work_is_open_or_in_its_window
     // the windowed stay.
     let horizon = store.now().await.unwrap().saturating_add_millis(1);
     store.executes_purge(horizon, 1_000).await.unwrap();
-    assert_eq!(store.work_payload(work_id).await.unwrap(), None, "purged");
+    assert_eq!(store.work_run(work_id).await.unwrap(), WorkRun::default(), "purged");
     assert_eq!(
-        store.work_payload(next_id).await.unwrap().as_deref(),
+        store.work_run(next_id).await.unwrap().payload.as_deref(),
         Some("1"),
         "pending: kept"
     );

@@ -190,6 +190,7 @@ C.job_enqueue = function()
   local w = new_id('work')
   local row = { 'job_id', job, 'fire_time', s(due), 'created_at', NOWS }
   add_if(row, 'payload', A.payload)
+  add_if(row, 'trace_parent', A.trace_parent)
   add_if(row, 'unique_key', A.key)
   if A.window ~= '' then add_if(row, 'unique_until', s(NOW + tonumber(A.window))) end
   redis.call('HSET', k('work:' .. w), unpack(row))

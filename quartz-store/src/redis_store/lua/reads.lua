@@ -393,7 +393,11 @@ C.purge_turn = function()
 end
 
 -- Enqueued work's own payload, or the empty string.
-C.work_payload = function() return redis.call('HGET', k('work:' .. A.id), 'payload') or '' end
+-- A work's payload and trace parent ('' for none of either).
+C.work_run = function()
+  local key = k('work:' .. A.id)
+  return { redis.call('HGET', key, 'payload') or '', redis.call('HGET', key, 'trace_parent') or '' }
+end
 
 C.horizon = function() return redis.call('HGET', k('meta'), 'purged_before') or '' end
 

@@ -449,17 +449,6 @@ impl Backend {
     }
 }
 
-impl Backend {
-    /// One of three forms of a statement, one per backend.
-    pub(crate) fn each(self, postgres: &'static str, sqlite: &'static str, mysql: &'static str) -> &'static str {
-        match self {
-            Backend::Postgres => postgres,
-            Backend::Sqlite => sqlite,
-            Backend::MySql => mysql,
-        }
-    }
-}
-
 /// How many ids one `{ids}` list names on MySQL.
 pub(crate) const IDS_PER_LIST: usize = quartz_core::store::FIRES_PER_BATCH;
 

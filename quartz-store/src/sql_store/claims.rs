@@ -41,18 +41,40 @@ macro_rules! insert_fire {
 }
 
 /// The batch: one row per run of an execute, one row per fire (binds: the
-/// runs, the fires, node id, incarnation).
+/// runs, the fires, node id, incarnation). It answers one row, the fires
+/// won as one text list `execute:fire time:ledger id,…` (`NULL` for none),
+/// not a row per fire: each row the driver returns is several allocations
+/// on the node (a `PgRow` made an `AnyRow`), and a batch is hundreds.
 const CLAIM_RUNS: &str = concat!(
     cas_rows!("", ""),
     ", f AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) AS f(execute_id BIGINT, fire_time BIGINT, \
-     attempt BIGINT)) \
-     INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, state, \
+     attempt BIGINT)), \
+     ins AS (INSERT INTO quartz_fire (scheduler, execute_id, job_id, fire_time, attempt, node_id, incarnation, state, \
      claimed_at, fire_count) \
      SELECT won.scheduler, won.id, won.job_id, f.fire_time, f.attempt, ?, ?, 'claimed', {now}, 1 \
      FROM won JOIN f ON f.execute_id = won.id \
      ORDER BY won.id, f.fire_time \
-     ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING execute_id, fire_time, id"
+     ON CONFLICT (execute_id, job_id, fire_time, attempt) DO NOTHING RETURNING execute_id, fire_time, id) \
+     SELECT string_agg(CONCAT(execute_id, ':', fire_time, ':', id), ',') FROM ins"
 );
+
+/// The fires won, by execute and fire time, from [`CLAIM_RUNS`]'s list.
+fn won_of_list(list: Option<&str>) -> Result<HashMap<(i64, i64), i64>, StoreError> {
+    let bad = |item: &str| StoreError::Database {
+        reason: format!("a claimed fire is not execute:fire time:id: {item:?}"),
+    };
+    let mut won = HashMap::new();
+    for item in list.unwrap_or_default().split(',').filter(|i| !i.is_empty()) {
+        let mut parts = item.split(':').map(str::parse::<i64>);
+        match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some(Ok(execute)), Some(Ok(fire_time)), Some(Ok(id)), None) => {
+                won.insert((execute, fire_time), id);
+            }
+            _ => return Err(bad(item)),
+        }
+    }
+    Ok(won)
+}
 
 /// Claims that one statement can take: no job lock (not exclusive), no
 /// owner to check, no schedule to rewrite, and one node for all.
@@ -184,15 +206,19 @@ impl SqlStore {
             return Ok(Vec::new());
         };
         let batch = json_batch(claims);
-        let rows = self
+        let row = self
             .query(CLAIM_RUNS)
             .bind(batch.runs)
             .bind(fire_rows(&batch.fires))
             .bind(node.node_id.clone())
             .bind(node.incarnation)
-            .rows(&self.db.pool)
+            .row(&self.db.pool)
             .await?;
-        let won = won_of(rows)?;
+        let list: Option<String> = match row {
+            Some(row) => row.try_get(0).map_err(db_error)?,
+            None => None,
+        };
+        let won = won_of_list(list.as_deref())?;
         let rest = match batch.rest.is_empty() {
             true => Vec::new(),
             false => Box::pin(self.claim_in_one(&batch.rest)).await?,
@@ -499,5 +525,22 @@ impl SqlStore {
             return Ok(won);
         }
         self.claim_together(claims).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_claims_list_reads_back_as_the_fires_won() {
+        assert!(won_of_list(None).unwrap().is_empty());
+        let won = won_of_list(Some("7:1000:41,7:2000:42,9:1000:43")).unwrap();
+        assert_eq!(won.len(), 3);
+        assert_eq!(won[&(7, 2000)], 42);
+        assert_eq!(won[&(9, 1000)], 43);
+        for bad in ["7:1000", "7:1000:41:1", "x:1:2"] {
+            assert!(won_of_list(Some(bad)).is_err(), "{bad}");
+        }
     }
 }

@@ -58,17 +58,33 @@ pub(super) fn bind_ran(q: AnyQuery, ran: Option<HandlerSpan>) -> AnyQuery {
     q.bind(started).bind(finished).bind(finished).bind(started)
 }
 
-/// Successes of many running fires, each with when its handler ran, given
-/// as JSON rows `{"id", "s", "e"}` (the start and finish left out when not
-/// known), fenced by the incarnation (binds: the rows, node id,
-/// incarnation), returning the ids recorded (PostgreSQL).
-const SUCCEED_PG: &str = "WITH r AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) \
+/// Plain successes of running fires of one incarnation, each with when its
+/// handler ran (binds: the JSON rows `[{"id", "s", "e"}]`, node id,
+/// incarnation), answering one row: the recorded ids as one text list
+/// (`NULL` for none), not a row per fire, as each row the driver returns
+/// is several allocations on the node (a `PgRow` made an `AnyRow`) and a
+/// batch is dozens of fires.
+const SUCCEED_PG: &str = "WITH done AS (WITH r AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(? AS json)) \
      AS r(id BIGINT, s BIGINT, e BIGINT)) \
      UPDATE quartz_fire SET state = 'succeeded', error = NULL, \
      started_at = COALESCE(r.s, quartz_fire.started_at), finished_at = COALESCE(r.e, {now}), \
      duration_ms = COALESCE(r.e, {now}) - COALESCE(r.s, quartz_fire.started_at) \
      FROM r WHERE quartz_fire.id = r.id AND quartz_fire.state = 'running' \
-     AND quartz_fire.node_id = ? AND quartz_fire.incarnation = ? RETURNING quartz_fire.id";
+     AND quartz_fire.node_id = ? AND quartz_fire.incarnation = ? RETURNING quartz_fire.id) \
+     SELECT string_agg(CAST(id AS TEXT), ',') FROM done";
+
+/// The ids of a text list (`1,2,3`) as [`SUCCEED_PG`] answers them.
+fn ids_of_list(list: Option<&str>) -> Result<Vec<i64>, StoreError> {
+    list.unwrap_or_default()
+        .split(',')
+        .filter(|id| !id.is_empty())
+        .map(|id| {
+            id.parse().map_err(|_| StoreError::Database {
+                reason: format!("a recorded fire id is not a number: {id:?}"),
+            })
+        })
+        .collect()
+}
 
 /// [`SUCCEED_PG`] on SQLite.
 const SUCCEED_SQLITE: &str = "UPDATE quartz_fire SET state = 'succeeded', error = NULL, \
@@ -124,10 +140,23 @@ impl EndParts for SqlStore {
             return Ok(Vec::new());
         }
         let backend = self.db.backend;
-        if backend.returns_rows() {
-            let statement = backend.each(SUCCEED_PG, SUCCEED_SQLITE, SUCCEED_MYSQL);
+        if backend == Backend::Postgres {
+            let row = self
+                .query(SUCCEED_PG)
+                .bind(span_rows(fires))
+                .bind(node.node_id.clone())
+                .bind(node.incarnation)
+                .row(&self.db.pool)
+                .await?;
+            let list: Option<String> = match row {
+                Some(row) => row.try_get(0).map_err(db_error)?,
+                None => None,
+            };
+            return ids_of_list(list.as_deref());
+        }
+        if backend == Backend::Sqlite {
             let rows = self
-                .query(statement)
+                .query(SUCCEED_SQLITE)
                 .bind(span_rows(fires))
                 .bind(node.node_id.clone())
                 .bind(node.incarnation)
@@ -301,5 +330,17 @@ impl EndParts for SqlStore {
         one_per_execute: bool,
     ) -> Result<FollowUp, StoreError> {
         self.misfire_and_run_late(fire_id, node, reason, one_per_execute).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_success_list_reads_back_as_ids() {
+        assert_eq!(ids_of_list(None).unwrap(), Vec::<i64>::new());
+        assert_eq!(ids_of_list(Some("3,1,2")).unwrap(), [3, 1, 2]);
+        assert!(ids_of_list(Some("3,x")).is_err());
     }
 }

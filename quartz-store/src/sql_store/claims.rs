@@ -214,11 +214,7 @@ impl SqlStore {
             .bind(node.incarnation)
             .row(&self.db.pool)
             .await?;
-        let list: Option<String> = match row {
-            Some(row) => row.try_get(0).map_err(db_error)?,
-            None => None,
-        };
-        let won = won_of_list(list.as_deref())?;
+        let won = won_of_list(super::convert::text_of(row)?.as_deref())?;
         let rest = match batch.rest.is_empty() {
             true => Vec::new(),
             false => Box::pin(self.claim_in_one(&batch.rest)).await?,

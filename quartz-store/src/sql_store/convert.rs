@@ -147,6 +147,15 @@ pub(super) fn count_to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// The text of a one-row, one-column answer (`NULL`, or no row: `None`):
+/// the lists the PostgreSQL batches answer in one row.
+pub(super) fn text_of(row: Option<sqlx::any::AnyRow>) -> Result<Option<String>, StoreError> {
+    use sqlx::Row as _;
+    row.map(|row| row.try_get::<Option<String>, _>(0).map_err(db_error))
+        .transpose()
+        .map(Option::flatten)
+}
+
 /// The first column of every row, as ids.
 pub(super) fn first_ids<C: FromIterator<i64>>(rows: &[sqlx::any::AnyRow]) -> Result<C, StoreError> {
     use sqlx::Row as _;

@@ -148,11 +148,7 @@ impl EndParts for SqlStore {
                 .bind(node.incarnation)
                 .row(&self.db.pool)
                 .await?;
-            let list: Option<String> = match row {
-                Some(row) => row.try_get(0).map_err(db_error)?,
-                None => None,
-            };
-            return ids_of_list(list.as_deref());
+            return ids_of_list(super::convert::text_of(row)?.as_deref());
         }
         if backend == Backend::Sqlite {
             let rows = self

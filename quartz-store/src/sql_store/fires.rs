@@ -37,6 +37,17 @@ pub(super) const MARK_RUNNING: &str = "UPDATE quartz_fire SET state = 'running',
      (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
      AND n.incarnation = ? AND n.state = 'live')";
 
+/// The text of the constant below, for [`listed!`] to wrap too.
+macro_rules! mark_running_returning {
+    () => {
+        "UPDATE quartz_fire SET state = 'running', \
+         started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
+         WHERE {ids} AND state = 'claimed' AND node_id = ? AND incarnation = ? AND EXISTS \
+         (SELECT 1 FROM quartz_node n WHERE n.node_id = ? AND n.incarnation = ? AND n.state = 'live' \
+         AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?){for_share}) RETURNING id, started_at"
+    };
+}
+
 /// [`MARK_RUNNING`], returning the started ids and start times (PostgreSQL,
 /// SQLite; binds: the id set, node id and incarnation twice, then one of the
 /// fires). The fence names the scheduler through one of the fires rather
@@ -49,11 +60,11 @@ pub(super) const MARK_RUNNING: &str = "UPDATE quartz_fire SET state = 'running',
 /// (an update of that row) and a start wait for each other, so no start
 /// commits after the retirement that fenced it, as an unlocked read of the
 /// row as it was before the retirement would let it.
-pub(super) const MARK_RUNNING_RETURNING: &str = "UPDATE quartz_fire SET state = 'running', \
-     started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
-     WHERE {ids} AND state = 'claimed' AND node_id = ? AND incarnation = ? AND EXISTS \
-     (SELECT 1 FROM quartz_node n WHERE n.node_id = ? AND n.incarnation = ? AND n.state = 'live' \
-     AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?){for_share}) RETURNING id, started_at";
+pub(super) const MARK_RUNNING_RETURNING: &str = mark_running_returning!();
+
+/// [`MARK_RUNNING_RETURNING`] answering one row on PostgreSQL (see
+/// [`listed!`]).
+const MARK_RUNNING_LISTED: &str = listed!(mark_running_returning!());
 
 /// The confirmation of many started fires: still running under this live
 /// incarnation, started now (MySQL; binds as [`MARK_RUNNING`]).
@@ -63,14 +74,57 @@ pub(super) const CONFIRM_START: &str = "UPDATE quartz_fire SET \
      (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
      AND n.incarnation = ? AND n.state = 'live')";
 
+/// The text of the constant below, for [`listed!`] to wrap too.
+macro_rules! confirm_start_returning {
+    () => {
+        "UPDATE quartz_fire SET \
+         started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
+         WHERE {ids} AND state = 'running' AND node_id = ? AND incarnation = ? AND EXISTS \
+         (SELECT 1 FROM quartz_node n WHERE n.node_id = ? AND n.incarnation = ? AND n.state = 'live' \
+         AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?){for_share}) RETURNING id, started_at"
+    };
+}
+
 /// [`CONFIRM_START`], returning the confirmed ids and start times
 /// (PostgreSQL, SQLite; binds as [`MARK_RUNNING_RETURNING`], whose fence it
 /// shares).
-pub(super) const CONFIRM_START_RETURNING: &str = "UPDATE quartz_fire SET \
-     started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
-     WHERE {ids} AND state = 'running' AND node_id = ? AND incarnation = ? AND EXISTS \
-     (SELECT 1 FROM quartz_node n WHERE n.node_id = ? AND n.incarnation = ? AND n.state = 'live' \
-     AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?){for_share}) RETURNING id, started_at";
+pub(super) const CONFIRM_START_RETURNING: &str = confirm_start_returning!();
+
+/// [`CONFIRM_START_RETURNING`] answering one row on PostgreSQL.
+const CONFIRM_START_LISTED: &str = listed!(confirm_start_returning!());
+
+/// A statement returning `id, started_at` rows, wrapped to answer one row
+/// (PostgreSQL): the rows as one text list `id:started_at,…` (`NULL` for
+/// none), as the claim and success batches answer, sparing the node an
+/// `AnyRow` per fire.
+macro_rules! listed {
+    ($returning:expr) => {
+        concat!(
+            "WITH t AS (",
+            $returning,
+            ") SELECT string_agg(CONCAT(id, ':', started_at), ',') FROM t"
+        )
+    };
+}
+use listed;
+
+/// The `id:started_at` pairs of a [`listed!`] answer.
+fn starts_of_list(list: Option<&str>) -> Result<Vec<(i64, Option<Timestamp>)>, StoreError> {
+    list.unwrap_or_default()
+        .split(',')
+        .filter(|item| !item.is_empty())
+        .map(|item| {
+            let parsed = item
+                .split_once(':')
+                .and_then(|(id, at)| Some((id.parse::<i64>().ok()?, at.parse::<i64>().ok()?)));
+            parsed
+                .map(|(id, at)| (id, Some(Timestamp::from_millis(at))))
+                .ok_or_else(|| StoreError::Database {
+                    reason: format!("a started fire is not id:started_at: {item:?}"),
+                })
+        })
+        .collect()
+}
 
 /// The row of a live incarnation, locked (MySQL; binds: node id,
 /// incarnation, and a fire of its scheduler).
@@ -113,7 +167,7 @@ impl SqlStore {
         &self,
         fire_ids: &[i64],
         node: &NodeRef,
-        (plain, returning): (&'static str, &'static str),
+        (plain, returning, listed): (&'static str, &'static str, &'static str),
         node_twice: bool,
         (from_state, to_state): (&'static str, &'static str),
     ) -> Result<Vec<(i64, Option<Timestamp>)>, StoreError> {
@@ -129,9 +183,14 @@ impl SqlStore {
             q
         };
         if backend.returns_rows() {
-            let mut q = with_node(self.query(returning).bind(backend.encode_ids(fire_ids)));
+            let postgres = backend == Backend::Postgres;
+            let statement = if postgres { listed } else { returning };
+            let mut q = with_node(self.query(statement).bind(backend.encode_ids(fire_ids)));
             if node_twice {
                 q = q.bind(fire_ids[0]); // the fence's scheduler
+            }
+            if postgres {
+                return starts_of_list(super::convert::text_of(q.row(&self.db.pool).await?)?.as_deref());
             }
             return q.rows(&self.db.pool).await?.iter().map(id_and_start).collect();
         }
@@ -213,7 +272,7 @@ impl SqlStore {
         &self,
         fire_ids: &[i64],
         node: &NodeRef,
-        statements: (&'static str, &'static str),
+        statements: (&'static str, &'static str, &'static str),
         from_state: &'static str,
     ) -> Result<Vec<(i64, Timestamp)>, StoreError> {
         let started = self
@@ -243,13 +302,23 @@ fn id_and_start(row: &sqlx::any::AnyRow) -> Result<(i64, Option<Timestamp>), Sto
 #[async_trait::async_trait]
 impl FireStore for SqlStore {
     async fn mark_running_all(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<(i64, Timestamp)>, StoreError> {
-        self.starts(fire_ids, node, (MARK_RUNNING, MARK_RUNNING_RETURNING), "claimed")
-            .await
+        self.starts(
+            fire_ids,
+            node,
+            (MARK_RUNNING, MARK_RUNNING_RETURNING, MARK_RUNNING_LISTED),
+            "claimed",
+        )
+        .await
     }
 
     async fn confirm_starts(&self, fire_ids: &[i64], node: &NodeRef) -> Result<Vec<(i64, Timestamp)>, StoreError> {
-        self.starts(fire_ids, node, (CONFIRM_START, CONFIRM_START_RETURNING), "running")
-            .await
+        self.starts(
+            fire_ids,
+            node,
+            (CONFIRM_START, CONFIRM_START_RETURNING, CONFIRM_START_LISTED),
+            "running",
+        )
+        .await
     }
 
     async fn end_fires(&self, node: &NodeRef, ends: &[(i64, FireEnd)]) -> Result<Vec<FollowUp>, StoreError> {
@@ -407,5 +476,24 @@ impl FireStore for SqlStore {
             payload: row.try_get(0).map_err(db_error)?,
             trace_parent: row.try_get(1).map_err(db_error)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_starts_list_reads_back_as_ids_and_starts() {
+        assert!(starts_of_list(None).unwrap().is_empty());
+        assert_eq!(
+            starts_of_list(Some("4:1000,5:2000")).unwrap(),
+            [
+                (4, Some(Timestamp::from_millis(1000))),
+                (5, Some(Timestamp::from_millis(2000)))
+            ]
+        );
+        assert!(starts_of_list(Some("4")).is_err());
+        assert!(starts_of_list(Some("4:")).is_err());
     }
 }

@@ -37,14 +37,22 @@ pub(super) const MARK_RUNNING: &str = "UPDATE quartz_fire SET state = 'running',
      (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
      AND n.incarnation = ? AND n.state = 'live')";
 
-/// The text of the constant below, for [`listed!`] to wrap too.
-macro_rules! mark_running_returning {
-    () => {
-        "UPDATE quartz_fire SET state = 'running', \
-         started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
-         WHERE {ids} AND state = 'claimed' AND node_id = ? AND incarnation = ? AND EXISTS \
-         (SELECT 1 FROM quartz_node n WHERE n.node_id = ? AND n.incarnation = ? AND n.state = 'live' \
-         AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?){for_share}) RETURNING id, started_at"
+/// A fenced start's text (PostgreSQL, SQLite), shared by the start and its
+/// confirmation: `$set` what it sets beside the start time, `$state` the
+/// state it expects. A macro, so that [`listed!`] can wrap it too.
+macro_rules! start_returning {
+    ($set:literal, $state:literal) => {
+        concat!(
+            "UPDATE quartz_fire SET ",
+            $set,
+            "started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
+             WHERE {ids} AND state = '",
+            $state,
+            "' AND node_id = ? AND incarnation = ? AND EXISTS \
+             (SELECT 1 FROM quartz_node n WHERE n.node_id = ? AND n.incarnation = ? AND n.state = 'live' \
+             AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?){for_share}) \
+             RETURNING id, started_at"
+        )
     };
 }
 
@@ -60,11 +68,11 @@ macro_rules! mark_running_returning {
 /// (an update of that row) and a start wait for each other, so no start
 /// commits after the retirement that fenced it, as an unlocked read of the
 /// row as it was before the retirement would let it.
-pub(super) const MARK_RUNNING_RETURNING: &str = mark_running_returning!();
+pub(super) const MARK_RUNNING_RETURNING: &str = start_returning!("state = 'running', ", "claimed");
 
 /// [`MARK_RUNNING_RETURNING`] answering one row on PostgreSQL (see
 /// [`listed!`]).
-const MARK_RUNNING_LISTED: &str = listed!(mark_running_returning!());
+const MARK_RUNNING_LISTED: &str = listed!(start_returning!("state = 'running', ", "claimed"));
 
 /// The confirmation of many started fires: still running under this live
 /// incarnation, started now (MySQL; binds as [`MARK_RUNNING`]).
@@ -74,24 +82,13 @@ pub(super) const CONFIRM_START: &str = "UPDATE quartz_fire SET \
      (SELECT 1 FROM quartz_node n WHERE n.scheduler = quartz_fire.scheduler AND n.node_id = ? \
      AND n.incarnation = ? AND n.state = 'live')";
 
-/// The text of the constant below, for [`listed!`] to wrap too.
-macro_rules! confirm_start_returning {
-    () => {
-        "UPDATE quartz_fire SET \
-         started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END \
-         WHERE {ids} AND state = 'running' AND node_id = ? AND incarnation = ? AND EXISTS \
-         (SELECT 1 FROM quartz_node n WHERE n.node_id = ? AND n.incarnation = ? AND n.state = 'live' \
-         AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?){for_share}) RETURNING id, started_at"
-    };
-}
-
 /// [`CONFIRM_START`], returning the confirmed ids and start times
 /// (PostgreSQL, SQLite; binds as [`MARK_RUNNING_RETURNING`], whose fence it
 /// shares).
-pub(super) const CONFIRM_START_RETURNING: &str = confirm_start_returning!();
+pub(super) const CONFIRM_START_RETURNING: &str = start_returning!("", "running");
 
 /// [`CONFIRM_START_RETURNING`] answering one row on PostgreSQL.
-const CONFIRM_START_LISTED: &str = listed!(confirm_start_returning!());
+const CONFIRM_START_LISTED: &str = listed!(start_returning!("", "running"));
 
 /// A statement returning `id, started_at` rows, wrapped to answer one row
 /// (PostgreSQL): the rows as one text list `id:started_at,…` (`NULL` for
@@ -482,6 +479,29 @@ impl FireStore for SqlStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fenced_starts_read_as_written_out() {
+        let fence = "WHERE {ids} AND state = '{S}' AND node_id = ? AND incarnation = ? AND EXISTS \
+             (SELECT 1 FROM quartz_node n WHERE n.node_id = ? AND n.incarnation = ? AND n.state = 'live' \
+             AND n.scheduler = (SELECT f.scheduler FROM quartz_fire f WHERE f.id = ?){for_share}) RETURNING id, started_at";
+        let start = "started_at = CASE WHEN fire_time > {now} THEN fire_time ELSE {now} END ";
+        assert_eq!(
+            MARK_RUNNING_RETURNING,
+            format!(
+                "UPDATE quartz_fire SET state = 'running', {start}{}",
+                fence.replace("{S}", "claimed")
+            )
+        );
+        assert_eq!(
+            CONFIRM_START_RETURNING,
+            format!("UPDATE quartz_fire SET {start}{}", fence.replace("{S}", "running"))
+        );
+        assert!(
+            MARK_RUNNING_LISTED.starts_with("WITH t AS (UPDATE")
+                && MARK_RUNNING_LISTED.contains(MARK_RUNNING_RETURNING)
+        );
+    }
 
     #[test]
     fn the_starts_list_reads_back_as_ids_and_starts() {

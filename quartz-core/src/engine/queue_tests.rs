@@ -405,3 +405,87 @@ fn forgetting_the_fires_left_to_others_keeps_this_nodes_own_and_lets_a_poll_queu
     // Forgotten, not remembered as queued: the next poll queues them again.
     assert_eq!(push_theirs(&q, 3, &trigger, fires), 3);
 }
+
+/// [`FireQueue::claim_ahead`] as it walked the own fires one by one, in
+/// claim-time order: the reference the counts by claim time must agree with.
+fn claim_ahead_fire_by_fire(q: &FireQueue, db_now: Timestamp) -> Ahead {
+    let state = q.state.lock();
+    let mut own: Vec<Timestamp> = [Lane::Pool, Lane::Task]
+        .iter()
+        .flat_map(|lane| state.lanes[slot(*lane, false)].keys().map(|k| k.0))
+        .collect();
+    own.sort_unstable();
+    let longest = i64::try_from(q.claim_pace.of(own.len()).as_millis()).unwrap();
+    let mut ahead = Ahead { ms: 0, begin_by: None };
+    for (i, claim_at) in own.into_iter().enumerate() {
+        let earliest_begin = claim_at.saturating_add_millis(-longest);
+        if earliest_begin > db_now && ahead.begin_by.is_some_and(|b| earliest_begin >= b) {
+            break;
+        }
+        let begin = claim_at.saturating_add_millis(-i64::try_from(q.claim_pace.of(i + 1).as_millis()).unwrap());
+        if begin <= db_now {
+            ahead.ms = ahead.ms.max(claim_at.as_millis() - db_now.as_millis());
+        }
+        ahead.begin_by = Some(ahead.begin_by.map_or(begin, |b| b.min(begin)));
+    }
+    ahead
+}
+
+#[test]
+fn how_far_claims_reach_counted_by_claim_time_is_what_the_walk_fire_by_fire_found() {
+    let q = FireQueue::default();
+    let (trigger, _) = every_second(1);
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % n
+    };
+    let at = |t: i64| Fire {
+        fire_time: ms(t),
+        ..every_second(1).1[0].clone()
+    };
+    for round in 0..300_i64 {
+        let id = i64::try_from(next(400)).unwrap();
+        let lane = if next(3) == 0 { Lane::Task } else { Lane::Pool };
+        let fire_time = 1_000 * i64::try_from(next(8)).unwrap() + 500 * i64::try_from(next(2)).unwrap();
+        match next(6) {
+            0 => {
+                push_theirs(&q, id + 1_000, &trigger, vec![at(fire_time)]);
+            }
+            1 => {
+                let due = q.take_due((ms(round * 20), 300), 1 + next(50) as usize, 5_000, ANY);
+                let (back, gone): (Vec<Pending>, Vec<Pending>) =
+                    due.fires.into_iter().partition(|p| p.execute_id % 2 == 0);
+                q.retry_at(back, ms(round * 20 + 700));
+                q.defer(gone, |p| p.fire.fire_time);
+            }
+            2 => q.forget(id),
+            3 if next(10) == 0 => {
+                q.forget_deferred();
+            }
+            _ => {
+                q.push(
+                    id,
+                    (&job("mine"), lane),
+                    &trigger,
+                    vec![at(fire_time)],
+                    |t| t.saturating_add_millis(-1_000),
+                    None,
+                );
+            }
+        }
+        let counted: usize = q.state.lock().lanes.own_at.values().sum();
+        assert_eq!(counted, q.state.lock().lanes.own_len(), "round {round}");
+        for now in [-2_000, 0, 1_500, 4_000, 9_000] {
+            assert_eq!(
+                q.claim_ahead(ms(now)),
+                claim_ahead_fire_by_fire(&q, ms(now)),
+                "round {round}, now {now}"
+            );
+        }
+    }
+    q.clear();
+    assert!(q.state.lock().lanes.own_at.is_empty());
+}

@@ -23,6 +23,11 @@ pub const MIGRATIONS_TABLE: &str = "quartz_schema_migrations";
 /// How long a node waits for another node's migration to finish.
 const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(300);
 
+/// A connection idle in the pool longer than this is pinged before it is
+/// used (a server or a path may have dropped it meanwhile); one used more
+/// recently was pinged on its way back.
+const IDLE_TEST: Duration = Duration::from_secs(1);
+
 /// How long a heartbeat or a clock reading on a URL naming several hosts
 /// may take before the store looks for the primary again.
 const FOLLOW_AFTER: Duration = Duration::from_secs(1);
@@ -135,15 +140,26 @@ impl Db {
             // The database lives as long as its one connection.
             pool = pool.min_connections(1).idle_timeout(None).max_lifetime(None);
         }
-        if let Some(follows) = follows {
-            // After a move to another host, the connections to the old
-            // one are closed as they come up for use: an old primary still
-            // up would take their statements and never commit them.
-            pool = pool.before_acquire(move |_conn, meta| {
-                let old = follows.made_before_move(meta.age);
-                Box::pin(async move { Ok(!old) })
-            });
-        }
+        // sqlx pings every connection it hands out (`test_before_acquire`),
+        // a round trip before each statement; every connection back in the
+        // pool has just been pinged twice on its way there (below), so only
+        // one that has sat idle a while is tested again before use.
+        //
+        // After a move to another host, the connections to the old one are
+        // closed as they come up for use: an old primary still up would
+        // take their statements and never commit them.
+        pool = pool.test_before_acquire(false).before_acquire(move |conn, meta| {
+            let old = follows.as_ref().is_some_and(|f| f.made_before_move(meta.age));
+            Box::pin(async move {
+                if old {
+                    return Ok(false);
+                }
+                if meta.idle_for > IDLE_TEST {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        });
         let pool = pool
             // sqlx tests a connection on its way back to the pool (a
             // round trip), without a deadline: one whose statement was

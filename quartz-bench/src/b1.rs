@@ -164,6 +164,9 @@ async fn storm(args: Args) {
             for example in &run.checked.examples {
                 eprintln!("  {backend} S={s} K={k}: {example}");
             }
+            if let Some(line) = unrecorded(&t) {
+                eprintln!("  {backend} S={s} K={k}: {line}");
+            }
             // Where the late fires were, beside the table (on stderr).
             for line in crate::late::lines(&run.late_seconds) {
                 eprintln!("  {backend} S={s} K={k}: {line}");
@@ -485,3 +488,16 @@ mod tally;
 mod tests;
 
 pub(crate) use tally::{Checked, Tally};
+
+/// The fire times of a run the ledger holds nothing of when it is read (no
+/// run, no misfire record: still waiting, or lost), said beside the table:
+/// its lost column is the run logs' checker's, and the classes the ledger
+/// gives add up to the expected count only with these.
+pub(crate) fn unrecorded(t: &Tally) -> Option<String> {
+    (t.missing > 0).then(|| {
+        format!(
+            "{} of {} fire times expected have no ledger row when it is read (neither run nor recorded misfired)",
+            t.missing, t.expected
+        )
+    })
+}

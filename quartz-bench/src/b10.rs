@@ -135,6 +135,9 @@ async fn runs(args: Args) {
         for example in &run.checked.examples {
             eprintln!("  {backend} N={n}: {example}");
         }
+        if let Some(line) = crate::b1::unrecorded(&t) {
+            eprintln!("  {backend} N={n}: {line}");
+        }
     }
 }
 

@@ -60,20 +60,11 @@ const CLAIM_RUNS: &str = concat!(
 
 /// The fires won, by execute and fire time, from [`CLAIM_RUNS`]'s list.
 fn won_of_list(list: Option<&str>) -> Result<HashMap<(i64, i64), i64>, StoreError> {
-    let bad = |item: &str| StoreError::Database {
-        reason: format!("a claimed fire is not execute:fire time:id: {item:?}"),
-    };
-    let mut won = HashMap::new();
-    for item in list.unwrap_or_default().split(',').filter(|i| !i.is_empty()) {
-        let mut parts = item.split(':').map(str::parse::<i64>);
-        match (parts.next(), parts.next(), parts.next(), parts.next()) {
-            (Some(Ok(execute)), Some(Ok(fire_time)), Some(Ok(id)), None) => {
-                won.insert((execute, fire_time), id);
-            }
-            _ => return Err(bad(item)),
-        }
-    }
-    Ok(won)
+    let items = super::convert::int_items::<3>(list, "a claimed fire is not execute:fire time:id")?;
+    Ok(items
+        .into_iter()
+        .map(|[execute, fire_time, id]| ((execute, fire_time), id))
+        .collect())
 }
 
 /// Claims that one statement can take: no job lock (not exclusive), no

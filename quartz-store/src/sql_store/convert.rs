@@ -163,3 +163,33 @@ pub(super) fn first_ids<C: FromIterator<i64>>(rows: &[sqlx::any::AnyRow]) -> Res
         .map(|row| row.try_get::<i64, _>(0).map_err(db_error))
         .collect()
 }
+
+/// The items of a one-row list answer ([`text_of`]): separated by commas,
+/// each `N` integers joined by colons. An item of another shape is an
+/// error saying `bad` and the item.
+pub(super) fn int_items<const N: usize>(list: Option<&str>, bad: &str) -> Result<Vec<[i64; N]>, StoreError> {
+    list.unwrap_or_default()
+        .split(',')
+        .filter(|item| !item.is_empty())
+        .map(|item| {
+            let mut parts = item.split(':').map(str::parse::<i64>);
+            let mut out = [0; N];
+            for slot in &mut out {
+                match parts.next() {
+                    Some(Ok(n)) => *slot = n,
+                    _ => return Err(bad_item(bad, item)),
+                }
+            }
+            match parts.next() {
+                None => Ok(out),
+                Some(_) => Err(bad_item(bad, item)),
+            }
+        })
+        .collect()
+}
+
+fn bad_item(bad: &str, item: &str) -> StoreError {
+    StoreError::Database {
+        reason: format!("{bad}: {item:?}"),
+    }
+}

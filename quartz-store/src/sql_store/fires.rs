@@ -107,20 +107,11 @@ use listed;
 
 /// The `id:started_at` pairs of a [`listed!`] answer.
 fn starts_of_list(list: Option<&str>) -> Result<Vec<(i64, Option<Timestamp>)>, StoreError> {
-    list.unwrap_or_default()
-        .split(',')
-        .filter(|item| !item.is_empty())
-        .map(|item| {
-            let parsed = item
-                .split_once(':')
-                .and_then(|(id, at)| Some((id.parse::<i64>().ok()?, at.parse::<i64>().ok()?)));
-            parsed
-                .map(|(id, at)| (id, Some(Timestamp::from_millis(at))))
-                .ok_or_else(|| StoreError::Database {
-                    reason: format!("a started fire is not id:started_at: {item:?}"),
-                })
-        })
-        .collect()
+    let items = super::convert::int_items::<2>(list, "a started fire is not id:started_at")?;
+    Ok(items
+        .into_iter()
+        .map(|[id, at]| (id, Some(Timestamp::from_millis(at))))
+        .collect())
 }
 
 /// The row of a live incarnation, locked (MySQL; binds: node id,

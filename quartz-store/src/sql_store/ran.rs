@@ -75,15 +75,8 @@ const SUCCEED_PG: &str = "WITH done AS (WITH r AS MATERIALIZED (SELECT * FROM js
 
 /// The ids of a text list (`1,2,3`) as [`SUCCEED_PG`] answers them.
 fn ids_of_list(list: Option<&str>) -> Result<Vec<i64>, StoreError> {
-    list.unwrap_or_default()
-        .split(',')
-        .filter(|id| !id.is_empty())
-        .map(|id| {
-            id.parse().map_err(|_| StoreError::Database {
-                reason: format!("a recorded fire id is not a number: {id:?}"),
-            })
-        })
-        .collect()
+    let items = super::convert::int_items::<1>(list, "a recorded fire id is not a number")?;
+    Ok(items.into_iter().map(|[id]| id).collect())
 }
 
 /// [`SUCCEED_PG`] on SQLite.
@@ -140,25 +133,19 @@ impl EndParts for SqlStore {
             return Ok(Vec::new());
         }
         let backend = self.db.backend;
-        if backend == Backend::Postgres {
-            let row = self
-                .query(SUCCEED_PG)
+        // One statement, the same binds: the spans, the node, its incarnation.
+        let one = |sql: &'static str| {
+            self.query(sql)
                 .bind(span_rows(fires))
                 .bind(node.node_id.clone())
                 .bind(node.incarnation)
-                .row(&self.db.pool)
-                .await?;
+        };
+        if backend == Backend::Postgres {
+            let row = one(SUCCEED_PG).row(&self.db.pool).await?;
             return ids_of_list(super::convert::text_of(row)?.as_deref());
         }
         if backend == Backend::Sqlite {
-            let rows = self
-                .query(SUCCEED_SQLITE)
-                .bind(span_rows(fires))
-                .bind(node.node_id.clone())
-                .bind(node.incarnation)
-                .rows(&self.db.pool)
-                .await?;
-            return first_ids(&rows);
+            return first_ids(&one(SUCCEED_SQLITE).rows(&self.db.pool).await?);
         }
         let mut recorded = Vec::with_capacity(fires.len());
         let mut tx = self.begin().await?;

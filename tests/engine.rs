@@ -88,7 +88,8 @@ engine_tests!(
     a_node_starting_while_its_database_is_slow_waits_for_it_a_while,
     an_outcome_is_recorded_once_the_database_answers_again;
     wall a_saturated_pool_holds_back_its_claims_and_overdue_fires_get_their_policy,
-    a_timed_out_fire_blocks_its_job_until_its_code_returns;
+    a_timed_out_fire_blocks_its_job_until_its_code_returns,
+    a_fire_that_waited_for_a_busy_pool_in_its_lease_runs_without_asking_again;
     sql: rows_written_by_hand_are_initialised_recomputed_or_set_aside,
     a_claim_its_live_node_lost_track_of_is_recovered,
     a_fire_orphaned_without_a_change_of_membership_is_recovered,
@@ -1592,6 +1593,78 @@ async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &Tes
     .await;
     assert_eq!(ran.load(Ordering::SeqCst), 0, "a fire the node lost was run");
     assert!(n.node().incarnation > first.incarnation, "the node rejoined");
+    n.shutdown().await;
+}
+
+/// A fire that waits for the thread of a busy pool while its node holds its
+/// lease runs without asking the database again: the lease says it is still
+/// this incarnation's (the database declares a node dead only a quarter of
+/// `dead_after` after the lease's end). Here every question would fail, so
+/// a fire that asked would not run. Asked on the pool's threads one fire at
+/// a time, such questions made a pool 100 ms behind take a round trip per
+/// fire: seconds behind at 10,000 fires a second, and further each second.
+/// The ledger keeps each handler's real start.
+async fn a_fire_that_waited_for_a_busy_pool_in_its_lease_runs_without_asking_again(db: &TestDb) {
+    use common::faults::{Fault, Faults, FaultyStore};
+    let runs = Runs::default();
+    let faults = Faults::scripted();
+    faults.always("confirm_starts", Fault::Error);
+    let counted = runs.clone();
+    let n = SchedulerBuilder::new(CLUSTER)
+        .on_test_clock()
+        .settings(Settings {
+            pool_core: 1,
+            pool_max: 1,
+            pool_queue: 100,
+            ..fast()
+        })
+        // Holds the one thread 600 ms of the wall clock: the fires behind
+        // it wait in the queue past the 100 ms after which a fire handed
+        // over outside the lease is confirmed again.
+        .handler("block", |_| {
+            std::thread::sleep(Duration::from_millis(600));
+            Ok(())
+        })
+        .handler("count", move |ctx| {
+            counted.add(ctx.job_name());
+            Ok(())
+        })
+        .start(FaultyStore::new(db.store().await, Arc::clone(&faults)))
+        .await
+        .unwrap();
+    let store = AnyStore::from(n.store().clone());
+    let at = next_second(&store, 1).await;
+    let once = |t: Timestamp| ExecuteSpec::new(Trigger::new(Schedule::Once, t).unwrap());
+    n.add_job(&JobDefinition::of_specs(&JobSpec::new("block", "block"), &[once(at)]))
+        .await
+        .unwrap();
+    for i in 0..3 {
+        n.add_job(&JobDefinition::of_specs(
+            &JobSpec::new(format!("waiter-{i}"), "count"),
+            &[once(at.saturating_add_millis(10 + i))],
+        ))
+        .await
+        .unwrap();
+    }
+    wait_until(Duration::from_secs(15), "the three waiters run", || async {
+        (0..3).all(|i| runs.of(&format!("waiter-{i}")) == 1)
+    })
+    .await;
+    wait_until(Duration::from_secs(10), "every fire recorded succeeded", || async {
+        let rows = ledger(&store, CLUSTER).await;
+        rows.len() == 4 && rows.iter().all(|f| f.state == FireState::Succeeded)
+    })
+    .await;
+    assert!(n.node().incarnation > 0 && n.status().counters.lease_lost == 0);
+    for f in ledger(&store, CLUSTER).await {
+        let late = f.started_at.unwrap().as_millis() - f.fire_time.as_millis();
+        if f.fire_time > at {
+            assert!(
+                late >= 400,
+                "a waiter's start as the ledger keeps it: {late} ms late, {f:?}"
+            );
+        }
+    }
     n.shutdown().await;
 }
 

@@ -153,14 +153,18 @@ pub fn spawn_cluster_logging(
 /// What the nodes' run logs in `dir` show of the fire times in `[from, to]`
 /// of the scheduler `store` is scoped to, checked by the project's checker against its triggers and
 /// ledger (the default misfire threshold), and the handlers' lateness: each
-/// trigger's own first attempt, sorted. The directory is removed.
+/// trigger's own first attempt, sorted. The directory is removed, unless
+/// `QUARTZ_BENCH_KEEP_RUN_LOGS` is set (to study a run's starts second by
+/// second afterwards).
 pub async fn check_runs(
     store: &dyn quartz_core::store::Store,
     dir: &Path,
     (from, to): (i64, i64),
 ) -> (RunCheck, Vec<i64>) {
     let files = read_dir(dir).expect("the run logs");
-    let _ = std::fs::remove_dir_all(dir);
+    if std::env::var_os("QUARTZ_BENCH_KEEP_RUN_LOGS").is_none() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     let mut late: Vec<i64> = files
         .iter()
         .flat_map(|f| &f.events)

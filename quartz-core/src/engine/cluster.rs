@@ -229,7 +229,14 @@ impl Heart {
         let node = self.ctx.node();
         let busy = self.ctx.flights.held() + self.ctx.flights.pending_count();
         let sent = self.ctx.clock.mono_ms();
-        if self.ctx.store.heartbeat(&node, busy as u64).await? {
+        let alive = self.ctx.store.heartbeat(&node, busy as u64).await?;
+        tracing::debug!(
+            scheduler = self.ctx.scheduler,
+            node = node.node_id,
+            ms = self.ctx.clock.mono_ms() - sent,
+            "heartbeat"
+        );
+        if alive {
             if crate::mutants::on("lease-from-answer") {
                 self.ctx.renewed(self.ctx.clock.mono_ms());
             } else {

@@ -299,7 +299,14 @@ impl Dispatcher {
             );
         }
         let won_count: u64 = starts.values().map(|v| v.len() as u64).sum::<u64>() + won_along;
-        tracing::debug!(scheduler = self.ctx.scheduler, won = won_count, lost, "claims");
+        tracing::debug!(
+            scheduler = self.ctx.scheduler,
+            node = node.node_id,
+            won = won_count,
+            lost,
+            ms = u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "claims"
+        );
         self.ctx.count(|c| {
             c.claimed += won_count;
             c.lost += lost;

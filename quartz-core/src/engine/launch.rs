@@ -226,9 +226,19 @@ impl Starter {
         if fire_time > ended && !crate::mutants::on("start-early") {
             tokio::time::sleep_until(self.ctx.clock.instant_of(fire_time)).await;
         }
+        let (fires, handed_from) = (started.len(), self.ctx.clock.db_now());
         for run in started {
             self.runner.submit(run);
         }
+        tracing::debug!(
+            scheduler = self.ctx.scheduler,
+            node = self.ctx.node().node_id,
+            fires,
+            started_by_ms = ended.as_millis() - fire_time.as_millis(),
+            handed_from_ms = handed_from.as_millis() - fire_time.as_millis(),
+            handed_until_ms = self.ctx.clock.db_now().as_millis() - fire_time.as_millis(),
+            "handed over"
+        );
     }
 
     /// The fires still to run: a fire whose job was paused or deleted since
@@ -292,17 +302,28 @@ impl Starter {
         // seed 91, a node cut off and back). Its fires wait for a renewal
         // (or for the database to fence them, once the node is declared
         // dead); a node that stops meanwhile gives them back.
+        let lease_wait = tokio::time::Instant::now();
         while !self.ctx.membership_fresh() {
             if !self.ctx.pause(super::context::LEASE_WAIT).await {
                 return Vec::new();
             }
         }
+        let lease_wait = lease_wait.elapsed();
         let ids: Vec<i64> = runs.iter().map(|r| r.fire_id).collect();
         // Counted before the statement: a shutdown from here on waits. The
         // fires stay known as unstarted until the answer, so that the sweep
         // for claims this node lost track of leaves them alone meanwhile.
         self.ctx.flights.started(runs.len());
+        let asked = tokio::time::Instant::now();
         let (started, error) = self.mark_running(&ids, node).await;
+        tracing::debug!(
+            scheduler = self.ctx.scheduler,
+            node = node.node_id,
+            fires = ids.len(),
+            ms = u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX),
+            lease_wait_ms = u64::try_from(lease_wait.as_millis()).unwrap_or(u64::MAX),
+            "marked running"
+        );
         self.ctx.flights.not_unstarted(ids.iter().copied());
         let mut ready = Vec::with_capacity(started.len());
         let mut refused = 0;

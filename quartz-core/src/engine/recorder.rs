@@ -94,7 +94,14 @@ async fn record_successes(store: SharedStore, mut rx: mpsc::UnboundedReceiver<Su
                 .iter()
                 .map(|s| (s.0, FireEnd::Succeeded { chain: false, ran: s.2 }))
                 .collect();
+            let asked = tokio::time::Instant::now();
             let recorded = store.end_fires(&node, &ends).await;
+            tracing::debug!(
+                node = node.node_id,
+                fires = ends.len(),
+                ms = u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX),
+                "successes recorded"
+            );
             for (i, (_, _, _, reply)) in mine.into_iter().enumerate() {
                 let answer = match &recorded {
                     Ok(done) => Ok(done.get(i) == Some(&FollowUp::Recorded)),

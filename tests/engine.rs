@@ -1511,13 +1511,13 @@ async fn a_handler_no_live_node_has_is_recorded_failed(db: &TestDb) {
     assert!(rows.iter().any(|f| f.state == FireState::Succeeded));
 }
 
-/// Fires due together are marked running together, then wait for a pool
-/// thread. One that waited while its node was declared dead (a long pause, a
-/// partition) is not run when the thread comes: its ownership is confirmed
-/// first, and the new incarnation's recovery records it abandoned.
-async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &TestDb) {
-    let ran = Arc::new(AtomicUsize::new(0));
-    let n = SchedulerBuilder::new(CLUSTER)
+/// A node with one pool thread, on the test clock: its `block` handler
+/// holds that thread `block` of the wall clock, so that the fires behind
+/// it wait in the pool's queue, and its `count` handler counts runs by job
+/// name in `runs`.
+fn one_thread_node(block: Duration, runs: &Runs) -> SchedulerBuilder {
+    let counted = runs.clone();
+    SchedulerBuilder::new(CLUSTER)
         .on_test_clock()
         .settings(Settings {
             pool_core: 1,
@@ -1525,26 +1525,43 @@ async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &Tes
             pool_queue: 100,
             ..fast()
         })
-        .handler("block", |_| {
-            std::thread::sleep(Duration::from_millis(1_500));
+        .handler("block", move |_| {
+            std::thread::sleep(block);
             Ok(())
         })
-        .handler("count", {
-            let ran = Arc::clone(&ran);
-            move |_| {
-                ran.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }
+        .handler("count", move |ctx| {
+            counted.add(ctx.job_name());
+            Ok(())
         })
-        .start(db.store().await)
-        .await
-        .unwrap();
+}
+
+/// One fire at `t`.
+fn once(t: Timestamp) -> ExecuteSpec {
+    ExecuteSpec::new(Trigger::new(Schedule::Once, t).unwrap())
+}
+
+/// Adds a [`one_thread_node`]'s blocker, firing once at the next second:
+/// the node's store, and that second.
+async fn block_the_thread_at_the_next_second(n: &Scheduler) -> (AnyStore, Timestamp) {
     let store = AnyStore::from(n.store().clone());
     let at = next_second(&store, 1).await;
-    let once = |t: Timestamp| ExecuteSpec::new(Trigger::new(Schedule::Once, t).unwrap());
     n.add_job(&JobDefinition::of_specs(&JobSpec::new("block", "block"), &[once(at)]))
         .await
         .unwrap();
+    (store, at)
+}
+
+/// Fires due together are marked running together, then wait for a pool
+/// thread. One that waited while its node was declared dead (a long pause, a
+/// partition) is not run when the thread comes: its ownership is confirmed
+/// first, and the new incarnation's recovery records it abandoned.
+async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &TestDb) {
+    let runs = Runs::default();
+    let n = one_thread_node(Duration::from_millis(1_500), &runs)
+        .start(db.store().await)
+        .await
+        .unwrap();
+    let (store, at) = block_the_thread_at_the_next_second(&n).await;
     n.add_job(&JobDefinition::of_specs(
         &JobSpec::new("count", "count"),
         &[once(at.saturating_add_millis(100))],
@@ -1591,7 +1608,7 @@ async fn a_fire_waiting_for_a_thread_is_not_run_by_a_node_declared_dead(db: &Tes
         n.status().pool.completed >= 2
     })
     .await;
-    assert_eq!(ran.load(Ordering::SeqCst), 0, "a fire the node lost was run");
+    assert_eq!(runs.of("count"), 0, "a fire the node lost was run");
     assert!(n.node().incarnation > first.incarnation, "the node rejoined");
     n.shutdown().await;
 }
@@ -1609,35 +1626,14 @@ async fn a_fire_that_waited_for_a_busy_pool_in_its_lease_runs_without_asking_aga
     let runs = Runs::default();
     let faults = Faults::scripted();
     faults.always("confirm_starts", Fault::Error);
-    let counted = runs.clone();
-    let n = SchedulerBuilder::new(CLUSTER)
-        .on_test_clock()
-        .settings(Settings {
-            pool_core: 1,
-            pool_max: 1,
-            pool_queue: 100,
-            ..fast()
-        })
-        // Holds the one thread 600 ms of the wall clock: the fires behind
-        // it wait in the queue past the 100 ms after which a fire handed
-        // over outside the lease is confirmed again.
-        .handler("block", |_| {
-            std::thread::sleep(Duration::from_millis(600));
-            Ok(())
-        })
-        .handler("count", move |ctx| {
-            counted.add(ctx.job_name());
-            Ok(())
-        })
+    // The blocker holds the one thread 600 ms: the fires behind it wait in
+    // the queue past the 100 ms after which a fire handed over outside the
+    // lease is confirmed again.
+    let n = one_thread_node(Duration::from_millis(600), &runs)
         .start(FaultyStore::new(db.store().await, Arc::clone(&faults)))
         .await
         .unwrap();
-    let store = AnyStore::from(n.store().clone());
-    let at = next_second(&store, 1).await;
-    let once = |t: Timestamp| ExecuteSpec::new(Trigger::new(Schedule::Once, t).unwrap());
-    n.add_job(&JobDefinition::of_specs(&JobSpec::new("block", "block"), &[once(at)]))
-        .await
-        .unwrap();
+    let (store, at) = block_the_thread_at_the_next_second(&n).await;
     for i in 0..3 {
         n.add_job(&JobDefinition::of_specs(
             &JobSpec::new(format!("waiter-{i}"), "count"),

@@ -293,6 +293,7 @@ pub(crate) async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -
     if let Some(registered) = &mut registered {
         registered.node_start = crate::b10::nodes_live(store, &schedulers[0], k, spawned).await;
     }
+    let analyzing = crate::analyze_meanwhile(&args.url).await;
     // Measure CPU over the storm only.
     let wait_start = u64::try_from(start.as_millis() - store.now().await.unwrap().as_millis()).unwrap_or(0);
     tokio::time::sleep(Duration::from_millis(wait_start)).await;
@@ -304,6 +305,9 @@ pub(crate) async fn one_run(store: &AnyStore, args: &Args, s: usize, k: usize) -
     .await;
     for scheduler in &schedulers {
         settle(store, scheduler).await;
+    }
+    if let Some(analyzing) = analyzing {
+        analyzing.abort();
     }
     let node_cpu = nodes.iter().map(|c| cpu_seconds(c.id())).sum::<f64>() - node_cpu0;
     let db_cpu = server_cpu(server) - db_cpu0;

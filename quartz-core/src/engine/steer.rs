@@ -29,8 +29,10 @@ use std::time::Duration;
 ///     }
 ///     Ok(())
 /// }
+/// # #[cfg(feature = "testing")] {
 /// # let ctx = quartz_core::testing::TestContext::new("charge").payload(&"").build();
 /// # assert_eq!(charge(ctx).unwrap_err().to_string(), "no retry: no account given");
+/// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Steer {

@@ -304,7 +304,7 @@ impl Dispatcher {
             node = node.node_id,
             won = won_count,
             lost,
-            ms = u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ms = duration_ms(asked.elapsed()),
             "claims"
         );
         self.ctx.count(|c| {

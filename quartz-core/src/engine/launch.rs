@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::context::{Ctx, sleep_until_or_forever};
+use super::context::{Ctx, duration_ms, sleep_until_or_forever};
 use super::fixed::{HashMap, HashSet};
 use super::launch_handle::Inbox;
 use super::pace::{Pace, Shortfall, smooth};
@@ -320,8 +320,8 @@ impl Starter {
             scheduler = self.ctx.scheduler,
             node = node.node_id,
             fires = ids.len(),
-            ms = u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX),
-            lease_wait_ms = u64::try_from(lease_wait.as_millis()).unwrap_or(u64::MAX),
+            ms = duration_ms(asked.elapsed()),
+            lease_wait_ms = duration_ms(lease_wait),
             "marked running"
         );
         self.ctx.flights.not_unstarted(ids.iter().copied());

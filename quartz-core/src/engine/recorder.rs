@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::context::{FINISH_TRIES, finish_backoff};
+use super::context::{FINISH_TRIES, duration_ms, finish_backoff};
 use super::fixed::{HashMap, HashSet};
 use super::run::RunFire;
 use crate::store::{
@@ -99,7 +99,7 @@ async fn record_successes(store: SharedStore, mut rx: mpsc::UnboundedReceiver<Su
             tracing::debug!(
                 node = node.node_id,
                 fires = ends.len(),
-                ms = u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX),
+                ms = duration_ms(asked.elapsed()),
                 "successes recorded"
             );
             for (i, (_, _, _, reply)) in mine.into_iter().enumerate() {
